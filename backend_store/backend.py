@@ -1,0 +1,152 @@
+"""The one interface the gateway and the delivery engine use to reach storage.
+
+Two implementations, picked by URL (:func:`backend_store.url.open_backend`):
+``lmdb:///path`` (embedded, the default) and, later, ``cluster://host:port,...``.
+
+Contract, for every implementation:
+
+- **Durability.** A method that returns normally has its effect on disk (fsynced;
+  in sync replication, on a majority of replicas). Errors are :class:`StoreError`
+  subclasses with a stable ``code``; anything else is a bug.
+- **Atomicity.** Each call is atomic. ``send`` of a batch is atomic per entry: each
+  entry gets its own result or error, in order. A dead-letter move is atomic.
+- **At-least-once.** A received message is invisible until its receipt is acked,
+  nacked or its visibility timeout ends; then it is visible again with
+  ``receive_count`` one higher. A receipt stops working as soon as its message is
+  visible again, so a stale receipt never deletes a message someone else holds.
+- **Ordering.** ``best_effort`` queues hand out visible messages in the order they
+  became visible (send order, unless delayed or redelivered). ``fifo`` queues hand
+  out each ``group_id``'s messages strictly in send order with at most one in
+  flight per group; different groups proceed in parallel.
+- **Dedupe.** A send whose ``dedupe_id`` (or body hash with ``content_dedupe``) was
+  seen within ``dedupe_window_s`` stores nothing and returns the original id and
+  seq with ``duplicate=True``.
+- **Tenancy.** Every queue belongs to one tenant; a call never sees another
+  tenant's queues or receipts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import StoreError
+from .types import (
+    AckResult,
+    NewMessage,
+    QueueInfo,
+    QueueName,
+    ReceivedMessage,
+    SendResult,
+    TenantId,
+)
+
+# Called on the event loop after a commit that made messages of a queue visible
+# now or later (a send, a nack, a release). Cheap and synchronous: it only wakes.
+ChangeListener = Callable[[TenantId, QueueName], None]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Queues, messages and a small metadata store; see the module docstring for the contract."""
+
+    async def start(self) -> None:
+        """Open storage and start background work (writer, sweeper). Idempotent."""
+
+    async def close(self) -> None:
+        """Finish queued writes, stop background work and close storage."""
+
+    async def check_writable(self) -> None:
+        """Commit a no-op write; raise :class:`Unavailable` if storage cannot take writes."""
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        """Register a wake-up callback (see :data:`ChangeListener`)."""
+
+    # Queues ---------------------------------------------------------------
+
+    async def create_queue(
+        self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
+    ) -> tuple[QueueInfo, bool]:
+        """Create a queue; return it and whether it was created.
+
+        Creating a queue that exists with the same attributes returns it with
+        ``False``; with different ones it raises :class:`QueueExists`.
+        """
+
+    async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
+        """Return a queue with fresh stats, or raise :class:`QueueNotFound`."""
+
+    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
+        """Return the tenant's queues sorted by name, with stats."""
+
+    async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
+        """Change mutable attributes; ``ordering`` is immutable."""
+
+    async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
+        """Delete a queue and all its messages. Receipts of it stop working."""
+
+    async def purge_queue(self, tenant: TenantId, name: QueueName) -> int:
+        """Delete every message of a queue (visible, delayed and in flight); return how many."""
+
+    # Messages -------------------------------------------------------------
+
+    async def send(
+        self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
+    ) -> list[SendResult | StoreError]:
+        """Store messages; one result or error per entry, in order.
+
+        A missing queue raises :class:`QueueNotFound` for the whole call.
+        """
+
+    async def receive(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        """Take up to ``max_messages`` visible messages and make them invisible.
+
+        Never waits: long-polling is the caller's job, driven by listeners.
+        Messages past ``max_receives`` are moved to the dead-letter queue instead.
+        """
+
+    async def ack(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None) -> AckResult:
+        """Delete the messages of valid receipts; list the others with a code.
+
+        With ``queue`` given, receipts of other queues fail with ``invalid_receipt``.
+        """
+
+    async def nack(
+        self,
+        tenant: TenantId,
+        receipts: Sequence[str],
+        delay_s: float = 0,
+        queue: QueueName | None = None,
+    ) -> AckResult:
+        """Make the messages of valid receipts visible again after ``delay_s``."""
+
+    async def change_visibility(
+        self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
+    ) -> None:
+        """Keep a received message invisible for ``timeout_s`` from now."""
+
+    async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
+        """When the earliest not-yet-visible message of a queue becomes visible (None: none)."""
+
+    # Metadata: tenants, API keys, JWT keys, limits. Opaque bytes per namespace.
+
+    async def meta_get(self, namespace: str, key: str) -> bytes | None:
+        """Return a metadata value, or None."""
+
+    async def meta_put(self, namespace: str, key: str, value: bytes, *, only_if_absent: bool = False) -> bool:
+        """Store a value; with ``only_if_absent``, store it only if the key is new. Return whether stored."""
+
+    async def meta_delete(self, namespace: str, key: str) -> bool:
+        """Delete a value; return whether it existed."""
+
+    async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        """Return ``(key, value)`` pairs of a namespace whose key starts with ``prefix``, sorted."""
+
+
+__all__ = ["Backend", "ChangeListener", "StoreError"]

@@ -1,0 +1,109 @@
+"""Records exchanged with a :class:`~backend_store.backend.Backend`.
+
+Times are Unix epoch seconds as floats everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NewType
+
+TenantId = NewType("TenantId", str)
+QueueName = NewType("QueueName", str)
+MessageId = NewType("MessageId", str)
+Receipt = NewType("Receipt", str)
+Lsn = NewType("Lsn", int)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAttributes:
+    """A queue's attributes with API.md's defaults; see :mod:`backend_store.attributes` for bounds."""
+
+    max_message_bytes: int = 262144
+    max_messages: int | None = None
+    visibility_timeout_s: float = 30
+    retention_s: float = 345600
+    delay_s: float = 0
+    receive_wait_s: float = 0
+    max_receives: int | None = None
+    dead_letter_queue: str | None = None
+    ordering: str = "best_effort"
+    dedupe_window_s: float = 300
+    content_dedupe: bool = False
+    replication_factor: int = 1
+    replication_mode: str = "sync"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    visible: int = 0
+    in_flight: int = 0
+    delayed: int = 0
+    oldest_age_s: float | None = None
+    consumers: int = 0
+    sent_total: int = 0
+    acked_total: int = 0
+    dead_lettered_total: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    tenant: TenantId
+    name: QueueName
+    created_at: float
+    attributes: QueueAttributes
+    stats: QueueStats = field(default_factory=QueueStats)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message to send. ``body`` is raw bytes; ``is_text`` says it came as UTF-8 text."""
+
+    body: bytes
+    is_text: bool = True
+    attributes: dict[str, str] = field(default_factory=dict)
+    group_id: str | None = None
+    dedupe_id: str | None = None
+    delay_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    id: MessageId
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A message handed to one consumer, invisible to others until ``receipt`` expires."""
+
+    queue: QueueName
+    id: MessageId
+    seq: int
+    receipt: Receipt
+    body: bytes
+    is_text: bool
+    attributes: dict[str, str]
+    group_id: str | None
+    sent_at: float
+    receive_count: int
+    visible_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptFailure:
+    receipt: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    acked: int
+    failed: list[ReceiptFailure] = field(default_factory=list)
