@@ -111,7 +111,9 @@ class Backend(Protocol):
         Messages past ``max_receives`` are moved to the dead-letter queue instead.
         """
 
-    async def ack(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None) -> AckResult:
+    async def ack(
+        self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None
+    ) -> AckResult:
         """Delete the messages of valid receipts; list the others with a code.
 
         With ``queue`` given, receipts of other queues fail with ``invalid_receipt``.

@@ -79,7 +79,9 @@ def parse_message(raw: Any, dedupe_id: str | None = None) -> NewMessage:
     )
 
 
-def parse_send_body(raw: Any, idempotency_key: str | None = None) -> tuple[list[NewMessage | InvalidRequest], bool]:
+def parse_send_body(
+    raw: Any, idempotency_key: str | None = None
+) -> tuple[list[NewMessage | InvalidRequest], bool]:
     """Parse a send request: one message, or ``{"messages": [...]}``.
 
     Returns the entries (a bad batch entry becomes its error, so the rest still go)

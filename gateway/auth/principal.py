@@ -1,0 +1,33 @@
+"""Who a request acts for: a tenant and the scopes its API key or JWT grants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Literal
+
+from backend_store.types import TenantId
+
+Action = Literal["send", "receive", "admin"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller. ``subject`` is the API key id or the JWT ``sub``."""
+
+    tenant: TenantId
+    scopes: frozenset[str]
+    subject: str
+    expires_at: float | None = None
+
+    def can(self, action: Action, queue: str | None = None) -> bool:
+        """Whether a scope allows ``action`` on ``queue``; ``admin`` allows everything."""
+        if "admin" in self.scopes:
+            return True
+        if action == "admin":
+            return False
+        prefix = action + ":"
+        for scope in self.scopes:
+            if scope.startswith(prefix) and (queue is None or fnmatchcase(queue, scope[len(prefix) :])):
+                return True
+        return False
