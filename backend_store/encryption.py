@@ -54,6 +54,12 @@ class Keyring:
         nonce = os.urandom(_NONCE)
         return self._active_prefix + nonce + self._active_cipher.encrypt(nonce, plaintext, associated)
 
+    def seal_with(self, key_id: str, plaintext: bytes) -> bytes:
+        """Encrypt under a named key (start-up key checks; new data uses :meth:`seal`)."""
+        nonce = os.urandom(_NONCE)
+        prefix = bytes([len(key_id.encode())]) + key_id.encode()
+        return prefix + nonce + self._ciphers[key_id].encrypt(nonce, plaintext, b"")
+
     def open(self, sealed: bytes, associated: bytes = b"") -> bytes:
         """Decrypt what :meth:`seal` made; a missing key or a bad tag is :class:`Unavailable`."""
         n = sealed[0]

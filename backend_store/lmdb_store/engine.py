@@ -1,0 +1,333 @@
+"""The embedded backend: LMDB on local disk behind the :class:`Backend` interface.
+
+Writes go through one :class:`GroupCommitWriter` thread; reads run in short read
+transactions on worker threads. See ``backend_store/backend.py`` for the contract and
+``ARCHITECTURE.md`` for the key layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..attributes import check_number
+from ..backend import ChangeListener
+from ..errors import ConfigurationError, InvalidRequest, StoreError, Unavailable
+from ..types import (
+    AckResult,
+    Lsn,
+    NewMessage,
+    QueueInfo,
+    QueueName,
+    ReceivedMessage,
+    SendResult,
+    TenantId,
+)
+from ..url import StoreOptions
+from . import queue_ops
+from .environment import Db, Environment, View
+from .group_commit import GroupCommitWriter, Touched, Writes
+from .message_ops import MessageOps, next_visible_ms
+from .records import pack, unpack
+from .replication_log import ReplicationLog
+
+log = logging.getLogger("pushgate.store")
+T = TypeVar("T")
+
+_KEY_CHECKS = b"\0sys\0key_checks"
+_HEARTBEAT = b"\0sys\0heartbeat"
+_KEY_CHECK_PLAINTEXT = b"pushgate key check"
+_SWEEP_BUDGET = 1000
+MAX_RECEIVE = 1000
+MAX_TIMEOUT_S = 43200
+
+
+def _meta_key(namespace: str, key: str) -> bytes:
+    if not namespace or "\0" in namespace or "\0" in key:
+        raise InvalidRequest("metadata namespace must be non-empty and names free of NUL")
+    return namespace.encode() + b"\0" + key.encode()
+
+
+class LmdbBackend:
+    """The embedded store (``lmdb:///path``)."""
+
+    max_replication_factor = 1
+
+    def __init__(self, path: Path, options: StoreOptions) -> None:
+        self.path = path
+        self.options = options
+        self._clock: Callable[[], float] = options.clock or time.time
+        self._ops = MessageOps(options.keyring)
+        self._listeners: list[ChangeListener] = []
+        self._env: Environment | None = None
+        self._writer: GroupCommitWriter | None = None
+        self._replication_log = ReplicationLog(options.replication_log_keep)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._max_batch = int(options.extra.get("max_batch", "1024"))
+
+    # Life cycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._env is not None:
+            return
+        env = await asyncio.to_thread(
+            Environment, self.path, self.options.map_size, self.options.max_map_size
+        )
+        await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
+        self._env = env
+        self._writer = GroupCommitWriter(
+            env, self._replication_log, self._clock, self._notify, max_batch=self._max_batch
+        )
+        self._writer.start()
+        try:
+            await self._write(self._check_keys)
+        except StoreError:
+            await self.close()
+            raise
+        if self.options.sweep_interval_s > 0:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="pushgate-sweeper")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._writer is not None:
+            await asyncio.to_thread(self._writer.stop)
+            self._writer = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    async def check_writable(self) -> None:
+        await self._write(lambda w, now: w.put(Db.META, _HEARTBEAT, pack(now)))
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    # Queues -----------------------------------------------------------------
+
+    async def create_queue(
+        self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
+    ) -> tuple[QueueInfo, bool]:
+        return await self._write(
+            lambda w, now: queue_ops.create_queue(
+                w, now, tenant, name, attributes, self.max_replication_factor
+            )
+        )
+
+    async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
+        def read(v: View) -> QueueInfo:
+            record = queue_ops.find_queue(v, tenant, name)
+            return queue_ops.info(tenant, name, record, queue_ops.stats(v, record, self._clock()))
+
+        return await self._read(read)
+
+    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
+        return await self._read(lambda v: queue_ops.list_queues(v, tenant, self._clock()))
+
+    async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
+        return await self._write(
+            lambda w, now: queue_ops.update_queue(w, now, tenant, name, changes, self.max_replication_factor)
+        )
+
+    async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
+        await self._write(lambda w, now: queue_ops.delete_queue(w, tenant, name))
+
+    async def purge_queue(self, tenant: TenantId, name: QueueName) -> int:
+        return await self._write(lambda w, now: queue_ops.purge_queue(w, tenant, name))
+
+    # Messages -----------------------------------------------------------------
+
+    async def send(
+        self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
+    ) -> list[SendResult | StoreError]:
+        return await self._write(lambda w, now: self._ops.send(w, now, tenant, queue, messages))
+
+    async def receive(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        check_number("max", max_messages, 1, MAX_RECEIVE, integer=True)
+        if visibility_timeout_s is not None:
+            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_TIMEOUT_S)
+        return await self._write(
+            lambda w, now: self._ops.receive(w, now, tenant, queue, int(max_messages), visibility_timeout_s)
+        )
+
+    async def ack(
+        self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None
+    ) -> AckResult:
+        return await self._write(lambda w, now: self._ops.settle(w, now, tenant, receipts, queue, None))
+
+    async def nack(
+        self,
+        tenant: TenantId,
+        receipts: Sequence[str],
+        delay_s: float = 0,
+        queue: QueueName | None = None,
+    ) -> AckResult:
+        check_number("delay_s", delay_s, 0, MAX_TIMEOUT_S)
+        return await self._write(lambda w, now: self._ops.settle(w, now, tenant, receipts, queue, delay_s))
+
+    async def change_visibility(
+        self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
+    ) -> None:
+        check_number("timeout_s", timeout_s, 0, MAX_TIMEOUT_S)
+        await self._write(
+            lambda w, now: self._ops.change_visibility(w, now, tenant, queue, receipt, timeout_s)
+        )
+
+    async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
+        def read(v: View) -> float | None:
+            record = queue_ops.find_queue(v, tenant, queue)
+            ms = next_visible_ms(v, record.qid)
+            return None if ms is None else ms / 1000
+
+        return await self._read(read)
+
+    # Metadata -------------------------------------------------------------------
+
+    async def meta_get(self, namespace: str, key: str) -> bytes | None:
+        meta_key = _meta_key(namespace, key)
+        return await self._read(lambda v: v.get(Db.META, meta_key))
+
+    async def meta_put(self, namespace: str, key: str, value: bytes, *, only_if_absent: bool = False) -> bool:
+        meta_key = _meta_key(namespace, key)
+
+        def put(w: Writes, now: float) -> bool:
+            if only_if_absent and w.get(Db.META, meta_key) is not None:
+                return False
+            w.put(Db.META, meta_key, value)
+            return True
+
+        return await self._write(put)
+
+    async def meta_delete(self, namespace: str, key: str) -> bool:
+        meta_key = _meta_key(namespace, key)
+        return await self._write(lambda w, now: w.delete(Db.META, meta_key))
+
+    async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        start = _meta_key(namespace, prefix)
+        skip = len(namespace.encode()) + 1
+
+        def read(v: View) -> list[tuple[str, bytes]]:
+            out: list[tuple[str, bytes]] = []
+            cursor = v.cursor(Db.META)
+            if cursor.set_range(start):
+                for key, value in cursor:
+                    if not key.startswith(start):
+                        break
+                    out.append((key[skip:].decode(), value))
+            return out
+
+        return await self._read(read)
+
+    # Replication (used by backend nodes; the store itself knows no peers) -----
+
+    @property
+    def last_lsn(self) -> Lsn:
+        return self._replication_log.last_lsn
+
+    async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[tuple[Lsn, bytes]]:
+        """Committed entries after ``after``, oldest first."""
+        return await self._read(lambda v: ReplicationLog.read(v.txn, v.dbs, after, limit))
+
+    async def first_retained_lsn(self) -> Lsn | None:
+        return await self._read(lambda v: ReplicationLog.first_lsn(v.txn, v.dbs))
+
+    async def apply_replicated(self, lsn: Lsn, record: bytes) -> None:
+        """Apply one leader entry (followers only)."""
+        await self._write(lambda w, now: self._replication_log.apply(w, lsn, record))
+
+    async def snapshot(self, target: Path) -> None:
+        """Write a consistent copy of the environment to ``target`` (for re-seeding and backups)."""
+        env = self._require_env()
+        await asyncio.to_thread(env.copy_to, target)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        writer = self._writer
+        return {
+            "batches": writer.batches if writer else 0,
+            "operations": writer.operations if writer else 0,
+            "last_lsn": self.last_lsn,
+        }
+
+    # Internals ------------------------------------------------------------------
+
+    def _require_env(self) -> Environment:
+        if self._env is None:
+            raise Unavailable("store is not started")
+        return self._env
+
+    async def _write(self, op: Callable[[Writes, float], T]) -> T:
+        if self._writer is None:
+            raise Unavailable("store is not started")
+        return await self._writer.submit(op)
+
+    async def _read(self, fn: Callable[[View], T]) -> T:
+        env = self._require_env()
+        return await asyncio.to_thread(env.read, lambda txn: fn(View(txn, env.dbs)))
+
+    def _notify(self, touched: Touched) -> None:
+        for tenant, queue in touched:
+            for listener in self._listeners:
+                try:
+                    listener(TenantId(tenant), QueueName(queue))
+                except Exception:
+                    log.exception("store listener failed")
+
+    def _check_keys(self, w: Writes, now: float) -> None:
+        """Refuse to start without every key that sealed data here, or with a wrong one."""
+        raw = w.get(Db.META, _KEY_CHECKS)
+        checks: dict[str, bytes] = unpack(raw) if raw else {}
+        keyring = self.options.keyring
+        if keyring is None:
+            if checks:
+                raise ConfigurationError(
+                    "this store holds encrypted data; start it with its encryption keys "
+                    f"({', '.join(sorted(checks))})"
+                )
+            return
+        for key_id, sealed in checks.items():
+            if key_id not in keyring.key_ids:
+                raise ConfigurationError(f"encryption key {key_id!r} is needed to read this store")
+            try:
+                ok = keyring.open(sealed) == _KEY_CHECK_PLAINTEXT
+            except Unavailable:
+                ok = False
+            if not ok:
+                raise ConfigurationError(
+                    f"encryption key {key_id!r} is not the key this store was sealed with"
+                )
+        missing = keyring.key_ids - set(checks)
+        if missing:
+            for key_id in missing:
+                checks[key_id] = keyring.seal_with(key_id, _KEY_CHECK_PLAINTEXT)
+            w.put(Db.META, _KEY_CHECKS, pack(checks))
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.sweep_interval_s)
+            try:
+                # Small transactions: keep going only while a sweep hits its budget.
+                while (
+                    await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET)) >= _SWEEP_BUDGET
+                ):
+                    pass
+            except StoreError as exc:
+                log.warning("sweep failed: %s", exc.detail)
+
+    async def sweep_now(self) -> int:
+        """Run one sweep pass (tests and operators)."""
+        return await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET))

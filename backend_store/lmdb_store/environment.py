@@ -1,0 +1,170 @@
+"""The LMDB environment: its named databases, map growth, and safe read transactions.
+
+LMDB allows changing the map size only while this process has no transaction open,
+so readers hold a shared gate and the writer takes it exclusively to grow the map.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+
+from ..errors import Unavailable
+
+log = logging.getLogger("pushgate.store")
+T = TypeVar("T")
+
+
+class Db(IntEnum):
+    """Named databases; the number is how replication records name them."""
+
+    META = 0
+    QUEUES = 1
+    QIDS = 2
+    MSGS = 3
+    VIS = 4
+    GROUPS = 5
+    DEDUPE = 6
+    DEDUPE_EXP = 7
+    REPLOG = 8
+
+
+class _SharedGate:
+    """Many readers or one resizer."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class Environment:
+    """One LMDB environment per path per process, opened with fsync on commit."""
+
+    def __init__(self, path: Path, map_size: int, max_map_size: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.max_map_size = max(map_size, max_map_size)
+        try:
+            self.env = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=len(Db),
+                sync=True,
+                metasync=True,
+                readahead=False,
+                max_readers=256,
+            )
+        except lmdb.Error as exc:
+            raise Unavailable(f"cannot open store at {path}: {exc}") from None
+        # The file may already be bigger than asked (another process grew it).
+        self.map_size = max(map_size, self.env.info()["map_size"])
+        self.dbs: dict[Db, Any] = {db: self.env.open_db(db.name.lower().encode()) for db in Db}
+        self._gate = _SharedGate()
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(txn)`` in a short read transaction (call from a worker thread)."""
+        with self._gate.shared():
+            try:
+                with self.env.begin(buffers=False) as txn:
+                    return fn(txn)
+            except lmdb.MapResizedError:
+                # Another process grew the map: adopt its size and retry once.
+                pass
+        self._adopt_resize()
+        with self._gate.shared(), self.env.begin(buffers=False) as txn:
+            return fn(txn)
+
+    def begin_write(self) -> Any:
+        try:
+            return self.env.begin(write=True)
+        except lmdb.MapResizedError:
+            self._adopt_resize()
+            return self.env.begin(write=True)
+
+    def _adopt_resize(self) -> None:
+        with self._gate.exclusive():
+            self.env.set_mapsize(0)
+            self.map_size = self.env.info()["map_size"]
+
+    def grow(self) -> bool:
+        """Double the map (up to the maximum); return whether it grew. Writer thread only."""
+        if self.map_size >= self.max_map_size:
+            return False
+        new_size = min(self.map_size * 2, self.max_map_size)
+        with self._gate.exclusive():
+            try:
+                self.env.set_mapsize(new_size)
+            except lmdb.Error as exc:
+                log.error("cannot grow the LMDB map to %d bytes: %s", new_size, exc)
+                return False
+        log.warning("LMDB map grown from %d to %d bytes", self.map_size, new_size)
+        self.map_size = new_size
+        return True
+
+    def copy_to(self, target: Path) -> None:
+        """A consistent snapshot (for re-seeding followers and backups)."""
+        target.mkdir(parents=True, exist_ok=True)
+        with self._gate.shared():
+            self.env.copy(str(target), compact=True)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, lmdb.Error) and (
+        getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc)
+    )
+
+
+class View:
+    """Reads over one transaction, by :class:`Db` name."""
+
+    __slots__ = ("dbs", "txn")
+
+    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
+        self.txn = txn
+        self.dbs = dbs
+
+    def get(self, db: Db, key: bytes) -> bytes | None:
+        value: bytes | None = self.txn.get(key, db=self.dbs[db])
+        return value
+
+    def cursor(self, db: Db) -> Any:
+        return self.txn.cursor(db=self.dbs[db])

@@ -1,0 +1,241 @@
+"""Group commit: one writer thread applies batches of operations in one transaction and one fsync.
+
+Callers on the event loop submit an operation (a function of a :class:`Writes` and the
+batch's clock reading) and await its result. The writer drains whatever is queued, runs
+each operation in a nested transaction (so one failing operation undoes only itself),
+appends the batch's mutations to the replication log, commits once, and resolves every
+caller of the batch with one hop back to the event loop. Nothing on the event loop ever
+waits on LMDB or fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import lmdb
+
+from ..errors import StoreError, Unavailable
+from .environment import Db, Environment, View, is_disk_full
+from .replication_log import ReplicationLog
+
+log = logging.getLogger("pushgate.store")
+T = TypeVar("T")
+Touched = set[tuple[str, str]]
+
+
+class Writes(View):
+    """The write side of a transaction; records every mutation so followers can replay them."""
+
+    __slots__ = ("mutations", "touched")
+
+    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
+        super().__init__(txn, dbs)
+        self.mutations: list[tuple[int, bytes, bytes | None]] = []
+        # (tenant, queue) pairs whose messages became visible now or later: listeners wake them.
+        self.touched: Touched = set()
+
+    def put(self, db: Db, key: bytes, value: bytes) -> None:
+        self.txn.put(key, value, db=self.dbs[db])
+        self.mutations.append((db, key, value))
+
+    def delete(self, db: Db, key: bytes) -> bool:
+        deleted: bool = self.txn.delete(key, db=self.dbs[db])
+        if deleted:
+            self.mutations.append((db, key, None))
+        return deleted
+
+
+Operation = Callable[[Writes, float], T]
+
+
+@dataclass(slots=True)
+class _Pending(Generic[T]):
+    op: Operation[T]
+    future: asyncio.Future[T]
+    loop: asyncio.AbstractEventLoop
+    outcome: tuple[bool, Any] = field(default=(False, None))
+
+
+_STOP = object()
+
+
+class GroupCommitWriter:
+    """The single writer of one environment."""
+
+    def __init__(
+        self,
+        env: Environment,
+        replication_log: ReplicationLog,
+        clock: Callable[[], float],
+        on_commit: Callable[[Touched], None],
+        max_batch: int = 1024,
+    ) -> None:
+        self._env = env
+        self._log = replication_log
+        self._clock = clock
+        self._on_commit = on_commit
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
+        self._closed = False
+        self.batches = 0
+        self.operations = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, op: Operation[T]) -> asyncio.Future[T]:
+        """Queue an operation; the future resolves after its batch is committed and synced."""
+        if self._closed:
+            raise Unavailable("store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Pending(op, future, loop))
+        return future
+
+    def stop(self) -> None:
+        """Finish what is queued, then end the thread (blocking; call from a worker thread)."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    # The writer thread ----------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch: list[_Pending[Any]] = []
+            stopping = item is _STOP
+            if not stopping:
+                batch.append(item)
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    continue
+                batch.append(item)
+            if batch:
+                self._commit_batch(batch)
+            if stopping:
+                return
+
+    def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
+        touched: Touched = set()
+        while True:
+            try:
+                touched = self._apply(batch)
+                break
+            except lmdb.MapFullError:
+                if self._env.grow():
+                    continue
+                # Full at the maximum size: let each operation try alone, so the ones
+                # that free space or need none (acks, reads) still go through.
+                touched = self._apply_one_by_one(batch)
+                break
+            except lmdb.Error as exc:
+                self._fail_all(batch, exc)
+                break
+        self.batches += 1
+        self.operations += len(batch)
+        self._resolve(batch, touched)
+
+    def _apply(self, batch: list[_Pending[Any]]) -> Touched:
+        now = self._clock()
+        txn = self._env.begin_write()
+        try:
+            writes = Writes(txn, self._env.dbs)
+            for pending in batch:
+                pending.outcome = self._run_op(writes, pending.op, now)
+            lsn = self._log.append(writes) if writes.mutations else None
+            txn.commit()
+            if lsn is not None:
+                self._log.last_lsn = lsn
+        except BaseException:
+            txn.abort()
+            raise
+        return writes.touched
+
+    def _run_op(self, writes: Writes, op: Operation[Any], now: float) -> tuple[bool, Any]:
+        outer_txn, outer_mutations, outer_touched = writes.txn, writes.mutations, writes.touched
+        writes.txn = self._env.env.begin(write=True, parent=outer_txn)
+        writes.mutations, writes.touched = [], set()
+        try:
+            result = op(writes, now)
+        except lmdb.MapFullError:
+            writes.txn.abort()
+            raise
+        except StoreError as exc:
+            writes.txn.abort()
+            outcome: tuple[bool, Any] = (False, exc)
+        except lmdb.Error:
+            writes.txn.abort()
+            raise
+        except Exception as exc:
+            log.exception("store operation failed")
+            writes.txn.abort()
+            outcome = (False, Unavailable(f"internal store error: {type(exc).__name__}"))
+        else:
+            writes.txn.commit()
+            outer_mutations.extend(writes.mutations)
+            outer_touched |= writes.touched
+            outcome = (True, result)
+        finally:
+            writes.txn, writes.mutations, writes.touched = outer_txn, outer_mutations, outer_touched
+        return outcome
+
+    def _apply_one_by_one(self, batch: list[_Pending[Any]]) -> Touched:
+        touched: Touched = set()
+        for pending in batch:
+            try:
+                touched |= self._apply([pending])
+            except lmdb.MapFullError:
+                pending.outcome = (False, Unavailable("store is full"))
+            except lmdb.Error as exc:
+                pending.outcome = (False, self._unavailable(exc))
+        return touched
+
+    def _fail_all(self, batch: list[_Pending[Any]], exc: lmdb.Error) -> None:
+        error = self._unavailable(exc)
+        for pending in batch:
+            pending.outcome = (False, error)
+
+    @staticmethod
+    def _unavailable(exc: lmdb.Error) -> Unavailable:
+        if is_disk_full(exc):
+            log.error("disk full: %s", exc)
+            return Unavailable("disk full")
+        log.error("LMDB write failed: %s", exc)
+        return Unavailable("store write failed")
+
+    def _resolve(self, batch: list[_Pending[Any]], touched: Touched) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Pending[Any]]] = {}
+        for pending in batch:
+            by_loop.setdefault(pending.loop, []).append(pending)
+        for loop, items in by_loop.items():
+            # A closed loop means nobody is waiting any more; the writes stand.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, items, touched, self._on_commit)
+
+
+def _settle(items: list[_Pending[Any]], touched: Touched, on_commit: Callable[[Touched], None]) -> None:
+    for pending in items:
+        if pending.future.done():
+            continue  # The caller was cancelled; the write stands.
+        ok, value = pending.outcome
+        if ok:
+            pending.future.set_result(value)
+        else:
+            pending.future.set_exception(value)
+    if touched:
+        on_commit(touched)

@@ -1,0 +1,87 @@
+"""Byte layouts of the LMDB keys. Big-endian integers so byte order is numeric order."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import struct
+
+from ..errors import InvalidReceipt
+
+_U64 = struct.Struct(">Q")
+_U64x2 = struct.Struct(">QQ")
+_U64x3 = struct.Struct(">QQQ")
+
+RECEIPT_TOKEN_BYTES = 12
+_RECEIPT = struct.Struct(f">QQ{RECEIPT_TOKEN_BYTES}s")
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def read_u64(b: bytes, offset: int = 0) -> int:
+    value: int = _U64.unpack_from(b, offset)[0]
+    return value
+
+
+def queue_key(tenant: str, name: str) -> bytes:
+    """``queues`` db: tenant and name; a tenant's queues share the prefix ``tenant\\0``."""
+    return tenant.encode() + b"\0" + name.encode()
+
+
+def tenant_prefix(tenant: str) -> bytes:
+    return tenant.encode() + b"\0"
+
+
+def message_key(qid: int, seq: int) -> bytes:
+    """``msgs`` db: one record per stored message, in seq order within a queue."""
+    return _U64x2.pack(qid, seq)
+
+
+def visibility_key(qid: int, visible_ms: int, seq: int) -> bytes:
+    """``vis`` db: every receivable message once, ordered by when it becomes visible."""
+    return _U64x3.pack(qid, visible_ms, seq)
+
+
+def split_visibility_key(key: bytes) -> tuple[int, int, int]:
+    qid, visible_ms, seq = _U64x3.unpack(key)
+    return qid, visible_ms, seq
+
+
+def group_prefix(qid: int, group: str) -> bytes:
+    raw = group.encode()
+    if len(raw) > 255:
+        # Long group ids are hashed so keys stay under LMDB's 511-byte limit.
+        raw = b"#" + hashlib.sha256(raw).digest()
+    return u64(qid) + len(raw).to_bytes(2, "big") + raw
+
+
+def group_key(qid: int, group: str, seq: int) -> bytes:
+    """``groups`` db: a FIFO queue's messages per group in send order; the first is the head."""
+    return group_prefix(qid, group) + u64(seq)
+
+
+def dedupe_key(qid: int, token: bytes) -> bytes:
+    return u64(qid) + token
+
+
+def dedupe_expiry_key(expires_ms: int, qid: int, token: bytes) -> bytes:
+    return _U64x2.pack(expires_ms, qid) + token
+
+
+def encode_receipt(qid: int, seq: int, token: bytes) -> str:
+    return base64.urlsafe_b64encode(_RECEIPT.pack(qid, seq, token)).decode().rstrip("=")
+
+
+def decode_receipt(receipt: str) -> tuple[int, int, bytes]:
+    """Split a receipt into (qid, seq, token); anything malformed is :class:`InvalidReceipt`."""
+    if not isinstance(receipt, str) or len(receipt) > 64:
+        raise InvalidReceipt("malformed receipt")
+    try:
+        raw = base64.urlsafe_b64decode(receipt + "=" * (-len(receipt) % 4))
+        qid, seq, token = _RECEIPT.unpack(raw)
+    except (binascii.Error, ValueError, struct.error):
+        raise InvalidReceipt("malformed receipt") from None
+    return qid, seq, token

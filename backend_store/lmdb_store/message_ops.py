@@ -1,0 +1,395 @@
+"""Message operations run by the writer: send, receive, ack, nack, extend, and sweeps.
+
+Each function validates before it writes; the writer also runs each one in a nested
+transaction, so an error leaves no partial effect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+
+from ..encryption import Keyring
+from ..errors import InvalidReceipt, MessageTooLarge, QueueFull, StoreError, Unavailable
+from ..types import (
+    AckResult,
+    MessageId,
+    NewMessage,
+    QueueName,
+    Receipt,
+    ReceiptFailure,
+    ReceivedMessage,
+    SendResult,
+)
+from .environment import Db, View
+from .group_commit import Writes
+from .keys import (
+    RECEIPT_TOKEN_BYTES,
+    decode_receipt,
+    dedupe_expiry_key,
+    dedupe_key,
+    encode_receipt,
+    message_key,
+    queue_key,
+    read_u64,
+    split_visibility_key,
+    u64,
+    visibility_key,
+)
+from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue
+from .records import MessageRecord, QueueRecord, pack, unpack
+from .visibility import add_message, remove_message, set_visible_at, to_ms
+
+log = logging.getLogger("pushgate.store")
+
+
+class MessageOps:
+    """Message operations bound to a keyring (bodies are sealed when one is set)."""
+
+    def __init__(self, keyring: Keyring | None) -> None:
+        self.keyring = keyring
+
+    # Send -----------------------------------------------------------------
+
+    def send(
+        self, w: Writes, now: float, tenant: str, queue: str, messages: Sequence[NewMessage]
+    ) -> list[SendResult | StoreError]:
+        record = find_queue(w, tenant, queue)
+        attrs = attributes_of(record)
+        fifo = attrs.ordering == "fifo"
+        now_ms = to_ms(now)
+        results: list[SendResult | StoreError] = []
+        for message in messages:
+            if len(message.body) > attrs.max_message_bytes:
+                results.append(MessageTooLarge(f"body is larger than {attrs.max_message_bytes} bytes"))
+                continue
+            token = _dedupe_token(message, attrs.content_dedupe) if attrs.dedupe_window_s > 0 else None
+            if token is not None:
+                original = _find_duplicate(w, record.qid, token, now_ms)
+                if original is not None:
+                    results.append(original)
+                    continue
+            if attrs.max_messages is not None and record.count >= attrs.max_messages:
+                results.append(QueueFull(f"queue holds its maximum of {attrs.max_messages} messages"))
+                continue
+            seq = record.next_seq
+            record.next_seq += 1
+            record.count += 1
+            record.sent_total += 1
+            delay = attrs.delay_s if message.delay_s is None else message.delay_s
+            msg_id = MessageId(uuid.uuid4().hex)
+            body = self.keyring.seal(message.body) if self.keyring else message.body
+            stored = MessageRecord(
+                id=msg_id,
+                sent_at=now,
+                body=body,
+                sealed=self.keyring is not None,
+                is_text=message.is_text,
+                attributes=message.attributes,
+                group_id=message.group_id,
+                visible_ms=now_ms + to_ms(delay),
+            )
+            add_message(w, record.qid, seq, stored, fifo)
+            if token is not None:
+                expires_ms = now_ms + to_ms(attrs.dedupe_window_s)
+                w.put(Db.DEDUPE, dedupe_key(record.qid, token), pack([seq, msg_id, expires_ms]))
+                w.put(Db.DEDUPE_EXP, dedupe_expiry_key(expires_ms, record.qid, token), b"")
+            results.append(SendResult(id=msg_id, seq=seq))
+        save_queue(w, tenant, queue, record)
+        w.touched.add((tenant, queue))
+        return results
+
+    # Receive --------------------------------------------------------------
+
+    def receive(
+        self,
+        w: Writes,
+        now: float,
+        tenant: str,
+        queue: str,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+    ) -> list[ReceivedMessage]:
+        record = find_queue(w, tenant, queue)
+        attrs = attributes_of(record)
+        fifo = attrs.ordering == "fifo"
+        qid = record.qid
+        now_ms = to_ms(now)
+        timeout = attrs.visibility_timeout_s if visibility_timeout_s is None else visibility_timeout_s
+        invisible_until = now_ms + to_ms(timeout)
+        retention_cutoff = now - attrs.retention_s
+        dlq: tuple[str, QueueRecord] | None = None
+        out: list[ReceivedMessage] = []
+        seen: set[int] = set()
+        changed = False
+        while len(out) < max_messages:
+            candidates = _ready(w, qid, now_ms, max_messages - len(out), seen)
+            if not candidates:
+                break
+            for visible_ms, seq in candidates:
+                seen.add(seq)
+                raw = w.get(Db.MSGS, message_key(qid, seq))
+                try:
+                    if raw is None:
+                        raise Unavailable("index entry without a message")
+                    msg = MessageRecord.decode(raw)
+                    body = self._open(msg)
+                except Unavailable as exc:
+                    # Skip it rather than stall the queue; the record stays for an operator.
+                    log.error("queue %s/%s seq %d cannot be delivered: %s", tenant, queue, seq, exc.detail)
+                    w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
+                    continue
+                if msg.sent_at < retention_cutoff:
+                    remove_message(w, qid, seq, msg, fifo, now)
+                    record.count -= 1
+                    changed = True
+                    continue
+                if attrs.max_receives is not None and msg.receive_count >= attrs.max_receives:
+                    if dlq is None and attrs.dead_letter_queue is not None:
+                        dlq_raw = w.get(Db.QUEUES, queue_key(tenant, attrs.dead_letter_queue))
+                        if dlq_raw is not None:
+                            dlq = (attrs.dead_letter_queue, QueueRecord.decode(dlq_raw))
+                    if dlq is not None:
+                        self._dead_letter(w, now, tenant, qid, seq, msg, fifo, dlq)
+                        record.count -= 1
+                        record.dead_lettered_total += 1
+                        changed = True
+                        continue
+                msg.receive_count += 1
+                msg.receipt_token = os.urandom(RECEIPT_TOKEN_BYTES)
+                set_visible_at(w, qid, seq, msg, invisible_until, "i")
+                w.put(Db.MSGS, message_key(qid, seq), msg.encode())
+                out.append(
+                    ReceivedMessage(
+                        queue=QueueName(queue),
+                        id=MessageId(msg.id),
+                        seq=seq,
+                        receipt=Receipt(encode_receipt(qid, seq, msg.receipt_token)),
+                        body=body,
+                        is_text=msg.is_text,
+                        attributes=msg.attributes,
+                        group_id=msg.group_id,
+                        sent_at=msg.sent_at,
+                        receive_count=msg.receive_count,
+                        visible_at=invisible_until / 1000,
+                    )
+                )
+        if changed:
+            save_queue(w, tenant, queue, record)
+        if dlq is not None:
+            save_queue(w, tenant, dlq[0], dlq[1])
+            w.touched.add((tenant, dlq[0]))
+        return out
+
+    def _dead_letter(
+        self,
+        w: Writes,
+        now: float,
+        tenant: str,
+        qid: int,
+        seq: int,
+        msg: MessageRecord,
+        fifo: bool,
+        dlq: tuple[str, QueueRecord],
+    ) -> None:
+        """Move a message to the dead-letter queue in the same transaction (so never lost or doubled)."""
+        remove_message(w, qid, seq, msg, fifo, now)
+        target = dlq[1]
+        new_seq = target.next_seq
+        target.next_seq += 1
+        target.count += 1
+        target.sent_total += 1
+        moved = MessageRecord(
+            id=msg.id,
+            sent_at=msg.sent_at,
+            body=msg.body,
+            sealed=msg.sealed,
+            is_text=msg.is_text,
+            attributes=msg.attributes,
+            group_id=msg.group_id,
+            visible_ms=to_ms(now),
+        )
+        add_message(w, target.qid, new_seq, moved, attributes_of(target).ordering == "fifo")
+
+    def _open(self, msg: MessageRecord) -> bytes:
+        if not msg.sealed:
+            return msg.body
+        if self.keyring is None:
+            raise Unavailable("message is encrypted and no key is configured")
+        return self.keyring.open(msg.body)
+
+    # Ack, nack, extend ---------------------------------------------------------
+
+    def settle(
+        self,
+        w: Writes,
+        now: float,
+        tenant: str,
+        receipts: Sequence[str],
+        queue: str | None,
+        nack_delay_s: float | None,
+    ) -> AckResult:
+        """Ack (``nack_delay_s`` None) or nack receipts; each fails alone with a code."""
+        now_ms = to_ms(now)
+        queues: dict[int, tuple[str, str, QueueRecord] | None] = {}
+        failed: list[ReceiptFailure] = []
+        done = 0
+        for receipt in receipts:
+            try:
+                qid, seq, msg, fifo = self._held(w, now_ms, tenant, receipt, queue, queues)
+            except StoreError as exc:
+                failed.append(ReceiptFailure(receipt=str(receipt), code=exc.code))
+                continue
+            found = queues[qid]
+            assert found is not None
+            if nack_delay_s is None:
+                remove_message(w, qid, seq, msg, fifo, now)
+                found[2].count -= 1
+                found[2].acked_total += 1
+                if fifo:
+                    w.touched.add((found[0], found[1]))
+            else:
+                msg.receipt_token = None
+                set_visible_at(w, qid, seq, msg, now_ms + to_ms(nack_delay_s), "n")
+                w.put(Db.MSGS, message_key(qid, seq), msg.encode())
+                w.touched.add((found[0], found[1]))
+            done += 1
+        if nack_delay_s is None:
+            for found in queues.values():
+                if found is not None:
+                    save_queue(w, *found)
+        return AckResult(acked=done, failed=failed)
+
+    def change_visibility(
+        self, w: Writes, now: float, tenant: str, queue: str, receipt: str, timeout_s: float
+    ) -> None:
+        now_ms = to_ms(now)
+        qid, seq, msg, _ = self._held(w, now_ms, tenant, receipt, queue, {})
+        if timeout_s == 0:
+            msg.receipt_token = None
+            w.touched.add((tenant, queue))
+        set_visible_at(w, qid, seq, msg, now_ms + to_ms(timeout_s), "i" if timeout_s else "n")
+        w.put(Db.MSGS, message_key(qid, seq), msg.encode())
+
+    def _held(
+        self,
+        v: View,
+        now_ms: int,
+        tenant: str,
+        receipt: str,
+        queue: str | None,
+        queues: dict[int, tuple[str, str, QueueRecord] | None],
+    ) -> tuple[int, int, MessageRecord, bool]:
+        """The message a receipt holds, if the receipt is still valid for this caller."""
+        qid, seq, token = decode_receipt(receipt)
+        if qid not in queues:
+            queues[qid] = queue_by_qid(v, qid)
+        found = queues[qid]
+        if found is None or found[0] != tenant or (queue is not None and found[1] != queue):
+            raise InvalidReceipt("receipt does not belong to this queue")
+        raw = v.get(Db.MSGS, message_key(qid, seq))
+        if raw is None:
+            raise InvalidReceipt("message already deleted")
+        msg = MessageRecord.decode(raw)
+        if msg.receipt_token is None or not hmac.compare_digest(msg.receipt_token, token):
+            raise InvalidReceipt("receipt is stale: the message was received again")
+        if msg.visible_ms <= now_ms:
+            raise InvalidReceipt("receipt expired: the message is visible again")
+        fifo = attributes_of(found[2]).ordering == "fifo"
+        return qid, seq, msg, fifo
+
+    # Sweeps -----------------------------------------------------------------
+
+    def sweep(self, w: Writes, now: float, budget: int) -> int:
+        """Drop messages past retention and expired dedupe entries; at most ``budget`` deletions."""
+        done = 0
+        now_ms = to_ms(now)
+        cursor = w.cursor(Db.DEDUPE_EXP)
+        expired: list[bytes] = []
+        if cursor.first():
+            for key in cursor.iternext(keys=True, values=False):
+                if read_u64(key) > now_ms or len(expired) >= budget:
+                    break
+                expired.append(key)
+        for key in expired:
+            w.delete(Db.DEDUPE_EXP, key)
+            qid, token = read_u64(key, 8), key[16:]
+            raw = w.get(Db.DEDUPE, dedupe_key(qid, token))
+            if raw is not None and unpack(raw)[2] <= now_ms:
+                w.delete(Db.DEDUPE, dedupe_key(qid, token))
+            done += 1
+        queues_cursor = w.cursor(Db.QUEUES)
+        names = [(bytes(k), QueueRecord.decode(v)) for k, v in queues_cursor]
+        for key, record in names:
+            if done >= budget:
+                break
+            tenant, _, name = key.decode().partition("\0")
+            attrs = attributes_of(record)
+            cutoff = now - attrs.retention_s
+            fifo = attrs.ordering == "fifo"
+            cursor = w.cursor(Db.MSGS)
+            old: list[tuple[int, MessageRecord]] = []
+            if cursor.set_range(message_key(record.qid, 0)):
+                for mkey, value in cursor:
+                    if mkey[:8] != u64(record.qid) or done + len(old) >= budget:
+                        break
+                    msg = MessageRecord.decode(value)
+                    if msg.sent_at >= cutoff:
+                        break
+                    old.append((read_u64(mkey, 8), msg))
+            for seq, msg in old:
+                remove_message(w, record.qid, seq, msg, fifo, now)
+            if old:
+                record.count -= len(old)
+                save_queue(w, tenant, name, record)
+                done += len(old)
+        return done
+
+
+def next_visible_ms(v: View, qid: int) -> int | None:
+    cursor = v.cursor(Db.VIS)
+    if not cursor.set_range(visibility_key(qid, 0, 0)):
+        return None
+    key_qid, visible_ms, _ = split_visibility_key(cursor.key())
+    return visible_ms if key_qid == qid else None
+
+
+def _ready(w: Writes, qid: int, now_ms: int, limit: int, seen: set[int]) -> list[tuple[int, int]]:
+    """(visible_ms, seq) of up to ``limit`` receivable messages, in visibility order, not yet looked at."""
+    out: list[tuple[int, int]] = []
+    cursor = w.cursor(Db.VIS)
+    if not cursor.set_range(visibility_key(qid, 0, 0)):
+        return out
+    for key in cursor.iternext(keys=True, values=False):
+        key_qid, visible_ms, seq = split_visibility_key(key)
+        if key_qid != qid or visible_ms > now_ms:
+            break
+        if seq in seen:
+            continue
+        out.append((visible_ms, seq))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _dedupe_token(message: NewMessage, content_dedupe: bool) -> bytes | None:
+    if message.dedupe_id is not None:
+        # Hashed so any id fits LMDB's 511-byte key limit.
+        return b"d" + hashlib.sha256(message.dedupe_id.encode()).digest()[:20]
+    if content_dedupe:
+        return b"h" + hashlib.sha256(message.body).digest()[:16]
+    return None
+
+
+def _find_duplicate(w: Writes, qid: int, token: bytes, now_ms: int) -> SendResult | None:
+    raw = w.get(Db.DEDUPE, dedupe_key(qid, token))
+    if raw is None:
+        return None
+    seq, msg_id, expires_ms = unpack(raw)
+    if expires_ms <= now_ms:
+        return None
+    return SendResult(id=MessageId(msg_id), seq=seq, duplicate=True)

@@ -1,0 +1,192 @@
+"""Queue records: create, look up, change, delete, purge, and stats.
+
+Functions of a :class:`View` (reads) or :class:`Writes` (the writer thread) and a
+clock reading; the engine wires them to the Backend interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
+from ..errors import InvalidRequest, QueueExists, QueueNotFound
+from ..types import QueueAttributes, QueueInfo, QueueName, QueueStats, TenantId
+from .environment import Db, View
+from .group_commit import Writes
+from .keys import message_key, queue_key, read_u64, split_visibility_key, tenant_prefix, u64, visibility_key
+from .records import MessageRecord, QueueRecord
+from .visibility import to_ms
+
+_NEXT_QID = b"\0sys\0next_qid"
+
+
+def find_queue(v: View, tenant: str, name: str) -> QueueRecord:
+    raw = v.get(Db.QUEUES, queue_key(tenant, name))
+    if raw is None:
+        raise QueueNotFound(f"queue {name!r} does not exist")
+    return QueueRecord.decode(raw)
+
+
+def save_queue(w: Writes, tenant: str, name: str, record: QueueRecord) -> None:
+    w.put(Db.QUEUES, queue_key(tenant, name), record.encode())
+
+
+def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
+    """Find a queue by its internal id (receipts carry it); None if it was deleted."""
+    raw = v.get(Db.QIDS, u64(qid))
+    if raw is None:
+        return None
+    tenant, _, name = raw.decode().partition("\0")
+    rec_raw = v.get(Db.QUEUES, queue_key(tenant, name))
+    if rec_raw is None:
+        return None
+    record = QueueRecord.decode(rec_raw)
+    return (tenant, name, record) if record.qid == qid else None
+
+
+def attributes_of(record: QueueRecord) -> QueueAttributes:
+    return attributes_from_record(record.attributes)
+
+
+def _check_links(v: View, tenant: str, name: str, attrs: QueueAttributes, max_replication: int) -> None:
+    if attrs.replication_factor > max_replication:
+        raise InvalidRequest(f"replication_factor must be at most {max_replication} on this store")
+    if attrs.dead_letter_queue is not None:
+        if attrs.dead_letter_queue == name:
+            raise InvalidRequest("a queue cannot be its own dead_letter_queue")
+        if v.get(Db.QUEUES, queue_key(tenant, attrs.dead_letter_queue)) is None:
+            raise InvalidRequest(f"dead_letter_queue {attrs.dead_letter_queue!r} does not exist")
+
+
+def create_queue(
+    w: Writes,
+    now: float,
+    tenant: str,
+    name: str,
+    raw_attributes: Mapping[str, Any],
+    max_replication: int,
+) -> tuple[QueueInfo, bool]:
+    check_queue_name(name)
+    attrs = parse_attributes(raw_attributes)
+    existing = w.get(Db.QUEUES, queue_key(tenant, name))
+    if existing is not None:
+        record = QueueRecord.decode(existing)
+        if attributes_of(record) != attrs:
+            raise QueueExists(f"queue {name!r} exists with different attributes")
+        return info(tenant, name, record, stats(w, record, now)), False
+    _check_links(w, tenant, name, attrs, max_replication)
+    raw_next = w.get(Db.META, _NEXT_QID)
+    qid = read_u64(raw_next) if raw_next else 1
+    w.put(Db.META, _NEXT_QID, u64(qid + 1))
+    record = QueueRecord(qid=qid, created_at=now, attributes=attrs.to_dict())
+    save_queue(w, tenant, name, record)
+    w.put(Db.QIDS, u64(qid), f"{tenant}\0{name}".encode())
+    return info(tenant, name, record, QueueStats()), True
+
+
+def update_queue(
+    w: Writes, now: float, tenant: str, name: str, changes: Mapping[str, Any], max_replication: int
+) -> QueueInfo:
+    record = find_queue(w, tenant, name)
+    attrs = apply_patch(attributes_of(record), changes)
+    _check_links(w, tenant, name, attrs, max_replication)
+    record.attributes = attrs.to_dict()
+    save_queue(w, tenant, name, record)
+    # New limits or delays may make messages receivable: wake consumers to look again.
+    w.touched.add((tenant, name))
+    return info(tenant, name, record, stats(w, record, now))
+
+
+def _delete_prefix(w: Writes, db: Db, prefix: bytes) -> int:
+    cursor = w.cursor(db)
+    keys: list[bytes] = []
+    if cursor.set_range(prefix):
+        for key in cursor.iternext(keys=True, values=False):
+            if not key.startswith(prefix):
+                break
+            keys.append(key)
+    for key in keys:
+        w.delete(db, key)
+    return len(keys)
+
+
+def _delete_messages(w: Writes, qid: int) -> int:
+    prefix = u64(qid)
+    for db in (Db.VIS, Db.GROUPS, Db.DEDUPE):
+        _delete_prefix(w, db, prefix)
+    return _delete_prefix(w, Db.MSGS, prefix)
+
+
+def delete_queue(w: Writes, tenant: str, name: str) -> None:
+    record = find_queue(w, tenant, name)
+    _delete_messages(w, record.qid)
+    w.delete(Db.QUEUES, queue_key(tenant, name))
+    w.delete(Db.QIDS, u64(record.qid))
+
+
+def purge_queue(w: Writes, tenant: str, name: str) -> int:
+    record = find_queue(w, tenant, name)
+    purged = _delete_messages(w, record.qid)
+    record.count = 0
+    save_queue(w, tenant, name, record)
+    return purged
+
+
+def stats(v: View, record: QueueRecord, now: float) -> QueueStats:
+    """Counts from the stored total and the future part of the visibility index.
+
+    Only not-yet-visible entries are scanned (in flight and delayed, usually few), so
+    stats stay cheap on a deep backlog.
+    """
+    qid = record.qid
+    now_ms = to_ms(now)
+    in_flight = delayed = 0
+    cursor = v.cursor(Db.VIS)
+    if cursor.set_range(visibility_key(qid, now_ms + 1, 0)):
+        for key in cursor.iternext(keys=True, values=False):
+            key_qid, _, seq = split_visibility_key(key)
+            if key_qid != qid:
+                break
+            raw = v.get(Db.MSGS, message_key(qid, seq))
+            if raw is not None and MessageRecord.decode(raw).kind == "i":
+                in_flight += 1
+            else:
+                delayed += 1
+    oldest: float | None = None
+    cursor = v.cursor(Db.MSGS)
+    if cursor.set_range(message_key(qid, 0)) and cursor.key()[:8] == u64(qid):
+        oldest = max(0.0, now - MessageRecord.decode(cursor.value()).sent_at)
+    return QueueStats(
+        visible=max(0, record.count - in_flight - delayed),
+        in_flight=in_flight,
+        delayed=delayed,
+        oldest_age_s=oldest,
+        sent_total=record.sent_total,
+        acked_total=record.acked_total,
+        dead_lettered_total=record.dead_lettered_total,
+    )
+
+
+def info(tenant: str, name: str, record: QueueRecord, queue_stats: QueueStats) -> QueueInfo:
+    return QueueInfo(
+        tenant=TenantId(tenant),
+        name=QueueName(name),
+        created_at=record.created_at,
+        attributes=attributes_of(record),
+        stats=queue_stats,
+    )
+
+
+def list_queues(v: View, tenant: str, now: float) -> list[QueueInfo]:
+    prefix = tenant_prefix(tenant)
+    out: list[QueueInfo] = []
+    cursor = v.cursor(Db.QUEUES)
+    if not cursor.set_range(prefix):
+        return out
+    for key, value in cursor:
+        if not key.startswith(prefix):
+            break
+        record = QueueRecord.decode(value)
+        out.append(info(tenant, key[len(prefix) :].decode(), record, stats(v, record, now)))
+    return out

@@ -1,0 +1,95 @@
+"""Stored records, encoded with msgpack as positional lists (compact, fast)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..errors import Unavailable
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    qid: int
+    created_at: float
+    attributes: dict[str, Any]
+    next_seq: int = 1
+    count: int = 0
+    sent_total: int = 0
+    acked_total: int = 0
+    dead_lettered_total: int = 0
+
+    def encode(self) -> bytes:
+        return pack(
+            [
+                self.qid,
+                self.created_at,
+                self.attributes,
+                self.next_seq,
+                self.count,
+                self.sent_total,
+                self.acked_total,
+                self.dead_lettered_total,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> QueueRecord:
+        try:
+            return cls(*msgpack.unpackb(raw))
+        except (ValueError, TypeError) as exc:
+            raise Unavailable(f"corrupt queue record: {exc}") from None
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    id: str
+    sent_at: float
+    body: bytes  # sealed when ``sealed``
+    sealed: bool
+    is_text: bool
+    attributes: dict[str, str] = field(default_factory=dict)
+    group_id: str | None = None
+    receive_count: int = 0
+    visible_ms: int = 0
+    receipt_token: bytes | None = None
+    # Kind of the visibility entry: "n" new or nacked (delayed when in the future), "i" in flight.
+    kind: str = "n"
+
+    def encode(self) -> bytes:
+        return pack(
+            [
+                self.id,
+                self.sent_at,
+                self.body,
+                self.sealed,
+                self.is_text,
+                self.attributes,
+                self.group_id,
+                self.receive_count,
+                self.visible_ms,
+                self.receipt_token,
+                self.kind,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> MessageRecord:
+        try:
+            return cls(*msgpack.unpackb(raw))
+        except (ValueError, TypeError) as exc:
+            raise Unavailable(f"corrupt message record: {exc}") from None
+
+
+def pack(value: Any) -> bytes:
+    out: bytes = msgpack.packb(value)
+    return out
+
+
+def unpack(raw: bytes) -> Any:
+    try:
+        return msgpack.unpackb(raw)
+    except (ValueError, TypeError) as exc:
+        raise Unavailable(f"corrupt record: {exc}") from None
