@@ -1,0 +1,145 @@
+"""The app factory: :func:`create_app` wires services, routes, errors and metrics.
+
+Push transports (WebSocket ``/v1/ws``, SSE ``/v1/queues/{queue}/events``) plug in at
+:func:`push_routes`: it gets the same :class:`GatewayServices` as every other route.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from backend_store.backend import Backend
+from backend_store.errors import StoreError
+
+from .errors import GatewayError, MethodNotAllowed, NotFound, problem, problem_response
+from .metrics import GatewayMetrics
+from .routes.messages import MessageRoutes
+from .routes.ops import OpsRoutes
+from .routes.queues import QueueRoutes
+from .routes.tokens import TokenRoutes
+from .services import GatewayServices
+from .settings import Settings
+
+log = logging.getLogger("pushgate.gateway")
+
+_INTERNAL_ERROR = orjson.dumps(problem("internal_error", "an unexpected error occurred"))
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def push_routes(services: GatewayServices) -> list[BaseRoute]:
+    """Routes of the push delivery engine (WebSocket and SSE).
+
+    The push engine adds them here, e.g.::
+
+        engine = PushEngine(services.backend, services.hub, ...)
+        services.components.append(engine)        # started after the backend, closed before it
+        services.consumers = engine.consumer_count
+        return [WebSocketRoute("/v1/ws", ...), Route("/v1/queues/{queue}/events", ...)]
+    """
+    return []
+
+
+def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlette:
+    """Build the gateway. ``backend`` overrides the one ``settings`` names (tests, embedding)."""
+    services = GatewayServices.build(settings, backend)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await services.start()
+        try:
+            yield
+        finally:
+            # uvicorn gets here after it stopped accepting and in-flight requests finished.
+            await services.close()
+
+    routes: list[BaseRoute] = [
+        *OpsRoutes(services).routes(),
+        *QueueRoutes(services).routes(),
+        *MessageRoutes(services).routes(),
+        *TokenRoutes(services).routes(),
+        *push_routes(services),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(GatewayMiddleware, metrics=services.metrics)],
+        exception_handlers={
+            GatewayError: _problem_handler,
+            StoreError: _problem_handler,
+            HTTPException: _http_exception_handler,
+        },
+    )
+    app.state.services = services
+    return app
+
+
+async def _problem_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError | StoreError)
+    return problem_response(exc)
+
+
+async def _http_exception_handler(request: Request, exc: Exception) -> Response:
+    # Starlette's router raises these for unknown paths (404) and wrong methods (405).
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return problem_response(
+            MethodNotAllowed("method not allowed on this resource", dict(exc.headers or {}))
+        )
+    if exc.status_code == 404:
+        return problem_response(NotFound("no such resource"))
+    error = GatewayError(exc.detail)
+    error.code = {400: "invalid_request", 413: "request_too_large"}.get(exc.status_code, "internal_error")
+    return problem_response(error)
+
+
+class GatewayMiddleware:
+    """Counts and times every HTTP request, and turns unexpected exceptions into a bare 500.
+
+    One plain ASGI class (not BaseHTTPMiddleware) to keep the per-request cost small.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception:
+            if started:
+                raise  # Too late for a problem document; uvicorn logs it and drops the connection.
+            log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            await Response(_INTERNAL_ERROR, status_code=500, media_type="application/problem+json")(
+                scope, receive, send_wrapper
+            )
+        finally:
+            # Labels stay bounded: a route template, never a raw path; odd methods pooled.
+            route = getattr(scope.get("route"), "path", "unmatched")
+            method = scope["method"] if scope["method"] in _METHODS else "other"
+            self.metrics.observe(route, method, status, time.perf_counter() - start)

@@ -1,0 +1,486 @@
+"""The OpenAPI 3.1 description of the HTTP API, and the ``/docs`` page rendered from it.
+
+Written by hand next to the routes, and checked against the running server by a
+schemathesis test (tests/gateway/test_openapi.py): request schemas say exactly what the
+validators accept, response schemas what the handlers return. Every error is the
+``default`` response, an RFC 9457 problem document.
+"""
+
+from __future__ import annotations
+
+import html
+from functools import cache
+from typing import Any
+
+import orjson
+
+from backend_store.attributes import QUEUE_NAME
+from push.messages import MAX_ATTRIBUTE_CHARS, MAX_ATTRIBUTES, MAX_BATCH, MAX_ID_CHARS
+
+from .errors import STATUS_BY_CODE
+
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(properties: dict[str, Schema], required: tuple[str, ...] = (), **extra: Any) -> Schema:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+        **extra,
+    }
+
+
+def _num(low: float, high: float, *, integer: bool = False, nullable: bool = False, **extra: Any) -> Schema:
+    kind: Any = "integer" if integer else "number"
+    return {"type": [kind, "null"] if nullable else kind, "minimum": low, "maximum": high, **extra}
+
+
+_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
+_RECEIPT = {"type": "string", "minLength": 1, "maxLength": 1024}
+_RECEIPTS = {"type": "array", "items": _RECEIPT, "minItems": 1, "maxItems": 100}
+_BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_EPOCH = {"type": "number", "description": "Unix epoch seconds"}
+
+_ATTRIBUTES_IN: dict[str, Schema] = {
+    "max_message_bytes": _num(1, 1048576, integer=True, default=262144),
+    "max_messages": _num(1, 10**9, integer=True, nullable=True, default=None),
+    "visibility_timeout_s": _num(0, 43200, default=30),
+    "retention_s": _num(60, 1209600, default=345600),
+    "delay_s": _num(0, 900, default=0),
+    "receive_wait_s": _num(0, 20, default=0),
+    "max_receives": _num(1, 1000, integer=True, nullable=True, default=None),
+    "dead_letter_queue": {
+        "type": ["string", "null"],
+        "pattern": QUEUE_NAME.pattern,
+        "default": None,
+        "description": "An existing queue of the same tenant; required with max_receives.",
+    },
+    "ordering": {"enum": ["best_effort", "fifo"], "default": "best_effort"},
+    "dedupe_window_s": _num(0, 86400, default=300),
+    "content_dedupe": {"type": "boolean", "default": False},
+    "replication_factor": _num(1, 5, integer=True, default=1),
+    "replication_mode": {"enum": ["sync", "async"], "default": "sync"},
+}
+
+_MESSAGE_PROPERTIES: dict[str, Schema] = {
+    "body": {"type": "string", "description": "UTF-8 text"},
+    "body_base64": {"type": "string", "pattern": _BASE64, "description": "binary payload, base64"},
+    "attributes": {
+        "type": "object",
+        "maxProperties": MAX_ATTRIBUTES,
+        "propertyNames": {"minLength": 1, "maxLength": 256},
+        "additionalProperties": {"type": "string", "maxLength": MAX_ATTRIBUTE_CHARS},
+    },
+    "group_id": _ID,
+    "dedupe_id": _ID,
+    "delay_s": _num(0, 900),
+}
+
+SCHEMAS: dict[str, Schema] = {
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem document; clients switch on `code`.",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "code": {"enum": sorted(STATUS_BY_CODE)},
+        },
+        "required": ["type", "title", "status", "detail", "code"],
+    },
+    "QueueAttributesInput": _obj(_ATTRIBUTES_IN, description="Queue attributes; every one optional."),
+    "QueueAttributes": _obj(
+        {name: {k: v for k, v in s.items() if k != "default"} for name, s in _ATTRIBUTES_IN.items()},
+        tuple(_ATTRIBUTES_IN),
+    ),
+    "QueueStats": _obj(
+        {
+            "visible": {"type": "integer"},
+            "in_flight": {"type": "integer"},
+            "delayed": {"type": "integer"},
+            "oldest_age_s": {"type": ["number", "null"]},
+            "consumers": {"type": "integer"},
+            "sent_total": {"type": "integer"},
+            "acked_total": {"type": "integer"},
+            "dead_lettered_total": {"type": "integer"},
+        },
+        (
+            "visible",
+            "in_flight",
+            "delayed",
+            "oldest_age_s",
+            "consumers",
+            "sent_total",
+            "acked_total",
+            "dead_lettered_total",
+        ),
+    ),
+    "Queue": _obj(
+        {
+            "name": {"type": "string"},
+            "created_at": _EPOCH,
+            "attributes": _ref("QueueAttributes"),
+            "stats": _ref("QueueStats"),
+        },
+        ("name", "created_at", "attributes", "stats"),
+    ),
+    "QueueList": _obj({"queues": {"type": "array", "items": _ref("Queue")}}, ("queues",)),
+    "Purged": _obj({"purged": {"type": "integer", "minimum": 0}}, ("purged",)),
+    "Message": {
+        **_obj(_MESSAGE_PROPERTIES),
+        "oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}],
+        "description": "Exactly one of body and body_base64.",
+    },
+    "MessageBatch": _obj(
+        {"messages": {"type": "array", "items": _ref("Message"), "minItems": 1, "maxItems": MAX_BATCH}},
+        ("messages",),
+    ),
+    "SendResult": _obj(
+        {"id": {"type": "string"}, "seq": {"type": "integer"}, "duplicate": {"type": "boolean"}},
+        ("id", "seq", "duplicate"),
+    ),
+    "BatchResult": _obj(
+        {
+            "results": {
+                "type": "array",
+                "items": {"oneOf": [_ref("SendResult"), _obj({"error": _ref("Problem")}, ("error",))]},
+            }
+        },
+        ("results",),
+    ),
+    "ReceiveRequest": _obj(
+        {
+            "max": _num(1, MAX_BATCH, integer=True, default=1),
+            "wait_s": _num(0, 20, description="long-poll wait; default: the queue's receive_wait_s"),
+            "visibility_timeout_s": _num(0, 43200),
+        }
+    ),
+    "ReceivedMessage": {
+        **_obj(
+            {
+                "id": {"type": "string"},
+                "seq": {"type": "integer"},
+                "receipt": {"type": "string"},
+                "body": {"type": "string"},
+                "body_base64": {"type": "string"},
+                "attributes": {"type": "object", "additionalProperties": {"type": "string"}},
+                "group_id": {"type": ["string", "null"]},
+                "sent_at": _EPOCH,
+                "receive_count": {"type": "integer", "minimum": 1},
+            },
+            ("id", "seq", "receipt", "attributes", "group_id", "sent_at", "receive_count"),
+        ),
+        "oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}],
+    },
+    "ReceiveResponse": _obj({"messages": {"type": "array", "items": _ref("ReceivedMessage")}}, ("messages",)),
+    "AckRequest": _obj({"receipts": _RECEIPTS}, ("receipts",)),
+    "NackRequest": _obj({"receipts": _RECEIPTS, "delay_s": _num(0, 900, default=0)}, ("receipts",)),
+    "ReceiptFailure": _obj({"receipt": {"type": "string"}, "code": {"type": "string"}}, ("receipt", "code")),
+    "AckResponse": _obj(
+        {"acked": {"type": "integer"}, "failed": {"type": "array", "items": _ref("ReceiptFailure")}},
+        ("acked", "failed"),
+    ),
+    "NackResponse": _obj(
+        {"nacked": {"type": "integer"}, "failed": {"type": "array", "items": _ref("ReceiptFailure")}},
+        ("nacked", "failed"),
+    ),
+    "VisibilityRequest": _obj({"receipt": _RECEIPT, "timeout_s": _num(0, 43200)}, ("receipt", "timeout_s")),
+    "VisibilityResponse": _obj(
+        {"receipt": {"type": "string"}, "visible_at": _EPOCH}, ("receipt", "visible_at")
+    ),
+    "TokenRequest": _obj(
+        {
+            "scope": {
+                "type": "string",
+                "description": "space-separated scopes, at most the key's (default: all of them)",
+            },
+            "ttl_s": _num(1, 86400, default=900),
+        }
+    ),
+    "TokenResponse": _obj({"token": {"type": "string"}, "expires_at": _EPOCH}, ("token", "expires_at")),
+    "Status": _obj({"status": {"type": "string"}}, ("status",)),
+}
+
+_QUEUE_PARAM = {
+    "name": "queue",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": QUEUE_NAME.pattern},
+}
+_ERROR = {
+    "description": "An error: an RFC 9457 problem document with a stable `code`.",
+    "content": {"application/problem+json": {"schema": _ref("Problem")}},
+}
+
+
+def _json(schema: Schema, description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _op(
+    summary: str,
+    responses: dict[str, Any],
+    *,
+    body: Schema | None = None,
+    body_required: bool = True,
+    params: list[dict[str, Any]] | None = None,
+    description: str = "",
+    public: bool = False,
+    tag: str = "messages",
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "tags": [tag],
+        "responses": {**responses, "default": _ERROR},
+    }
+    if description:
+        op["description"] = description
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = {"required": body_required, "content": {"application/json": {"schema": body}}}
+    if public:
+        op["security"] = []
+    return op
+
+
+def _paths() -> dict[str, Any]:
+    queue_param = [_QUEUE_PARAM]
+    return {
+        "/v1/queues": {
+            "get": _op(
+                "List the tenant's queues",
+                {"200": _json(_ref("QueueList"))},
+                description="Only queues the token has some scope on.",
+                tag="queues",
+            )
+        },
+        "/v1/queues/{queue}": {
+            "parameters": queue_param,
+            "put": _op(
+                "Create a queue",
+                {
+                    "201": _json(_ref("Queue"), "Created"),
+                    "200": _json(_ref("Queue"), "It exists with these attributes"),
+                },
+                body=_ref("QueueAttributesInput"),
+                body_required=False,
+                description="409 `queue_exists` if it exists with other attributes. Needs a scope on the queue.",
+                tag="queues",
+            ),
+            "get": _op("Read a queue with its stats", {"200": _json(_ref("Queue"))}, tag="queues"),
+            "patch": _op(
+                "Change mutable attributes",
+                {"200": _json(_ref("Queue"))},
+                body=_ref("QueueAttributesInput"),
+                description="`ordering` is immutable.",
+                tag="queues",
+            ),
+            "delete": _op(
+                "Delete a queue and its messages",
+                {"204": {"description": "Deleted"}},
+                description="Needs the `admin` scope.",
+                tag="queues",
+            ),
+        },
+        "/v1/queues/{queue}/purge": {
+            "parameters": queue_param,
+            "post": _op(
+                "Delete every message of a queue",
+                {"200": _json(_ref("Purged"))},
+                description="Needs the `admin` scope.",
+                tag="queues",
+            ),
+        },
+        "/v1/queues/{queue}/messages": {
+            "parameters": queue_param,
+            "post": _op(
+                "Send one message or a batch",
+                {
+                    "201": _json(_ref("SendResult"), "Stored durably"),
+                    "200": _json(
+                        {"oneOf": [_ref("SendResult"), _ref("BatchResult")]},
+                        "A duplicate inside the dedupe window, or a batch (one result per entry)",
+                    ),
+                },
+                body={"oneOf": [_ref("Message"), _ref("MessageBatch")]},
+                params=[
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "schema": _ID,
+                        "description": "The same as `dedupe_id` (single messages).",
+                    }
+                ],
+                description="Needs `send:<queue>`. 2xx means stored durably (fsynced).",
+            ),
+        },
+        "/v1/queues/{queue}/receive": {
+            "parameters": queue_param,
+            "post": _op(
+                "Receive messages (pull or long-poll)",
+                {"200": _json(_ref("ReceiveResponse"))},
+                body=_ref("ReceiveRequest"),
+                body_required=False,
+                description="With `wait_s` > 0 returns as soon as a message is available. Needs `receive:<queue>`.",
+            ),
+        },
+        "/v1/queues/{queue}/ack": {
+            "parameters": queue_param,
+            "post": _op(
+                "Delete received messages", {"200": _json(_ref("AckResponse"))}, body=_ref("AckRequest")
+            ),
+        },
+        "/v1/queues/{queue}/messages/{receipt}": {
+            "parameters": [
+                *queue_param,
+                {"name": "receipt", "in": "path", "required": True, "schema": _RECEIPT},
+            ],
+            "delete": _op("Delete one received message", {"204": {"description": "Deleted"}}),
+        },
+        "/v1/queues/{queue}/nack": {
+            "parameters": queue_param,
+            "post": _op(
+                "Give received messages back",
+                {"200": _json(_ref("NackResponse"))},
+                body=_ref("NackRequest"),
+                description="They become visible after `delay_s`.",
+            ),
+        },
+        "/v1/queues/{queue}/visibility": {
+            "parameters": queue_param,
+            "post": _op(
+                "Keep a received message invisible longer",
+                {"200": _json(_ref("VisibilityResponse"))},
+                body=_ref("VisibilityRequest"),
+            ),
+        },
+        "/v1/tokens": {
+            "post": _op(
+                "Mint a JWT from an API key",
+                {"201": _json(_ref("TokenResponse"), "Created")},
+                body=_ref("TokenRequest"),
+                body_required=False,
+                tag="auth",
+            ),
+        },
+        "/healthz": {"get": _op("Liveness", {"200": _json(_ref("Status"))}, public=True, tag="operations")},
+        "/readyz": {
+            "get": _op(
+                "Readiness: the store takes writes",
+                {"200": _json(_ref("Status"))},
+                public=True,
+                tag="operations",
+            )
+        },
+        "/metrics": {
+            "get": _op(
+                "Prometheus metrics",
+                {
+                    "200": {
+                        "description": "Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+                public=True,
+                tag="operations",
+            )
+        },
+    }
+
+
+@cache
+def _document_bytes() -> bytes:
+    doc = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Pushgate",
+            "version": "1",
+            "description": "Push messaging gateway over a durable queue. See API.md for the full contract.",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "An API key or a JWT."}
+            },
+        },
+        "security": [{"bearer": []}],
+    }
+    return orjson.dumps(doc)
+
+
+def openapi_document() -> dict[str, Any]:
+    """A fresh copy of the document (callers may not share nested dicts)."""
+    doc: dict[str, Any] = orjson.loads(_document_bytes())
+    return doc
+
+
+def openapi_bytes() -> bytes:
+    return _document_bytes()
+
+
+def render_docs(doc: dict[str, Any]) -> str:
+    """A self-contained HTML page for ``/docs``: no scripts, no CDN, readable anywhere."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>Pushgate API</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
+        "h2{border-bottom:1px solid #ccc}.m{display:inline-block;width:5em;font-weight:bold}"
+        "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}</style></head><body>",
+        f"<h1>{html.escape(doc['info']['title'])} API v{html.escape(doc['info']['version'])}</h1>",
+        f"<p>{html.escape(doc['info']['description'])} Machine-readable: <a href='/openapi.json'>/openapi.json</a>."
+        " Authenticate with <code>Authorization: Bearer &lt;API key or JWT&gt;</code>.</p>",
+    ]
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            parts.append(f"<h2><span class='m'>{method.upper()}</span><code>{html.escape(path)}</code></h2>")
+            parts.append(
+                f"<p><b>{html.escape(op['summary'])}</b>. {html.escape(op.get('description', ''))}</p>"
+            )
+            if op.get("security") == []:
+                parts.append("<p>No token needed.</p>")
+            params = [*item.get("parameters", []), *op.get("parameters", [])]
+            if params:
+                rows = "".join(
+                    f"<li><code>{html.escape(p['name'])}</code> ({p['in']}): "
+                    f"<code>{html.escape(orjson.dumps(p['schema']).decode())}</code></li>"
+                    for p in params
+                )
+                parts.append(f"<p>Parameters:</p><ul>{rows}</ul>")
+            if "requestBody" in op:
+                schema = op["requestBody"]["content"]["application/json"]["schema"]
+                parts.append(f"<p>Request body (JSON):</p><pre>{_render_schema(doc, schema)}</pre>")
+            for status, response in op["responses"].items():
+                content = response.get("content", {})
+                schema = next(iter(content.values()))["schema"] if content else None
+                rendered = (
+                    f"<pre>{_render_schema(doc, schema)}</pre>" if schema and status != "default" else ""
+                )
+                parts.append(f"<p><b>{status}</b>: {html.escape(response['description'])}</p>{rendered}")
+    parts.append("<h2>Error codes</h2><ul>")
+    parts.extend(f"<li><code>{code}</code>: {status}</li>" for code, status in sorted(STATUS_BY_CODE.items()))
+    parts.append("</ul></body></html>")
+    return "".join(parts)
+
+
+def _render_schema(doc: dict[str, Any], schema: Schema) -> str:
+    def resolve(node: Any, depth: int) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node and depth < 4:
+                return resolve(doc["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]], depth + 1)
+            return {k: resolve(v, depth) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v, depth) for v in node]
+        return node
+
+    return html.escape(orjson.dumps(resolve(schema, 0), option=orjson.OPT_INDENT_2).decode())

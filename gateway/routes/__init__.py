@@ -1,0 +1,1 @@
+"""HTTP routes, one module per resource; each exposes a class with ``routes()``."""

@@ -1,0 +1,71 @@
+"""Who is asking and what they may touch: bearer tokens, scopes and queue names.
+
+Permissions (API.md plus what it leaves to us):
+
+========================================  ==========================================
+request                                   needs
+========================================  ==========================================
+send                                      ``send:<glob matching queue>``
+receive, ack, nack, visibility, DELETE    ``receive:<glob matching queue>``
+  ``.../messages/{receipt}``
+GET, PUT, PATCH a queue                   any ``send:`` or ``receive:`` scope matching it
+GET /v1/queues                            any scope; lists only the queues the caller's
+                                          scopes match
+DELETE a queue, purge                     ``admin``
+========================================  ==========================================
+
+``admin`` allows everything within its tenant. Every queue lives in the caller's
+tenant, so another tenant's queue is simply not found.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from backend_store.attributes import check_queue_name
+from backend_store.types import QueueName
+from gateway.auth.principal import Action, Principal
+
+from ..errors import Forbidden, Unauthorized
+from ..services import GatewayServices
+
+
+async def authenticate(services: GatewayServices, request: Request) -> Principal:
+    header = request.headers.get("authorization")
+    if not header:
+        raise Unauthorized("an Authorization: Bearer token is required")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("the Authorization header must be 'Bearer <token>'")
+    return await services.authenticator.authenticate(token)
+
+
+def can_see(principal: Principal, queue: str) -> bool:
+    """Whether any scope matches the queue (enough to read or define it)."""
+    return principal.can("send", queue) or principal.can("receive", queue)
+
+
+def require(principal: Principal, action: Action | None, queue: str | None = None) -> None:
+    """Raise 403 unless ``principal`` may do ``action`` (None: see) on ``queue``."""
+    allowed = can_see(principal, queue or "") if action is None else principal.can(action, queue)
+    if not allowed:
+        what = "administer" if action == "admin" else (action or "use")
+        target = f" queue {queue!r}" if queue else ""
+        raise Forbidden(f"the token's scopes do not allow it to {what}{target}")
+
+
+def queue_param(request: Request) -> QueueName:
+    name: str = request.path_params["queue"]
+    check_queue_name(name)
+    return QueueName(name)
+
+
+async def queue_access(
+    services: GatewayServices, request: Request, action: Action | None
+) -> tuple[Principal, QueueName]:
+    """Authenticate, validate the queue name and check the scope, in that order (401, 400, 403)."""
+    principal = await authenticate(services, request)
+    queue = queue_param(request)
+    require(principal, action, queue)
+    return principal, queue

@@ -1,0 +1,241 @@
+"""Message requests: send (one or a batch), receive with long-poll, ack, nack, visibility."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from backend_store.attributes import check_number
+from backend_store.errors import StoreError, error_from_code
+from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, SendResult, TenantId
+from push.messages import MAX_BATCH, MAX_ID_CHARS, message_to_json, parse_send_body
+
+from ..body import JSONResponse, check_fields, read_json, read_object
+from ..errors import InvalidRequest, problem_for
+from ..services import GatewayServices
+from .access import queue_access
+
+MAX_RECEIPTS = 100
+MAX_RECEIPT_CHARS = 1024
+MAX_WAIT_S = 20
+MAX_VISIBILITY_S = 43200
+MAX_NACK_DELAY_S = 900
+# A safety net under the wake-ups: if a wake-up were lost, a long-poll looks again this often.
+RECHECK_S = 5.0
+_RECEIVE_FIELDS = frozenset({"max", "wait_s", "visibility_timeout_s"})
+_ACK_FIELDS = frozenset({"receipts"})
+_NACK_FIELDS = frozenset({"receipts", "delay_s"})
+_VISIBILITY_FIELDS = frozenset({"receipt", "timeout_s"})
+
+
+def _result_json(result: SendResult) -> dict[str, Any]:
+    return {"id": result.id, "seq": result.seq, "duplicate": result.duplicate}
+
+
+def _ack_json(result: AckResult, counted: str) -> dict[str, Any]:
+    return {counted: result.acked, "failed": [{"receipt": f.receipt, "code": f.code} for f in result.failed]}
+
+
+def _receipts(doc: dict[str, Any]) -> list[str]:
+    receipts = doc.get("receipts")
+    if not isinstance(receipts, list) or not 1 <= len(receipts) <= MAX_RECEIPTS:
+        raise InvalidRequest(f"receipts must be a list of 1-{MAX_RECEIPTS} receipts")
+    for receipt in receipts:
+        _check_receipt(receipt)
+    return receipts
+
+
+def _check_receipt(receipt: Any) -> str:
+    if not isinstance(receipt, str) or not 1 <= len(receipt) <= MAX_RECEIPT_CHARS:
+        raise InvalidRequest(f"a receipt is a string of 1-{MAX_RECEIPT_CHARS} characters")
+    return receipt
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    # The body has been read, so the next ASGI message is http.disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class MessageRoutes:
+    def __init__(self, services: GatewayServices) -> None:
+        self.services = services
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/queues/{queue}/messages", self.send, methods=["POST"]),
+            Route("/v1/queues/{queue}/receive", self.receive, methods=["POST"]),
+            Route("/v1/queues/{queue}/ack", self.ack, methods=["POST"]),
+            Route("/v1/queues/{queue}/messages/{receipt}", self.delete_message, methods=["DELETE"]),
+            Route("/v1/queues/{queue}/nack", self.nack, methods=["POST"]),
+            Route("/v1/queues/{queue}/visibility", self.visibility, methods=["POST"]),
+        ]
+
+    # Send -----------------------------------------------------------------
+
+    async def send(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "send")
+        idempotency_key = request.headers.get("idempotency-key")
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_ID_CHARS:
+            raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_ID_CHARS} characters")
+        doc = await read_json(request, self.services.settings.max_request_bytes)
+        entries, is_batch = parse_send_body(doc, idempotency_key)
+        valid = [e for e in entries if isinstance(e, NewMessage)]
+        if valid:
+            results = await self.services.backend.send(principal.tenant, queue, valid)
+        else:
+            # Every entry was invalid; the queue must still exist for the answer to make sense.
+            await self.services.queues.get(principal.tenant, queue)
+            results = []
+        self._count_sends(results)
+        if not is_batch:
+            result = results[0]
+            if isinstance(result, StoreError):
+                raise result
+            return JSONResponse(_result_json(result), status_code=200 if result.duplicate else 201)
+        stored = iter(results)
+        out: list[dict[str, Any]] = []
+        for entry in entries:
+            outcome: SendResult | StoreError = next(stored) if isinstance(entry, NewMessage) else entry
+            out.append(
+                {"error": problem_for(outcome)} if isinstance(outcome, StoreError) else _result_json(outcome)
+            )
+        return JSONResponse({"results": out})
+
+    def _count_sends(self, results: list[SendResult | StoreError]) -> None:
+        sent = duplicates = 0
+        for r in results:
+            if isinstance(r, SendResult):
+                if r.duplicate:
+                    duplicates += 1
+                else:
+                    sent += 1
+        if sent:
+            self.services.metrics.sent.inc(sent)
+        if duplicates:
+            self.services.metrics.duplicates.inc(duplicates)
+
+    # Receive --------------------------------------------------------------
+
+    async def receive(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "receive")
+        doc = await read_object(request, required=False)
+        check_fields(doc, _RECEIVE_FIELDS)
+        max_messages = int(check_number("max", doc.get("max", 1), 1, MAX_BATCH, integer=True))
+        visibility: float | None = None
+        if "visibility_timeout_s" in doc:
+            visibility = check_number(
+                "visibility_timeout_s", doc["visibility_timeout_s"], 0, MAX_VISIBILITY_S
+            )
+        if "wait_s" in doc:
+            wait_s = check_number("wait_s", doc["wait_s"], 0, MAX_WAIT_S)
+        else:
+            wait_s = (await self.services.queues.get(principal.tenant, queue)).attributes.receive_wait_s
+        messages = await self._receive(request, principal.tenant, queue, max_messages, visibility, wait_s)
+        if messages:
+            self.services.metrics.received.inc(len(messages))
+        return JSONResponse({"messages": [message_to_json(m) for m in messages]})
+
+    async def _receive(
+        self,
+        request: Request,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility: float | None,
+        wait_s: float,
+    ) -> list[ReceivedMessage]:
+        """Receive, and if nothing is there, wait for a wake-up until ``wait_s`` ends.
+
+        The hub's event is taken *before* each look, so a send that commits between the
+        look and the wait still wakes us. Delayed and in-flight messages announce
+        nothing when they become visible, so the wait also ends at the queue's
+        next_visible_at. A client that hangs up or a server shutting down ends the wait.
+        """
+        backend, hub = self.services.backend, self.services.hub
+        deadline = time.monotonic() + wait_s
+        stop: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                event = hub.event(tenant, queue)
+                messages = await backend.receive(tenant, queue, max_messages, visibility)
+                remaining = deadline - time.monotonic()
+                if messages or remaining <= 0 or self.services.draining.is_set():
+                    return messages
+                timeout = min(remaining, RECHECK_S)
+                next_visible = await backend.next_visible_at(tenant, queue)
+                if next_visible is not None:
+                    # Never below a few ms: a FIFO group's head can be "due" yet blocked.
+                    timeout = min(timeout, max(next_visible - time.time(), 0.005))
+                if stop is None:
+                    stop = asyncio.ensure_future(self._stopped(request))
+                woken = asyncio.ensure_future(event.wait())
+                try:
+                    await asyncio.wait((woken, stop), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+                if stop.done():
+                    return []
+        finally:
+            if stop is not None:
+                stop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await stop
+
+    async def _stopped(self, request: Request) -> None:
+        """Returns when the client hangs up or the server starts draining."""
+        hangup = asyncio.ensure_future(_wait_for_disconnect(request))
+        drain = asyncio.ensure_future(self.services.draining.wait())
+        try:
+            await asyncio.wait((hangup, drain), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hangup.cancel()
+            drain.cancel()
+
+    # Ack, nack, visibility ------------------------------------------------
+
+    async def ack(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "receive")
+        doc = await read_object(request)
+        check_fields(doc, _ACK_FIELDS)
+        result = await self.services.backend.ack(principal.tenant, _receipts(doc), queue)
+        if result.acked:
+            self.services.metrics.acked.inc(result.acked)
+        return JSONResponse(_ack_json(result, "acked"))
+
+    async def delete_message(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "receive")
+        receipt = _check_receipt(request.path_params["receipt"])
+        result = await self.services.backend.ack(principal.tenant, [receipt], queue)
+        if result.failed:
+            raise error_from_code(result.failed[0].code, "the receipt is not valid (expired or already used)")
+        self.services.metrics.acked.inc()
+        return Response(status_code=204)
+
+    async def nack(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "receive")
+        doc = await read_object(request)
+        check_fields(doc, _NACK_FIELDS)
+        receipts = _receipts(doc)
+        delay = check_number("delay_s", doc.get("delay_s", 0), 0, MAX_NACK_DELAY_S)
+        result = await self.services.backend.nack(principal.tenant, receipts, delay, queue)
+        if result.acked:
+            self.services.metrics.nacked.inc(result.acked)
+        return JSONResponse(_ack_json(result, "nacked"))
+
+    async def visibility(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "receive")
+        doc = await read_object(request)
+        check_fields(doc, _VISIBILITY_FIELDS)
+        receipt = _check_receipt(doc.get("receipt"))
+        if "timeout_s" not in doc:
+            raise InvalidRequest("timeout_s is required")
+        timeout = check_number("timeout_s", doc["timeout_s"], 0, MAX_VISIBILITY_S)
+        await self.services.backend.change_visibility(principal.tenant, queue, receipt, timeout)
+        return JSONResponse({"receipt": receipt, "visible_at": time.time() + timeout})

@@ -1,0 +1,50 @@
+"""Operations and self-description: health, readiness, metrics, the OpenAPI document and docs.
+
+None of these need a token: probes and scrapers run without one, and the API
+description is public. (``/metrics`` has no tenant or queue names in it.)
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ..body import JSONResponse
+from ..metrics import CONTENT_TYPE_LATEST
+from ..openapi import openapi_bytes, openapi_document, render_docs
+from ..services import GatewayServices
+
+
+class OpsRoutes:
+    def __init__(self, services: GatewayServices) -> None:
+        self.services = services
+        # Built once: the document depends only on the code.
+        self._openapi = openapi_bytes()
+        self._docs = render_docs(openapi_document())
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/readyz", self.readyz, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/openapi.json", self.openapi, methods=["GET"]),
+            Route("/docs", self.docs, methods=["GET"]),
+        ]
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        # Raises Unavailable (503 problem) when the store cannot take writes.
+        await self.services.backend.check_writable()
+        return JSONResponse({"status": "ready"})
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi(self, request: Request) -> Response:
+        return Response(self._openapi, media_type="application/json")
+
+    async def docs(self, request: Request) -> Response:
+        return HTMLResponse(self._docs)

@@ -1,0 +1,81 @@
+"""Queue requests: create, list, read, change, delete, purge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from backend_store.types import QueueInfo
+
+from ..body import JSONResponse, read_object
+from ..services import GatewayServices
+from .access import authenticate, can_see, queue_access
+
+
+def queue_to_json(services: GatewayServices, info: QueueInfo) -> dict[str, Any]:
+    """API.md's queue object; ``stats.consumers`` comes from the push engine."""
+    stats = info.stats.to_dict()
+    stats["consumers"] = services.consumers(info.tenant, info.name)
+    return {
+        "name": info.name,
+        "created_at": info.created_at,
+        "attributes": info.attributes.to_dict(),
+        "stats": stats,
+    }
+
+
+class QueueRoutes:
+    def __init__(self, services: GatewayServices) -> None:
+        self.services = services
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/queues", self.list_queues, methods=["GET"]),
+            Route("/v1/queues/{queue}", self.put_queue, methods=["PUT"]),
+            Route("/v1/queues/{queue}", self.get_queue, methods=["GET"]),
+            Route("/v1/queues/{queue}", self.patch_queue, methods=["PATCH"]),
+            Route("/v1/queues/{queue}", self.delete_queue, methods=["DELETE"]),
+            Route("/v1/queues/{queue}/purge", self.purge_queue, methods=["POST"]),
+        ]
+
+    async def list_queues(self, request: Request) -> Response:
+        principal = await authenticate(self.services, request)
+        infos = await self.services.backend.list_queues(principal.tenant)
+        visible = [queue_to_json(self.services, i) for i in infos if can_see(principal, i.name)]
+        return JSONResponse({"queues": visible})
+
+    async def put_queue(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, None)
+        attributes = await read_object(request, required=False)
+        info, created = await self.services.backend.create_queue(principal.tenant, queue, attributes)
+        self.services.queues.put(info)
+        return JSONResponse(queue_to_json(self.services, info), status_code=201 if created else 200)
+
+    async def get_queue(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, None)
+        info = await self.services.backend.get_queue(principal.tenant, queue)
+        self.services.queues.put(info)
+        return JSONResponse(queue_to_json(self.services, info))
+
+    async def patch_queue(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, None)
+        changes = await read_object(request)
+        self.services.queues.invalidate(principal.tenant, queue)
+        info = await self.services.backend.update_queue(principal.tenant, queue, changes)
+        self.services.queues.put(info)
+        return JSONResponse(queue_to_json(self.services, info))
+
+    async def delete_queue(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "admin")
+        self.services.queues.invalidate(principal.tenant, queue)
+        await self.services.backend.delete_queue(principal.tenant, queue)
+        self.services.queues.invalidate(principal.tenant, queue)
+        return Response(status_code=204)
+
+    async def purge_queue(self, request: Request) -> Response:
+        principal, queue = await queue_access(self.services, request, "admin")
+        purged = await self.services.backend.purge_queue(principal.tenant, queue)
+        return JSONResponse({"purged": purged})

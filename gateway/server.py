@@ -1,0 +1,56 @@
+"""Running the app under uvicorn: one worker, uvicorn's own TLS, draining on shutdown."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import uvicorn
+from starlette.applications import Starlette
+
+from .services import GatewayServices
+from .settings import Settings
+
+
+def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        lifespan="on",
+        log_level=settings.log_level,
+        # An access log line per request costs more than the rest of a small request.
+        access_log=False,
+        ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+        ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+        timeout_graceful_shutdown=settings.graceful_timeout_s,
+        server_header=False,
+    )
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, plus: long-polls and push streams end as soon as shutdown begins.
+
+    uvicorn's shutdown stops accepting, waits for in-flight requests, then runs the
+    lifespan shutdown that closes the store. Setting ``draining`` first means a 20 s
+    long-poll answers at once (with what it has) instead of holding shutdown up.
+    """
+
+    def __init__(self, config: uvicorn.Config, services: GatewayServices, *, announce: bool = False) -> None:
+        super().__init__(config)
+        self.services = services
+        self.announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.announce:
+            scheme = "https" if self.services.settings.tls else "http"
+            for server in self.servers:
+                for sock in server.sockets:
+                    host, port = sock.getsockname()[:2]
+                    print(f"Pushgate serving on {scheme}://{host}:{port}", file=sys.stdout, flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.services.draining.set()
+        await super().shutdown(sockets)

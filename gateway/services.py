@@ -1,0 +1,97 @@
+"""The objects a gateway's routes share, built once per app and passed explicitly.
+
+:class:`GatewayServices` owns the backend, the authenticator, the wake-up hub, the
+queue cache and the metrics. Other parts plug in here rather than into globals:
+
+- the push engine sets :attr:`GatewayServices.consumers` (``stats.consumers`` of a queue
+  object) and adds itself to :attr:`GatewayServices.components` to be started after
+  the backend and closed before it;
+- :attr:`GatewayServices.draining` is set when the server starts shutting down, so
+  long-polls (and push streams) end at once instead of holding shutdown up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from backend_store.backend import Backend
+from backend_store.types import QueueName, TenantId
+from backend_store.url import open_backend
+from push.wakeup import WakeupHub
+
+from .auth.authenticator import Authenticator
+from .auth.bootstrap import ensure_bootstrap
+from .metrics import GatewayMetrics
+from .queue_cache import QueueCache
+from .settings import Settings
+
+log = logging.getLogger("pushgate.gateway")
+
+
+class Component(Protocol):
+    """Something with a life as long as the app's (the push engine, a usage flusher)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def no_consumers(tenant: TenantId, queue: QueueName) -> int:
+    return 0
+
+
+@dataclass(eq=False)
+class GatewayServices:
+    settings: Settings
+    backend: Backend
+    authenticator: Authenticator
+    hub: WakeupHub
+    queues: QueueCache
+    metrics: GatewayMetrics
+    # Number of push consumers (WS/SSE subscriptions) of a queue; the push engine replaces it.
+    consumers: Callable[[TenantId, QueueName], int] = no_consumers
+    components: list[Component] = field(default_factory=list)
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
+    # The bootstrap admin key, when start() created one (an empty data directory).
+    bootstrap_key: str | None = None
+
+    @classmethod
+    def build(cls, settings: Settings, backend: Backend | None = None) -> GatewayServices:
+        """Wire the services for ``settings``; nothing is opened until :meth:`start`."""
+        if backend is None:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            backend = open_backend(settings.resolved_store_url, settings.store_options())
+        return cls(
+            settings=settings,
+            backend=backend,
+            authenticator=Authenticator(backend),
+            hub=WakeupHub(),
+            queues=QueueCache(backend, settings.queue_cache_ttl_s),
+            metrics=GatewayMetrics(),
+        )
+
+    async def start(self) -> None:
+        await self.backend.start()
+        self.backend.add_listener(self.hub.notify)
+        self.bootstrap_key = await ensure_bootstrap(self.backend, self.settings.data_dir)
+        if self.bootstrap_key is not None and self.settings.announce_bootstrap:
+            # Shown once, on stdout, so an operator can copy it; it is also in a 0600 file.
+            print(f"Bootstrap admin key (shown once): {self.bootstrap_key}", file=sys.stdout, flush=True)
+        for component in self.components:
+            await component.start()
+
+    async def close(self) -> None:
+        self.draining.set()
+        try:
+            for component in reversed(self.components):
+                try:
+                    await component.close()
+                except Exception:
+                    log.exception("error closing %r", component)
+        finally:
+            await self.backend.close()

@@ -1,0 +1,119 @@
+"""Gateway settings: one frozen object built from CLI flags and ``PUSHGATE_*`` environment.
+
+Flags win over the environment, the environment over defaults. Nothing here is global:
+:func:`gateway.app.create_app` takes a :class:`Settings` and everything else gets what it
+needs from the app's services object.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from backend_store.encryption import ENV_VAR as ENCRYPTION_KEYS_ENV
+from backend_store.encryption import Keyring
+from backend_store.errors import ConfigurationError
+from backend_store.url import StoreOptions
+
+ENV_PREFIX = "PUSHGATE_"
+STORE_SUBDIR = "store"
+
+
+def default_store_url(data_dir: Path) -> str:
+    """The embedded store of a data directory; ``pushgate admin --data DIR`` opens the same one."""
+    return f"lmdb://{(data_dir / STORE_SUBDIR).resolve()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # None: the embedded store inside data_dir (see default_store_url).
+    store_url: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    encryption_key_file: Path | None = None
+    # The key document itself, from PUSHGATE_ENCRYPTION_KEYS; kept out of repr so it is never logged.
+    encryption_keys: str | None = field(default=None, repr=False)
+    # Whole request bodies past this are refused with 413 before they are read whole.
+    # A batch of 100 messages or one 1 MiB message in base64 fits.
+    max_request_bytes: int = 4 * 1024 * 1024
+    # Queue metadata is cached this long at most (another gateway or `pushgate admin` may change it).
+    queue_cache_ttl_s: float = 5.0
+    log_level: str = "warning"
+    # In-flight requests get this long to finish on shutdown.
+    graceful_timeout_s: int = 10
+    # Print the bootstrap admin key on start-up (the CLI does; tests read it from the app state).
+    announce_bootstrap: bool = False
+
+    @property
+    def resolved_store_url(self) -> str:
+        return self.store_url or default_store_url(self.data_dir)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    def keyring(self) -> Keyring | None:
+        """The encryption keyring: the key file if given, else the environment's key document."""
+        if self.encryption_key_file is not None:
+            return Keyring.from_file(self.encryption_key_file)
+        if self.encryption_keys:
+            return Keyring.from_json(self.encryption_keys)
+        return None
+
+    def store_options(self) -> StoreOptions:
+        return StoreOptions(keyring=self.keyring())
+
+    def check(self) -> Settings:
+        """Raise :class:`ConfigurationError` for settings that cannot work together."""
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigurationError("--tls-cert and --tls-key go together")
+        if not 0 <= self.port <= 65535:
+            raise ConfigurationError("port must be 0-65535")
+        if self.max_request_bytes < 1024:
+            raise ConfigurationError("max_request_bytes must be at least 1024")
+        return self
+
+    @classmethod
+    def from_sources(cls, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from flags (None means not given) over ``PUSHGATE_<FIELD>`` environment variables."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw: Any = flags.get(f.name)
+            if raw is None:
+                raw = env.get(
+                    ENCRYPTION_KEYS_ENV if f.name == "encryption_keys" else ENV_PREFIX + f.name.upper()
+                )
+            if raw is None:
+                continue
+            values[f.name] = _convert(f.name, f.type, raw)
+        if "data_dir" not in values:
+            raise ConfigurationError("a data directory is required (--data or PUSHGATE_DATA_DIR)")
+        return cls(**values).check()
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes).check()
+
+
+def _convert(name: str, annotation: Any, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    kind = str(annotation)
+    try:
+        if "Path" in kind:
+            return Path(raw)
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+        if kind.startswith("bool"):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+    except ValueError:
+        raise ConfigurationError(f"bad value for {name}: {raw!r}") from None
+    return raw
