@@ -1,0 +1,60 @@
+"""Fixtures every test folder may use. Keep this small: folder-specific fixtures live in
+that folder's own ``conftest.py``.
+
+Time: tests never sleep to make time pass. Backends take ``StoreOptions.clock``; give
+them a :class:`ManualClock` and move it forward. Real waits (a writer thread, a child
+process) poll with a deadline from :func:`scaled`, which ``PUSHGATE_TEST_TIMEOUT_SCALE``
+stretches on slow machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+# A fixed, recognisable epoch (2023-11-14T22:13:20Z): a store time that comes from the
+# wall clock instead of the injected one stands out in a failure message.
+CLOCK_START = 1_700_000_000.0
+
+
+def scaled(seconds: float) -> float:
+    """A timeout stretched by ``PUSHGATE_TEST_TIMEOUT_SCALE`` (default 1)."""
+    return seconds * float(os.environ.get("PUSHGATE_TEST_TIMEOUT_SCALE", "1"))
+
+
+class ManualClock:
+    """A clock that moves only when told to; pass it as ``StoreOptions.clock``."""
+
+    def __init__(self, start: float = CLOCK_START) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0, what: str = "condition"
+) -> None:
+    """Poll an async predicate until it holds; fail after a (scaled) deadline.
+
+    For effects of background work (the sweeper, a writer thread) that no event announces.
+    The poll interval is short so a passing test costs milliseconds, not a fixed sleep.
+    """
+    deadline = time.monotonic() + scaled(timeout)
+    while not await predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {scaled(timeout):g}s waiting for {what}")
+        await asyncio.sleep(0.01)
