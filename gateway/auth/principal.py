@@ -9,16 +9,22 @@ from typing import Literal
 from backend_store.types import TenantId
 
 Action = Literal["send", "receive", "admin"]
+Credential = Literal["api_key", "jwt"]
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An authenticated caller. ``subject`` is the API key id or the JWT ``sub``."""
+    """An authenticated caller. ``subject`` is the API key id or the JWT ``sub``.
+
+    ``via`` says which kind of credential proved it (None: made by code, e.g. a test);
+    only ``api_key`` principals may mint tokens. ``expires_at`` is a JWT's ``exp``.
+    """
 
     tenant: TenantId
     scopes: frozenset[str]
     subject: str
     expires_at: float | None = None
+    via: Credential | None = None
 
     def can(self, action: Action, queue: str | None = None) -> bool:
         """Whether a scope allows ``action`` on ``queue``; ``admin`` allows everything."""

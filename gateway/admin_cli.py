@@ -1,0 +1,221 @@
+"""``pushgate admin``: tenants, API keys, JWT keys and queue deletion on a data directory.
+
+Works whether or not a gateway runs on the same directory (LMDB lets both open it).
+A running gateway caches key records for a few seconds, so a revoke made here takes
+effect there within that time. Each command prints one JSON object on stdout; errors
+go to stderr with exit status 1 (2 for a malformed command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from backend_store.backend import Backend
+from backend_store.errors import StoreError
+from backend_store.types import QueueName, TenantId
+from backend_store.url import open_backend
+from gateway.errors import GatewayError
+
+from .auth.api_keys import ApiKeyStore
+from .auth.jwt_keys import ALGORITHMS, JwtKeyStore
+from .auth.tenants import TenantStore
+
+Command = Callable[[Backend, argparse.Namespace], Awaitable[dict[str, Any]]]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's signature is NoReturn
+        self.print_usage(sys.stderr)
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+class _UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pushgate admin", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=os.environ.get("PUSHGATE_DATA"),
+        help="the gateway's data directory (default: $PUSHGATE_DATA)",
+    )
+    parser.add_argument("--store", help="store URL instead of lmdb://<data>, as given to serve")
+    groups = parser.add_subparsers(dest="group", required=True, parser_class=_Parser)
+
+    tenant = groups.add_parser("tenant", help="tenants").add_subparsers(dest="action", required=True)
+    create = tenant.add_parser("create", help="create a tenant")
+    create.add_argument("name")
+    create.add_argument("--origin", action="append", default=[], help="allowed browser origin (repeatable)")
+    create.set_defaults(run=_tenant_create)
+    tenant.add_parser("list", help="list tenants").set_defaults(run=_tenant_list)
+    origins = tenant.add_parser("set-origins", help="replace a tenant's allowed origins")
+    origins.add_argument("name")
+    origins.add_argument("--origin", action="append", default=[], help="allowed browser origin (repeatable)")
+    origins.set_defaults(run=_tenant_set_origins)
+
+    key = groups.add_parser("key", help="API keys").add_subparsers(dest="action", required=True)
+    create = key.add_parser("create", help="create an API key (printed only here)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        help='space-separated scopes, e.g. "send:orders-* receive:*"',
+    )
+    create.set_defaults(run=_key_create)
+    listing = key.add_parser("list", help="list a tenant's API keys (no secrets)")
+    listing.add_argument("--tenant", required=True)
+    listing.set_defaults(run=_key_list)
+    revoke = key.add_parser("revoke", help="revoke an API key")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(run=_key_revoke)
+
+    jwt_key = groups.add_parser("jwt-key", help="JWT verification keys").add_subparsers(
+        dest="action", required=True
+    )
+    add = jwt_key.add_parser("add", help="register a JWT verification key")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--kid", required=True)
+    add.add_argument("--alg", required=True, choices=ALGORITHMS)
+    material = add.add_mutually_exclusive_group(required=True)
+    material.add_argument("--secret-file", type=Path, help="HS256: file holding the shared secret")
+    material.add_argument("--public-key-file", type=Path, help="RS256/ES256/EdDSA: PEM public key file")
+    add.set_defaults(run=_jwt_key_add)
+    listing = jwt_key.add_parser("list", help="list a tenant's JWT keys (no secrets)")
+    listing.add_argument("--tenant", required=True)
+    listing.set_defaults(run=_jwt_key_list)
+    remove = jwt_key.add_parser("remove", help="remove a JWT key; tokens it signed stop working")
+    remove.add_argument("--tenant", required=True)
+    remove.add_argument("--kid", required=True)
+    remove.set_defaults(run=_jwt_key_remove)
+
+    delete = groups.add_parser("delete-queue", help="delete a queue and its messages")
+    delete.add_argument("--tenant", required=True)
+    delete.add_argument("name")
+    delete.set_defaults(run=_delete_queue)
+    return parser
+
+
+async def _tenant_create(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    tenant = await TenantStore(backend).create(args.name, args.origin)
+    return {"tenant": tenant.name, "origins": list(tenant.origins)}
+
+
+async def _tenant_list(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    return {"tenants": [t.to_dict() for t in await TenantStore(backend).list_all()]}
+
+
+async def _tenant_set_origins(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    tenant = await TenantStore(backend).set_origins(args.name, args.origin)
+    return {"tenant": tenant.name, "origins": list(tenant.origins)}
+
+
+async def _key_create(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    key, token = await ApiKeyStore(backend).create(args.tenant, args.scope)
+    return {"key_id": key.key_id, "key": token, "tenant": key.tenant, "scopes": sorted(key.scopes)}
+
+
+async def _key_list(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await TenantStore(backend).require(args.tenant)
+    return {"keys": [k.public_dict() for k in await ApiKeyStore(backend).list_for_tenant(args.tenant)]}
+
+
+async def _key_revoke(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    key = await ApiKeyStore(backend).revoke(args.key_id)
+    return {"revoked": key.key_id}
+
+
+def _read_key_material(args: argparse.Namespace) -> bytes:
+    if args.alg == "HS256" and args.secret_file is None:
+        raise _UsageError("pushgate admin: error: HS256 needs --secret-file")
+    if args.alg != "HS256" and args.public_key_file is None:
+        raise _UsageError(f"pushgate admin: error: {args.alg} needs --public-key-file")
+    if args.secret_file is not None:
+        # A secret file written with echo or an editor ends in a newline that is not part of it.
+        return bytes(args.secret_file.read_bytes().rstrip(b"\r\n"))
+    return bytes(args.public_key_file.read_bytes())
+
+
+async def _jwt_key_add(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    key = await JwtKeyStore(backend).add(args.tenant, args.kid, args.alg, args.material)
+    return {"tenant": key.tenant, "kid": key.kid, "alg": key.alg}
+
+
+async def _jwt_key_list(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await TenantStore(backend).require(args.tenant)
+    return {"keys": [k.public_dict() for k in await JwtKeyStore(backend).list_for_tenant(args.tenant)]}
+
+
+async def _jwt_key_remove(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await JwtKeyStore(backend).remove(args.tenant, args.kid)
+    return {"removed": args.kid, "tenant": args.tenant}
+
+
+async def _delete_queue(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await backend.delete_queue(TenantId(args.tenant), QueueName(args.name))
+    return {"deleted": args.name}
+
+
+async def _run(store_url: str, command: Command, args: argparse.Namespace) -> dict[str, Any]:
+    backend = open_backend(store_url)
+    await backend.start()
+    try:
+        return await command(backend, args)
+    finally:
+        await backend.close()
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    if args.store is not None:
+        return str(args.store)
+    if args.data is None:
+        raise _UsageError("pushgate admin: error: --data DIR is required (or set PUSHGATE_DATA)")
+    data = Path(args.data).resolve()
+    if not data.is_dir():
+        # Opening a store creates it; a typo in --data must not make an empty one.
+        raise _CommandError(f"no data directory at {data}")
+    return "lmdb://" + str(data)
+
+
+class _CommandError(Exception):
+    pass
+
+
+def main(argv: list[str]) -> int:
+    """Run one admin command; ``argv`` is what follows ``pushgate admin``."""
+    if argv[:1] == ["admin"]:
+        argv = argv[1:]
+    try:
+        args = build_parser().parse_args(argv)
+        store_url = _store_url(args)
+        if args.run is _jwt_key_add:
+            args.material = _read_key_material(args)
+        result = asyncio.run(_run(store_url, args.run, args))
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (GatewayError, StoreError) as exc:
+        print(f"pushgate admin: error: {exc.detail}", file=sys.stderr)
+        return 1
+    except (_CommandError, OSError) as exc:
+        print(f"pushgate admin: error: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,212 @@
+"""Turns a bearer token (API key or JWT) into a :class:`Principal`, and mints JWTs.
+
+One :class:`Authenticator` per gateway process, built from its :class:`Backend`.
+Verified key records are cached for ``cache_ttl_s`` seconds (default 5): changes made
+through this object's stores (``tenants``, ``api_keys``, ``jwt_keys``) take effect at
+once; changes made elsewhere (``pushgate admin`` in another process, another gateway)
+take effect within ``cache_ttl_s``.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+
+from backend_store.backend import Backend
+from backend_store.types import TenantId
+from gateway.errors import Forbidden, InvalidRequest, Unauthorized
+
+from .api_keys import ApiKey, ApiKeyStore, is_api_key, key_id_of
+from .jwt_keys import MINTING_KID, JwtKey, JwtKeyStore, VerificationKey, load_verification_key
+from .jwt_verify import principal_from_claims, read_header, verify_claims
+from .principal import Principal
+from .scopes import format_scopes, parse_scopes, scopes_beyond
+from .tenants import Tenant, TenantStore, normalize_origin
+from .ttl_cache import TtlCache
+
+MAX_TOKEN_CHARS = 8192
+MIN_TOKEN_TTL_S = 1.0
+MAX_TOKEN_TTL_S = 86400.0
+DEFAULT_TOKEN_TTL_S = 900.0
+
+
+class Authenticator:
+    """Authentication and token minting for one gateway process.
+
+    ``audience``: when set, every JWT must carry it in ``aud`` (and minted tokens do);
+    when None, a JWT that carries any ``aud`` is refused, since it was meant for
+    someone else (RFC 7519 section 4.1.3). ``leeway_s`` tolerates clock skew on
+    ``exp``, ``nbf`` and ``iat``.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        audience: str | None = None,
+        leeway_s: float = 0.0,
+        cache_ttl_s: float = 5.0,
+        cache_max_entries: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.audience = audience
+        self.leeway_s = leeway_s
+        self.tenants = TenantStore(backend, on_change=self._tenant_changed)
+        self.api_keys = ApiKeyStore(backend, on_change=self._api_key_changed)
+        self.jwt_keys = JwtKeyStore(backend, on_change=self._jwt_key_changed)
+        self._api_key_cache: TtlCache[str, ApiKey] = TtlCache(cache_ttl_s, cache_max_entries, clock)
+        self._jwt_key_cache: TtlCache[tuple[str, str], tuple[JwtKey, VerificationKey]] = TtlCache(
+            cache_ttl_s, cache_max_entries, clock
+        )
+        self._tenant_cache: TtlCache[str, Tenant | None] = TtlCache(cache_ttl_s, cache_max_entries, clock)
+
+    # Authentication -----------------------------------------------------
+
+    async def authenticate(self, token: str) -> Principal:
+        """The principal a bearer token proves; Unauthorized (with a reason) if it proves none."""
+        token = token.strip()
+        if not token:
+            raise Unauthorized("missing bearer token")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise Unauthorized("bearer token too long")
+        if is_api_key(token):
+            return await self._authenticate_api_key(token)
+        return await self._authenticate_jwt(token)
+
+    async def _authenticate_api_key(self, token: str) -> Principal:
+        key_id = key_id_of(token)
+        if key_id is None:
+            raise Unauthorized("malformed API key")
+        key = await self._active_api_key(key_id)
+        if not key.matches(token):
+            raise Unauthorized("invalid API key")
+        return Principal(key.tenant, key.scopes, key.key_id, via="api_key")
+
+    async def _active_api_key(self, key_id: str) -> ApiKey:
+        hit, key = self._api_key_cache.get(key_id)
+        if not hit:
+            key = await self.api_keys.get(key_id)
+            if key is not None:  # unknown ids are not cached: they would let anyone fill the cache
+                self._api_key_cache.put(key_id, key)
+        if key is None:
+            raise Unauthorized("invalid API key")
+        if key.revoked_at is not None:
+            raise Unauthorized("API key revoked")
+        return key
+
+    async def _authenticate_jwt(self, token: str) -> Principal:
+        header = read_header(token)
+        key, verifier = await self._jwt_key(header.tenant, header.kid)
+        claims = verify_claims(
+            token, key, verifier, audience=self.audience, leeway_s=self.leeway_s, header=header
+        )
+        if key.kid == MINTING_KID:
+            await self._check_minting_key_active(claims, key.tenant)
+        return principal_from_claims(claims)
+
+    async def _jwt_key(self, tenant: str, kid: str) -> tuple[JwtKey, VerificationKey]:
+        hit, entry = self._jwt_key_cache.get((tenant, kid))
+        if hit and entry is not None:
+            return entry
+        key = await self.jwt_keys.get(tenant, kid)
+        if key is None:
+            raise Unauthorized(f"unknown JWT key: tenant {tenant!r} has no kid {kid!r}")
+        entry = (key, load_verification_key(key.alg, key.material))
+        self._jwt_key_cache.put((tenant, kid), entry)
+        return entry
+
+    async def _check_minting_key_active(self, claims: dict[str, Any], tenant: TenantId) -> None:
+        # A minted token dies with the API key it was minted from.
+        key_id = claims.get("key_id")
+        if not isinstance(key_id, str):
+            raise Unauthorized("minted JWT lacks its key_id claim")
+        key = await self._active_api_key(key_id)
+        if key.tenant != tenant:
+            raise Unauthorized("minted JWT tenant does not match its API key")
+
+    # Minting ------------------------------------------------------------
+
+    async def mint_token(
+        self, principal: Principal, scope: str | None = None, ttl_s: float | None = None
+    ) -> tuple[str, float]:
+        """``POST /v1/tokens``: a JWT for ``scope`` (default: all the key's scopes) valid ``ttl_s``
+        seconds (1..86400, default 900). Returns the token and its ``expires_at`` (epoch seconds).
+
+        Forbidden unless ``principal`` came from an API key and holds every requested scope
+        (see :func:`scopes.pattern_within` for how globs compare).
+        """
+        if principal.via != "api_key":
+            raise Forbidden("tokens can be minted only with an API key")
+        ttl = DEFAULT_TOKEN_TTL_S if ttl_s is None else ttl_s
+        if (
+            isinstance(ttl, bool)
+            or not isinstance(ttl, int | float)
+            or not math.isfinite(ttl)
+            or not MIN_TOKEN_TTL_S <= ttl <= MAX_TOKEN_TTL_S
+        ):
+            raise InvalidRequest(f"ttl_s must be between {MIN_TOKEN_TTL_S:g} and {MAX_TOKEN_TTL_S:g}")
+        requested = principal.scopes if scope is None else parse_scopes(scope)
+        beyond = scopes_beyond(requested, principal.scopes)
+        if beyond:
+            raise Forbidden(f"requested scope is wider than the API key's: {' '.join(beyond)}")
+        signing = await self.jwt_keys.minting_key(principal.tenant)
+        now = time.time()
+        expires_at = float(math.floor(now + ttl))
+        claims: dict[str, Any] = {
+            "sub": principal.subject,
+            "tenant": principal.tenant,
+            "scope": format_scopes(requested),
+            "key_id": principal.subject,
+            "iat": math.floor(now),
+            "exp": int(expires_at),
+            "jti": secrets.token_hex(8),
+        }
+        if self.audience is not None:
+            claims["aud"] = self.audience
+        token = jwt.encode(claims, signing.material, algorithm="HS256", headers={"kid": MINTING_KID})
+        return token, expires_at
+
+    # Tenants and origins -----------------------------------------------
+
+    async def tenant(self, name: str) -> Tenant | None:
+        """A tenant record (cached)."""
+        hit, tenant = self._tenant_cache.get(name)
+        if not hit:
+            tenant = await self.tenants.get(name)
+            self._tenant_cache.put(name, tenant)
+        return tenant
+
+    async def allowed_origins(self, tenant: str) -> list[str]:
+        """The browser origins a tenant allows (``scheme://host[:port]``); empty: none."""
+        record = await self.tenant(tenant)
+        return [] if record is None else list(record.origins)
+
+    async def origin_allowed(self, tenant: str, origin: str) -> bool:
+        """Whether a browser's ``Origin`` header value is one the tenant allows."""
+        try:
+            normalized = normalize_origin(origin)
+        except InvalidRequest:
+            return False
+        return normalized in await self.allowed_origins(tenant)
+
+    # Cache invalidation ---------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Forget every cached record (e.g. after a change made by another process)."""
+        self._api_key_cache.clear()
+        self._jwt_key_cache.clear()
+        self._tenant_cache.clear()
+
+    def _api_key_changed(self, key_id: str) -> None:
+        self._api_key_cache.pop(key_id)
+
+    def _jwt_key_changed(self, tenant: TenantId, kid: str) -> None:
+        self._jwt_key_cache.pop((tenant, kid))
+
+    def _tenant_changed(self, tenant: TenantId) -> None:
+        self._tenant_cache.pop(tenant)
