@@ -1,0 +1,334 @@
+"""What only the embedded LMDB engine promises beyond the Backend contract.
+
+Encryption at rest (checked on the bytes of the files), key rotation and start-up key
+checks, the replication log, group commit, and a full map. The contract suite in
+``test_contract.py`` covers the queue semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from backend_store import Backend, SendResult, StoreError, open_backend
+from backend_store.encryption import Keyring
+from backend_store.errors import ConfigurationError, InvalidRequest, Unavailable
+from backend_store.lmdb_store.engine import LmdbBackend
+
+from ..conftest import ManualClock
+from .harness import T1, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
+
+MARKER = b"PLAINTEXT-MARKER-7f3a9c1e-do-not-store-me"
+
+
+@pytest.fixture
+async def lmdb_factory(tmp_path: Path, clock: ManualClock) -> AsyncIterator[StoreFactory]:
+    factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path), clock=clock)
+    try:
+        yield factory
+    finally:
+        await factory.close_all()
+
+
+def store_bytes(root: Path) -> bytes:
+    """Every byte LMDB wrote under the store directory (data and lock files)."""
+    return b"".join(p.read_bytes() for p in sorted((root / "store").iterdir()) if p.is_file())
+
+
+def keyring(**keys: bytes) -> Keyring:
+    """A keyring whose last named key is active."""
+    return Keyring(keys, active=list(keys)[-1])
+
+
+def engine(store: Backend) -> LmdbBackend:
+    assert isinstance(store, LmdbBackend)
+    return store
+
+
+# ---------------------------------------------------------------------------
+# Encryption at rest
+# ---------------------------------------------------------------------------
+
+
+async def test_without_keyring_bodies_are_in_the_file(lmdb_factory: StoreFactory, tmp_path: Path) -> None:
+    # The control for the next test: the scan below does find a plaintext body.
+    store = await lmdb_factory.open()
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", MARKER)
+    await lmdb_factory.close(store)
+    assert MARKER in store_bytes(tmp_path)
+
+
+async def test_with_keyring_bodies_never_reach_the_file(lmdb_factory: StoreFactory, tmp_path: Path) -> None:
+    ring = keyring(k1=os.urandom(32))
+    store = await lmdb_factory.open(ring)
+    await store.create_queue(T1, q("orders"), {"content_dedupe": True})
+    await store.create_queue(T1, q("dlq"), {})
+    await store.update_queue(T1, q("orders"), {"max_receives": 2, "dead_letter_queue": "dlq"})
+    await send_one(store, T1, "orders", MARKER + b"-one")
+    await send_one(store, T1, "orders", MARKER + b"-two", delay_s=10)
+    # Walk a message through every record rewrite: receive, nack, receive, DLQ move.
+    [got] = await store.receive(T1, q("orders"), 1, visibility_timeout_s=1)
+    await store.nack(T1, [got.receipt])
+    [got] = await store.receive(T1, q("orders"), 1, visibility_timeout_s=1)
+    lmdb_factory.clock.advance(11)
+    await receive_all(store, T1, "orders")
+    [dead] = await store.receive(T1, q("dlq"), 1)
+    assert dead.body == MARKER + b"-one"
+    await lmdb_factory.close(store)
+
+    data = store_bytes(tmp_path)
+    # Not the body, nor a large piece of it (the replication log holds the same records).
+    assert MARKER[:16] not in data
+
+    store = await lmdb_factory.open(ring)
+    lmdb_factory.clock.advance(3600)
+    bodies = sorted(
+        m.body for m in await receive_all(store, T1, "dlq") + await receive_all(store, T1, "orders")
+    )
+    assert bodies == [MARKER + b"-one", MARKER + b"-two"]
+
+
+async def test_rotation_keeps_old_messages_readable(lmdb_factory: StoreFactory) -> None:
+    k1, k2 = os.urandom(32), os.urandom(32)
+    store = await lmdb_factory.open(keyring(k1=k1))
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "sealed with k1")
+
+    store = await lmdb_factory.reopen(store, keyring(k1=k1, k2=k2))
+    await send_one(store, T1, "orders", "sealed with k2")
+    assert [m.body for m in await receive_all(store, T1, "orders")] == [b"sealed with k1", b"sealed with k2"]
+
+
+async def test_start_refuses_a_missing_key(lmdb_factory: StoreFactory) -> None:
+    k1, k2 = os.urandom(32), os.urandom(32)
+    store = await lmdb_factory.open(keyring(k1=k1))
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "sealed with k1")
+    await lmdb_factory.close(store)
+
+    with pytest.raises(ConfigurationError, match="k1"):
+        await lmdb_factory.open(keyring(k2=k2))
+    with pytest.raises(ConfigurationError):
+        await lmdb_factory.open()
+    # The refusals left the store intact.
+    store = await lmdb_factory.open(keyring(k1=k1))
+    assert [m.body for m in await receive_all(store, T1, "orders")] == [b"sealed with k1"]
+
+
+async def test_start_refuses_a_wrong_key_under_the_right_id(lmdb_factory: StoreFactory) -> None:
+    store = await lmdb_factory.open(keyring(k1=os.urandom(32)))
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "secret")
+    await lmdb_factory.close(store)
+    with pytest.raises(ConfigurationError):
+        await lmdb_factory.open(keyring(k1=os.urandom(32)))
+
+
+async def test_a_failed_start_leaves_nothing_running(lmdb_factory: StoreFactory) -> None:
+    store = await lmdb_factory.open(keyring(k1=os.urandom(32)))
+    await lmdb_factory.close(store)
+    backend = open_backend(lmdb_factory.url, lmdb_factory.options())
+    with pytest.raises(ConfigurationError):
+        await backend.start()
+    with pytest.raises(Unavailable):
+        await backend.send(T1, q("orders"), [msg("x")])
+
+
+# ---------------------------------------------------------------------------
+# Embedded limits
+# ---------------------------------------------------------------------------
+
+
+async def test_embedded_store_accepts_only_replication_factor_one(lmdb_factory: StoreFactory) -> None:
+    store = await lmdb_factory.open()
+    await store.create_queue(T1, q("one"), {"replication_factor": 1})
+    with pytest.raises(InvalidRequest):
+        await store.create_queue(T1, q("three"), {"replication_factor": 3})
+    with pytest.raises(InvalidRequest):
+        await store.update_queue(T1, q("one"), {"replication_factor": 2})
+
+
+# ---------------------------------------------------------------------------
+# Replication log
+# ---------------------------------------------------------------------------
+
+
+async def test_each_commit_gets_the_next_lsn(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open())
+    start = store.last_lsn
+    await store.create_queue(T1, q("orders"), {})
+    after_create = store.last_lsn
+    assert after_create > start
+    for i in range(5):
+        await send_one(store, T1, "orders", f"m{i}")
+    assert store.last_lsn == after_create + 5
+
+    entries = await store.read_replication_log(start)
+    assert [lsn for lsn, _ in entries] == list(range(start + 1, store.last_lsn + 1))
+    assert all(isinstance(record, bytes) and record for _, record in entries)
+    # Reads commit nothing.
+    await store.get_queue(T1, q("orders"))
+    await store.list_queues(T1)
+    assert store.last_lsn == after_create + 5
+    # Paging.
+    first_two = await store.read_replication_log(start, limit=2)
+    assert [lsn for lsn, _ in first_two] == [start + 1, start + 2]
+    assert await store.read_replication_log(store.last_lsn) == []
+
+
+async def test_lsn_survives_reopen(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open())
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "a")
+    last = store.last_lsn
+    store = engine(await lmdb_factory.reopen(store))
+    assert store.last_lsn == last
+    await send_one(store, T1, "orders", "b")
+    assert store.last_lsn == last + 1
+
+
+async def test_concurrent_sends_share_lsns(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open())
+    await store.create_queue(T1, q("orders"), {})
+    before = store.last_lsn
+    await asyncio.gather(*(send_one(store, T1, "orders", f"m{i}") for i in range(200)))
+    # Group commit: one LSN per committed batch, not per send.
+    assert 0 < store.last_lsn - before < 200
+
+
+async def test_log_is_trimmed_to_the_newest_entries(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open(replication_log_keep=5))
+    await store.create_queue(T1, q("orders"), {})
+    for i in range(20):
+        await send_one(store, T1, "orders", f"m{i}")
+    first = await store.first_retained_lsn()
+    assert first == store.last_lsn - 5 + 1
+    entries = await store.read_replication_log(0)
+    assert [lsn for lsn, _ in entries] == list(range(first, store.last_lsn + 1))
+
+
+async def test_a_follower_replaying_the_log_ends_up_equal(tmp_path: Path, clock: ManualClock) -> None:
+    leader_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "leader"), clock=clock)
+    follower_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "follower"), clock=clock)
+    try:
+        leader = engine(await leader_factory.open())
+        follower = engine(await follower_factory.open())
+        assert follower.last_lsn == 0, (
+            "a fresh store must not have logged anything a leader's log would clash with"
+        )
+
+        await leader.create_queue(T1, q("orders"), {"visibility_timeout_s": 50})
+        await leader.create_queue(T1, q("f"), {"ordering": "fifo"})
+        await leader.send(T1, q("orders"), [msg(f"m{i}", dedupe_id=f"d{i}") for i in range(10)])
+        await leader.send(T1, q("f"), [msg("f0", group_id="g"), msg("f1", group_id="g")])
+        got = await leader.receive(T1, q("orders"), 3)
+        await leader.ack(T1, [got[0].receipt])
+        await leader.nack(T1, [got[1].receipt], delay_s=5)
+        await leader.meta_put("tenants", "acme", b"{}")
+
+        for lsn, record in await leader.read_replication_log(0, limit=10_000):
+            await follower.apply_replicated(lsn, record)
+        assert follower.last_lsn == leader.last_lsn
+
+        assert await follower.list_queues(T1) == await leader.list_queues(T1)
+        assert await follower.meta_get("tenants", "acme") == b"{}"
+        # got[2] is in flight on both: its receipt works on the follower.
+        assert (await follower.ack(T1, [got[2].receipt])).acked == 1
+        clock.advance(6)
+        bodies = sorted(m.body for m in await receive_all(follower, T1, "orders"))
+        assert bodies == sorted(f"m{i}".encode() for i in range(1, 10) if i != 2)
+        dup = await send_one(follower, T1, "orders", "m5", dedupe_id="d5")
+        assert dup.duplicate
+    finally:
+        await leader_factory.close_all()
+        await follower_factory.close_all()
+
+
+async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -> None:
+    leader_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "leader"), clock=clock)
+    follower_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "follower"), clock=clock)
+    try:
+        leader = engine(await leader_factory.open())
+        follower = engine(await follower_factory.open())
+        await leader.create_queue(T1, q("orders"), {})
+        await send_one(leader, T1, "orders", "a")
+        entries = await leader.read_replication_log(0)
+        assert len(entries) >= 2
+        with pytest.raises(StoreError):
+            await follower.apply_replicated(*entries[1])
+        assert follower.last_lsn == 0
+    finally:
+        await leader_factory.close_all()
+        await follower_factory.close_all()
+
+
+# ---------------------------------------------------------------------------
+# Group commit
+# ---------------------------------------------------------------------------
+
+
+async def test_group_commit_batches_concurrent_operations(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open())
+    await store.create_queue(T1, q("orders"), {})
+    before = store.stats["batches"]
+    await asyncio.gather(*(send_one(store, T1, "orders", f"m{i}") for i in range(200)))
+    assert store.stats["batches"] - before < 200
+
+
+async def test_max_batch_one_commits_each_operation_alone(lmdb_factory: StoreFactory) -> None:
+    # The benchmark's baseline: the same engine with one sync per operation.
+    store = engine(await lmdb_factory.open(extra={"max_batch": "1"}))
+    await store.create_queue(T1, q("orders"), {})
+    before = store.stats["batches"]
+    await asyncio.gather(*(send_one(store, T1, "orders", f"m{i}") for i in range(50)))
+    assert store.stats["batches"] - before == 50
+
+
+# ---------------------------------------------------------------------------
+# A full map
+# ---------------------------------------------------------------------------
+
+
+async def test_map_grows_when_it_can(lmdb_factory: StoreFactory) -> None:
+    store = await lmdb_factory.open(map_size=1 << 20, max_map_size=64 << 20)
+    await store.create_queue(T1, q("big"), {"max_message_bytes": 1 << 20})
+    body = os.urandom(256 << 10)
+    for _ in range(16):  # 4 MiB into a 1 MiB map
+        await send_one(store, T1, "big", body, is_text=False)
+    assert len(await receive_all(store, T1, "big")) == 16
+
+
+async def test_full_map_is_unavailable_and_keeps_reads_and_acks(lmdb_factory: StoreFactory) -> None:
+    store = await lmdb_factory.open(map_size=2 << 20, max_map_size=2 << 20)
+    await store.create_queue(T1, q("big"), {"max_message_bytes": 1 << 20})
+    body = os.urandom(64 << 10)
+    stored: list[SendResult] = []
+    failure: StoreError | None = None
+    for _ in range(200):  # 12.5 MiB: far past the map
+        try:
+            [result] = await store.send(T1, q("big"), [msg(body, is_text=False)])
+        except StoreError as exc:
+            result = exc
+        if isinstance(result, SendResult):
+            stored.append(result)
+            continue
+        failure = result
+        break
+    assert isinstance(failure, Unavailable), f"expected unavailable, got {failure!r}"
+    assert stored
+
+    # Reads and acks still work, and every acknowledged send is there.
+    got = await receive_all(store, T1, "big")
+    assert {m.id for m in got} == {r.id for r in stored}
+    assert all(m.body == body for m in got)
+    result = await store.ack(T1, [m.receipt for m in got[:4]])
+    assert result.acked == 4
+    # Space freed by acks is usable again.
+    ok((await store.send(T1, q("big"), [msg(body, is_text=False)]))[0])
+    store = await lmdb_factory.reopen(store, map_size=2 << 20, max_map_size=2 << 20)
+    assert len(await receive_all(store, T1, "big")) == len(stored) - 4 + 1
