@@ -1,0 +1,232 @@
+"""API.md's queue table, over real HTTP: create, list, read, change, delete, purge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Api, RunningGateway, api_for, problem_code
+
+DEFAULTS = {
+    "max_message_bytes": 262144,
+    "max_messages": None,
+    "visibility_timeout_s": 30,
+    "retention_s": 345600,
+    "delay_s": 0,
+    "receive_wait_s": 0,
+    "max_receives": None,
+    "dead_letter_queue": None,
+    "ordering": "best_effort",
+    "dedupe_window_s": 300,
+    "content_dedupe": False,
+    "replication_factor": 1,
+    "replication_mode": "sync",
+}
+STATS = {
+    "visible",
+    "in_flight",
+    "delayed",
+    "oldest_age_s",
+    "consumers",
+    "sent_total",
+    "acked_total",
+    "dead_lettered_total",
+}
+
+
+def test_create_returns_201_with_the_queue_object(admin: Api, qname: str) -> None:
+    r = admin.put_queue(qname)
+    assert r.status_code == 201
+    doc = r.json()
+    assert doc["name"] == qname
+    assert isinstance(doc["created_at"], float)
+    assert doc["attributes"] == DEFAULTS
+    assert set(doc["stats"]) == STATS
+    assert doc["stats"]["visible"] == 0 and doc["stats"]["consumers"] == 0
+
+
+def test_create_without_body_uses_defaults(admin: Api, qname: str) -> None:
+    r = admin.client.put(f"/v1/queues/{qname}")
+    assert r.status_code == 201
+    assert r.json()["attributes"] == DEFAULTS
+
+
+def test_create_again_same_attributes_is_200_different_is_409(admin: Api, qname: str) -> None:
+    assert admin.put_queue(qname, visibility_timeout_s=5).status_code == 201
+    again = admin.put_queue(qname, visibility_timeout_s=5)
+    assert again.status_code == 200
+    assert again.json()["attributes"]["visibility_timeout_s"] == 5
+    assert problem_code(admin.put_queue(qname, visibility_timeout_s=6), 409) == "queue_exists"
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [
+        ("max_message_bytes", 1),
+        ("max_message_bytes", 1048576),
+        ("max_messages", 1),
+        ("max_messages", 10**9),
+        ("visibility_timeout_s", 0),
+        ("visibility_timeout_s", 43200),
+        ("retention_s", 60),
+        ("retention_s", 1209600),
+        ("delay_s", 900),
+        ("receive_wait_s", 20),
+        ("ordering", "fifo"),
+        ("dedupe_window_s", 0),
+        ("dedupe_window_s", 86400),
+        ("content_dedupe", True),
+        ("replication_factor", 1),
+        ("replication_mode", "async"),
+    ],
+)
+def test_attribute_bounds_accepted(admin: Api, qname: str, attribute: str, value: Any) -> None:
+    r = admin.put_queue(qname, **{attribute: value})
+    assert r.status_code == 201, r.text
+    assert r.json()["attributes"][attribute] == value
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [
+        ("max_message_bytes", 0),
+        ("max_message_bytes", 1048577),
+        ("max_message_bytes", 1.5),
+        ("max_messages", 0),
+        ("max_messages", 10**9 + 1),
+        ("visibility_timeout_s", -1),
+        ("visibility_timeout_s", 43201),
+        ("visibility_timeout_s", "30"),
+        ("retention_s", 59),
+        ("retention_s", 1209601),
+        ("delay_s", 901),
+        ("receive_wait_s", 21),
+        ("max_receives", 0),
+        ("max_receives", 1001),
+        ("ordering", "lifo"),
+        ("dedupe_window_s", 86401),
+        ("content_dedupe", "yes"),
+        ("replication_factor", 0),
+        ("replication_factor", 6),
+        ("replication_mode", "eventual"),
+        ("dead_letter_queue", "bad name!"),
+        ("no_such_attribute", 1),
+        ("visibility_timeout_s", True),
+    ],
+)
+def test_attribute_out_of_bounds_is_400(admin: Api, qname: str, attribute: str, value: Any) -> None:
+    assert problem_code(admin.put_queue(qname, **{attribute: value}), 400) == "invalid_request"
+    assert problem_code(admin.client.get(f"/v1/queues/{qname}"), 404) == "queue_not_found"
+
+
+def test_embedded_store_accepts_replication_factor_1_only(admin: Api, qname: str) -> None:
+    assert problem_code(admin.put_queue(qname, replication_factor=3), 400) == "invalid_request"
+
+
+def test_max_receives_needs_an_existing_dead_letter_queue(admin: Api, qname: str) -> None:
+    assert problem_code(admin.put_queue(qname, max_receives=3), 400) == "invalid_request"
+    missing = admin.put_queue(qname, max_receives=3, dead_letter_queue=f"{qname}-dlq")
+    assert missing.status_code in (400, 404), missing.text
+    assert admin.put_queue(f"{qname}-dlq").status_code == 201
+    r = admin.put_queue(qname, max_receives=3, dead_letter_queue=f"{qname}-dlq")
+    assert r.status_code == 201, r.text
+    assert r.json()["attributes"]["dead_letter_queue"] == f"{qname}-dlq"
+
+
+@pytest.mark.parametrize("name", ["a" * 81, "has space", "dot.fifo", "slash%2Fname", "ünicode"])
+def test_bad_queue_names_are_400(admin: Api, name: str) -> None:
+    r = admin.put_queue(name)
+    assert r.status_code in (400, 404), r.text  # %2F decodes to a second path segment: no such route
+    assert r.json()["code"] in ("invalid_request", "not_found")
+
+
+def test_longest_queue_name_is_fine(admin: Api) -> None:
+    name = "Z_-9" * 20
+    assert admin.put_queue(name).status_code in (200, 201)
+
+
+def test_body_must_be_an_object(admin: Api, qname: str) -> None:
+    r = admin.client.put(f"/v1/queues/{qname}", json=[1, 2])
+    assert problem_code(r, 400) == "invalid_request"
+
+
+def test_get_queue_has_fresh_stats(admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    assert admin.send(qname).status_code == 201
+    assert admin.send(qname, delay_s=600).status_code == 201
+    stats = admin.client.get(f"/v1/queues/{qname}").json()["stats"]
+    assert stats["visible"] == 1 and stats["delayed"] == 1 and stats["sent_total"] == 2
+    assert admin.receive(qname).json()["messages"]
+    stats = admin.client.get(f"/v1/queues/{qname}").json()["stats"]
+    assert stats["visible"] == 0 and stats["in_flight"] == 1
+
+
+def test_get_missing_queue_is_404(admin: Api, qname: str) -> None:
+    assert problem_code(admin.client.get(f"/v1/queues/{qname}"), 404) == "queue_not_found"
+
+
+def test_list_queues_is_sorted_and_includes_new_ones(admin: Api, qname: str) -> None:
+    admin.put_queue(f"{qname}-b")
+    admin.put_queue(f"{qname}-a")
+    r = admin.client.get("/v1/queues")
+    assert r.status_code == 200
+    names = [q["name"] for q in r.json()["queues"]]
+    assert names == sorted(names)
+    assert {f"{qname}-a", f"{qname}-b"} <= set(names)
+
+
+def test_patch_changes_mutable_attributes(admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    r = admin.client.patch(f"/v1/queues/{qname}", json={"visibility_timeout_s": 7, "receive_wait_s": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["attributes"]["visibility_timeout_s"] == 7
+    assert admin.client.get(f"/v1/queues/{qname}").json()["attributes"]["receive_wait_s"] == 2
+
+
+def test_patch_cannot_change_ordering(admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    r = admin.client.patch(f"/v1/queues/{qname}", json={"ordering": "fifo"})
+    assert problem_code(r, 400) == "invalid_request"
+
+
+def test_patch_validates_bounds_and_missing_queue(admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    assert (
+        problem_code(admin.client.patch(f"/v1/queues/{qname}", json={"delay_s": 901}), 400)
+        == "invalid_request"
+    )
+    r = admin.client.patch(f"/v1/queues/{qname}-missing", json={"delay_s": 1})
+    assert problem_code(r, 404) == "queue_not_found"
+
+
+def test_delete_queue_needs_admin(gateway: RunningGateway, admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    for user in api_for(gateway, gateway.make_key(f"send:{qname} receive:{qname}")):
+        assert problem_code(user.client.delete(f"/v1/queues/{qname}"), 403) == "forbidden"
+    assert admin.client.delete(f"/v1/queues/{qname}").status_code == 204
+    assert problem_code(admin.client.get(f"/v1/queues/{qname}"), 404) == "queue_not_found"
+    assert problem_code(admin.client.delete(f"/v1/queues/{qname}"), 404) == "queue_not_found"
+
+
+def test_deleted_queue_can_be_recreated_empty(admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    admin.send(qname)
+    admin.client.delete(f"/v1/queues/{qname}")
+    assert admin.put_queue(qname).status_code == 201
+    assert admin.receive(qname).json()["messages"] == []
+    assert problem_code(admin.send(f"{qname}-never"), 404) == "queue_not_found"
+
+
+def test_purge_needs_admin_and_counts(gateway: RunningGateway, admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    for _ in range(3):
+        admin.send(qname)
+    admin.receive(qname)  # one in flight: purged too
+    for user in api_for(gateway, gateway.make_key(f"send:{qname} receive:{qname}")):
+        assert problem_code(user.client.post(f"/v1/queues/{qname}/purge"), 403) == "forbidden"
+    r = admin.client.post(f"/v1/queues/{qname}/purge")
+    assert r.status_code == 200
+    assert r.json() == {"purged": 3}
+    assert admin.client.get(f"/v1/queues/{qname}").json()["stats"]["visible"] == 0
+    assert problem_code(admin.client.post(f"/v1/queues/{qname}-x/purge"), 404) == "queue_not_found"
