@@ -24,7 +24,8 @@ class StoreOptions:
     map_size: int = 256 * 1024 * 1024
     max_map_size: int = 64 * 1024**3
     sweep_interval_s: float = 5.0
-    # Replication log: keep at least this many recent batches (followers catch up from them).
+    # Replication log: keep at least this many recent batches (followers catch up from
+    # them); 0 writes no log (a standalone store, see lmdb_store/replication_log.py).
     replication_log_keep: int = 10_000
     clock: Callable[[], float] | None = None
     extra: dict[str, str] = field(default_factory=dict)

@@ -6,15 +6,16 @@ transaction, so an error leaves no partial effect.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import itertools
 import logging
 import os
-import uuid
 from collections.abc import Sequence
 
 from ..encryption import Keyring
-from ..errors import InvalidReceipt, MessageTooLarge, QueueFull, StoreError, Unavailable
+from ..errors import InvalidReceipt, MessageTooLarge, QueueFull, QueueNotFound, StoreError, Unavailable
 from ..types import (
     AckResult,
     MessageId,
@@ -34,7 +35,6 @@ from .keys import (
     dedupe_key,
     encode_receipt,
     message_key,
-    queue_key,
     read_u64,
     split_visibility_key,
     u64,
@@ -52,6 +52,13 @@ class MessageOps:
 
     def __init__(self, keyring: Keyring | None) -> None:
         self.keyring = keyring
+        # Message ids: a random per-process prefix and a counter. Unique without a
+        # syscall per message (uuid4 reads the kernel's random pool each time).
+        self._id_prefix = os.urandom(8).hex()
+        self._id_counter = itertools.count(1)
+
+    def _new_id(self) -> MessageId:
+        return MessageId(f"{self._id_prefix}{next(self._id_counter):016x}")
 
     # Send -----------------------------------------------------------------
 
@@ -81,7 +88,7 @@ class MessageOps:
             record.count += 1
             record.sent_total += 1
             delay = attrs.delay_s if message.delay_s is None else message.delay_s
-            msg_id = MessageId(uuid.uuid4().hex)
+            msg_id = self._new_id()
             body = self.keyring.seal(message.body) if self.keyring else message.body
             stored = MessageRecord(
                 id=msg_id,
@@ -130,7 +137,9 @@ class MessageOps:
             candidates = _ready(w, qid, now_ms, max_messages - len(out), seen)
             if not candidates:
                 break
-            for visible_ms, seq in candidates:
+            # One read of the kernel's random pool for the whole batch of receipts.
+            tokens = os.urandom(RECEIPT_TOKEN_BYTES * len(candidates))
+            for i, (visible_ms, seq) in enumerate(candidates):
                 seen.add(seq)
                 raw = w.get(Db.MSGS, message_key(qid, seq))
                 try:
@@ -150,9 +159,8 @@ class MessageOps:
                     continue
                 if attrs.max_receives is not None and msg.receive_count >= attrs.max_receives:
                     if dlq is None and attrs.dead_letter_queue is not None:
-                        dlq_raw = w.get(Db.QUEUES, queue_key(tenant, attrs.dead_letter_queue))
-                        if dlq_raw is not None:
-                            dlq = (attrs.dead_letter_queue, QueueRecord.decode(dlq_raw))
+                        with contextlib.suppress(QueueNotFound):
+                            dlq = (attrs.dead_letter_queue, find_queue(w, tenant, attrs.dead_letter_queue))
                     if dlq is not None:
                         self._dead_letter(w, now, tenant, qid, seq, msg, fifo, dlq)
                         record.count -= 1
@@ -160,7 +168,7 @@ class MessageOps:
                         changed = True
                         continue
                 msg.receive_count += 1
-                msg.receipt_token = os.urandom(RECEIPT_TOKEN_BYTES)
+                msg.receipt_token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
                 set_visible_at(w, qid, seq, msg, invisible_until, "i")
                 w.put(Db.MSGS, message_key(qid, seq), msg.encode())
                 out.append(
@@ -322,12 +330,11 @@ class MessageOps:
             if raw is not None and unpack(raw)[2] <= now_ms:
                 w.delete(Db.DEDUPE, dedupe_key(qid, token))
             done += 1
-        queues_cursor = w.cursor(Db.QUEUES)
-        names = [(bytes(k), QueueRecord.decode(v)) for k, v in queues_cursor]
-        for key, record in names:
+        names = [bytes(k).decode().partition("\0") for k in w.cursor(Db.QUEUES).iternext(values=False)]
+        for tenant, _, name in names:
             if done >= budget:
                 break
-            tenant, _, name = key.decode().partition("\0")
+            record = find_queue(w, tenant, name)
             attrs = attributes_of(record)
             cutoff = now - attrs.retention_s
             fifo = attrs.ordering == "fifo"

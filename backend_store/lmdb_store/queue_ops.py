@@ -6,6 +6,7 @@ clock reading; the engine wires them to the Backend interface.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,14 +23,26 @@ _NEXT_QID = b"\0sys\0next_qid"
 
 
 def find_queue(v: View, tenant: str, name: str) -> QueueRecord:
-    raw = v.get(Db.QUEUES, queue_key(tenant, name))
+    """A queue's record; in the writer, the batch's cached copy (change it, then :func:`save_queue`)."""
+    key = queue_key(tenant, name)
+    if isinstance(v, Writes):
+        record = v.queue_cache.get(key)
+        if record is not None:
+            return record
+    raw = v.get(Db.QUEUES, key)
     if raw is None:
         raise QueueNotFound(f"queue {name!r} does not exist")
-    return QueueRecord.decode(raw)
+    record = QueueRecord.decode(raw)
+    if isinstance(v, Writes):
+        v.queue_cache[key] = record
+    return record
 
 
 def save_queue(w: Writes, tenant: str, name: str, record: QueueRecord) -> None:
-    w.put(Db.QUEUES, queue_key(tenant, name), record.encode())
+    """Mark a record changed; the writer stores it when the operation ends."""
+    key = queue_key(tenant, name)
+    w.queue_cache[key] = record
+    w.dirty_queues[key] = record
 
 
 def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
@@ -38,15 +51,21 @@ def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
     if raw is None:
         return None
     tenant, _, name = raw.decode().partition("\0")
-    rec_raw = v.get(Db.QUEUES, queue_key(tenant, name))
-    if rec_raw is None:
+    try:
+        record = find_queue(v, tenant, name)
+    except QueueNotFound:
         return None
-    record = QueueRecord.decode(rec_raw)
     return (tenant, name, record) if record.qid == qid else None
 
 
 def attributes_of(record: QueueRecord) -> QueueAttributes:
-    return attributes_from_record(record.attributes)
+    # Every operation needs the attributes; parsing them each time showed in profiles.
+    return _parsed_attributes(tuple(record.attributes.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_attributes(items: tuple[tuple[str, Any], ...]) -> QueueAttributes:
+    return attributes_from_record(dict(items))
 
 
 def _check_links(v: View, tenant: str, name: str, attrs: QueueAttributes, max_replication: int) -> None:
@@ -69,9 +88,11 @@ def create_queue(
 ) -> tuple[QueueInfo, bool]:
     check_queue_name(name)
     attrs = parse_attributes(raw_attributes)
-    existing = w.get(Db.QUEUES, queue_key(tenant, name))
-    if existing is not None:
-        record = QueueRecord.decode(existing)
+    try:
+        record = find_queue(w, tenant, name)
+    except QueueNotFound:
+        pass
+    else:
         if attributes_of(record) != attrs:
             raise QueueExists(f"queue {name!r} exists with different attributes")
         return info(tenant, name, record, stats(w, record, now)), False
@@ -121,7 +142,10 @@ def _delete_messages(w: Writes, qid: int) -> int:
 def delete_queue(w: Writes, tenant: str, name: str) -> None:
     record = find_queue(w, tenant, name)
     _delete_messages(w, record.qid)
-    w.delete(Db.QUEUES, queue_key(tenant, name))
+    key = queue_key(tenant, name)
+    w.queue_cache.pop(key, None)
+    w.dirty_queues.pop(key, None)
+    w.delete(Db.QUEUES, key)
     w.delete(Db.QIDS, u64(record.qid))
 
 

@@ -3,6 +3,10 @@
 The leader appends the exact mutations it applied; a follower applies the same record
 (:meth:`ReplicationLog.apply`) and ends up byte-for-byte equal. Entries are kept until
 they are older than the newest ``keep`` batches and every registered follower has them.
+
+With ``keep=0`` (a standalone gateway: nobody will ever read the log) batches still get
+LSNs but their mutations are not copied into the log, which halves the bytes each
+message costs on disk. Backend nodes always keep a log.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ _TRIM_PER_BATCH = 64
 
 class ReplicationLog:
     def __init__(self, keep: int) -> None:
-        self.keep = max(1, keep)
+        self.keep = max(0, keep)
         self.last_lsn = Lsn(0)
         # The lowest LSN any follower still needs (None: no followers registered).
         self.follower_floor: Lsn | None = None
@@ -36,15 +40,16 @@ class ReplicationLog:
     def append(self, writes: Writes) -> Lsn:
         """Write the batch's mutations as the next entry, in the batch's own transaction."""
         lsn = Lsn(self.last_lsn + 1)
-        record = pack([[int(db), key, value] for db, key, value in writes.mutations])
-        writes.txn.put(u64(lsn), record, db=writes.dbs[Db.REPLOG])
         writes.txn.put(_LAST_LSN, u64(lsn), db=writes.dbs[Db.META])
+        if self.keep:
+            record = pack([[int(db), key, value] for db, key, value in writes.mutations])
+            writes.txn.put(u64(lsn), record, db=writes.dbs[Db.REPLOG])
         self._trim(writes, lsn)
         # The writer sets ``last_lsn`` once the transaction is committed.
         return lsn
 
     def _trim(self, writes: Writes, lsn: Lsn) -> None:
-        horizon = lsn - self.keep
+        horizon = lsn - max(1, self.keep)
         if self.follower_floor is not None:
             horizon = min(horizon, self.follower_floor - 1)
         if horizon <= 0:
