@@ -22,11 +22,18 @@ from backend_store.types import TenantId
 from gateway.errors import Forbidden, InvalidRequest, Unauthorized
 
 from .api_keys import ApiKey, ApiKeyStore, is_api_key, key_id_of
-from .jwt_keys import MINTING_KID, JwtKey, JwtKeyStore, VerificationKey, load_verification_key
+from .jwt_keys import (
+    MINTING_KID,
+    JwtKey,
+    JwtKeyStore,
+    VerificationKey,
+    is_valid_kid,
+    load_verification_key,
+)
 from .jwt_verify import principal_from_claims, read_header, verify_claims
 from .principal import Principal
 from .scopes import format_scopes, parse_scopes, scopes_beyond
-from .tenants import Tenant, TenantStore, normalize_origin
+from .tenants import Tenant, TenantStore, is_valid_tenant_name, normalize_origin
 from .ttl_cache import TtlCache
 
 MAX_TOKEN_CHARS = 8192
@@ -113,7 +120,10 @@ class Authenticator:
         hit, entry = self._jwt_key_cache.get((tenant, kid))
         if hit and entry is not None:
             return entry
-        key = await self.jwt_keys.get(tenant, kid)
+        # Both come from the unverified token: names no stored key can have (a "/" that
+        # would splice tenant and kid, a NUL the store refuses) never reach the store.
+        valid = is_valid_tenant_name(tenant) and is_valid_kid(kid)
+        key = await self.jwt_keys.get(tenant, kid) if valid else None
         if key is None:
             raise Unauthorized(f"unknown JWT key: tenant {tenant!r} has no kid {kid!r}")
         entry = (key, load_verification_key(key.alg, key.material))

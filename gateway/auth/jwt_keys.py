@@ -95,6 +95,10 @@ def load_verification_key(alg: str, material: bytes) -> VerificationKey:
     raise InvalidRequest(f"{alg} needs {expected} public key")
 
 
+def is_valid_kid(kid: str) -> bool:
+    return _KID.fullmatch(kid) is not None
+
+
 def _storage_key(tenant: str, kid: str) -> str:
     # Tenant names never contain "/", so the prefix "<tenant>/" lists exactly one tenant.
     return f"{tenant}/{kid}"
@@ -109,7 +113,7 @@ class JwtKeyStore:
 
     async def add(self, tenant: str, kid: str, alg: str, material: bytes) -> JwtKey:
         """Register a key; InvalidRequest if the kid is taken, reserved or the key is unusable."""
-        if not _KID.fullmatch(kid):
+        if not is_valid_kid(kid):
             raise InvalidRequest("a kid is 1-256 printable ASCII characters without spaces")
         if kid.startswith(RESERVED_PREFIX):
             raise InvalidRequest(f"kids starting with {RESERVED_PREFIX!r} are reserved for the gateway")

@@ -19,8 +19,12 @@ NAMESPACE = "tenants"
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def is_valid_tenant_name(name: str) -> bool:
+    return _NAME.fullmatch(name) is not None
+
+
 def validate_tenant_name(name: str) -> TenantId:
-    if not _NAME.fullmatch(name):
+    if not is_valid_tenant_name(name):
         raise InvalidRequest(f"invalid tenant name {name!r}: 1-64 characters of [A-Za-z0-9_-]")
     return TenantId(name)
 

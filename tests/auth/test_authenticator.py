@@ -159,6 +159,18 @@ async def test_tenants_cannot_use_each_others_keys(auth: Authenticator) -> None:
     assert (await auth.authenticate(jwt_for(OTHER_HS_SECRET, tenant="globex"))).tenant == "globex"
 
 
+async def test_names_from_the_token_cannot_splice_storage_keys(auth: Authenticator) -> None:
+    await auth.tenants.create("acme")
+    await auth.jwt_keys.add("acme", "k1/x", "HS256", HS_SECRET)
+    assert await auth.authenticate(jwt_for(HS_SECRET, kid="k1/x"))
+    # "acme/k1" + "/" + "x" would name acme's key "k1/x".
+    with pytest.raises(Unauthorized, match="unknown JWT key"):
+        await auth.authenticate(jwt_for(HS_SECRET, tenant="acme/k1", kid="x"))
+    for tenant, kid in [("acme", "k\x00"), ("ac\x00me", "k1"), ("acme", "")]:
+        with pytest.raises(Unauthorized, match="unknown JWT key"):
+            await auth.authenticate(jwt_for(HS_SECRET, tenant=tenant, kid=kid))
+
+
 async def test_audience_when_configured(backend: Backend) -> None:
     auth = Authenticator(backend, audience="pushgate")
     await auth.tenants.create("acme")
