@@ -1,0 +1,161 @@
+"""Coalescing of acks, nacks and sends: many requests, one backend call per key and turn.
+
+Each key (a tenant for acks, a queue for sends) has at most one call under way; whatever
+arrives meanwhile waits and goes in the next call. The store group-commits anyway, but
+fewer, bigger calls mean fewer rows of Python per message and no task per request:
+a task exists only per key while it has work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+from backend_store.backend import Backend
+from backend_store.errors import InvalidRequest, StoreError
+from backend_store.types import AckResult, NewMessage, QueueName, ReceiptFailure, SendResult, TenantId
+
+logger = logging.getLogger("pushgate.push")
+
+K = TypeVar("K", bound=Hashable)
+I = TypeVar("I")  # noqa: E741 - an item, as in the typing docs
+
+# What a request hears back: its own share of the combined call, or the call's error.
+AckReply = Callable[[AckResult | BaseException], None]
+SendReply = Callable[[list[SendResult | StoreError] | BaseException], None]
+
+MAX_RECEIPTS_PER_CALL = 1000
+MAX_MESSAGES_PER_CALL = 500
+
+
+class KeyedBatcher(Generic[K, I]):
+    """Runs :meth:`flush` with every item queued for a key, one call per key at a time."""
+
+    def __init__(self) -> None:
+        self._pending: dict[K, list[I]] = {}
+        self._tasks: dict[K, asyncio.Task[None]] = {}
+
+    def add(self, key: K, item: I) -> None:
+        items = self._pending.get(key)
+        if items is None:
+            self._pending[key] = [item]
+            if key not in self._tasks:
+                self._tasks[key] = asyncio.get_running_loop().create_task(self._drain(key))
+        else:
+            items.append(item)
+
+    async def _drain(self, key: K) -> None:
+        try:
+            while items := self._pending.pop(key, None):
+                try:
+                    await self.flush(key, items)
+                except Exception:
+                    # flush answers every item itself; this is a bug, not a store error.
+                    logger.exception("push batch failed")
+        finally:
+            del self._tasks[key]
+
+    async def flush(self, key: K, items: list[I]) -> None:
+        raise NotImplementedError
+
+    async def wait_idle(self) -> None:
+        """Return when nothing is queued or under way (used by shutdown and tests)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+
+def _split_ack(receipts: Sequence[str], failed: dict[str, str]) -> AckResult:
+    mine = [ReceiptFailure(r, failed[r]) for r in receipts if r in failed]
+    return AckResult(acked=len(receipts) - len(mine), failed=mine)
+
+
+class AckBatcher(KeyedBatcher[tuple[TenantId, float | None], tuple[Sequence[str], AckReply | None]]):
+    """Acks (delay ``None``) and nacks (delay in seconds) per tenant."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
+        self.add((tenant, None), (receipts, reply))
+
+    def nack(
+        self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
+    ) -> None:
+        self.add((tenant, delay_s), (receipts, reply))
+
+    async def flush(
+        self, key: tuple[TenantId, float | None], items: list[tuple[Sequence[str], AckReply | None]]
+    ) -> None:
+        tenant, delay = key
+        receipts = [r for rs, _ in items for r in rs]
+        failed: dict[str, str] = {}
+        try:
+            for start in range(0, len(receipts), MAX_RECEIPTS_PER_CALL):
+                chunk = receipts[start : start + MAX_RECEIPTS_PER_CALL]
+                if delay is None:
+                    result = await self._backend.ack(tenant, chunk)
+                else:
+                    result = await self._backend.nack(tenant, chunk, delay)
+                failed.update((f.receipt, f.code) for f in result.failed)
+        except Exception as exc:
+            if not isinstance(exc, StoreError):
+                logger.exception("ack/nack failed")
+            for _, reply in items:
+                if reply is not None:
+                    reply(exc)
+            return
+        for rs, reply in items:
+            if reply is not None:
+                reply(_split_ack(rs, failed))
+
+
+class SendBatcher(
+    KeyedBatcher[tuple[TenantId, QueueName], tuple[list[NewMessage | InvalidRequest], SendReply]]
+):
+    """Sends per queue; a bad entry keeps its own error and the others still go."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def send(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        entries: list[NewMessage | InvalidRequest],
+        reply: SendReply,
+    ) -> None:
+        self.add((tenant, queue), (entries, reply))
+
+    async def flush(
+        self,
+        key: tuple[TenantId, QueueName],
+        items: list[tuple[list[NewMessage | InvalidRequest], SendReply]],
+    ) -> None:
+        tenant, queue = key
+        valid = [e for entries, _ in items for e in entries if isinstance(e, NewMessage)]
+        results: list[SendResult | StoreError] = []
+        try:
+            for start in range(0, len(valid), MAX_MESSAGES_PER_CALL):
+                results.extend(
+                    await self._backend.send(tenant, queue, valid[start : start + MAX_MESSAGES_PER_CALL])
+                )
+        except Exception as exc:
+            if not isinstance(exc, StoreError):
+                logger.exception("send failed")
+            for _, reply in items:
+                reply(exc)
+            return
+        position = 0
+        for entries, reply in items:
+            mine: list[SendResult | StoreError] = []
+            for entry in entries:
+                if isinstance(entry, NewMessage):
+                    mine.append(results[position])
+                    position += 1
+                else:
+                    mine.append(entry)
+            reply(mine)

@@ -1,0 +1,179 @@
+"""One dispatcher per queue with subscribers: receive as much as they have credit for,
+hand it out fairly, sleep on wake-ups when there is nothing to do.
+
+The loop, in short::
+
+    clear the kick; take the subscribers' credit, grouped by visibility timeout;
+    receive min(credit, max_receive) per group in one backend call; deal the messages
+    round-robin; if a receive came back full, go again; else sleep until a kick (a send,
+    a nack, an ack that freed credit, a new subscriber) or the next message due
+    (``next_visible_at``: delayed messages and visibility expiries), capped by the
+    safety poll.
+
+FIFO ordering is the store's: it hands out at most one message per group, so dealing
+them across subscribers keeps each group in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from backend_store.errors import QueueNotFound, StoreError
+from backend_store.types import QueueName, ReceivedMessage, TenantId
+
+from .messages import encode_message
+from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .engine import PushEngine
+
+logger = logging.getLogger("pushgate.push")
+
+# After a store error, wait this long (or for a kick) before trying again.
+ERROR_BACKOFF_S = 0.5
+
+
+class Dispatcher:
+    __slots__ = ("_engine", "_kick", "_next", "_task", "queue", "subs", "tenant")
+
+    def __init__(self, engine: PushEngine, tenant: TenantId, queue: QueueName) -> None:
+        self._engine = engine
+        self.tenant = tenant
+        self.queue = queue
+        self.subs: list[Subscription] = []
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Where the next deal starts, so no subscriber is always served first.
+        self._next = 0
+
+    def add(self, sub: Subscription) -> None:
+        self.subs.append(sub)
+        self.ensure_running()
+
+    def ensure_running(self) -> None:
+        self._kick.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def remove(self, sub: Subscription) -> None:
+        try:
+            self.subs.remove(sub)
+        except ValueError:
+            return
+        # Others may now get what this one would have.
+        self._kick.set()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Let the loop finish its current receive (releasing what it got), then end it."""
+        task = self._task
+        if task is None:
+            return
+        self._kick.set()
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        engine = self._engine
+        try:
+            while self.subs and not engine.draining:
+                self._kick.clear()
+                try:
+                    if await self._pump():
+                        continue
+                    timeout = await self._idle_timeout()
+                except QueueNotFound as exc:
+                    self._end_all(exc.code, "the queue was deleted")
+                    break
+                except StoreError as exc:
+                    logger.warning("dispatcher of %s: %s", self.queue, exc.code)
+                    timeout = ERROR_BACKOFF_S
+                except Exception:
+                    logger.exception("dispatcher of %s failed", self.queue)
+                    timeout = ERROR_BACKOFF_S
+                if not self._kick.is_set() and self.subs:
+                    try:
+                        async with asyncio.timeout(timeout):
+                            await self._kick.wait()
+                    except TimeoutError:
+                        pass
+        finally:
+            self._task = None
+            engine.dispatcher_idle(self)
+
+    async def _idle_timeout(self) -> float:
+        settings = self._engine.settings
+        due = await self._engine.backend.next_visible_at(self.tenant, self.queue)
+        if due is None:
+            return settings.safety_poll_s
+        return min(settings.safety_poll_s, max(settings.min_poll_s, due - time.time()))
+
+    async def _pump(self) -> bool:
+        """Receive and deal once; return whether the queue may have more for us right now."""
+        now = time.time()
+        groups: dict[float | None, list[tuple[Subscription, int]]] = {}
+        for sub in self.subs:
+            credit = sub.credit(now)
+            if credit > 0:
+                groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
+        more = False
+        limit = self._engine.settings.max_receive
+        for timeout, wanting in groups.items():
+            want = min(limit, sum(credit for _, credit in wanting))
+            messages = await self._engine.backend.receive(self.tenant, self.queue, want, timeout)
+            if messages:
+                self._deal(messages, wanting)
+            more = more or len(messages) == want
+        return more
+
+    def _deal(self, messages: list[ReceivedMessage], wanting: list[tuple[Subscription, int]]) -> None:
+        # Subscribers may have gone while the receive was under way.
+        open_subs = [(sub, credit) for sub, credit in wanting if sub.active and not sub.transport.closed]
+        if not open_subs:
+            self._engine.release(self.tenant, [m.receipt for m in messages])
+            return
+        count = len(open_subs)
+        start = self._next % count
+        self._next += 1
+        hands: list[list[ReceivedMessage]] = [[] for _ in range(count)]
+        credits = [credit for _, credit in open_subs]
+        # Round-robin, one message at a time, while credit lasts; whatever is left over
+        # (credit shrank meanwhile) goes back to the queue at once.
+        leftover: list[ReceivedMessage] = []
+        i = start
+        for message in messages:
+            for _ in range(count):
+                if credits[i] > 0:
+                    break
+                i = (i + 1) % count
+            if credits[i] <= 0:
+                leftover.append(message)
+                continue
+            hands[i].append(message)
+            credits[i] -= 1
+            i = (i + 1) % count
+        for (sub, _), hand in zip(open_subs, hands, strict=True):
+            if hand:
+                sub.deliver(hand, [encode_message(m) for m in hand])
+                if sub.auto_ack:
+                    # At most once: deleted as soon as it is handed to the stream.
+                    self._engine.acks.ack(self.tenant, [m.receipt for m in hand])
+        if leftover:
+            self._engine.release(self.tenant, [m.receipt for m in leftover])
+
+    def _end_all(self, code: str, detail: str) -> None:
+        for sub in list(self.subs):
+            self._engine.end_subscription(sub, code, detail)

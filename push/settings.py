@@ -1,0 +1,37 @@
+"""Knobs of the delivery engine and its transports, with the defaults API.md implies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PushSettings:
+    """Bounds and timings for subscriptions, connections and dispatchers.
+
+    Byte bounds are counted on encoded frames, so memory per connection is bounded by
+    ``send_buffer_bytes`` plus one receive frame of ``max_frame_bytes``.
+    """
+
+    default_prefetch: int = 10
+    max_prefetch: int = 1000
+    max_batch: int = 100
+    # One backend receive takes at most this many messages, whatever the credit.
+    max_receive: int = 100
+    # A connection whose unsent frames exceed this is a slow consumer: closed with 4008.
+    send_buffer_bytes: int = 4 * 1024 * 1024
+    max_frame_bytes: int = 1024 * 1024
+    auth_timeout_s: float = 10.0
+    # SSE comment pings; API.md asks for one at least every 15 s.
+    ping_interval_s: float = 15.0
+    sse_retry_ms: int = 2000
+    # How long a disconnected SSE stream's unacked messages wait for a reconnect with
+    # Last-Event-ID before they are released anyway.
+    sse_resume_grace_s: float = 5.0
+    # Idle dispatchers sleep on wake-ups; this caps the sleep as a safety net.
+    safety_poll_s: float = 5.0
+    # The shortest idle sleep, so a clock skew never turns into a busy loop.
+    min_poll_s: float = 0.002
+    max_subscriptions_per_connection: int = 100
+    max_connections_per_subscription_queue: int = 10_000
+    subprotocol: str = "pushgate.v1"
