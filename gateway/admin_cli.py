@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from backend_store.backend import Backend
-from backend_store.errors import StoreError
+from backend_store.errors import ConfigurationError, StoreError
 from backend_store.types import QueueName, TenantId
-from backend_store.url import open_backend
+from backend_store.url import StoreOptions, open_backend
 from gateway.errors import GatewayError
+from gateway.settings import Settings
 
 from .auth.api_keys import ApiKeyStore
 from .auth.jwt_keys import ALGORITHMS, JwtKeyStore
@@ -44,12 +45,14 @@ class _UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pushgate admin", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "--data",
-        type=Path,
-        default=os.environ.get("PUSHGATE_DATA"),
-        help="the gateway's data directory (default: $PUSHGATE_DATA)",
+        "--data", type=Path, help="the gateway's data directory (default: $PUSHGATE_DATA_DIR)"
     )
-    parser.add_argument("--store", help="store URL instead of lmdb://<data>, as given to serve")
+    parser.add_argument("--store", help="the store URL, when serve was given one (--store)")
+    parser.add_argument(
+        "--encryption-key-file",
+        type=Path,
+        help="the store's encryption keys, as given to serve (default: $PUSHGATE_ENCRYPTION_KEYS)",
+    )
     groups = parser.add_subparsers(dest="group", required=True, parser_class=_Parser)
 
     tenant = groups.add_parser("tenant", help="tenants").add_subparsers(dest="action", required=True)
@@ -166,8 +169,10 @@ async def _delete_queue(backend: Backend, args: argparse.Namespace) -> dict[str,
     return {"deleted": args.name}
 
 
-async def _run(store_url: str, command: Command, args: argparse.Namespace) -> dict[str, Any]:
-    backend = open_backend(store_url)
+async def _run(
+    store_url: str, options: StoreOptions, command: Command, args: argparse.Namespace
+) -> dict[str, Any]:
+    backend = open_backend(store_url, options)
     await backend.start()
     try:
         return await command(backend, args)
@@ -175,16 +180,20 @@ async def _run(store_url: str, command: Command, args: argparse.Namespace) -> di
         await backend.close()
 
 
-def _store_url(args: argparse.Namespace) -> str:
-    if args.store is not None:
-        return str(args.store)
-    if args.data is None:
-        raise _UsageError("pushgate admin: error: --data DIR is required (or set PUSHGATE_DATA)")
-    data = Path(args.data).resolve()
-    if not data.is_dir():
+def _store(args: argparse.Namespace) -> tuple[str, StoreOptions]:
+    """The store ``pushgate serve`` uses with the same flags and environment."""
+    flags = {"data_dir": args.data, "store_url": args.store, "encryption_key_file": args.encryption_key_file}
+    if args.data is None and args.store is not None:
+        flags["data_dir"] = Path.cwd()  # unused: the store URL says where the store is
+    try:
+        settings = Settings.from_sources(flags)
+    except ConfigurationError as exc:
+        raise _UsageError(f"pushgate admin: error: {exc.detail}") from None
+    if args.store is None and not settings.data_dir.is_dir():
         # Opening a store creates it; a typo in --data must not make an empty one.
-        raise _CommandError(f"no data directory at {data}")
-    return "lmdb://" + str(data)
+        raise _CommandError(f"no data directory at {settings.data_dir.resolve()}")
+    # No retention sweeps from a command that lives for a moment.
+    return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0)
 
 
 class _CommandError(Exception):
@@ -197,10 +206,10 @@ def main(argv: list[str]) -> int:
         argv = argv[1:]
     try:
         args = build_parser().parse_args(argv)
-        store_url = _store_url(args)
+        store_url, options = _store(args)
         if args.run is _jwt_key_add:
             args.material = _read_key_material(args)
-        result = asyncio.run(_run(store_url, args.run, args))
+        result = asyncio.run(_run(store_url, options, args.run, args))
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     except _UsageError as exc:

@@ -14,11 +14,13 @@ import orjson
 import pytest
 
 from backend_store.backend import Backend
+from backend_store.encryption import Keyring
 from backend_store.types import QueueName, TenantId
 from backend_store.url import StoreOptions, open_backend
 from gateway.admin_cli import main
 from gateway.auth.authenticator import Authenticator
 from gateway.errors import Unauthorized
+from gateway.settings import default_store_url
 from tests.conftest import ManualClock, scaled
 
 from .keys import HS_SECRET, ec_pair, rsa_pair
@@ -33,9 +35,15 @@ class Result:
     err: str
 
 
+@pytest.fixture(autouse=True)
+def no_pushgate_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [k for k in os.environ if k.startswith("PUSHGATE_")]:
+        monkeypatch.delenv(name)
+
+
 async def admin(data_dir: Path, *args: str) -> Result:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("PUSHGATE_DATA", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUSHGATE_")}
+    env["PYTHONPATH"] = str(REPO)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -75,8 +83,9 @@ async def ok(data_dir: Path, *args: str) -> dict[str, Any]:
     return result.out
 
 
-async def open_store(data_dir: Path) -> Backend:
-    store = open_backend("lmdb://" + str(data_dir), StoreOptions(sweep_interval_s=0))
+async def open_store(data_dir: Path, keyring: Keyring | None = None) -> Backend:
+    """The store a gateway serving ``data_dir`` opens."""
+    store = open_backend(default_store_url(data_dir), StoreOptions(keyring=keyring, sweep_interval_s=0))
     await store.start()
     return store
 
@@ -273,6 +282,17 @@ async def test_cli_beside_a_running_gateway(data_dir: Path) -> None:
         assert sorted(t.name for t in await auth.tenants.list_all()) == ["acme", "globex"]
     finally:
         await store.close()
+
+
+async def test_encrypted_store_needs_its_keys(data_dir: Path, tmp_path: Path) -> None:
+    key_file = tmp_path / "keys.json"
+    key_file.write_text(Keyring.generate_document("k1"))
+    store = await open_store(data_dir, Keyring.from_file(key_file))
+    await store.close()
+    refused = await admin(data_dir, "tenant", "create", "acme")
+    assert refused.code == 1 and "encrypt" in refused.err
+    created = await ok(data_dir, "--encryption-key-file", str(key_file), "tenant", "create", "acme")
+    assert created["tenant"] == "acme"
 
 
 def test_main_in_process_accepts_a_leading_admin(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
