@@ -17,11 +17,13 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend_store.backend import Backend
 from backend_store.errors import StoreError
+from push import AckTrackingBackend, PrincipalLike, PushEngine, PushSettings, SseHandler, WebSocketHandler
+from push.sse_handler import plain_error_response
 
 from .errors import GatewayError, MethodNotAllowed, NotFound, problem, problem_response
 from .metrics import GatewayMetrics
@@ -39,16 +41,31 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 
 def push_routes(services: GatewayServices) -> list[BaseRoute]:
-    """Routes of the push delivery engine (WebSocket and SSE).
+    """Routes of the push delivery engine (WebSocket and SSE); see docs/push.md."""
+    engine = PushEngine(services.backend, services.hub, PushSettings())
+    # HTTP acks and nacks must give SSE streams their credit back, so routes see the
+    # backend through a wrapper that tells the engine (every call passes through).
+    services.backend = AckTrackingBackend(services.backend, engine.settle)
+    services.components.append(engine)  # started after the backend, drained before it closes
+    services.consumers = engine.consumers
+    authenticator = services.authenticator
 
-    The push engine adds them here, e.g.::
+    async def origin_allowed(principal: PrincipalLike, origin: str) -> bool:
+        return await authenticator.origin_allowed(principal.tenant, origin)
 
-        engine = PushEngine(services.backend, services.hub, ...)
-        services.components.append(engine)        # started after the backend, closed before it
-        services.consumers = engine.consumer_count
-        return [WebSocketRoute("/v1/ws", ...), Route("/v1/queues/{queue}/events", ...)]
-    """
-    return []
+    def error_response(exc: Exception) -> Response:
+        return (
+            problem_response(exc) if isinstance(exc, GatewayError | StoreError) else plain_error_response(exc)
+        )
+
+    return [
+        WebSocketRoute("/v1/ws", WebSocketHandler(engine, authenticator.authenticate, origin_allowed)),
+        Route(
+            "/v1/queues/{queue}/events",
+            SseHandler(engine, authenticator.authenticate, error_response),
+            methods=["GET"],
+        ),
+    ]
 
 
 def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlette:

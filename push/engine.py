@@ -166,10 +166,10 @@ class PushEngine:
         conn.subs[queue] = sub
         conn.auto_subs += auto_ack
         if start:
-            self.start(sub)
+            self.start_subscription(sub)
         return sub
 
-    def start(self, sub: Subscription) -> None:
+    def start_subscription(self, sub: Subscription) -> None:
         key = (sub.tenant, sub.queue)
         dispatcher = self._dispatchers.get(key)
         if dispatcher is None:

@@ -34,6 +34,24 @@ Authenticate = Callable[[str], Awaitable[PrincipalLike]]
 CheckOrigin = Callable[[PrincipalLike, str], Awaitable[bool]]
 
 
+class AccessError(Exception):
+    """push/'s own refusals (a missing token, a missing scope), with a stable ``code``."""
+
+    code = "unauthorized"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class MissingToken(AccessError):
+    code = "unauthorized"
+
+
+class MissingScope(AccessError):
+    code = "forbidden"
+
+
 def error_code(exc: BaseException, default: str = "internal_error") -> str:
     """The stable ``code`` of a store or gateway error (they all carry one)."""
     code = getattr(exc, "code", None)

@@ -24,12 +24,12 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from backend_store.attributes import check_queue_name
-from backend_store.errors import InvalidRequest, StoreError
+from backend_store.errors import InvalidRequest
 from backend_store.types import QueueName
 
 from .close_codes import CloseCode
 from .engine import GoingAway, PushEngine
-from .principal import Authenticate, PrincipalLike, error_code, error_detail
+from .principal import Authenticate, MissingScope, MissingToken, PrincipalLike, error_code, error_detail
 from .sse_protocol import SseEncoder, new_stream_id, parse_last_event_id
 from .transport import SseTransport
 from .ws_handler import bearer_token
@@ -56,14 +56,6 @@ def plain_error_response(exc: Exception) -> Response:
     doc = {"type": "about:blank", "title": code, "status": status, "detail": error_detail(exc), "code": code}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return Response(orjson.dumps(doc), status, headers, media_type="application/problem+json")
-
-
-class Forbidden(Exception):
-    code = "forbidden"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
 
 
 class PushEventStream(EventSourceResponse):
@@ -141,7 +133,7 @@ class SseHandler:
         engine, settings = self.engine, self.engine.settings
         token = bearer_token(request.scope)
         if token is None:
-            raise _unauthorized("missing bearer token")
+            raise MissingToken("missing bearer token")
         principal: PrincipalLike = await self.authenticate(token)
         queue = QueueName(request.path_params["queue"])
         check_queue_name(queue)
@@ -151,7 +143,7 @@ class SseHandler:
             raise InvalidRequest("ack must be manual or auto")
         visibility = _float_param(request, "visibility_timeout_s")
         if not principal.can("receive", queue):
-            raise Forbidden(f"the token cannot receive from {queue}")
+            raise MissingScope(f"the token cannot receive from {queue}")
         info = await engine.backend.get_queue(principal.tenant, queue)
         if visibility is None:
             visibility = info.attributes.visibility_timeout_s
@@ -173,7 +165,7 @@ class SseHandler:
         )
         if last is not None:
             engine.resume(sub, *last)
-        engine.start(sub)
+        engine.start_subscription(sub)
 
         expiry: asyncio.TimerHandle | None = None
         if principal.expires_at is not None:
@@ -201,12 +193,6 @@ class SseHandler:
         return PushEventStream(
             body(), headers=STREAM_HEADERS, ping=0, client_close_handler_callable=client_gone
         )
-
-
-def _unauthorized(detail: str) -> Exception:
-    exc = StoreError(detail)
-    exc.code = "unauthorized"
-    return exc
 
 
 __all__ = ["GoingAway", "PushEventStream", "SseHandler", "error_code"]
