@@ -16,7 +16,7 @@ from typing import Any
 from .errors import InvalidRequest
 from .types import QueueAttributes
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 # Attributes that can never change after creation (SQS: FifoQueue).
 IMMUTABLE = frozenset({"ordering"})
@@ -49,7 +49,7 @@ BOUNDS: dict[str, Bound] = {
 
 
 def check_queue_name(name: str, what: str = "queue name") -> None:
-    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise InvalidRequest(f"{what} must be 1-80 characters of [A-Za-z0-9_-]")
 
 

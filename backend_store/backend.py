@@ -134,7 +134,11 @@ class Backend(Protocol):
         """Keep a received message invisible for ``timeout_s`` from now."""
 
     async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
-        """When the earliest not-yet-visible message of a queue becomes visible (None: none)."""
+        """When the earliest not-yet-visible message of a queue becomes visible (None: none).
+
+        Messages visible now are not counted (receive them); nor are FIFO messages
+        waiting behind their group's head (they wait for an ack, not for time).
+        """
 
     # Metadata: tenants, API keys, JWT keys, limits. Opaque bytes per namespace.
 

@@ -26,7 +26,7 @@ class StoreOptions:
     sweep_interval_s: float = 5.0
     # Replication log: keep at least this many recent batches (followers catch up from
     # them); 0 writes no log (a standalone store, see lmdb_store/replication_log.py).
-    replication_log_keep: int = 10_000
+    replication_log_keep: int = 0
     clock: Callable[[], float] | None = None
     extra: dict[str, str] = field(default_factory=dict)
 

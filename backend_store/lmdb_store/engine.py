@@ -190,7 +190,7 @@ class LmdbBackend:
     async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
         def read(v: View) -> float | None:
             record = queue_ops.find_queue(v, tenant, queue)
-            ms = next_visible_ms(v, record.qid)
+            ms = next_visible_ms(v, record.qid, int(self._clock() * 1000))
             return None if ms is None else ms / 1000
 
         return await self._read(read)

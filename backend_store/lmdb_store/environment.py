@@ -35,6 +35,7 @@ class Db(IntEnum):
     DEDUPE = 6
     DEDUPE_EXP = 7
     REPLOG = 8
+    STATE = 9
 
 
 class _SharedGate:

@@ -69,6 +69,7 @@ class _Pending(Generic[T]):
 
 
 _STOP = object()
+_HEARTBEAT = b"\0sys\0advance"
 
 
 class _BrokenOperation(Exception):
@@ -145,6 +146,7 @@ class GroupCommitWriter:
 
     def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
         touched: Touched = set()
+        advanced = False
         while True:
             try:
                 touched = self._apply(batch)
@@ -157,6 +159,12 @@ class GroupCommitWriter:
             except lmdb.MapFullError:
                 if self._env.grow():
                     continue
+                if not advanced:
+                    # LMDB reuses pages freed by transaction N only from N+2 on: after
+                    # acks free space, one tiny commit makes it usable for this batch.
+                    advanced = True
+                    if self._advance():
+                        continue
                 # Full at the maximum size: let each operation try alone, so the ones
                 # that free space or need none (acks, reads) still go through.
                 touched = self._apply_one_by_one(batch)
@@ -167,6 +175,16 @@ class GroupCommitWriter:
         self.batches += 1
         self.operations += len(batch)
         self._resolve(batch, touched)
+
+    def _advance(self) -> bool:
+        txn = self._env.begin_write()
+        try:
+            txn.put(_HEARTBEAT, b"", db=self._env.dbs[Db.META])
+            txn.commit()
+        except lmdb.Error:
+            txn.abort()
+            return False
+        return True
 
     def _apply(self, batch: list[_Pending[Any]]) -> Touched:
         now = self._clock()

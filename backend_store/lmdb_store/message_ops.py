@@ -15,7 +15,15 @@ import os
 from collections.abc import Sequence
 
 from ..encryption import Keyring
-from ..errors import InvalidReceipt, MessageTooLarge, QueueFull, QueueNotFound, StoreError, Unavailable
+from ..errors import (
+    InvalidReceipt,
+    InvalidRequest,
+    MessageTooLarge,
+    QueueFull,
+    QueueNotFound,
+    StoreError,
+    Unavailable,
+)
 from ..types import (
     AckResult,
     MessageId,
@@ -41,10 +49,11 @@ from .keys import (
     visibility_key,
 )
 from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue
-from .records import MessageRecord, QueueRecord, pack, unpack
-from .visibility import add_message, remove_message, set_visible_at, to_ms
+from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
+from .visibility import add_message, load_state, remove_message, set_visible_at, to_ms
 
 log = logging.getLogger("pushgate.store")
+MAX_DELAY_S = 900
 
 
 class MessageOps:
@@ -71,6 +80,9 @@ class MessageOps:
         now_ms = to_ms(now)
         results: list[SendResult | StoreError] = []
         for message in messages:
+            if message.delay_s is not None and not 0 <= message.delay_s <= MAX_DELAY_S:
+                results.append(InvalidRequest(f"delay_s must be between 0 and {MAX_DELAY_S}"))
+                continue
             if len(message.body) > attrs.max_message_bytes:
                 results.append(MessageTooLarge(f"body is larger than {attrs.max_message_bytes} bytes"))
                 continue
@@ -89,18 +101,15 @@ class MessageOps:
             record.sent_total += 1
             delay = attrs.delay_s if message.delay_s is None else message.delay_s
             msg_id = self._new_id()
-            body = self.keyring.seal(message.body) if self.keyring else message.body
             stored = MessageRecord(
                 id=msg_id,
-                sent_at=now,
-                body=body,
+                body=self.keyring.seal(message.body) if self.keyring else message.body,
                 sealed=self.keyring is not None,
                 is_text=message.is_text,
                 attributes=message.attributes,
-                group_id=message.group_id,
-                visible_ms=now_ms + to_ms(delay),
             )
-            add_message(w, record.qid, seq, stored, fifo)
+            state = DeliveryState(sent_at=now, group_id=message.group_id, visible_ms=now_ms + to_ms(delay))
+            add_message(w, record.qid, seq, stored.encode(), state, fifo)
             if token is not None:
                 expires_ms = now_ms + to_ms(attrs.dedupe_window_s)
                 w.put(Db.DEDUPE, dedupe_key(record.qid, token), pack([seq, msg_id, expires_ms]))
@@ -141,10 +150,30 @@ class MessageOps:
             tokens = os.urandom(RECEIPT_TOKEN_BYTES * len(candidates))
             for i, (visible_ms, seq) in enumerate(candidates):
                 seen.add(seq)
-                raw = w.get(Db.MSGS, message_key(qid, seq))
+                key = message_key(qid, seq)
                 try:
-                    if raw is None:
+                    state = load_state(w, qid, seq)
+                    raw = w.get(Db.MSGS, key)
+                    if state is None or raw is None:
                         raise Unavailable("index entry without a message")
+                    if state.sent_at < retention_cutoff:
+                        remove_message(w, qid, seq, state, fifo, now)
+                        record.count -= 1
+                        changed = True
+                        continue
+                    if attrs.max_receives is not None and state.receive_count >= attrs.max_receives:
+                        if dlq is None and attrs.dead_letter_queue is not None:
+                            with contextlib.suppress(QueueNotFound):
+                                dlq = (
+                                    attrs.dead_letter_queue,
+                                    find_queue(w, tenant, attrs.dead_letter_queue),
+                                )
+                        if dlq is not None:
+                            self._dead_letter(w, now, qid, seq, raw, state, fifo, dlq[1])
+                            record.count -= 1
+                            record.dead_lettered_total += 1
+                            changed = True
+                            continue
                     msg = MessageRecord.decode(raw)
                     body = self._open(msg)
                 except Unavailable as exc:
@@ -152,37 +181,21 @@ class MessageOps:
                     log.error("queue %s/%s seq %d cannot be delivered: %s", tenant, queue, seq, exc.detail)
                     w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
                     continue
-                if msg.sent_at < retention_cutoff:
-                    remove_message(w, qid, seq, msg, fifo, now)
-                    record.count -= 1
-                    changed = True
-                    continue
-                if attrs.max_receives is not None and msg.receive_count >= attrs.max_receives:
-                    if dlq is None and attrs.dead_letter_queue is not None:
-                        with contextlib.suppress(QueueNotFound):
-                            dlq = (attrs.dead_letter_queue, find_queue(w, tenant, attrs.dead_letter_queue))
-                    if dlq is not None:
-                        self._dead_letter(w, now, tenant, qid, seq, msg, fifo, dlq)
-                        record.count -= 1
-                        record.dead_lettered_total += 1
-                        changed = True
-                        continue
-                msg.receive_count += 1
-                msg.receipt_token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
-                set_visible_at(w, qid, seq, msg, invisible_until, "i")
-                w.put(Db.MSGS, message_key(qid, seq), msg.encode())
+                state.receive_count += 1
+                state.receipt_token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
+                set_visible_at(w, qid, seq, state, invisible_until, "i")
                 out.append(
                     ReceivedMessage(
                         queue=QueueName(queue),
                         id=MessageId(msg.id),
                         seq=seq,
-                        receipt=Receipt(encode_receipt(qid, seq, msg.receipt_token)),
+                        receipt=Receipt(encode_receipt(qid, seq, state.receipt_token)),
                         body=body,
                         is_text=msg.is_text,
                         attributes=msg.attributes,
-                        group_id=msg.group_id,
-                        sent_at=msg.sent_at,
-                        receive_count=msg.receive_count,
+                        group_id=state.group_id,
+                        sent_at=state.sent_at,
+                        receive_count=state.receive_count,
                         visible_at=invisible_until / 1000,
                     )
                 )
@@ -197,31 +210,22 @@ class MessageOps:
         self,
         w: Writes,
         now: float,
-        tenant: str,
         qid: int,
         seq: int,
-        msg: MessageRecord,
+        raw: bytes,
+        state: DeliveryState,
         fifo: bool,
-        dlq: tuple[str, QueueRecord],
+        target: QueueRecord,
     ) -> None:
         """Move a message to the dead-letter queue in the same transaction (so never lost or doubled)."""
-        remove_message(w, qid, seq, msg, fifo, now)
-        target = dlq[1]
+        remove_message(w, qid, seq, state, fifo, now)
         new_seq = target.next_seq
         target.next_seq += 1
         target.count += 1
         target.sent_total += 1
-        moved = MessageRecord(
-            id=msg.id,
-            sent_at=msg.sent_at,
-            body=msg.body,
-            sealed=msg.sealed,
-            is_text=msg.is_text,
-            attributes=msg.attributes,
-            group_id=msg.group_id,
-            visible_ms=to_ms(now),
-        )
-        add_message(w, target.qid, new_seq, moved, attributes_of(target).ordering == "fifo")
+        moved = DeliveryState(sent_at=state.sent_at, group_id=state.group_id, visible_ms=to_ms(now))
+        # The record is immutable, so its bytes move as they are (sealed bodies stay sealed).
+        add_message(w, target.qid, new_seq, raw, moved, attributes_of(target).ordering == "fifo")
 
     def _open(self, msg: MessageRecord) -> bytes:
         if not msg.sealed:
@@ -248,22 +252,21 @@ class MessageOps:
         done = 0
         for receipt in receipts:
             try:
-                qid, seq, msg, fifo = self._held(w, now_ms, tenant, receipt, queue, queues)
+                qid, seq, state, fifo = self._held(w, now_ms, tenant, receipt, queue, queues)
             except StoreError as exc:
                 failed.append(ReceiptFailure(receipt=str(receipt), code=exc.code))
                 continue
             found = queues[qid]
             assert found is not None
             if nack_delay_s is None:
-                remove_message(w, qid, seq, msg, fifo, now)
+                remove_message(w, qid, seq, state, fifo, now)
                 found[2].count -= 1
                 found[2].acked_total += 1
                 if fifo:
                     w.touched.add((found[0], found[1]))
             else:
-                msg.receipt_token = None
-                set_visible_at(w, qid, seq, msg, now_ms + to_ms(nack_delay_s), "n")
-                w.put(Db.MSGS, message_key(qid, seq), msg.encode())
+                state.receipt_token = None
+                set_visible_at(w, qid, seq, state, now_ms + to_ms(nack_delay_s), "n")
                 w.touched.add((found[0], found[1]))
             done += 1
         if nack_delay_s is None:
@@ -276,39 +279,37 @@ class MessageOps:
         self, w: Writes, now: float, tenant: str, queue: str, receipt: str, timeout_s: float
     ) -> None:
         now_ms = to_ms(now)
-        qid, seq, msg, _ = self._held(w, now_ms, tenant, receipt, queue, {})
+        qid, seq, state, _ = self._held(w, now_ms, tenant, receipt, queue, {})
         if timeout_s == 0:
-            msg.receipt_token = None
+            state.receipt_token = None
             w.touched.add((tenant, queue))
-        set_visible_at(w, qid, seq, msg, now_ms + to_ms(timeout_s), "i" if timeout_s else "n")
-        w.put(Db.MSGS, message_key(qid, seq), msg.encode())
+        set_visible_at(w, qid, seq, state, now_ms + to_ms(timeout_s), "i" if timeout_s else "n")
 
     def _held(
         self,
-        v: View,
+        w: Writes,
         now_ms: int,
         tenant: str,
         receipt: str,
         queue: str | None,
         queues: dict[int, tuple[str, str, QueueRecord] | None],
-    ) -> tuple[int, int, MessageRecord, bool]:
+    ) -> tuple[int, int, DeliveryState, bool]:
         """The message a receipt holds, if the receipt is still valid for this caller."""
         qid, seq, token = decode_receipt(receipt)
         if qid not in queues:
-            queues[qid] = queue_by_qid(v, qid)
+            queues[qid] = queue_by_qid(w, qid)
         found = queues[qid]
         if found is None or found[0] != tenant or (queue is not None and found[1] != queue):
             raise InvalidReceipt("receipt does not belong to this queue")
-        raw = v.get(Db.MSGS, message_key(qid, seq))
-        if raw is None:
+        state = load_state(w, qid, seq)
+        if state is None:
             raise InvalidReceipt("message already deleted")
-        msg = MessageRecord.decode(raw)
-        if msg.receipt_token is None or not hmac.compare_digest(msg.receipt_token, token):
+        if state.receipt_token is None or not hmac.compare_digest(state.receipt_token, token):
             raise InvalidReceipt("receipt is stale: the message was received again")
-        if msg.visible_ms <= now_ms:
+        if state.visible_ms <= now_ms:
             raise InvalidReceipt("receipt expired: the message is visible again")
         fifo = attributes_of(found[2]).ordering == "fifo"
-        return qid, seq, msg, fifo
+        return qid, seq, state, fifo
 
     # Sweeps -----------------------------------------------------------------
 
@@ -338,18 +339,18 @@ class MessageOps:
             attrs = attributes_of(record)
             cutoff = now - attrs.retention_s
             fifo = attrs.ordering == "fifo"
-            cursor = w.cursor(Db.MSGS)
-            old: list[tuple[int, MessageRecord]] = []
+            cursor = w.cursor(Db.STATE)
+            old: list[tuple[int, DeliveryState]] = []
             if cursor.set_range(message_key(record.qid, 0)):
                 for mkey, value in cursor:
                     if mkey[:8] != u64(record.qid) or done + len(old) >= budget:
                         break
-                    msg = MessageRecord.decode(value)
-                    if msg.sent_at >= cutoff:
+                    state = DeliveryState.decode(value)
+                    if state.sent_at >= cutoff:
                         break
-                    old.append((read_u64(mkey, 8), msg))
-            for seq, msg in old:
-                remove_message(w, record.qid, seq, msg, fifo, now)
+                    old.append((read_u64(mkey, 8), state))
+            for seq, state in old:
+                remove_message(w, record.qid, seq, state, fifo, now)
             if old:
                 record.count -= len(old)
                 save_queue(w, tenant, name, record)
@@ -357,9 +358,10 @@ class MessageOps:
         return done
 
 
-def next_visible_ms(v: View, qid: int) -> int | None:
+def next_visible_ms(v: View, qid: int, now_ms: int) -> int | None:
+    """When the earliest not-yet-visible message of a queue becomes visible."""
     cursor = v.cursor(Db.VIS)
-    if not cursor.set_range(visibility_key(qid, 0, 0)):
+    if not cursor.set_range(visibility_key(qid, now_ms + 1, 0)):
         return None
     key_qid, visible_ms, _ = split_visibility_key(cursor.key())
     return visible_ms if key_qid == qid else None

@@ -16,7 +16,7 @@ from ..types import QueueAttributes, QueueInfo, QueueName, QueueStats, TenantId
 from .environment import Db, View
 from .group_commit import Writes
 from .keys import message_key, queue_key, read_u64, split_visibility_key, tenant_prefix, u64, visibility_key
-from .records import MessageRecord, QueueRecord
+from .records import DeliveryState, QueueRecord
 from .visibility import to_ms
 
 _NEXT_QID = b"\0sys\0next_qid"
@@ -134,7 +134,7 @@ def _delete_prefix(w: Writes, db: Db, prefix: bytes) -> int:
 
 def _delete_messages(w: Writes, qid: int) -> int:
     prefix = u64(qid)
-    for db in (Db.VIS, Db.GROUPS, Db.DEDUPE):
+    for db in (Db.VIS, Db.GROUPS, Db.DEDUPE, Db.STATE):
         _delete_prefix(w, db, prefix)
     return _delete_prefix(w, Db.MSGS, prefix)
 
@@ -172,15 +172,15 @@ def stats(v: View, record: QueueRecord, now: float) -> QueueStats:
             key_qid, _, seq = split_visibility_key(key)
             if key_qid != qid:
                 break
-            raw = v.get(Db.MSGS, message_key(qid, seq))
-            if raw is not None and MessageRecord.decode(raw).kind == "i":
+            raw = v.get(Db.STATE, message_key(qid, seq))
+            if raw is not None and DeliveryState.decode(raw).kind == "i":
                 in_flight += 1
             else:
                 delayed += 1
     oldest: float | None = None
-    cursor = v.cursor(Db.MSGS)
+    cursor = v.cursor(Db.STATE)
     if cursor.set_range(message_key(qid, 0)) and cursor.key()[:8] == u64(qid):
-        oldest = max(0.0, now - MessageRecord.decode(cursor.value()).sent_at)
+        oldest = max(0.0, now - DeliveryState.decode(cursor.value()).sent_at)
     return QueueStats(
         visible=max(0, record.count - in_flight - delayed),
         in_flight=in_flight,

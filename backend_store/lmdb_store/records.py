@@ -45,35 +45,16 @@ class QueueRecord:
 
 @dataclass(slots=True)
 class MessageRecord:
+    """What a producer sent; written once, never rewritten (receives touch only the state)."""
+
     id: str
-    sent_at: float
     body: bytes  # sealed when ``sealed``
     sealed: bool
     is_text: bool
     attributes: dict[str, str] = field(default_factory=dict)
-    group_id: str | None = None
-    receive_count: int = 0
-    visible_ms: int = 0
-    receipt_token: bytes | None = None
-    # Kind of the visibility entry: "n" new or nacked (delayed when in the future), "i" in flight.
-    kind: str = "n"
 
     def encode(self) -> bytes:
-        return pack(
-            [
-                self.id,
-                self.sent_at,
-                self.body,
-                self.sealed,
-                self.is_text,
-                self.attributes,
-                self.group_id,
-                self.receive_count,
-                self.visible_ms,
-                self.receipt_token,
-                self.kind,
-            ]
-        )
+        return pack([self.id, self.body, self.sealed, self.is_text, self.attributes])
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
@@ -81,6 +62,31 @@ class MessageRecord:
             return cls(*msgpack.unpackb(raw))
         except (ValueError, TypeError) as exc:
             raise Unavailable(f"corrupt message record: {exc}") from None
+
+
+@dataclass(slots=True)
+class DeliveryState:
+    """A message's small, changing part: kept apart so a receive or nack never copies the body."""
+
+    sent_at: float
+    group_id: str | None
+    visible_ms: int
+    receive_count: int = 0
+    receipt_token: bytes | None = None
+    # Kind of the visibility entry: "n" new or nacked (delayed when in the future), "i" in flight.
+    kind: str = "n"
+
+    def encode(self) -> bytes:
+        return pack(
+            [self.sent_at, self.group_id, self.visible_ms, self.receive_count, self.receipt_token, self.kind]
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DeliveryState:
+        try:
+            return cls(*msgpack.unpackb(raw))
+        except (ValueError, TypeError) as exc:
+            raise Unavailable(f"corrupt delivery state: {exc}") from None
 
 
 def pack(value: Any) -> bytes:

@@ -12,40 +12,50 @@ from __future__ import annotations
 from .environment import Db
 from .group_commit import Writes
 from .keys import group_key, group_prefix, message_key, read_u64, visibility_key
-from .records import MessageRecord
+from .records import DeliveryState
 
 
 def to_ms(t: float) -> int:
     return int(t * 1000)
 
 
-def set_visible_at(w: Writes, qid: int, seq: int, record: MessageRecord, visible_ms: int, kind: str) -> None:
-    """Move a receivable message's index entry (the record is saved by the caller)."""
-    w.delete(Db.VIS, visibility_key(qid, record.visible_ms, seq))
-    record.visible_ms = visible_ms
-    record.kind = kind
+def load_state(w: Writes, qid: int, seq: int) -> DeliveryState | None:
+    raw = w.get(Db.STATE, message_key(qid, seq))
+    return None if raw is None else DeliveryState.decode(raw)
+
+
+def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_ms: int, kind: str) -> None:
+    """Move a receivable message's index entry and save its state."""
+    w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
+    state.visible_ms = visible_ms
+    state.kind = kind
     w.put(Db.VIS, visibility_key(qid, visible_ms, seq), b"")
+    w.put(Db.STATE, message_key(qid, seq), state.encode())
 
 
-def add_message(w: Writes, qid: int, seq: int, record: MessageRecord, fifo: bool) -> None:
+def add_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliveryState, fifo: bool) -> None:
     """Store a new message and index it (a FIFO message is receivable only as its group's head)."""
-    w.put(Db.MSGS, message_key(qid, seq), record.encode())
+    key = message_key(qid, seq)
+    w.put(Db.MSGS, key, record)
+    w.put(Db.STATE, key, state.encode())
     if fifo:
-        group = record.group_id or ""
+        group = state.group_id or ""
         has_head = _group_head(w, qid, group) is not None
         w.put(Db.GROUPS, group_key(qid, group, seq), b"")
         if has_head:
             return
-    w.put(Db.VIS, visibility_key(qid, record.visible_ms, seq), b"")
+    w.put(Db.VIS, visibility_key(qid, state.visible_ms, seq), b"")
 
 
-def remove_message(w: Writes, qid: int, seq: int, record: MessageRecord, fifo: bool, now: float) -> None:
+def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bool, now: float) -> None:
     """Delete a message everywhere; in a FIFO queue promote its group's next message."""
-    w.delete(Db.MSGS, message_key(qid, seq))
-    w.delete(Db.VIS, visibility_key(qid, record.visible_ms, seq))
+    key = message_key(qid, seq)
+    w.delete(Db.MSGS, key)
+    w.delete(Db.STATE, key)
+    w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
     if not fifo:
         return
-    group = record.group_id or ""
+    group = state.group_id or ""
     was_head = _group_head(w, qid, group) == seq
     w.delete(Db.GROUPS, group_key(qid, group, seq))
     if not was_head:
@@ -53,13 +63,12 @@ def remove_message(w: Writes, qid: int, seq: int, record: MessageRecord, fifo: b
     next_seq = _group_head(w, qid, group)
     if next_seq is None:
         return
-    raw = w.get(Db.MSGS, message_key(qid, next_seq))
-    if raw is None:
+    nxt = load_state(w, qid, next_seq)
+    if nxt is None:
         return
-    nxt = MessageRecord.decode(raw)
     # The next message becomes receivable now, or when its own delay ends.
     nxt.visible_ms = max(nxt.visible_ms, to_ms(now))
-    w.put(Db.MSGS, message_key(qid, next_seq), nxt.encode())
+    w.put(Db.STATE, message_key(qid, next_seq), nxt.encode())
     w.put(Db.VIS, visibility_key(qid, nxt.visible_ms, next_seq), b"")
 
 
