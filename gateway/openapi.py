@@ -363,6 +363,49 @@ def _paths() -> dict[str, Any]:
                 body=_ref("VisibilityRequest"),
             ),
         },
+        "/v1/queues/{queue}/events": {
+            "parameters": queue_param,
+            "get": _op(
+                "Push deliveries as Server-Sent Events",
+                {
+                    "200": {
+                        "description": "An endless event stream: `event: message`, `id: <stream-id>.<n>`, "
+                        "`data: <message JSON as in receive>`; `: ping` comments at least every 15 s.",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    }
+                },
+                params=[
+                    {
+                        "name": "prefetch",
+                        "in": "query",
+                        "required": False,
+                        "schema": _num(1, 1000, integer=True, default=10),
+                    },
+                    {
+                        "name": "ack",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"enum": ["manual", "auto"], "default": "manual"},
+                    },
+                    {
+                        "name": "visibility_timeout_s",
+                        "in": "query",
+                        "required": False,
+                        "schema": _num(0, 43200),
+                    },
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                description="Needs `receive:<queue>`. `ack=manual`: ack over HTTP, at most `prefetch` unacked "
+                "per stream. `ack=auto` deletes a message once written (at-most-once). The WebSocket "
+                "protocol at `/v1/ws` is described in API.md.",
+                tag="push",
+            ),
+        },
         "/v1/tokens": {
             "post": _op(
                 "Mint a JWT from an API key",
