@@ -1,0 +1,194 @@
+"""A real gateway (uvicorn on an ephemeral port, embedded LMDB) with push settings made
+small enough for tests, plus async helpers: HTTP through httpx, WebSockets through the
+``websockets`` library, SSE through httpx streaming. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from push.engine import PushEngine
+from push.settings import PushSettings
+from tests.conftest import scaled
+from tests.gateway.conftest import RunningGateway, start_gateway
+
+TEST_SETTINGS = PushSettings(
+    auth_timeout_s=0.5,
+    ping_interval_s=0.3,
+    sse_retry_ms=100,
+    sse_resume_grace_s=0.5,
+    send_buffer_bytes=256 * 1024,
+    max_frame_bytes=64 * 1024,
+    safety_poll_s=1.0,
+)
+_names = itertools.count()
+
+
+def engine_of(gateway: RunningGateway) -> PushEngine:
+    for component in gateway.services.components:
+        if isinstance(component, PushEngine):
+            return component
+    raise AssertionError("the gateway has no push engine")
+
+
+def start_push_gateway(tmp: Any, **settings: Any) -> RunningGateway:
+    gateway = start_gateway(tmp)
+    engine = engine_of(gateway)
+    engine.settings = replace(TEST_SETTINGS, **settings)
+    return gateway
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    running = start_push_gateway(tmp_path_factory.mktemp("push"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def qname() -> str:
+    return f"pq{next(_names)}-{time.monotonic_ns() % 10**9}"
+
+
+@dataclass
+class Http:
+    """Async HTTP helpers holding one token."""
+
+    client: httpx.AsyncClient
+
+    async def queue(self, name: str, **attributes: Any) -> str:
+        response = await self.client.put(f"/v1/queues/{name}", json=attributes)
+        assert response.status_code in (200, 201), response.text
+        return name
+
+    async def send(self, queue: str, body: str = "hello", **fields: Any) -> dict[str, Any]:
+        response = await self.client.post(f"/v1/queues/{queue}/messages", json={"body": body, **fields})
+        assert response.status_code == 201, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def send_many(self, queue: str, bodies: list[str], **fields: Any) -> None:
+        for start in range(0, len(bodies), 100):
+            batch = [{"body": b, **fields} for b in bodies[start : start + 100]]
+            response = await self.client.post(f"/v1/queues/{queue}/messages", json={"messages": batch})
+            assert response.status_code == 200, response.text
+            assert all("error" not in r for r in response.json()["results"])
+
+    async def ack(self, queue: str, receipts: list[str]) -> dict[str, Any]:
+        response = await self.client.post(f"/v1/queues/{queue}/ack", json={"receipts": receipts})
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        response = await self.client.get(f"/v1/queues/{queue}")
+        assert response.status_code == 200, response.text
+        stats: dict[str, Any] = response.json()["stats"]
+        return stats
+
+    async def token(self, scope: str | None = None, ttl_s: float = 900) -> str:
+        body: dict[str, Any] = {"ttl_s": ttl_s}
+        if scope is not None:
+            body["scope"] = scope
+        response = await self.client.post("/v1/tokens", json=body)
+        assert response.status_code == 201, response.text
+        token: str = response.json()["token"]
+        return token
+
+
+@pytest.fixture
+async def http(gateway: RunningGateway) -> AsyncIterator[Http]:
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
+        yield Http(client)
+
+
+def ws_url(gateway: RunningGateway, query: str = "") -> str:
+    return gateway.url.replace("http", "ws", 1) + "/v1/ws" + (f"?{query}" if query else "")
+
+
+def ws_connect(gateway: RunningGateway, token: str | None = None, **kwargs: Any) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return connect(
+        ws_url(gateway, kwargs.pop("query", "")),
+        subprotocols=kwargs.pop("subprotocols", ["pushgate.v1"]),  # type: ignore[list-item]
+        additional_headers=headers,
+        open_timeout=scaled(10),
+        **kwargs,
+    )
+
+
+async def send_frame(ws: ClientConnection, **fields: Any) -> None:
+    await ws.send(orjson.dumps(fields).decode())
+
+
+async def recv_frame(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
+    async with asyncio.timeout(scaled(timeout)):
+        frame: dict[str, Any] = orjson.loads(await ws.recv())
+    return frame
+
+
+async def request(ws: ClientConnection, **fields: Any) -> dict[str, Any]:
+    """Send a frame with an id and return its reply, skipping deliveries in between."""
+    await send_frame(ws, **fields)
+    while True:
+        frame = await recv_frame(ws)
+        if frame.get("id") == fields.get("id") and frame["op"] in ("ok", "error", "pong"):
+            return frame
+
+
+async def deliveries(ws: ClientConnection, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Read frames until ``count`` messages arrived (from message or messages frames)."""
+    got: list[dict[str, Any]] = []
+    async with asyncio.timeout(scaled(timeout)):
+        while len(got) < count:
+            frame = orjson.loads(await ws.recv())
+            if frame["op"] == "message":
+                got.append(frame["message"])
+            elif frame["op"] == "messages":
+                got.extend(frame["messages"])
+    return got
+
+
+async def nothing_more(ws: ClientConnection, within: float = 0.3) -> None:
+    """Assert that no delivery arrives within a short window (a wait on the socket, not a sleep)."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                frame = orjson.loads(await ws.recv())
+                assert frame["op"] not in ("message", "messages"), f"unexpected delivery {frame}"
+    except TimeoutError:
+        pass
+
+
+async def closed_with(ws: ClientConnection, timeout: float = 5.0) -> int:
+    """Read until the server closes; return the close code."""
+    async with asyncio.timeout(scaled(timeout)):
+        try:
+            async for _ in ws:
+                pass
+        except ConnectionClosed:
+            pass
+    assert ws.close_code is not None
+    return ws.close_code
+
+
+async def poll(predicate: Any, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + scaled(timeout)
+    while not await predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
