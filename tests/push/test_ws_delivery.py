@@ -1,0 +1,295 @@
+"""WebSocket delivery: credits, batches, acks, nacks, redelivery and FIFO, on a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.gateway.conftest import RunningGateway
+
+from .conftest import (
+    Http,
+    deliveries,
+    engine_of,
+    nothing_more,
+    poll,
+    recv_frame,
+    request,
+    send_frame,
+    ws_connect,
+)
+
+
+async def subscribe(ws: Any, queue: str, **options: Any) -> None:
+    reply = await request(ws, op="subscribe", queue=queue, id="sub", **options)
+    assert reply == {"op": "ok", "id": "sub", "queue": queue}
+
+
+async def test_message_frame_shape_and_ack(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname)
+        sent = await http.send(qname, "hello", attributes={"k": "v"})
+        frame = await recv_frame(ws)
+        assert (frame["op"], frame["queue"]) == ("message", qname)
+        message = frame["message"]
+        assert set(message) == {
+            "id",
+            "seq",
+            "receipt",
+            "body",
+            "attributes",
+            "group_id",
+            "sent_at",
+            "receive_count",
+        }
+        assert (message["id"], message["body"], message["attributes"]) == (sent["id"], "hello", {"k": "v"})
+        assert message["receive_count"] == 1
+        reply = await request(ws, op="ack", receipts=[message["receipt"], "bogus"], id=1)
+        assert reply["acked"] == 1 and [f["receipt"] for f in reply["failed"]] == ["bogus"]
+    stats = await http.stats(qname)
+    assert (stats["visible"], stats["in_flight"]) == (0, 0)
+
+
+async def test_consumers_count_in_queue_stats(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    async with ws_connect(gateway, gateway.admin_key) as a, ws_connect(gateway, gateway.admin_key) as b:
+        await subscribe(a, qname)
+        await subscribe(b, qname)
+        assert (await http.stats(qname))["consumers"] == 2
+        assert (await request(a, op="unsubscribe", queue=qname, id=2))["op"] == "ok"
+        assert (await http.stats(qname))["consumers"] == 1
+
+    async def none_left() -> bool:
+        return (await http.stats(qname))["consumers"] == 0
+
+    await poll(none_left, what="consumers to drop to 0")
+
+
+async def test_credits_are_never_exceeded(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    await http.send_many(qname, [f"m{i}" for i in range(10)])
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname, prefetch=3)
+        got = await deliveries(ws, 3)
+        await nothing_more(ws)
+        await send_frame(ws, op="ack", receipts=[got[0]["receipt"]])
+        got += await deliveries(ws, 1)
+        await nothing_more(ws)
+        await send_frame(ws, op="ack", receipts=[m["receipt"] for m in got[1:]])
+        got += await deliveries(ws, 3)
+        await nothing_more(ws)
+        assert [m["body"] for m in got] == [f"m{i}" for i in range(7)]
+
+
+async def test_batch_frames(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    await http.send_many(qname, [f"m{i}" for i in range(12)])
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname, prefetch=12, batch=5)
+        frames = []
+        count = 0
+        while count < 12:
+            frame = await recv_frame(ws)
+            frames.append(frame)
+            count += len(frame["messages"]) if frame["op"] == "messages" else 1
+        assert any(f["op"] == "messages" and len(f["messages"]) > 1 for f in frames)
+        assert all(len(f.get("messages", [None])) <= 5 for f in frames)
+        bodies = [
+            m["body"] for f in frames for m in (f["messages"] if f["op"] == "messages" else [f["message"]])
+        ]
+        assert bodies == [f"m{i}" for i in range(12)]
+
+
+async def test_redelivery_after_disconnect_is_immediate(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    await http.queue(qname, visibility_timeout_s=600)
+    await http.send_many(qname, ["a", "b"])
+    async with ws_connect(gateway, gateway.admin_key) as first:
+        await subscribe(first, qname, prefetch=5)
+        held = await deliveries(first, 2)
+    async with ws_connect(gateway, gateway.admin_key) as second:
+        await subscribe(second, qname, prefetch=5)
+        again = await deliveries(second, 2, timeout=3)
+    assert sorted(m["id"] for m in again) == sorted(m["id"] for m in held)
+    assert all(m["receive_count"] == 2 for m in again)
+
+
+async def test_redelivery_after_unsubscribe_and_nack(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname, visibility_timeout_s=600)
+    await http.send(qname, "x")
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname)
+        (first,) = await deliveries(ws, 1)
+        reply = await request(ws, op="nack", receipts=[first["receipt"]], id="n")
+        assert reply["acked"] == 1
+        (second,) = await deliveries(ws, 1)
+        assert (second["id"], second["receive_count"]) == (first["id"], 2)
+        await request(ws, op="unsubscribe", queue=qname, id="u")
+        await subscribe(ws, qname)
+        (third,) = await deliveries(ws, 1)
+        assert (third["id"], third["receive_count"]) == (first["id"], 3)
+
+
+async def test_nack_with_delay(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    await http.send(qname, "x")
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname)
+        (first,) = await deliveries(ws, 1)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await send_frame(ws, op="nack", receipts=[first["receipt"]], delay_s=0.3)
+        (second,) = await deliveries(ws, 1)
+        assert second["id"] == first["id"]
+        assert loop.time() - start >= 0.25
+
+
+async def test_redelivery_after_visibility_timeout(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    await http.send(qname, "x")
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname, prefetch=1, visibility_timeout_s=0.3)
+        (first,) = await deliveries(ws, 1)
+        # Not acked: the credit comes back when the visibility ends, and so does the message.
+        (second,) = await deliveries(ws, 1, timeout=5)
+        assert (second["id"], second["receive_count"]) == (first["id"], 2)
+        reply = await request(ws, op="ack", receipts=[first["receipt"]], id=1)
+        assert reply["acked"] == 0  # the old receipt died with its visibility
+        reply = await request(ws, op="ack", receipts=[second["receipt"]], id=2)
+        assert reply["acked"] == 1
+
+
+async def test_delayed_message_is_pushed_when_due(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname)
+        await http.send(qname, "later", delay_s=1)
+        await nothing_more(ws, 0.5)
+        (message,) = await deliveries(ws, 1, timeout=5)
+        assert message["body"] == "later"
+
+
+async def test_send_over_ws(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        reply = await request(ws, op="send", queue=qname, body="one", dedupe_id="d1", id=1)
+        assert reply["op"] == "ok" and set(reply["result"]) == {"id", "seq", "duplicate"}
+        again = await request(ws, op="send", queue=qname, body="one", dedupe_id="d1", id=2)
+        assert again["result"] == {**reply["result"], "duplicate": True}
+        reply = await request(
+            ws, op="send", queue=qname, messages=[{"body": "a"}, {"nope": 1}, {"body": "b"}], id=3
+        )
+        results = reply["results"]
+        assert "id" in results[0] and results[1]["error"]["code"] == "invalid_request" and "id" in results[2]
+        reply = await request(ws, op="send", queue="no-such-queue", body="x", id=4)
+        assert (reply["op"], reply["code"]) == ("error", "queue_not_found")
+        # Pipelined without waiting: every reply comes back, matched by id.
+        for i in range(50):
+            await send_frame(ws, op="send", queue=qname, body=f"p{i}", id=f"p{i}")
+        ids = set()
+        while len(ids) < 50:
+            frame = await recv_frame(ws)
+            assert frame["op"] == "ok"
+            ids.add(frame["id"])
+    assert (await http.stats(qname))["visible"] == 53
+
+
+async def test_auto_ack(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    await http.send_many(qname, [f"m{i}" for i in range(30)])
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname, prefetch=5, ack="auto")
+        got = await deliveries(ws, 30)
+    assert [m["body"] for m in got] == [f"m{i}" for i in range(30)]
+
+    async def empty() -> bool:
+        stats = await http.stats(qname)
+        return bool(stats["visible"] == 0 and stats["in_flight"] == 0)
+
+    await poll(empty, what="auto-acked messages to be deleted")
+
+
+async def test_fifo_across_subscribers(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname, ordering="fifo")
+    groups = ["g1", "g2", "g3"]
+    for i in range(10):
+        for group in groups:
+            await http.send(qname, f"{group}-{i}", group_id=group)
+    order: dict[str, list[int]] = {g: [] for g in groups}
+    holding: dict[str, str] = {}
+    done = asyncio.Event()
+
+    async def consume(ws: Any) -> None:
+        await subscribe(ws, qname, prefetch=2)
+        while not done.is_set():
+            try:
+                (message,) = await deliveries(ws, 1, timeout=0.5)
+            except TimeoutError:
+                continue
+            group = message["group_id"]
+            # At most one message per group in flight across every subscriber.
+            assert group not in holding, f"two messages of {group} in flight"
+            holding[group] = message["id"]
+            order[group].append(int(message["body"].split("-")[1]))
+            await asyncio.sleep(0)  # let others run while this one holds the group
+            del holding[group]
+            await send_frame(ws, op="ack", receipts=[message["receipt"]])
+            if sum(len(v) for v in order.values()) == 30:
+                done.set()
+
+    async with (
+        ws_connect(gateway, gateway.admin_key) as a,
+        ws_connect(gateway, gateway.admin_key) as b,
+        ws_connect(gateway, gateway.admin_key) as c,
+    ):
+        await asyncio.wait_for(asyncio.gather(consume(a), consume(b), consume(c)), 30)
+    assert all(order[g] == list(range(10)) for g in groups), order
+
+
+async def test_no_loss_no_double_delivery_under_churn(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    await http.queue(qname, visibility_timeout_s=600)
+    total = 400
+    await http.send_many(qname, [f"m{i}" for i in range(total)])
+    acked: set[str] = set()
+    in_flight: dict[str, int] = {}
+
+    async def consumer(index: int, quit_after: int | None) -> None:
+        async with ws_connect(gateway, gateway.admin_key) as ws:
+            await subscribe(ws, qname, prefetch=20, batch=4)
+            seen = 0
+            while len(acked) < total:
+                try:
+                    got = await deliveries(ws, 1, timeout=0.5)
+                except TimeoutError:
+                    continue
+                for message in got:
+                    owner = in_flight.get(message["id"])
+                    assert owner is None, f"{message['id']} pushed to {index} while held by {owner}"
+                    assert message["id"] not in acked, "an acked message came back"
+                    in_flight[message["id"]] = index
+                seen += len(got)
+                if quit_after is not None and seen >= quit_after:
+                    # Leave holding these: they must come back to someone else, once.
+                    for message in got:
+                        del in_flight[message["id"]]
+                    return
+                for message in got:
+                    del in_flight[message["id"]]
+                    acked.add(message["id"])
+                await send_frame(ws, op="ack", receipts=[m["receipt"] for m in got])
+
+    await asyncio.wait_for(
+        asyncio.gather(consumer(0, None), consumer(1, 30), consumer(2, None), consumer(3, 60)), 60
+    )
+    assert len(acked) == total
+
+    async def drained() -> bool:
+        stats = await http.stats(qname)
+        return bool(stats["visible"] == 0 and stats["in_flight"] == 0)
+
+    await poll(drained, what="the queue to be empty")
+    assert engine_of(gateway).stats()["in_flight"] == 0
