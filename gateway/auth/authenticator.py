@@ -1,14 +1,16 @@
 """Turns a bearer token (API key or JWT) into a :class:`Principal`, and mints JWTs.
 
 One :class:`Authenticator` per gateway process, built from its :class:`Backend`.
-Verified key records are cached for ``cache_ttl_s`` seconds (default 5): changes made
-through this object's stores (``tenants``, ``api_keys``, ``jwt_keys``) take effect at
-once; changes made elsewhere (``pushgate admin`` in another process, another gateway)
-take effect within ``cache_ttl_s``.
+Verified tokens and key records are cached for ``cache_ttl_s`` seconds (default 5; a
+token never past its ``exp``): changes made through this object's stores (``tenants``,
+``api_keys``, ``jwt_keys``) take effect at once; changes made elsewhere (``pushgate
+admin`` in another process, another gateway) take effect within ``cache_ttl_s``.
+The token cache matters: PyJWT takes ~100 us per token, a cache hit ~3 us.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import secrets
 import time
@@ -60,9 +62,11 @@ class Authenticator:
         cache_ttl_s: float = 5.0,
         cache_max_entries: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.audience = audience
         self.leeway_s = leeway_s
+        self._wall_clock = wall_clock
         self.tenants = TenantStore(backend, on_change=self._tenant_changed)
         self.api_keys = ApiKeyStore(backend, on_change=self._api_key_changed)
         self.jwt_keys = JwtKeyStore(backend, on_change=self._jwt_key_changed)
@@ -71,6 +75,8 @@ class Authenticator:
             cache_ttl_s, cache_max_entries, clock
         )
         self._tenant_cache: TtlCache[str, Tenant | None] = TtlCache(cache_ttl_s, cache_max_entries, clock)
+        # Keyed by the token's SHA-256, so a cache full of 8 KiB tokens stays small.
+        self._verified: TtlCache[bytes, Principal] = TtlCache(cache_ttl_s, cache_max_entries, clock)
 
     # Authentication -----------------------------------------------------
 
@@ -81,9 +87,24 @@ class Authenticator:
             raise Unauthorized("missing bearer token")
         if len(token) > MAX_TOKEN_CHARS:
             raise Unauthorized("bearer token too long")
+        digest = hashlib.sha256(token.encode()).digest()
+        hit, principal = self._verified.get(digest)
+        if hit and principal is not None and not self._expired(principal):
+            return principal
         if is_api_key(token):
-            return await self._authenticate_api_key(token)
-        return await self._authenticate_jwt(token)
+            principal = await self._authenticate_api_key(token)
+        else:
+            principal = await self._authenticate_jwt(token)
+        ttl = None if principal.expires_at is None else self._seconds_left(principal.expires_at)
+        self._verified.put(digest, principal, ttl)
+        return principal
+
+    def _seconds_left(self, expires_at: float) -> float:
+        # As PyJWT counts: expired once int(exp) <= now - leeway.
+        return int(expires_at) + self.leeway_s - self._wall_clock()
+
+    def _expired(self, principal: Principal) -> bool:
+        return principal.expires_at is not None and self._seconds_left(principal.expires_at) <= 0
 
     async def _authenticate_api_key(self, token: str) -> Principal:
         key_id = key_id_of(token)
@@ -165,7 +186,7 @@ class Authenticator:
         if beyond:
             raise Forbidden(f"requested scope is wider than the API key's: {' '.join(beyond)}")
         signing = await self.jwt_keys.minting_key(principal.tenant)
-        now = time.time()
+        now = self._wall_clock()
         expires_at = float(math.floor(now + ttl))
         claims: dict[str, Any] = {
             "sub": principal.subject,
@@ -208,14 +229,20 @@ class Authenticator:
 
     def invalidate(self) -> None:
         """Forget every cached record (e.g. after a change made by another process)."""
+        self._verified.clear()
         self._api_key_cache.clear()
         self._jwt_key_cache.clear()
         self._tenant_cache.clear()
 
+    # Which cached tokens a change affects is not worth tracking: changes are rare,
+    # so any change forgets every verified token.
+
     def _api_key_changed(self, key_id: str) -> None:
+        self._verified.clear()
         self._api_key_cache.pop(key_id)
 
     def _jwt_key_changed(self, tenant: TenantId, kid: str) -> None:
+        self._verified.clear()
         self._jwt_key_cache.pop((tenant, kid))
 
     def _tenant_changed(self, tenant: TenantId) -> None:

@@ -7,10 +7,12 @@ public key as the secret). ``exp``, ``sub`` and ``tenant`` are required.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
 import jwt
+import orjson
 
 from backend_store.types import TenantId
 from gateway.errors import Unauthorized
@@ -32,11 +34,19 @@ class JwtHeader:
 
 
 def read_header(token: str) -> JwtHeader:
-    """Parse a JWT without trusting it; Unauthorized if it is not one or lacks kid or tenant."""
+    """Parse a JWT without trusting it; Unauthorized if it is not one or lacks kid or tenant.
+
+    Only picks the key: PyJWT parses the token again, and verifies it, in
+    :func:`verify_claims`. Parsing here ourselves halves the cost of a JWT.
+    """
+    parts = token.split(".")
     try:
-        header = jwt.get_unverified_header(token)
-        unverified = jwt.decode(token, options={"verify_signature": False})
-    except jwt.InvalidTokenError as exc:
+        if len(parts) != 3:
+            raise ValueError("a JWS has three parts")
+        header, unverified = (orjson.loads(_b64url(part)) for part in parts[:2])
+        if not isinstance(header, dict) or not isinstance(unverified, dict):
+            raise ValueError("header and payload must be JSON objects")
+    except ValueError as exc:  # binascii.Error and orjson's errors are ValueErrors
         raise Unauthorized("malformed token: neither an API key nor a JWT") from exc
     kid, tenant = header.get("kid"), unverified.get("tenant")
     if not isinstance(kid, str):
@@ -44,6 +54,10 @@ def read_header(token: str) -> JwtHeader:
     if not isinstance(tenant, str):
         raise Unauthorized("JWT has no tenant claim")
     return JwtHeader(kid, header.get("alg"), tenant)
+
+
+def _b64url(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
 def verify_claims(

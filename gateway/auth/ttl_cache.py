@@ -34,13 +34,15 @@ class TtlCache(Generic[K, V]):
             return False, None
         return True, entry[1]
 
-    def put(self, key: K, value: V) -> None:
-        if self._ttl_s <= 0:
+    def put(self, key: K, value: V, ttl_s: float | None = None) -> None:
+        """Store ``value`` for the cache's TTL, or for ``ttl_s`` if that is shorter."""
+        ttl = self._ttl_s if ttl_s is None else min(ttl_s, self._ttl_s)
+        if ttl <= 0:
             return
         self._entries.pop(key, None)
         while len(self._entries) >= self._max_entries:
             del self._entries[next(iter(self._entries))]
-        self._entries[key] = (self._clock() + self._ttl_s, value)
+        self._entries[key] = (self._clock() + ttl, value)
 
     def pop(self, key: K) -> None:
         self._entries.pop(key, None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
 from typing import Any
 
@@ -15,7 +17,7 @@ from gateway.auth.authenticator import Authenticator
 from gateway.auth.jwt_keys import MINTING_KID, JwtKeyStore
 from gateway.auth.principal import Principal
 from gateway.errors import Forbidden, InvalidRequest, NotFound, Unauthorized
-from tests.conftest import ManualClock
+from tests.conftest import ManualClock, scaled
 
 from .keys import HS_SECRET, OTHER_HS_SECRET, ed25519_pair, rsa_pair
 
@@ -180,6 +182,35 @@ async def test_audience_when_configured(backend: Backend) -> None:
         await auth.authenticate(jwt_for(HS_SECRET, aud="billing"))
     with pytest.raises(Unauthorized, match="'aud'"):
         await auth.authenticate(jwt_for(HS_SECRET))
+
+
+async def test_jwt_key_removed_elsewhere_stops_working_after_the_cache_ttl(
+    auth: Authenticator, backend: Backend, cache_clock: ManualClock
+) -> None:
+    await auth.tenants.create("acme")
+    await auth.jwt_keys.add("acme", "k1", "HS256", HS_SECRET)
+    token = jwt_for(HS_SECRET)
+    principal = await auth.authenticate(token)
+    await JwtKeyStore(backend).remove("acme", "k1")  # another process
+    assert await auth.authenticate(token) == principal
+    cache_clock.advance(5.0)
+    with pytest.raises(Unauthorized, match="unknown JWT key"):
+        await auth.authenticate(token)
+
+
+async def test_a_cached_token_still_expires_on_time(auth: Authenticator) -> None:
+    """The cache clock stands still here, so only the expiry check can refuse the token."""
+    await auth.tenants.create("acme")
+    await auth.jwt_keys.add("acme", "k1", "HS256", HS_SECRET)
+    exp = math.ceil(time.time() + 0.2)
+    token = jwt_for(HS_SECRET, exp=exp)
+    await auth.authenticate(token)
+    deadline = time.monotonic() + scaled(5)
+    while time.time() < exp:  # real time must pass exp; at most ~1.2 s, in small steps
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    with pytest.raises(Unauthorized, match="expired"):
+        await auth.authenticate(token)
 
 
 async def test_removing_a_jwt_key_is_immediate(auth: Authenticator) -> None:
