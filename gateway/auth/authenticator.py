@@ -5,7 +5,8 @@ Verified tokens and key records are cached for ``cache_ttl_s`` seconds (default 
 token never past its ``exp``): changes made through this object's stores (``tenants``,
 ``api_keys``, ``jwt_keys``) take effect at once; changes made elsewhere (``pushgate
 admin`` in another process, another gateway) take effect within ``cache_ttl_s``.
-The token cache matters: PyJWT takes ~100 us per token, a cache hit ~3 us.
+The token cache matters: verifying a JWT costs a few hundred microseconds (PyJWT and
+store reads), a cache hit a few.
 """
 
 from __future__ import annotations
