@@ -6,7 +6,7 @@ queue name), the method and the status code. Message counts have no per-queue la
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics"]
@@ -34,6 +34,11 @@ class GatewayMetrics:
             "pushgate_messages",
             "Messages handled over HTTP, by operation (sent, duplicate, received, acked, nacked).",
             ("op",),
+            registry=self.registry,
+        )
+        self.waiting_receives = Gauge(
+            "pushgate_receive_waiting",
+            "Long-poll receives parked waiting for a message.",
             registry=self.registry,
         )
         # Children resolved once: .labels() costs a dict lookup and a lock per call.

@@ -161,6 +161,7 @@ class MessageRoutes:
         backend, hub = self.services.backend, self.services.hub
         deadline = time.monotonic() + wait_s
         stop: asyncio.Future[Any] | None = None
+        waiting = self.services.metrics.waiting_receives
         try:
             while True:
                 event = hub.event(tenant, queue)
@@ -175,6 +176,7 @@ class MessageRoutes:
                     timeout = min(timeout, max(next_visible - time.time(), 0.005))
                 if stop is None:
                     stop = asyncio.ensure_future(self._stopped(request))
+                    waiting.inc()
                 woken = asyncio.ensure_future(event.wait())
                 try:
                     await asyncio.wait((woken, stop), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -184,6 +186,7 @@ class MessageRoutes:
                     return []
         finally:
             if stop is not None:
+                waiting.dec()
                 stop.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await stop

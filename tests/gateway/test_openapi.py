@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import pytest
 import schemathesis
-from starlette.routing import Route
 from hypothesis import HealthCheck, given, settings
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -17,11 +14,11 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from starlette.routing import Route
 
 from gateway.openapi import openapi_document
 
 from .conftest import RunningGateway
-
 
 # The served document equals openapi_document() (checked below), so the cases come from it
 # directly. schemathesis' pytest plugin (from_fixture) does not run on pytest 9, hence

@@ -1,0 +1,39 @@
+"""Operations endpoints: liveness, readiness, Prometheus metrics."""
+
+from __future__ import annotations
+
+import httpx
+
+from .conftest import Api, RunningGateway
+
+
+def test_healthz_and_readyz_need_no_token(gateway: RunningGateway) -> None:
+    assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
+    r = httpx.get(f"{gateway.url}/readyz")
+    assert r.status_code == 200 and r.json() == {"status": "ready"}
+
+
+def test_metrics_count_requests_by_route_template(gateway: RunningGateway, admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    admin.send(qname)
+    admin.client.get("/v1/nothing/here")
+    r = httpx.get(f"{gateway.url}/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert (
+        'pushgate_http_requests_total{code="201",method="POST",route="/v1/queues/{queue}/messages"}' in text
+    )
+    assert 'route="unmatched"' in text
+    assert "pushgate_http_request_duration_seconds_bucket" in text
+    assert 'pushgate_messages_total{op="sent"}' in text
+    assert qname not in text, "queue names must not become labels"
+
+
+def test_queue_cache_is_invalidated_by_changes(gateway: RunningGateway, admin: Api, qname: str) -> None:
+    admin.put_queue(qname, receive_wait_s=20)
+    # PATCH through this gateway: the next receive uses the new default wait at once.
+    admin.client.patch(f"/v1/queues/{qname}", json={"receive_wait_s": 0})
+    r = admin.client.post(f"/v1/queues/{qname}/receive", json={}, timeout=5)
+    assert r.json() == {"messages": []}
+    admin.client.delete(f"/v1/queues/{qname}")
+    assert admin.client.post(f"/v1/queues/{qname}/receive", json={}).status_code == 404

@@ -1,0 +1,213 @@
+"""The ``pushgate`` command and the server around the app: settings, bootstrap, TLS,
+encryption at rest, graceful shutdown, and the README's first command from a clean clone."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import signal
+import ssl
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from backend_store.encryption import Keyring
+from backend_store.errors import ConfigurationError
+from gateway.cli import main
+from gateway.settings import Settings
+from tests.conftest import scaled
+
+from .conftest import start_gateway
+from .processes import REPO, ServeProcess, serve
+
+
+def test_settings_flags_win_over_environment(tmp_path: Path) -> None:
+    env = {"PUSHGATE_DATA_DIR": str(tmp_path), "PUSHGATE_PORT": "9001", "PUSHGATE_HOST": "0.0.0.0"}
+    s = Settings.from_sources({"port": 9002, "host": None}, env)
+    assert (s.data_dir, s.port, s.host) == (tmp_path, 9002, "0.0.0.0")
+    assert s.resolved_store_url == f"lmdb://{(tmp_path / 'store').resolve()}"
+    assert (
+        Settings.from_sources({"data_dir": tmp_path, "store_url": "lmdb:///x"}, {}).resolved_store_url
+        == "lmdb:///x"
+    )
+
+
+def test_settings_reject_bad_combinations(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        Settings.from_sources({}, {})
+    with pytest.raises(ConfigurationError):
+        Settings.from_sources({"data_dir": tmp_path, "tls_cert": tmp_path / "c.pem"}, {})
+    with pytest.raises(ConfigurationError):
+        Settings.from_sources({"data_dir": tmp_path}, {"PUSHGATE_PORT": "eighty"})
+
+
+def test_settings_keyring_from_file_or_environment(tmp_path: Path) -> None:
+    doc = Keyring.generate_document("k9")
+    (tmp_path / "keys.json").write_text(doc)
+    from_file = Settings.from_sources(
+        {"data_dir": tmp_path, "encryption_key_file": tmp_path / "keys.json"}, {}
+    )
+    from_env = Settings.from_sources({"data_dir": tmp_path}, {"PUSHGATE_ENCRYPTION_KEYS": doc})
+    for s in (from_file, from_env):
+        keyring = s.keyring()
+        assert keyring is not None and keyring.active == "k9"
+    assert doc not in repr(from_env)
+    assert Settings(data_dir=tmp_path).keyring() is None
+
+
+def test_cli_usage_and_bad_key_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert main(["frobnicate"]) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["serve", "--data", str(tmp_path), "--encryption-key-file", str(tmp_path / "bad.json")]) == 2
+    assert "bad encryption key document" in capsys.readouterr().err
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_termination(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    gw = start_gateway(tmp_path / "data", tls_cert=cert, tls_key=key)
+    try:
+        assert gw.url.startswith("https://")
+        headers = {"Authorization": f"Bearer {gw.admin_key}"}
+        with httpx.Client(
+            base_url=gw.url, verify=ssl.create_default_context(cafile=cert), headers=headers
+        ) as client:
+            assert client.get("/healthz").json() == {"status": "ok"}
+            assert client.put("/v1/queues/tls").status_code == 201
+            assert client.post("/v1/queues/tls/messages", json={"body": "secret"}).status_code == 201
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{gw.url}/healthz")  # the default trust store does not know our certificate
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.get(gw.url.replace("https://", "http://") + "/healthz")
+    finally:
+        gw.stop()
+
+
+def _store_bytes(data_dir: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in (data_dir / "store").iterdir() if p.is_file())
+
+
+def test_encryption_at_rest(tmp_path: Path) -> None:
+    marker = "plaintext-marker-7f3a9c"
+    for encrypted in (False, True):
+        data_dir = tmp_path / f"enc-{encrypted}"
+        changes = {"encryption_keys": Keyring.generate_document()} if encrypted else {}
+        gw = start_gateway(data_dir, **changes)
+        try:
+            headers = {"Authorization": f"Bearer {gw.admin_key}"}
+            with httpx.Client(base_url=gw.url, headers=headers) as client:
+                client.put("/v1/queues/secrets")
+                assert client.post("/v1/queues/secrets/messages", json={"body": marker}).status_code == 201
+                (m,) = client.post("/v1/queues/secrets/receive", json={}).json()["messages"]
+                assert m["body"] == marker
+        finally:
+            gw.stop()
+        assert (marker.encode() in _store_bytes(data_dir)) is not encrypted
+
+
+def test_serve_bootstraps_once_and_stops_gracefully(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    proc = serve(data_dir)
+    try:
+        assert proc.key is not None
+        key_file = data_dir / "bootstrap-admin-key"
+        assert key_file.read_text().strip() == proc.key
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        headers = {"Authorization": f"Bearer {proc.key}"}
+        with httpx.Client(base_url=proc.url, headers=headers, timeout=scaled(30)) as client:
+            client.put("/v1/queues/drain")
+            assert client.post("/v1/queues/drain/messages", json={"body": "kept"}).status_code == 201
+            client.put("/v1/queues/idle")
+            # A long-poll in flight when shutdown starts is answered (empty), not cut off.
+            answers: list[httpx.Response] = []
+            poll = threading.Thread(
+                target=lambda: answers.append(client.post("/v1/queues/idle/receive", json={"wait_s": 20}))
+            )
+            poll.start()
+            _wait_for_in_flight(proc.url)
+            assert proc.terminate() in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean stop
+            poll.join(scaled(10))
+            assert answers and answers[0].status_code == 200 and answers[0].json() == {"messages": []}
+    finally:
+        proc.stop()
+    # The store was closed cleanly: a new server on the same directory has the message
+    # and prints no new key.
+    again = serve(data_dir)
+    try:
+        assert again.key is None
+        headers = {"Authorization": f"Bearer {key_file.read_text().strip()}"}
+        r = httpx.post(f"{again.url}/v1/queues/drain/receive", json={}, headers=headers)
+        assert [m["body"] for m in r.json()["messages"]] == ["kept"]
+    finally:
+        assert again.terminate() in (0, -signal.SIGTERM)
+
+
+def _wait_for_in_flight(url: str) -> None:
+    """Until the gateway reports a long-poll parked (a gauge in /metrics)."""
+    deadline = time.monotonic() + scaled(10)
+    while "pushgate_receive_waiting 1.0" not in httpx.get(f"{url}/metrics").text:
+        assert time.monotonic() < deadline, "the long-poll never parked"
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_readme_first_command_from_a_clean_clone(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"```sh\n(.*?)\n```", readme, re.S)
+    assert command is not None
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    # The command exactly as written; only the port comes from the environment, so the
+    # test does not collide with anything on 8080.
+    proc = ServeProcess([command.group(1)], cwd=clone, env={"PUSHGATE_PORT": "0"}, shell=True)
+    try:
+        proc.wait_until_serving(600)
+        assert proc.key is not None
+        headers = {"Authorization": f"Bearer {proc.key}"}
+        with httpx.Client(base_url=proc.url, headers=headers) as client:
+            assert client.get("/healthz").json() == {"status": "ok"}
+            assert client.put("/v1/queues/readme").status_code == 201
+            assert client.post("/v1/queues/readme/messages", json={"body": "hi"}).status_code == 201
+            (m,) = client.post("/v1/queues/readme/receive", json={}).json()["messages"]
+            assert m["body"] == "hi"
+        assert proc.terminate() in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean stop
+    finally:
+        proc.stop()
+    assert (clone / "data" / "bootstrap-admin-key").exists()
