@@ -39,7 +39,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _UsageError(Exception):
-    pass
+    """A malformed command line: exit status 2."""
+
+
+class _CommandError(Exception):
+    """A command that cannot run (no data directory): exit status 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,10 +198,6 @@ def _store(args: argparse.Namespace) -> tuple[str, StoreOptions]:
         raise _CommandError(f"no data directory at {settings.data_dir.resolve()}")
     # No retention sweeps from a command that lives for a moment.
     return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0)
-
-
-class _CommandError(Exception):
-    pass
 
 
 def main(argv: list[str]) -> int:
