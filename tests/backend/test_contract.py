@@ -924,7 +924,7 @@ async def test_stats(store: Backend, clock: ManualClock) -> None:
     assert dlq.visible == 1
 
     listed = {i.name: i.stats for i in await store.list_queues(T1)}
-    assert listed["orders"] == stats
+    assert listed[q("orders")] == stats
 
 
 # ---------------------------------------------------------------------------

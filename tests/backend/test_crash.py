@@ -107,7 +107,7 @@ async def test_acknowledged_sends_survive_sigkill(tmp_path: Path, kill_after: in
     indexes = [int(m.body[:9]) for m in got]
     assert len(indexes) == len(set(indexes)), "a message was stored twice"
     assert all(m.body[9:] == PAD for m in got), "a stored body is damaged"
-    by_id = {m.id: int(m.body[:9]) for m in got}
+    by_id: dict[str, int] = {m.id: int(m.body[:9]) for m in got}
     missing = [i for i in acks if i not in by_id]
     assert not missing, f"{len(missing)} of {len(acks)} acknowledged messages lost, e.g. {missing[:3]}"
     assert all(by_id[i] == index for i, index in acks.items()), "an id came back with another body"

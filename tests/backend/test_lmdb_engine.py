@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backend_store import Backend, SendResult, StoreError, open_backend
+from backend_store import Backend, Lsn, SendResult, StoreError, open_backend
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError, InvalidRequest, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
@@ -22,6 +22,8 @@ from backend_store.lmdb_store.engine import LmdbBackend
 from ..conftest import ManualClock
 from .harness import T1, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
 
+# Backend nodes keep a replication log; a standalone store does not (replication_log_keep=0).
+LOG_KEEP = 1000
 MARKER = b"PLAINTEXT-MARKER-7f3a9c1e-do-not-store-me"
 
 
@@ -65,7 +67,8 @@ async def test_without_keyring_bodies_are_in_the_file(lmdb_factory: StoreFactory
 
 async def test_with_keyring_bodies_never_reach_the_file(lmdb_factory: StoreFactory, tmp_path: Path) -> None:
     ring = keyring(k1=os.urandom(32))
-    store = await lmdb_factory.open(ring)
+    # With a replication log, so the scan also covers the copies of records it keeps.
+    store = await lmdb_factory.open(ring, replication_log_keep=LOG_KEEP)
     await store.create_queue(T1, q("orders"), {"content_dedupe": True})
     await store.create_queue(T1, q("dlq"), {})
     await store.update_queue(T1, q("orders"), {"max_receives": 2, "dead_letter_queue": "dlq"})
@@ -159,7 +162,7 @@ async def test_embedded_store_accepts_only_replication_factor_one(lmdb_factory: 
 
 
 async def test_each_commit_gets_the_next_lsn(lmdb_factory: StoreFactory) -> None:
-    store = engine(await lmdb_factory.open())
+    store = engine(await lmdb_factory.open(replication_log_keep=LOG_KEEP))
     start = store.last_lsn
     await store.create_queue(T1, q("orders"), {})
     after_create = store.last_lsn
@@ -179,6 +182,15 @@ async def test_each_commit_gets_the_next_lsn(lmdb_factory: StoreFactory) -> None
     first_two = await store.read_replication_log(start, limit=2)
     assert [lsn for lsn, _ in first_two] == [start + 1, start + 2]
     assert await store.read_replication_log(store.last_lsn) == []
+
+
+async def test_a_standalone_store_numbers_batches_but_keeps_no_log(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open())
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "a")
+    assert store.last_lsn >= 2
+    assert await store.read_replication_log(Lsn(0)) == []
+    assert await store.first_retained_lsn() is None
 
 
 async def test_lsn_survives_reopen(lmdb_factory: StoreFactory) -> None:
@@ -208,7 +220,7 @@ async def test_log_is_trimmed_to_the_newest_entries(lmdb_factory: StoreFactory) 
         await send_one(store, T1, "orders", f"m{i}")
     first = await store.first_retained_lsn()
     assert first == store.last_lsn - 5 + 1
-    entries = await store.read_replication_log(0)
+    entries = await store.read_replication_log(Lsn(0))
     assert [lsn for lsn, _ in entries] == list(range(first, store.last_lsn + 1))
 
 
@@ -216,8 +228,8 @@ async def test_a_follower_replaying_the_log_ends_up_equal(tmp_path: Path, clock:
     leader_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "leader"), clock=clock)
     follower_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "follower"), clock=clock)
     try:
-        leader = engine(await leader_factory.open())
-        follower = engine(await follower_factory.open())
+        leader = engine(await leader_factory.open(replication_log_keep=LOG_KEEP))
+        follower = engine(await follower_factory.open(replication_log_keep=LOG_KEEP))
         assert follower.last_lsn == 0, (
             "a fresh store must not have logged anything a leader's log would clash with"
         )
@@ -231,7 +243,7 @@ async def test_a_follower_replaying_the_log_ends_up_equal(tmp_path: Path, clock:
         await leader.nack(T1, [got[1].receipt], delay_s=5)
         await leader.meta_put("tenants", "acme", b"{}")
 
-        for lsn, record in await leader.read_replication_log(0, limit=10_000):
+        for lsn, record in await leader.read_replication_log(Lsn(0), limit=10_000):
             await follower.apply_replicated(lsn, record)
         assert follower.last_lsn == leader.last_lsn
 
@@ -253,11 +265,11 @@ async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -
     leader_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "leader"), clock=clock)
     follower_factory = StoreFactory(kind="lmdb", url=lmdb_url(tmp_path / "follower"), clock=clock)
     try:
-        leader = engine(await leader_factory.open())
-        follower = engine(await follower_factory.open())
+        leader = engine(await leader_factory.open(replication_log_keep=LOG_KEEP))
+        follower = engine(await follower_factory.open(replication_log_keep=LOG_KEEP))
         await leader.create_queue(T1, q("orders"), {})
         await send_one(leader, T1, "orders", "a")
-        entries = await leader.read_replication_log(0)
+        entries = await leader.read_replication_log(Lsn(0))
         assert len(entries) >= 2
         with pytest.raises(StoreError):
             await follower.apply_replicated(*entries[1])
@@ -326,9 +338,10 @@ async def test_full_map_is_unavailable_and_keeps_reads_and_acks(lmdb_factory: St
     got = await receive_all(store, T1, "big")
     assert {m.id for m in got} == {r.id for r in stored}
     assert all(m.body == body for m in got)
-    result = await store.ack(T1, [m.receipt for m in got[:4]])
-    assert result.acked == 4
+    acked = await store.ack(T1, [m.receipt for m in got[:4]])
+    assert acked.acked == 4
     # Space freed by acks is usable again.
     ok((await store.send(T1, q("big"), [msg(body, is_text=False)]))[0])
     store = await lmdb_factory.reopen(store, map_size=2 << 20, max_map_size=2 << 20)
+    lmdb_factory.clock.advance(3601)  # what was received above is visible again
     assert len(await receive_all(store, T1, "big")) == len(stored) - 4 + 1

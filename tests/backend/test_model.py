@@ -306,8 +306,8 @@ class QueueMachine(RuleBasedStateMachine):
                     assert order == [m.id for m in expected if m.group == group], (
                         f"group {group} out of order"
                     )
-            for m in expected:
-                del self.model.messages[m.id]
+            for gone in expected:
+                del self.model.messages[gone.id]
 
     # Invariants -------------------------------------------------------------
 
