@@ -8,6 +8,7 @@ checks, the replication log, group commit, and a full map. The contract suite in
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -94,6 +95,24 @@ async def test_with_keyring_bodies_never_reach_the_file(lmdb_factory: StoreFacto
         m.body for m in await receive_all(store, T1, "dlq") + await receive_all(store, T1, "orders")
     )
     assert bodies == [MARKER + b"-one", MARKER + b"-two"]
+
+
+async def test_content_dedupe_does_not_leave_a_plain_body_hash(
+    lmdb_factory: StoreFactory, tmp_path: Path
+) -> None:
+    # An unkeyed hash of the body lets anyone holding the file confirm a guessed body
+    # ("is there a message that says 'approved'?"), which encryption at rest is meant to stop.
+    ring = keyring(k1=os.urandom(32))
+    store = await lmdb_factory.open(ring)
+    await store.create_queue(T1, q("orders"), {"content_dedupe": True})
+    body = b"approved"
+    first = await send_one(store, T1, "orders", body)
+    assert (await send_one(store, T1, "orders", body)).id == first.id
+    await lmdb_factory.close(store)
+    data = store_bytes(tmp_path)
+    for name in ("sha256", "sha1", "md5", "blake2b"):
+        digest = hashlib.new(name, body).digest()
+        assert digest[:8] not in data, f"the file holds an unkeyed {name} of a body"
 
 
 async def test_rotation_keeps_old_messages_readable(lmdb_factory: StoreFactory) -> None:

@@ -1,0 +1,144 @@
+"""The Backend contract: Stats, listeners, durability across reopen, start and close.
+
+Run against every backend kind (see conftest.py). Semantics follow API.md and, where it is
+silent, Amazon SQS. Time-based behaviour moves the injected ManualClock; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from backend_store import Backend, NewMessage, SendResult, TenantId
+
+from ..conftest import ManualClock, scaled
+from .harness import T1, StoreFactory, msg, ok, q, receive_all, send_one
+
+# ---------------------------------------------------------------------------
+# Stats
+# ---------------------------------------------------------------------------
+
+
+async def test_stats(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("dlq"), {})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 10, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    info = await store.get_queue(T1, q("orders"))
+    assert info.stats.visible == 0 and info.stats.sent_total == 0
+    assert info.stats.oldest_age_s in (None, 0)
+
+    await store.send(T1, q("orders"), [msg("a"), msg("b"), msg("c"), msg("later", delay_s=100)])
+    clock.advance(5)
+    [a, _b] = await store.receive(T1, q("orders"), 2)
+    stats = (await store.get_queue(T1, q("orders"))).stats
+    assert (stats.visible, stats.in_flight, stats.delayed) == (1, 2, 1)
+    assert stats.sent_total == 4
+    assert stats.oldest_age_s == pytest.approx(5)
+
+    await store.ack(T1, [a.receipt])
+    clock.advance(11)  # b times out; its next receive moves it to the DLQ
+    assert [m.body for m in await store.receive(T1, q("orders"), 10)] == [b"c"]
+    stats = (await store.get_queue(T1, q("orders"))).stats
+    assert (stats.visible, stats.in_flight, stats.delayed) == (0, 1, 1)
+    assert (stats.sent_total, stats.acked_total, stats.dead_lettered_total) == (4, 1, 1)
+    dlq = (await store.get_queue(T1, q("dlq"))).stats
+    assert dlq.visible == 1
+
+    listed = {i.name: i.stats for i in await store.list_queues(T1)}
+    assert listed[q("orders")] == stats
+
+
+# ---------------------------------------------------------------------------
+# Listeners, durability, lifecycle
+# ---------------------------------------------------------------------------
+
+
+async def test_listeners_hear_sends_and_nacks(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    heard: list[tuple[TenantId, str]] = []
+    event = asyncio.Event()
+
+    def listener(tenant: TenantId, queue: str) -> None:
+        heard.append((tenant, queue))
+        event.set()
+
+    store.add_listener(listener)
+
+    async def expect_wake(what: str) -> None:
+        async with asyncio.timeout(scaled(5)):
+            await event.wait()
+        assert heard[-1] == (T1, "orders"), what
+        event.clear()
+
+    await send_one(store, T1, "orders", "a")
+    await expect_wake("send")
+    await send_one(store, T1, "orders", "later", delay_s=30)
+    await expect_wake("delayed send")
+    [got] = await store.receive(T1, q("orders"), 1)
+    await store.nack(T1, [got.receipt])
+    await expect_wake("nack")
+
+
+async def test_everything_survives_reopen(store_factory: StoreFactory, clock: ManualClock) -> None:
+    store = await store_factory.open()
+    await store.create_queue(T1, q("orders"), {"visibility_timeout_s": 100, "dedupe_window_s": 600})
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    sent = [ok(r) for r in await store.send(T1, q("orders"), [msg("a", dedupe_id="d"), msg("b"), msg("c")])]
+    await store.send(T1, q("f"), [msg("f0", group_id="g"), msg("f1", group_id="g")])
+    [held] = await store.receive(T1, q("orders"), 1)
+    [f0] = await store.receive(T1, q("f"), 1)
+    await store.meta_put("tenants", "acme", b"{}")
+
+    store = await store_factory.reopen(store)
+    assert [i.name for i in await store.list_queues(T1)] == ["f", "orders"]
+    assert (await store.get_queue(T1, q("orders"))).attributes.visibility_timeout_s == 100
+    assert await store.meta_get("tenants", "acme") == b"{}"
+    # In-flight state is durable: the held message is still invisible, its receipt still works,
+    # and the fifo group is still blocked.
+    assert [m.body for m in await receive_all(store, T1, "orders", visibility_timeout_s=5)] == [b"b", b"c"]
+    assert await store.receive(T1, q("f"), 1) == []
+    assert (await store.ack(T1, [held.receipt, f0.receipt])).acked == 2
+    [f1] = await store.receive(T1, q("f"), 1)
+    assert f1.body == b"f1"
+    stats = (await store.get_queue(T1, q("orders"))).stats
+    assert (stats.sent_total, stats.acked_total) == (3, 1)
+    # So is the dedupe index, and seqs keep growing.
+    dup = await send_one(store, T1, "orders", "a", dedupe_id="d")
+    assert dup.duplicate and dup.id == sent[0].id
+    fresh = await send_one(store, T1, "orders", "d")
+    assert fresh.seq > max(r.seq for r in sent)
+
+
+async def test_start_is_idempotent_and_check_writable(store: Backend) -> None:
+    await store.start()
+    await store.check_writable()
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "a")
+
+
+async def test_close_finishes_queued_writes(store_factory: StoreFactory) -> None:
+    store = await store_factory.open()
+    await store.create_queue(T1, q("orders"), {})
+    sends = [asyncio.ensure_future(store.send(T1, q("orders"), [msg(f"m{i}")])) for i in range(200)]
+    await asyncio.sleep(0)  # let them reach the writer's queue
+    await store_factory.close(store)
+    # Every send either completed (and then must be on disk) or failed; none hangs.
+    async with asyncio.timeout(scaled(10)):
+        outcomes = await asyncio.gather(*sends, return_exceptions=True)
+    stored = {r[0].id for r in outcomes if isinstance(r, list) and isinstance(r[0], SendResult)}
+    store = await store_factory.open()
+    got = await receive_all(store, T1, "orders")
+    assert stored <= {m.id for m in got}
+    assert len(got) == len({m.id for m in got})
+
+
+async def test_send_many_small_batches_concurrently_share_commits(store: Backend) -> None:
+    # Not a speed test: hundreds of concurrent callers must all complete and all land once.
+    await store.create_queue(T1, q("orders"), {})
+    batches = [[NewMessage(body=f"{b}-{i}".encode()) for i in range(5)] for b in range(100)]
+    results = await asyncio.gather(*(store.send(T1, q("orders"), batch) for batch in batches))
+    ids = [ok(r).id for rs in results for r in rs]
+    assert len(set(ids)) == 500
+    assert len(await receive_all(store, T1, "orders")) == 500

@@ -1,0 +1,290 @@
+"""The Backend contract: Dead-letter queues, FIFO groups and dedupe.
+
+Run against every backend kind (see conftest.py). Semantics follow API.md and, where it is
+silent, Amazon SQS. Time-based behaviour moves the injected ManualClock; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from backend_store import Backend, SendResult
+from backend_store.errors import (
+    InvalidRequest,
+)
+
+from ..conftest import ManualClock, wait_for
+from .harness import T1, T2, msg, ok, q, receive_all, send_one
+
+# ---------------------------------------------------------------------------
+# Dead-letter queues
+# ---------------------------------------------------------------------------
+
+
+async def test_max_receives_moves_to_dead_letter_queue(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("dlq"), {})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 5, "max_receives": 2, "dead_letter_queue": "dlq"}
+    )
+    sent = await send_one(store, T1, "orders", "poison", attributes={"k": "v"}, group_id=None)
+    await send_one(store, T1, "orders", "fine")
+
+    for expected in (1, 2):
+        got = await store.receive(T1, q("orders"), 10)
+        assert [(m.body, m.receive_count) for m in got] == [(b"poison", expected), (b"fine", expected)]
+        if expected == 2:
+            await store.ack(T1, [got[1].receipt])
+        clock.advance(6)
+
+    # Past max_receives: moved instead of handed out a third time.
+    assert await store.receive(T1, q("orders"), 10) == []
+    stats = (await store.get_queue(T1, q("orders"))).stats
+    assert (stats.visible, stats.in_flight, stats.delayed) == (0, 0, 0)
+    assert stats.dead_lettered_total == 1
+
+    [dead] = await store.receive(T1, q("dlq"), 10)
+    assert dead.body == b"poison"
+    assert dead.attributes == {"k": "v"}
+    # SQS keeps the message id across the move.
+    assert dead.id == sent.id
+    assert await store.receive(T1, q("dlq"), 10) == []
+
+
+async def test_dead_letter_move_is_exactly_once(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("dlq"), {})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    await store.send(T1, q("orders"), [msg(f"m{i}") for i in range(30)])
+    assert len(await receive_all(store, T1, "orders", visibility_timeout_s=1)) == 30
+    clock.advance(2)
+    # Many concurrent receivers race to move the same expired messages.
+    results = await asyncio.gather(*(store.receive(T1, q("orders"), 10) for _ in range(8)))
+    assert all(r == [] for r in results)
+    dead = await receive_all(store, T1, "dlq")
+    assert sorted(m.body for m in dead) == sorted(f"m{i}".encode() for i in range(30))
+    assert (await store.get_queue(T1, q("orders"))).stats.dead_lettered_total == 30
+
+
+async def test_deleting_a_dead_letter_queue_in_use_is_refused_or_detaches(
+    store: Backend, clock: ManualClock
+) -> None:
+    # SQS lets the DLQ go and the source then keeps its messages; either way nothing is lost
+    # silently: after the DLQ is gone a poison message is still somewhere we can see.
+    await store.create_queue(T1, q("dlq"), {})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    await send_one(store, T1, "orders", "poison")
+    await store.receive(T1, q("orders"), 1)
+    try:
+        await store.delete_queue(T1, q("dlq"))
+    except InvalidRequest:
+        return
+    clock.advance(2)
+    got = await store.receive(T1, q("orders"), 1)
+    assert [m.body for m in got] == [b"poison"]
+
+
+# ---------------------------------------------------------------------------
+# FIFO
+# ---------------------------------------------------------------------------
+
+
+async def test_fifo_one_in_flight_per_group_and_strict_order(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("f"), {"ordering": "fifo", "visibility_timeout_s": 10})
+    await store.send(T1, q("f"), [msg(f"a{i}", group_id="a") for i in range(3)])
+
+    [a0] = await store.receive(T1, q("f"), 1)
+    assert a0.body == b"a0" and a0.group_id == "a"
+    # a0 is in flight: nothing else of group a may go out.
+    assert await store.receive(T1, q("f"), 10) == []
+
+    # Timed out: a0 comes back before a1.
+    clock.advance(11)
+    [again] = await store.receive(T1, q("f"), 1)
+    assert again.body == b"a0" and again.receive_count == 2
+    # Nacked: still a0 first.
+    await store.nack(T1, [again.receipt])
+    [again] = await store.receive(T1, q("f"), 1)
+    assert again.body == b"a0"
+    await store.ack(T1, [again.receipt])
+
+    [a1] = await store.receive(T1, q("f"), 1)
+    assert a1.body == b"a1"
+    await store.ack(T1, [a1.receipt])
+    [a2] = await store.receive(T1, q("f"), 1)
+    assert a2.body == b"a2"
+
+
+async def test_purge_releases_fifo_groups(store: Backend) -> None:
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    await store.send(T1, q("f"), [msg("a0", group_id="a"), msg("a1", group_id="a")])
+    [a0] = await store.receive(T1, q("f"), 1)
+    assert await store.purge_queue(T1, q("f")) == 2
+    await store.send(T1, q("f"), [msg("a2", group_id="a")])
+    # The purged in-flight head no longer blocks its group.
+    assert [m.body for m in await store.receive(T1, q("f"), 10)] == [b"a2"]
+    assert (await store.ack(T1, [a0.receipt])).acked == 0
+
+
+async def test_retention_releases_a_fifo_group_behind_an_expired_head(
+    store: Backend, clock: ManualClock
+) -> None:
+    await store.create_queue(
+        T1, q("f"), {"ordering": "fifo", "retention_s": 60, "visibility_timeout_s": 3600}
+    )
+    await send_one(store, T1, "f", "a0", group_id="a")
+    [a0] = await store.receive(T1, q("f"), 1)
+    clock.advance(30)
+    await send_one(store, T1, "f", "a1", group_id="a")
+    clock.advance(31)  # a0 is past retention (held or not), a1 is not
+
+    async def a1_released() -> bool:
+        got = await store.receive(T1, q("f"), 10)
+        assert [m.body for m in got] in ([], [b"a1"])
+        return bool(got)
+
+    await wait_for(a1_released, what="the group to move past its expired head")
+    assert (await store.ack(T1, [a0.receipt])).acked == 0
+
+
+async def test_fifo_groups_proceed_in_parallel(store: Backend) -> None:
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    await store.send(
+        T1,
+        q("f"),
+        [msg("a0", group_id="a"), msg("a1", group_id="a"), msg("b0", group_id="b"), msg("c0", group_id="c")],
+    )
+    first = await store.receive(T1, q("f"), 1)
+    second = await store.receive(T1, q("f"), 1)
+    third = await store.receive(T1, q("f"), 1)
+    # Group a's head is out, so the next receivers get the other groups' heads, not a1.
+    assert sorted(m.body for m in first + second + third) == [b"a0", b"b0", b"c0"]
+    assert await store.receive(T1, q("f"), 10) == []
+
+
+async def test_fifo_batch_receive_keeps_group_order(store: Backend) -> None:
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    await store.send(T1, q("f"), [msg(f"{g}{i}", group_id=g) for i in range(5) for g in "abc"])
+    delivered: list[bytes] = []
+    while True:
+        got = await store.receive(T1, q("f"), 10)
+        if not got:
+            break
+        # Whatever one call hands out of a group is the group's next messages in order.
+        delivered += [m.body for m in got]
+        await store.ack(T1, [m.receipt for m in got])
+    for g in "abc":
+        assert [b for b in delivered if b.startswith(g.encode())] == [f"{g}{i}".encode() for i in range(5)]
+    assert len(delivered) == 15
+
+
+async def test_fifo_dead_letter_releases_the_group(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("dlq"), {"ordering": "fifo"})
+    await store.create_queue(
+        T1,
+        q("f"),
+        {"ordering": "fifo", "visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"},
+    )
+    await store.send(T1, q("f"), [msg("a0", group_id="a"), msg("a1", group_id="a")])
+    [a0] = await store.receive(T1, q("f"), 1)
+    assert a0.body == b"a0"
+    clock.advance(2)
+    [a1] = await store.receive(T1, q("f"), 1)
+    assert a1.body == b"a1"
+    [dead] = await store.receive(T1, q("dlq"), 1)
+    assert dead.body == b"a0" and dead.group_id == "a"
+
+
+async def test_fifo_message_without_group_is_accepted_or_rejected_cleanly(store: Backend) -> None:
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    [result] = await store.send(T1, q("f"), [msg("nogroup")])
+    if isinstance(result, SendResult):
+        assert [m.body for m in await store.receive(T1, q("f"), 1)] == [b"nogroup"]
+    else:
+        assert isinstance(result, InvalidRequest)
+
+
+# ---------------------------------------------------------------------------
+# Dedupe
+# ---------------------------------------------------------------------------
+
+
+async def test_dedupe_id_returns_the_original(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("orders"), {"dedupe_window_s": 60})
+    first = await send_one(store, T1, "orders", "a", dedupe_id="d1")
+    clock.advance(30)
+    second = await send_one(store, T1, "orders", "a different body", dedupe_id="d1")
+    assert (second.id, second.seq, second.duplicate) == (first.id, first.seq, True)
+    assert first.duplicate is False
+    got = await receive_all(store, T1, "orders")
+    assert [m.body for m in got] == [b"a"]
+    # Consumed or not, the id stays taken for the window (SQS behaviour).
+    await store.ack(T1, [got[0].receipt])
+    assert (await send_one(store, T1, "orders", "a", dedupe_id="d1")).duplicate is True
+
+    clock.advance(31)  # past the window of the first send
+    third = await send_one(store, T1, "orders", "a", dedupe_id="d1")
+    assert third.duplicate is False and third.id != first.id
+
+
+async def test_dedupe_within_one_batch(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    results = [
+        ok(r)
+        for r in await store.send(
+            T1, q("orders"), [msg("a", dedupe_id="x"), msg("b", dedupe_id="y"), msg("a", dedupe_id="x")]
+        )
+    ]
+    assert [r.duplicate for r in results] == [False, False, True]
+    assert (results[2].id, results[2].seq) == (results[0].id, results[0].seq)
+    assert [m.body for m in await receive_all(store, T1, "orders")] == [b"a", b"b"]
+
+
+async def test_dedupe_is_per_queue_and_tenant(store: Backend) -> None:
+    for tenant in (T1, T2):
+        for name in ("one", "two"):
+            await store.create_queue(tenant, q(name), {})
+    results = [
+        await send_one(store, tenant, name, "same", dedupe_id="d")
+        for tenant in (T1, T2)
+        for name in ("one", "two")
+    ]
+    assert [r.duplicate for r in results] == [False] * 4
+    assert len({(r.id) for r in results}) == 4
+
+
+async def test_content_dedupe(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("orders"), {"content_dedupe": True, "dedupe_window_s": 100})
+    first = await send_one(store, T1, "orders", "same body")
+    dup = await send_one(store, T1, "orders", "same body")
+    assert (dup.id, dup.seq, dup.duplicate) == (first.id, first.seq, True)
+    assert (await send_one(store, T1, "orders", "other body")).duplicate is False
+    # An explicit dedupe_id wins over the body hash.
+    assert (await send_one(store, T1, "orders", "same body", dedupe_id="own")).duplicate is False
+    clock.advance(101)
+    assert (await send_one(store, T1, "orders", "same body")).duplicate is False
+    assert len(await receive_all(store, T1, "orders")) == 4
+
+
+async def test_without_content_dedupe_same_bodies_are_distinct(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    a = await send_one(store, T1, "orders", "same")
+    b = await send_one(store, T1, "orders", "same")
+    assert not b.duplicate and a.id != b.id
+
+
+async def test_dedupe_window_zero_disables_dedupe(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {"dedupe_window_s": 0, "content_dedupe": True})
+    a = await send_one(store, T1, "orders", "same", dedupe_id="d")
+    b = await send_one(store, T1, "orders", "same", dedupe_id="d")
+    assert not b.duplicate and a.id != b.id
+
+
+async def test_duplicate_does_not_hit_max_messages(store: Backend) -> None:
+    # A retried send of a stored message is answered from the dedupe index, even when full.
+    await store.create_queue(T1, q("orders"), {"max_messages": 1})
+    first = await send_one(store, T1, "orders", "a", dedupe_id="d")
+    [again] = await store.send(T1, q("orders"), [msg("a", dedupe_id="d")])
+    assert isinstance(again, SendResult) and again.duplicate and again.id == first.id
