@@ -1,6 +1,9 @@
 """The child process of test_crash: send many messages concurrently until killed.
 
-Usage: python crash_child.py STORE_DIR ACK_FILE TOTAL PRODUCERS
+Usage: python crash_child.py STORE_DIR ACK_FILE TOTAL PRODUCERS LOG_KEEP
+
+Encryption keys come from ``PUSHGATE_ENCRYPTION_KEYS`` when set; LOG_KEEP is
+``StoreOptions.replication_log_keep`` (0: no replication log).
 
 Each producer sends (mostly one message, sometimes a batch of five) and, only after
 ``send`` returned, appends ``<id> <index>`` to ACK_FILE and flushes it, so the file lists
@@ -15,6 +18,7 @@ import sys
 from pathlib import Path
 
 from backend_store import NewMessage, QueueName, SendResult, StoreOptions, TenantId, open_backend
+from backend_store.encryption import Keyring
 
 TENANT = TenantId("crash")
 QUEUE = QueueName("crash")
@@ -25,8 +29,9 @@ def body(index: int) -> bytes:
     return f"{index:09d}".encode() + PAD
 
 
-async def main(store_dir: Path, ack_file: Path, total: int, producers: int) -> None:
-    store = open_backend(f"lmdb://{store_dir}", StoreOptions())
+async def main(store_dir: Path, ack_file: Path, total: int, producers: int, log_keep: int) -> None:
+    options = StoreOptions(keyring=Keyring.from_env(), replication_log_keep=log_keep)
+    store = open_backend(f"lmdb://{store_dir}", options)
     await store.start()
     counter = itertools.count()
     with ack_file.open("a", encoding="ascii") as acks:
@@ -53,4 +58,6 @@ async def main(store_dir: Path, ack_file: Path, total: int, producers: int) -> N
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+    asyncio.run(
+        main(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    )

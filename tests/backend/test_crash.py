@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from backend_store import StoreOptions, open_backend
+from backend_store import Lsn, StoreOptions, open_backend
+from backend_store.encryption import ENV_VAR, Keyring
+from backend_store.lmdb_store.engine import LmdbBackend
 
 from ..conftest import scaled
 from .crash_child import PAD, QUEUE, TENANT
@@ -49,14 +51,32 @@ def count_lines(path: Path) -> int:
         return 0
 
 
+# Kill points spread over the run; every other run with bodies sealed and a replication log
+# kept, as a backend node runs, so those writes are cut by the kill too.
+RUNS = [(500, False), (3_000, True), (8_000, False), (14_000, True), (20_000, False)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_after", [500, 3_000, 8_000, 14_000, 20_000], ids=lambda n: f"kill-after-{n}")
-async def test_acknowledged_sends_survive_sigkill(tmp_path: Path, kill_after: int) -> None:
+@pytest.mark.parametrize(
+    ("kill_after", "sealed_and_logged"),
+    RUNS,
+    ids=[f"kill-after-{n}{'-encrypted-logged' if s else ''}" for n, s in RUNS],
+)
+async def test_acknowledged_sends_survive_sigkill(
+    tmp_path: Path, kill_after: int, sealed_and_logged: bool
+) -> None:
     store_dir = tmp_path / "store"
     ack_file = tmp_path / "acks.txt"
     url = f"lmdb://{store_dir}"
+    key_doc = Keyring.generate_document() if sealed_and_logged else None
+    log_keep = 100_000 if sealed_and_logged else 0
 
-    store = open_backend(url, StoreOptions())
+    def options() -> StoreOptions:
+        return StoreOptions(
+            keyring=Keyring.from_json(key_doc) if key_doc else None, replication_log_keep=log_keep
+        )
+
+    store = open_backend(url, options())
     await store.start()
     await store.create_queue(TENANT, QUEUE, {})
     await store.close()
@@ -65,6 +85,9 @@ async def test_acknowledged_sends_survive_sigkill(tmp_path: Path, kill_after: in
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
+    env.pop(ENV_VAR, None)
+    if key_doc:
+        env[ENV_VAR] = key_doc
     with (tmp_path / "child.log").open("wb") as log:
         child = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -73,6 +96,7 @@ async def test_acknowledged_sends_survive_sigkill(tmp_path: Path, kill_after: in
             str(ack_file),
             str(TOTAL),
             str(PRODUCERS),
+            str(log_keep),
             stdout=log,
             stderr=log,
             env=env,
@@ -94,11 +118,16 @@ async def test_acknowledged_sends_survive_sigkill(tmp_path: Path, kill_after: in
     acks = read_acks(ack_file)
     assert kill_after <= len(acks) < TOTAL, "the kill did not land mid-run"
 
-    store = open_backend(url, StoreOptions())
+    store = open_backend(url, options())
     await store.start()
     try:
         got = await receive_all(store, TENANT, QUEUE)
         stats = (await store.get_queue(TENANT, QUEUE)).stats
+        if sealed_and_logged:
+            # The log is whole up to the last committed batch: nothing torn at its end.
+            assert isinstance(store, LmdbBackend)
+            entries = await store.read_replication_log(Lsn(0), limit=1_000_000)
+            assert [lsn for lsn, _ in entries] == list(range(1, store.last_lsn + 1))
     finally:
         await store.close()
 
