@@ -69,6 +69,9 @@ class Run:
     latencies: dict[str, list[float]] = field(default_factory=dict)
     # Store operations per commit in the run (Pushgate only): how much group commit grouped.
     per_commit: float | None = None
+    # This process's CPU time (all threads) per message: with the store in-process, it tells
+    # whether a run is bound by the CPU (Python) or by the disk (fsync).
+    cpu_per_message: float | None = None
 
     @property
     def rate(self) -> float:
@@ -79,6 +82,8 @@ class Run:
 
     def percentiles(self) -> str:
         parts = [] if self.per_commit is None else [f"{self.per_commit:.1f} ops/commit"]
+        if self.cpu_per_message is not None:
+            parts.append(f"{self.cpu_per_message * 1e6:.0f} us CPU/msg")
         for op, values in self.latencies.items():
             values.sort()
             parts.append(f"{op} p50 {_pct(values, 0.50):.2f} / p99 {_pct(values, 0.99):.2f} ms")
@@ -134,10 +139,40 @@ async def timed_workers(
                 return
             run.messages += done
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker(w) for w in range(workers)))
     run.elapsed = time.perf_counter() - start
+    if run.messages:
+        run.cpu_per_message = (time.process_time() - cpu_start) / run.messages
     return run
+
+
+# The disk under the store: bare LMDB, no Pushgate --------------------------------------
+
+
+def raw_lmdb(path: Path, per_commit: int, seconds: float, body: bytes) -> float:
+    """1 KiB puts/s into a bare LMDB environment, synced like the store, ``per_commit`` per commit.
+
+    The floor and ceiling the engine works between: what a commit costs on this disk, and
+    what batching alone buys without any of the engine's Python.
+    """
+    import lmdb
+
+    env = lmdb.open(str(path), map_size=1 << 30, sync=True, metasync=True)
+    try:
+        key, done = 0, 0
+        stop_at = time.perf_counter() + seconds
+        start = time.perf_counter()
+        while time.perf_counter() < stop_at:
+            with env.begin(write=True) as txn:
+                for _ in range(per_commit):
+                    key += 1
+                    txn.put(key.to_bytes(8, "big"), body, append=True)
+            done += per_commit
+        return done / (time.perf_counter() - start)
+    finally:
+        env.close()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # Pushgate --------------------------------------------------------------------------
@@ -325,6 +360,10 @@ async def main(args: argparse.Namespace) -> None:
     if not args.no_redis and not redis_ok:
         print("redis-server is not installed: Redis columns skipped (apt-get install redis-server)")
     try:
+        baseline = {
+            n: await asyncio.to_thread(raw_lmdb, root / f"raw-{n}", n, min(args.seconds, 1.0), body)
+            for n in (1, 100)
+        }
         grouped: dict[int, Run] = {}
         single: dict[int, Run] = {}
         for producers in args.producers:
@@ -351,6 +390,11 @@ async def main(args: argparse.Namespace) -> None:
                     for consumers, batch in ((args.consumers, 1), (max(1, args.consumers // 4), 100))
                 ]
 
+        print()
+        print(
+            f"bare LMDB, synced commits of 1 KiB puts: 1 per commit {baseline[1]:,.0f}/s, "
+            f"100 per commit {baseline[100]:,.0f}/s"
+        )
         print()
         print("durable sends of one message per call (messages/s):")
         for producers in args.producers:
