@@ -20,6 +20,8 @@ class PushSettings:
     max_receive: int = 100
     # A connection whose unsent frames exceed this is a slow consumer: closed with 4008.
     send_buffer_bytes: int = 4 * 1024 * 1024
+    # ... once its socket has stayed blocked this long with the buffer past the bound.
+    slow_consumer_grace_s: float = 1.0
     max_frame_bytes: int = 1024 * 1024
     auth_timeout_s: float = 10.0
     # SSE comment pings; API.md asks for one at least every 15 s.

@@ -150,7 +150,9 @@ class SseHandler:
 
         stream_id = new_stream_id()
         encoder = SseEncoder(stream_id)
-        transport = SseTransport(encoder, settings.send_buffer_bytes, settings.ping_interval_s)
+        transport = SseTransport(
+            encoder, settings.send_buffer_bytes, settings.ping_interval_s, settings.slow_consumer_grace_s
+        )
         conn = engine.open_connection(principal.tenant, transport, stream_id)
         sub = engine.subscribe(
             conn,

@@ -60,18 +60,27 @@ class BufferedTransport:
     __slots__ = (
         "_bytes",
         "_frames",
+        "_in_send",
         "_limit",
         "_on_close",
         "_on_drain",
+        "_stall_check",
+        "_stall_grace_s",
         "_waiter",
         "close_code",
         "close_reason",
     )
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, stall_grace_s: float = 1.0) -> None:
         self._frames: deque[Any] = deque()
         self._bytes = 0
         self._limit = limit
+        # True while the writer is suspended handing a frame to the socket: seen from
+        # outside only when the socket is not writable (a send that can write returns
+        # without yielding), i.e. when the client reads more slowly than we write.
+        self._in_send = False
+        self._stall_grace_s = stall_grace_s
+        self._stall_check: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._on_close: OnClose | None = None
         self._on_drain: Callable[[], None] | None = None
@@ -97,9 +106,26 @@ class BufferedTransport:
         self._frames.append(frame)
         self._bytes += size
         if self._bytes > self._limit:
-            self.close(CloseCode.POLICY, "slow consumer: send buffer full")
-            return
+            self._over_limit()
         self._wake()
+
+    def _over_limit(self) -> None:
+        """The buffer passed its bound. A burst into a writable socket may (credits bound
+        it); a buffer past the bound behind a socket that stays blocked for the grace
+        period is a slow consumer. Twice the bound behind a blocked socket ends it at once."""
+        if self._in_send and self._bytes > 2 * self._limit:
+            self.close(CloseCode.POLICY, "slow consumer: send buffer full")
+        elif self._stall_check is None:
+            self._stall_check = asyncio.get_running_loop().call_later(self._stall_grace_s, self._stalled)
+
+    def _stalled(self) -> None:
+        self._stall_check = None
+        if self.close_code is not None or self._bytes <= self._limit:
+            return
+        if self._in_send:
+            self.close(CloseCode.POLICY, "slow consumer: send buffer full")
+        else:
+            self._over_limit()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -127,6 +153,9 @@ class BufferedTransport:
             return
         self.close_code = code
         self.close_reason = reason
+        if self._stall_check is not None:
+            self._stall_check.cancel()
+            self._stall_check = None
         # Unsent deliveries are released by the owner; sending them too could put a
         # message in two consumers' hands at once.
         self._frames.clear()
@@ -141,8 +170,8 @@ class WsTransport(BufferedTransport):
 
     __slots__ = ("_prefixes", "_send")
 
-    def __init__(self, send: Send, limit: int) -> None:
-        super().__init__(limit)
+    def __init__(self, send: Send, limit: int, stall_grace_s: float = 1.0) -> None:
+        super().__init__(limit, stall_grace_s)
         self._send = send
         # Envelope bytes per queue, built once (queues per connection are few).
         self._prefixes: dict[str, tuple[bytes, bytes]] = {}
@@ -192,7 +221,9 @@ class WsTransport(BufferedTransport):
                 self._bytes -= len(frame)
                 # uvicorn's send returns without yielding while the socket is writable;
                 # it waits (and the buffer fills) only when the client reads too slowly.
+                self._in_send = True
                 await send({"type": "websocket.send", "text": frame})
+                self._in_send = False
             if self._on_drain is not None:
                 self._on_drain()
         code = self.close_code or CloseCode.NORMAL
@@ -204,8 +235,10 @@ class SseTransport(BufferedTransport):
 
     __slots__ = ("_encoder", "_ping_interval_s")
 
-    def __init__(self, encoder: SseEncoder, limit: int, ping_interval_s: float) -> None:
-        super().__init__(limit)
+    def __init__(
+        self, encoder: SseEncoder, limit: int, ping_interval_s: float, stall_grace_s: float = 1.0
+    ) -> None:
+        super().__init__(limit, stall_grace_s)
         self._encoder = encoder
         self._ping_interval_s = ping_interval_s
 
@@ -231,7 +264,9 @@ class SseTransport(BufferedTransport):
                 chunk = b"".join(frames)
                 frames.clear()
                 self._bytes = 0
+                self._in_send = True
                 yield chunk
+                self._in_send = False
                 if self._on_drain is not None:
                     self._on_drain()
                 continue

@@ -142,7 +142,8 @@ class WebSocketHandler:
         await send(
             {"type": "websocket.accept", "subprotocol": subprotocol if subprotocol in offered else None}
         )
-        transport = WsTransport(send, self.engine.settings.send_buffer_bytes)
+        settings = self.engine.settings
+        transport = WsTransport(send, settings.send_buffer_bytes, settings.slow_consumer_grace_s)
         session = WebSocketSession(self.engine, transport)
         writer = asyncio.get_running_loop().create_task(transport.run())
         auth_timer: asyncio.TimerHandle | None = None

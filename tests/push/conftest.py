@@ -6,6 +6,7 @@ small enough for tests, plus async helpers: HTTP through httpx, WebSockets throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +30,7 @@ TEST_SETTINGS = PushSettings(
     sse_retry_ms=100,
     sse_resume_grace_s=0.5,
     send_buffer_bytes=256 * 1024,
+    slow_consumer_grace_s=0.2,
     max_frame_bytes=64 * 1024,
     safety_poll_s=1.0,
 )
@@ -192,3 +194,94 @@ async def poll(predicate: Any, timeout: float = 5.0, what: str = "condition") ->
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+class SseReader:
+    """Events of one SSE response, parsed as a browser's EventSource does, by a reader task
+    (so a timed-out wait never cancels the line iterator midway)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.comments: list[str] = []
+        self.retry: list[str] = []
+        self.events: asyncio.Queue[dict[str, str] | None] = asyncio.Queue()
+        # Error responses are read whole by the test instead.
+        self.task = (
+            asyncio.get_running_loop().create_task(self._read()) if response.status_code == 200 else None
+        )
+
+    async def _read(self) -> None:
+        fields: dict[str, str] = {}
+        try:
+            async for line in self.response.aiter_lines():
+                if not line:
+                    if "data" in fields or "event" in fields:
+                        fields.setdefault("event", "message")
+                        self.events.put_nowait(fields)
+                    fields = {}
+                elif line.startswith(":"):
+                    self.comments.append(line[1:].strip())
+                else:
+                    name, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if name == "retry":
+                        self.retry.append(value)
+                    else:
+                        fields[name] = value
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.events.put_nowait(None)
+
+    async def next(self, timeout: float = 5.0) -> dict[str, str]:
+        """The next event (``event`` defaults to ``message``); raises EOFError at the end."""
+        async with asyncio.timeout(scaled(timeout)):
+            event = await self.events.get()
+        if event is None:
+            self.events.put_nowait(None)
+            raise EOFError("stream ended")
+        return event
+
+    async def messages(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        got: list[dict[str, Any]] = []
+        while len(got) < count:
+            event = await self.next(timeout)
+            assert event["event"] == "message", event
+            got.append({"sse_id": event["id"], **orjson.loads(event["data"])})
+        return got
+
+    async def nothing_more(self, within: float = 0.3) -> None:
+        try:
+            event = await self.next(within)
+        except TimeoutError:
+            return
+        raise AssertionError(f"unexpected event {event}")
+
+    async def close(self) -> None:
+        if self.task is None:
+            return
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+@contextlib.asynccontextmanager
+async def sse_stream(
+    gateway: RunningGateway,
+    queue: str,
+    token: str | None,
+    headers: dict[str, str] | None = None,
+    **params: Any,
+) -> AsyncIterator[SseReader]:
+    all_headers = {"Accept": "text/event-stream", **(headers or {})}
+    if token:
+        all_headers["Authorization"] = f"Bearer {token}"
+    async with (
+        httpx.AsyncClient(base_url=gateway.url, timeout=scaled(30)) as client,
+        client.stream("GET", f"/v1/queues/{queue}/events", params=params, headers=all_headers) as response,
+    ):
+        reader = SseReader(response)
+        try:
+            yield reader
+        finally:
+            await reader.close()
