@@ -81,6 +81,40 @@ async def test_listeners_hear_sends_and_nacks(store: Backend) -> None:
     await expect_wake("nack")
 
 
+async def test_a_failing_listener_does_not_fail_sends_or_other_listeners(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    heard = asyncio.Event()
+
+    def broken(tenant: TenantId, queue: str) -> None:
+        raise RuntimeError("listener bug")
+
+    store.add_listener(broken)
+    store.add_listener(lambda tenant, queue: heard.set())
+    await send_one(store, T1, "orders", "a")
+    async with asyncio.timeout(scaled(5)):
+        await heard.wait()
+    assert len(await store.receive(T1, q("orders"), 10)) == 1
+
+
+async def test_concurrent_consumers_never_share_a_message(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {"visibility_timeout_s": 600})
+    for start in range(0, 500, 100):
+        await store.send(T1, q("orders"), [msg(f"m{i}") for i in range(start, start + 100)])
+
+    async def consumer() -> list[str]:
+        mine: list[str] = []
+        while got := await store.receive(T1, q("orders"), 7):
+            mine += [m.id for m in got]
+            result = await store.ack(T1, [m.receipt for m in got])
+            assert result.acked == len(got)
+        return mine
+
+    taken = [i for ids in await asyncio.gather(*(consumer() for _ in range(8))) for i in ids]
+    assert len(taken) == 500 == len(set(taken))
+    stats = (await store.get_queue(T1, q("orders"))).stats
+    assert (stats.visible, stats.in_flight, stats.acked_total) == (0, 0, 500)
+
+
 async def test_everything_survives_reopen(store_factory: StoreFactory, clock: ManualClock) -> None:
     store = await store_factory.open()
     await store.create_queue(T1, q("orders"), {"visibility_timeout_s": 100, "dedupe_window_s": 600})

@@ -12,14 +12,10 @@ from typing import Any
 import pytest
 
 from backend_store import Backend, QueueAttributes, TenantId
-from backend_store.errors import (
-    InvalidRequest,
-    QueueExists,
-    QueueNotFound,
-)
+from backend_store.errors import InvalidRequest, QueueExists, QueueFull, QueueNotFound
 
 from ..conftest import ManualClock
-from .harness import T1, T2, msg, q, send_one
+from .harness import T1, T2, msg, q, receive_all, send_one
 
 # ---------------------------------------------------------------------------
 # Queues
@@ -251,6 +247,39 @@ async def test_delete_queue_removes_it_and_its_messages(store: Backend) -> None:
     await store.create_queue(T1, q("orders"), {})
     assert await store.receive(T1, q("orders"), 10) == []
     assert (await store.get_queue(T1, q("orders"))).stats.visible == 0
+
+
+async def test_old_receipts_do_not_work_on_a_recreated_queue(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "old")
+    [old] = await store.receive(T1, q("orders"), 1)
+    await store.delete_queue(T1, q("orders"))
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "new")
+    [new] = await store.receive(T1, q("orders"), 1)
+    # Same name, maybe the same seq: the old receipt must not touch the new message.
+    assert (await store.ack(T1, [old.receipt])).acked == 0
+    assert (await store.nack(T1, [old.receipt])).acked == 0
+    assert await store.receive(T1, q("orders"), 1) == []
+    assert (await store.ack(T1, [new.receipt])).acked == 1
+
+
+async def test_updated_visibility_applies_to_later_receives(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("orders"), {"visibility_timeout_s": 30})
+    await store.send(T1, q("orders"), [msg("a"), msg("b")])
+    [a] = await store.receive(T1, q("orders"), 1)
+    await store.update_queue(T1, q("orders"), {"visibility_timeout_s": 5})
+    [b] = await store.receive(T1, q("orders"), 1)
+    assert (a.visible_at, b.visible_at) == (clock.now + 30, clock.now + 5)
+
+
+async def test_lowering_max_messages_keeps_what_is_stored(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    await store.send(T1, q("orders"), [msg(f"m{i}") for i in range(5)])
+    await store.update_queue(T1, q("orders"), {"max_messages": 2})
+    [full] = await store.send(T1, q("orders"), [msg("x")])
+    assert isinstance(full, QueueFull)
+    assert len(await receive_all(store, T1, "orders")) == 5
 
 
 async def test_delete_missing_queue_raises(store: Backend) -> None:
