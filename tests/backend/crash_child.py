@@ -1,13 +1,16 @@
-"""The child process of test_crash: send many messages concurrently until killed.
+"""The child process of test_crash: send (and optionally consume) concurrently until killed.
 
-Usage: python crash_child.py STORE_DIR ACK_FILE TOTAL PRODUCERS LOG_KEEP
+Usage: python crash_child.py STORE_DIR LOG_DIR TOTAL PRODUCERS CONSUMERS LOG_KEEP
 
 Encryption keys come from ``PUSHGATE_ENCRYPTION_KEYS`` when set; LOG_KEEP is
 ``StoreOptions.replication_log_keep`` (0: no replication log).
 
-Each producer sends (mostly one message, sometimes a batch of five) and, only after
-``send`` returned, appends ``<id> <index>`` to ACK_FILE and flushes it, so the file lists
-exactly the messages the store acknowledged. The parent SIGKILLs this process mid-run.
+Each producer sends (mostly one message, sometimes a batch of five) and, only after ``send``
+returned, appends ``<id> <index>`` to LOG_DIR/sent.txt and flushes it, so the file lists
+exactly the messages the store acknowledged. Each consumer receives up to ten, logs their ids
+to attempts.txt *before* acking and to acked.txt *after* ``ack`` returned: an id in acked.txt
+was deleted durably; one only in attempts.txt may or may not have been. The parent SIGKILLs
+this process mid-run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import itertools
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from backend_store import NewMessage, QueueName, SendResult, StoreOptions, TenantId, open_backend
 from backend_store.encryption import Keyring
@@ -23,25 +27,42 @@ from backend_store.encryption import Keyring
 TENANT = TenantId("crash")
 QUEUE = QueueName("crash")
 PAD = b"." * 200
+# Longer than any run: a message is delivered once in the child; the parent reads with a clock
+# moved past it.
+VISIBILITY_S = 3600
 
 
 def body(index: int) -> bytes:
     return f"{index:09d}".encode() + PAD
 
 
-async def main(store_dir: Path, ack_file: Path, total: int, producers: int, log_keep: int) -> None:
+def log_lines(log: TextIO, lines: list[str]) -> None:
+    # One write(2) per call; the parent still ignores a torn last line.
+    log.write("".join(lines))
+    log.flush()
+
+
+async def main(
+    store_dir: Path, log_dir: Path, total: int, producers: int, consumers: int, log_keep: int
+) -> None:
     options = StoreOptions(keyring=Keyring.from_env(), replication_log_keep=log_keep)
     store = open_backend(f"lmdb://{store_dir}", options)
     await store.start()
     counter = itertools.count()
-    with ack_file.open("a", encoding="ascii") as acks:
+    sending = producers
+    with (
+        (log_dir / "sent.txt").open("a", encoding="ascii") as sent,
+        (log_dir / "attempts.txt").open("a", encoding="ascii") as attempts,
+        (log_dir / "acked.txt").open("a", encoding="ascii") as acked,
+    ):
 
         async def produce(worker: int) -> None:
+            nonlocal sending
             while True:
                 size = 5 if worker % 4 == 0 else 1
-                indexes = [next(counter) for _ in range(size)]
-                indexes = [i for i in indexes if i < total]
+                indexes = [i for i in (next(counter) for _ in range(size)) if i < total]
                 if not indexes:
+                    sending -= 1
                     return
                 results = await store.send(TENANT, QUEUE, [NewMessage(body=body(i)) for i in indexes])
                 lines = []
@@ -49,15 +70,27 @@ async def main(store_dir: Path, ack_file: Path, total: int, producers: int, log_
                     if not isinstance(result, SendResult):
                         raise SystemExit(f"send failed: {result!r}")
                     lines.append(f"{result.id} {index}\n")
-                # One write(2) per send; the parent still ignores a torn last line.
-                acks.write("".join(lines))
-                acks.flush()
+                log_lines(sent, lines)
 
-        await asyncio.gather(*(produce(w) for w in range(producers)))
+        async def consume() -> None:
+            while True:
+                got = await store.receive(TENANT, QUEUE, 10, visibility_timeout_s=VISIBILITY_S)
+                if not got:
+                    if not sending:
+                        return
+                    await asyncio.sleep(0.001)  # the producers are ahead of nothing yet
+                    continue
+                log_lines(attempts, [f"{m.id}\n" for m in got])
+                result = await store.ack(TENANT, [m.receipt for m in got])
+                if result.failed:
+                    raise SystemExit(f"ack failed: {result.failed!r}")
+                log_lines(acked, [f"{m.id}\n" for m in got])
+
+        await asyncio.gather(*(produce(w) for w in range(producers)), *(consume() for _ in range(consumers)))
     await store.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(
-        main(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
-    )
+    store_dir, log_dir, *numbers = sys.argv[1:]
+    total, producers, consumers, log_keep = map(int, numbers)
+    asyncio.run(main(Path(store_dir), Path(log_dir), total, producers, consumers, log_keep))

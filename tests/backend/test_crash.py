@@ -3,7 +3,8 @@
 A child process (``crash_child.py``) sends tens of thousands of messages from concurrent
 producers and logs each acknowledged id after ``send`` returned. The test kills it with
 SIGKILL at a different point each run, reopens the store, receives everything, and checks
-that every logged id is there once, and that no message was stored twice.
+that every logged id is there once, and that no message was stored twice. A second test adds
+consumers that ack while the producers send: an acknowledged ack is never undone by the crash.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from backend_store import Lsn, StoreOptions, open_backend
+from backend_store import Lsn, ReceivedMessage, StoreOptions, open_backend
 from backend_store.encryption import ENV_VAR, Keyring
 from backend_store.lmdb_store.engine import LmdbBackend
 
 from ..conftest import scaled
-from .crash_child import PAD, QUEUE, TENANT
+from .crash_child import PAD, QUEUE, TENANT, VISIBILITY_S
 from .harness import receive_all
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -31,16 +33,20 @@ TOTAL = 25_000
 PRODUCERS = 64
 
 
-def read_acks(path: Path) -> dict[str, int]:
-    """Acknowledged ``id -> index``; a torn last line (killed mid-write) is not an ack."""
+def read_lines(path: Path) -> list[str]:
+    """Complete lines only: a torn last line (killed mid-write) was never logged."""
     text = path.read_text(encoding="ascii") if path.exists() else ""
-    lines = text.split("\n")[:-1]  # everything before the last newline
-    acks: dict[str, int] = {}
-    for line in lines:
+    return text.split("\n")[:-1]
+
+
+def read_sent(path: Path) -> dict[str, int]:
+    """Acknowledged sends, ``id -> index``."""
+    sent: dict[str, int] = {}
+    for line in read_lines(path):
         msg_id, index = line.split(" ")
-        assert msg_id not in acks, f"the store returned id {msg_id} twice"
-        acks[msg_id] = int(index)
-    return acks
+        assert msg_id not in sent, f"the store returned id {msg_id} twice"
+        sent[msg_id] = int(index)
+    return sent
 
 
 def count_lines(path: Path) -> int:
@@ -49,6 +55,82 @@ def count_lines(path: Path) -> int:
             return f.read().count(b"\n")
     except FileNotFoundError:
         return 0
+
+
+@dataclass
+class Crash:
+    """A store directory, its key document, and the child's logs once it was killed."""
+
+    root: Path
+    key_doc: str | None = None
+    log_keep: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"lmdb://{self.root / 'store'}"
+
+    def options(self, clock_ahead_s: float = 0) -> StoreOptions:
+        keyring = Keyring.from_json(self.key_doc) if self.key_doc else None
+        clock = (lambda: time.time() + clock_ahead_s) if clock_ahead_s else None
+        return StoreOptions(keyring=keyring, replication_log_keep=self.log_keep, clock=clock)
+
+    async def create_queue(self) -> None:
+        store = open_backend(self.url, self.options())
+        await store.start()
+        await store.create_queue(TENANT, QUEUE, {})
+        await store.close()
+
+    async def run_child_until(self, kill_after: int, consumers: int = 0) -> None:
+        """Start the child, SIGKILL it once ``kill_after`` sends are logged."""
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        env.pop(ENV_VAR, None)
+        if self.key_doc:
+            env[ENV_VAR] = self.key_doc
+        sent_log = self.root / "sent.txt"
+        with (self.root / "child.log").open("wb") as log:
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, str(CHILD), str(self.root / "store"), str(self.root),
+                str(TOTAL), str(PRODUCERS), str(consumers), str(self.log_keep),
+                stdout=log, stderr=log, env=env,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + scaled(60)
+                # Polling a file the child appends to: no event to wait on across processes.
+                while count_lines(sent_log) < kill_after:
+                    assert child.returncode is None, f"child exited: {(self.root / 'child.log').read_text()}"
+                    assert time.monotonic() < deadline, f"child logged only {count_lines(sent_log)} sends"
+                    await asyncio.sleep(0.005)
+                child.send_signal(signal.SIGKILL)
+            finally:
+                if child.returncode is None:
+                    child.kill()
+                await child.wait()
+        assert child.returncode == -signal.SIGKILL
+
+    async def everything_stored(self) -> list[ReceivedMessage]:
+        """Reopen and receive every message, in flight at the kill or not (the clock is moved past)."""
+        store = open_backend(self.url, self.options(clock_ahead_s=VISIBILITY_S + 60))
+        await store.start()
+        try:
+            got = await receive_all(store, TENANT, QUEUE)
+            stats = (await store.get_queue(TENANT, QUEUE)).stats
+            assert (stats.visible, stats.in_flight, stats.delayed) == (0, len(got), 0)
+            if self.log_keep:
+                # The log is whole up to the last committed batch: nothing torn at its end.
+                assert isinstance(store, LmdbBackend)
+                entries = await store.read_replication_log(Lsn(0), limit=1_000_000)
+                assert [lsn for lsn, _ in entries] == list(range(1, store.last_lsn + 1))
+        finally:
+            await store.close()
+        ids = [m.id for m in got]
+        assert len(ids) == len(set(ids)), "a message was delivered twice"
+        indexes = [int(m.body[:9]) for m in got]
+        assert len(indexes) == len(set(indexes)), "a message was stored twice"
+        assert all(m.body[9:] == PAD for m in got), "a stored body is damaged"
+        return got
 
 
 # Kill points spread over the run; every other run with bodies sealed and a replication log
@@ -65,81 +147,40 @@ RUNS = [(500, False), (3_000, True), (8_000, False), (14_000, True), (20_000, Fa
 async def test_acknowledged_sends_survive_sigkill(
     tmp_path: Path, kill_after: int, sealed_and_logged: bool
 ) -> None:
-    store_dir = tmp_path / "store"
-    ack_file = tmp_path / "acks.txt"
-    url = f"lmdb://{store_dir}"
-    key_doc = Keyring.generate_document() if sealed_and_logged else None
-    log_keep = 100_000 if sealed_and_logged else 0
+    crash = Crash(tmp_path)
+    if sealed_and_logged:
+        crash = Crash(tmp_path, key_doc=Keyring.generate_document(), log_keep=100_000)
+    await crash.create_queue()
+    await crash.run_child_until(kill_after)
 
-    def options() -> StoreOptions:
-        return StoreOptions(
-            keyring=Keyring.from_json(key_doc) if key_doc else None, replication_log_keep=log_keep
-        )
+    sent = read_sent(tmp_path / "sent.txt")
+    assert kill_after <= len(sent) < TOTAL, "the kill did not land mid-run"
+    got = await crash.everything_stored()
 
-    store = open_backend(url, options())
-    await store.start()
-    await store.create_queue(TENANT, QUEUE, {})
-    await store.close()
-
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    env.pop(ENV_VAR, None)
-    if key_doc:
-        env[ENV_VAR] = key_doc
-    with (tmp_path / "child.log").open("wb") as log:
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(CHILD),
-            str(store_dir),
-            str(ack_file),
-            str(TOTAL),
-            str(PRODUCERS),
-            str(log_keep),
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
-        try:
-            deadline = time.monotonic() + scaled(60)
-            # Polling a file the child appends to: no event to wait on across processes.
-            while count_lines(ack_file) < kill_after:
-                assert child.returncode is None, f"child exited early: {(tmp_path / 'child.log').read_text()}"
-                assert time.monotonic() < deadline, f"child logged only {count_lines(ack_file)} acks in time"
-                await asyncio.sleep(0.005)
-            child.send_signal(signal.SIGKILL)
-        finally:
-            if child.returncode is None:
-                child.kill()
-            await child.wait()
-    assert child.returncode == -signal.SIGKILL
-
-    acks = read_acks(ack_file)
-    assert kill_after <= len(acks) < TOTAL, "the kill did not land mid-run"
-
-    store = open_backend(url, options())
-    await store.start()
-    try:
-        got = await receive_all(store, TENANT, QUEUE)
-        stats = (await store.get_queue(TENANT, QUEUE)).stats
-        if sealed_and_logged:
-            # The log is whole up to the last committed batch: nothing torn at its end.
-            assert isinstance(store, LmdbBackend)
-            entries = await store.read_replication_log(Lsn(0), limit=1_000_000)
-            assert [lsn for lsn, _ in entries] == list(range(1, store.last_lsn + 1))
-    finally:
-        await store.close()
-
-    ids = [m.id for m in got]
-    assert len(ids) == len(set(ids)), "a message was delivered twice"
-    indexes = [int(m.body[:9]) for m in got]
-    assert len(indexes) == len(set(indexes)), "a message was stored twice"
-    assert all(m.body[9:] == PAD for m in got), "a stored body is damaged"
     by_id: dict[str, int] = {m.id: int(m.body[:9]) for m in got}
-    missing = [i for i in acks if i not in by_id]
-    assert not missing, f"{len(missing)} of {len(acks)} acknowledged messages lost, e.g. {missing[:3]}"
-    assert all(by_id[i] == index for i, index in acks.items()), "an id came back with another body"
-    # Sent but not yet acknowledged when killed: may or may not be there, but never more than sent.
+    missing = [i for i in sent if i not in by_id]
+    assert not missing, f"{len(missing)} of {len(sent)} acknowledged messages lost, e.g. {missing[:3]}"
+    assert all(by_id[i] == index for i, index in sent.items()), "an id came back with another body"
+    # Sent but not yet acknowledged when killed: may or may not be there, never more than sent.
     assert len(got) <= TOTAL
-    assert stats.in_flight == len(got) and stats.visible == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", [4_000, 12_000], ids=lambda n: f"kill-after-{n}")
+async def test_acknowledged_acks_survive_sigkill(tmp_path: Path, kill_after: int) -> None:
+    crash = Crash(tmp_path)
+    await crash.create_queue()
+    await crash.run_child_until(kill_after, consumers=8)
+
+    sent = read_sent(tmp_path / "sent.txt")
+    attempted = set(read_lines(tmp_path / "attempts.txt"))
+    acked = set(read_lines(tmp_path / "acked.txt"))
+    assert acked, "the consumers acked nothing before the kill: the test proved nothing"
+    assert acked <= attempted
+    stored = {m.id for m in await crash.everything_stored()}
+
+    resurrected = acked & stored
+    assert not resurrected, f"{len(resurrected)} acknowledged acks were undone by the crash"
+    # Acknowledged sends nobody tried to ack yet must all be there.
+    missing = [i for i in sent if i not in attempted and i not in stored]
+    assert not missing, f"{len(missing)} acknowledged, unconsumed messages lost, e.g. {missing[:3]}"
