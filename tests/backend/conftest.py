@@ -1,4 +1,4 @@
-"""Backend fixtures: every test here runs against each backend kind in ``URL_BUILDERS``."""
+"""Backend fixtures: every test using them runs against each backend kind in ``STORE_KINDS``."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ import pytest
 from backend_store import Backend
 
 from ..conftest import ManualClock
-from .harness import URL_BUILDERS, StoreFactory
+from .harness import STORE_KINDS, StoreFactory
 
 
-@pytest.fixture(params=sorted(URL_BUILDERS))
+@pytest.fixture(params=sorted(STORE_KINDS))
 async def store_factory(
     request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
 ) -> AsyncIterator[StoreFactory]:
     kind: str = request.param
-    factory = StoreFactory(kind=kind, url=URL_BUILDERS[kind](tmp_path), clock=clock)
-    try:
-        yield factory
-    finally:
-        await factory.close_all()
+    async with STORE_KINDS[kind](tmp_path) as url:
+        factory = StoreFactory(kind=kind, url=url, clock=clock)
+        try:
+            yield factory
+        finally:
+            await factory.close_all()
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ without leaking writer threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +37,18 @@ def lmdb_url(root: Path) -> str:
     return f"lmdb://{root / 'store'}"
 
 
-# Each backend kind the contract suite runs against, as a function from a scratch
-# directory to a store URL. The cluster backend joins by adding an entry (and starting
-# its nodes in tests/backend/conftest.py); no test is copied.
-URL_BUILDERS: dict[str, Callable[[Path], str]] = {
-    "lmdb": lmdb_url,
+@contextlib.asynccontextmanager
+async def lmdb_store(root: Path) -> AsyncIterator[str]:
+    yield lmdb_url(root)
+
+
+# Each backend kind the contract suite runs against: given a scratch directory, bring up
+# whatever the kind needs (nothing for lmdb; node processes for a cluster), yield its store
+# URL, and tear it down after the test. The cluster backend joins by adding one entry here;
+# no test is copied. Tests inject time through StoreOptions.clock, so a kind's nodes must
+# honour the options they are opened with (e.g. run in-process under test).
+STORE_KINDS: dict[str, Callable[[Path], AbstractAsyncContextManager[str]]] = {
+    "lmdb": lmdb_store,
 }
 
 
