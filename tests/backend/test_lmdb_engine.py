@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from backend_store import Backend, Lsn, SendResult, StoreError, open_backend
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError, InvalidRequest, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.lmdb_store.environment import Db
 
 from ..conftest import ManualClock
 from .harness import T1, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
@@ -364,3 +365,47 @@ async def test_full_map_is_unavailable_and_keeps_reads_and_acks(lmdb_factory: St
     store = await lmdb_factory.reopen(store, map_size=2 << 20, max_map_size=2 << 20)
     lmdb_factory.clock.advance(3601)  # what was received above is visible again
     assert len(await receive_all(store, T1, "big")) == len(stored) - 4 + 1
+
+
+# ---------------------------------------------------------------------------
+# A corrupt record
+# ---------------------------------------------------------------------------
+
+
+def corrupt_message(root: Path, nth: int, damage: Callable[[bytes], bytes]) -> None:
+    """Rewrite the ``nth`` stored message record (in key order) of a closed store, as bad disk would."""
+    import lmdb
+
+    env = lmdb.open(str(root / "store"), max_dbs=len(Db), sync=True)
+    try:
+        msgs = env.open_db(Db.MSGS.name.lower().encode())
+        with env.begin(write=True, db=msgs) as txn:
+            key, value = list(txn.cursor())[nth]
+            txn.put(key, damage(bytes(value)))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
+async def test_a_corrupt_record_is_skipped_and_the_queue_keeps_working(
+    lmdb_factory: StoreFactory, tmp_path: Path, sealed: bool
+) -> None:
+    ring = keyring(k1=os.urandom(32)) if sealed else None
+    store = await lmdb_factory.open(ring)
+    await store.create_queue(T1, q("orders"), {})
+    await store.send(T1, q("orders"), [msg("first"), msg("broken"), msg("third")])
+    await lmdb_factory.close(store)
+    if sealed:
+        # Flip one bit of the sealed body: the record still decodes, authentication fails.
+        corrupt_message(tmp_path, 1, lambda v: v[:-1] + bytes([v[-1] ^ 1]))
+    else:
+        corrupt_message(tmp_path, 1, lambda v: b"\xc1garbage")
+
+    store = await lmdb_factory.open(ring)
+    got = await receive_all(store, T1, "orders")
+    assert [m.body for m in got] == [b"first", b"third"]
+    assert (await store.ack(T1, [m.receipt for m in got])).acked == 2
+    await send_one(store, T1, "orders", "after")
+    assert [m.body for m in await store.receive(T1, q("orders"), 10)] == [b"after"]
+    await store.get_queue(T1, q("orders"))
+    await store.list_queues(T1)
