@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Mapping
@@ -41,6 +43,7 @@ class Keyring:
             if not 0 < len(key_id.encode()) < 256:
                 raise ConfigurationError("encryption key ids must be 1-255 bytes")
         self.active = active
+        self._keys = dict(keys)
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._active_cipher = self._ciphers[active]
         self._active_prefix = bytes([len(active.encode())]) + active.encode()
@@ -53,6 +56,10 @@ class Keyring:
         """Encrypt; the result names its key so it can be opened after rotation."""
         nonce = os.urandom(_NONCE)
         return self._active_prefix + nonce + self._active_cipher.encrypt(nonce, plaintext, associated)
+
+    def derive(self, purpose: bytes) -> bytes:
+        """A secret for ``purpose`` derived from the active key (keyed hashes at rest)."""
+        return hmac.new(self._keys[self.active], purpose, hashlib.sha256).digest()
 
     def seal_with(self, key_id: str, plaintext: bytes) -> bytes:
         """Encrypt under a named key (start-up key checks; new data uses :meth:`seal`)."""

@@ -34,7 +34,7 @@ Touched = set[tuple[str, str]]
 class Writes(View):
     """The write side of a transaction; records every mutation so followers can replay them."""
 
-    __slots__ = ("dirty_queues", "mutations", "queue_cache", "touched")
+    __slots__ = ("dirty_queues", "mutations", "queue_cache", "queue_saves", "touched")
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)
@@ -42,9 +42,15 @@ class Writes(View):
         # (tenant, queue) pairs whose messages became visible now or later: listeners wake them.
         self.touched: Touched = set()
         # Decoded queue records for the whole batch (most operations of a batch hit the
-        # same few queues); records changed by the running operation are written when it ends.
+        # same few queues); changed records are written once, when the batch ends.
         self.queue_cache: dict[bytes, QueueRecord] = {}
         self.dirty_queues: dict[bytes, QueueRecord] = {}
+        self.queue_saves = 0
+
+    def flush_queues(self) -> None:
+        for key, record in self.dirty_queues.items():
+            self.put(Db.QUEUES, key, record.encode())
+        self.dirty_queues.clear()
 
     def put(self, db: Db, key: bytes, value: bytes) -> None:
         self.txn.put(key, value, db=self.dbs[db])
@@ -193,6 +199,7 @@ class GroupCommitWriter:
             writes = Writes(txn, self._env.dbs)
             for pending in batch:
                 pending.outcome = self._run_op(writes, pending.op, now)
+            writes.flush_queues()
             lsn = self._log.append(writes) if writes.mutations else None
             txn.commit()
             if lsn is not None:
@@ -208,22 +215,20 @@ class GroupCommitWriter:
 
         The rule that makes this safe without a nested transaction per operation (which
         cost more than the operation itself): an operation raises :class:`StoreError`
-        only before its first write. Anything else aborts the batch (``_BrokenOperation``).
+        only before its first write or queue-record change. Anything else aborts the
+        batch (``_BrokenOperation``).
         """
-        written = len(writes.mutations)
+        written, saves = len(writes.mutations), writes.queue_saves
         try:
             result = op(writes, now)
         except StoreError as exc:
-            if len(writes.mutations) != written or writes.dirty_queues:
+            if len(writes.mutations) != written or writes.queue_saves != saves:
                 raise _BrokenOperation(exc) from exc
             return (False, exc)
         except lmdb.Error:
             raise
         except Exception as exc:
             raise _BrokenOperation(exc) from exc
-        for key, record in writes.dirty_queues.items():
-            writes.put(Db.QUEUES, key, record.encode())
-        writes.dirty_queues.clear()
         return (True, result)
 
     def _apply_one_by_one(self, batch: list[_Pending[Any]]) -> Touched:

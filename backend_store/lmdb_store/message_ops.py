@@ -65,6 +65,9 @@ class MessageOps:
         # syscall per message (uuid4 reads the kernel's random pool each time).
         self._id_prefix = os.urandom(8).hex()
         self._id_counter = itertools.count(1)
+        # With encryption at rest, dedupe keys are keyed hashes: a plain hash of a body
+        # would let anyone holding the file confirm a guessed body without the key.
+        self._dedupe_secret = keyring.derive(b"pushgate dedupe v1") if keyring else None
 
     def _new_id(self) -> MessageId:
         return MessageId(f"{self._id_prefix}{next(self._id_counter):016x}")
@@ -86,7 +89,7 @@ class MessageOps:
             if len(message.body) > attrs.max_message_bytes:
                 results.append(MessageTooLarge(f"body is larger than {attrs.max_message_bytes} bytes"))
                 continue
-            token = _dedupe_token(message, attrs.content_dedupe) if attrs.dedupe_window_s > 0 else None
+            token = self._dedupe_token(message, attrs.content_dedupe) if attrs.dedupe_window_s > 0 else None
             if token is not None:
                 original = _find_duplicate(w, record.qid, token, now_ms)
                 if original is not None:
@@ -226,6 +229,19 @@ class MessageOps:
         moved = DeliveryState(sent_at=state.sent_at, group_id=state.group_id, visible_ms=to_ms(now))
         # The record is immutable, so its bytes move as they are (sealed bodies stay sealed).
         add_message(w, target.qid, new_seq, raw, moved, attributes_of(target).ordering == "fifo")
+
+    def _dedupe_token(self, message: NewMessage, content_dedupe: bool) -> bytes | None:
+        if message.dedupe_id is not None:
+            # Hashed so any id fits LMDB's 511-byte key limit.
+            return b"d" + self._digest(message.dedupe_id.encode())[:20]
+        if content_dedupe:
+            return b"h" + self._digest(message.body)[:20]
+        return None
+
+    def _digest(self, data: bytes) -> bytes:
+        if self._dedupe_secret is None:
+            return hashlib.sha256(data).digest()
+        return hmac.new(self._dedupe_secret, data, hashlib.sha256).digest()
 
     def _open(self, msg: MessageRecord) -> bytes:
         if not msg.sealed:
@@ -383,15 +399,6 @@ def _ready(w: Writes, qid: int, now_ms: int, limit: int, seen: set[int]) -> list
         if len(out) >= limit:
             break
     return out
-
-
-def _dedupe_token(message: NewMessage, content_dedupe: bool) -> bytes | None:
-    if message.dedupe_id is not None:
-        # Hashed so any id fits LMDB's 511-byte key limit.
-        return b"d" + hashlib.sha256(message.dedupe_id.encode()).digest()[:20]
-    if content_dedupe:
-        return b"h" + hashlib.sha256(message.body).digest()[:16]
-    return None
 
 
 def _find_duplicate(w: Writes, qid: int, token: bytes, now_ms: int) -> SendResult | None:

@@ -6,7 +6,6 @@ clock reading; the engine wires them to the Backend interface.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,10 +38,11 @@ def find_queue(v: View, tenant: str, name: str) -> QueueRecord:
 
 
 def save_queue(w: Writes, tenant: str, name: str, record: QueueRecord) -> None:
-    """Mark a record changed; the writer stores it when the operation ends."""
+    """Mark a record changed; the writer stores it once when the batch ends."""
     key = queue_key(tenant, name)
     w.queue_cache[key] = record
     w.dirty_queues[key] = record
+    w.queue_saves += 1
 
 
 def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
@@ -60,12 +60,9 @@ def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
 
 def attributes_of(record: QueueRecord) -> QueueAttributes:
     # Every operation needs the attributes; parsing them each time showed in profiles.
-    return _parsed_attributes(tuple(record.attributes.items()))
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed_attributes(items: tuple[tuple[str, Any], ...]) -> QueueAttributes:
-    return attributes_from_record(dict(items))
+    if record.parsed is None:
+        record.parsed = attributes_from_record(record.attributes)
+    return record.parsed
 
 
 def _check_links(v: View, tenant: str, name: str, attrs: QueueAttributes, max_replication: int) -> None:
@@ -113,6 +110,7 @@ def update_queue(
     attrs = apply_patch(attributes_of(record), changes)
     _check_links(w, tenant, name, attrs, max_replication)
     record.attributes = attrs.to_dict()
+    record.parsed = attrs
     save_queue(w, tenant, name, record)
     # New limits or delays may make messages receivable: wake consumers to look again.
     w.touched.add((tenant, name))

@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 
 from ..errors import Unavailable
+from ..types import QueueAttributes
 
 
 @dataclass(slots=True)
@@ -20,6 +21,8 @@ class QueueRecord:
     sent_total: int = 0
     acked_total: int = 0
     dead_lettered_total: int = 0
+    # The attributes parsed, cached on the decoded record (not stored).
+    parsed: QueueAttributes | None = field(default=None, compare=False)
 
     def encode(self) -> bytes:
         return pack(
