@@ -1,17 +1,23 @@
 """Stateful property test: any sequence of queue operations matches a small reference model.
 
-Hypothesis drives send / receive / ack / nack / change-visibility / advance-clock / reopen
-against a real store on disk and against :class:`Model`, a few dicts that say what must be
-true. It checks, at every step, that nothing is delivered while invisible, FIFO groups
-go strictly in order with one message in flight, receipts work exactly while their
-message is held, and stats add up; and, when draining, that nothing was lost or doubled.
+Hypothesis drives send / receive / ack / nack / change-visibility / advance-clock / reopen /
+drain against a real store and against :class:`Model`, a few dicts that say what must be
+true. At every step it checks that nothing is delivered while invisible, FIFO groups go
+strictly in order with one message in flight, receipts work exactly while their message is
+held, dedupe answers with the original, dead-lettering neither loses nor doubles a message,
+and stats add up; when draining, that nothing was lost or delivered twice.
 
-Time: durations are whole seconds and the clock moves by whole seconds plus 0.37, so a
-check never lands exactly on a visibility boundary (it would take 100 moves) and the
+Queues: ``be`` best effort with dedupe ids; ``ff`` FIFO; ``dl`` best effort with
+``max_receives`` 2 into ``dead``. A ``dl`` message received twice and visible again is
+*doomed*: the store may move it at any receive, must never hand it out again, and must hold
+it in exactly one of ``dl`` and ``dead``.
+
+Time: durations are whole seconds and the clock moves by whole seconds plus 0.37, so a check
+never lands exactly on a visibility or dedupe boundary (it would take 100 moves) and the
 store's millisecond rounding cannot flip an answer.
 
-The store is async; the state machine is not. Each run owns an ``asyncio.Runner`` and
-drives the store on it, so rules stay plain methods hypothesis can call and shrink.
+The store is async; the state machine is not. Each run owns an ``asyncio.Runner`` and drives
+the store on it, so rules stay plain methods hypothesis can call and shrink.
 """
 
 from __future__ import annotations
@@ -47,8 +53,14 @@ T = TypeVar("T")
 
 BEST_EFFORT = QueueName("be")
 FIFO = QueueName("ff")
-QUEUES = (BEST_EFFORT, FIFO)
+DEAD_LETTERING = QueueName("dl")
+DEAD = QueueName("dead")
+RECEIVABLE = (BEST_EFFORT, FIFO, DEAD_LETTERING)
 GROUPS = ("a", "b", "c")
+DEDUPE_IDS = ("d1", "d2", "d3")
+MAX_RECEIVES = 2
+DEDUPE_WINDOW_S = 300
+VISIBILITY_S = 10
 # Half a millisecond more than the store's rounding (it keeps milliseconds).
 TIME_TOLERANCE = 0.002
 DRAIN_ADVANCE = 10_000.0
@@ -73,12 +85,20 @@ class ModelMessage:
     receipt: str | None = None
 
 
+@dataclass(frozen=True)
+class DedupeEntry:
+    id: str
+    seq: int
+    sent_at: float
+
+
 class Model:
-    """What the store must hold: live messages by id, and the current time."""
+    """What the store must hold: live messages by id, dedupe ids, and the current time."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.messages: dict[str, ModelMessage] = {}
+        self.dedupe: dict[tuple[QueueName, str], DedupeEntry] = {}
 
     @property
     def now(self) -> float:
@@ -89,6 +109,13 @@ class Model:
 
     def visible(self, queue: QueueName) -> list[ModelMessage]:
         return [m for m in self.live(queue) if m.visible_at <= self.now]
+
+    def doomed(self, m: ModelMessage) -> bool:
+        """Past max_receives and visible again: bound for the dead-letter queue."""
+        return m.queue == DEAD_LETTERING and m.receive_count >= MAX_RECEIVES and m.visible_at <= self.now
+
+    def deliverable(self, queue: QueueName) -> list[ModelMessage]:
+        return [m for m in self.visible(queue) if not self.doomed(m)]
 
     def fifo_heads(self) -> dict[str, ModelMessage]:
         """Each FIFO group's oldest live message."""
@@ -108,6 +135,14 @@ class Model:
             if m.receipt == receipt and m.visible_at > self.now:
                 return m
         return None
+
+    def original(self, queue: QueueName, dedupe_id: str | None) -> DedupeEntry | None:
+        if dedupe_id is None:
+            return None
+        entry = self.dedupe.get((queue, dedupe_id))
+        if entry is None or self.now - entry.sent_at >= DEDUPE_WINDOW_S:
+            return None
+        return entry
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -151,37 +186,55 @@ class QueueMachine(RuleBasedStateMachine):
     @initialize()
     def open_store(self) -> None:
         self.store = self.run(self._open())
-        for name, ordering in ((BEST_EFFORT, "best_effort"), (FIFO, "fifo")):
-            self.run(
-                self.s.create_queue(
-                    T1, name, {"ordering": ordering, "visibility_timeout_s": 10, "retention_s": 1209600}
-                )
-            )
+        common = {"visibility_timeout_s": VISIBILITY_S, "retention_s": 1209600}
+        for name, extra in (
+            (DEAD, {}),
+            (BEST_EFFORT, {"dedupe_window_s": DEDUPE_WINDOW_S}),
+            (FIFO, {"ordering": "fifo"}),
+            (DEAD_LETTERING, {"max_receives": MAX_RECEIVES, "dead_letter_queue": DEAD}),
+        ):
+            self.run(self.s.create_queue(T1, name, {**common, **extra}))
 
     # Rules ----------------------------------------------------------------
 
     @rule(
-        count=st.integers(1, 3),
-        delay=st.sampled_from([None, 0, 3]),
+        entries=st.lists(
+            st.tuples(st.sampled_from([None, 0, 3]), st.sampled_from([None, None, *DEDUPE_IDS])),
+            min_size=1,
+            max_size=3,
+        )
     )
-    def send_best_effort(self, count: int, delay: int | None) -> None:
-        self._send(BEST_EFFORT, [(None, delay) for _ in range(count)])
+    def send_best_effort(self, entries: list[tuple[int | None, str | None]]) -> None:
+        self._send(BEST_EFFORT, [(None, delay, dedupe_id) for delay, dedupe_id in entries])
 
     @rule(groups=st.lists(st.sampled_from(GROUPS), min_size=1, max_size=3))
     def send_fifo(self, groups: list[str]) -> None:
-        self._send(FIFO, [(g, None) for g in groups])
+        self._send(FIFO, [(g, None, None) for g in groups])
 
-    def _send(self, queue: QueueName, entries: list[tuple[str | None, int | None]]) -> None:
+    @rule(count=st.integers(1, 3))
+    def send_dead_lettering(self, count: int) -> None:
+        self._send(DEAD_LETTERING, [(None, None, None)] * count)
+
+    def _send(self, queue: QueueName, entries: list[tuple[str | None, int | None, str | None]]) -> None:
         messages = []
-        for group, delay in entries:
+        for group, delay, dedupe_id in entries:
             self.bodies += 1
-            messages.append(NewMessage(body=f"{queue}-{self.bodies}".encode(), group_id=group, delay_s=delay))
+            body = f"{queue}-{self.bodies}".encode()
+            messages.append(NewMessage(body=body, group_id=group, delay_s=delay, dedupe_id=dedupe_id))
         results = self.run(self.s.send(T1, queue, messages))
         assert len(results) == len(messages)
         for message, result in zip(messages, results, strict=True):
             assert isinstance(result, SendResult), result
-            assert not result.duplicate
+            original = self.model.original(queue, message.dedupe_id)
+            if original is not None:
+                assert (result.id, result.seq, result.duplicate) == (original.id, original.seq, True)
+                continue
+            assert not result.duplicate, "a duplicate outside the dedupe window"
             assert result.id not in self.model.messages
+            if message.dedupe_id is not None:
+                self.model.dedupe[(queue, message.dedupe_id)] = DedupeEntry(
+                    result.id, result.seq, self.model.now
+                )
             self.model.messages[result.id] = ModelMessage(
                 id=result.id,
                 queue=queue,
@@ -193,7 +246,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(
         target=receipts,
-        queue=st.sampled_from(QUEUES),
+        queue=st.sampled_from(RECEIVABLE),
         n=st.integers(1, 4),
         timeout=st.sampled_from([1, 5, 30]),
     )
@@ -202,24 +255,27 @@ class QueueMachine(RuleBasedStateMachine):
         got = self.run(self.s.receive(T1, queue, n, visibility_timeout_s=timeout))
         ids = [m.id for m in got]
         assert len(set(ids)) == len(ids), "one receive handed out a message twice"
+        assert all(i in self.model.messages and self.model.messages[i].queue == queue for i in ids)
 
-        if queue == BEST_EFFORT:
-            visible = self.model.visible(queue)
-            assert len(got) == min(n, len(visible)), "receive left visible messages behind"
-            allowed = {m.id for m in visible}
-            assert set(ids) <= allowed, "handed out a message that is not visible"
-            # Oldest-visible first: nothing left behind became visible before what was taken.
-            taken = [self.model.messages[i].visible_at for i in ids]
-            assert taken == sorted(taken), "not in the order messages became visible"
-            left = [m.visible_at for m in visible if m.id not in set(ids)]
-            if taken and left:
-                assert max(taken) <= min(left) + TIME_TOLERANCE, "skipped an older visible message"
-        else:
+        if queue == FIFO:
             heads = self.model.available_heads()
-            groups = [self.model.messages[i].group for i in ids if i in self.model.messages]
+            groups = [self.model.messages[i].group for i in ids]
             assert len(groups) == len(set(groups)), "two messages of one FIFO group in flight"
             assert set(ids) <= {m.id for m in heads.values()}, "handed out a FIFO message out of turn"
             assert len(got) == min(n, len(heads)), "receive left an available FIFO group behind"
+        else:
+            deliverable = self.model.deliverable(queue)
+            allowed = {m.id for m in deliverable}
+            doomed = {m.id for m in self.model.visible(queue)} - allowed
+            assert not set(ids) & doomed, "handed out a message past max_receives"
+            assert set(ids) <= allowed, "handed out a message that is not visible"
+            assert len(got) == min(n, len(deliverable)), "receive left visible messages behind"
+            # Oldest-visible first: nothing left behind became visible before what was taken.
+            taken = [self.model.messages[i].visible_at for i in ids]
+            assert taken == sorted(taken), "not in the order messages became visible"
+            left = [m.visible_at for m in deliverable if m.id not in set(ids)]
+            if taken and left:
+                assert max(taken) <= min(left) + TIME_TOLERANCE, "skipped an older visible message"
 
         for m in got:
             model = self.model.messages[m.id]
@@ -272,7 +328,8 @@ class QueueMachine(RuleBasedStateMachine):
             # Visible again at once: the receipt is spent.
             holder.receipt = None
 
-    @rule(seconds=st.sampled_from([0.37, 1.37, 4.37, 12.37, 40.37]))
+    # Up to just under the dedupe window, so dedupe expiry is reached within one run.
+    @rule(seconds=st.sampled_from([0.37, 1.37, 4.37, 12.37, 40.37, 150.37, 299.37]))
     def advance_clock(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
@@ -286,19 +343,10 @@ class QueueMachine(RuleBasedStateMachine):
     def drain_and_check(self) -> None:
         """Let every timeout and delay pass, then take and ack everything: all of it, once."""
         self.clock.advance(DRAIN_ADVANCE)
-        for queue in QUEUES:
-            seen: list[str] = []
-            while True:
-                got = self.run(self.s.receive(T1, queue, 100, visibility_timeout_s=30))
-                if not got:
-                    break
-                seen += [m.id for m in got]
-                for m in got:
-                    assert m.body == self.model.messages[m.id].body
-                result = self.run(self.s.ack(T1, [m.receipt for m in got]))
-                assert result.acked == len(got), result.failed
+        for queue in RECEIVABLE:
+            seen = self._drain(queue)
             assert len(seen) == len(set(seen)), f"{queue}: a message was delivered twice in the drain"
-            expected = self.model.live(queue)
+            expected = self.model.deliverable(queue)
             assert set(seen) == {m.id for m in expected}, f"{queue}: lost or invented messages"
             if queue == FIFO:
                 for group in GROUPS:
@@ -308,6 +356,26 @@ class QueueMachine(RuleBasedStateMachine):
                     )
             for gone in expected:
                 del self.model.messages[gone.id]
+        # What is left in the model is every doomed message: each in the DLQ exactly once.
+        dead = {self.model.messages[i].body for i in self.model.messages}
+        bodies = [body for _, body in self._drain_bodies(DEAD)]
+        assert len(bodies) == len(set(bodies)), "a dead-lettered message arrived twice"
+        assert set(bodies) == dead, "dead-lettering lost or invented messages"
+        self.model.messages.clear()
+
+    def _drain(self, queue: QueueName) -> list[str]:
+        return [i for i, _ in self._drain_bodies(queue)]
+
+    def _drain_bodies(self, queue: QueueName) -> list[tuple[str, bytes]]:
+        seen: list[tuple[str, bytes]] = []
+        while got := self.run(self.s.receive(T1, queue, 100, visibility_timeout_s=30)):
+            for m in got:
+                if m.id in self.model.messages and queue != DEAD:
+                    assert m.body == self.model.messages[m.id].body
+            seen += [(m.id, m.body) for m in got]
+            result = self.run(self.s.ack(T1, [m.receipt for m in got]))
+            assert result.acked == len(got), result.failed
+        return seen
 
     # Invariants -------------------------------------------------------------
 
@@ -315,12 +383,19 @@ class QueueMachine(RuleBasedStateMachine):
     def stats_add_up(self) -> None:
         if self.store is None:
             return
-        for queue in QUEUES:
+        totals: dict[QueueName, int] = {}
+        for queue in (*RECEIVABLE, DEAD):
             stats = self.run(self.s.get_queue(T1, queue)).stats
-            live = self.model.live(queue)
-            assert stats.visible + stats.in_flight + stats.delayed == len(live), (queue, stats)
+            totals[queue] = stats.visible + stats.in_flight + stats.delayed
             if queue == BEST_EFFORT:
                 assert stats.visible == len(self.model.visible(queue)), (queue, stats)
+        assert totals[BEST_EFFORT] == len(self.model.live(BEST_EFFORT))
+        assert totals[FIFO] == len(self.model.live(FIFO))
+        # A dead-letter move is atomic: each dl message is in exactly one of the two queues.
+        assert totals[DEAD_LETTERING] + totals[DEAD] == len(self.model.live(DEAD_LETTERING)), totals
+        assert totals[DEAD_LETTERING] >= len(
+            [m for m in self.model.live(DEAD_LETTERING) if not self.model.doomed(m)]
+        )
 
 
 QueueMachine.TestCase.settings = settings(
