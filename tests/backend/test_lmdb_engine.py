@@ -335,6 +335,52 @@ async def test_map_grows_when_it_can(lmdb_factory: StoreFactory) -> None:
     assert len(await receive_all(store, T1, "big")) == 16
 
 
+async def test_map_grows_under_concurrent_readers(lmdb_factory: StoreFactory) -> None:
+    # Growing the map needs no open read transaction in this process; readers must wait
+    # for it, not crash or see MDB_MAP_RESIZED.
+    store = await lmdb_factory.open(map_size=1 << 20, max_map_size=256 << 20)
+    await store.create_queue(T1, q("big"), {"max_message_bytes": 1 << 20})
+    body = os.urandom(64 << 10)
+    writing = True
+
+    async def reader() -> int:
+        reads = 0
+        while writing:
+            await store.get_queue(T1, q("big"))
+            await store.list_queues(T1)
+            await store.meta_get("ns", "k")
+            await store.next_visible_at(T1, q("big"))
+            reads += 1
+        return reads
+
+    readers = [asyncio.ensure_future(reader()) for _ in range(4)]
+    try:
+        sends = [store.send(T1, q("big"), [msg(body, is_text=False)] * 4) for _ in range(50)]
+        results = [ok(r) for rs in await asyncio.gather(*sends) for r in rs]  # 12.5 MiB
+    finally:
+        writing = False
+        reads = await asyncio.gather(*readers)
+    assert all(n > 0 for n in reads)
+    assert len(results) == 200
+    got = await receive_all(store, T1, "big")
+    assert len(got) == 200 and all(m.body == body for m in got)
+
+
+async def test_a_closed_store_answers_unavailable(lmdb_factory: StoreFactory) -> None:
+    store = await lmdb_factory.open()
+    await store.create_queue(T1, q("orders"), {})
+    await lmdb_factory.close(store)
+    for call in (
+        store.check_writable(),
+        store.send(T1, q("orders"), [msg("a")]),
+        store.receive(T1, q("orders"), 1),
+        store.get_queue(T1, q("orders")),
+        store.meta_get("ns", "k"),
+    ):
+        with pytest.raises(Unavailable):
+            await call
+
+
 async def test_full_map_is_unavailable_and_keeps_reads_and_acks(lmdb_factory: StoreFactory) -> None:
     store = await lmdb_factory.open(map_size=2 << 20, max_map_size=2 << 20)
     await store.create_queue(T1, q("big"), {"max_message_bytes": 1 << 20})
