@@ -70,8 +70,10 @@ class Run:
     # Store operations per commit in the run (Pushgate only): how much group commit grouped.
     per_commit: float | None = None
     # This process's CPU time (all threads) per message: with the store in-process, it tells
-    # whether a run is bound by the CPU (Python) or by the disk (fsync).
+    # whether a run is bound by the CPU (Python) or by the disk (fsync). For Redis it is only
+    # the client's share (the server is another process).
     cpu_per_message: float | None = None
+    cpu_label: str = "CPU/msg"
 
     @property
     def rate(self) -> float:
@@ -83,7 +85,7 @@ class Run:
     def percentiles(self) -> str:
         parts = [] if self.per_commit is None else [f"{self.per_commit:.1f} ops/commit"]
         if self.cpu_per_message is not None:
-            parts.append(f"{self.cpu_per_message * 1e6:.0f} us CPU/msg")
+            parts.append(f"{self.cpu_per_message * 1e6:.0f} us {self.cpu_label}")
         for op, values in self.latencies.items():
             values.sort()
             parts.append(f"{op} p50 {_pct(values, 0.50):.2f} / p99 {_pct(values, 0.99):.2f} ms")
@@ -310,7 +312,9 @@ async def redis_sends(client: Any, producers: int, seconds: float, body: bytes, 
 
     await timed_workers(producers, 0.2, step, Run("warm-up"))
     # Open every pooled connection during warm-up, so the run does not pay for connecting.
-    return await timed_workers(producers, seconds, step, Run(f"XADD x{producers}"))
+    return await timed_workers(
+        producers, seconds, step, Run(f"XADD x{producers}", cpu_label="client CPU/msg")
+    )
 
 
 async def redis_receive_ack(
@@ -334,7 +338,8 @@ async def redis_receive_ack(
         run.record("ack", time.perf_counter() - t1)
         return len(entries)
 
-    return await timed_workers(consumers, seconds, step, Run(f"XREADGROUP{batch}+XACK x{consumers}"))
+    run = Run(f"XREADGROUP{batch}+XACK x{consumers}", cpu_label="client CPU/msg")
+    return await timed_workers(consumers, seconds, step, run)
 
 
 # Main ------------------------------------------------------------------------------
