@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from backend_store import Backend, NewMessage, SendResult, TenantId
+from backend_store import Backend, NewMessage, SendResult, StoreError, TenantId
 
 from ..conftest import ManualClock, scaled
 from .harness import T1, StoreFactory, msg, ok, q, receive_all, send_one
@@ -176,3 +176,23 @@ async def test_send_many_small_batches_concurrently_share_commits(store: Backend
     ids = [ok(r).id for rs in results for r in rs]
     assert len(set(ids)) == 500
     assert len(await receive_all(store, T1, "orders")) == 500
+
+
+async def test_one_bad_operation_does_not_fail_the_others_of_its_commit(store: Backend) -> None:
+    # Keys past what the storage engine takes (LMDB: 511 bytes) come from callers: a JWT kid
+    # or tenant name as a metadata key, a long group_id. One such call must fail alone, not
+    # take down every send that happened to share its group commit.
+    await store.create_queue(T1, q("orders"), {})
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    outcomes = await asyncio.gather(
+        store.meta_put("keys", "k" * 1000, b"v"),
+        store.send(T1, q("f"), [msg("long group", group_id="g" * 1000), msg("fine", group_id="g")]),
+        *(store.send(T1, q("orders"), [msg(f"m{i}")]) for i in range(10)),
+        return_exceptions=True,
+    )
+    meta, fifo, *sends = outcomes
+    assert isinstance(meta, StoreError | bool), meta
+    assert all(isinstance(r, list) and isinstance(r[0], SendResult) for r in sends), sends
+    assert isinstance(fifo, list), fifo
+    assert isinstance(fifo[1], SendResult), fifo
+    assert len(await receive_all(store, T1, "orders")) == 10
