@@ -180,18 +180,20 @@ async def test_send_many_small_batches_concurrently_share_commits(store: Backend
 
 async def test_one_bad_operation_does_not_fail_the_others_of_its_commit(store: Backend) -> None:
     # Keys past what the storage engine takes (LMDB: 511 bytes) come from callers: a JWT kid
-    # or tenant name as a metadata key, a long group_id. One such call must fail alone, not
+    # or tenant name as a metadata key, a tenant id in a queue key, a long group_id. One such call must fail alone, not
     # take down every send that happened to share its group commit.
     await store.create_queue(T1, q("orders"), {})
     await store.create_queue(T1, q("f"), {"ordering": "fifo"})
     outcomes = await asyncio.gather(
         store.meta_put("keys", "k" * 1000, b"v"),
+        store.create_queue(TenantId("t" * 1000), q("orders"), {}),
         store.send(T1, q("f"), [msg("long group", group_id="g" * 1000), msg("fine", group_id="g")]),
         *(store.send(T1, q("orders"), [msg(f"m{i}")]) for i in range(10)),
         return_exceptions=True,
     )
-    meta, fifo, *sends = outcomes
+    meta, tenant, fifo, *sends = outcomes
     assert isinstance(meta, StoreError | bool), meta
+    assert isinstance(tenant, StoreError | tuple), tenant
     assert all(isinstance(r, list) and isinstance(r[0], SendResult) for r in sends), sends
     assert isinstance(fifo, list), fifo
     assert isinstance(fifo[1], SendResult), fifo
