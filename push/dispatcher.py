@@ -37,7 +37,18 @@ ERROR_BACKOFF_S = 0.5
 
 
 class Dispatcher:
-    __slots__ = ("_engine", "_kick", "_next", "_task", "queue", "subs", "tenant")
+    __slots__ = (
+        "_due",
+        "_engine",
+        "_kick",
+        "_look",
+        "_next",
+        "_notified",
+        "_task",
+        "queue",
+        "subs",
+        "tenant",
+    )
 
     def __init__(self, engine: PushEngine, tenant: TenantId, queue: QueueName) -> None:
         self._engine = engine
@@ -48,9 +59,17 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         # Where the next deal starts, so no subscriber is always served first.
         self._next = 0
+        # Whether the queue may have visible messages: false after a receive came back
+        # short, true again after a notify, a timeout or a new subscriber. Credit coming
+        # back (acks) alone never makes a message visible, so it does not cost a receive.
+        self._look = True
+        self._notified = False
+        # When the store said the next message becomes visible (None: nothing pending).
+        self._due: float | None = None
 
     def add(self, sub: Subscription) -> None:
         self.subs.append(sub)
+        self._look = True
         self.ensure_running()
 
     def ensure_running(self) -> None:
@@ -71,6 +90,13 @@ class Dispatcher:
         self._kick.set()
 
     def kick(self) -> None:
+        """The queue changed (a send, a nack, a release): look again."""
+        self._look = True
+        self._notified = True
+        self._kick.set()
+
+    def credit_kick(self) -> None:
+        """A subscriber has credit again: deal if the queue may have more."""
         self._kick.set()
 
     async def stop(self, timeout: float = 5.0) -> None:
@@ -88,13 +114,22 @@ class Dispatcher:
 
     async def _run(self) -> None:
         engine = self._engine
+        timed_out = False
         try:
             while self.subs and not engine.draining:
                 self._kick.clear()
+                notified, self._notified = self._notified, False
                 try:
-                    if await self._pump():
+                    received, again = await self._pump() if self._look else (0, False)
+                    if again:
                         continue
-                    timeout = await self._idle_timeout()
+                    # Ask the store when the next message is due only when it may have
+                    # changed: nothing came for a notify (a delayed send, a delayed nack)
+                    # or a wait ran out. Not per delivered message: that read is a thread
+                    # hop that would sit in every message's latency.
+                    if timed_out or (notified and received == 0) or self._due_passed():
+                        self._due = await engine.backend.next_visible_at(self.tenant, self.queue)
+                    timeout = self._idle_timeout()
                 except QueueNotFound as exc:
                     self._end_all(exc.code, "the queue was deleted")
                     break
@@ -104,40 +139,58 @@ class Dispatcher:
                 except Exception:
                     logger.exception("dispatcher of %s failed", self.queue)
                     timeout = ERROR_BACKOFF_S
+                timed_out = False
                 if not self._kick.is_set() and self.subs:
                     try:
                         async with asyncio.timeout(timeout):
                             await self._kick.wait()
                     except TimeoutError:
-                        pass
+                        timed_out = self._look = True
         finally:
             self._task = None
             engine.dispatcher_idle(self)
 
-    async def _idle_timeout(self) -> float:
+    def _due_passed(self) -> bool:
+        return self._due is not None and self._due <= time.time()
+
+    def _idle_timeout(self) -> float:
+        """Sleep until the next message is due: the store's answer, or the first of our own
+        subscribers' deliveries whose visibility ends; the safety poll caps it."""
         settings = self._engine.settings
-        due = await self._engine.backend.next_visible_at(self.tenant, self.queue)
+        due = self._due
+        for sub in self.subs:
+            if sub.in_flight:
+                first = next(iter(sub.in_flight.values()))[1]
+                if due is None or first < due:
+                    due = first
         if due is None:
             return settings.safety_poll_s
         return min(settings.safety_poll_s, max(settings.min_poll_s, due - time.time()))
 
-    async def _pump(self) -> bool:
-        """Receive and deal once; return whether the queue may have more for us right now."""
+    async def _pump(self) -> tuple[int, bool]:
+        """Receive and deal once; return how many messages came and whether to go again
+        at once (a receive came back full: the queue may have more right now)."""
         now = time.time()
         groups: dict[float | None, list[tuple[Subscription, int]]] = {}
         for sub in self.subs:
             credit = sub.credit(now)
             if credit > 0:
                 groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
-        more = False
+        if not groups:
+            return 0, False  # no credit: nothing learned about the queue, _look stays
+        full = False
+        received = 0
         limit = self._engine.settings.max_receive
         for timeout, wanting in groups.items():
             want = min(limit, sum(credit for _, credit in wanting))
             messages = await self._engine.backend.receive(self.tenant, self.queue, want, timeout)
             if messages:
+                received += len(messages)
                 self._deal(messages, wanting)
-            more = more or len(messages) == want
-        return more
+            full = full or len(messages) == want
+        # A notify that came during the receive keeps _look set.
+        self._look = full or self._notified
+        return received, full
 
     def _deal(self, messages: list[ReceivedMessage], wanting: list[tuple[Subscription, int]]) -> None:
         # Subscribers may have gone while the receive was under way.

@@ -223,9 +223,10 @@ class PushEngine:
         return len(dispatcher.subs) if dispatcher is not None else 0
 
     def _kick(self, sub: Subscription) -> None:
+        """A subscription got credit back."""
         dispatcher = self._dispatchers.get((sub.tenant, sub.queue))
         if dispatcher is not None:
-            dispatcher.kick()
+            dispatcher.credit_kick()
 
     # Acks, nacks, sends ---------------------------------------------------------------
 
