@@ -11,6 +11,7 @@ import asyncio
 import pytest
 
 from backend_store import Backend, NewMessage, SendResult, StoreError, TenantId
+from backend_store.errors import InvalidRequest
 
 from ..conftest import ManualClock, scaled
 from .harness import T1, StoreFactory, msg, ok, q, receive_all, send_one
@@ -198,3 +199,21 @@ async def test_one_bad_operation_does_not_fail_the_others_of_its_commit(store: B
     assert isinstance(fifo, list), fifo
     assert isinstance(fifo[1], SendResult), fifo
     assert len(await receive_all(store, T1, "orders")) == 10
+
+
+async def test_strings_that_cannot_be_stored_are_invalid_requests(store: Backend) -> None:
+    # A lone surrogate is a valid Python str but not UTF-8. The contract: errors are
+    # StoreErrors, and a send batch fails per entry; an input error is never "unavailable"
+    # (clients retry those forever).
+    await store.create_queue(T1, q("orders"), {})
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    with pytest.raises(InvalidRequest):
+        await store.meta_put("keys", "\ud800", b"v")
+    for queue, bad in (
+        ("f", msg("bad", group_id="\ud800")),
+        ("orders", msg("bad", dedupe_id="\ud800")),
+        ("orders", msg("bad", attributes={"k": "\ud800"})),
+    ):
+        results = await store.send(T1, q(queue), [bad, msg("good", group_id="g" if queue == "f" else None)])
+        assert isinstance(results[0], InvalidRequest), results
+        assert isinstance(results[1], SendResult), results
