@@ -185,6 +185,26 @@ async def test_ack_reports_bad_receipts_without_failing_good_ones(store: Backend
     assert again.acked == 0 and [f.code for f in again.failed] == ["invalid_receipt"]
 
 
+async def test_malformed_receipts_fail_cleanly(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "a")
+    [got] = await store.receive(T1, q("orders"), 1)
+    r = got.receipt
+    nasty = [
+        "", "=", "====", "A" * 10_000, "\ud800", "\x00", "ünï", r + "AAAA", r[:-4], r[::-1],
+        r.replace("A", "B", 1), "/" * len(r), "+" * len(r), r.upper() if r.upper() != r else r.lower(),
+    ]  # fmt: skip
+    result = await store.ack(T1, nasty, queue=q("orders"))
+    assert result.acked == 0
+    assert [f.code for f in result.failed] == ["invalid_receipt"] * len(nasty)
+    assert (await store.nack(T1, nasty)).acked == 0
+    for receipt in nasty:
+        with pytest.raises(InvalidReceipt):
+            await store.change_visibility(T1, q("orders"), receipt, 5)
+    # None of that touched the real one.
+    assert (await store.ack(T1, [r])).acked == 1
+
+
 async def test_receipts_are_opaque_and_not_guessable(store: Backend) -> None:
     await store.create_queue(T1, q("orders"), {})
     await store.send(T1, q("orders"), [msg(f"m{i}") for i in range(50)])
