@@ -66,6 +66,31 @@ async def test_dead_letter_move_is_exactly_once(store: Backend, clock: ManualClo
     assert (await store.get_queue(T1, q("orders"))).stats.dead_lettered_total == 30
 
 
+async def test_retention_in_a_dead_letter_queue_counts_from_the_original_send(
+    store: Backend, clock: ManualClock
+) -> None:
+    # SQS: a message's expiry always follows its original enqueue time, also after a move.
+    # Here the moved message is older than one sent straight to the DLQ before it arrived.
+    await store.create_queue(T1, q("dlq"), {"retention_s": 100})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    await send_one(store, T1, "orders", "old, moved later")
+    await store.receive(T1, q("orders"), 1)
+    clock.advance(30)
+    await send_one(store, T1, "dlq", "young, sent directly")
+    clock.advance(2)
+    assert await store.receive(T1, q("orders"), 1) == []  # moves the old one
+    clock.advance(69)  # the moved message is 101 s old, the direct one 71 s
+
+    async def only_the_young_one_left() -> bool:
+        stats = (await store.get_queue(T1, q("dlq"))).stats
+        return stats.visible + stats.in_flight + stats.delayed == 1
+
+    await wait_for(only_the_young_one_left, what="the retention sweep of the dead-letter queue")
+    assert [m.body for m in await receive_all(store, T1, "dlq")] == [b"young, sent directly"]
+
+
 async def test_deleting_a_dead_letter_queue_in_use_is_refused_or_detaches(
     store: Backend, clock: ManualClock
 ) -> None:
