@@ -184,6 +184,31 @@ async def test_same_queue_name_in_two_tenants_keeps_messages_apart(store: Backen
     assert (await store.get_queue(T1, q("orders"))).stats.in_flight == 1
 
 
+async def test_a_tenant_id_cannot_reach_into_another_tenants_queues(store: Backend) -> None:
+    # Tenant ids come from auth (API keys, JWT claims), not from this store. Whatever they
+    # hold, "a" must not see the queues of "a\0b" (keys built as tenant NUL name would).
+    sneaky = TenantId("a\0b")
+    try:
+        await store.create_queue(sneaky, q("q"), {})
+    except InvalidRequest:
+        return  # refusing such tenant ids outright is fine
+    assert await store.list_queues(TenantId("a")) == []
+    for name in ("b\0q", "b"):
+        with pytest.raises((QueueNotFound, InvalidRequest)):
+            await store.get_queue(TenantId("a"), q(name))
+    assert [i.name for i in await store.list_queues(sneaky)] == ["q"]
+
+
+@pytest.mark.parametrize("name", ["b\0q", "", "x" * 81, "a/b"])
+async def test_every_queue_call_validates_the_name(store: Backend, name: str) -> None:
+    with pytest.raises((InvalidRequest, QueueNotFound)):
+        await store.get_queue(T1, q(name))
+    with pytest.raises((InvalidRequest, QueueNotFound)):
+        await store.send(T1, q(name), [msg("x")])
+    with pytest.raises((InvalidRequest, QueueNotFound)):
+        await store.receive(T1, q(name), 1)
+
+
 async def test_get_queue_missing_raises(store: Backend) -> None:
     with pytest.raises(QueueNotFound):
         await store.get_queue(T1, q("nope"))
