@@ -1,0 +1,127 @@
+"""Shared pieces of the push benchmarks: start a real gateway (``pushgate serve``) or a
+baseline server in its own process, read a process's RSS, summarise latencies."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def machine() -> str:
+    cpus = os.cpu_count()
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{platform.node()}: {cpus} CPUs {model}, Python {platform.python_version()}, {platform.platform()}"
+    )
+
+
+def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
+    """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    key = url = ""
+    deadline = time.monotonic() + 60
+    while not url and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "Bootstrap admin key" in line:
+            key = line.rsplit(" ", 1)[1].strip()
+        if "serving on" in line:
+            url = line.rsplit(" ", 1)[1].strip()
+    if not (key and url):
+        proc.kill()
+        raise SystemExit("the gateway did not start")
+    return proc, url, key
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_script(script: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``python <script> <args>`` from the repository (a baseline server, a client)."""
+    return subprocess.Popen([sys.executable, script, *args], cwd=REPO, text=True)
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port}")
+
+
+def create_queue(url: str, key: str, name: str, **attributes: object) -> None:
+    response = httpx.put(
+        f"{url}/v1/queues/{name}", json=attributes, headers={"Authorization": f"Bearer {key}"}
+    )
+    response.raise_for_status()
+
+
+def fill_queue(url: str, key: str, name: str, count: int, body: str) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+        for start in range(0, count, 100):
+            batch = [{"body": body} for _ in range(min(100, count - start))]
+            client.post(f"/v1/queues/{name}/messages", json={"messages": batch}).raise_for_status()
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """p50 and p99 of samples (in the samples' unit)."""
+    if not samples:
+        return float("nan"), float("nan")
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return cuts[49], cuts[98]
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
