@@ -31,8 +31,8 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.push_common import cpu_seconds, create_queue, machine, percentiles, start_gateway, stop  # noqa: E402
-from pushgate_client import AsyncClient  # noqa: E402
+from bench.push_common import cpu_seconds, create_queue, machine, percentiles, start_gateway, stop
+from pushgate_client import AsyncClient
 
 ACK_EVERY = 20
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.push_common import (  # noqa: E402
+from bench.push_common import (
     cpu_seconds,
     create_queue,
     fill_queue,
