@@ -304,6 +304,16 @@ async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -
 # ---------------------------------------------------------------------------
 
 
+async def test_commits_are_synced(lmdb_factory: StoreFactory) -> None:
+    # The crash tests kill the process, not the machine: the page cache survives SIGKILL, so
+    # they cannot tell a synced commit from an unsynced one. Guard the flags instead.
+    store = engine(await lmdb_factory.open())
+    flags = store._require_env().env.flags()
+    assert flags["sync"] and flags["metasync"], flags
+    # writemap is fine with sync; writemap with map_async flushes asynchronously.
+    assert not (flags["writemap"] and flags["map_async"]), flags
+
+
 async def test_group_commit_batches_concurrent_operations(lmdb_factory: StoreFactory) -> None:
     store = engine(await lmdb_factory.open())
     await store.create_queue(T1, q("orders"), {})
