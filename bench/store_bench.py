@@ -358,7 +358,10 @@ async def main(args: argparse.Namespace) -> None:
     base = Path(args.dir) if args.dir else Path(tempfile.gettempdir())
     root = Path(tempfile.mkdtemp(prefix="pushgate-bench-", dir=base))
     print(f"machine: {machine()}")
-    print(f"store dir: {root} ({filesystem_of(root)}); {args.size} B messages; {args.seconds:g} s per run")
+    print(
+        f"store dir: {root} ({filesystem_of(root)}); {args.size} B messages; {args.seconds:g} s per run; "
+        f"{args.loop} event loop"
+    )
     if filesystem_of(root) == "tmpfs":
         print("WARNING: tmpfs: fsync is free here, the figures say nothing about durability cost")
     redis_ok = not args.no_redis and shutil.which("redis-server") is not None
@@ -445,8 +448,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fill", type=int, default=30_000, help="messages stored before each receive run")
     parser.add_argument("--dir", help="where to put the store (default: the system temp dir)")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis comparison")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="event loop (the gateway runs uvloop)",
+    )
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args()))
+    arguments = parse_args()
+    if arguments.loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main(arguments))
+    else:
+        asyncio.run(main(arguments))
