@@ -81,12 +81,13 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
             # uvicorn gets here after it stopped accepting and in-flight requests finished.
             await services.close()
 
+    # The router tries routes in order, so the hot message routes go first.
     routes: list[BaseRoute] = [
-        *OpsRoutes(services).routes(),
-        *QueueRoutes(services).routes(),
         *MessageRoutes(services).routes(),
+        *QueueRoutes(services).routes(),
         *TokenRoutes(services).routes(),
         *push_routes(services),
+        *OpsRoutes(services).routes(),
     ]
     app = Starlette(
         routes=routes,

@@ -6,6 +6,8 @@ queue name), the method and the status code. Message counts have no per-queue la
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -48,9 +50,19 @@ class GatewayMetrics:
         self.acked = self.messages.labels("acked")
         self.nacked = self.messages.labels("nacked")
 
+        # (route, method, status) -> its children; .labels() is a lock and a tuple build per call.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.duration.labels(route).observe(seconds)
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels(route, method, str(status)),
+                self.duration.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
