@@ -26,12 +26,10 @@ import asyncio
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -180,9 +178,10 @@ async def _run_load(
 
 def _summary(done: dict[str, int], latencies: list[float], elapsed: float) -> dict[str, Any]:
     latencies.sort()
-    pct: Callable[[float], float] = lambda q: (
-        latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
-    )
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
     return {
         **done,
         "seconds": elapsed,
