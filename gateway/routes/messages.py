@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from backend_store.attributes import check_number
 from backend_store.errors import StoreError, error_from_code
@@ -20,6 +20,7 @@ from ..body import JSONResponse, check_fields, read_json, read_object
 from ..errors import InvalidRequest, problem_for
 from ..services import GatewayServices
 from .access import queue_access
+from .endpoint import route
 
 MAX_RECEIPTS = 100
 MAX_RECEIPT_CHARS = 1024
@@ -69,12 +70,12 @@ class MessageRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/queues/{queue}/messages", self.send, methods=["POST"]),
-            Route("/v1/queues/{queue}/receive", self.receive, methods=["POST"]),
-            Route("/v1/queues/{queue}/ack", self.ack, methods=["POST"]),
-            Route("/v1/queues/{queue}/messages/{receipt}", self.delete_message, methods=["DELETE"]),
-            Route("/v1/queues/{queue}/nack", self.nack, methods=["POST"]),
-            Route("/v1/queues/{queue}/visibility", self.visibility, methods=["POST"]),
+            route("/v1/queues/{queue}/messages", self.send, "POST"),
+            route("/v1/queues/{queue}/receive", self.receive, "POST"),
+            route("/v1/queues/{queue}/ack", self.ack, "POST"),
+            route("/v1/queues/{queue}/messages/{receipt}", self.delete_message, "DELETE"),
+            route("/v1/queues/{queue}/nack", self.nack, "POST"),
+            route("/v1/queues/{queue}/visibility", self.visibility, "POST"),
         ]
 
     # Send -----------------------------------------------------------------

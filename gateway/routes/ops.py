@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from ..body import JSONResponse
 from ..metrics import CONTENT_TYPE_LATEST
 from ..openapi import openapi_bytes, openapi_document, render_docs
 from ..services import GatewayServices
+from .endpoint import route
 
 
 class OpsRoutes:
@@ -25,11 +26,11 @@ class OpsRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/healthz", self.healthz, methods=["GET"]),
-            Route("/readyz", self.readyz, methods=["GET"]),
-            Route("/metrics", self.metrics, methods=["GET"]),
-            Route("/openapi.json", self.openapi, methods=["GET"]),
-            Route("/docs", self.docs, methods=["GET"]),
+            route("/healthz", self.healthz, "GET"),
+            route("/readyz", self.readyz, "GET"),
+            route("/metrics", self.metrics, "GET"),
+            route("/openapi.json", self.openapi, "GET"),
+            route("/docs", self.docs, "GET"),
         ]
 
     async def healthz(self, request: Request) -> Response:

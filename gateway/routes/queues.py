@@ -6,13 +6,14 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from backend_store.types import QueueInfo
 
 from ..body import JSONResponse, read_object
 from ..services import GatewayServices
 from .access import authenticate, can_see, queue_access
+from .endpoint import route
 
 
 def queue_to_json(services: GatewayServices, info: QueueInfo) -> dict[str, Any]:
@@ -33,12 +34,12 @@ class QueueRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            Route("/v1/queues", self.list_queues, methods=["GET"]),
-            Route("/v1/queues/{queue}", self.put_queue, methods=["PUT"]),
-            Route("/v1/queues/{queue}", self.get_queue, methods=["GET"]),
-            Route("/v1/queues/{queue}", self.patch_queue, methods=["PATCH"]),
-            Route("/v1/queues/{queue}", self.delete_queue, methods=["DELETE"]),
-            Route("/v1/queues/{queue}/purge", self.purge_queue, methods=["POST"]),
+            route("/v1/queues", self.list_queues, "GET"),
+            route("/v1/queues/{queue}", self.put_queue, "PUT"),
+            route("/v1/queues/{queue}", self.get_queue, "GET"),
+            route("/v1/queues/{queue}", self.patch_queue, "PATCH"),
+            route("/v1/queues/{queue}", self.delete_queue, "DELETE"),
+            route("/v1/queues/{queue}/purge", self.purge_queue, "POST"),
         ]
 
     async def list_queues(self, request: Request) -> Response:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from ..body import JSONResponse, check_fields, read_object
 from ..errors import InvalidRequest
 from ..services import GatewayServices
 from .access import authenticate
+from .endpoint import route
 
 _FIELDS = frozenset({"scope", "ttl_s"})
 
@@ -19,7 +20,7 @@ class TokenRoutes:
         self.services = services
 
     def routes(self) -> list[BaseRoute]:
-        return [Route("/v1/tokens", self.mint, methods=["POST"])]
+        return [route("/v1/tokens", self.mint, "POST")]
 
     async def mint(self, request: Request) -> Response:
         principal = await authenticate(self.services, request)
