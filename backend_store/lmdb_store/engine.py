@@ -44,13 +44,20 @@ _HEARTBEAT = b"\0sys\0heartbeat"
 _KEY_CHECK_PLAINTEXT = b"pushgate key check"
 _SWEEP_BUDGET = 1000
 MAX_RECEIVE = 1000
+_MAX_KEY_BYTES = 400
 MAX_TIMEOUT_S = 43200
 
 
 def _meta_key(namespace: str, key: str) -> bytes:
     if not namespace or "\0" in namespace or "\0" in key:
         raise InvalidRequest("metadata namespace must be non-empty and names free of NUL")
-    return namespace.encode() + b"\0" + key.encode()
+    try:
+        raw = namespace.encode() + b"\0" + key.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest("metadata names must be valid Unicode") from None
+    if len(raw) > _MAX_KEY_BYTES:
+        raise InvalidRequest(f"metadata names must fit in {_MAX_KEY_BYTES} bytes")
+    return raw
 
 
 class LmdbBackend:

@@ -36,6 +36,7 @@ class Db(IntEnum):
     DEDUPE_EXP = 7
     REPLOG = 8
     STATE = 9
+    EXPIRY = 10
 
 
 class _SharedGate:

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import lmdb
 
-from ..errors import StoreError, Unavailable
+from ..errors import InvalidRequest, StoreError, Unavailable
 from .environment import Db, Environment, View, is_disk_full
 from .records import QueueRecord
 from .replication_log import ReplicationLog
@@ -105,6 +105,7 @@ class GroupCommitWriter:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
         self._closed = False
+        # Commits that wrote something (idle sweeps commit nothing).
         self.batches = 0
         self.operations = 0
 
@@ -178,7 +179,6 @@ class GroupCommitWriter:
             except lmdb.Error as exc:
                 self._fail_all(batch, exc)
                 break
-        self.batches += 1
         self.operations += len(batch)
         self._resolve(batch, touched)
 
@@ -204,6 +204,7 @@ class GroupCommitWriter:
             txn.commit()
             if lsn is not None:
                 self._log.last_lsn = lsn
+                self.batches += 1
         except BaseException:
             txn.abort()
             raise
@@ -225,6 +226,9 @@ class GroupCommitWriter:
             if len(writes.mutations) != written or writes.queue_saves != saves:
                 raise _BrokenOperation(exc) from exc
             return (False, exc)
+        except lmdb.BadValsizeError as exc:
+            # A key past LMDB's limit: this operation's input, nobody else's problem.
+            raise _BrokenOperation(InvalidRequest("a name or id is too long to store")) from exc
         except lmdb.Error:
             raise
         except Exception as exc:

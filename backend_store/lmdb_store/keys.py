@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import struct
 
-from ..errors import InvalidReceipt
+from ..attributes import check_queue_name
+from ..errors import InvalidReceipt, InvalidRequest
 
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
@@ -26,13 +28,24 @@ def read_u64(b: bytes, offset: int = 0) -> int:
     return value
 
 
-def queue_key(tenant: str, name: str) -> bytes:
-    """``queues`` db: tenant and name; a tenant's queues share the prefix ``tenant\\0``."""
-    return tenant.encode() + b"\0" + name.encode()
+# Tenant ids come from auth, not from this store: refuse the ones that could forge a key
+# (a NUL would let tenant "a" share a prefix with tenant "a\0b").
+_TENANT = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
 
 
 def tenant_prefix(tenant: str) -> bytes:
-    return tenant.encode() + b"\0"
+    if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
+        raise InvalidRequest("tenant ids are 1-128 characters without control characters")
+    try:
+        return tenant.encode() + b"\0"
+    except UnicodeEncodeError:
+        raise InvalidRequest("tenant id is not valid Unicode") from None
+
+
+def queue_key(tenant: str, name: str) -> bytes:
+    """``queues`` db: tenant and name; a tenant's queues share the prefix ``tenant\\0``."""
+    check_queue_name(name)
+    return tenant_prefix(tenant) + name.encode()
 
 
 def message_key(qid: int, seq: int) -> bytes:
@@ -43,6 +56,11 @@ def message_key(qid: int, seq: int) -> bytes:
 def visibility_key(qid: int, visible_ms: int, seq: int) -> bytes:
     """``vis`` db: every receivable message once, ordered by when it becomes visible."""
     return _U64x3.pack(qid, visible_ms, seq)
+
+
+def expiry_key(qid: int, sent_ms: int, seq: int) -> bytes:
+    """``expiry`` db: dead-lettered messages, whose original ``sent_at`` breaks seq order."""
+    return _U64x3.pack(qid, sent_ms, seq)
 
 
 def split_visibility_key(key: bytes) -> tuple[int, int, int]:

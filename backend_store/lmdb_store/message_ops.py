@@ -42,6 +42,7 @@ from .keys import (
     dedupe_expiry_key,
     dedupe_key,
     encode_receipt,
+    expiry_key,
     message_key,
     read_u64,
     split_visibility_key,
@@ -83,8 +84,9 @@ class MessageOps:
         now_ms = to_ms(now)
         results: list[SendResult | StoreError] = []
         for message in messages:
-            if message.delay_s is not None and not 0 <= message.delay_s <= MAX_DELAY_S:
-                results.append(InvalidRequest(f"delay_s must be between 0 and {MAX_DELAY_S}"))
+            problem = _entry_problem(message)
+            if problem is not None:
+                results.append(InvalidRequest(problem))
                 continue
             if len(message.body) > attrs.max_message_bytes:
                 results.append(MessageTooLarge(f"body is larger than {attrs.max_message_bytes} bytes"))
@@ -226,7 +228,9 @@ class MessageOps:
         target.next_seq += 1
         target.count += 1
         target.sent_total += 1
-        moved = DeliveryState(sent_at=state.sent_at, group_id=state.group_id, visible_ms=to_ms(now))
+        moved = DeliveryState(
+            sent_at=state.sent_at, group_id=state.group_id, visible_ms=to_ms(now), moved=True
+        )
         # The record is immutable, so its bytes move as they are (sealed bodies stay sealed).
         add_message(w, target.qid, new_seq, raw, moved, attributes_of(target).ordering == "fifo")
 
@@ -365,6 +369,16 @@ class MessageOps:
                     if state.sent_at >= cutoff:
                         break
                     old.append((read_u64(mkey, 8), state))
+            # Dead-lettered messages keep their original sent_at, out of seq order.
+            cursor = w.cursor(Db.EXPIRY)
+            if cursor.set_range(expiry_key(record.qid, 0, 0)):
+                for ekey in cursor.iternext(values=False):
+                    key_qid, sent_ms, seq = split_visibility_key(ekey)
+                    if key_qid != record.qid or sent_ms >= to_ms(cutoff) or done + len(old) >= budget:
+                        break
+                    moved = load_state(w, record.qid, seq)
+                    if moved is not None and all(seq != s for s, _ in old):
+                        old.append((seq, moved))
             for seq, state in old:
                 remove_message(w, record.qid, seq, state, fifo, now)
             if old:
@@ -372,6 +386,21 @@ class MessageOps:
                 save_queue(w, tenant, name, record)
                 done += len(old)
         return done
+
+
+def _entry_problem(message: NewMessage) -> str | None:
+    """Why a message cannot be stored, checked before anything is written."""
+    if message.delay_s is not None and not 0 <= message.delay_s <= MAX_DELAY_S:
+        return f"delay_s must be between 0 and {MAX_DELAY_S}"
+    try:
+        for text in (message.group_id, message.dedupe_id, *message.attributes, *message.attributes.values()):
+            if text is not None:
+                text.encode()
+    except UnicodeEncodeError:
+        return "group_id, dedupe_id and attributes must be valid Unicode"
+    except (AttributeError, TypeError):
+        return "group_id, dedupe_id and attributes must be strings"
+    return None
 
 
 def next_visible_ms(v: View, qid: int, now_ms: int) -> int | None:

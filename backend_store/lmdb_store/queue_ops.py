@@ -132,7 +132,7 @@ def _delete_prefix(w: Writes, db: Db, prefix: bytes) -> int:
 
 def _delete_messages(w: Writes, qid: int) -> int:
     prefix = u64(qid)
-    for db in (Db.VIS, Db.GROUPS, Db.DEDUPE, Db.STATE):
+    for db in (Db.VIS, Db.GROUPS, Db.DEDUPE, Db.STATE, Db.EXPIRY):
         _delete_prefix(w, db, prefix)
     return _delete_prefix(w, Db.MSGS, prefix)
 

@@ -78,10 +78,20 @@ class DeliveryState:
     receipt_token: bytes | None = None
     # Kind of the visibility entry: "n" new or nacked (delayed when in the future), "i" in flight.
     kind: str = "n"
+    # Moved here from another queue (dead-lettered): indexed in ``expiry`` for retention.
+    moved: bool = False
 
     def encode(self) -> bytes:
         return pack(
-            [self.sent_at, self.group_id, self.visible_ms, self.receive_count, self.receipt_token, self.kind]
+            [
+                self.sent_at,
+                self.group_id,
+                self.visible_ms,
+                self.receive_count,
+                self.receipt_token,
+                self.kind,
+                self.moved,
+            ]
         )
 
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .environment import Db
 from .group_commit import Writes
-from .keys import group_key, group_prefix, message_key, read_u64, visibility_key
+from .keys import expiry_key, group_key, group_prefix, message_key, read_u64, visibility_key
 from .records import DeliveryState
 
 
@@ -38,6 +38,8 @@ def add_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliverySta
     key = message_key(qid, seq)
     w.put(Db.MSGS, key, record)
     w.put(Db.STATE, key, state.encode())
+    if state.moved:
+        w.put(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq), b"")
     if fifo:
         group = state.group_id or ""
         has_head = _group_head(w, qid, group) is not None
@@ -53,6 +55,8 @@ def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bo
     w.delete(Db.MSGS, key)
     w.delete(Db.STATE, key)
     w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
+    if state.moved:
+        w.delete(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq))
     if not fifo:
         return
     group = state.group_id or ""
