@@ -50,11 +50,7 @@ class SseEncoder:
         return b"%s%d\nevent: message\ndata: %s\n\n" % (self._id_prefix, n, payload)
 
     def messages(self, first_n: int, payloads: list[bytes]) -> bytes:
-        prefix = self._id_prefix
-        return b"".join(
-            b"%s%d\nevent: message\ndata: %s\n\n" % (prefix, n, payload)
-            for n, payload in enumerate(payloads, first_n)
-        )
+        return b"".join(self.message(n, payload) for n, payload in enumerate(payloads, first_n))
 
     @staticmethod
     def closing(code: CloseCode, reason: str) -> bytes:

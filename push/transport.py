@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 OnClose = Callable[[CloseCode, str], None]
 
+# The most an SSE stream hands to the server in one piece.
+SSE_CHUNK_BYTES = 64 * 1024
+
 
 class Transport(Protocol):
     """What the engine may do with a consumer's connection."""
@@ -251,8 +254,11 @@ class SseTransport(BufferedTransport):
         self._push(chunk, len(chunk))
 
     def write_many(self, sub: Subscription, payloads: list[bytes], first_n: int) -> None:
-        chunk = self._encoder.messages(first_n, payloads)
-        self._push(chunk, len(chunk))
+        # One item per event, so the body iterator can cut bounded chunks.
+        message = self._encoder.message
+        for n, payload in enumerate(payloads, first_n):
+            chunk = message(n, payload)
+            self._push(chunk, len(chunk))
 
     async def body(self, opening: bytes) -> AsyncIterator[bytes]:
         """Yield everything buffered as one chunk per wake-up, so the rate is not capped
@@ -261,13 +267,20 @@ class SseTransport(BufferedTransport):
         yield opening
         while True:
             if frames:
-                chunk = b"".join(frames)
-                frames.clear()
-                self._bytes = 0
+                # Many events per chunk, but a bounded chunk: uvicorn takes a chunk whole
+                # whenever the socket was writable before it, so what waits for a slow
+                # client must wait here, where the bound and the stall check can see it.
+                parts = [frames.popleft()]
+                size = len(parts[0])
+                while frames and size < SSE_CHUNK_BYTES:
+                    part = frames.popleft()
+                    parts.append(part)
+                    size += len(part)
+                self._bytes -= size
                 self._in_send = True
-                yield chunk
+                yield b"".join(parts)
                 self._in_send = False
-                if self._on_drain is not None:
+                if not frames and self._on_drain is not None:
                     self._on_drain()
                 continue
             if self.close_code is not None:

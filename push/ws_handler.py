@@ -21,7 +21,7 @@ from backend_store.errors import StoreError
 from backend_store.types import AckResult, QueueName, SendResult
 
 from .close_codes import CLOSE_CODE_BY_ERROR, CloseCode
-from .engine import Connection, PushEngine
+from .engine import Connection, GoingAway, PushEngine
 from .principal import Authenticate, CheckOrigin, PrincipalLike, error_code, error_detail
 from .transport import WsTransport
 from .ws_protocol import (
@@ -236,7 +236,11 @@ class WebSocketHandler:
             ):
                 session.close(CloseCode.FORBIDDEN, "origin not allowed")
                 return
-        session.authenticated(principal)
+        try:
+            session.authenticated(principal)
+        except GoingAway:
+            session.close(CloseCode.GOING_AWAY, "server shutting down")
+            return
         if request_id is not None or refresh:
             session.transport.write_frame(ok_frame(request_id, {"expires_at": principal.expires_at}))
 

@@ -147,3 +147,33 @@ async def _drain_scenario(gateway: RunningGateway) -> None:
         # New push connections are turned away while draining.
         async with ws_connect(gateway, gateway.admin_key) as late:
             assert await closed_with(late) == 1001
+
+
+async def test_stalled_sse_stream_is_ended_and_its_messages_released(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    await http.queue(qname, visibility_timeout_s=600)
+    total = 100
+    body = "x" * 60_000
+    for start in range(0, total, 20):
+        await http.send_many(qname, [f"{i}:{body}" for i in range(start, start + 20)])
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", gateway.port))
+    request_head = (
+        f"GET /v1/queues/{qname}/events?prefetch=1000 HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {gateway.admin_key}\r\n\r\n"
+    )
+    await loop.sock_sendall(sock, request_head.encode())
+    try:
+        # Never read: the stream stalls, the server ends it and releases what it held.
+        async with sse_stream(gateway, qname, gateway.admin_key, prefetch=3) as healthy:
+            seen: set[str] = set()
+            while len(seen) < total:
+                for message in await healthy.messages(1, timeout=30):
+                    seen.add(message["id"])
+                    await http.ack(qname, [message["receipt"]])
+    finally:
+        sock.close()

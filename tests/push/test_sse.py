@@ -118,3 +118,30 @@ async def test_access_token_query_and_consumer_count(gateway: RunningGateway, ht
     assert engine_of(gateway).consumers(  # the stream is gone once its client is
         "default", qname
     ) in (0, 1)
+
+
+async def test_token_expiry_ends_the_stream_and_releases(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    await http.queue(qname, visibility_timeout_s=600)
+    await http.send(qname, "x")
+    token = await http.token(ttl_s=1)
+    async with sse_stream(gateway, qname, token) as sse:
+        (first,) = await sse.messages(1)
+        closing = await sse.next(timeout=5)
+        assert closing["event"] == "close"
+        assert orjson.loads(closing["data"]) == {"code": 4001, "reason": "token expired", "reconnect": False}
+    async with sse_stream(gateway, qname, gateway.admin_key) as sse:
+        (again,) = await sse.messages(1, timeout=3)
+    assert (again["id"], again["receive_count"]) == (first["id"], 2)
+
+
+async def test_queue_deleted_under_a_stream(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    async with sse_stream(gateway, qname, gateway.admin_key) as sse:
+        assert (await http.client.delete(f"/v1/queues/{qname}")).status_code == 204
+        await http.client.post("/v1/queues/" + qname + "/messages", json={"body": "x"})
+        # The dispatcher notices at its next look (a wake-up or the safety poll).
+        closing = await sse.next(timeout=5)
+        assert closing["event"] == "close"
+        assert "queue_not_found" in orjson.loads(closing["data"])["reason"]

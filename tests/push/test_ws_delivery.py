@@ -293,3 +293,15 @@ async def test_no_loss_no_double_delivery_under_churn(
 
     await poll(drained, what="the queue to be empty")
     assert engine_of(gateway).stats()["in_flight"] == 0
+
+
+async def test_queue_deleted_under_a_subscription(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        await subscribe(ws, qname)
+        assert (await http.client.delete(f"/v1/queues/{qname}")).status_code == 204
+        frame = await recv_frame(ws)
+        assert (frame["op"], frame["code"], frame["queue"]) == ("error", "queue_not_found", qname)
+        assert await request(ws, op="ping", id=1) == {"op": "pong", "id": 1}
+        assert (await http.client.put(f"/v1/queues/{qname}", json={})).status_code == 201
+        await subscribe(ws, qname)  # the old subscription is gone, so this is allowed
