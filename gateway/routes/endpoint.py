@@ -1,23 +1,24 @@
 """The adapter between a ``handler(request) -> Response`` and Starlette's router.
 
 Starlette wraps plain handler functions in two layers (``request_response`` and an
-exception-handler lookup with its own ``send`` wrapper) on every request. This class
-does the same job in one: build the request, call the handler, turn an error with a
-code into its problem document (:func:`gateway.errors.problem_response`).
+exception-handler lookup with its own ``send`` wrapper) on every request, and a metrics
+middleware would add a third. :class:`Endpoint` does all of it in one: build the
+request, call the handler, turn an error into its problem document
+(:func:`gateway.middleware.error_response`), record the request's metrics.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from backend_store.errors import StoreError
-
-from ..errors import GatewayError, problem_response
+from ..metrics import GatewayMetrics
+from ..middleware import error_response, method_label
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -25,19 +26,26 @@ Handler = Callable[[Request], Awaitable[Response]]
 class Endpoint:
     """An ASGI app (not a function, so Starlette's ``Route`` does not wrap it again)."""
 
-    __slots__ = ("handler",)
+    __slots__ = ("handler", "metrics", "path")
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, path: str, metrics: GatewayMetrics) -> None:
         self.handler = handler
+        self.path = path
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive, send)
+        start = time.perf_counter()
         try:
-            response = await self.handler(request)
-        except (GatewayError, StoreError) as exc:
-            response = problem_response(exc)
+            response = await self.handler(Request(scope, receive, send))
+        except ClientDisconnect:
+            return  # nobody to answer
+        except Exception as exc:
+            response = error_response(exc, scope)
         await response(scope, receive, send)
+        self.metrics.observe(
+            self.path, method_label(scope), response.status_code, time.perf_counter() - start
+        )
 
 
-def route(path: str, handler: Handler, method: str) -> Route:
-    return Route(path, Endpoint(handler), methods=[method])
+def route(path: str, handler: Handler, method: str, metrics: GatewayMetrics) -> Route:
+    return Route(path, Endpoint(handler, path, metrics), methods=[method])

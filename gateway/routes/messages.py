@@ -70,12 +70,14 @@ class MessageRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            route("/v1/queues/{queue}/messages", self.send, "POST"),
-            route("/v1/queues/{queue}/receive", self.receive, "POST"),
-            route("/v1/queues/{queue}/ack", self.ack, "POST"),
-            route("/v1/queues/{queue}/messages/{receipt}", self.delete_message, "DELETE"),
-            route("/v1/queues/{queue}/nack", self.nack, "POST"),
-            route("/v1/queues/{queue}/visibility", self.visibility, "POST"),
+            route("/v1/queues/{queue}/messages", self.send, "POST", self.services.metrics),
+            route("/v1/queues/{queue}/receive", self.receive, "POST", self.services.metrics),
+            route("/v1/queues/{queue}/ack", self.ack, "POST", self.services.metrics),
+            route(
+                "/v1/queues/{queue}/messages/{receipt}", self.delete_message, "DELETE", self.services.metrics
+            ),
+            route("/v1/queues/{queue}/nack", self.nack, "POST", self.services.metrics),
+            route("/v1/queues/{queue}/visibility", self.visibility, "POST", self.services.metrics),
         ]
 
     # Send -----------------------------------------------------------------

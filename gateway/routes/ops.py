@@ -26,11 +26,11 @@ class OpsRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            route("/healthz", self.healthz, "GET"),
-            route("/readyz", self.readyz, "GET"),
-            route("/metrics", self.metrics, "GET"),
-            route("/openapi.json", self.openapi, "GET"),
-            route("/docs", self.docs, "GET"),
+            route("/healthz", self.healthz, "GET", self.services.metrics),
+            route("/readyz", self.readyz, "GET", self.services.metrics),
+            route("/metrics", self.metrics, "GET", self.services.metrics),
+            route("/openapi.json", self.openapi, "GET", self.services.metrics),
+            route("/docs", self.docs, "GET", self.services.metrics),
         ]
 
     async def healthz(self, request: Request) -> Response:

@@ -34,12 +34,12 @@ class QueueRoutes:
 
     def routes(self) -> list[BaseRoute]:
         return [
-            route("/v1/queues", self.list_queues, "GET"),
-            route("/v1/queues/{queue}", self.put_queue, "PUT"),
-            route("/v1/queues/{queue}", self.get_queue, "GET"),
-            route("/v1/queues/{queue}", self.patch_queue, "PATCH"),
-            route("/v1/queues/{queue}", self.delete_queue, "DELETE"),
-            route("/v1/queues/{queue}/purge", self.purge_queue, "POST"),
+            route("/v1/queues", self.list_queues, "GET", self.services.metrics),
+            route("/v1/queues/{queue}", self.put_queue, "PUT", self.services.metrics),
+            route("/v1/queues/{queue}", self.get_queue, "GET", self.services.metrics),
+            route("/v1/queues/{queue}", self.patch_queue, "PATCH", self.services.metrics),
+            route("/v1/queues/{queue}", self.delete_queue, "DELETE", self.services.metrics),
+            route("/v1/queues/{queue}/purge", self.purge_queue, "POST", self.services.metrics),
         ]
 
     async def list_queues(self, request: Request) -> Response:

@@ -20,7 +20,7 @@ class TokenRoutes:
         self.services = services
 
     def routes(self) -> list[BaseRoute]:
-        return [route("/v1/tokens", self.mint, "POST")]
+        return [route("/v1/tokens", self.mint, "POST", self.services.metrics)]
 
     async def mint(self, request: Request) -> Response:
         principal = await authenticate(self.services, request)
