@@ -32,7 +32,7 @@ logger = logging.getLogger("pushgate.push")
 class Connection:
     """One consumer connection (a WebSocket, or one SSE stream) and its subscriptions."""
 
-    __slots__ = ("__weakref__", "auto_subs", "stream_id", "subs", "tenant", "transport")
+    __slots__ = ("auto_subs", "stream_id", "subs", "tenant", "transport")
 
     def __init__(self, tenant: TenantId, transport: Transport, stream_id: str | None = None) -> None:
         self.tenant = tenant
@@ -62,6 +62,8 @@ class PushEngine:
         self.owners: dict[str, Subscription] = {}
         self._dispatchers: dict[tuple[TenantId, QueueName], Dispatcher] = {}
         self._connections: set[Connection] = set()
+        # Live SSE streams by stream id, for a reconnect that beats the old stream's disconnect.
+        self._streams: dict[str, Connection] = {}
         # Disconnected SSE streams waiting for a resume: stream id -> (subscription, release timer).
         self._suspended: dict[str, tuple[Subscription, asyncio.TimerHandle]] = {}
 
@@ -74,6 +76,8 @@ class PushEngine:
             raise GoingAway("server is shutting down")
         conn = Connection(tenant, transport, stream_id)
         self._connections.add(conn)
+        if stream_id is not None:
+            self._streams[stream_id] = conn
         transport.bind(lambda code, reason: self.close_connection(conn), lambda: self._drained(conn))
         return conn
 
@@ -84,15 +88,20 @@ class PushEngine:
                 if sub.auto_ack:
                     self._kick(sub)
 
+    def _forget(self, conn: Connection) -> None:
+        self._connections.discard(conn)
+        if conn.stream_id is not None and self._streams.get(conn.stream_id) is conn:
+            del self._streams[conn.stream_id]
+
     def close_connection(self, conn: Connection) -> None:
         """Forget a connection and release everything it holds, at once. Idempotent."""
-        self._connections.discard(conn)
+        self._forget(conn)
         for sub in list(conn.subs.values()):
             self._drop(conn, sub)
 
     def suspend(self, conn: Connection) -> None:
         """An SSE client went away: stop delivering, but hold its messages for a resume."""
-        self._connections.discard(conn)
+        self._forget(conn)
         for sub in list(conn.subs.values()):
             self._detach(conn, sub)
             if conn.stream_id is None or not sub.in_flight or self.draining:
@@ -115,12 +124,11 @@ class PushEngine:
         old = self._suspended.pop(stream_id, None)
         if old is None:
             # The old stream may not have noticed its client is gone yet.
-            for conn in list(self._connections):
-                if conn.stream_id == stream_id and conn.tenant == sub.tenant:
-                    self.suspend(conn)
-                    conn.transport.close(CloseCode.NORMAL, "resumed elsewhere")
-                    old = self._suspended.pop(stream_id, None)
-                    break
+            conn = self._streams.get(stream_id)
+            if conn is not None and conn.tenant == sub.tenant:
+                self.suspend(conn)
+                conn.transport.close(CloseCode.NORMAL, "resumed elsewhere")
+                old = self._suspended.pop(stream_id, None)
         if old is None:
             return 0
         old_sub, timer = old

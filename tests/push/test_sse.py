@@ -145,3 +145,17 @@ async def test_queue_deleted_under_a_stream(gateway: RunningGateway, http: Http,
         closing = await sse.next(timeout=5)
         assert closing["event"] == "close"
         assert "queue_not_found" in orjson.loads(closing["data"])["reason"]
+
+
+async def test_resume_while_the_old_stream_is_still_open(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname, visibility_timeout_s=600)
+    await http.send_many(qname, ["a", "b", "c"])
+    async with sse_stream(gateway, qname, gateway.admin_key, prefetch=3) as old:
+        first = await old.messages(3)
+        # A half-open old connection: the client reconnects before the server saw it go.
+        headers = {"Last-Event-ID": first[0]["sse_id"]}
+        async with sse_stream(gateway, qname, gateway.admin_key, headers, prefetch=3) as new:
+            again = await new.messages(2, timeout=3)
+            assert [m["body"] for m in again] == ["b", "c"]
+            closing = await old.next()
+            assert (closing["event"], orjson.loads(closing["data"])["reason"]) == ("close", "resumed elsewhere")
