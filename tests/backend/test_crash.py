@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -80,8 +81,13 @@ class Crash:
         await store.create_queue(TENANT, QUEUE, {})
         await store.close()
 
-    async def run_child_until(self, kill_after: int, consumers: int = 0) -> None:
-        """Start the child, SIGKILL it once ``kill_after`` sends are logged."""
+    def run_child_until(self, kill_after: int, consumers: int = 0) -> None:
+        """Start the child, SIGKILL it once ``kill_after`` sends are logged.
+
+        Plain ``subprocess`` and a sync test on purpose: asyncio's child watcher can lose a
+        SIGKILLed child ("Unknown child process pid", returncode 255) when other code in the
+        process reaps children too.
+        """
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -91,23 +97,25 @@ class Crash:
             env[ENV_VAR] = self.key_doc
         sent_log = self.root / "sent.txt"
         with (self.root / "child.log").open("wb") as log:
-            child = await asyncio.create_subprocess_exec(
-                sys.executable, str(CHILD), str(self.root / "store"), str(self.root),
-                str(TOTAL), str(PRODUCERS), str(consumers), str(self.log_keep),
+            child = subprocess.Popen(
+                [
+                    sys.executable, str(CHILD), str(self.root / "store"), str(self.root),
+                    str(TOTAL), str(PRODUCERS), str(consumers), str(self.log_keep),
+                ],
                 stdout=log, stderr=log, env=env,
             )  # fmt: skip
             try:
                 deadline = time.monotonic() + scaled(60)
                 # Polling a file the child appends to: no event to wait on across processes.
                 while count_lines(sent_log) < kill_after:
-                    assert child.returncode is None, f"child exited: {(self.root / 'child.log').read_text()}"
+                    assert child.poll() is None, f"child exited: {(self.root / 'child.log').read_text()}"
                     assert time.monotonic() < deadline, f"child logged only {count_lines(sent_log)} sends"
-                    await asyncio.sleep(0.005)
+                    time.sleep(0.005)
                 child.send_signal(signal.SIGKILL)
             finally:
-                if child.returncode is None:
+                if child.poll() is None:
                     child.kill()
-                await child.wait()
+                child.wait(timeout=scaled(30))
         assert child.returncode == -signal.SIGKILL
 
     async def everything_stored(self) -> list[ReceivedMessage]:
@@ -144,18 +152,16 @@ RUNS = [(500, False), (3_000, True), (8_000, False), (14_000, True), (20_000, Fa
     RUNS,
     ids=[f"kill-after-{n}{'-encrypted-logged' if s else ''}" for n, s in RUNS],
 )
-async def test_acknowledged_sends_survive_sigkill(
-    tmp_path: Path, kill_after: int, sealed_and_logged: bool
-) -> None:
+def test_acknowledged_sends_survive_sigkill(tmp_path: Path, kill_after: int, sealed_and_logged: bool) -> None:
     crash = Crash(tmp_path)
     if sealed_and_logged:
         crash = Crash(tmp_path, key_doc=Keyring.generate_document(), log_keep=100_000)
-    await crash.create_queue()
-    await crash.run_child_until(kill_after)
+    asyncio.run(crash.create_queue())
+    crash.run_child_until(kill_after)
 
     sent = read_sent(tmp_path / "sent.txt")
     assert kill_after <= len(sent) < TOTAL, "the kill did not land mid-run"
-    got = await crash.everything_stored()
+    got = asyncio.run(crash.everything_stored())
 
     by_id: dict[str, int] = {m.id: int(m.body[:9]) for m in got}
     missing = [i for i in sent if i not in by_id]
@@ -167,17 +173,17 @@ async def test_acknowledged_sends_survive_sigkill(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [4_000, 12_000], ids=lambda n: f"kill-after-{n}")
-async def test_acknowledged_acks_survive_sigkill(tmp_path: Path, kill_after: int) -> None:
+def test_acknowledged_acks_survive_sigkill(tmp_path: Path, kill_after: int) -> None:
     crash = Crash(tmp_path)
-    await crash.create_queue()
-    await crash.run_child_until(kill_after, consumers=8)
+    asyncio.run(crash.create_queue())
+    crash.run_child_until(kill_after, consumers=8)
 
     sent = read_sent(tmp_path / "sent.txt")
     attempted = set(read_lines(tmp_path / "attempts.txt"))
     acked = set(read_lines(tmp_path / "acked.txt"))
     assert acked, "the consumers acked nothing before the kill: the test proved nothing"
     assert acked <= attempted
-    stored = {m.id for m in await crash.everything_stored()}
+    stored = {m.id for m in asyncio.run(crash.everything_stored())}
 
     resurrected = acked & stored
     assert not resurrected, f"{len(resurrected)} acknowledged acks were undone by the crash"

@@ -315,7 +315,8 @@ async def test_commits_are_synced(lmdb_factory: StoreFactory) -> None:
 
 
 async def test_group_commit_batches_concurrent_operations(lmdb_factory: StoreFactory) -> None:
-    store = engine(await lmdb_factory.open())
+    # No sweeper: its commits would blur the count.
+    store = engine(await lmdb_factory.open(sweep_interval_s=0))
     await store.create_queue(T1, q("orders"), {})
     before = store.stats["batches"]
     await asyncio.gather(*(send_one(store, T1, "orders", f"m{i}") for i in range(200)))
@@ -324,7 +325,7 @@ async def test_group_commit_batches_concurrent_operations(lmdb_factory: StoreFac
 
 async def test_max_batch_one_commits_each_operation_alone(lmdb_factory: StoreFactory) -> None:
     # The benchmark's baseline: the same engine with one sync per operation.
-    store = engine(await lmdb_factory.open(extra={"max_batch": "1"}))
+    store = engine(await lmdb_factory.open(extra={"max_batch": "1"}, sweep_interval_s=0))
     await store.create_queue(T1, q("orders"), {})
     before = store.stats["batches"]
     await asyncio.gather(*(send_one(store, T1, "orders", f"m{i}") for i in range(50)))
