@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -308,65 +309,61 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per phase")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per phase")
+    parser.add_argument("--rounds", type=int, default=3, help="bare/gateway phases alternate this many times")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--size", type=int, default=1024, help="message body bytes")
     args = parser.parse_args()
     d, c, s = args.duration, args.connections, args.size
+    phases = ("bare", "send", "receive+ack", "receive10+ack", "store send")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in phases}
 
     with tempfile.TemporaryDirectory(prefix="pushgate-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        results: dict[str, dict[str, Any]] = {}
-
+        # Both servers run for the whole benchmark (idle while the other is loaded) and the
+        # phases alternate, so a neighbour's burst of CPU hits both sides of a ratio alike.
         bare, bare_url = _start_bare(tmp)
-        try:
-            results["bare"] = _load(bare_url, "-", "bare", d, c, s)
-        finally:
-            bare.terminate()
-            bare.wait()
-
         gateway, url, key = _start_gateway(tmp / "gateway")
         try:
             headers = {"Authorization": f"Bearer {key}"}
             httpx.put(
                 f"{url}/v1/queues/bench", headers=headers, json={"visibility_timeout_s": 300}
             ).raise_for_status()
-            results["send"] = _load(url, key, "send", d, c, s)
-            results["receive+ack"] = _load(url, key, "receive+ack", d / 2, c, s)
-            results["receive10+ack"] = _load(url, key, "receive10+ack", d / 2, c, s)
+            for _ in range(args.rounds):
+                runs["bare"].append(_load(bare_url, "-", "bare", d, c, s))
+                runs["send"].append(_load(url, key, "send", d, c, s))
+                runs["receive+ack"].append(_load(url, key, "receive+ack", d / 2, c, s))
+                runs["receive10+ack"].append(_load(url, key, "receive10+ack", d / 2, c, s))
         finally:
-            gateway.terminate()
-            gateway.wait()
+            for proc in (bare, gateway):
+                proc.terminate()
+                proc.wait()
+        runs["store send"].append(_load("store", tmp / "store", d, c, s))
 
-        results["store send"] = _load("store", tmp / "store", d, c, s)
+    def median(name: str, field: str) -> float:
+        return statistics.median(r[field] for r in runs[name])
 
-    print(f"\n{c} connections, {s} B bodies, one uvicorn worker per server, load from another process\n")
-    for name, r in results.items():
-        print(_row(name, r))
-    bare_rps = results["bare"]["req_per_s"]
-    print()
-    print(
-        f"gateway send / bare endpoint (requests/s):            {results['send']['req_per_s'] / bare_rps:6.1%}"
-    )
-    print(
-        f"gateway receive+ack / bare endpoint (requests/s):     {results['receive+ack']['req_per_s'] / bare_rps:6.1%}"
-    )
-    print(
-        f"gateway receive10+ack / bare endpoint (requests/s):   {results['receive10+ack']['req_per_s'] / bare_rps:6.1%}"
-    )
-    print(
-        f"gateway send / store send (msg/s):                    {results['send']['msg_per_s'] / results['store send']['msg_per_s']:6.1%}"
-    )
-    print(
-        f"median latency, send vs bare: {results['send']['p50_ms']:.2f} vs {results['bare']['p50_ms']:.2f} ms"
-    )
-    print(
-        json.dumps(
-            {
-                k: {m: round(v, 3) if isinstance(v, float) else v for m, v in r.items()}
-                for k, r in results.items()
-            }
+    print(f"\n{c} connections, {s} B bodies, one uvicorn worker per server, load from another process,")
+    print(f"{args.rounds} alternating rounds of {d:g} s; medians\n")
+    for name in phases:
+        print(
+            f"{name:<14} {median(name, 'msg_per_s'):>9,.0f} msg/s {median(name, 'req_per_s'):>9,.0f} req/s  "
+            f"p50 {median(name, 'p50_ms'):7.2f} ms  p99 {median(name, 'p99_ms'):7.2f} ms  "
+            f"errors {sum(r['errors'] for r in runs[name])}"
         )
+
+    def ratios(name: str) -> str:
+        per_round = [g["req_per_s"] / b["req_per_s"] for g, b in zip(runs[name], runs["bare"], strict=True)]
+        return f"{statistics.median(per_round):6.1%}  (rounds: {', '.join(f'{r:.0%}' for r in per_round)})"
+
+    print()
+    print(f"gateway send / bare endpoint, requests/s:          {ratios('send')}")
+    print(f"gateway receive+ack / bare endpoint, requests/s:   {ratios('receive+ack')}")
+    print(f"gateway receive10+ack / bare endpoint, requests/s: {ratios('receive10+ack')}")
+    store = median("store send", "msg_per_s")
+    print(f"gateway send / store send alone, msg/s:            {median('send', 'msg_per_s') / store:6.1%}")
+    print(
+        f"gateway receive10+ack / store send alone, msg/s:   {median('receive10+ack', 'msg_per_s') / store:6.1%}"
     )
 
 
