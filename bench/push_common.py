@@ -34,8 +34,11 @@ def machine() -> str:
 
 def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
     """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets)."""
+    # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
+    profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
+    prefix = ["-m", "cProfile", "-o", profile] if profile else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0"],
+        [sys.executable, *prefix, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,

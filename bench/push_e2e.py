@@ -43,7 +43,13 @@ ACK_EVERY = 20
 async def consume(url: str, key: str, queue: str, prefetch: int) -> None:
     ws_url = url.replace("http", "ws", 1) + "/v1/ws"
     headers = {"Authorization": f"Bearer {key}"}
-    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None) as ws:  # type: ignore[list-item]
+    async with connect(
+        ws_url,
+        subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+        additional_headers=headers,
+        max_size=None,
+        compression=None,
+    ) as ws:
         await ws.send(
             orjson.dumps({"op": "subscribe", "id": 1, "queue": queue, "prefetch": prefetch}).decode()
         )

@@ -64,8 +64,13 @@ async def open_ws(url: str, key: str | None, queue: str | None, count: int) -> l
     async def one() -> Any:
         async with gate:
             ws = await connect(
-                url, subprotocols=["pushgate.v1"], additional_headers=headers, ping_interval=None
-            )  # type: ignore[list-item]
+                url,
+                subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+                additional_headers=headers,
+                ping_interval=None,
+                # No permessage-deflate: its zlib state per connection would swamp the figure.
+                compression=None,
+            )
             if queue is not None:
                 await ws.send(orjson.dumps({"op": "subscribe", "id": 1, "queue": queue}).decode())
                 reply = orjson.loads(await ws.recv())

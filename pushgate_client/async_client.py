@@ -101,6 +101,8 @@ class AsyncClient:
             subprotocols=["pushgate.v1"],  # type: ignore[list-item]
             additional_headers={"Authorization": f"Bearer {self.token}"},
             max_size=None,
+            # Small JSON frames: deflate costs more CPU on both ends than it saves.
+            compression=None,
             **kwargs,
         )
 

@@ -172,6 +172,7 @@ class Subscription:
                 subprotocols=["pushgate.v1"],  # type: ignore[list-item]
                 additional_headers={"Authorization": f"Bearer {self.client.token}"},
                 max_size=None,
+                compression=None,  # small JSON frames: deflate costs more than it saves
             ).__enter__()  # websockets >= 17.1 warns unless entered; works on older ones too
             frame = api.subscribe_frame(
                 self.queue, self.prefetch, self.ack_mode, self.batch, self.visibility_timeout_s
