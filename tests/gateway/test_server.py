@@ -4,6 +4,7 @@ encryption at rest, graceful shutdown, and the README's first command from a cle
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import signal
 import ssl
@@ -211,3 +212,10 @@ def test_readme_first_command_from_a_clean_clone(tmp_path: Path) -> None:
     finally:
         proc.stop()
     assert (clone / "data" / "bootstrap-admin-key").exists()
+
+
+def test_admin_command_is_delegated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["admin", "--data", str(tmp_path), "tenant", "create", "acme"]) == 0
+    assert json.loads(capsys.readouterr().out)["tenant"] == "acme"
+    assert main(["admin", "--data", str(tmp_path), "tenant", "list"]) == 0
+    assert "acme" in capsys.readouterr().out
