@@ -7,6 +7,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import scaled
 
@@ -335,3 +336,17 @@ def test_dead_letter_after_max_receives(admin: Api, qname: str) -> None:
     assert admin.receive(qname).json()["messages"] == []
     (dead,) = admin.receive(f"{qname}-dlq").json()["messages"]
     assert dead["body"] == "poison"
+
+
+def test_an_abandoned_long_poll_takes_no_message(gateway: RunningGateway, admin: Api, qname: str) -> None:
+    admin.put_queue(qname)
+    with pytest.raises(httpx.ReadTimeout):
+        admin.client.post(f"/v1/queues/{qname}/receive", json={"wait_s": 20}, timeout=0.3)
+    # The gateway noticed the hang-up: the poll is no longer parked...
+    deadline = time.monotonic() + scaled(5)
+    while "pushgate_receive_waiting 0.0" not in httpx.get(f"{gateway.url}/metrics").text:
+        assert time.monotonic() < deadline, "the abandoned long-poll is still parked"
+        time.sleep(0.01)
+    # ...so a message sent now goes to the next receiver, not to the closed connection.
+    admin.send(qname, "for a live client")
+    assert [m["body"] for m in admin.receive(qname).json()["messages"]] == ["for a live client"]
