@@ -162,6 +162,8 @@ class MessageRoutes:
         next_visible_at. A client that hangs up or a server shutting down ends the wait.
         """
         backend, hub = self.services.backend, self.services.hub
+        if wait_s <= 0:
+            return await backend.receive(tenant, queue, max_messages, visibility)
         deadline = time.monotonic() + wait_s
         stop: asyncio.Future[Any] | None = None
         waiting = self.services.metrics.waiting_receives
