@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+from push_common import machine, start_gateway  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -255,31 +255,6 @@ def _load(*args: object) -> dict[str, Any]:
     return result
 
 
-def _start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    key = url = ""
-    deadline = time.monotonic() + 60
-    while not url and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if "Bootstrap admin key" in line:
-            key = line.rsplit(" ", 1)[1].strip()
-        if "serving on" in line:
-            url = line.rsplit(" ", 1)[1].strip()
-    if not (key and url):
-        proc.kill()
-        raise SystemExit("the gateway did not start")
-    return proc, url, key
-
-
 def _start_bare(tmp: Path) -> tuple[subprocess.Popen[str], str]:
     port_file = tmp / "bare.port"
     proc = subprocess.Popen([sys.executable, __file__, "_bare", str(port_file)], cwd=REPO, text=True)
@@ -323,7 +298,7 @@ def main() -> None:
         # Both servers run for the whole benchmark (idle while the other is loaded) and the
         # phases alternate, so a neighbour's burst of CPU hits both sides of a ratio alike.
         bare, bare_url = _start_bare(tmp)
-        gateway, url, key = _start_gateway(tmp / "gateway")
+        gateway, url, key = start_gateway(tmp / "gateway")
         try:
             headers = {"Authorization": f"Bearer {key}"}
             httpx.put(
@@ -343,7 +318,8 @@ def main() -> None:
     def median(name: str, field: str) -> float:
         return statistics.median(r[field] for r in runs[name])
 
-    print(f"\n{c} connections, {s} B bodies, one uvicorn worker per server, load from another process,")
+    print(f"\n{machine()}")
+    print(f"{c} connections, {s} B bodies, one uvicorn worker per server, load from another process,")
     print(f"{args.rounds} alternating rounds of {d:g} s; medians\n")
     for name in phases:
         print(
