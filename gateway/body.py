@@ -63,7 +63,7 @@ async def read_json(request: Request, limit: int = SMALL_BODY_BYTES, *, required
     if content_type is not None and not _is_json(content_type):
         raise UnsupportedMediaType("the request body must be application/json")
     raw = await read_body(request, limit)
-    if not raw.strip():
+    if not raw or raw.isspace():  # no copy of a large body just to look at it
         if required:
             raise InvalidRequest("a JSON body is required")
         return {}
