@@ -127,7 +127,8 @@ def test_embedded_store_accepts_replication_factor_1_only(admin: Api, qname: str
 def test_max_receives_needs_an_existing_dead_letter_queue(admin: Api, qname: str) -> None:
     assert problem_code(admin.put_queue(qname, max_receives=3), 400) == "invalid_request"
     missing = admin.put_queue(qname, max_receives=3, dead_letter_queue=f"{qname}-dlq")
-    assert missing.status_code in (400, 404), missing.text
+    assert problem_code(missing, 400) == "invalid_request"
+    assert problem_code(admin.put_queue(qname, max_receives=3, dead_letter_queue=qname), 400) == "invalid_request"
     assert admin.put_queue(f"{qname}-dlq").status_code == 201
     r = admin.put_queue(qname, max_receives=3, dead_letter_queue=f"{qname}-dlq")
     assert r.status_code == 201, r.text
