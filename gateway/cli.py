@@ -27,6 +27,7 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve HTTPS")
     parser.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     parser.add_argument("--encryption-key-file", type=Path, help="JSON key document: encrypt bodies at rest")
+    parser.add_argument("--jwt-audience", help="the aud claim JWTs must carry (default: none allowed)")
     parser.add_argument("--max-request-bytes", type=int, help="largest request body (default 4 MiB)")
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     return parser

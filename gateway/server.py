@@ -52,5 +52,7 @@ class GatewayServer(uvicorn.Server):
                     print(f"Pushgate serving on {scheme}://{host}:{port}", file=sys.stdout, flush=True)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.services.draining.set()
+        # Before uvicorn closes connections (WebSockets with its own 1012): push closes
+        # them with 1001 and releases their messages, SSE streams and long-polls end.
+        await self.services.drain()
         await super().shutdown(sockets)

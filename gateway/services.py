@@ -34,9 +34,15 @@ log = logging.getLogger("pushgate.gateway")
 
 
 class Component(Protocol):
-    """Something with a life as long as the app's (the push engine, a usage flusher)."""
+    """Something with a life as long as the app's (the push engine, a usage flusher).
+
+    ``drain`` runs when shutdown begins, before the server closes connections (the push
+    engine closes WebSockets with 1001 and ends SSE streams there); ``close`` runs last.
+    """
 
     async def start(self) -> None: ...
+
+    async def drain(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -69,7 +75,7 @@ class GatewayServices:
         return cls(
             settings=settings,
             backend=backend,
-            authenticator=Authenticator(backend),
+            authenticator=Authenticator(backend, audience=settings.jwt_audience),
             hub=WakeupHub(),
             queues=QueueCache(backend, settings.queue_cache_ttl_s),
             metrics=GatewayMetrics(),
@@ -84,6 +90,15 @@ class GatewayServices:
             print(f"Bootstrap admin key (shown once): {self.bootstrap_key}", file=sys.stdout, flush=True)
         for component in self.components:
             await component.start()
+
+    async def drain(self) -> None:
+        """Shutdown has begun: end long-polls and push streams now (idempotent)."""
+        self.draining.set()
+        for component in reversed(self.components):
+            try:
+                await component.drain()
+            except Exception:
+                log.exception("error draining %r", component)
 
     async def close(self) -> None:
         self.draining.set()

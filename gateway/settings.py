@@ -47,6 +47,8 @@ class Settings:
     log_level: str = "warning"
     # In-flight requests get this long to finish on shutdown.
     graceful_timeout_s: int = 10
+    # The `aud` a JWT must carry; None: tokens must carry no `aud` (see docs/auth.md).
+    jwt_audience: str | None = None
     # Print the bootstrap admin key on start-up (the CLI does; tests read it from the app state).
     announce_bootstrap: bool = False
 

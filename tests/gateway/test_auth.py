@@ -5,12 +5,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import jwt
 import pytest
 
-from .conftest import Api, RunningGateway, api_for, problem_code
+from .conftest import Api, RunningGateway, api_for, problem_code, start_gateway
 
 
 @pytest.fixture
@@ -161,3 +162,21 @@ def test_jwt_scope_limits_what_it_can_do(gateway: RunningGateway, hs_key: tuple[
         assert api.send("jobs-1").status_code == 201
         assert problem_code(api.receive("jobs-1"), 403) == "forbidden"
         assert problem_code(api.client.delete("/v1/queues/jobs-1"), 403) == "forbidden"
+
+
+def test_jwt_audience_setting(tmp_path: Path) -> None:
+    gateway = start_gateway(tmp_path / "aud", jwt_audience="pushgate-prod")
+    try:
+        tenant = gateway.make_tenant()
+        secret = secrets.token_bytes(32)
+        gateway.call(gateway.services.authenticator.jwt_keys.add(tenant, "k1", "HS256", secret))
+        claims = {"sub": "svc", "tenant": tenant, "scope": "receive:*", "exp": int(time.time()) + 60}
+
+        def token(**extra: str) -> str:
+            return jwt.encode({**claims, **extra}, secret, algorithm="HS256", headers={"kid": "k1"})
+
+        assert _get_queues(gateway, token(aud="pushgate-prod")).status_code == 200
+        for bad in (token(aud="elsewhere"), token()):
+            assert problem_code(_get_queues(gateway, bad), 401) == "unauthorized"
+    finally:
+        gateway.stop()
