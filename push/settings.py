@@ -35,5 +35,4 @@ class PushSettings:
     # The shortest idle sleep, so a clock skew never turns into a busy loop.
     min_poll_s: float = 0.002
     max_subscriptions_per_connection: int = 100
-    max_connections_per_subscription_queue: int = 10_000
     subprotocol: str = "pushgate.v1"

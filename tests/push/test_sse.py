@@ -125,7 +125,7 @@ async def test_token_expiry_ends_the_stream_and_releases(
 ) -> None:
     await http.queue(qname, visibility_timeout_s=600)
     await http.send(qname, "x")
-    token = await http.token(ttl_s=1)
+    token = await http.token(ttl_s=2)  # JWT exp has whole seconds: 1 s may be nearly gone
     async with sse_stream(gateway, qname, token) as sse:
         (first,) = await sse.messages(1)
         closing = await sse.next(timeout=5)
@@ -147,7 +147,9 @@ async def test_queue_deleted_under_a_stream(gateway: RunningGateway, http: Http,
         assert "queue_not_found" in orjson.loads(closing["data"])["reason"]
 
 
-async def test_resume_while_the_old_stream_is_still_open(gateway: RunningGateway, http: Http, qname: str) -> None:
+async def test_resume_while_the_old_stream_is_still_open(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
     await http.queue(qname, visibility_timeout_s=600)
     await http.send_many(qname, ["a", "b", "c"])
     async with sse_stream(gateway, qname, gateway.admin_key, prefetch=3) as old:
@@ -158,4 +160,7 @@ async def test_resume_while_the_old_stream_is_still_open(gateway: RunningGateway
             again = await new.messages(2, timeout=3)
             assert [m["body"] for m in again] == ["b", "c"]
             closing = await old.next()
-            assert (closing["event"], orjson.loads(closing["data"])["reason"]) == ("close", "resumed elsewhere")
+            assert (closing["event"], orjson.loads(closing["data"])["reason"]) == (
+                "close",
+                "resumed elsewhere",
+            )
