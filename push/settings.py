@@ -35,4 +35,6 @@ class PushSettings:
     # The shortest idle sleep, so a clock skew never turns into a busy loop.
     min_poll_s: float = 0.002
     max_subscriptions_per_connection: int = 100
+    # Sends/acks/nacks of one WebSocket awaiting the store before it stops reading more.
+    max_pending_requests: int = 1000
     subprotocol: str = "pushgate.v1"

@@ -79,14 +79,10 @@ def _result_json(result: SendResult | StoreError) -> dict[str, Any]:
     return {"error": {"code": result.code, "detail": result.detail}}
 
 
-def _no_reply(results: list[SendResult | StoreError] | BaseException) -> None:
-    """Requests without an ``id`` get no answer (fire and forget)."""
-
-
 class WebSocketSession:
     """The state of one connection: protocol, principal, transport, engine connection, timers."""
 
-    __slots__ = ("conn", "engine", "expiry", "principal", "protocol", "transport")
+    __slots__ = ("conn", "engine", "expiry", "pending", "principal", "protocol", "room", "transport")
 
     def __init__(self, engine: PushEngine, transport: WsTransport) -> None:
         self.engine = engine
@@ -95,6 +91,22 @@ class WebSocketSession:
         self.principal: PrincipalLike | None = None
         self.conn: Connection | None = None
         self.expiry: asyncio.TimerHandle | None = None
+        # Sends, acks and nacks handed to the batchers and not answered yet. Past the
+        # bound the reader stops reading, so a pipelining client meets TCP backpressure
+        # instead of growing the server's queues.
+        self.pending = 0
+        self.room: asyncio.Event | None = None
+
+    def request_done(self) -> None:
+        self.pending -= 1
+        if self.room is not None and self.pending < self.engine.settings.max_pending_requests:
+            self.room.set()
+
+    async def wait_for_room(self) -> None:
+        while self.pending >= self.engine.settings.max_pending_requests and not self.transport.closed:
+            self.room = asyncio.Event()
+            await self.room.wait()
+        self.room = None
 
     def close(self, code: CloseCode, reason: str) -> None:
         self.protocol.closed()
@@ -259,7 +271,8 @@ class WebSocketHandler:
             if not principal.can("receive"):
                 session.close(CloseCode.FORBIDDEN, "forbidden: the token has no receive scope")
                 return
-            reply = self._ack_reply(transport, request.id) if request.id is not None else None
+            reply = self._ack_reply(session, request.id)
+            session.pending += 1
             if isinstance(request, AckRequest):
                 engine.ack(conn.tenant, request.receipts, reply)
             else:
@@ -268,8 +281,9 @@ class WebSocketHandler:
             if not principal.can("send", request.queue):
                 session.close(CloseCode.FORBIDDEN, f"forbidden: cannot send to {request.queue}")
                 return
+            session.pending += 1
             engine.send(
-                conn.tenant, QueueName(request.queue), request.entries, self._send_reply(transport, request)
+                conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
             )
         elif isinstance(request, SubscribeRequest):
             await self._subscribe(session, request)
@@ -277,6 +291,8 @@ class WebSocketHandler:
             engine.unsubscribe(conn, request.queue)
             if request.id is not None:
                 transport.write_frame(ok_frame(request.id, {"queue": request.queue}))
+        if session.pending >= engine.settings.max_pending_requests:
+            await session.wait_for_room()
 
     async def _subscribe(self, session: WebSocketSession, request: SubscribeRequest) -> None:
         principal, conn, transport = session.principal, session.conn, session.transport
@@ -311,9 +327,14 @@ class WebSocketHandler:
 
     @staticmethod
     def _ack_reply(
-        transport: WsTransport, request_id: RequestId
+        session: WebSocketSession, request_id: RequestId
     ) -> Callable[[AckResult | BaseException], None]:
+        transport = session.transport
+
         def reply(result: AckResult | BaseException) -> None:
+            session.request_done()
+            if request_id is None:
+                return  # fire and forget
             if isinstance(result, BaseException):
                 transport.write_frame(error_frame(request_id, error_code(result), error_detail(result)))
             else:
@@ -324,13 +345,15 @@ class WebSocketHandler:
 
     @staticmethod
     def _send_reply(
-        transport: WsTransport, request: SendRequest
+        session: WebSocketSession, request: SendRequest
     ) -> Callable[[list[SendResult | StoreError] | BaseException], None]:
+        transport = session.transport
         request_id, is_batch = request.id, request.is_batch
-        if request_id is None:
-            return _no_reply
 
         def reply(results: list[SendResult | StoreError] | BaseException) -> None:
+            session.request_done()
+            if request_id is None:
+                return  # fire and forget
             if isinstance(results, BaseException):
                 transport.write_frame(error_frame(request_id, error_code(results), error_detail(results)))
             elif is_batch:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from tests.gateway.conftest import RunningGateway
@@ -305,3 +306,24 @@ async def test_queue_deleted_under_a_subscription(gateway: RunningGateway, http:
         assert await request(ws, op="ping", id=1) == {"op": "pong", "id": 1}
         assert (await http.client.put(f"/v1/queues/{qname}", json={})).status_code == 201
         await subscribe(ws, qname)  # the old subscription is gone, so this is allowed
+
+
+async def test_pipelining_past_the_pending_bound(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    engine = engine_of(gateway)
+    saved = engine.settings
+    engine.settings = replace(saved, max_pending_requests=4)
+    try:
+        async with ws_connect(gateway, gateway.admin_key) as ws:
+            # The server stops reading at 4 unanswered sends and goes on as answers come.
+            for i in range(200):
+                await send_frame(ws, op="send", queue=qname, body=f"p{i}", id=i)
+            await send_frame(ws, op="send", queue=qname, body="no id")
+            answered = set()
+            while len(answered) < 200:
+                frame = await recv_frame(ws)
+                answered.add(frame["id"])
+            assert await request(ws, op="ping", id="last") == {"op": "pong", "id": "last"}
+    finally:
+        engine.settings = saved
+    assert (await http.stats(qname))["visible"] == 201
