@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,6 +314,42 @@ async def test_commits_are_synced(lmdb_factory: StoreFactory) -> None:
     assert flags["sync"] and flags["metasync"], flags
     # writemap is fine with sync; writemap with map_async flushes asynchronously.
     assert not (flags["writemap"] and flags["map_async"]), flags
+
+
+async def test_the_event_loop_thread_never_calls_into_lmdb(lmdb_factory: StoreFactory) -> None:
+    # Issue 3: "the event loop is never blocked by LMDB or fsync". A profile hook on this
+    # (the loop's) thread records every call into py-lmdb while a mixed workload runs; reads
+    # and writes must all happen on worker threads.
+    import lmdb
+
+    store = await lmdb_factory.open()
+    lmdb_types = (lmdb.Environment, lmdb.Transaction, lmdb.Cursor)
+    on_loop: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and isinstance(getattr(arg, "__self__", None), lmdb_types):
+            on_loop.append(arg.__qualname__)
+
+    sys.setprofile(profile)
+    try:
+        await store.create_queue(T1, q("orders"), {"content_dedupe": True})
+        await store.send(T1, q("orders"), [msg(f"m{i}") for i in range(20)])
+        got = await store.receive(T1, q("orders"), 10)
+        await store.ack(T1, [m.receipt for m in got[:5]])
+        await store.nack(T1, [m.receipt for m in got[5:]])
+        await store.change_visibility(
+            T1, q("orders"), (await store.receive(T1, q("orders"), 1))[0].receipt, 5
+        )
+        await store.get_queue(T1, q("orders"))
+        await store.list_queues(T1)
+        await store.next_visible_at(T1, q("orders"))
+        await store.meta_put("ns", "k", b"v")
+        await store.meta_get("ns", "k")
+        await store.meta_list("ns")
+        await store.check_writable()
+    finally:
+        sys.setprofile(None)
+    assert on_loop == [], f"LMDB called on the event loop thread: {sorted(set(on_loop))}"
 
 
 async def test_group_commit_batches_concurrent_operations(lmdb_factory: StoreFactory) -> None:
