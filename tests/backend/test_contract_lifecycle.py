@@ -217,3 +217,26 @@ async def test_strings_that_cannot_be_stored_are_invalid_requests(store: Backend
         results = await store.send(T1, q(queue), [bad, msg("good", group_id="g" if queue == "f" else None)])
         assert isinstance(results[0], InvalidRequest), results
         assert isinstance(results[1], SendResult), results
+
+
+async def test_calls_racing_close_end_in_results_or_store_errors(store_factory: StoreFactory) -> None:
+    # Graceful shutdown closes the store while requests (stats, long-polls) are still reading.
+    # They may finish or fail with a StoreError (the gateway answers 503); anything else is a 500.
+    for _ in range(5):
+        store = await store_factory.open()
+        await store.create_queue(T1, q("orders"), {})
+        await store.send(T1, q("orders"), [msg("x" * 100) for _ in range(50)])
+
+        readers = [asyncio.ensure_future(_read_forever(store)) for _ in range(8)]
+        await asyncio.sleep(0.01)  # let the readers get going, mid-read, on worker threads
+        await store_factory.close(store)
+        outcomes = await asyncio.gather(*readers, return_exceptions=True)
+        strays = [o for o in outcomes if not isinstance(o, StoreError)]
+        assert not strays, f"not a StoreError after close: {strays[0]!r}"
+
+
+async def _read_forever(store: Backend) -> None:
+    while True:
+        await store.list_queues(T1)
+        await store.get_queue(T1, q("orders"))
+        await store.meta_list("ns")
