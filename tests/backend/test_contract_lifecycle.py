@@ -82,6 +82,24 @@ async def test_listeners_hear_sends_and_nacks(store: Backend) -> None:
     await expect_wake("nack")
 
 
+async def test_listeners_hear_the_dead_letter_queue_when_a_message_moves(
+    store: Backend, clock: ManualClock
+) -> None:
+    # The DLQ's consumers wait on wake-ups like any other queue's.
+    await store.create_queue(T1, q("dlq"), {})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    await send_one(store, T1, "orders", "poison")
+    await store.receive(T1, q("orders"), 1)
+    clock.advance(2)
+    woke = asyncio.Event()
+    store.add_listener(lambda tenant, queue: woke.set() if (tenant, queue) == (T1, "dlq") else None)
+    assert await store.receive(T1, q("orders"), 1) == []
+    async with asyncio.timeout(scaled(5)):
+        await woke.wait()
+
+
 async def test_a_failing_listener_does_not_fail_sends_or_other_listeners(store: Backend) -> None:
     await store.create_queue(T1, q("orders"), {})
     heard = asyncio.Event()
