@@ -41,6 +41,7 @@ class Dispatcher:
         "_due",
         "_engine",
         "_kick",
+        "_local_due",
         "_look",
         "_next",
         "_notified",
@@ -64,8 +65,10 @@ class Dispatcher:
         # back (acks) alone never makes a message visible, so it does not cost a receive.
         self._look = True
         self._notified = False
-        # When the store said the next message becomes visible (None: nothing pending).
+        # When the store said the next message becomes visible (None: nothing pending),
+        # and the earliest visibility end of what this dispatcher dealt since it asked.
         self._due: float | None = None
+        self._local_due: float | None = None
 
     def add(self, sub: Subscription) -> None:
         self.subs.append(sub)
@@ -128,6 +131,7 @@ class Dispatcher:
                     # or a wait ran out. Not per delivered message: that read is a thread
                     # hop that would sit in every message's latency.
                     if timed_out or (notified and received == 0) or self._due_passed():
+                        self._local_due = None  # the store's answer covers our deliveries too
                         self._due = await engine.backend.next_visible_at(self.tenant, self.queue)
                     timeout = self._idle_timeout()
                 except QueueNotFound as exc:
@@ -155,14 +159,11 @@ class Dispatcher:
 
     def _idle_timeout(self) -> float:
         """Sleep until the next message is due: the store's answer, or the first of our own
-        subscribers' deliveries whose visibility ends; the safety poll caps it."""
+        deliveries whose visibility ends; the safety poll caps it."""
         settings = self._engine.settings
-        due = self._due
-        for sub in self.subs:
-            if sub.in_flight:
-                first = next(iter(sub.in_flight.values()))[1]
-                if due is None or first < due:
-                    due = first
+        due, local = self._due, self._local_due
+        if local is not None and (due is None or local < due):
+            due = local
         if due is None:
             return settings.safety_poll_s
         return min(settings.safety_poll_s, max(settings.min_poll_s, due - time.time()))
@@ -171,16 +172,28 @@ class Dispatcher:
         """Receive and deal once; return how many messages came and whether to go again
         at once (a receive came back full: the queue may have more right now)."""
         now = time.time()
+        limit = self._engine.settings.max_receive
         groups: dict[float | None, list[tuple[Subscription, int]]] = {}
-        for sub in self.subs:
+        # Take subscribers in turn from where the last pump stopped, only until there is
+        # credit for one full receive: a queue with thousands of subscribers costs a pump
+        # a few of them, not all, and each gets its turn.
+        subs = self.subs
+        count = len(subs)
+        start = self._next % count if count else 0
+        wanted = 0
+        scanned = 0
+        while scanned < count and wanted < limit:
+            sub = subs[(start + scanned) % count]
+            scanned += 1
             credit = sub.credit(now)
             if credit > 0:
                 groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
+                wanted += credit
+        self._next = start + scanned
         if not groups:
             return 0, False  # no credit: nothing learned about the queue, _look stays
         full = False
         received = 0
-        limit = self._engine.settings.max_receive
         for timeout, wanting in groups.items():
             want = min(limit, sum(credit for _, credit in wanting))
             messages = await self._engine.backend.receive(self.tenant, self.queue, want, timeout)
@@ -199,14 +212,12 @@ class Dispatcher:
             self._engine.release(self.tenant, [m.receipt for m in messages])
             return
         count = len(open_subs)
-        start = self._next % count
-        self._next += 1
         hands: list[list[ReceivedMessage]] = [[] for _ in range(count)]
         credits = [credit for _, credit in open_subs]
         # Round-robin, one message at a time, while credit lasts; whatever is left over
         # (credit shrank meanwhile) goes back to the queue at once.
         leftover: list[ReceivedMessage] = []
-        i = start
+        i = 0
         for message in messages:
             for _ in range(count):
                 if credits[i] > 0:
@@ -224,6 +235,10 @@ class Dispatcher:
                 if sub.auto_ack:
                     # At most once: deleted as soon as it is handed to the stream.
                     self._engine.acks.ack(self.tenant, [m.receipt for m in hand])
+                else:
+                    ends = hand[0].visible_at
+                    if self._local_due is None or ends < self._local_due:
+                        self._local_due = ends
         if leftover:
             self._engine.release(self.tenant, [m.receipt for m in leftover])
 
