@@ -82,7 +82,17 @@ def _result_json(result: SendResult | StoreError) -> dict[str, Any]:
 class WebSocketSession:
     """The state of one connection: protocol, principal, transport, engine connection, timers."""
 
-    __slots__ = ("conn", "engine", "expiry", "pending", "principal", "protocol", "room", "transport")
+    __slots__ = (
+        "auth_timer",
+        "conn",
+        "engine",
+        "expiry",
+        "pending",
+        "principal",
+        "protocol",
+        "room",
+        "transport",
+    )
 
     def __init__(self, engine: PushEngine, transport: WsTransport) -> None:
         self.engine = engine
@@ -91,6 +101,8 @@ class WebSocketSession:
         self.principal: PrincipalLike | None = None
         self.conn: Connection | None = None
         self.expiry: asyncio.TimerHandle | None = None
+        # Closes the connection if no auth frame comes in time (no token at connect).
+        self.auth_timer: asyncio.TimerHandle | None = None
         # Sends, acks and nacks handed to the batchers and not answered yet. Past the
         # bound the reader stops reading, so a pipelining client meets TCP backpressure
         # instead of growing the server's queues.
@@ -116,6 +128,9 @@ class WebSocketSession:
         """Start (or, on refresh, re-arm) the expiry of the connection's credentials."""
         self.principal = principal
         self.protocol.authenticated()
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+            self.auth_timer = None
         if self.conn is None:
             self.conn = self.engine.open_connection(principal.tenant, self.transport)
         if self.expiry is not None:
@@ -128,8 +143,9 @@ class WebSocketSession:
             )
 
     def finish(self) -> None:
-        if self.expiry is not None:
-            self.expiry.cancel()
+        for timer in (self.expiry, self.auth_timer):
+            if timer is not None:
+                timer.cancel()
         if self.conn is not None:
             self.engine.close_connection(self.conn)
 
@@ -158,7 +174,6 @@ class WebSocketHandler:
         transport = WsTransport(send, settings.send_buffer_bytes, settings.slow_consumer_grace_s)
         session = WebSocketSession(self.engine, transport)
         writer = asyncio.get_running_loop().create_task(transport.run())
-        auth_timer: asyncio.TimerHandle | None = None
         try:
             if self.engine.draining:
                 session.close(CloseCode.GOING_AWAY, "server shutting down")
@@ -167,7 +182,7 @@ class WebSocketHandler:
                 if token is not None:
                     await self._authenticate(session, scope, token, None)
                 else:
-                    auth_timer = asyncio.get_running_loop().call_later(
+                    session.auth_timer = asyncio.get_running_loop().call_later(
                         self.engine.settings.auth_timeout_s,
                         session.close,
                         CloseCode.AUTH_FAILED,
@@ -178,8 +193,6 @@ class WebSocketHandler:
             logger.exception("push WebSocket failed")
             session.close(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
-            if auth_timer is not None:
-                auth_timer.cancel()
             session.finish()
             transport.close(CloseCode.NORMAL)
             with contextlib.suppress(Exception):

@@ -35,6 +35,11 @@ async def test_first_frame_auth(gateway: RunningGateway, http: Http, qname: str)
         reply = await request(ws, op="auth", token=gateway.admin_key, id="a")
         assert reply["op"] == "ok"
         assert (await request(ws, op="subscribe", queue=qname, id=2))["op"] == "ok"
+        # Past the auth timeout (0.5 s here) the authenticated connection stays open.
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(scaled(0.8)):
+                await ws.recv()
+        assert await request(ws, op="ping", id=3) == {"op": "pong", "id": 3}
 
 
 async def test_no_auth_within_timeout_closes_4001(gateway: RunningGateway) -> None:
