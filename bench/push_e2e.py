@@ -6,7 +6,7 @@ Three processes share the machine: the gateway (``pushgate serve``: uvicorn, uvl
 embedded LMDB, every send fsynced before its ``ok``), a consumer (a ``websockets`` client
 subscribed with prefetch 100 that acks every 20 messages in one frame) and the producer
 (this process: pipelined ``send`` frames over one WebSocket, at most ``--window``
-outstanding, or HTTP ``POST`` with 32 concurrent requests). Each body starts with its
+outstanding, or HTTP ``POST`` on 32 keep-alive connections). Each body starts with its
 send time, so the consumer measures send->push latency on the same clock.
 
 Phases: ``max`` (as fast as the producer can go) and ``paced`` (``--rate`` msg/s, the
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 from websockets.asyncio.client import connect
 
@@ -131,25 +130,39 @@ async def produce_ws(
 
 
 async def produce_http(url: str, key: str, queue: str, seconds: float, rate: float | None, size: int) -> int:
+    """32 keep-alive connections posting one message each per request. A raw HTTP/1.1
+    client on asyncio streams: httpx's async pool is itself the ceiling at this rate."""
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
     sent = 0
     start = time.perf_counter()
-    headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as http:
 
-        async def worker() -> None:
-            nonlocal sent
-            while (now := time.perf_counter()) - start < seconds:
-                index = sent
-                sent += 1
-                if rate is not None and start + index / rate > now:
-                    await asyncio.sleep(start + index / rate - now)
-                (
-                    await http.post(f"/v1/queues/{queue}/messages", json={"body": body_of(size)})
-                ).raise_for_status()
+    async def post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+        writer.write(
+            b"POST /v1/queues/%s/messages HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (queue.encode(), host.encode(), key.encode(), len(body), body)
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 201"):
+            raise RuntimeError(head.decode(errors="replace"))
+        length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        await reader.readexactly(length)
 
-        await asyncio.gather(*(worker() for _ in range(32)))
-        (await http.post(f"/v1/queues/{queue}/messages", json={"body": "END"})).raise_for_status()
+    async def worker() -> None:
+        nonlocal sent
+        reader, writer = await asyncio.open_connection(host, int(port))
+        while (now := time.perf_counter()) - start < seconds:
+            index = sent
+            sent += 1
+            if rate is not None and start + index / rate > now:
+                await asyncio.sleep(start + index / rate - now)
+            await post(reader, writer, orjson.dumps({"body": body_of(size)}))
+        writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(32)))
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await post(reader, writer, b'{"body": "END"}')
+    writer.close()
     return sent
 
 
