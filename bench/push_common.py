@@ -36,9 +36,9 @@ def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
     """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets)."""
     # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
     profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
-    prefix = ["-m", "cProfile", "-o", profile] if profile else []
+    prefix = ["-m", "cProfile", "-o", profile, "-m", "gateway.cli"] if profile else []
     proc = subprocess.Popen(
-        [sys.executable, *prefix, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0"],
+        [sys.executable, *(prefix or ["-m", "gateway.cli"]), "serve", "--data", str(data_dir), "--port", "0"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
