@@ -109,8 +109,9 @@ class LmdbBackend:
             await asyncio.to_thread(self._writer.stop)
             self._writer = None
         if self._env is not None:
-            self._env.close()
-            self._env = None
+            env, self._env = self._env, None
+            # Off the event loop: it waits for reads still running on worker threads.
+            await asyncio.to_thread(env.close)
 
     async def check_writable(self) -> None:
         await self._write(lambda w, now: w.put(Db.META, _HEARTBEAT, pack(now)))

@@ -98,19 +98,31 @@ class Environment:
         self.map_size = max(map_size, self.env.info()["map_size"])
         self.dbs: dict[Db, Any] = {db: self.env.open_db(db.name.lower().encode()) for db in Db}
         self._gate = _SharedGate()
+        self.closed = False
 
     def read(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(txn)`` in a short read transaction (call from a worker thread)."""
-        with self._gate.shared():
-            try:
+        try:
+            with self._gate.shared():
+                self._check_open()
+                try:
+                    with self.env.begin(buffers=False) as txn:
+                        return fn(txn)
+                except lmdb.MapResizedError:
+                    # Another process grew the map: adopt its size and retry once.
+                    pass
+            self._adopt_resize()
+            with self._gate.shared():
+                self._check_open()
                 with self.env.begin(buffers=False) as txn:
                     return fn(txn)
-            except lmdb.MapResizedError:
-                # Another process grew the map: adopt its size and retry once.
-                pass
-        self._adopt_resize()
-        with self._gate.shared(), self.env.begin(buffers=False) as txn:
-            return fn(txn)
+        except lmdb.Error as exc:
+            log.error("LMDB read failed: %s", exc)
+            raise Unavailable("store read failed") from None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Unavailable("store is closed")
 
     def begin_write(self) -> Any:
         try:
@@ -143,10 +155,14 @@ class Environment:
         """A consistent snapshot (for re-seeding followers and backups)."""
         target.mkdir(parents=True, exist_ok=True)
         with self._gate.shared():
+            self._check_open()
             self.env.copy(str(target), compact=True)
 
     def close(self) -> None:
-        self.env.close()
+        """Close once no read is running; reads that come later get :class:`Unavailable`."""
+        with self._gate.exclusive():
+            self.closed = True
+            self.env.close()
 
 
 def is_disk_full(exc: BaseException) -> bool:
