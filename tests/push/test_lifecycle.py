@@ -130,7 +130,8 @@ async def _drain_scenario(gateway: RunningGateway) -> None:
             stats = await http.stats(queue)
             assert (stats["in_flight"], stats["consumers"]) == (5, 2)
 
-            drain = asyncio.get_running_loop().run_in_executor(None, gateway.call, engine_of(gateway).drain())
+            # What GatewayServer.shutdown does first on SIGTERM.
+            drain = asyncio.get_running_loop().run_in_executor(None, gateway.call, gateway.services.drain())
             assert await closed_with(ws) == 1001
             # The SSE stream says why and ends.
             closing = await sse.next()
