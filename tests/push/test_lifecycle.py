@@ -19,7 +19,6 @@ from .conftest import (
     Http,
     closed_with,
     deliveries,
-    engine_of,
     poll,
     request,
     send_frame,
