@@ -134,6 +134,55 @@ async def test_concurrent_consumers_never_share_a_message(store: Backend) -> Non
     assert (stats.visible, stats.in_flight, stats.acked_total) == (0, 0, 500)
 
 
+async def test_concurrent_producers_and_consumers_account_for_every_message(store: Backend) -> None:
+    # Producers, and consumers that nack every third message back: every message is acked
+    # exactly once, none twice, none left behind.
+    await store.create_queue(T1, q("orders"), {"visibility_timeout_s": 600})
+    await store.create_queue(T1, q("f"), {"ordering": "fifo", "visibility_timeout_s": 600})
+    producing = 8
+    acked: dict[str, list[bytes]] = {"orders": [], "f": []}
+
+    async def producer(p: int) -> None:
+        nonlocal producing
+        for i in range(40):
+            await send_one(store, T1, "orders", f"{p}-{i}")
+            await send_one(store, T1, "f", f"{p}-{i}", group_id=f"g{p % 3}")
+        producing -= 1
+
+    async def consumer(queue: str, c: int) -> None:
+        turn = 0
+        while True:
+            got = await store.receive(T1, q(queue), 5)
+            if not got:
+                if not producing:
+                    return
+                await asyncio.sleep(0)
+                continue
+            turn += 1
+            if (turn + c) % 3 == 0:
+                assert (await store.nack(T1, [m.receipt for m in got])).acked == len(got)
+                continue
+            result = await store.ack(T1, [m.receipt for m in got])
+            assert result.acked == len(got), result.failed
+            acked[queue] += [m.body for m in got]
+
+    await asyncio.gather(
+        *(producer(p) for p in range(8)),
+        *(consumer(queue, c) for queue in ("orders", "f") for c in range(4)),
+    )
+    expected = sorted(f"{p}-{i}".encode() for p in range(8) for i in range(40))
+    for queue in ("orders", "f"):
+        assert sorted(acked[queue]) == expected, queue
+        stats = (await store.get_queue(T1, q(queue))).stats
+        assert (stats.visible, stats.in_flight, stats.acked_total) == (0, 0, 320)
+    # Per FIFO group, acks happened in send order (one in flight per group).
+    for g in range(3):
+        group = [b for b in acked["f"] if int(b.split(b"-")[0]) % 3 == g]
+        for p in {int(b.split(b"-")[0]) for b in group}:
+            mine = [int(b.split(b"-")[1]) for b in group if int(b.split(b"-")[0]) == p]
+            assert mine == sorted(mine), (g, p)
+
+
 async def test_everything_survives_reopen(store_factory: StoreFactory, clock: ManualClock) -> None:
     store = await store_factory.open()
     await store.create_queue(T1, q("orders"), {"visibility_timeout_s": 100, "dedupe_window_s": 600})
