@@ -356,7 +356,7 @@ def row(label: str, ours: Run, theirs: Run | None) -> str:
 async def main(args: argparse.Namespace) -> None:
     body = os.urandom(args.size)
     base = Path(args.dir) if args.dir else Path(tempfile.gettempdir())
-    root = Path(tempfile.mkdtemp(prefix="pushgate-bench-", dir=base))
+    root = Path(tempfile.mkdtemp(prefix="pushgate-store-bench-", dir=base))
     print(f"machine: {machine()}")
     print(
         f"store dir: {root} ({filesystem_of(root)}); {args.size} B messages; {args.seconds:g} s per run; "
