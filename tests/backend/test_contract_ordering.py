@@ -66,6 +66,23 @@ async def test_dead_letter_move_is_exactly_once(store: Backend, clock: ManualClo
     assert (await store.get_queue(T1, q("orders"))).stats.dead_lettered_total == 30
 
 
+async def test_a_full_dead_letter_queue_loses_nothing(store: Backend, clock: ManualClock) -> None:
+    # Whether a move past the DLQ's max_messages goes through (SQS has no cap) or the message
+    # stays put, the poison message is never dropped, and receive keeps working.
+    await store.create_queue(T1, q("dlq"), {"max_messages": 1})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    await send_one(store, T1, "dlq", "filler")
+    await store.send(T1, q("orders"), [msg("poison"), msg("fine")])
+    await store.receive(T1, q("orders"), 1)
+    clock.advance(2)
+    assert [m.body for m in await store.receive(T1, q("orders"), 10)] == [b"fine"]
+    clock.advance(3600)
+    everywhere = await receive_all(store, T1, "dlq") + await receive_all(store, T1, "orders")
+    assert sorted(m.body for m in everywhere).count(b"poison") == 1
+
+
 async def test_retention_in_a_dead_letter_queue_counts_from_the_original_send(
     store: Backend, clock: ManualClock
 ) -> None:
