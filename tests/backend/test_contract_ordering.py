@@ -297,6 +297,32 @@ async def test_dedupe_is_per_queue_and_tenant(store: Backend) -> None:
     assert len({(r.id) for r in results}) == 4
 
 
+async def test_a_recreated_queue_forgets_the_old_dedupe_ids(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {"content_dedupe": True})
+    await send_one(store, T1, "orders", "a", dedupe_id="d")
+    await send_one(store, T1, "orders", "body")
+    await store.delete_queue(T1, q("orders"))
+    await store.create_queue(T1, q("orders"), {"content_dedupe": True})
+    again = await send_one(store, T1, "orders", "a", dedupe_id="d")
+    same_body = await send_one(store, T1, "orders", "body")
+    assert not again.duplicate and not same_body.duplicate
+    assert sorted(m.body for m in await receive_all(store, T1, "orders")) == [b"a", b"body"]
+
+
+async def test_purge_keeps_the_dedupe_window_or_clears_it_consistently(store: Backend) -> None:
+    # The contract leaves open whether a purge forgets dedupe ids; either way a duplicate
+    # answer must point at a message id the store really issued, and nothing is stored twice.
+    await store.create_queue(T1, q("orders"), {})
+    first = await send_one(store, T1, "orders", "a", dedupe_id="d")
+    await store.purge_queue(T1, q("orders"))
+    again = await send_one(store, T1, "orders", "a", dedupe_id="d")
+    if again.duplicate:
+        assert (again.id, again.seq) == (first.id, first.seq)
+        assert await receive_all(store, T1, "orders") == []
+    else:
+        assert [m.id for m in await receive_all(store, T1, "orders")] == [again.id]
+
+
 async def test_content_dedupe(store: Backend, clock: ManualClock) -> None:
     await store.create_queue(T1, q("orders"), {"content_dedupe": True, "dedupe_window_s": 100})
     first = await send_one(store, T1, "orders", "same body")
