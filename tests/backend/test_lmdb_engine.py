@@ -129,6 +129,25 @@ async def test_rotation_keeps_old_messages_readable(lmdb_factory: StoreFactory) 
     assert [m.body for m in await receive_all(store, T1, "orders")] == [b"sealed with k1", b"sealed with k2"]
 
 
+async def test_an_old_key_can_be_retired_once_nothing_sealed_with_it_remains(
+    lmdb_factory: StoreFactory,
+) -> None:
+    # encryption.py: "keep the old one until the old messages are gone". Then it must be
+    # possible to drop it (a leaked key has to go for good), without rewriting the store.
+    k1, k2 = os.urandom(32), os.urandom(32)
+    store = await lmdb_factory.open(keyring(k1=k1))
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "sealed with k1")
+    [old] = await store.receive(T1, q("orders"), 1)
+
+    store = await lmdb_factory.reopen(store, keyring(k1=k1, k2=k2))
+    await send_one(store, T1, "orders", "sealed with k2")
+    assert (await store.ack(T1, [old.receipt])).acked == 1  # the last k1 message is gone
+
+    store = await lmdb_factory.reopen(store, keyring(k2=k2))
+    assert [m.body for m in await receive_all(store, T1, "orders")] == [b"sealed with k2"]
+
+
 async def test_start_refuses_a_missing_key(lmdb_factory: StoreFactory) -> None:
     k1, k2 = os.urandom(32), os.urandom(32)
     store = await lmdb_factory.open(keyring(k1=k1))
