@@ -24,7 +24,7 @@ from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db
 
 from ..conftest import ManualClock
-from .harness import T1, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
+from .harness import T1, T2, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
 
 # Backend nodes keep a replication log; a standalone store does not (replication_log_keep=0).
 LOG_KEEP = 1000
@@ -524,3 +524,38 @@ async def test_a_corrupt_record_is_skipped_and_the_queue_keeps_working(
     assert [m.body for m in await store.receive(T1, q("orders"), 10)] == [b"after"]
     await store.get_queue(T1, q("orders"))
     await store.list_queues(T1)
+
+
+async def test_a_sealed_body_moved_into_another_tenants_message_does_not_open(
+    lmdb_factory: StoreFactory, tmp_path: Path
+) -> None:
+    # Someone who can write the file but holds no key copies tenant one's sealed body into a
+    # message of a queue they consume from. Sealing must bind a body to its message (AES-GCM
+    # associated data), or the gateway decrypts tenant one's secret for them.
+    from backend_store.lmdb_store.records import MessageRecord
+
+    ring = keyring(k1=os.urandom(32))
+    store = await lmdb_factory.open(ring)
+    await store.create_queue(T1, q("secrets"), {})
+    await store.create_queue(T2, q("mine"), {})
+    await send_one(store, T1, "secrets", "tenant one's secret")
+    await send_one(store, T2, "mine", "decoy")
+    await lmdb_factory.close(store)
+
+    import lmdb
+
+    env = lmdb.open(str(tmp_path / "store"), max_dbs=len(Db), sync=True)
+    try:
+        msgs = env.open_db(Db.MSGS.name.lower().encode())
+        with env.begin(write=True, db=msgs) as txn:
+            # Key order is (qid, seq): the secrets queue was created first.
+            (_, v_secret), (k_decoy, v_decoy) = [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+            secret, decoy = MessageRecord.decode(v_secret), MessageRecord.decode(v_decoy)
+            decoy.body = secret.body
+            txn.put(k_decoy, decoy.encode())
+    finally:
+        env.close()
+
+    store = await lmdb_factory.open(ring)
+    got = await store.receive(T2, q("mine"), 10)
+    assert b"tenant one's secret" not in [m.body for m in got]
