@@ -28,7 +28,7 @@ from backend_store.errors import InvalidRequest
 from backend_store.types import QueueName
 
 from .close_codes import CloseCode
-from .engine import GoingAway, PushEngine
+from .engine import Connection, GoingAway, PushEngine
 from .principal import Authenticate, MissingScope, MissingToken, PrincipalLike, error_code, error_detail
 from .sse_protocol import SseEncoder, new_stream_id, parse_last_event_id
 from .transport import SseTransport
@@ -121,15 +121,22 @@ class SseHandler:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        conn: Connection | None = None
         try:
-            response = await self._open(request)
+            response, conn = await self._open(request)
         except Exception as exc:
             if not hasattr(exc, "code"):
                 raise
             response = self.error_response(exc)
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        finally:
+            # The body's own cleanup covers a stream that ran; this one a response that
+            # failed before its body started (the client was gone at once).
+            if conn is not None:
+                self.engine.close_connection(conn)
 
-    async def _open(self, request: Request) -> Response:
+    async def _open(self, request: Request) -> tuple[Response, Connection | None]:
         engine, settings = self.engine, self.engine.settings
         token = bearer_token(request.scope)
         if token is None:
@@ -147,6 +154,9 @@ class SseHandler:
         info = await engine.backend.get_queue(principal.tenant, queue)
         if visibility is None:
             visibility = info.attributes.visibility_timeout_s
+        if request.method == "HEAD":
+            # Headers as for GET, and no stream: nothing to subscribe.
+            return Response(media_type="text/event-stream", headers=STREAM_HEADERS), None
 
         stream_id = new_stream_id()
         encoder = SseEncoder(stream_id)
@@ -192,9 +202,10 @@ class SseHandler:
                     expiry.cancel()
                 engine.close_connection(conn)
 
-        return PushEventStream(
+        stream = PushEventStream(
             body(), headers=STREAM_HEADERS, ping=0, client_close_handler_callable=client_gone
         )
+        return stream, conn
 
 
 __all__ = ["GoingAway", "PushEventStream", "SseHandler", "error_code"]

@@ -164,3 +164,14 @@ async def test_resume_while_the_old_stream_is_still_open(
                 "close",
                 "resumed elsewhere",
             )
+
+
+async def test_head_answers_headers_without_a_stream(gateway: RunningGateway, http: Http, qname: str) -> None:
+    await http.queue(qname)
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    response = await http.client.head(f"/v1/queues/{qname}/events", headers=headers)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-accel-buffering"] == "no"
+    assert (await http.stats(qname))["consumers"] == 0
+    assert (await http.client.head("/v1/queues/no-such-queue/events")).status_code == 404
