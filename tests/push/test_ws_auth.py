@@ -146,3 +146,14 @@ async def test_plain_http_on_ws_route_is_refused(gateway: RunningGateway) -> Non
     async with httpx.AsyncClient(base_url=gateway.url) as client:
         response = await client.get("/v1/ws")
     assert response.status_code >= 400
+
+
+async def test_refresh_that_loses_a_subscribed_scope_closes_4003(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    await http.queue(qname)
+    async with ws_connect(gateway, gateway.admin_key) as ws:
+        assert (await request(ws, op="subscribe", queue=qname, id=1))["op"] == "ok"
+        narrower = await http.token(scope="receive:some-other-queue")
+        await send_frame(ws, op="auth", token=narrower, id=2)
+        assert await closed_with(ws) == 4003
