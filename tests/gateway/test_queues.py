@@ -128,7 +128,10 @@ def test_max_receives_needs_an_existing_dead_letter_queue(admin: Api, qname: str
     assert problem_code(admin.put_queue(qname, max_receives=3), 400) == "invalid_request"
     missing = admin.put_queue(qname, max_receives=3, dead_letter_queue=f"{qname}-dlq")
     assert problem_code(missing, 400) == "invalid_request"
-    assert problem_code(admin.put_queue(qname, max_receives=3, dead_letter_queue=qname), 400) == "invalid_request"
+    assert (
+        problem_code(admin.put_queue(qname, max_receives=3, dead_letter_queue=qname), 400)
+        == "invalid_request"
+    )
     assert admin.put_queue(f"{qname}-dlq").status_code == 201
     r = admin.put_queue(qname, max_receives=3, dead_letter_queue=f"{qname}-dlq")
     assert r.status_code == 201, r.text
