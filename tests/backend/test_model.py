@@ -16,6 +16,9 @@ Time: durations are whole seconds and the clock moves by whole seconds plus 0.37
 never lands exactly on a visibility or dedupe boundary (it would take 100 moves) and the
 store's millisecond rounding cannot flip an answer.
 
+``PUSHGATE_MODEL_EXAMPLES`` (default 100, about 20 s) sets how many runs hypothesis makes; raise it
+for a longer hunt.
+
 The store is async; the state machine is not. Each run owns an ``asyncio.Runner`` and drives
 the store on it, so rules stay plain methods hypothesis can call and shrink.
 """
