@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..attributes import check_number
 from ..backend import ChangeListener
+from ..encryption import Keyring
 from ..errors import ConfigurationError, InvalidRequest, StoreError, Unavailable
 from ..types import (
     AckResult,
@@ -33,7 +34,7 @@ from . import queue_ops
 from .environment import Db, Environment, View
 from .group_commit import GroupCommitWriter, Touched, Writes
 from .message_ops import MessageOps, next_visible_ms
-from .records import pack, unpack
+from .records import MessageRecord, pack, unpack
 from .replication_log import ReplicationLog
 
 log = logging.getLogger("pushgate.store")
@@ -58,6 +59,15 @@ def _meta_key(namespace: str, key: str) -> bytes:
     if len(raw) > _MAX_KEY_BYTES:
         raise InvalidRequest(f"metadata names must fit in {_MAX_KEY_BYTES} bytes")
     return raw
+
+
+def _sealed_with(v: View, key_id: str) -> bool:
+    """Whether any stored message body is sealed with ``key_id``."""
+    for raw in v.cursor(Db.MSGS).iternext(keys=False, values=True):
+        record = MessageRecord.decode(raw)
+        if record.sealed and Keyring.key_id_of(record.body) == key_id:
+            return True
+    return False
 
 
 class LmdbBackend:
@@ -307,9 +317,14 @@ class LmdbBackend:
                     f"({', '.join(sorted(checks))})"
                 )
             return
-        for key_id, sealed in checks.items():
-            if key_id not in keyring.key_ids:
+        for key_id in [k for k in checks if k not in keyring.key_ids]:
+            if _sealed_with(w, key_id):
                 raise ConfigurationError(f"encryption key {key_id!r} is needed to read this store")
+            # Nothing sealed with it is left: the key is retired (a scan, but only on the
+            # start-up that drops a key).
+            del checks[key_id]
+            w.put(Db.META, _KEY_CHECKS, pack(checks))
+        for key_id, sealed in checks.items():
             try:
                 ok = keyring.open(sealed) == _KEY_CHECK_PLAINTEXT
             except Unavailable:

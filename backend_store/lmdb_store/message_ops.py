@@ -108,7 +108,9 @@ class MessageOps:
             msg_id = self._new_id()
             stored = MessageRecord(
                 id=msg_id,
-                body=self.keyring.seal(message.body) if self.keyring else message.body,
+                body=self.keyring.seal(message.body, sealing_context(tenant, msg_id))
+                if self.keyring
+                else message.body,
                 sealed=self.keyring is not None,
                 is_text=message.is_text,
                 attributes=message.attributes,
@@ -180,7 +182,7 @@ class MessageOps:
                             changed = True
                             continue
                     msg = MessageRecord.decode(raw)
-                    body = self._open(msg)
+                    body = self._open(msg, tenant)
                 except Unavailable as exc:
                     # Skip it rather than stall the queue; the record stays for an operator.
                     log.error("queue %s/%s seq %d cannot be delivered: %s", tenant, queue, seq, exc.detail)
@@ -247,12 +249,12 @@ class MessageOps:
             return hashlib.sha256(data).digest()
         return hmac.new(self._dedupe_secret, data, hashlib.sha256).digest()
 
-    def _open(self, msg: MessageRecord) -> bytes:
+    def _open(self, msg: MessageRecord, tenant: str) -> bytes:
         if not msg.sealed:
             return msg.body
         if self.keyring is None:
             raise Unavailable("message is encrypted and no key is configured")
-        return self.keyring.open(msg.body)
+        return self.keyring.open(msg.body, sealing_context(tenant, msg.id))
 
     # Ack, nack, extend ---------------------------------------------------------
 
@@ -386,6 +388,13 @@ class MessageOps:
                 save_queue(w, tenant, name, record)
                 done += len(old)
         return done
+
+
+def sealing_context(tenant: str, message_id: str) -> bytes:
+    """AES-GCM associated data: a sealed body opens only as the message it was sealed for,
+    so bytes copied into another message (or another tenant's queue) do not decrypt. A
+    dead-letter move keeps both, so it needs no re-sealing."""
+    return f"{tenant}\0{message_id}".encode()
 
 
 def _entry_problem(message: NewMessage) -> str | None:
