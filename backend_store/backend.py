@@ -155,4 +155,32 @@ class Backend(Protocol):
         """Return ``(key, value)`` pairs of a namespace whose key starts with ``prefix``, sorted."""
 
 
-__all__ = ["Backend", "ChangeListener", "StoreError"]
+DeliverCallback = Callable[[list[ReceivedMessage]], None]
+
+
+@runtime_checkable
+class StandingReceive(Protocol):
+    """Optional capability: receive as part of the commit that makes messages visible.
+
+    A dispatcher waiting for messages registers a demand; the next batch that sends (or
+    nacks) into the queue also receives up to ``max_messages`` for it in the same
+    transaction, and ``deliver`` is called on the caller's event loop once that batch is
+    committed. Send-to-push then costs one commit instead of two. A demand is served at
+    most once; the caller owns what it is handed (and releases what it cannot use).
+    """
+
+    def set_demand(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        deliver: DeliverCallback,
+    ) -> None:
+        """Register (or replace) the queue's demand; call on the event loop."""
+
+    def clear_demand(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> None:
+        """Withdraw the demand registered with ``deliver``, if it is still waiting."""
+
+
+__all__ = ["Backend", "ChangeListener", "DeliverCallback", "StandingReceive", "StoreError"]

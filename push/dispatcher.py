@@ -38,6 +38,7 @@ ERROR_BACKOFF_S = 0.5
 
 class Dispatcher:
     __slots__ = (
+        "_demand",
         "_due",
         "_engine",
         "_kick",
@@ -69,6 +70,8 @@ class Dispatcher:
         # and the earliest visibility end of what this dispatcher dealt since it asked.
         self._due: float | None = None
         self._local_due: float | None = None
+        # How many messages a standing receive was registered for (0: none registered).
+        self._demand = 0
 
     def add(self, sub: Subscription) -> None:
         self.subs.append(sub)
@@ -145,14 +148,70 @@ class Dispatcher:
                     timeout = ERROR_BACKOFF_S
                 timed_out = False
                 if not self._kick.is_set() and self.subs:
+                    self._stand()
                     try:
                         async with asyncio.timeout(timeout):
                             await self._kick.wait()
                     except TimeoutError:
                         timed_out = self._look = True
+                    finally:
+                        self._sit()
         finally:
             self._task = None
             engine.dispatcher_idle(self)
+
+    def _stand(self) -> None:
+        """While idle, ask the store to receive for us in the commit of the next send."""
+        standing = self._engine.standing
+        if standing is None:
+            return
+        groups = self._wanting(time.time())
+        if len(groups) != 1:
+            return  # mixed visibility timeouts: the plain receive path serves them
+        ((timeout, wanting),) = groups.items()
+        self._demand = min(self._engine.settings.max_receive, sum(credit for _, credit in wanting))
+        standing.set_demand(self.tenant, self.queue, self._demand, timeout, self._delivered)
+
+    def _sit(self) -> None:
+        standing = self._engine.standing
+        if standing is not None and self._demand:
+            standing.clear_demand(self.tenant, self.queue, self._delivered)
+        self._demand = 0
+
+    def _delivered(self, messages: list[ReceivedMessage]) -> None:
+        """A standing receive came back with the commit that made these visible."""
+        want, self._demand = self._demand, 0
+        # The same commit's wake-up already asked to look again; a short answer says the
+        # queue had nothing more to give at that commit, so skip that pump.
+        self._look = len(messages) >= want or want == 0
+        self._notified = False
+        if not self.subs or self._engine.draining:
+            self._engine.release(self.tenant, [m.receipt for m in messages])
+            return
+        wanting = [pair for group in self._wanting(time.time()).values() for pair in group]
+        self._deal(messages, wanting)
+        self._kick.set()
+
+    def _wanting(self, now: float) -> dict[float | None, list[tuple[Subscription, int]]]:
+        """Subscribers with credit by visibility timeout, in turn from where the last pump
+        stopped, only until there is credit for one full receive: a queue with thousands
+        of subscribers costs a pump a few of them, not all, and each gets its turn."""
+        limit = self._engine.settings.max_receive
+        groups: dict[float | None, list[tuple[Subscription, int]]] = {}
+        subs = self.subs
+        count = len(subs)
+        start = self._next % count if count else 0
+        wanted = 0
+        scanned = 0
+        while scanned < count and wanted < limit:
+            sub = subs[(start + scanned) % count]
+            scanned += 1
+            credit = sub.credit(now)
+            if credit > 0:
+                groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
+                wanted += credit
+        self._next = start + scanned
+        return groups
 
     def _due_passed(self) -> bool:
         return self._due is not None and self._due <= time.time()
@@ -171,25 +230,8 @@ class Dispatcher:
     async def _pump(self) -> tuple[int, bool]:
         """Receive and deal once; return how many messages came and whether to go again
         at once (a receive came back full: the queue may have more right now)."""
-        now = time.time()
         limit = self._engine.settings.max_receive
-        groups: dict[float | None, list[tuple[Subscription, int]]] = {}
-        # Take subscribers in turn from where the last pump stopped, only until there is
-        # credit for one full receive: a queue with thousands of subscribers costs a pump
-        # a few of them, not all, and each gets its turn.
-        subs = self.subs
-        count = len(subs)
-        start = self._next % count if count else 0
-        wanted = 0
-        scanned = 0
-        while scanned < count and wanted < limit:
-            sub = subs[(start + scanned) % count]
-            scanned += 1
-            credit = sub.credit(now)
-            if credit > 0:
-                groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
-                wanted += credit
-        self._next = start + scanned
+        groups = self._wanting(time.time())
         if not groups:
             return 0, False  # no credit: nothing learned about the queue, _look stays
         full = False

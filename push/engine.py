@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from backend_store.backend import Backend
+from backend_store.backend import Backend, StandingReceive
 from backend_store.errors import InvalidRequest, StoreError, Unavailable
 from backend_store.types import AckResult, NewMessage, QueueName, TenantId
 
@@ -53,6 +53,9 @@ class GoingAway(Unavailable):
 class PushEngine:
     def __init__(self, backend: Backend, hub: WakeupHub, settings: PushSettings | None = None) -> None:
         self.backend = backend
+        # Receive in the commit that makes messages visible, when the store can (one commit
+        # from send to push instead of two).
+        self.standing: StandingReceive | None = backend if isinstance(backend, StandingReceive) else None
         self.hub = hub
         self.settings = settings or PushSettings()
         self.acks = AckBatcher(backend)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..attributes import check_number
-from ..backend import ChangeListener
+from ..backend import ChangeListener, DeliverCallback
 from ..encryption import Keyring
 from ..errors import ConfigurationError, InvalidRequest, StoreError, Unavailable
 from ..types import (
@@ -32,7 +34,7 @@ from ..types import (
 from ..url import StoreOptions
 from . import queue_ops
 from .environment import Db, Environment, View
-from .group_commit import GroupCommitWriter, Touched, Writes
+from .group_commit import GroupCommitWriter, PostCommit, Touched, Writes
 from .message_ops import MessageOps, next_visible_ms
 from .records import MessageRecord, pack, unpack
 from .replication_log import ReplicationLog
@@ -61,6 +63,14 @@ def _meta_key(namespace: str, key: str) -> bytes:
     return raw
 
 
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    max_messages: int
+    visibility_timeout_s: float | None
+    deliver: DeliverCallback
+    loop: asyncio.AbstractEventLoop
+
+
 def _sealed_with(v: View, key_id: str) -> bool:
     """Whether any stored message body is sealed with ``key_id``."""
     for raw in v.cursor(Db.MSGS).iternext(keys=False, values=True):
@@ -86,6 +96,9 @@ class LmdbBackend:
         self._replication_log = ReplicationLog(options.replication_log_keep)
         self._sweeper: asyncio.Task[None] | None = None
         self._max_batch = int(options.extra.get("max_batch", "1024"))
+        # Standing receives by (tenant, queue); set and cleared on the event loop, taken by
+        # the writer thread (single dict operations, atomic under the GIL).
+        self._demands: dict[tuple[str, str], _Demand] = {}
 
     # Life cycle -------------------------------------------------------------
 
@@ -98,7 +111,12 @@ class LmdbBackend:
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
         self._env = env
         self._writer = GroupCommitWriter(
-            env, self._replication_log, self._clock, self._notify, max_batch=self._max_batch
+            env,
+            self._replication_log,
+            self._clock,
+            self._notify,
+            max_batch=self._max_batch,
+            after_ops=self._serve_demands,
         )
         self._writer.start()
         try:
@@ -128,6 +146,44 @@ class LmdbBackend:
 
     def add_listener(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
+
+    # Standing receives (backend_store.backend.StandingReceive) ------------------
+
+    def set_demand(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        deliver: DeliverCallback,
+    ) -> None:
+        check_number("max", max_messages, 1, MAX_RECEIVE, integer=True)
+        if visibility_timeout_s is not None:
+            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_TIMEOUT_S)
+        loop = asyncio.get_running_loop()
+        self._demands[(tenant, queue)] = _Demand(int(max_messages), visibility_timeout_s, deliver, loop)
+
+    def clear_demand(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> None:
+        key = (tenant, queue)
+        demand = self._demands.get(key)
+        if demand is not None and demand.deliver == deliver:
+            self._demands.pop(key, None)
+
+    def _serve_demands(self, w: Writes, now: float) -> list[PostCommit]:
+        """In the writer, inside a batch's transaction: receive for demands on touched queues."""
+        post: list[PostCommit] = []
+        for key in list(w.touched):
+            demand = self._demands.pop(key, None)
+            if demand is None:
+                continue
+            messages = self._ops.receive(
+                w, now, key[0], key[1], demand.max_messages, demand.visibility_timeout_s
+            )
+            if messages:
+                post.append((demand.loop, functools.partial(demand.deliver, messages)))
+            else:
+                self._demands.setdefault(key, demand)  # still waiting
+        return post
 
     # Queues -----------------------------------------------------------------
 

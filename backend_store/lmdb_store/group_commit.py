@@ -64,6 +64,10 @@ class Writes(View):
 
 
 Operation = Callable[[Writes, float], T]
+# Runs inside each batch's transaction after its operations, with what they touched; returns
+# callbacks to run on their event loops once the batch is committed (standing receives).
+PostCommit = tuple[asyncio.AbstractEventLoop, Callable[[], None]]
+AfterOps = Callable[[Writes, float], list[PostCommit]]
 
 
 @dataclass(slots=True)
@@ -96,12 +100,15 @@ class GroupCommitWriter:
         clock: Callable[[], float],
         on_commit: Callable[[Touched], None],
         max_batch: int = 1024,
+        after_ops: AfterOps | None = None,
     ) -> None:
         self._env = env
         self._log = replication_log
         self._clock = clock
         self._on_commit = on_commit
         self._max_batch = max_batch
+        self._after_ops = after_ops
+        self._post_commit: list[PostCommit] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
         self._closed = False
@@ -153,6 +160,7 @@ class GroupCommitWriter:
 
     def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
         touched: Touched = set()
+        self._post_commit = []
         advanced = False
         while True:
             try:
@@ -192,19 +200,23 @@ class GroupCommitWriter:
             return False
         return True
 
-    def _apply(self, batch: list[_Pending[Any]]) -> Touched:
+    def _apply(self, batch: list[_Pending[Any]], *, after_ops: bool = True) -> Touched:
         now = self._clock()
         txn = self._env.begin_write()
         try:
             writes = Writes(txn, self._env.dbs)
             for pending in batch:
                 pending.outcome = self._run_op(writes, pending.op, now)
+            post: list[PostCommit] = []
+            if after_ops and self._after_ops is not None and writes.touched:
+                post = self._run_after_ops(writes, now)
             writes.flush_queues()
             lsn = self._log.append(writes) if writes.mutations else None
             txn.commit()
             if lsn is not None:
                 self._log.last_lsn = lsn
                 self.batches += 1
+            self._post_commit.extend(post)
         except BaseException:
             txn.abort()
             raise
@@ -235,11 +247,23 @@ class GroupCommitWriter:
             raise _BrokenOperation(exc) from exc
         return (True, result)
 
+    def _run_after_ops(self, writes: Writes, now: float) -> list[PostCommit]:
+        assert self._after_ops is not None
+        try:
+            return self._after_ops(writes, now)
+        except StoreError as exc:
+            raise _BrokenOperation(exc) from exc
+        except lmdb.Error:
+            raise
+        except Exception as exc:
+            raise _BrokenOperation(exc) from exc
+
     def _apply_one_by_one(self, batch: list[_Pending[Any]]) -> Touched:
         touched: Touched = set()
         for pending in batch:
             try:
-                touched |= self._apply([pending])
+                # Without standing receives: a broken one must not fail the operations.
+                touched |= self._apply([pending], after_ops=False)
             except _BrokenOperation as broken:
                 error = broken.cause
                 if not isinstance(error, StoreError):
@@ -273,6 +297,10 @@ class GroupCommitWriter:
             # A closed loop means nobody is waiting any more; the writes stand.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, items, touched, self._on_commit)
+        for loop, callback in self._post_commit:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(callback)
+        self._post_commit = []
 
 
 def _settle(items: list[_Pending[Any]], touched: Touched, on_commit: Callable[[Touched], None]) -> None:
