@@ -1,6 +1,8 @@
 """Records exchanged with a :class:`~backend_store.backend.Backend`.
 
-Times are Unix epoch seconds as floats everywhere.
+Times are Unix epoch seconds as floats everywhere. The per-message records (``NewMessage``,
+``SendResult``, ``ReceivedMessage``) are plain, not frozen, dataclasses: treat them as
+read-only; a frozen one cost four times as much to build, on every message.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class QueueInfo:
     stats: QueueStats = field(default_factory=QueueStats)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewMessage:
     """A message to send. ``body`` is raw bytes; ``is_text`` says it came as UTF-8 text."""
 
@@ -73,14 +75,14 @@ class NewMessage:
     delay_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendResult:
     id: MessageId
     seq: int
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReceivedMessage:
     """A message handed to one consumer, invisible to others until ``receipt`` expires."""
 
