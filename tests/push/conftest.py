@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import itertools
 import time
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -137,19 +139,37 @@ async def send_frame(ws: ClientConnection, **fields: Any) -> None:
     await ws.send(orjson.dumps(fields).decode())
 
 
-async def recv_frame(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
-    async with asyncio.timeout(scaled(timeout)):
-        frame: dict[str, Any] = orjson.loads(await ws.recv())
+# Frames that came while request() waited for its reply (a delivery may overtake the ok
+# of the nack that caused it), kept for the next recv_frame / deliveries of that socket.
+_STASHED: weakref.WeakKeyDictionary[ClientConnection, deque[dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+async def _next_frame(ws: ClientConnection) -> dict[str, Any]:
+    stash = _STASHED.get(ws)
+    if stash:
+        return stash.popleft()
+    frame: dict[str, Any] = orjson.loads(await ws.recv())
     return frame
 
 
+async def recv_frame(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
+    async with asyncio.timeout(scaled(timeout)):
+        return await _next_frame(ws)
+
+
 async def request(ws: ClientConnection, **fields: Any) -> dict[str, Any]:
-    """Send a frame with an id and return its reply, skipping deliveries in between."""
+    """Send a frame with an id and return its reply; other frames wait for the next read."""
     await send_frame(ws, **fields)
-    while True:
-        frame = await recv_frame(ws)
-        if frame.get("id") == fields.get("id") and frame["op"] in ("ok", "error", "pong"):
-            return frame
+    skipped: list[dict[str, Any]] = []
+    try:
+        while True:
+            frame = await recv_frame(ws)
+            if frame.get("id") == fields.get("id") and frame["op"] in ("ok", "error", "pong"):
+                return frame
+            skipped.append(frame)
+    finally:
+        if skipped:
+            _STASHED.setdefault(ws, deque()).extendleft(reversed(skipped))
 
 
 async def deliveries(ws: ClientConnection, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
@@ -157,7 +177,7 @@ async def deliveries(ws: ClientConnection, count: int, timeout: float = 10.0) ->
     got: list[dict[str, Any]] = []
     async with asyncio.timeout(scaled(timeout)):
         while len(got) < count:
-            frame = orjson.loads(await ws.recv())
+            frame = await _next_frame(ws)
             if frame["op"] == "message":
                 got.append(frame["message"])
             elif frame["op"] == "messages":
