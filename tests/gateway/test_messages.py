@@ -182,9 +182,13 @@ def test_long_poll_returns_as_soon_as_a_message_arrives(
     sent_at: list[float] = []
 
     def send_later() -> None:
-        # Waits for the long-poll to be parked, then sends from another connection.
+        # Waits for the long-poll to be parked (a gauge in /metrics), then sends from
+        # another connection: so the answer can only come from the wake-up.
         with httpx.Client(base_url=gateway.url, headers=admin.client.headers) as other:
-            time.sleep(0.2)
+            deadline = time.monotonic() + scaled(10)
+            while "pushgate_receive_waiting 1.0" not in other.get("/metrics").text:
+                assert time.monotonic() < deadline, "the long-poll never parked"
+                time.sleep(0.01)
             sent_at.append(time.monotonic())
             other.post(f"/v1/queues/{qname}/messages", json={"body": "late"})
 
