@@ -17,10 +17,12 @@ them across subscribers keeps each group in order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING
 
+from backend_store.backend import DeliverCallback
 from backend_store.errors import QueueNotFound, StoreError
 from backend_store.types import QueueName, ReceivedMessage, TenantId
 
@@ -38,7 +40,6 @@ ERROR_BACKOFF_S = 0.5
 
 class Dispatcher:
     __slots__ = (
-        "_demand",
         "_due",
         "_engine",
         "_kick",
@@ -46,6 +47,7 @@ class Dispatcher:
         "_look",
         "_next",
         "_notified",
+        "_standing",
         "_task",
         "queue",
         "subs",
@@ -70,8 +72,8 @@ class Dispatcher:
         # and the earliest visibility end of what this dispatcher dealt since it asked.
         self._due: float | None = None
         self._local_due: float | None = None
-        # How many messages a standing receive was registered for (0: none registered).
-        self._demand = 0
+        # The callback of the standing receive registered while idle (None: none).
+        self._standing: DeliverCallback | None = None
 
     def add(self, sub: Subscription) -> None:
         self.subs.append(sub)
@@ -169,18 +171,20 @@ class Dispatcher:
         if len(groups) != 1:
             return  # mixed visibility timeouts: the plain receive path serves them
         ((timeout, wanting),) = groups.items()
-        self._demand = min(self._engine.settings.max_receive, sum(credit for _, credit in wanting))
-        standing.set_demand(self.tenant, self.queue, self._demand, timeout, self._delivered)
+        want = min(self._engine.settings.max_receive, sum(credit for _, credit in wanting))
+        # A callback of its own per registration, so a late delivery of an older one is
+        # never mistaken for the current one (and the current one is always withdrawn).
+        self._standing = functools.partial(self._delivered, want)
+        standing.set_demand(self.tenant, self.queue, want, timeout, self._standing)
 
     def _sit(self) -> None:
         standing = self._engine.standing
-        if standing is not None and self._demand:
-            standing.clear_demand(self.tenant, self.queue, self._delivered)
-        self._demand = 0
+        if standing is not None and self._standing is not None:
+            standing.clear_demand(self.tenant, self.queue, self._standing)
+        self._standing = None
 
-    def _delivered(self, messages: list[ReceivedMessage]) -> None:
+    def _delivered(self, want: int, messages: list[ReceivedMessage]) -> None:
         """A standing receive came back with the commit that made these visible."""
-        want, self._demand = self._demand, 0
         # The same commit's wake-up already asked to look again; a short answer says the
         # queue had nothing more to give at that commit, so skip that pump.
         self._look = len(messages) >= want or want == 0
