@@ -1,0 +1,1 @@
+"""The PySpark usage pipeline over the gateway's usage files. Not built yet."""
