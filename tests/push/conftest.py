@@ -128,7 +128,7 @@ def ws_connect(gateway: RunningGateway, token: str | None = None, **kwargs: Any)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return connect(
         ws_url(gateway, kwargs.pop("query", "")),
-        subprotocols=kwargs.pop("subprotocols", ["pushgate.v1"]),  # type: ignore[list-item]
+        subprotocols=kwargs.pop("subprotocols", ["pushgate.v1"]),
         additional_headers=headers,
         open_timeout=scaled(10),
         **kwargs,
