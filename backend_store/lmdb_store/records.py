@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from ..errors import Unavailable
 from ..types import QueueAttributes
+
+R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -40,10 +42,7 @@ class QueueRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> QueueRecord:
-        try:
-            return cls(*msgpack.unpackb(raw))
-        except (ValueError, TypeError) as exc:
-            raise Unavailable(f"corrupt queue record: {exc}") from None
+        return _decode(cls, raw, "queue record")
 
 
 @dataclass(slots=True)
@@ -61,10 +60,7 @@ class MessageRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
-        try:
-            return cls(*msgpack.unpackb(raw))
-        except (ValueError, TypeError) as exc:
-            raise Unavailable(f"corrupt message record: {exc}") from None
+        return _decode(cls, raw, "message record")
 
 
 @dataclass(slots=True)
@@ -96,10 +92,15 @@ class DeliveryState:
 
     @classmethod
     def decode(cls, raw: bytes) -> DeliveryState:
-        try:
-            return cls(*msgpack.unpackb(raw))
-        except (ValueError, TypeError) as exc:
-            raise Unavailable(f"corrupt delivery state: {exc}") from None
+        return _decode(cls, raw, "delivery state")
+
+
+def _decode(cls: type[R], raw: bytes, what: str) -> R:
+    """Build a record from its positional list; anything malformed is :class:`Unavailable`."""
+    try:
+        return cls(*msgpack.unpackb(raw))
+    except (ValueError, TypeError) as exc:
+        raise Unavailable(f"corrupt {what}: {exc}") from None
 
 
 def pack(value: Any) -> bytes:
