@@ -116,7 +116,8 @@ class Backend(Protocol):
     ) -> AckResult:
         """Delete the messages of valid receipts; list the others with a code.
 
-        With ``queue`` given, receipts of other queues fail with ``invalid_receipt``.
+        With ``queue`` given, receipts of other queues fail with ``invalid_receipt``, and
+        a ``queue`` that does not exist raises ``QueueNotFound`` (so does nack).
         """
 
     async def nack(
@@ -131,7 +132,9 @@ class Backend(Protocol):
     async def change_visibility(
         self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
     ) -> None:
-        """Keep a received message invisible for ``timeout_s`` from now."""
+        """Keep a received message invisible for ``timeout_s`` from now.
+
+        ``QueueNotFound`` if the queue does not exist, else ``InvalidReceipt`` for a bad receipt."""
 
     async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
         """When the earliest not-yet-visible message of a queue becomes visible (None: none).

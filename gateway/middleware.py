@@ -18,6 +18,7 @@ import time
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend_store.errors import StoreError
@@ -46,6 +47,16 @@ def error_response(exc: Exception, scope: Scope) -> Response:
     return Response(_INTERNAL_ERROR, status_code=500, media_type="application/problem+json")
 
 
+def allowed_methods(router: Router, path: str) -> str:
+    """Every method served on ``path`` (RFC 9110: ``Allow`` lists all of them, not the
+    first route's, though Starlette's 405 names only the first route that matched)."""
+    methods: set[str] = set()
+    for r in router.routes:
+        if isinstance(r, Route) and r.methods and r.path_regex.match(path):
+            methods |= r.methods
+    return ", ".join(sorted(methods))
+
+
 def method_label(scope: Scope) -> str:
     # Labels stay bounded: odd methods are pooled.
     method: str = scope["method"]
@@ -55,7 +66,7 @@ def method_label(scope: Scope) -> str:
 class GatewayMiddleware:
     """Around the router: its 404 and 405 become problem documents (and are counted)."""
 
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: Router, metrics: GatewayMetrics) -> None:
         self.app = app
         self.metrics = metrics
 
@@ -67,6 +78,8 @@ class GatewayMiddleware:
             await self.app(scope, receive, send)
         except HTTPException as exc:
             # The router raises before any endpoint has started a response.
+            if exc.status_code == 405:
+                exc.headers = {"Allow": allowed_methods(self.app, scope["path"])}
             response = error_response(exc, scope)
             await response(scope, receive, send)
             route = getattr(scope.get("route"), "path", "unmatched")

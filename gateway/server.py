@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Callable
 
 import uvicorn
 from starlette.applications import Starlette
 
+from . import client_noise
 from .services import GatewayServices
 from .settings import Settings
 
@@ -44,8 +46,10 @@ class GatewayServer(uvicorn.Server):
         super().__init__(config)
         self.services = services
         self.announce = announce
+        self._quiet: Callable[[], None] = lambda: None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._quiet = client_noise.install()
         await super().startup(sockets)
         if self.started and self.announce:
             scheme = "https" if self.services.settings.tls else "http"
@@ -59,3 +63,4 @@ class GatewayServer(uvicorn.Server):
         # them with 1001 and releases their messages, SSE streams and long-polls end.
         await self.services.drain()
         await super().shutdown(sockets)
+        self._quiet()

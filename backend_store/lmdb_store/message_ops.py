@@ -267,7 +267,12 @@ class MessageOps:
         queue: str | None,
         nack_delay_s: float | None,
     ) -> AckResult:
-        """Ack (``nack_delay_s`` None) or nack receipts; each fails alone with a code."""
+        """Ack (``nack_delay_s`` None) or nack receipts; each fails alone with a code.
+
+        A named ``queue`` that does not exist fails the whole call (queue_not_found), as
+        every other queue operation does, before anything is written."""
+        if queue is not None:
+            find_queue(w, tenant, queue)
         now_ms = to_ms(now)
         queues: dict[int, tuple[str, str, QueueRecord] | None] = {}
         failed: list[ReceiptFailure] = []
@@ -300,6 +305,7 @@ class MessageOps:
     def change_visibility(
         self, w: Writes, now: float, tenant: str, queue: str, receipt: str, timeout_s: float
     ) -> None:
+        find_queue(w, tenant, queue)
         now_ms = to_ms(now)
         qid, seq, state, _ = self._held(w, now_ms, tenant, receipt, queue, {})
         if timeout_s == 0:

@@ -124,6 +124,22 @@ async def test_receive_from_missing_queue_raises(store: Backend) -> None:
         await store.receive(T1, q("missing"), 1)
 
 
+async def test_ack_nack_and_visibility_on_a_missing_queue_raise(store: Backend) -> None:
+    await store.create_queue(T1, q("orders"), {})
+    await send_one(store, T1, "orders", "a")
+    [got] = await store.receive(T1, q("orders"), 1)
+    with pytest.raises(QueueNotFound):
+        await store.ack(T1, [got.receipt], q("missing"))
+    with pytest.raises(QueueNotFound):
+        await store.nack(T1, [got.receipt], 0, q("missing"))
+    with pytest.raises(QueueNotFound):
+        await store.change_visibility(T1, q("missing"), got.receipt, 5)
+    # Another tenant's queue of the same name is missing too, and nothing was touched.
+    with pytest.raises(QueueNotFound):
+        await store.ack(T2, [got.receipt], q("orders"))
+    assert (await store.ack(T1, [got.receipt], q("orders"))).acked == 1
+
+
 async def test_invisible_until_visibility_timeout_then_redelivered(
     store: Backend, clock: ManualClock
 ) -> None:

@@ -53,6 +53,10 @@ def test_wrong_method_is_405_problem_with_allow(admin: Api, qname: str) -> None:
     assert problem_code(r, 405) == "method_not_allowed"
     assert r.headers["allow"] == "POST"
     assert problem_code(admin.client.post("/v1/queues"), 405) == "method_not_allowed"
+    # Allow lists every method served on the path, not only the first route's.
+    r = admin.client.post(f"/v1/queues/{qname}")
+    assert problem_code(r, 405) == "method_not_allowed"
+    assert r.headers["allow"] == "DELETE, GET, HEAD, PATCH, PUT"
     assert problem_code(admin.client.post("/healthz"), 405) == "method_not_allowed"
 
 

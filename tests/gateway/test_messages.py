@@ -136,6 +136,26 @@ def test_send_to_missing_queue_is_404(admin: Api, qname: str) -> None:
     assert problem_code(admin.client.post(f"/v1/queues/{qname}/receive"), 404) == "queue_not_found"
 
 
+def test_every_message_route_answers_404_for_a_missing_queue(admin: Api, qname: str) -> None:
+    # A well-formed receipt of a real queue, used against a queue that does not exist.
+    admin.put_queue(qname)
+    admin.send(qname, "x")
+    [msg] = admin.receive(qname).json()["messages"]
+    missing = qname + "-missing"
+    base = f"/v1/queues/{missing}"
+    receipts = {"receipts": [msg["receipt"]]}
+    for r in (
+        admin.client.post(f"{base}/ack", json=receipts),
+        admin.client.post(f"{base}/nack", json=receipts),
+        admin.client.post(f"{base}/visibility", json={"receipt": msg["receipt"], "timeout_s": 5}),
+        admin.client.delete(f"{base}/messages/{msg['receipt']}"),
+        admin.client.post(f"{base}/ack", json={"receipts": ["r"]}),
+    ):
+        assert problem_code(r, 404) == "queue_not_found", r.request.url
+    # Nothing happened to the message.
+    assert admin.client.post(f"/v1/queues/{qname}/ack", json=receipts).json()["acked"] == 1
+
+
 def test_receive_parameters(admin: Api, qname: str) -> None:
     admin.put_queue(qname)
     for i in range(5):

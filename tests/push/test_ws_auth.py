@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import pytest
+from websockets.frames import Frame, Opcode
 
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
@@ -157,3 +159,26 @@ async def test_refresh_that_loses_a_subscribed_scope_closes_4003(
         narrower = await http.token(scope="receive:some-other-queue")
         await send_frame(ws, op="auth", token=narrower, id=2)
         assert await closed_with(ws) == 4003
+
+
+async def test_invalid_utf8_before_auth_closes_1007_and_logs_one_line(gateway: RunningGateway) -> None:
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    collect = Collect(level=logging.DEBUG)
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(collect)
+    try:
+        for _ in range(20):
+            async with ws_connect(gateway) as ws:
+                ws.protocol.send_frame(Frame(Opcode.TEXT, b"\xff\xfe not utf-8"))
+                ws.send_data()
+                assert await closed_with(ws) == 1007
+    finally:
+        logger.removeHandler(collect)
+    noisy = [r for r in records if "UTF-8" in r.getMessage()]
+    assert len(noisy) == 1
+    assert noisy[0].levelno == logging.WARNING and noisy[0].exc_info is None
