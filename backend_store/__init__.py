@@ -1,7 +1,8 @@
 """Durable queue storage: the :class:`Backend` interface and its implementations."""
 
 from .backend import Backend, ChangeListener
-from .errors import StoreError
+from .errors import PushgateError
+from .options import StoreOptions
 from .types import (
     AckResult,
     Lsn,
@@ -17,7 +18,7 @@ from .types import (
     SendResult,
     TenantId,
 )
-from .url import StoreOptions, open_backend
+from .url import open_backend
 
 __all__ = [
     "AckResult",
@@ -26,6 +27,7 @@ __all__ = [
     "Lsn",
     "MessageId",
     "NewMessage",
+    "PushgateError",
     "QueueAttributes",
     "QueueInfo",
     "QueueName",
@@ -34,7 +36,6 @@ __all__ = [
     "ReceiptFailure",
     "ReceivedMessage",
     "SendResult",
-    "StoreError",
     "StoreOptions",
     "TenantId",
     "open_backend",

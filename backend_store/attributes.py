@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidRequest
+from .limits import MAX_DELAY_S, MAX_VISIBILITY_S, MAX_WAIT_S
 from .types import QueueAttributes
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -34,10 +35,10 @@ class Bound:
 BOUNDS: dict[str, Bound] = {
     "max_message_bytes": Bound(int, 1, 1048576),
     "max_messages": Bound(int, 1, 10**9, nullable=True),
-    "visibility_timeout_s": Bound(float, 0, 43200),
+    "visibility_timeout_s": Bound(float, 0, MAX_VISIBILITY_S),
     "retention_s": Bound(float, 60, 1209600),
-    "delay_s": Bound(float, 0, 900),
-    "receive_wait_s": Bound(float, 0, 20),
+    "delay_s": Bound(float, 0, MAX_DELAY_S),
+    "receive_wait_s": Bound(float, 0, MAX_WAIT_S),
     "max_receives": Bound(int, 1, 1000, nullable=True),
     "dead_letter_queue": Bound(str, nullable=True),
     "ordering": Bound(str, choices=("best_effort", "fifo")),

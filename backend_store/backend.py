@@ -6,7 +6,7 @@ Two implementations, picked by URL (:func:`backend_store.url.open_backend`):
 Contract, for every implementation:
 
 - **Durability.** A method that returns normally has its effect on disk (fsynced;
-  in sync replication, on a majority of replicas). Errors are :class:`StoreError`
+  in sync replication, on a majority of replicas). Errors are :class:`PushgateError`
   subclasses with a stable ``code``; anything else is a bug.
 - **Atomicity.** Each call is atomic. ``send`` of a batch is atomic per entry: each
   entry gets its own result or error, in order. A dead-letter move is atomic.
@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import StoreError
+from .errors import PushgateError
 from .types import (
     AckResult,
     NewMessage,
@@ -92,7 +92,7 @@ class Backend(Protocol):
 
     async def send(
         self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
-    ) -> list[SendResult | StoreError]:
+    ) -> list[SendResult | PushgateError]:
         """Store messages; one result or error per entry, in order.
 
         A missing queue raises :class:`QueueNotFound` for the whole call.
@@ -186,4 +186,4 @@ class StandingReceive(Protocol):
         """Withdraw the demand registered with ``deliver``, if it is still waiting."""
 
 
-__all__ = ["Backend", "ChangeListener", "DeliverCallback", "StandingReceive", "StoreError"]
+__all__ = ["Backend", "ChangeListener", "DeliverCallback", "PushgateError", "StandingReceive"]

@@ -6,29 +6,12 @@ Implementations are imported lazily so the gateway only loads what it uses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from .backend import Backend
-from .encryption import Keyring
 from .errors import ConfigurationError
-
-
-@dataclass(frozen=True, slots=True)
-class StoreOptions:
-    """Knobs shared by backends; each takes what applies to it."""
-
-    keyring: Keyring | None = None
-    map_size: int = 256 * 1024 * 1024
-    max_map_size: int = 64 * 1024**3
-    sweep_interval_s: float = 5.0
-    # Replication log: keep at least this many recent batches (followers catch up from
-    # them); 0 writes no log (a standalone store, see lmdb_store/replication_log.py).
-    replication_log_keep: int = 0
-    clock: Callable[[], float] | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+from .options import StoreOptions
 
 
 def lmdb_path(url: str) -> Path:

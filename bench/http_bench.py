@@ -195,8 +195,8 @@ def _summary(done: dict[str, int], latencies: list[float], elapsed: float) -> di
 
 async def _store_load(data_dir: str, duration: float, connections: int, size: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
+    from backend_store import StoreOptions, open_backend
     from backend_store.types import NewMessage, QueueName, TenantId
-    from backend_store.url import StoreOptions, open_backend
 
     backend = open_backend(f"lmdb://{data_dir}", StoreOptions())
     await backend.start()

@@ -18,11 +18,10 @@ from typing import Any
 
 import orjson
 
+from backend_store import StoreOptions, open_backend
 from backend_store.backend import Backend
-from backend_store.errors import ConfigurationError, StoreError
+from backend_store.errors import ConfigurationError, PushgateError
 from backend_store.types import QueueName, TenantId
-from backend_store.url import StoreOptions, open_backend
-from gateway.errors import GatewayError
 from gateway.settings import Settings
 
 from .auth.api_keys import ApiKeyStore
@@ -215,7 +214,7 @@ def main(argv: list[str]) -> int:
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
-    except (GatewayError, StoreError) as exc:
+    except PushgateError as exc:
         print(f"pushgate admin: error: {exc.detail}", file=sys.stderr)
         return 1
     except (_CommandError, OSError) as exc:

@@ -10,16 +10,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
-from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp
 
 from backend_store.backend import Backend
-from backend_store.errors import StoreError
-from push import AckTrackingBackend, PrincipalLike, PushEngine, PushSettings, SseHandler, WebSocketHandler
-from push.sse_handler import plain_error_response
+from push import PrincipalLike, SseHandler, WebSocketHandler
 
-from .errors import GatewayError, problem_response
+from .errors import problem_response
 from .metrics import GatewayMetrics
 from .middleware import GatewayMiddleware, GuardedApp
 from .routes.endpoint import Endpoint
@@ -33,27 +30,16 @@ from .settings import Settings
 
 def push_routes(services: GatewayServices) -> list[BaseRoute]:
     """Routes of the push delivery engine (WebSocket and SSE); see docs/push.md."""
-    engine = PushEngine(services.backend, services.hub, PushSettings())
-    # HTTP acks and nacks must give SSE streams their credit back, so routes see the
-    # backend through a wrapper that tells the engine (every call passes through).
-    services.backend = AckTrackingBackend(services.backend, engine.settle)
-    services.components.append(engine)  # started after the backend, drained before it closes
-    services.consumers = engine.consumers
-    authenticator = services.authenticator
+    engine, authenticator = services.engine, services.authenticator
 
     async def origin_allowed(principal: PrincipalLike, origin: str) -> bool:
         return await authenticator.origin_allowed(principal.tenant, origin)
-
-    def error_response(exc: Exception) -> Response:
-        return (
-            problem_response(exc) if isinstance(exc, GatewayError | StoreError) else plain_error_response(exc)
-        )
 
     return [
         WebSocketRoute("/v1/ws", WebSocketHandler(engine, authenticator.authenticate, origin_allowed)),
         Route(
             "/v1/queues/{queue}/events",
-            SseHandler(engine, authenticator.authenticate, error_response),
+            SseHandler(engine, authenticator.authenticate, problem_response),
             methods=["GET"],
         ),
     ]

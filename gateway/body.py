@@ -13,7 +13,9 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from .errors import InvalidRequest, RequestTooLarge, UnsupportedMediaType
+from backend_store.errors import InvalidRequest
+
+from .errors import RequestTooLarge, UnsupportedMediaType
 
 # Small bodies (queue attributes, receive and ack parameters) need far less than a send.
 SMALL_BODY_BYTES = 256 * 1024

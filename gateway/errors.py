@@ -1,20 +1,21 @@
 """The one place where errors become HTTP problem documents (RFC 9457).
 
-Every error the gateway answers with has a stable ``code``: the store's
-:class:`~backend_store.errors.StoreError` subclasses and the gateway's own
-:class:`GatewayError` subclasses below. :data:`STATUS_BY_CODE` maps codes to statuses;
+Every error the gateway answers with is a :class:`~backend_store.errors.PushgateError`
+with a stable ``code`` (the tree is drawn in ``backend_store/errors.py``; the three
+HTTP-only codes are defined below). :data:`STATUS_BY_CODE` maps codes to statuses;
 :func:`problem_response` builds the response. Unexpected exceptions become a bare 500
 without details (logged, never shown).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
-from backend_store.errors import StoreError
+from backend_store.errors import PushgateError
 
 PROBLEM_TYPE_BASE = "https://pushgate.dev/problems/"
 
@@ -59,47 +60,22 @@ TITLES: dict[str, str] = {
 }
 
 
-class GatewayError(Exception):
-    """Root of the gateway's own errors; ``headers`` are added to the HTTP response."""
+class MethodNotAllowed(PushgateError):
+    """Wrong method for a path; ``allow`` lists the methods it serves (the Allow header)."""
 
-    code: str = "internal_error"
-
-    def __init__(self, detail: str = "", headers: dict[str, str] | None = None) -> None:
-        super().__init__(detail or self.code)
-        self.detail = detail or TITLES.get(self.code, self.code)
-        self.headers = headers or {}
-
-
-class Unauthorized(GatewayError):
-    code = "unauthorized"
-
-
-class Forbidden(GatewayError):
-    code = "forbidden"
-
-
-class NotFound(GatewayError):
-    code = "not_found"
-
-
-class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
+    def __init__(self, detail: str = "", allow: str = "") -> None:
+        super().__init__(detail)
+        self.allow = allow
 
-class RequestTooLarge(GatewayError):
+
+class RequestTooLarge(PushgateError):
     code = "request_too_large"
 
 
-class UnsupportedMediaType(GatewayError):
+class UnsupportedMediaType(PushgateError):
     code = "unsupported_media_type"
-
-
-class RateLimited(GatewayError):
-    code = "rate_limited"
-
-
-class InvalidRequest(GatewayError):
-    code = "invalid_request"
 
 
 def problem(code: str, detail: str) -> dict[str, Any]:
@@ -114,18 +90,21 @@ def problem(code: str, detail: str) -> dict[str, Any]:
     }
 
 
-def problem_for(exc: GatewayError | StoreError) -> dict[str, Any]:
+def problem_for(exc: PushgateError) -> dict[str, Any]:
     return problem(exc.code, exc.detail)
 
 
-def problem_response(exc: GatewayError | StoreError) -> Response:
+def problem_response(exc: PushgateError) -> Response:
     """Build the HTTP response for an error with a code."""
     doc = problem_for(exc)
-    headers = dict(exc.headers) if isinstance(exc, GatewayError) else {}
+    headers: dict[str, str] = {}
     if exc.code == "unauthorized":
-        headers.setdefault("WWW-Authenticate", "Bearer")
-    if exc.code in ("unavailable", "configuration_error"):
-        headers.setdefault("Retry-After", "1")
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, MethodNotAllowed) and exc.allow:
+        headers["Allow"] = exc.allow
+    if exc.retry_after_s is not None:
+        # Whole seconds, rounded up (RFC 9110 delay-seconds).
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
     return Response(
         orjson.dumps(doc),
         status_code=doc["status"],

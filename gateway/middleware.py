@@ -21,9 +21,9 @@ from starlette.responses import Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend_store.errors import StoreError
+from backend_store.errors import NotFound, PushgateError
 
-from .errors import GatewayError, MethodNotAllowed, NotFound, problem, problem_response
+from .errors import MethodNotAllowed, problem, problem_response
 from .metrics import GatewayMetrics
 
 log = logging.getLogger("pushgate.gateway")
@@ -34,13 +34,12 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 def error_response(exc: Exception, scope: Scope) -> Response:
     """The response for an exception: its problem document, or a logged bare 500."""
-    if isinstance(exc, GatewayError | StoreError):
+    if isinstance(exc, PushgateError):
         return problem_response(exc)
     if isinstance(exc, HTTPException):
         if exc.status_code == 405:
-            return problem_response(
-                MethodNotAllowed("method not allowed on this resource", dict(exc.headers or {}))
-            )
+            allow = (exc.headers or {}).get("Allow", "")
+            return problem_response(MethodNotAllowed("method not allowed on this resource", allow))
         if exc.status_code == 404:
             return problem_response(NotFound("no such resource"))
     log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))

@@ -15,7 +15,17 @@ from typing import Any
 import orjson
 
 from backend_store.attributes import QUEUE_NAME
-from push.messages import MAX_ATTRIBUTE_CHARS, MAX_ATTRIBUTES, MAX_BATCH, MAX_ID_CHARS
+from backend_store.limits import (
+    MAX_ATTRIBUTE_CHARS,
+    MAX_ATTRIBUTES,
+    MAX_BATCH,
+    MAX_DELAY_S,
+    MAX_ID_CHARS,
+    MAX_RECEIPT_CHARS,
+    MAX_RECEIPTS,
+    MAX_VISIBILITY_S,
+    MAX_WAIT_S,
+)
 
 from .errors import STATUS_BY_CODE
 
@@ -42,18 +52,18 @@ def _num(low: float, high: float, *, integer: bool = False, nullable: bool = Fal
 
 
 _ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
-_RECEIPT = {"type": "string", "minLength": 1, "maxLength": 1024}
-_RECEIPTS = {"type": "array", "items": _RECEIPT, "minItems": 1, "maxItems": 100}
+_RECEIPT = {"type": "string", "minLength": 1, "maxLength": MAX_RECEIPT_CHARS}
+_RECEIPTS = {"type": "array", "items": _RECEIPT, "minItems": 1, "maxItems": MAX_RECEIPTS}
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _EPOCH = {"type": "number", "description": "Unix epoch seconds"}
 
 _ATTRIBUTES_IN: dict[str, Schema] = {
     "max_message_bytes": _num(1, 1048576, integer=True, default=262144),
     "max_messages": _num(1, 10**9, integer=True, nullable=True, default=None),
-    "visibility_timeout_s": _num(0, 43200, default=30),
+    "visibility_timeout_s": _num(0, MAX_VISIBILITY_S, default=30),
     "retention_s": _num(60, 1209600, default=345600),
-    "delay_s": _num(0, 900, default=0),
-    "receive_wait_s": _num(0, 20, default=0),
+    "delay_s": _num(0, MAX_DELAY_S, default=0),
+    "receive_wait_s": _num(0, MAX_WAIT_S, default=0),
     "max_receives": _num(1, 1000, integer=True, nullable=True, default=None),
     "dead_letter_queue": {
         "type": ["string", "null"],
@@ -79,7 +89,7 @@ _MESSAGE_PROPERTIES: dict[str, Schema] = {
     },
     "group_id": _ID,
     "dedupe_id": _ID,
-    "delay_s": _num(0, 900),
+    "delay_s": _num(0, MAX_DELAY_S),
 }
 
 SCHEMAS: dict[str, Schema] = {
@@ -158,8 +168,8 @@ SCHEMAS: dict[str, Schema] = {
     "ReceiveRequest": _obj(
         {
             "max": _num(1, MAX_BATCH, integer=True, default=1),
-            "wait_s": _num(0, 20, description="long-poll wait; default: the queue's receive_wait_s"),
-            "visibility_timeout_s": _num(0, 43200),
+            "wait_s": _num(0, MAX_WAIT_S, description="long-poll wait; default: the queue's receive_wait_s"),
+            "visibility_timeout_s": _num(0, MAX_VISIBILITY_S),
         }
     ),
     "ReceivedMessage": {
@@ -181,7 +191,9 @@ SCHEMAS: dict[str, Schema] = {
     },
     "ReceiveResponse": _obj({"messages": {"type": "array", "items": _ref("ReceivedMessage")}}, ("messages",)),
     "AckRequest": _obj({"receipts": _RECEIPTS}, ("receipts",)),
-    "NackRequest": _obj({"receipts": _RECEIPTS, "delay_s": _num(0, 900, default=0)}, ("receipts",)),
+    "NackRequest": _obj(
+        {"receipts": _RECEIPTS, "delay_s": _num(0, MAX_VISIBILITY_S, default=0)}, ("receipts",)
+    ),
     "ReceiptFailure": _obj({"receipt": {"type": "string"}, "code": {"type": "string"}}, ("receipt", "code")),
     "AckResponse": _obj(
         {"acked": {"type": "integer"}, "failed": {"type": "array", "items": _ref("ReceiptFailure")}},
@@ -191,7 +203,9 @@ SCHEMAS: dict[str, Schema] = {
         {"nacked": {"type": "integer"}, "failed": {"type": "array", "items": _ref("ReceiptFailure")}},
         ("nacked", "failed"),
     ),
-    "VisibilityRequest": _obj({"receipt": _RECEIPT, "timeout_s": _num(0, 43200)}, ("receipt", "timeout_s")),
+    "VisibilityRequest": _obj(
+        {"receipt": _RECEIPT, "timeout_s": _num(0, MAX_VISIBILITY_S)}, ("receipt", "timeout_s")
+    ),
     "VisibilityResponse": _obj(
         {"receipt": {"type": "string"}, "visible_at": _EPOCH}, ("receipt", "visible_at")
     ),
@@ -391,7 +405,7 @@ def _paths() -> dict[str, Any]:
                         "name": "visibility_timeout_s",
                         "in": "query",
                         "required": False,
-                        "schema": _num(0, 43200),
+                        "schema": _num(0, MAX_VISIBILITY_S),
                     },
                     {
                         "name": "Last-Event-ID",

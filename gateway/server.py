@@ -31,6 +31,8 @@ def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
         # permessage-deflate cost ~7% of the gateway's CPU on 1 KiB JSON frames and a zlib
         # state per idle connection; off, as Centrifugo ships it (see docs/push.md).
         ws_per_message_deflate=False,
+        ws_ping_interval=settings.ws_ping_interval_s,
+        ws_ping_timeout=settings.ws_ping_timeout_s,
     )
 
 

@@ -3,9 +3,10 @@
 :class:`GatewayServices` owns the backend, the authenticator, the wake-up hub, the
 queue cache and the metrics. Other parts plug in here rather than into globals:
 
-- the push engine sets :attr:`GatewayServices.consumers` (``stats.consumers`` of a queue
-  object) and adds itself to :attr:`GatewayServices.components` to be started after
-  the backend and closed before it;
+- the push engine (:attr:`GatewayServices.engine`) is the one path to delivery state:
+  WebSocket and SSE deliveries, HTTP acks, nacks, visibility changes and long-polls all go
+  through it; it is the first of :attr:`GatewayServices.components`, started after the
+  backend and closed before it;
 - :attr:`GatewayServices.draining` is set when the server starts shutting down, so
   long-polls (and push streams) end at once instead of holding shutdown up.
 """
@@ -15,17 +16,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from backend_store.backend import Backend
+from backend_store.errors import PushgateError
 from backend_store.types import QueueName, TenantId
 from backend_store.url import open_backend
+from push.engine import PushEngine
+from push.principal import PrincipalLike
 from push.wakeup import WakeupHub
 
 from .auth.authenticator import Authenticator
 from .auth.bootstrap import ensure_bootstrap
+from .auth.principal import Principal
 from .metrics import GatewayMetrics
 from .queue_cache import QueueCache
 from .settings import Settings
@@ -47,10 +52,6 @@ class Component(Protocol):
     async def close(self) -> None: ...
 
 
-def no_consumers(tenant: TenantId, queue: QueueName) -> int:
-    return 0
-
-
 @dataclass(eq=False)
 class GatewayServices:
     settings: Settings
@@ -59,8 +60,7 @@ class GatewayServices:
     hub: WakeupHub
     queues: QueueCache
     metrics: GatewayMetrics
-    # Number of push consumers (WS/SSE subscriptions) of a queue; the push engine replaces it.
-    consumers: Callable[[TenantId, QueueName], int] = no_consumers
+    engine: PushEngine
     components: list[Component] = field(default_factory=list)
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The bootstrap admin key, when start() created one (an empty data directory).
@@ -72,14 +72,37 @@ class GatewayServices:
         if backend is None:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             backend = open_backend(settings.resolved_store_url, settings.store_options())
+        authenticator = Authenticator(backend, audience=settings.jwt_audience)
+        hub = WakeupHub()
+
+        async def recheck(
+            principals: Collection[PrincipalLike],
+        ) -> dict[PrincipalLike, PrincipalLike | PushgateError]:
+            # Every principal push holds came from this authenticator.
+            verdicts: dict[PrincipalLike, PrincipalLike | PushgateError] = {}
+            for principal, verdict in (
+                await authenticator.recheck([p for p in principals if isinstance(p, Principal)])
+            ).items():
+                verdicts[principal] = verdict
+            return verdicts
+
+        engine = PushEngine(backend, hub, settings.push, recheck=recheck)
+        metrics = GatewayMetrics()
+        metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         return cls(
             settings=settings,
             backend=backend,
-            authenticator=Authenticator(backend, audience=settings.jwt_audience),
-            hub=WakeupHub(),
+            authenticator=authenticator,
+            hub=hub,
             queues=QueueCache(backend, settings.queue_cache_ttl_s),
-            metrics=GatewayMetrics(),
+            metrics=metrics,
+            engine=engine,
+            components=[engine],
         )
+
+    def consumers(self, tenant: TenantId, queue: QueueName) -> int:
+        """Push consumers (WS/SSE subscriptions) of a queue: ``stats.consumers``."""
+        return self.engine.consumers(tenant, queue)
 
     async def start(self) -> None:
         await self.backend.start()

@@ -16,7 +16,8 @@ from typing import Any
 from backend_store.encryption import ENV_VAR as ENCRYPTION_KEYS_ENV
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError
-from backend_store.url import StoreOptions
+from backend_store.options import StoreOptions
+from push.settings import PushSettings
 
 ENV_PREFIX = "PUSHGATE_"
 STORE_SUBDIR = "store"
@@ -51,6 +52,12 @@ class Settings:
     jwt_audience: str | None = None
     # Print the bootstrap admin key on start-up (the CLI does; tests read it from the app state).
     announce_bootstrap: bool = False
+    # WebSocket keepalive: a ping this often; a peer that does not answer within the timeout
+    # is dead and closed with 1011 (see docs/push.md).
+    ws_ping_interval_s: float = 20.0
+    ws_ping_timeout_s: float = 20.0
+    # The delivery engine's knobs (credits, slow consumers, rechecks); code and tests only.
+    push: PushSettings = field(default_factory=PushSettings)
 
     @property
     def resolved_store_url(self) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 from backend_store.backend import Backend
-from backend_store.errors import InvalidRequest, StoreError
+from backend_store.errors import InvalidRequest, PushgateError
+from backend_store.limits import MAX_RECEIPTS
 from backend_store.types import AckResult, NewMessage, QueueName, ReceiptFailure, SendResult, TenantId
 
 logger = logging.getLogger("pushgate.push")
@@ -24,9 +25,8 @@ I = TypeVar("I")  # noqa: E741 - an item, as in the typing docs
 
 # What a request hears back: its own share of the combined call, or the call's error.
 AckReply = Callable[[AckResult | BaseException], None]
-SendReply = Callable[[list[SendResult | StoreError] | BaseException], None]
+SendReply = Callable[[list[SendResult | PushgateError] | BaseException], None]
 
-MAX_RECEIPTS_PER_CALL = 1000
 MAX_MESSAGES_PER_CALL = 500
 
 
@@ -110,15 +110,15 @@ class AckBatcher(KeyedBatcher[tuple[TenantId, float | None], tuple[Sequence[str]
         receipts = [r for rs, _ in items for r in rs]
         failed: dict[str, str] = {}
         try:
-            for start in range(0, len(receipts), MAX_RECEIPTS_PER_CALL):
-                chunk = receipts[start : start + MAX_RECEIPTS_PER_CALL]
+            for start in range(0, len(receipts), MAX_RECEIPTS):
+                chunk = receipts[start : start + MAX_RECEIPTS]
                 if delay is None:
                     result = await self._backend.ack(tenant, chunk)
                 else:
                     result = await self._backend.nack(tenant, chunk, delay)
                 failed.update((f.receipt, f.code) for f in result.failed)
         except Exception as exc:
-            if not isinstance(exc, StoreError):
+            if not isinstance(exc, PushgateError):
                 logger.exception("ack/nack failed")
             for _, reply in items:
                 if reply is not None:
@@ -154,21 +154,21 @@ class SendBatcher(
     ) -> None:
         tenant, queue = key
         valid = [e for entries, _ in items for e in entries if isinstance(e, NewMessage)]
-        results: list[SendResult | StoreError] = []
+        results: list[SendResult | PushgateError] = []
         try:
             for start in range(0, len(valid), MAX_MESSAGES_PER_CALL):
                 results.extend(
                     await self._backend.send(tenant, queue, valid[start : start + MAX_MESSAGES_PER_CALL])
                 )
         except Exception as exc:
-            if not isinstance(exc, StoreError):
+            if not isinstance(exc, PushgateError):
                 logger.exception("send failed")
             for _, reply in items:
                 reply(exc)
             return
         position = 0
         for entries, reply in items:
-            mine: list[SendResult | StoreError] = []
+            mine: list[SendResult | PushgateError] = []
             for entry in entries:
                 if isinstance(entry, NewMessage):
                     mine.append(results[position])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from backend_store.errors import PushgateError
+
 
 class CloseCode(IntEnum):
     """Close codes Pushgate sends. ``reconnect`` says whether a client should try again."""
@@ -53,16 +55,24 @@ DESCRIPTIONS: dict[CloseCode, str] = {
     CloseCode.INTERNAL_ERROR: "unexpected server error",
     CloseCode.AUTH_FAILED: "authentication failed, timed out or the token expired; get a new token",
     CloseCode.FORBIDDEN: "origin not allowed or the token lacks the scope for a queue",
-    CloseCode.POLICY: "policy: slow consumer (send buffer full) or abuse",
+    CloseCode.POLICY: "policy: slow consumer (not reading, or messages timed out unacked) or abuse",
     CloseCode.MALFORMED: "a frame was not a valid pushgate.v1 frame",
 }
 
-# Error codes (the strings of API.md's table) that end a connection rather than one request.
+# Error codes (the strings of API.md's table) that end a connection rather than one
+# request, and the close code each ends it with. The one such mapping, for WS and SSE.
 CLOSE_CODE_BY_ERROR: dict[str, CloseCode] = {
     "unauthorized": CloseCode.AUTH_FAILED,
     "forbidden": CloseCode.FORBIDDEN,
     "rate_limited": CloseCode.POLICY,
+    "invalid_request": CloseCode.MALFORMED,
+    "unavailable": CloseCode.GOING_AWAY,
 }
+
+
+def close_code_for(exc: PushgateError, default: CloseCode = CloseCode.INTERNAL_ERROR) -> CloseCode:
+    """The close code that ends a connection because of ``exc``."""
+    return CLOSE_CODE_BY_ERROR.get(exc.code, default)
 
 
 def should_reconnect(code: int) -> bool:

@@ -20,22 +20,48 @@ import asyncio
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from backend_store.backend import DeliverCallback
-from backend_store.errors import QueueNotFound, StoreError
+from backend_store.backend import Backend, DeliverCallback, StandingReceive
+from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.types import QueueName, ReceivedMessage, TenantId
 
 from .messages import encode_message
+from .settings import PushSettings
 from .subscription import Subscription
-
-if TYPE_CHECKING:
-    from .engine import PushEngine
 
 logger = logging.getLogger("pushgate.push")
 
 # After a store error, wait this long (or for a kick) before trying again.
 ERROR_BACKOFF_S = 0.5
+
+
+class DispatchHost(Protocol):
+    """What a dispatcher needs of the engine that runs it (and nothing else of it)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def standing(self) -> StandingReceive | None: ...
+
+    @property
+    def settings(self) -> PushSettings: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    def release(self, tenant: TenantId, receipts: list[str]) -> None:
+        """Make messages visible again at once."""
+
+    def ack_delivered(self, tenant: TenantId, receipts: list[str]) -> None:
+        """Delete messages handed to auto-ack subscriptions."""
+
+    def dispatcher_idle(self, dispatcher: Dispatcher) -> None:
+        """The dispatcher's loop ended."""
+
+    def end_subscription(self, sub: Subscription, exc: PushgateError) -> None:
+        """A subscription's queue went away."""
 
 
 class Dispatcher:
@@ -54,7 +80,7 @@ class Dispatcher:
         "tenant",
     )
 
-    def __init__(self, engine: PushEngine, tenant: TenantId, queue: QueueName) -> None:
+    def __init__(self, engine: DispatchHost, tenant: TenantId, queue: QueueName) -> None:
         self._engine = engine
         self.tenant = tenant
         self.queue = queue
@@ -139,10 +165,10 @@ class Dispatcher:
                         self._local_due = None  # the store's answer covers our deliveries too
                         self._due = await engine.backend.next_visible_at(self.tenant, self.queue)
                     timeout = self._idle_timeout()
-                except QueueNotFound as exc:
-                    self._end_all(exc.code, "the queue was deleted")
+                except QueueNotFound:
+                    self._end_all(QueueNotFound("the queue was deleted"))
                     break
-                except StoreError as exc:
+                except PushgateError as exc:
                     logger.warning("dispatcher of %s: %s", self.queue, exc.code)
                     timeout = ERROR_BACKOFF_S
                 except Exception:
@@ -280,7 +306,7 @@ class Dispatcher:
                 sub.deliver(hand, [encode_message(m) for m in hand])
                 if sub.auto_ack:
                     # At most once: deleted as soon as it is handed to the stream.
-                    self._engine.acks.ack(self.tenant, [m.receipt for m in hand])
+                    self._engine.ack_delivered(self.tenant, [m.receipt for m in hand])
                 else:
                     ends = hand[0].visible_at
                     if self._local_due is None or ends < self._local_due:
@@ -288,6 +314,6 @@ class Dispatcher:
         if leftover:
             self._engine.release(self.tenant, [m.receipt for m in leftover])
 
-    def _end_all(self, code: str, detail: str) -> None:
+    def _end_all(self, exc: PushgateError) -> None:
         for sub in list(self.subs):
-            self._engine.end_subscription(sub, code, detail)
+            self._engine.end_subscription(sub, exc)

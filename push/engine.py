@@ -1,45 +1,45 @@
-"""The delivery engine: connections, subscriptions, per-queue dispatchers, acks and drain.
+"""The delivery engine: the one path to delivery state.
 
-It knows no transport: a connection is a :class:`~push.transport.Transport` (write-only)
-and the subscriptions on it. Everything a connection holds goes back to the queue at
-once when it closes, unsubscribes, is too slow or the server drains; a disconnected SSE
+Connections, subscriptions, per-queue dispatchers, acks from any transport (WebSocket
+frames and the HTTP routes), long-polls, drain, and a watchdog. It knows no transport: a
+connection is a :class:`~push.transport.Transport` (write-only) and the subscriptions on
+it. Everything a connection holds goes back to the queue at once when it closes,
+unsubscribes, is too slow, loses its credentials or the server drains; a disconnected SSE
 stream keeps its messages for a short grace so a reconnect with ``Last-Event-ID`` can
 keep what it already read (see :meth:`PushEngine.suspend`).
+
+The watchdog, every ``watchdog_interval_s``, closes with 4008 the connections whose socket
+has not drained for ``write_timeout_s`` and those with a stalled subscription (see
+:mod:`push.subscription`), closes with 4001 those whose token expired, and every
+``recheck_interval_s`` checks the credentials of every open connection and parked
+long-poll again (the injected ``recheck``): a revoked API key or a removed JWT key ends
+them (4001, or 401 for a long-poll), a key that no longer covers a subscribed queue 4003.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from backend_store.backend import Backend, StandingReceive
-from backend_store.errors import InvalidRequest, StoreError, Unavailable
-from backend_store.types import AckResult, NewMessage, QueueName, TenantId
+from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unavailable
+from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, TenantId
 
 from .batching import AckBatcher, AckReply, SendBatcher, SendReply
-from .close_codes import CloseCode
+from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
+from .long_poll import LongPolls
+from .principal import PrincipalLike, Recheck
 from .settings import PushSettings
-from .subscription import Subscription
+from .subscription import Connection, EncodeFrames, Subscription
 from .transport import Transport
 from .wakeup import WakeupHub
 
 logger = logging.getLogger("pushgate.push")
-
-
-class Connection:
-    """One consumer connection (a WebSocket, or one SSE stream) and its subscriptions."""
-
-    __slots__ = ("auto_subs", "stream_id", "subs", "tenant", "transport")
-
-    def __init__(self, tenant: TenantId, transport: Transport, stream_id: str | None = None) -> None:
-        self.tenant = tenant
-        self.transport = transport
-        self.subs: dict[str, Subscription] = {}
-        self.stream_id = stream_id
-        self.auto_subs = 0
 
 
 class AlreadySubscribed(InvalidRequest):
@@ -51,15 +51,23 @@ class GoingAway(Unavailable):
 
 
 class PushEngine:
-    def __init__(self, backend: Backend, hub: WakeupHub, settings: PushSettings | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        hub: WakeupHub,
+        settings: PushSettings | None = None,
+        recheck: Recheck | None = None,
+    ) -> None:
         self.backend = backend
         # Receive in the commit that makes messages visible, when the store can (one commit
         # from send to push instead of two).
         self.standing: StandingReceive | None = backend if isinstance(backend, StandingReceive) else None
         self.hub = hub
         self.settings = settings or PushSettings()
+        self._recheck = recheck
         self.acks = AckBatcher(backend)
         self.sends = SendBatcher(backend)
+        self.polls = LongPolls(backend, hub, self.settings.safety_poll_s)
         self.draining = False
         # Receipt -> the subscription holding it, so acks from any path (WS, HTTP) free credit.
         self.owners: dict[str, Subscription] = {}
@@ -69,15 +77,23 @@ class PushEngine:
         self._streams: dict[str, Connection] = {}
         # Disconnected SSE streams waiting for a resume: stream id -> (subscription, release timer).
         self._suspended: dict[str, tuple[Subscription, asyncio.TimerHandle]] = {}
+        self._watchdog: asyncio.Task[None] | None = None
 
     # Connections --------------------------------------------------------------
 
     def open_connection(
-        self, tenant: TenantId, transport: Transport, stream_id: str | None = None
+        self,
+        principal: PrincipalLike,
+        transport: Transport,
+        stream_id: str | None = None,
+        close: Callable[[CloseCode, str], None] | None = None,
+        end_subscription: Callable[[str, PushgateError], None] | None = None,
     ) -> Connection:
+        """Register a connection; ``close`` is how the engine ends it (default: the transport's),
+        ``end_subscription`` how it tells of a queue deleted under a subscription."""
         if self.draining:
             raise GoingAway("server is shutting down")
-        conn = Connection(tenant, transport, stream_id)
+        conn = Connection(principal, transport, stream_id, close, end_subscription)
         self._connections.add(conn)
         if stream_id is not None:
             self._streams[stream_id] = conn
@@ -146,10 +162,11 @@ class PushEngine:
 
     # Subscriptions --------------------------------------------------------------
 
-    def subscribe(
+    async def subscribe(
         self,
         conn: Connection,
         queue: QueueName,
+        encode: EncodeFrames,
         *,
         prefetch: int,
         auto_ack: bool = False,
@@ -157,28 +174,41 @@ class PushEngine:
         batch: int = 1,
         start: bool = True,
     ) -> Subscription:
-        """Add a subscription; with ``start`` false the caller starts it later (after a resume)."""
-        if self.draining:
-            raise GoingAway("server is shutting down")
-        if queue in conn.subs:
-            raise AlreadySubscribed(f"already subscribed to {queue}")
-        if len(conn.subs) >= self.settings.max_subscriptions_per_connection:
-            raise InvalidRequest("too many subscriptions on one connection")
+        """Add a subscription (the queue's own visibility timeout unless one is given);
+        with ``start`` false the caller starts it later (after a resume).
+
+        Raises QueueNotFound, AlreadySubscribed, InvalidRequest or GoingAway. Nothing is
+        awaited once the subscription exists, so a reply written right after this returns
+        precedes the first delivery."""
+        self._check_open(conn, queue)
+        info = await self.backend.get_queue(conn.tenant, queue)
+        self._check_open(conn, queue)
         sub = Subscription(
-            conn.tenant,
+            conn,
             queue,
-            conn.transport,
+            encode,
             self.owners,
             prefetch=prefetch,
             auto_ack=auto_ack,
-            visibility_timeout_s=visibility_timeout_s,
+            visibility_timeout_s=info.attributes.visibility_timeout_s
+            if visibility_timeout_s is None
+            else visibility_timeout_s,
             batch=batch,
+            stall_checks=self.settings.stall_grace_s is not None,
         )
         conn.subs[queue] = sub
         conn.auto_subs += auto_ack
         if start:
             self.start_subscription(sub)
         return sub
+
+    def _check_open(self, conn: Connection, queue: str) -> None:
+        if self.draining or conn.transport.closed:
+            raise GoingAway("server is shutting down" if self.draining else "connection closed")
+        if queue in conn.subs:
+            raise AlreadySubscribed(f"already subscribed to {queue}")
+        if len(conn.subs) >= self.settings.max_subscriptions_per_connection:
+            raise InvalidRequest("too many subscriptions on one connection")
 
     def start_subscription(self, sub: Subscription) -> None:
         key = (sub.tenant, sub.queue)
@@ -195,13 +225,12 @@ class PushEngine:
         self._drop(conn, sub)
         return True
 
-    def end_subscription(self, sub: Subscription, code: str, detail: str) -> None:
+    def end_subscription(self, sub: Subscription, exc: PushgateError) -> None:
         """The queue went away under a subscription: drop it and tell the client."""
-        for conn in list(self._connections):
-            if conn.subs.get(sub.queue) is sub:
-                self._drop(conn, sub)
-                conn.transport.end_subscription(sub.queue, code, detail)
-                return
+        conn = sub.conn
+        if conn.subs.get(sub.queue) is sub:
+            self._drop(conn, sub)
+            conn.end_subscription(sub.queue, exc)
 
     def _detach(self, conn: Connection, sub: Subscription) -> None:
         sub.active = False
@@ -239,7 +268,7 @@ class PushEngine:
         if dispatcher is not None:
             dispatcher.credit_kick()
 
-    # Acks, nacks, sends ---------------------------------------------------------------
+    # Acks, nacks, sends, receives -----------------------------------------------------
 
     def settle(self, receipts: Sequence[str]) -> None:
         """Receipts were acked or nacked (by any path): free their subscriptions' credit."""
@@ -249,6 +278,7 @@ class PushEngine:
             sub = owners.get(receipt)
             if sub is not None and sub.settle(receipt) and sub is not kicked:
                 kicked = sub
+                sub.conn.heard()
                 self._kick(sub)
 
     def release(self, tenant: TenantId, receipts: list[str]) -> None:
@@ -256,7 +286,12 @@ class PushEngine:
         if receipts:
             self.acks.nack(tenant, receipts, 0)
 
+    def ack_delivered(self, tenant: TenantId, receipts: list[str]) -> None:
+        """Delete messages handed to auto-ack subscriptions (at most once)."""
+        self.acks.ack(tenant, receipts)
+
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
+        """The WebSocket ack: coalesced with other acks of the tenant into one store call."""
         self.settle(receipts)
         self.acks.ack(tenant, receipts, reply)
 
@@ -266,38 +301,124 @@ class PushEngine:
         self.settle(receipts)
         self.acks.nack(tenant, receipts, delay_s, reply)
 
-    async def ack_now(
-        self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None
-    ) -> AckResult:
-        """The HTTP ack path: ack through the backend and free the credit of SSE streams."""
+    async def ack_now(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName) -> AckResult:
+        """The HTTP ack: through the store now, freeing the credit of the streams that held them."""
         self.settle(receipts)
         return await self.backend.ack(tenant, receipts, queue)
 
     async def nack_now(
-        self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, queue: QueueName | None = None
+        self, tenant: TenantId, receipts: Sequence[str], delay_s: float, queue: QueueName
     ) -> AckResult:
         self.settle(receipts)
         return await self.backend.nack(tenant, receipts, delay_s, queue)
+
+    async def change_visibility(
+        self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
+    ) -> None:
+        await self.backend.change_visibility(tenant, queue, receipt, timeout_s)
+        if timeout_s == 0:
+            # Visible again at once: it is no longer the stream's to count.
+            self.settle([receipt])
 
     def send(
         self, tenant: TenantId, queue: QueueName, entries: list[NewMessage | InvalidRequest], reply: SendReply
     ) -> None:
         self.sends.send(tenant, queue, entries, reply)
 
+    async def receive(
+        self,
+        principal: PrincipalLike,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        wait_s: float,
+        hangup: Callable[[], Awaitable[None]],
+    ) -> list[ReceivedMessage]:
+        """A pull or long-poll receive (see :mod:`push.long_poll`)."""
+        return await self.polls.receive(principal, queue, max_messages, visibility_timeout_s, wait_s, hangup)
+
+    # The watchdog ------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        settings = self.settings
+        next_recheck = time.monotonic() + settings.recheck_interval_s
+        while True:
+            await asyncio.sleep(settings.watchdog_interval_s)
+            self._close_slow_and_expired()
+            if self._recheck is not None and time.monotonic() >= next_recheck:
+                next_recheck = time.monotonic() + settings.recheck_interval_s
+                try:
+                    await self._recheck_credentials(self._recheck)
+                except PushgateError as exc:
+                    # The store may be briefly unavailable: keep connections, try next round.
+                    logger.warning("credential recheck skipped: %s", exc.code)
+
+    def _close_slow_and_expired(self) -> None:
+        settings = self.settings
+        now, mono = time.time(), time.monotonic()
+        for conn in list(self._connections):
+            transport = conn.transport
+            if transport.closed:
+                continue
+            expires_at = conn.principal.expires_at
+            if expires_at is not None and expires_at <= now:
+                conn.close(CloseCode.AUTH_FAILED, "token expired")
+                continue
+            blocked = transport.blocked_since
+            if blocked is not None and mono - blocked > settings.write_timeout_s:
+                conn.close(CloseCode.POLICY, "slow consumer: the socket is not draining")
+                continue
+            if settings.stall_grace_s is None:
+                continue
+            for sub in conn.subs.values():
+                if sub.stalled(now, settings.stall_grace_s):
+                    conn.close(CloseCode.POLICY, f"slow consumer: messages of {sub.queue} timed out unacked")
+                    break
+
+    async def _recheck_credentials(self, recheck: Recheck) -> None:
+        principals = {conn.principal for conn in self._connections}
+        principals.update(poll.principal for poll in self.polls.parked)
+        if not principals:
+            return
+        verdicts = await recheck(principals)
+        for conn in list(self._connections):
+            verdict = verdicts.get(conn.principal)
+            if verdict is None or conn.transport.closed:
+                continue
+            if isinstance(verdict, PushgateError):
+                conn.close(close_code_for(verdict, CloseCode.AUTH_FAILED), verdict.detail)
+                continue
+            lost = [queue for queue in conn.subs if not verdict.can("receive", queue)]
+            if lost:
+                error = Forbidden(f"forbidden: the key can no longer receive from {lost[0]}")
+                conn.close(close_code_for(error), error.detail)
+        for poll in list(self.polls.parked):
+            verdict = verdicts.get(poll.principal)
+            if isinstance(verdict, PushgateError):
+                poll.end(verdict)
+
     # Life ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Nothing to open: dispatchers start with their first subscriber."""
+        """Start the watchdog; dispatchers start with their first subscriber."""
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     async def close(self) -> None:
         await self.drain()
 
     async def drain(self) -> None:
-        """Stop accepting, close every connection with 1001 (ending SSE streams), release
-        every in-flight message and wait until the store has taken the releases."""
+        """Stop accepting, close every connection with 1001 (ending SSE streams), answer
+        parked long-polls, release every in-flight message and wait until the store has
+        taken the releases."""
         self.draining = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
+        self.polls.drain()
         for conn in list(self._connections):
-            conn.transport.close(CloseCode.GOING_AWAY, "server shutting down")
+            conn.close(CloseCode.GOING_AWAY, "server shutting down")
             self.close_connection(conn)
         for stream_id in list(self._suspended):
             self._suspended[stream_id][1].cancel()
@@ -312,7 +433,8 @@ class PushEngine:
             "dispatchers": len(self._dispatchers),
             "in_flight": len(self.owners),
             "suspended_streams": len(self._suspended),
+            "parked_polls": len(self.polls.parked),
         }
 
 
-__all__ = ["AlreadySubscribed", "Connection", "GoingAway", "PushEngine", "StoreError"]
+__all__ = ["AlreadySubscribed", "Connection", "GoingAway", "PushEngine"]

@@ -14,12 +14,9 @@ from typing import Any
 import orjson
 
 from backend_store.errors import InvalidRequest
+from backend_store.limits import MAX_ATTRIBUTE_CHARS, MAX_ATTRIBUTES, MAX_BATCH, MAX_DELAY_S, MAX_ID_CHARS
 from backend_store.types import NewMessage, ReceivedMessage
 
-MAX_BATCH = 100
-MAX_ID_CHARS = 128
-MAX_ATTRIBUTES = 32
-MAX_ATTRIBUTE_CHARS = 1024
 _MESSAGE_FIELDS = frozenset({"body", "body_base64", "attributes", "group_id", "dedupe_id", "delay_s"})
 
 
@@ -66,9 +63,9 @@ def parse_message(raw: Any, dedupe_id: str | None = None) -> NewMessage:
         isinstance(delay, bool)
         or not isinstance(delay, int | float)
         or not math.isfinite(delay)
-        or not 0 <= delay <= 900
+        or not 0 <= delay <= MAX_DELAY_S
     ):
-        raise InvalidRequest("delay_s must be between 0 and 900")
+        raise InvalidRequest(f"delay_s must be between 0 and {MAX_DELAY_S}")
     return NewMessage(
         body=body,
         is_text=is_text,

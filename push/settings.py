@@ -18,10 +18,21 @@ class PushSettings:
     max_batch: int = 100
     # One backend receive takes at most this many messages, whatever the credit.
     max_receive: int = 100
-    # A connection whose unsent frames exceed this is a slow consumer: closed with 4008.
+    # Unsent frames a connection may buffer; twice this behind a blocked socket closes it
+    # at once (4008), so memory per connection stays bounded.
     send_buffer_bytes: int = 4 * 1024 * 1024
-    # ... once its socket has stayed blocked this long with the buffer past the bound.
-    slow_consumer_grace_s: float = 1.0
+    # Slow consumers (see docs/push.md), closed with 4008 and their messages released:
+    # a socket that has not taken a frame handed to it for this long ...
+    write_timeout_s: float = 5.0
+    # ... or a subscription whose oldest unacked message timed out this long ago with no
+    # word from the client since it was sent (not reading). None: never; a timed-out
+    # message then gives its credit back whether or not the client spoke (as in SQS).
+    stall_grace_s: float | None = 1.0
+    # How often the watchdog looks for both, and for expired credentials.
+    watchdog_interval_s: float = 0.5
+    # How often open connections' credentials are checked again against the store, so a
+    # revoked API key or a removed JWT key ends them (4001) this long after at most.
+    recheck_interval_s: float = 2.0
     max_frame_bytes: int = 1024 * 1024
     auth_timeout_s: float = 10.0
     # SSE comment pings; API.md asks for one at least every 15 s.
@@ -30,7 +41,7 @@ class PushSettings:
     # How long a disconnected SSE stream's unacked messages wait for a reconnect with
     # Last-Event-ID before they are released anyway.
     sse_resume_grace_s: float = 5.0
-    # Idle dispatchers sleep on wake-ups; this caps the sleep as a safety net.
+    # Idle dispatchers and long-polls sleep on wake-ups; this caps the sleep as a safety net.
     safety_poll_s: float = 5.0
     # The shortest idle sleep, so a clock skew never turns into a busy loop.
     min_poll_s: float = 0.002

@@ -13,49 +13,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from backend_store.attributes import check_queue_name
-from backend_store.errors import InvalidRequest
+from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unauthorized
+from backend_store.limits import MAX_VISIBILITY_S
 from backend_store.types import QueueName
 
 from .close_codes import CloseCode
-from .engine import Connection, GoingAway, PushEngine
-from .principal import Authenticate, MissingScope, MissingToken, PrincipalLike, error_code, error_detail
+from .engine import Connection, PushEngine
+from .principal import Authenticate, PrincipalLike
 from .sse_protocol import SseEncoder, new_stream_id, parse_last_event_id
 from .transport import SseTransport
 from .ws_handler import bearer_token
-from .ws_protocol import MAX_VISIBILITY_S
 
-ErrorResponse = Callable[[Exception], Response]
+# The gateway's problem document for an error (push has no status table of its own).
+ErrorResponse = Callable[[PushgateError], Response]
 
 # Headers that keep proxies (nginx, CDNs) from buffering or caching the stream.
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-_STATUS = {
-    "unauthorized": 401,
-    "forbidden": 403,
-    "queue_not_found": 404,
-    "invalid_request": 400,
-    "unavailable": 503,
-}
-
-
-def plain_error_response(exc: Exception) -> Response:
-    """A small RFC 9457 document, for use without the gateway's error table."""
-    code = error_code(exc)
-    status = _STATUS.get(code, 500)
-    doc = {"type": "about:blank", "title": code, "status": status, "detail": error_detail(exc), "code": code}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return Response(orjson.dumps(doc), status, headers, media_type="application/problem+json")
 
 
 class PushEventStream(EventSourceResponse):
@@ -109,12 +91,7 @@ def _float_param(request: Request, name: str) -> float | None:
 class SseHandler:
     """ASGI app for ``GET /v1/queues/{queue}/events`` (mount with Starlette's ``Route``)."""
 
-    def __init__(
-        self,
-        engine: PushEngine,
-        authenticate: Authenticate,
-        error_response: ErrorResponse = plain_error_response,
-    ) -> None:
+    def __init__(self, engine: PushEngine, authenticate: Authenticate, error_response: ErrorResponse) -> None:
         self.engine = engine
         self.authenticate = authenticate
         self.error_response = error_response
@@ -124,9 +101,7 @@ class SseHandler:
         conn: Connection | None = None
         try:
             response, conn = await self._open(request)
-        except Exception as exc:
-            if not hasattr(exc, "code"):
-                raise
+        except PushgateError as exc:
             response = self.error_response(exc)
         try:
             await response(scope, receive, send)
@@ -140,7 +115,7 @@ class SseHandler:
         engine, settings = self.engine, self.engine.settings
         token = bearer_token(request.scope)
         if token is None:
-            raise MissingToken("missing bearer token")
+            raise Unauthorized("missing bearer token")
         principal: PrincipalLike = await self.authenticate(token)
         queue = QueueName(request.path_params["queue"])
         check_queue_name(queue)
@@ -150,43 +125,35 @@ class SseHandler:
             raise InvalidRequest("ack must be manual or auto")
         visibility = _float_param(request, "visibility_timeout_s")
         if not principal.can("receive", queue):
-            raise MissingScope(f"the token cannot receive from {queue}")
-        info = await engine.backend.get_queue(principal.tenant, queue)
-        if visibility is None:
-            visibility = info.attributes.visibility_timeout_s
+            raise Forbidden(f"the token cannot receive from {queue}")
         if request.method == "HEAD":
             # Headers as for GET, and no stream: nothing to subscribe.
+            await engine.backend.get_queue(principal.tenant, queue)
             return Response(media_type="text/event-stream", headers=STREAM_HEADERS), None
 
         stream_id = new_stream_id()
         encoder = SseEncoder(stream_id)
-        transport = SseTransport(
-            encoder, settings.send_buffer_bytes, settings.ping_interval_s, settings.slow_consumer_grace_s
-        )
-        conn = engine.open_connection(principal.tenant, transport, stream_id)
-        sub = engine.subscribe(
-            conn,
-            queue,
-            prefetch=prefetch,
-            auto_ack=ack == "auto",
-            visibility_timeout_s=visibility,
-            start=False,
-        )
+        transport = SseTransport(settings.send_buffer_bytes, settings.ping_interval_s)
+        conn = engine.open_connection(principal, transport, stream_id)
+        try:
+            sub = await engine.subscribe(
+                conn,
+                queue,
+                encoder.frames,
+                prefetch=prefetch,
+                auto_ack=ack == "auto",
+                visibility_timeout_s=visibility,
+                start=False,
+            )
+        except PushgateError:
+            engine.close_connection(conn)
+            raise
         last = parse_last_event_id(
             request.headers.get("last-event-id") or request.query_params.get("last_event_id")
         )
         if last is not None:
             engine.resume(sub, *last)
         engine.start_subscription(sub)
-
-        expiry: asyncio.TimerHandle | None = None
-        if principal.expires_at is not None:
-            expiry = asyncio.get_running_loop().call_later(
-                max(0.0, principal.expires_at - time.time()),
-                transport.close,
-                CloseCode.AUTH_FAILED,
-                "token expired",
-            )
 
         async def client_gone(message: Message) -> None:
             # The client may come back with Last-Event-ID: hold what it may have read.
@@ -198,8 +165,6 @@ class SseHandler:
                 async for chunk in transport.body(encoder.opening(settings.sse_retry_ms)):
                     yield chunk
             finally:
-                if expiry is not None:
-                    expiry.cancel()
                 engine.close_connection(conn)
 
         stream = PushEventStream(
@@ -208,4 +173,4 @@ class SseHandler:
         return stream, conn
 
 
-__all__ = ["GoingAway", "PushEventStream", "SseHandler", "error_code"]
+__all__ = ["PushEventStream", "SseHandler"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Sequence
 
 import orjson
 
@@ -49,8 +50,10 @@ class SseEncoder:
     def message(self, n: int, payload: bytes) -> bytes:
         return b"%s%d\nevent: message\ndata: %s\n\n" % (self._id_prefix, n, payload)
 
-    def messages(self, first_n: int, payloads: list[bytes]) -> bytes:
-        return b"".join(self.message(n, payload) for n, payload in enumerate(payloads, first_n))
+    def frames(self, payloads: Sequence[bytes], first_n: int) -> list[bytes]:
+        """One event per message, numbered from ``first_n`` (the transport cuts chunks of them)."""
+        message = self.message
+        return [message(n, payload) for n, payload in enumerate(payloads, first_n)]
 
     @staticmethod
     def closing(code: CloseCode, reason: str) -> bytes:

@@ -62,14 +62,3 @@ class WakeupHub:
             return
         if not watchers:
             del self._watchers[key]
-
-    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
-        """Wait for an event from :meth:`event`; return whether it fired."""
-        if event.is_set():
-            return True
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return False
-        return True

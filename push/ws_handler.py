@@ -1,8 +1,11 @@
-"""The ``/v1/ws`` endpoint: a plain ASGI app gluing uvicorn's WebSocket to the engine.
+"""The ``/v1/ws`` endpoint: a plain ASGI app that moves frames between uvicorn, the
+protocol and the engine.
 
-One coroutine reads and dispatches frames (this handler); the transport's writer task
-drains replies and deliveries. The handler accepts first and then closes with a code,
-so that browsers see 4001/4003 instead of a bare failed handshake.
+Text in goes to :class:`~push.ws_protocol.WsProtocol`; the requests it returns go to the
+engine; what the protocol queues (replies, the close) goes to the transport, whose writer
+task drains it with the deliveries. Every reply and close decision is the protocol's.
+The handler accepts first and then closes with a code, so that browsers see 4001/4003
+instead of a bare failed handshake.
 """
 
 from __future__ import annotations
@@ -10,40 +13,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.types import Receive, Scope, Send
 
-from backend_store.errors import StoreError
+from backend_store.errors import Forbidden, PushgateError
 from backend_store.types import AckResult, QueueName, SendResult
 
-from .close_codes import CLOSE_CODE_BY_ERROR, CloseCode
-from .engine import Connection, GoingAway, PushEngine
-from .principal import Authenticate, CheckOrigin, PrincipalLike, error_code, error_detail
+from .close_codes import CloseCode
+from .engine import Connection, PushEngine
+from .principal import Authenticate, CheckOrigin
 from .transport import WsTransport
 from .ws_protocol import (
     AckRequest,
     AuthRequest,
-    FrameError,
     NackRequest,
     PingRequest,
-    ProtocolViolation,
     Request,
     RequestId,
     SendRequest,
+    State,
     SubscribeRequest,
     UnsubscribeRequest,
     WsProtocol,
-    error_frame,
-    ok_frame,
-    pong_frame,
+    delivery_encoder,
 )
 
 logger = logging.getLogger("pushgate.push")
-
 
 # How long a closing connection's writer may take to flush before it is abandoned.
 CLOSE_FLUSH_S = 5.0
@@ -54,8 +52,8 @@ def bearer_token(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             text: str = value.decode("latin-1")
-            scheme, _, token = text.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
+            auth_scheme, _, token = text.partition(" ")
+            if auth_scheme.lower() == "bearer" and token.strip():
                 return token.strip()
     query: bytes = scope.get("query_string", b"")
     if query:
@@ -73,34 +71,22 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _result_json(result: SendResult | StoreError) -> dict[str, Any]:
+def _result_json(result: SendResult | PushgateError) -> dict[str, Any]:
     if isinstance(result, SendResult):
         return {"id": result.id, "seq": result.seq, "duplicate": result.duplicate}
     return {"error": {"code": result.code, "detail": result.detail}}
 
 
 class WebSocketSession:
-    """The state of one connection: protocol, principal, transport, engine connection, timers."""
+    """One connection: its protocol, transport, engine connection and the pending bound."""
 
-    __slots__ = (
-        "auth_timer",
-        "conn",
-        "engine",
-        "expiry",
-        "pending",
-        "principal",
-        "protocol",
-        "room",
-        "transport",
-    )
+    __slots__ = ("auth_timer", "conn", "engine", "pending", "protocol", "room", "transport")
 
     def __init__(self, engine: PushEngine, transport: WsTransport) -> None:
         self.engine = engine
         self.transport = transport
         self.protocol = WsProtocol(engine.settings)
-        self.principal: PrincipalLike | None = None
         self.conn: Connection | None = None
-        self.expiry: asyncio.TimerHandle | None = None
         # Closes the connection if no auth frame comes in time (no token at connect).
         self.auth_timer: asyncio.TimerHandle | None = None
         # Sends, acks and nacks handed to the batchers and not answered yet. Past the
@@ -108,6 +94,24 @@ class WebSocketSession:
         # instead of growing the server's queues.
         self.pending = 0
         self.room: asyncio.Event | None = None
+
+    def flush(self) -> None:
+        """Hand what the protocol queued to the transport: frames, then the close."""
+        frames = self.protocol.data_to_send()
+        if frames:
+            self.transport.write(frames)
+        if self.protocol.state is State.CLOSING and not self.transport.closed:
+            assert self.protocol.close_code is not None
+            self.transport.close(self.protocol.close_code, self.protocol.close_reason)
+
+    def fail(self, code: CloseCode, reason: str) -> None:
+        """End the connection from outside the read loop (the engine's watchdog, a timer)."""
+        self.protocol.fail(code, reason)
+        self.flush()
+
+    def end_subscription(self, queue: str, exc: PushgateError) -> None:
+        self.protocol.error(None, exc, queue)
+        self.flush()
 
     def request_done(self) -> None:
         self.pending -= 1
@@ -120,32 +124,9 @@ class WebSocketSession:
             await self.room.wait()
         self.room = None
 
-    def close(self, code: CloseCode, reason: str) -> None:
-        self.protocol.closed()
-        self.transport.close(code, reason)
-
-    def authenticated(self, principal: PrincipalLike) -> None:
-        """Start (or, on refresh, re-arm) the expiry of the connection's credentials."""
-        self.principal = principal
-        self.protocol.authenticated()
+    def finish(self) -> None:
         if self.auth_timer is not None:
             self.auth_timer.cancel()
-            self.auth_timer = None
-        if self.conn is None:
-            self.conn = self.engine.open_connection(principal.tenant, self.transport)
-        if self.expiry is not None:
-            self.expiry.cancel()
-            self.expiry = None
-        if principal.expires_at is not None:
-            delay = max(0.0, principal.expires_at - time.time())
-            self.expiry = asyncio.get_running_loop().call_later(
-                delay, self.close, CloseCode.AUTH_FAILED, "token expired"
-            )
-
-    def finish(self) -> None:
-        for timer in (self.expiry, self.auth_timer):
-            if timer is not None:
-                timer.cancel()
         if self.conn is not None:
             self.engine.close_connection(self.conn)
 
@@ -165,33 +146,36 @@ class WebSocketHandler:
             raise RuntimeError("the push WebSocket endpoint serves only WebSocket scopes")
         if (await receive())["type"] != "websocket.connect":
             return
-        subprotocol = self.engine.settings.subprotocol
+        settings = self.engine.settings
         offered = scope.get("subprotocols") or []
         await send(
-            {"type": "websocket.accept", "subprotocol": subprotocol if subprotocol in offered else None}
+            {
+                "type": "websocket.accept",
+                "subprotocol": settings.subprotocol if settings.subprotocol in offered else None,
+            }
         )
-        settings = self.engine.settings
-        transport = WsTransport(send, settings.send_buffer_bytes, settings.slow_consumer_grace_s)
+        transport = WsTransport(send, settings.send_buffer_bytes)
         session = WebSocketSession(self.engine, transport)
         writer = asyncio.get_running_loop().create_task(transport.run())
         try:
             if self.engine.draining:
-                session.close(CloseCode.GOING_AWAY, "server shutting down")
+                session.fail(CloseCode.GOING_AWAY, "server shutting down")
             else:
                 token = bearer_token(scope)
                 if token is not None:
                     await self._authenticate(session, scope, token, None)
                 else:
                     session.auth_timer = asyncio.get_running_loop().call_later(
-                        self.engine.settings.auth_timeout_s,
-                        session.close,
+                        settings.auth_timeout_s,
+                        session.fail,
                         CloseCode.AUTH_FAILED,
                         "authentication timed out",
                     )
+            session.flush()
             await self._read(session, scope, receive)
         except Exception:
             logger.exception("push WebSocket failed")
-            session.close(CloseCode.INTERNAL_ERROR, "internal error")
+            session.fail(CloseCode.INTERNAL_ERROR, "internal error")
         finally:
             session.finish()
             transport.close(CloseCode.NORMAL)
@@ -211,169 +195,143 @@ class WebSocketHandler:
                 break
             if kind != "websocket.receive":
                 continue
-            try:
-                text = message.get("text")
-                request = (
-                    protocol.receive_text(text)
-                    if text is not None
-                    else protocol.receive_bytes(message["bytes"])
-                )
-            except ProtocolViolation as exc:
-                session.close(exc.close_code, exc.reason)
-                break
-            except FrameError as exc:
-                transport.write_frame(error_frame(exc.request_id, exc.code, exc.detail))
-                continue
-            await self._handle(session, scope, request)
+            if session.conn is not None:
+                session.conn.heard()
+            text = message.get("text")
+            if text is None:
+                protocol.receive_bytes(message["bytes"])
+                request = None
+            else:
+                request = protocol.receive_text(text)
+            if request is not None:
+                await self._handle(session, scope, request)
+            session.flush()
+            if session.pending >= self.engine.settings.max_pending_requests:
+                await session.wait_for_room()
 
     async def _authenticate(
         self, session: WebSocketSession, scope: Scope, token: str, request_id: RequestId
     ) -> None:
-        refresh = session.principal is not None
+        protocol = session.protocol
         try:
             principal = await self.authenticate(token)
-        except Exception as exc:
-            code = error_code(exc)
-            if code == "internal_error":
-                logger.exception("authentication failed unexpectedly")
-            if refresh:
-                # The old credentials hold until they expire; a failed refresh is one bad request.
-                session.transport.write_frame(error_frame(request_id, code, error_detail(exc)))
-            else:
-                session.close(CLOSE_CODE_BY_ERROR.get(code, CloseCode.AUTH_FAILED), error_detail(exc))
+        except PushgateError as exc:
+            protocol.authentication_failed(exc, request_id)
             return
-        if refresh:
-            assert session.principal is not None
-            if principal.tenant != session.principal.tenant:
-                session.close(CloseCode.AUTH_FAILED, "a refreshed token must be for the same tenant")
-                return
-            assert session.conn is not None
-            lost = [q for q in session.conn.subs if not principal.can("receive", q)]
-            if lost:
-                session.close(CloseCode.FORBIDDEN, f"forbidden: the new token cannot receive from {lost[0]}")
-                return
-        else:
+        if session.conn is None:
             origin = header(scope, b"origin")
             if (
                 origin is not None
                 and self.check_origin is not None
                 and not await self.check_origin(principal, origin)
             ):
-                session.close(CloseCode.FORBIDDEN, "origin not allowed")
+                protocol.fail_with(Forbidden("origin not allowed"))
                 return
-        try:
-            session.authenticated(principal)
-        except GoingAway:
-            session.close(CloseCode.GOING_AWAY, "server shutting down")
+        subscribed = session.conn.subs if session.conn is not None else ()
+        if not protocol.authenticated(principal, request_id, subscribed):
             return
-        if request_id is not None or refresh:
-            session.transport.write_frame(ok_frame(request_id, {"expires_at": principal.expires_at}))
+        if session.auth_timer is not None:
+            session.auth_timer.cancel()
+            session.auth_timer = None
+        if session.conn is None:
+            try:
+                session.conn = self.engine.open_connection(
+                    principal,
+                    session.transport,
+                    close=session.fail,
+                    end_subscription=session.end_subscription,
+                )
+            except PushgateError as exc:
+                protocol.fail_with(exc)
+        else:
+            session.conn.principal = principal  # a refresh: new expiry, maybe new scopes
 
     async def _handle(self, session: WebSocketSession, scope: Scope, request: Request) -> None:
-        transport = session.transport
+        protocol = session.protocol
         if isinstance(request, PingRequest):
-            transport.write_frame(pong_frame(request.id))
+            protocol.pong(request.id)
             return
         if isinstance(request, AuthRequest):
             await self._authenticate(session, scope, request.token, request.id)
             return
-        principal, conn = session.principal, session.conn
-        assert principal is not None and conn is not None  # the protocol let nothing else through
-        engine = self.engine
+        conn, engine = session.conn, self.engine
+        assert conn is not None  # the protocol let nothing else through before auth
         if isinstance(request, AckRequest | NackRequest):
-            if not principal.can("receive"):
-                session.close(CloseCode.FORBIDDEN, "forbidden: the token has no receive scope")
-                return
-            reply = self._ack_reply(session, request.id)
             session.pending += 1
+            reply = self._ack_reply(session, request.id)
             if isinstance(request, AckRequest):
                 engine.ack(conn.tenant, request.receipts, reply)
             else:
                 engine.nack(conn.tenant, request.receipts, request.delay_s, reply)
         elif isinstance(request, SendRequest):
-            if not principal.can("send", request.queue):
-                session.close(CloseCode.FORBIDDEN, f"forbidden: cannot send to {request.queue}")
-                return
             session.pending += 1
             engine.send(
                 conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
             )
         elif isinstance(request, SubscribeRequest):
-            await self._subscribe(session, request)
+            queue = QueueName(request.queue)
+            try:
+                await engine.subscribe(
+                    conn,
+                    queue,
+                    delivery_encoder(queue, request.batch),
+                    prefetch=request.prefetch,
+                    auto_ack=request.auto_ack,
+                    visibility_timeout_s=request.visibility_timeout_s,
+                    batch=request.batch,
+                )
+            except PushgateError as exc:
+                protocol.error(request.id, exc, queue)
+                return
+            # Flushed before the dispatcher runs: the ok always precedes the first message.
+            protocol.ok(request.id, {"queue": queue})
+            session.flush()
         elif isinstance(request, UnsubscribeRequest):
             engine.unsubscribe(conn, request.queue)
             if request.id is not None:
-                transport.write_frame(ok_frame(request.id, {"queue": request.queue}))
-        if session.pending >= engine.settings.max_pending_requests:
-            await session.wait_for_room()
-
-    async def _subscribe(self, session: WebSocketSession, request: SubscribeRequest) -> None:
-        principal, conn, transport = session.principal, session.conn, session.transport
-        assert principal is not None and conn is not None
-        queue = QueueName(request.queue)
-        if not principal.can("receive", queue):
-            session.close(CloseCode.FORBIDDEN, f"forbidden: cannot receive from {queue}")
-            return
-        if self.engine.draining:
-            session.close(CloseCode.GOING_AWAY, "server shutting down")
-            return
-        try:
-            info = await self.engine.backend.get_queue(conn.tenant, queue)
-            if transport.closed:
-                return
-            visibility = request.visibility_timeout_s
-            self.engine.subscribe(
-                conn,
-                queue,
-                prefetch=request.prefetch,
-                auto_ack=request.auto_ack,
-                visibility_timeout_s=info.attributes.visibility_timeout_s
-                if visibility is None
-                else visibility,
-                batch=request.batch,
-            )
-        except StoreError as exc:
-            transport.write_frame(error_frame(request.id, exc.code, exc.detail, queue))
-            return
-        # Written now, before the dispatcher runs: the ok always precedes the first message.
-        transport.write_frame(ok_frame(request.id, {"queue": queue}))
+                protocol.ok(request.id, {"queue": request.queue})
 
     @staticmethod
     def _ack_reply(
         session: WebSocketSession, request_id: RequestId
     ) -> Callable[[AckResult | BaseException], None]:
-        transport = session.transport
+        protocol = session.protocol
 
         def reply(result: AckResult | BaseException) -> None:
             session.request_done()
             if request_id is None:
                 return  # fire and forget
-            if isinstance(result, BaseException):
-                transport.write_frame(error_frame(request_id, error_code(result), error_detail(result)))
-            else:
+            if isinstance(result, PushgateError):
+                protocol.error(request_id, result)
+            elif isinstance(result, AckResult):
                 failed = [{"receipt": f.receipt, "code": f.code} for f in result.failed]
-                transport.write_frame(ok_frame(request_id, {"acked": result.acked, "failed": failed}))
+                protocol.ok(request_id, {"acked": result.acked, "failed": failed})
+            else:
+                protocol.error(request_id, PushgateError("internal error"))
+            session.flush()
 
         return reply
 
     @staticmethod
     def _send_reply(
         session: WebSocketSession, request: SendRequest
-    ) -> Callable[[list[SendResult | StoreError] | BaseException], None]:
-        transport = session.transport
+    ) -> Callable[[list[SendResult | PushgateError] | BaseException], None]:
+        protocol = session.protocol
         request_id, is_batch = request.id, request.is_batch
 
-        def reply(results: list[SendResult | StoreError] | BaseException) -> None:
+        def reply(results: list[SendResult | PushgateError] | BaseException) -> None:
             session.request_done()
             if request_id is None:
                 return  # fire and forget
             if isinstance(results, BaseException):
-                transport.write_frame(error_frame(request_id, error_code(results), error_detail(results)))
+                error = results if isinstance(results, PushgateError) else PushgateError("internal error")
+                protocol.error(request_id, error)
             elif is_batch:
-                transport.write_frame(ok_frame(request_id, {"results": [_result_json(r) for r in results]}))
-            elif isinstance(results[0], StoreError):
-                transport.write_frame(error_frame(request_id, results[0].code, results[0].detail))
+                protocol.ok(request_id, {"results": [_result_json(r) for r in results]})
+            elif isinstance(results[0], PushgateError):
+                protocol.error(request_id, results[0])
             else:
-                transport.write_frame(ok_frame(request_id, {"result": _result_json(results[0])}))
+                protocol.ok(request_id, {"result": _result_json(results[0])})
+            session.flush()
 
         return reply

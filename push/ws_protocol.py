@@ -1,20 +1,27 @@
-"""The ``pushgate.v1`` WebSocket frame protocol, without I/O.
+"""The ``pushgate.v1`` WebSocket frame protocol, without I/O, in both directions.
 
-:class:`WsProtocol` turns the text of a client frame into a typed request, checks it
-against the connection's state, and builds the server's frames. It never touches a
-socket, so every rule here is tested by feeding it strings.
+As ``websockets.protocol.Protocol`` does, :class:`WsProtocol` owns the whole conversation
+of one connection and never touches a socket:
 
-Two kinds of failure:
+- in: :meth:`WsProtocol.receive_text` turns a client frame into a typed request that this
+  principal may make, or answers it itself: a bad request gets an error frame and the
+  connection goes on; a malformed frame (4400), a frame too big (1009), a request before
+  authentication (4001) or beyond the token's scopes (4003) fails the connection;
+- out: replies (:meth:`~WsProtocol.ok`, :meth:`~WsProtocol.error`,
+  :meth:`~WsProtocol.pong`) queue frames that :meth:`~WsProtocol.data_to_send` hands
+  over; :meth:`~WsProtocol.fail` queues the close and sets the state, after which nothing
+  more is sent. Which error ends a connection with which close code is decided in one
+  place, :func:`push.close_codes.close_code_for`.
 
-- :class:`ProtocolViolation`: the connection must close with its close code (malformed
-  frame 4400, frame too big 1009, a request before authentication 4001).
-- :class:`FrameError`: one request is wrong; the server answers ``{"op": "error", "id", ...}``
-  and the connection goes on.
+The handler (``ws_handler.py``) only moves frames: text in, requests to the engine,
+``data_to_send()`` and the close out. Deliveries bypass the protocol on the hot path:
+:func:`delivery_encoder` builds their frames once per batch, straight into the transport.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -22,43 +29,34 @@ from typing import Any
 import orjson
 
 from backend_store.attributes import check_queue_name
-from backend_store.errors import InvalidRequest
+from backend_store.errors import Forbidden, InvalidRequest, PushgateError
+from backend_store.limits import MAX_ID_CHARS, MAX_RECEIPT_CHARS, MAX_RECEIPTS, MAX_VISIBILITY_S
 from backend_store.types import NewMessage
 
-from .close_codes import CloseCode
-from .messages import MAX_BATCH, parse_send_body
+from .close_codes import CloseCode, close_code_for
+from .messages import parse_send_body
+from .principal import PrincipalLike
 from .settings import PushSettings
+from .subscription import EncodeFrames
 
 RequestId = str | int | None
-MAX_REQUEST_ID_CHARS = 128
-MAX_RECEIPTS = 1000
-MAX_VISIBILITY_S = 43200
 _SEND_ENVELOPE = frozenset({"op", "id", "queue"})
 
 
 class State(Enum):
     AWAITING_AUTH = "awaiting_auth"
     OPEN = "open"
-    CLOSED = "closed"
+    # fail() was called: the close is queued; nothing more is read or sent.
+    CLOSING = "closing"
 
 
-class ProtocolViolation(Exception):
-    """The connection must close with ``close_code``; ``reason`` is safe to show."""
+class _Violation(Exception):
+    """Inside the parser: the connection must close with ``close_code``."""
 
     def __init__(self, close_code: CloseCode, reason: str) -> None:
         super().__init__(reason)
         self.close_code = close_code
         self.reason = reason
-
-
-class FrameError(Exception):
-    """One request is invalid; answer with an error frame carrying ``code``."""
-
-    def __init__(self, request_id: RequestId, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.request_id = request_id
-        self.code = code
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,69 +148,174 @@ def _receipts(raw: dict[str, Any]) -> list[str]:
     if (
         not isinstance(receipts, list)
         or not 1 <= len(receipts) <= MAX_RECEIPTS
-        or not all(isinstance(r, str) and r for r in receipts)
+        or not all(isinstance(r, str) and 1 <= len(r) <= MAX_RECEIPT_CHARS for r in receipts)
     ):
         raise InvalidRequest(f"receipts must be a list of 1-{MAX_RECEIPTS} receipt strings")
     return receipts
 
 
 class WsProtocol:
-    """Parses client frames for one connection and tracks whether it is authenticated."""
+    """One connection's protocol state: who it is, what it may do, what to send next."""
 
-    __slots__ = ("settings", "state")
+    __slots__ = ("_outgoing", "close_code", "close_reason", "principal", "settings", "state")
 
-    def __init__(self, settings: PushSettings, *, authenticated: bool = False) -> None:
+    def __init__(self, settings: PushSettings) -> None:
         self.settings = settings
-        self.state = State.OPEN if authenticated else State.AWAITING_AUTH
+        self.state = State.AWAITING_AUTH
+        self.principal: PrincipalLike | None = None
+        self._outgoing: list[str] = []
+        self.close_code: CloseCode | None = None
+        self.close_reason = ""
 
-    # State ------------------------------------------------------------------
+    # In ----------------------------------------------------------------------
 
-    def authenticated(self) -> None:
-        if self.state is State.AWAITING_AUTH:
-            self.state = State.OPEN
-
-    def closed(self) -> None:
-        self.state = State.CLOSED
-
-    # Parsing ----------------------------------------------------------------
-
-    def receive_bytes(self, data: bytes) -> Request:
+    def receive_bytes(self, data: bytes) -> None:
         # pushgate.v1 is JSON text frames; a binary frame is not one of ours.
-        raise ProtocolViolation(CloseCode.MALFORMED, "binary frames are not part of pushgate.v1")
+        self.fail(CloseCode.MALFORMED, "binary frames are not part of pushgate.v1")
 
-    def receive_text(self, text: str) -> Request:
-        """Parse one text frame. Raises :class:`ProtocolViolation` or :class:`FrameError`."""
-        if self.state is State.CLOSED:
-            raise ProtocolViolation(CloseCode.NORMAL, "connection closed")
+    def receive_text(self, text: str) -> Request | None:
+        """Parse one text frame into a request the principal may make.
+
+        None when there is nothing for the engine to do: the protocol answered the frame
+        itself (an error frame) or failed the connection (see :attr:`state`).
+        """
+        if self.state is State.CLOSING:
+            return None
+        try:
+            return self._parse(text)
+        except _Violation as exc:
+            self.fail(exc.close_code, exc.reason)
+        except PushgateError as exc:
+            request_id = exc.request_id if isinstance(exc, _RequestError) else None
+            if exc.code in ("unauthorized", "forbidden"):
+                self.fail_with(exc)
+            else:
+                self.error(request_id, exc)
+        return None
+
+    def _parse(self, text: str) -> Request:
         # Characters bound bytes from below; the exact byte count only matters near the limit.
         if len(text) > self.settings.max_frame_bytes or (
             len(text) * 4 > self.settings.max_frame_bytes
             and len(text.encode()) > self.settings.max_frame_bytes
         ):
-            raise ProtocolViolation(CloseCode.MESSAGE_TOO_BIG, "frame too large")
+            raise _Violation(CloseCode.MESSAGE_TOO_BIG, "frame too large")
         try:
             raw = orjson.loads(text)
         except orjson.JSONDecodeError:
-            raise ProtocolViolation(CloseCode.MALFORMED, "frame is not JSON") from None
+            raise _Violation(CloseCode.MALFORMED, "frame is not JSON") from None
         if not isinstance(raw, dict):
-            raise ProtocolViolation(CloseCode.MALFORMED, "frame is not a JSON object")
+            raise _Violation(CloseCode.MALFORMED, "frame is not a JSON object")
         request_id = raw.get("id")
         if request_id is not None and (
             isinstance(request_id, bool)
             or not isinstance(request_id, str | int)
-            or (isinstance(request_id, str) and len(request_id) > MAX_REQUEST_ID_CHARS)
+            or (isinstance(request_id, str) and len(request_id) > MAX_ID_CHARS)
         ):
-            raise ProtocolViolation(CloseCode.MALFORMED, "id must be a short string or an integer")
+            raise _Violation(CloseCode.MALFORMED, "id must be a short string or an integer")
         op = raw.get("op")
         parse = _PARSERS.get(op) if isinstance(op, str) else None
         if parse is None:
-            raise ProtocolViolation(CloseCode.MALFORMED, "unknown op")
+            raise _Violation(CloseCode.MALFORMED, "unknown op")
         if self.state is State.AWAITING_AUTH and op not in ("auth", "ping"):
-            raise ProtocolViolation(CloseCode.AUTH_FAILED, "authenticate first")
+            raise _Violation(CloseCode.AUTH_FAILED, "authenticate first")
         try:
-            return parse(self, raw, request_id)
+            request = parse(self, raw, request_id)
         except InvalidRequest as exc:
-            raise FrameError(request_id, exc.code, exc.detail) from None
+            raise _RequestError(request_id, exc) from None
+        self._check_scope(request)
+        return request
+
+    def _check_scope(self, request: Request) -> None:
+        principal = self.principal
+        if principal is None:
+            return  # auth and ping only, checked above
+        if isinstance(request, SendRequest):
+            if not principal.can("send", request.queue):
+                raise Forbidden(f"forbidden: the token cannot send to {request.queue}")
+        elif isinstance(request, SubscribeRequest):
+            if not principal.can("receive", request.queue):
+                raise Forbidden(f"forbidden: the token cannot receive from {request.queue}")
+        elif isinstance(request, AckRequest | NackRequest) and not principal.can("receive"):
+            raise Forbidden("forbidden: the token has no receive scope")
+
+    # Authentication ----------------------------------------------------------------
+
+    def authenticated(
+        self, principal: PrincipalLike, request_id: RequestId = None, subscribed: Iterable[str] = ()
+    ) -> bool:
+        """A token was verified (at connect, in an auth frame, or a refresh). Returns whether
+        the connection goes on: a refresh must keep the tenant and every subscribed queue."""
+        refresh = self.principal is not None
+        if self.principal is not None:
+            if principal.tenant != self.principal.tenant:
+                self.fail(CloseCode.AUTH_FAILED, "a refreshed token must be for the same tenant")
+                return False
+            lost = [queue for queue in subscribed if not principal.can("receive", queue)]
+            if lost:
+                self.fail(CloseCode.FORBIDDEN, f"forbidden: the new token cannot receive from {lost[0]}")
+                return False
+        self.principal = principal
+        if self.state is State.AWAITING_AUTH:
+            self.state = State.OPEN
+        if request_id is not None or refresh:
+            self.ok(request_id, {"expires_at": principal.expires_at})
+        return True
+
+    def authentication_failed(self, exc: PushgateError, request_id: RequestId = None) -> None:
+        """A token was refused: fatal at first, one failed request on a refresh (the old
+        credentials hold until they expire)."""
+        if self.principal is None:
+            self.fail(close_code_for(exc, CloseCode.AUTH_FAILED), exc.detail)
+        else:
+            self.error(request_id, exc)
+
+    # Out ------------------------------------------------------------------------
+
+    def ok(self, request_id: RequestId, extra: dict[str, Any] | None = None) -> None:
+        if self.state is State.CLOSING:
+            return
+        frame: dict[str, Any] = {"op": "ok", "id": request_id}
+        if extra:
+            frame.update(extra)
+        self._outgoing.append(orjson.dumps(frame).decode())
+
+    def error(self, request_id: RequestId, exc: PushgateError, queue: str | None = None) -> None:
+        """One request failed (or, with ``queue``, a subscription ended); the connection goes on."""
+        if self.state is State.CLOSING:
+            return
+        frame: dict[str, Any] = {"op": "error", "id": request_id, "code": exc.code, "message": exc.detail}
+        if queue is not None:
+            frame["queue"] = queue
+        if exc.retry_after_s is not None:
+            frame["retry_after_s"] = exc.retry_after_s
+        self._outgoing.append(orjson.dumps(frame).decode())
+
+    def pong(self, request_id: RequestId) -> None:
+        if self.state is State.CLOSING:
+            return
+        self._outgoing.append(
+            '{"op":"pong"}' if request_id is None else orjson.dumps({"op": "pong", "id": request_id}).decode()
+        )
+
+    def fail(self, code: CloseCode, reason: str) -> None:
+        """End the connection: queue the close; frames queued before it still go first."""
+        if self.state is State.CLOSING:
+            return
+        self.state = State.CLOSING
+        self.close_code = code
+        self.close_reason = reason
+
+    def fail_with(self, exc: PushgateError) -> None:
+        """End the connection for an error, with its close code."""
+        self.fail(close_code_for(exc), exc.detail)
+
+    def data_to_send(self) -> list[str]:
+        """The frames queued since the last call, in order."""
+        frames, self._outgoing = self._outgoing, []
+        return frames
+
+    # Parsers ----------------------------------------------------------------------
 
     def _auth(self, raw: dict[str, Any], request_id: RequestId) -> Request:
         token = raw.get("token")
@@ -260,6 +363,14 @@ class WsProtocol:
         return PingRequest(request_id)
 
 
+class _RequestError(InvalidRequest):
+    """An invalid request, with the id to answer it under."""
+
+    def __init__(self, request_id: RequestId, cause: InvalidRequest) -> None:
+        super().__init__(cause.detail)
+        self.request_id = request_id
+
+
 _PARSERS = {
     "auth": WsProtocol._auth,
     "subscribe": WsProtocol._subscribe,
@@ -270,56 +381,37 @@ _PARSERS = {
     "ping": WsProtocol._ping,
 }
 
-# Building ---------------------------------------------------------------------
-# Deliveries wrap a message's JSON, encoded once by the dispatcher, in a constant
+# Deliveries --------------------------------------------------------------------
+# A message's JSON is encoded once by the dispatcher; its frame wraps it in a constant
 # envelope: bytes are concatenated, never parsed and dumped again.
 
 
-def message_prefix(queue: str) -> bytes:
-    """The bytes before a message's JSON in a ``message`` frame (built once per subscription)."""
-    return b'{"op":"message","queue":' + orjson.dumps(queue) + b',"message":'
+def delivery_encoder(queue: str, batch: int = 1) -> EncodeFrames:
+    """The frames of one subscription's deliveries: ``message`` frames, or ``messages``
+    frames of up to ``batch`` messages when the subscription asked for batches."""
+    single = b'{"op":"message","queue":' + orjson.dumps(queue) + b',"message":'
+    many = b'{"op":"messages","queue":' + orjson.dumps(queue) + b',"messages":['
 
+    def encode(payloads: Sequence[bytes], first_n: int) -> list[str]:
+        if batch <= 1 or len(payloads) == 1:
+            return [(single + payload + b"}").decode() for payload in payloads]
+        frames = []
+        for start in range(0, len(payloads), batch):
+            chunk = payloads[start : start + batch]
+            if len(chunk) == 1:
+                frames.append((single + chunk[0] + b"}").decode())
+            else:
+                frames.append((many + b",".join(chunk) + b"]}").decode())
+        return frames
 
-def messages_prefix(queue: str) -> bytes:
-    return b'{"op":"messages","queue":' + orjson.dumps(queue) + b',"messages":['
-
-
-def message_frame(prefix: bytes, payload: bytes) -> str:
-    return (prefix + payload + b"}").decode()
-
-
-def messages_frame(prefix: bytes, payloads: list[bytes]) -> str:
-    return (prefix + b",".join(payloads) + b"]}").decode()
-
-
-def ok_frame(request_id: RequestId, extra: dict[str, Any] | None = None) -> str:
-    frame: dict[str, Any] = {"op": "ok", "id": request_id}
-    if extra:
-        frame.update(extra)
-    return orjson.dumps(frame).decode()
-
-
-def error_frame(request_id: RequestId, code: str, message: str, queue: str | None = None) -> str:
-    frame: dict[str, Any] = {"op": "error", "id": request_id, "code": code, "message": message}
-    if queue is not None:
-        frame["queue"] = queue
-    return orjson.dumps(frame).decode()
-
-
-def pong_frame(request_id: RequestId) -> str:
-    if request_id is None:
-        return '{"op":"pong"}'
-    return orjson.dumps({"op": "pong", "id": request_id}).decode()
+    return encode
 
 
 __all__ = [
-    "MAX_BATCH",
     "AckRequest",
     "AuthRequest",
-    "FrameError",
     "NackRequest",
     "PingRequest",
-    "ProtocolViolation",
     "Request",
     "RequestId",
     "SendRequest",
@@ -327,11 +419,5 @@ __all__ = [
     "SubscribeRequest",
     "UnsubscribeRequest",
     "WsProtocol",
-    "error_frame",
-    "message_frame",
-    "message_prefix",
-    "messages_frame",
-    "messages_prefix",
-    "ok_frame",
-    "pong_frame",
+    "delivery_encoder",
 ]

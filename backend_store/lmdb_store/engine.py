@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 from ..attributes import check_number
 from ..backend import ChangeListener, DeliverCallback
 from ..encryption import Keyring
-from ..errors import ConfigurationError, InvalidRequest, StoreError, Unavailable
+from ..errors import ConfigurationError, InvalidRequest, PushgateError, Unavailable
+from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
+from ..options import StoreOptions
 from ..types import (
     AckResult,
     Lsn,
@@ -31,7 +33,6 @@ from ..types import (
     SendResult,
     TenantId,
 )
-from ..url import StoreOptions
 from . import queue_ops
 from .environment import Db, Environment, View
 from .group_commit import GroupCommitWriter, PostCommit, Touched, Writes
@@ -46,9 +47,7 @@ _KEY_CHECKS = b"\0sys\0key_checks"
 _HEARTBEAT = b"\0sys\0heartbeat"
 _KEY_CHECK_PLAINTEXT = b"pushgate key check"
 _SWEEP_BUDGET = 1000
-MAX_RECEIVE = 1000
 _MAX_KEY_BYTES = 400
-MAX_TIMEOUT_S = 43200
 
 
 def _meta_key(namespace: str, key: str) -> bytes:
@@ -121,7 +120,7 @@ class LmdbBackend:
         self._writer.start()
         try:
             await self._write(self._check_keys)
-        except StoreError:
+        except PushgateError:
             await self.close()
             raise
         if self.options.sweep_interval_s > 0:
@@ -157,9 +156,9 @@ class LmdbBackend:
         visibility_timeout_s: float | None,
         deliver: DeliverCallback,
     ) -> None:
-        check_number("max", max_messages, 1, MAX_RECEIVE, integer=True)
+        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
         if visibility_timeout_s is not None:
-            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_TIMEOUT_S)
+            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
         loop = asyncio.get_running_loop()
         self._demands[(tenant, queue)] = _Demand(int(max_messages), visibility_timeout_s, deliver, loop)
 
@@ -221,7 +220,7 @@ class LmdbBackend:
 
     async def send(
         self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
-    ) -> list[SendResult | StoreError]:
+    ) -> list[SendResult | PushgateError]:
         return await self._write(lambda w, now: self._ops.send(w, now, tenant, queue, messages))
 
     async def receive(
@@ -231,9 +230,9 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
-        check_number("max", max_messages, 1, MAX_RECEIVE, integer=True)
+        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
         if visibility_timeout_s is not None:
-            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_TIMEOUT_S)
+            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
         return await self._write(
             lambda w, now: self._ops.receive(w, now, tenant, queue, int(max_messages), visibility_timeout_s)
         )
@@ -250,13 +249,13 @@ class LmdbBackend:
         delay_s: float = 0,
         queue: QueueName | None = None,
     ) -> AckResult:
-        check_number("delay_s", delay_s, 0, MAX_TIMEOUT_S)
+        check_number("delay_s", delay_s, 0, MAX_VISIBILITY_S)
         return await self._write(lambda w, now: self._ops.settle(w, now, tenant, receipts, queue, delay_s))
 
     async def change_visibility(
         self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
     ) -> None:
-        check_number("timeout_s", timeout_s, 0, MAX_TIMEOUT_S)
+        check_number("timeout_s", timeout_s, 0, MAX_VISIBILITY_S)
         await self._write(
             lambda w, now: self._ops.change_visibility(w, now, tenant, queue, receipt, timeout_s)
         )
@@ -404,7 +403,7 @@ class LmdbBackend:
                     await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET)) >= _SWEEP_BUDGET
                 ):
                     pass
-            except StoreError as exc:
+            except PushgateError as exc:
                 log.warning("sweep failed: %s", exc.detail)
 
     async def sweep_now(self) -> int:

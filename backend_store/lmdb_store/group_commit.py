@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import lmdb
 
-from ..errors import InvalidRequest, StoreError, Unavailable
+from ..errors import InvalidRequest, PushgateError, Unavailable
 from .environment import Db, Environment, View, is_disk_full
 from .records import QueueRecord
 from .replication_log import ReplicationLog
@@ -227,14 +227,14 @@ class GroupCommitWriter:
         """Run one operation in the batch's transaction.
 
         The rule that makes this safe without a nested transaction per operation (which
-        cost more than the operation itself): an operation raises :class:`StoreError`
+        cost more than the operation itself): an operation raises :class:`PushgateError`
         only before its first write or queue-record change. Anything else aborts the
         batch (``_BrokenOperation``).
         """
         written, saves = len(writes.mutations), writes.queue_saves
         try:
             result = op(writes, now)
-        except StoreError as exc:
+        except PushgateError as exc:
             if len(writes.mutations) != written or writes.queue_saves != saves:
                 raise _BrokenOperation(exc) from exc
             return (False, exc)
@@ -251,7 +251,7 @@ class GroupCommitWriter:
         assert self._after_ops is not None
         try:
             return self._after_ops(writes, now)
-        except StoreError as exc:
+        except PushgateError as exc:
             raise _BrokenOperation(exc) from exc
         except lmdb.Error:
             raise
@@ -266,9 +266,9 @@ class GroupCommitWriter:
                 touched |= self._apply([pending], after_ops=False)
             except _BrokenOperation as broken:
                 error = broken.cause
-                if not isinstance(error, StoreError):
+                if not isinstance(error, PushgateError):
                     log.error("store operation failed", exc_info=error)
-                    error = Unavailable(f"internal store error: {type(error).__name__}")
+                    error = Unavailable("internal store error")  # the cause is in the log, never shown
                 pending.outcome = (False, error)
             except lmdb.MapFullError:
                 pending.outcome = (False, Unavailable("store is full"))

@@ -19,11 +19,12 @@ from ..errors import (
     InvalidReceipt,
     InvalidRequest,
     MessageTooLarge,
+    PushgateError,
     QueueFull,
     QueueNotFound,
-    StoreError,
     Unavailable,
 )
+from ..limits import MAX_DELAY_S
 from ..types import (
     AckResult,
     MessageId,
@@ -54,7 +55,6 @@ from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
 from .visibility import add_message, load_state, remove_message, set_visible_at, to_ms
 
 log = logging.getLogger("pushgate.store")
-MAX_DELAY_S = 900
 
 
 class MessageOps:
@@ -77,12 +77,12 @@ class MessageOps:
 
     def send(
         self, w: Writes, now: float, tenant: str, queue: str, messages: Sequence[NewMessage]
-    ) -> list[SendResult | StoreError]:
+    ) -> list[SendResult | PushgateError]:
         record = find_queue(w, tenant, queue)
         attrs = attributes_of(record)
         fifo = attrs.ordering == "fifo"
         now_ms = to_ms(now)
-        results: list[SendResult | StoreError] = []
+        results: list[SendResult | PushgateError] = []
         for message in messages:
             problem = _entry_problem(message)
             if problem is not None:
@@ -280,7 +280,7 @@ class MessageOps:
         for receipt in receipts:
             try:
                 qid, seq, state, fifo = self._held(w, now_ms, tenant, receipt, queue, queues)
-            except StoreError as exc:
+            except PushgateError as exc:
                 failed.append(ReceiptFailure(receipt=str(receipt), code=exc.code))
                 continue
             found = queues[qid]

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 
 from backend_store.backend import Backend
+from backend_store.errors import NotFound
 from backend_store.types import TenantId
-from gateway.errors import NotFound
 
 from . import tenants
 from .scopes import parse_scopes

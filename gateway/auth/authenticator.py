@@ -15,14 +15,15 @@ import hashlib
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Any
 
 import jwt
 
 from backend_store.backend import Backend
+from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unauthorized
 from backend_store.types import TenantId
-from gateway.errors import Forbidden, InvalidRequest, Unauthorized
 
 from .api_keys import ApiKey, ApiKeyStore, is_api_key, key_id_of
 from .jwt_keys import (
@@ -114,7 +115,7 @@ class Authenticator:
         key = await self._active_api_key(key_id)
         if not key.matches(token):
             raise Unauthorized("invalid API key")
-        return Principal(key.tenant, key.scopes, key.key_id, via="api_key")
+        return Principal(key.tenant, key.scopes, key.key_id, via="api_key", key_id=key.key_id)
 
     async def _active_api_key(self, key_id: str) -> ApiKey:
         hit, key = self._api_key_cache.get(key_id)
@@ -134,9 +135,10 @@ class Authenticator:
         claims = verify_claims(
             token, key, verifier, audience=self.audience, leeway_s=self.leeway_s, header=header
         )
+        key_id = None
         if key.kid == MINTING_KID:
-            await self._check_minting_key_active(claims, key.tenant)
-        return principal_from_claims(claims)
+            key_id = await self._check_minting_key_active(claims, key.tenant)
+        return replace(principal_from_claims(claims), kid=key.kid, key_id=key_id)
 
     async def _jwt_key(self, tenant: str, kid: str) -> tuple[JwtKey, VerificationKey]:
         hit, entry = self._jwt_key_cache.get((tenant, kid))
@@ -152,7 +154,7 @@ class Authenticator:
         self._jwt_key_cache.put((tenant, kid), entry)
         return entry
 
-    async def _check_minting_key_active(self, claims: dict[str, Any], tenant: TenantId) -> None:
+    async def _check_minting_key_active(self, claims: dict[str, Any], tenant: TenantId) -> str:
         # A minted token dies with the API key it was minted from.
         key_id = claims.get("key_id")
         if not isinstance(key_id, str):
@@ -160,6 +162,42 @@ class Authenticator:
         key = await self._active_api_key(key_id)
         if key.tenant != tenant:
             raise Unauthorized("minted JWT tenant does not match its API key")
+        return key_id
+
+    async def recheck(self, principals: Collection[Principal]) -> dict[Principal, Principal | PushgateError]:
+        """Check open connections' credentials again, straight from the store.
+
+        For each principal: Unauthorized if its API key was revoked or its JWT signing key
+        removed, else the principal as its key now stands (scopes included). Each record
+        is read once however many principals share it, and the caches are refreshed, so
+        HTTP requests see a revocation at the same moment as open connections.
+        """
+        keys: dict[str, ApiKey | None] = {}
+        jwt_keys: dict[tuple[str, str], bool] = {}
+        out: dict[Principal, Principal | PushgateError] = {}
+        for principal in principals:
+            try:
+                current = principal
+                if principal.key_id is not None:
+                    if principal.key_id not in keys:
+                        keys[principal.key_id] = await self.api_keys.get(principal.key_id)
+                    key = keys[principal.key_id]
+                    if key is None or key.revoked_at is not None or key.tenant != principal.tenant:
+                        raise Unauthorized("API key revoked")
+                    if principal.via == "api_key":
+                        current = replace(principal, scopes=key.scopes)
+                if principal.kid is not None:
+                    ref = (principal.tenant, principal.kid)
+                    if ref not in jwt_keys:
+                        jwt_keys[ref] = await self.jwt_keys.get(*ref) is not None
+                    if not jwt_keys[ref]:
+                        raise Unauthorized(f"JWT signing key {principal.kid!r} was removed")
+                out[principal] = current
+            except PushgateError as exc:
+                out[principal] = exc
+        if any(isinstance(result, PushgateError) for result in out.values()):
+            self.invalidate()
+        return out
 
     # Minting ------------------------------------------------------------
 

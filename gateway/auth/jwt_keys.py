@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from backend_store.backend import Backend
+from backend_store.errors import InvalidRequest, NotFound
 from backend_store.types import TenantId
-from gateway.errors import InvalidRequest, NotFound
 
 from . import tenants
 

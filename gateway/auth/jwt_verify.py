@@ -14,8 +14,8 @@ from typing import Any
 import jwt
 import orjson
 
+from backend_store.errors import Unauthorized
 from backend_store.types import TenantId
-from gateway.errors import Unauthorized
 
 from .jwt_keys import JwtKey, VerificationKey
 from .principal import Principal

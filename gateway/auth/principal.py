@@ -18,6 +18,9 @@ class Principal:
 
     ``via`` says which kind of credential proved it (None: made by code, e.g. a test);
     only ``api_key`` principals may mint tokens. ``expires_at`` is a JWT's ``exp``.
+    ``kid`` (a JWT's signing key) and ``key_id`` (the API key itself, or the one a minted
+    JWT came from) name the records it depends on, so an open connection can be checked
+    again when they are revoked or removed (:meth:`Authenticator.recheck`).
     """
 
     tenant: TenantId
@@ -25,6 +28,8 @@ class Principal:
     subject: str
     expires_at: float | None = None
     via: Credential | None = None
+    kid: str | None = None
+    key_id: str | None = None
 
     def can(self, action: Action, queue: str | None = None) -> bool:
         """Whether a scope allows ``action`` on ``queue``; ``admin`` allows everything."""

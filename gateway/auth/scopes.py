@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from gateway.errors import InvalidRequest
+from backend_store.errors import InvalidRequest
 
 ADMIN = "admin"
 ACTIONS = ("send", "receive")

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from backend_store.backend import Backend
+from backend_store.errors import InvalidRequest, NotFound
 from backend_store.types import TenantId
-from gateway.errors import InvalidRequest, NotFound
 
 NAMESPACE = "tenants"
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -23,10 +23,10 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from backend_store.attributes import check_queue_name
+from backend_store.errors import Forbidden, Unauthorized
 from backend_store.types import QueueName
 from gateway.auth.principal import Action, Principal
 
-from ..errors import Forbidden, Unauthorized
 from ..services import GatewayServices
 
 

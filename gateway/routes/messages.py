@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -12,23 +10,24 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from backend_store.attributes import check_number
-from backend_store.errors import StoreError, error_from_code
-from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, SendResult, TenantId
-from push.messages import MAX_BATCH, MAX_ID_CHARS, message_to_json, parse_send_body
+from backend_store.errors import InvalidRequest, PushgateError, error_from_code
+from backend_store.limits import (
+    MAX_BATCH,
+    MAX_ID_CHARS,
+    MAX_RECEIPT_CHARS,
+    MAX_RECEIPTS,
+    MAX_VISIBILITY_S,
+    MAX_WAIT_S,
+)
+from backend_store.types import AckResult, NewMessage, SendResult
+from push.messages import message_to_json, parse_send_body
 
 from ..body import JSONResponse, check_fields, read_json, read_object
-from ..errors import InvalidRequest, problem_for
+from ..errors import problem_for
 from ..services import GatewayServices
 from .access import queue_access
 from .endpoint import route
 
-MAX_RECEIPTS = 100
-MAX_RECEIPT_CHARS = 1024
-MAX_WAIT_S = 20
-MAX_VISIBILITY_S = 43200
-MAX_NACK_DELAY_S = 900
-# A safety net under the wake-ups: if a wake-up were lost, a long-poll looks again this often.
-RECHECK_S = 5.0
 _RECEIVE_FIELDS = frozenset({"max", "wait_s", "visibility_timeout_s"})
 _ACK_FIELDS = frozenset({"receipts"})
 _NACK_FIELDS = frozenset({"receipts", "delay_s"})
@@ -99,19 +98,21 @@ class MessageRoutes:
         self._count_sends(results)
         if not is_batch:
             result = results[0]
-            if isinstance(result, StoreError):
+            if isinstance(result, PushgateError):
                 raise result
             return JSONResponse(_result_json(result), status_code=200 if result.duplicate else 201)
         stored = iter(results)
         out: list[dict[str, Any]] = []
         for entry in entries:
-            outcome: SendResult | StoreError = next(stored) if isinstance(entry, NewMessage) else entry
+            outcome: SendResult | PushgateError = next(stored) if isinstance(entry, NewMessage) else entry
             out.append(
-                {"error": problem_for(outcome)} if isinstance(outcome, StoreError) else _result_json(outcome)
+                {"error": problem_for(outcome)}
+                if isinstance(outcome, PushgateError)
+                else _result_json(outcome)
             )
         return JSONResponse({"results": out})
 
-    def _count_sends(self, results: list[SendResult | StoreError]) -> None:
+    def _count_sends(self, results: list[SendResult | PushgateError]) -> None:
         sent = duplicates = 0
         for r in results:
             if isinstance(r, SendResult):
@@ -140,71 +141,12 @@ class MessageRoutes:
             wait_s = check_number("wait_s", doc["wait_s"], 0, MAX_WAIT_S)
         else:
             wait_s = (await self.services.queues.get(principal.tenant, queue)).attributes.receive_wait_s
-        messages = await self._receive(request, principal.tenant, queue, max_messages, visibility, wait_s)
+        messages = await self.services.engine.receive(
+            principal, queue, max_messages, visibility, wait_s, lambda: _wait_for_disconnect(request)
+        )
         if messages:
             self.services.metrics.received.inc(len(messages))
         return JSONResponse({"messages": [message_to_json(m) for m in messages]})
-
-    async def _receive(
-        self,
-        request: Request,
-        tenant: TenantId,
-        queue: QueueName,
-        max_messages: int,
-        visibility: float | None,
-        wait_s: float,
-    ) -> list[ReceivedMessage]:
-        """Receive, and if nothing is there, wait for a wake-up until ``wait_s`` ends.
-
-        The hub's event is taken *before* each look, so a send that commits between the
-        look and the wait still wakes us. Delayed and in-flight messages announce
-        nothing when they become visible, so the wait also ends at the queue's
-        next_visible_at. A client that hangs up or a server shutting down ends the wait.
-        """
-        backend, hub = self.services.backend, self.services.hub
-        if wait_s <= 0:
-            return await backend.receive(tenant, queue, max_messages, visibility)
-        deadline = time.monotonic() + wait_s
-        stop: asyncio.Future[Any] | None = None
-        waiting = self.services.metrics.waiting_receives
-        try:
-            while True:
-                event = hub.event(tenant, queue)
-                messages = await backend.receive(tenant, queue, max_messages, visibility)
-                remaining = deadline - time.monotonic()
-                if messages or remaining <= 0 or self.services.draining.is_set():
-                    return messages
-                timeout = min(remaining, RECHECK_S)
-                next_visible = await backend.next_visible_at(tenant, queue)
-                if next_visible is not None:
-                    # Never below a few ms: a FIFO group's head can be "due" yet blocked.
-                    timeout = min(timeout, max(next_visible - time.time(), 0.005))
-                if stop is None:
-                    stop = asyncio.ensure_future(self._stopped(request))
-                    waiting.inc()
-                woken = asyncio.ensure_future(event.wait())
-                try:
-                    await asyncio.wait((woken, stop), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    woken.cancel()
-                if stop.done():
-                    return []
-        finally:
-            if stop is not None:
-                waiting.dec()
-                stop.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await stop
-
-    async def _stopped(self, request: Request) -> None:
-        """Returns when the client hangs up or the server starts draining."""
-        hangup = asyncio.ensure_future(_wait_for_disconnect(request))
-        drain = asyncio.ensure_future(self.services.draining.wait())
-        try:
-            await asyncio.wait((hangup, drain), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            hangup.cancel()
-            drain.cancel()
 
     # Ack, nack, visibility ------------------------------------------------
 
@@ -212,7 +154,7 @@ class MessageRoutes:
         principal, queue = await queue_access(self.services, request, "receive")
         doc = await read_object(request)
         check_fields(doc, _ACK_FIELDS)
-        result = await self.services.backend.ack(principal.tenant, _receipts(doc), queue)
+        result = await self.services.engine.ack_now(principal.tenant, _receipts(doc), queue)
         if result.acked:
             self.services.metrics.acked.inc(result.acked)
         return JSONResponse(_ack_json(result, "acked"))
@@ -220,7 +162,7 @@ class MessageRoutes:
     async def delete_message(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "receive")
         receipt = _check_receipt(request.path_params["receipt"])
-        result = await self.services.backend.ack(principal.tenant, [receipt], queue)
+        result = await self.services.engine.ack_now(principal.tenant, [receipt], queue)
         if result.failed:
             raise error_from_code(result.failed[0].code, "the receipt is not valid (expired or already used)")
         self.services.metrics.acked.inc()
@@ -231,8 +173,8 @@ class MessageRoutes:
         doc = await read_object(request)
         check_fields(doc, _NACK_FIELDS)
         receipts = _receipts(doc)
-        delay = check_number("delay_s", doc.get("delay_s", 0), 0, MAX_NACK_DELAY_S)
-        result = await self.services.backend.nack(principal.tenant, receipts, delay, queue)
+        delay = check_number("delay_s", doc.get("delay_s", 0), 0, MAX_VISIBILITY_S)
+        result = await self.services.engine.nack_now(principal.tenant, receipts, delay, queue)
         if result.acked:
             self.services.metrics.nacked.inc(result.acked)
         return JSONResponse(_ack_json(result, "nacked"))
@@ -245,5 +187,5 @@ class MessageRoutes:
         if "timeout_s" not in doc:
             raise InvalidRequest("timeout_s is required")
         timeout = check_number("timeout_s", doc["timeout_s"], 0, MAX_VISIBILITY_S)
-        await self.services.backend.change_visibility(principal.tenant, queue, receipt, timeout)
+        await self.services.engine.change_visibility(principal.tenant, queue, receipt, timeout)
         return JSONResponse({"receipt": receipt, "visible_at": time.time() + timeout})

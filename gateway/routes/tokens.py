@@ -6,8 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from backend_store.errors import InvalidRequest
+
 from ..body import JSONResponse, check_fields, read_object
-from ..errors import InvalidRequest
 from ..services import GatewayServices
 from .access import authenticate
 from .endpoint import route

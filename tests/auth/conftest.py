@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from backend_store import StoreOptions, open_backend
 from backend_store.backend import Backend
-from backend_store.url import StoreOptions, open_backend
 from gateway.auth.authenticator import Authenticator
 from tests.conftest import ManualClock
 

@@ -13,13 +13,13 @@ import jwt
 import orjson
 import pytest
 
+from backend_store import StoreOptions, open_backend
 from backend_store.backend import Backend
 from backend_store.encryption import Keyring
+from backend_store.errors import Unauthorized
 from backend_store.types import QueueName, TenantId
-from backend_store.url import StoreOptions, open_backend
 from gateway.admin_cli import main
 from gateway.auth.authenticator import Authenticator
-from gateway.errors import Unauthorized
 from gateway.settings import default_store_url
 from tests.conftest import ManualClock, scaled
 

@@ -11,12 +11,12 @@ import jwt
 import pytest
 
 from backend_store.backend import Backend
+from backend_store.errors import Forbidden, InvalidRequest, NotFound, Unauthorized
 from backend_store.types import TenantId
 from gateway.auth.api_keys import ApiKeyStore
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.jwt_keys import MINTING_KID, JwtKeyStore
 from gateway.auth.principal import Principal
-from gateway.errors import Forbidden, InvalidRequest, NotFound, Unauthorized
 from tests.conftest import ManualClock, scaled
 
 from .keys import HS_SECRET, OTHER_HS_SECRET, ed25519_pair, rsa_pair

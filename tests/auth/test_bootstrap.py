@@ -6,8 +6,8 @@ import os
 import stat
 from pathlib import Path
 
+from backend_store import StoreOptions, open_backend
 from backend_store.backend import Backend
-from backend_store.url import StoreOptions, open_backend
 from gateway.auth.api_keys import ApiKeyStore
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.bootstrap import KEY_FILE_NAME, ensure_bootstrap, write_secret_file

@@ -8,10 +8,10 @@ from typing import Any
 import jwt
 import pytest
 
+from backend_store.errors import Unauthorized
 from backend_store.types import TenantId
 from gateway.auth.jwt_keys import JwtKey, load_verification_key
 from gateway.auth.jwt_verify import principal_from_claims, read_header, verify_claims
-from gateway.errors import Unauthorized
 
 from .keys import HS_SECRET, OTHER_HS_SECRET, ec_pair, ed25519_pair, rsa_pair
 

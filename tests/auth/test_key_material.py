@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from backend_store.errors import InvalidRequest
 from backend_store.types import TenantId
 from gateway.auth.api_keys import ApiKey, hash_token, is_api_key, key_id_of
 from gateway.auth.jwt_keys import load_verification_key
 from gateway.auth.ttl_cache import TtlCache
-from gateway.errors import InvalidRequest
 
 from .keys import HS_SECRET, ec_pair, ed25519_pair, rsa_pair
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from backend_store.errors import InvalidRequest
 from gateway.auth.scopes import (
     format_scopes,
     is_valid_scope,
@@ -11,7 +12,6 @@ from gateway.auth.scopes import (
     scope_within,
     scopes_beyond,
 )
-from gateway.errors import InvalidRequest
 
 
 @pytest.mark.parametrize("scope", ["admin", "send:orders", "send:orders-*", "receive:*", "receive:a?c"])

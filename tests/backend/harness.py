@@ -17,10 +17,10 @@ from typing import Any
 from backend_store import (
     Backend,
     NewMessage,
+    PushgateError,
     QueueName,
     ReceivedMessage,
     SendResult,
-    StoreError,
     StoreOptions,
     TenantId,
     open_backend,
@@ -96,7 +96,7 @@ def msg(body: bytes | str, **fields: Any) -> NewMessage:
     return NewMessage(body=data, **fields)
 
 
-def ok(result: SendResult | StoreError) -> SendResult:
+def ok(result: SendResult | PushgateError) -> SendResult:
     """A send entry that must have succeeded (its error, if any, fails the test readably)."""
     assert isinstance(result, SendResult), f"send entry failed: {result!r}"
     return result

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from backend_store import Backend, NewMessage, SendResult, StoreError, TenantId
+from backend_store import Backend, NewMessage, PushgateError, SendResult, TenantId
 from backend_store.errors import InvalidRequest
 
 from ..conftest import ManualClock, scaled
@@ -260,8 +260,8 @@ async def test_one_bad_operation_does_not_fail_the_others_of_its_commit(store: B
         return_exceptions=True,
     )
     meta, tenant, fifo, *sends = outcomes
-    assert isinstance(meta, StoreError | bool), meta
-    assert isinstance(tenant, StoreError | tuple), tenant
+    assert isinstance(meta, PushgateError | bool), meta
+    assert isinstance(tenant, PushgateError | tuple), tenant
     assert all(isinstance(r, list) and isinstance(r[0], SendResult) for r in sends), sends
     assert isinstance(fifo, list), fifo
     assert isinstance(fifo[1], SendResult), fifo
@@ -288,7 +288,7 @@ async def test_strings_that_cannot_be_stored_are_invalid_requests(store: Backend
 
 async def test_calls_racing_close_end_in_results_or_store_errors(store_factory: StoreFactory) -> None:
     # Graceful shutdown closes the store while requests (stats, long-polls) are still reading.
-    # They may finish or fail with a StoreError (the gateway answers 503); anything else is a 500.
+    # They may finish or fail with a PushgateError (the gateway answers 503); anything else is a 500.
     for _ in range(5):
         store = await store_factory.open()
         await store.create_queue(T1, q("orders"), {})
@@ -298,8 +298,8 @@ async def test_calls_racing_close_end_in_results_or_store_errors(store_factory: 
         await asyncio.sleep(0.01)  # let the readers get going, mid-read, on worker threads
         await store_factory.close(store)
         outcomes = await asyncio.gather(*readers, return_exceptions=True)
-        strays = [o for o in outcomes if not isinstance(o, StoreError)]
-        assert not strays, f"not a StoreError after close: {strays[0]!r}"
+        strays = [o for o in outcomes if not isinstance(o, PushgateError)]
+        assert not strays, f"not a PushgateError after close: {strays[0]!r}"
 
 
 async def _read_forever(store: Backend) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from backend_store import Backend, Lsn, SendResult, StoreError, open_backend
+from backend_store import Backend, Lsn, PushgateError, SendResult, open_backend
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError, InvalidRequest, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
@@ -312,7 +312,7 @@ async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -
         await send_one(leader, T1, "orders", "a")
         entries = await leader.read_replication_log(Lsn(0))
         assert len(entries) >= 2
-        with pytest.raises(StoreError):
+        with pytest.raises(PushgateError):
             await follower.apply_replicated(*entries[1])
         assert follower.last_lsn == 0
     finally:
@@ -455,11 +455,11 @@ async def test_full_map_is_unavailable_and_keeps_reads_and_acks(lmdb_factory: St
     await store.create_queue(T1, q("big"), {"max_message_bytes": 1 << 20})
     body = os.urandom(64 << 10)
     stored: list[SendResult] = []
-    failure: StoreError | None = None
+    failure: PushgateError | None = None
     for _ in range(200):  # 12.5 MiB: far past the map
         try:
             [result] = await store.send(T1, q("big"), [msg(body, is_text=False)])
-        except StoreError as exc:
+        except PushgateError as exc:
             result = exc
         if isinstance(result, SendResult):
             stored.append(result)

@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from backend_store.limits import MAX_RECEIPTS, MAX_VISIBILITY_S
 from tests.conftest import scaled
 
 from .conftest import Api, RunningGateway, problem_code
@@ -263,7 +264,13 @@ def test_ack_by_body(admin: Api, qname: str) -> None:
     assert admin.ack(qname, receipts).json()["acked"] == 0
     stats = admin.client.get(f"/v1/queues/{qname}").json()["stats"]
     assert stats["visible"] == 0 and stats["in_flight"] == 0 and stats["acked_total"] == 2
-    for doc in ({"receipts": []}, {"receipts": "x"}, {"receipts": [1]}, {}, {"receipts": ["x"] * 101}):
+    for doc in (
+        {"receipts": []},
+        {"receipts": "x"},
+        {"receipts": [1]},
+        {},
+        {"receipts": ["x"] * (MAX_RECEIPTS + 1)},
+    ):
         assert problem_code(admin.client.post(f"/v1/queues/{qname}/ack", json=doc), 400) == "invalid_request"
 
 
@@ -307,7 +314,10 @@ def test_nack_with_delay(admin: Api, qname: str) -> None:
     assert r.status_code == 200
     assert admin.receive(qname).json()["messages"] == []
     assert len(admin.receive(qname, wait_s=scaled(5)).json()["messages"]) == 1
-    for doc in ({"receipts": [m["receipt"]], "delay_s": 901}, {"receipts": [], "delay_s": 0}):
+    for doc in (
+        {"receipts": [m["receipt"]], "delay_s": MAX_VISIBILITY_S + 1},
+        {"receipts": [], "delay_s": 0},
+    ):
         assert problem_code(admin.client.post(f"/v1/queues/{qname}/nack", json=doc), 400) == "invalid_request"
 
 

@@ -8,8 +8,7 @@ import orjson
 import pytest
 from starlette.exceptions import HTTPException
 
-from backend_store.errors import QueueFull
-from gateway.errors import Forbidden
+from backend_store.errors import Forbidden, QueueFull
 from gateway.middleware import error_response
 
 SCOPE = {"type": "http", "method": "POST", "path": "/v1/queues/q/messages"}

@@ -32,7 +32,9 @@ TEST_SETTINGS = PushSettings(
     sse_retry_ms=100,
     sse_resume_grace_s=0.5,
     send_buffer_bytes=256 * 1024,
-    slow_consumer_grace_s=0.2,
+    write_timeout_s=1.0,
+    watchdog_interval_s=0.1,
+    recheck_interval_s=0.5,
     max_frame_bytes=64 * 1024,
     safety_poll_s=1.0,
 )
@@ -40,17 +42,12 @@ _names = itertools.count()
 
 
 def engine_of(gateway: RunningGateway) -> PushEngine:
-    for component in gateway.services.components:
-        if isinstance(component, PushEngine):
-            return component
-    raise AssertionError("the gateway has no push engine")
+    return gateway.services.engine
 
 
 def start_push_gateway(tmp: Any, **settings: Any) -> RunningGateway:
-    gateway = start_gateway(tmp)
-    engine = engine_of(gateway)
-    engine.settings = replace(TEST_SETTINGS, **settings)
-    return gateway
+    """A gateway whose engine is built with :data:`TEST_SETTINGS` changed by ``settings``."""
+    return start_gateway(tmp, push=replace(TEST_SETTINGS, **settings))
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ def test_message_events_carry_stream_and_number() -> None:
     payload = orjson.dumps({"id": "m", "body": "line1\nline2"})
     (event,) = parse_events(encoder.message(7, payload))
     assert event == {"id": f"{stream}.7", "event": "message", "data": payload.decode()}
-    events = parse_events(encoder.messages(3, [payload, payload]))
+    events = parse_events(b"".join(encoder.frames([payload, payload], 3)))
     assert [e["id"] for e in events] == [f"{stream}.3", f"{stream}.4"]
 
 

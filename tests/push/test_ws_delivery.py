@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from tests.conftest import wait_for
+import httpx
+
+from tests.conftest import scaled, wait_for
 from tests.gateway.conftest import RunningGateway
 
 from .conftest import (
@@ -18,6 +20,7 @@ from .conftest import (
     recv_frame,
     request,
     send_frame,
+    start_push_gateway,
     ws_connect,
 )
 
@@ -154,7 +157,9 @@ async def test_redelivery_after_visibility_timeout(gateway: RunningGateway, http
     async with ws_connect(gateway, gateway.admin_key) as ws:
         await subscribe(ws, qname, prefetch=1, visibility_timeout_s=0.3)
         (first,) = await deliveries(ws, 1)
-        # Not acked: the credit comes back when the visibility ends, and so does the message.
+        # Not acked, but the client is heard from (any frame): the credit comes back when the
+        # visibility ends, and so does the message. (A silent one is a slow consumer: 4008.)
+        assert await request(ws, op="ping", id="alive") == {"op": "pong", "id": "alive"}
         (second,) = await deliveries(ws, 1, timeout=5)
         assert (second["id"], second["receive_count"]) == (first["id"], 2)
         reply = await request(ws, op="ack", receipts=[first["receipt"]], id=1)
@@ -309,27 +314,28 @@ async def test_queue_deleted_under_a_subscription(gateway: RunningGateway, http:
         await subscribe(ws, qname)  # the old subscription is gone, so this is allowed
 
 
-async def test_pipelining_past_the_pending_bound(gateway: RunningGateway, http: Http, qname: str) -> None:
-    await http.queue(qname)
-    engine = engine_of(gateway)
-    saved = engine.settings
-    engine.settings = replace(saved, max_pending_requests=4)
+async def test_pipelining_past_the_pending_bound(tmp_path: Path) -> None:
+    gateway = start_push_gateway(tmp_path, max_pending_requests=4)
     try:
-        async with ws_connect(gateway, gateway.admin_key) as ws:
-            # The server stops reading at 4 unanswered sends and goes on as answers come.
-            for i in range(200):
-                await send_frame(ws, op="send", queue=qname, body=f"p{i}", id=i)
-            await send_frame(ws, op="send", queue=qname, body="no id")
-            answered = set()
-            while len(answered) < 200:
-                frame = await recv_frame(ws)
-                answered.add(frame["id"])
-            assert await request(ws, op="ping", id="last") == {"op": "pong", "id": "last"}
+        headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+        async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
+            http = Http(client)
+            qname = await http.queue("pipelined")
+            async with ws_connect(gateway, gateway.admin_key) as ws:
+                # The server stops reading at 4 unanswered sends and goes on as answers come.
+                for i in range(200):
+                    await send_frame(ws, op="send", queue=qname, body=f"p{i}", id=i)
+                await send_frame(ws, op="send", queue=qname, body="no id")
+                answered = set()
+                while len(answered) < 200:
+                    frame = await recv_frame(ws)
+                    answered.add(frame["id"])
+                assert await request(ws, op="ping", id="last") == {"op": "pong", "id": "last"}
+
+            # The unanswered send commits on its own time: a later ping's pong does not wait for it.
+            async def all_stored() -> bool:
+                return (await http.stats(qname))["visible"] == 201
+
+            await wait_for(all_stored, what="the fire-and-forget send to be stored")
     finally:
-        engine.settings = saved
-
-    # The unanswered send commits on its own time: a later ping's pong does not wait for it.
-    async def all_stored() -> bool:
-        return (await http.stats(qname))["visible"] == 201
-
-    await wait_for(all_stored, what="the fire-and-forget send to be stored")
+        gateway.stop()

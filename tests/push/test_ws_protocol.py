@@ -1,55 +1,71 @@
-"""The pushgate.v1 frame protocol, fed strings: no sockets."""
+"""The pushgate.v1 frame protocol in both directions, fed strings: no sockets."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import pytest
 
-from backend_store.errors import InvalidRequest
+from backend_store.errors import InvalidRequest, RateLimited, Unauthorized
 from backend_store.types import NewMessage
-from push.close_codes import CloseCode, should_reconnect
+from push.close_codes import CloseCode, close_code_for, should_reconnect
 from push.settings import PushSettings
 from push.ws_protocol import (
     AckRequest,
     AuthRequest,
-    FrameError,
     NackRequest,
     PingRequest,
-    ProtocolViolation,
     SendRequest,
     State,
     SubscribeRequest,
     UnsubscribeRequest,
     WsProtocol,
-    error_frame,
-    message_frame,
-    message_prefix,
-    messages_frame,
-    messages_prefix,
-    ok_frame,
-    pong_frame,
+    delivery_encoder,
 )
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A principal with explicit rights: ``send``/``receive`` queue names, or "*"."""
+
+    tenant: str = "t"
+    expires_at: float | None = None
+    send: str = "*"
+    receive: str = "*"
+
+    def can(self, action: str, queue: str | None = None) -> bool:
+        allowed = {"send": self.send, "receive": self.receive}.get(action, "")
+        return allowed == "*" or (queue is not None and queue == allowed) or (queue is None and bool(allowed))
 
 
 def frame(**fields: object) -> str:
     return orjson.dumps(fields).decode()
 
 
+def sent(proto: WsProtocol) -> list[dict[str, Any]]:
+    return [orjson.loads(f) for f in proto.data_to_send()]
+
+
 @pytest.fixture
 def proto() -> WsProtocol:
-    return WsProtocol(PushSettings(max_frame_bytes=1000), authenticated=True)
+    p = WsProtocol(PushSettings(max_frame_bytes=1000))
+    p.authenticated(Caller())
+    return p
 
 
-def violation(proto: WsProtocol, text: str) -> ProtocolViolation:
-    with pytest.raises(ProtocolViolation) as info:
-        proto.receive_text(text)
-    return info.value
+def fails_with(proto: WsProtocol, text: str) -> CloseCode:
+    assert proto.receive_text(text) is None
+    assert proto.state is State.CLOSING and proto.close_code is not None
+    return proto.close_code
 
 
-def frame_error(proto: WsProtocol, text: str) -> FrameError:
-    with pytest.raises(FrameError) as info:
-        proto.receive_text(text)
-    return info.value
+def answered_with(proto: WsProtocol, text: str) -> dict[str, Any]:
+    assert proto.receive_text(text) is None
+    assert proto.state is State.OPEN
+    [reply] = sent(proto)
+    return reply
 
 
 @pytest.mark.parametrize(
@@ -67,20 +83,24 @@ def frame_error(proto: WsProtocol, text: str) -> FrameError:
     ],
 )
 def test_malformed_frames_close_with_4400(proto: WsProtocol, text: str) -> None:
-    assert violation(proto, text).close_code is CloseCode.MALFORMED
+    assert fails_with(proto, text) is CloseCode.MALFORMED
 
 
 def test_binary_frames_are_malformed(proto: WsProtocol) -> None:
-    with pytest.raises(ProtocolViolation) as info:
-        proto.receive_bytes(b"{}")
-    assert info.value.close_code is CloseCode.MALFORMED
+    proto.receive_bytes(b"{}")
+    assert (proto.state, proto.close_code) == (State.CLOSING, CloseCode.MALFORMED)
 
 
-def test_too_large_frames_close_with_1009(proto: WsProtocol) -> None:
-    assert violation(proto, frame(op="ping", pad="x" * 1000)).close_code is CloseCode.MESSAGE_TOO_BIG
+def test_too_large_frames_close_with_1009() -> None:
+    def fresh() -> WsProtocol:
+        p = WsProtocol(PushSettings(max_frame_bytes=1000))
+        p.authenticated(Caller())
+        return p
+
+    assert fails_with(fresh(), frame(op="ping", pad="x" * 1000)) is CloseCode.MESSAGE_TOO_BIG
     # Counted in bytes: 400 three-byte characters are 1200 bytes.
-    assert violation(proto, frame(op="ping", pad="€" * 400)).close_code is CloseCode.MESSAGE_TOO_BIG
-    assert isinstance(proto.receive_text(frame(op="ping", pad="x" * 900)), PingRequest)
+    assert fails_with(fresh(), frame(op="ping", pad="€" * 400)) is CloseCode.MESSAGE_TOO_BIG
+    assert isinstance(fresh().receive_text(frame(op="ping", pad="x" * 900)), PingRequest)
 
 
 def test_before_auth_only_auth_and_ping() -> None:
@@ -88,12 +108,49 @@ def test_before_auth_only_auth_and_ping() -> None:
     assert proto.state is State.AWAITING_AUTH
     assert isinstance(proto.receive_text(frame(op="ping")), PingRequest)
     assert proto.receive_text(frame(op="auth", token="t", id=1)) == AuthRequest(1, "t")
-    assert violation(proto, frame(op="subscribe", queue="q")).close_code is CloseCode.AUTH_FAILED
-    proto.authenticated()
+    assert proto.authenticated(Caller(), 1)
     assert proto.state is State.OPEN
+    assert sent(proto) == [{"op": "ok", "id": 1, "expires_at": None}]
     assert isinstance(proto.receive_text(frame(op="subscribe", queue="q")), SubscribeRequest)
-    proto.closed()
-    assert violation(proto, frame(op="ping")).close_code is CloseCode.NORMAL
+    unauthenticated = WsProtocol(PushSettings())
+    assert fails_with(unauthenticated, frame(op="subscribe", queue="q")) is CloseCode.AUTH_FAILED
+
+
+def test_a_failed_first_auth_closes_a_failed_refresh_is_one_error() -> None:
+    proto = WsProtocol(PushSettings())
+    proto.authentication_failed(Unauthorized("bad token"), 1)
+    assert (proto.state, proto.close_code, proto.close_reason) == (
+        State.CLOSING,
+        CloseCode.AUTH_FAILED,
+        "bad token",
+    )
+    proto = WsProtocol(PushSettings())
+    proto.authenticated(Caller())
+    proto.authentication_failed(Unauthorized("expired"), 2)
+    assert proto.state is State.OPEN
+    assert sent(proto) == [{"op": "error", "id": 2, "code": "unauthorized", "message": "expired"}]
+
+
+def test_a_refresh_keeps_the_tenant_and_every_subscribed_queue(proto: WsProtocol) -> None:
+    assert proto.authenticated(Caller(expires_at=5.0), "r", subscribed=["a"])
+    assert sent(proto) == [{"op": "ok", "id": "r", "expires_at": 5.0}]
+    assert not proto.authenticated(Caller(receive="b"), "r2", subscribed=["a"])
+    assert proto.close_code is CloseCode.FORBIDDEN
+    other = WsProtocol(PushSettings())
+    other.authenticated(Caller())
+    assert not other.authenticated(Caller(tenant="u"), "r3")
+    assert other.close_code is CloseCode.AUTH_FAILED
+
+
+def test_scopes_are_checked_before_a_request_reaches_the_engine() -> None:
+    proto = WsProtocol(PushSettings())
+    proto.authenticated(Caller(send="out", receive="in"))
+    assert isinstance(proto.receive_text(frame(op="send", queue="out", body="x")), SendRequest)
+    assert isinstance(proto.receive_text(frame(op="subscribe", queue="in")), SubscribeRequest)
+    assert fails_with(proto, frame(op="send", queue="in", body="x")) is CloseCode.FORBIDDEN
+    proto = WsProtocol(PushSettings())
+    proto.authenticated(Caller(send="out", receive=""))
+    assert fails_with(proto, frame(op="ack", receipts=["r"])) is CloseCode.FORBIDDEN
 
 
 def test_subscribe_defaults_and_bounds(proto: WsProtocol) -> None:
@@ -116,9 +173,8 @@ def test_subscribe_defaults_and_bounds(proto: WsProtocol) -> None:
         {"queue": "bad name!"},
         {"queue": None},
     ):
-        fields = {"op": "subscribe", "queue": "q", "id": 7, **bad}
-        error = frame_error(proto, orjson.dumps(fields).decode())
-        assert (error.request_id, error.code) == (7, "invalid_request")
+        reply = answered_with(proto, frame(**{"op": "subscribe", "queue": "q", "id": 7, **bad}))
+        assert (reply["op"], reply["id"], reply["code"]) == ("error", 7, "invalid_request")
 
 
 def test_ack_nack_unsubscribe(proto: WsProtocol) -> None:
@@ -126,8 +182,8 @@ def test_ack_nack_unsubscribe(proto: WsProtocol) -> None:
     assert proto.receive_text(frame(op="nack", receipts=["a"], delay_s=2, id=3)) == NackRequest(3, ["a"], 2.0)
     assert proto.receive_text(frame(op="unsubscribe", queue="q")) == UnsubscribeRequest(None, "q")
     for bad in ({"receipts": []}, {"receipts": "a"}, {"receipts": [1]}, {"receipts": [""]}):
-        assert frame_error(proto, frame(op="ack", **bad)).code == "invalid_request"
-    assert frame_error(proto, frame(op="nack", receipts=["a"], delay_s=-1)).code == "invalid_request"
+        assert answered_with(proto, frame(op="ack", **bad))["code"] == "invalid_request"
+    assert answered_with(proto, frame(op="nack", receipts=["a"], delay_s=-1))["code"] == "invalid_request"
 
 
 def test_send_single_and_batch(proto: WsProtocol) -> None:
@@ -141,35 +197,52 @@ def test_send_single_and_batch(proto: WsProtocol) -> None:
     assert isinstance(request, SendRequest) and request.is_batch
     assert request.entries[0] == NewMessage(body=b"a")
     assert isinstance(request.entries[1], InvalidRequest)
-    assert frame_error(proto, frame(op="send", queue="q")).code == "invalid_request"
-    assert frame_error(proto, frame(op="send", queue="q", body="x", colour="red")).code == "invalid_request"
-    assert frame_error(proto, frame(op="send", queue="q", messages=[])).code == "invalid_request"
-    assert frame_error(proto, frame(op="send", queue="q", messages=[{"body": "a"}], body="b")).code == (
-        "invalid_request"
-    )
+    for bad in (
+        frame(op="send", queue="q"),
+        frame(op="send", queue="q", body="x", colour="red"),
+        frame(op="send", queue="q", messages=[]),
+        frame(op="send", queue="q", messages=[{"body": "a"}], body="b"),
+    ):
+        assert answered_with(proto, bad)["code"] == "invalid_request"
 
 
-def test_built_frames_are_the_api_shapes() -> None:
+def test_replies_and_the_close_go_out_in_order(proto: WsProtocol) -> None:
+    proto.ok(5, {"acked": 1})
+    proto.error("x", RateLimited("slow down", retry_after_s=2.5), queue="q")
+    proto.pong(None)
+    proto.pong(9)
+    assert sent(proto) == [
+        {"op": "ok", "id": 5, "acked": 1},
+        {
+            "op": "error",
+            "id": "x",
+            "code": "rate_limited",
+            "message": "slow down",
+            "queue": "q",
+            "retry_after_s": 2.5,
+        },
+        {"op": "pong"},
+        {"op": "pong", "id": 9},
+    ]
+    proto.ok(1)
+    proto.fail_with(RateLimited("abuse"))
+    # What was queued before the close still goes; nothing after it.
+    proto.ok(2)
+    assert [f["id"] for f in sent(proto)] == [1]
+    assert (proto.close_code, proto.close_reason) == (CloseCode.POLICY, "abuse")
+    assert proto.receive_text(frame(op="ping")) is None
+    assert sent(proto) == []
+
+
+def test_delivery_frames_are_the_api_shapes() -> None:
     payload = orjson.dumps({"id": "m1", "body": "hi"})
-    assert orjson.loads(message_frame(message_prefix("q"), payload)) == {
-        "op": "message",
-        "queue": "q",
-        "message": {"id": "m1", "body": "hi"},
-    }
-    assert orjson.loads(messages_frame(messages_prefix("q"), [payload, payload])) == {
-        "op": "messages",
-        "queue": "q",
-        "messages": [{"id": "m1", "body": "hi"}] * 2,
-    }
-    assert orjson.loads(ok_frame(5, {"acked": 1})) == {"op": "ok", "id": 5, "acked": 1}
-    assert orjson.loads(error_frame("x", "forbidden", "no")) == {
-        "op": "error",
-        "id": "x",
-        "code": "forbidden",
-        "message": "no",
-    }
-    assert orjson.loads(pong_frame(None)) == {"op": "pong"}
-    assert orjson.loads(pong_frame(9)) == {"op": "pong", "id": 9}
+    [single] = delivery_encoder("q")([payload], 1)
+    assert orjson.loads(single) == {"op": "message", "queue": "q", "message": {"id": "m1", "body": "hi"}}
+    frames = delivery_encoder("q", batch=2)([payload] * 3, 1)
+    assert [orjson.loads(f) for f in frames] == [
+        {"op": "messages", "queue": "q", "messages": [{"id": "m1", "body": "hi"}] * 2},
+        {"op": "message", "queue": "q", "message": {"id": "m1", "body": "hi"}},
+    ]
 
 
 def test_close_codes_say_whether_to_reconnect() -> None:
@@ -178,3 +251,5 @@ def test_close_codes_say_whether_to_reconnect() -> None:
     assert not CloseCode.FORBIDDEN.reconnect and not CloseCode.MESSAGE_TOO_BIG.reconnect
     assert should_reconnect(1006) and should_reconnect(1012) and not should_reconnect(4001)
     assert all(code.description for code in CloseCode)
+    assert close_code_for(Unauthorized()) is CloseCode.AUTH_FAILED
+    assert close_code_for(RateLimited()) is CloseCode.POLICY
