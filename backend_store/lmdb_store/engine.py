@@ -34,8 +34,8 @@ from ..types import (
     TenantId,
 )
 from . import queue_ops
-from .environment import Db, Environment, View
-from .group_commit import GroupCommitWriter, PostCommit, Touched, Writes
+from .environment import Db, Environment, Touched, View, Writes
+from .group_commit import GroupCommitWriter, PostCommit
 from .message_ops import MessageOps, next_visible_ms
 from .records import MessageRecord, pack, unpack
 from .replication_log import ReplicationLog
@@ -405,7 +405,3 @@ class LmdbBackend:
                     pass
             except PushgateError as exc:
                 log.warning("sweep failed: %s", exc.detail)
-
-    async def sweep_now(self) -> int:
-        """Run one sweep pass (tests and operators)."""
-        return await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET))

@@ -1,4 +1,5 @@
-"""The LMDB environment: its named databases, map growth, and safe read transactions.
+"""The LMDB environment: its named databases, map growth, safe read transactions, and the
+views of a transaction (:class:`View` reads, :class:`Writes` also records every mutation).
 
 LMDB allows changing the map size only while this process has no transaction open,
 so readers hold a shared gate and the writer takes it exclusively to grow the map.
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from ..errors import Unavailable
+from .records import QueueRecord
 
 log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
@@ -186,3 +188,39 @@ class View:
 
     def cursor(self, db: Db) -> Any:
         return self.txn.cursor(db=self.dbs[db])
+
+
+# (tenant, queue) pairs whose messages became visible now or later: listeners wake them.
+Touched = set[tuple[str, str]]
+
+
+class Writes(View):
+    """The write side of a transaction; records every mutation so followers can replay them."""
+
+    __slots__ = ("dirty_queues", "mutations", "queue_cache", "queue_saves", "touched")
+
+    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
+        super().__init__(txn, dbs)
+        self.mutations: list[tuple[int, bytes, bytes | None]] = []
+        # (tenant, queue) pairs whose messages became visible now or later: listeners wake them.
+        self.touched: Touched = set()
+        # Decoded queue records for the whole batch (most operations of a batch hit the
+        # same few queues); changed records are written once, when the batch ends.
+        self.queue_cache: dict[bytes, QueueRecord] = {}
+        self.dirty_queues: dict[bytes, QueueRecord] = {}
+        self.queue_saves = 0
+
+    def flush_queues(self) -> None:
+        for key, record in self.dirty_queues.items():
+            self.put(Db.QUEUES, key, record.encode())
+        self.dirty_queues.clear()
+
+    def put(self, db: Db, key: bytes, value: bytes) -> None:
+        self.txn.put(key, value, db=self.dbs[db])
+        self.mutations.append((db, key, value))
+
+    def delete(self, db: Db, key: bytes) -> bool:
+        deleted: bool = self.txn.delete(key, db=self.dbs[db])
+        if deleted:
+            self.mutations.append((db, key, None))
+        return deleted

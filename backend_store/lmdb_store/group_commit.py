@@ -22,47 +22,11 @@ from typing import Any, Generic, TypeVar
 import lmdb
 
 from ..errors import InvalidRequest, PushgateError, Unavailable
-from .environment import Db, Environment, View, is_disk_full
-from .records import QueueRecord
+from .environment import Db, Environment, Touched, Writes, is_disk_full
 from .replication_log import ReplicationLog
 
 log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
-Touched = set[tuple[str, str]]
-
-
-class Writes(View):
-    """The write side of a transaction; records every mutation so followers can replay them."""
-
-    __slots__ = ("dirty_queues", "mutations", "queue_cache", "queue_saves", "touched")
-
-    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
-        super().__init__(txn, dbs)
-        self.mutations: list[tuple[int, bytes, bytes | None]] = []
-        # (tenant, queue) pairs whose messages became visible now or later: listeners wake them.
-        self.touched: Touched = set()
-        # Decoded queue records for the whole batch (most operations of a batch hit the
-        # same few queues); changed records are written once, when the batch ends.
-        self.queue_cache: dict[bytes, QueueRecord] = {}
-        self.dirty_queues: dict[bytes, QueueRecord] = {}
-        self.queue_saves = 0
-
-    def flush_queues(self) -> None:
-        for key, record in self.dirty_queues.items():
-            self.put(Db.QUEUES, key, record.encode())
-        self.dirty_queues.clear()
-
-    def put(self, db: Db, key: bytes, value: bytes) -> None:
-        self.txn.put(key, value, db=self.dbs[db])
-        self.mutations.append((db, key, value))
-
-    def delete(self, db: Db, key: bytes) -> bool:
-        deleted: bool = self.txn.delete(key, db=self.dbs[db])
-        if deleted:
-            self.mutations.append((db, key, None))
-        return deleted
-
-
 Operation = Callable[[Writes, float], T]
 # Runs inside each batch's transaction after its operations, with what they touched; returns
 # callbacks to run on their event loops once the batch is committed (standing receives).

@@ -1,7 +1,9 @@
 """Message operations run by the writer: send, receive, ack, nack, extend, and sweeps.
 
-Each function validates before it writes; the writer also runs each one in a nested
-transaction, so an error leaves no partial effect.
+Each operation validates before its first write and raises a ``PushgateError`` only
+then, so a failed operation leaves nothing behind in the batch's transaction. (An
+operation that breaks that rule, or crashes, makes the writer redo the batch one
+operation per transaction: see ``group_commit.py``.)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import itertools
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..encryption import Keyring
 from ..errors import (
@@ -29,14 +32,14 @@ from ..types import (
     AckResult,
     MessageId,
     NewMessage,
+    QueueAttributes,
     QueueName,
     Receipt,
     ReceiptFailure,
     ReceivedMessage,
     SendResult,
 )
-from .environment import Db, View
-from .group_commit import Writes
+from .environment import Db, View, Writes
 from .keys import (
     RECEIPT_TOKEN_BYTES,
     decode_receipt,
@@ -55,6 +58,64 @@ from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
 from .visibility import add_message, load_state, remove_message, set_visible_at, to_ms
 
 log = logging.getLogger("pushgate.store")
+
+
+@dataclass(slots=True)
+class _Receive:
+    """One receive call's context, shared by the verdicts on each of its messages."""
+
+    w: Writes
+    now: float
+    now_ms: int
+    tenant: str
+    queue: str
+    record: QueueRecord
+    attrs: QueueAttributes
+    fifo: bool
+    qid: int
+    invisible_until: int
+    retention_cutoff: float
+    changed: bool = False
+    # The dead-letter queue's record, once a message has needed it (None: not looked up, or missing).
+    dlq: QueueRecord | None = None
+    dlq_looked_up: bool = False
+
+    @classmethod
+    def start(
+        cls, w: Writes, now: float, tenant: str, queue: str, visibility_timeout_s: float | None
+    ) -> _Receive:
+        record = find_queue(w, tenant, queue)
+        attrs = attributes_of(record)
+        now_ms = to_ms(now)
+        timeout = attrs.visibility_timeout_s if visibility_timeout_s is None else visibility_timeout_s
+        return cls(
+            w=w,
+            now=now,
+            now_ms=now_ms,
+            tenant=tenant,
+            queue=queue,
+            record=record,
+            attrs=attrs,
+            fifo=attrs.ordering == "fifo",
+            qid=record.qid,
+            invisible_until=now_ms + to_ms(timeout),
+            retention_cutoff=now - attrs.retention_s,
+        )
+
+    def dead_letter_queue(self) -> QueueRecord | None:
+        if not self.dlq_looked_up and self.attrs.dead_letter_queue is not None:
+            self.dlq_looked_up = True
+            with contextlib.suppress(QueueNotFound):
+                self.dlq = find_queue(self.w, self.tenant, self.attrs.dead_letter_queue)
+        return self.dlq
+
+    def finish(self) -> None:
+        """Store what changed: this queue's counts, the dead-letter queue's."""
+        if self.changed:
+            save_queue(self.w, self.tenant, self.queue, self.record)
+        if self.dlq is not None and self.attrs.dead_letter_queue is not None:
+            save_queue(self.w, self.tenant, self.attrs.dead_letter_queue, self.dlq)
+            self.w.touched.add((self.tenant, self.attrs.dead_letter_queue))
 
 
 class MessageOps:
@@ -137,81 +198,70 @@ class MessageOps:
         max_messages: int,
         visibility_timeout_s: float | None,
     ) -> list[ReceivedMessage]:
-        record = find_queue(w, tenant, queue)
-        attrs = attributes_of(record)
-        fifo = attrs.ordering == "fifo"
-        qid = record.qid
-        now_ms = to_ms(now)
-        timeout = attrs.visibility_timeout_s if visibility_timeout_s is None else visibility_timeout_s
-        invisible_until = now_ms + to_ms(timeout)
-        retention_cutoff = now - attrs.retention_s
-        dlq: tuple[str, QueueRecord] | None = None
+        r = _Receive.start(w, now, tenant, queue, visibility_timeout_s)
         out: list[ReceivedMessage] = []
         seen: set[int] = set()
-        changed = False
         while len(out) < max_messages:
-            candidates = _ready(w, qid, now_ms, max_messages - len(out), seen)
+            candidates = _ready(w, r.qid, r.now_ms, max_messages - len(out), seen)
             if not candidates:
                 break
             # One read of the kernel's random pool for the whole batch of receipts.
             tokens = os.urandom(RECEIPT_TOKEN_BYTES * len(candidates))
             for i, (visible_ms, seq) in enumerate(candidates):
                 seen.add(seq)
-                key = message_key(qid, seq)
-                try:
-                    state = load_state(w, qid, seq)
-                    raw = w.get(Db.MSGS, key)
-                    if state is None or raw is None:
-                        raise Unavailable("index entry without a message")
-                    if state.sent_at < retention_cutoff:
-                        remove_message(w, qid, seq, state, fifo, now)
-                        record.count -= 1
-                        changed = True
-                        continue
-                    if attrs.max_receives is not None and state.receive_count >= attrs.max_receives:
-                        if dlq is None and attrs.dead_letter_queue is not None:
-                            with contextlib.suppress(QueueNotFound):
-                                dlq = (
-                                    attrs.dead_letter_queue,
-                                    find_queue(w, tenant, attrs.dead_letter_queue),
-                                )
-                        if dlq is not None:
-                            self._dead_letter(w, now, qid, seq, raw, state, fifo, dlq[1])
-                            record.count -= 1
-                            record.dead_lettered_total += 1
-                            changed = True
-                            continue
-                    msg = MessageRecord.decode(raw)
-                    body = self._open(msg, tenant)
-                except Unavailable as exc:
-                    # Skip it rather than stall the queue; the record stays for an operator.
-                    log.error("queue %s/%s seq %d cannot be delivered: %s", tenant, queue, seq, exc.detail)
-                    w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
-                    continue
-                state.receive_count += 1
-                state.receipt_token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
-                set_visible_at(w, qid, seq, state, invisible_until, "i")
-                out.append(
-                    ReceivedMessage(
-                        queue=QueueName(queue),
-                        id=MessageId(msg.id),
-                        seq=seq,
-                        receipt=Receipt(encode_receipt(qid, seq, state.receipt_token)),
-                        body=body,
-                        is_text=msg.is_text,
-                        attributes=msg.attributes,
-                        group_id=state.group_id,
-                        sent_at=state.sent_at,
-                        receive_count=state.receive_count,
-                        visible_at=invisible_until / 1000,
-                    )
-                )
-        if changed:
-            save_queue(w, tenant, queue, record)
-        if dlq is not None:
-            save_queue(w, tenant, dlq[0], dlq[1])
-            w.touched.add((tenant, dlq[0]))
+                token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
+                message = self._take(r, visible_ms, seq, token)
+                if message is not None:
+                    out.append(message)
+        r.finish()
         return out
+
+    def _take(self, r: _Receive, visible_ms: int, seq: int, token: bytes) -> ReceivedMessage | None:
+        """The verdict on one visible message: dropped (past retention), moved to the
+        dead-letter queue (past max_receives), skipped (unreadable), or delivered (None
+        for all but the last)."""
+        w, qid = r.w, r.qid
+        try:
+            state = load_state(w, qid, seq)
+            raw = w.get(Db.MSGS, message_key(qid, seq))
+            if state is None or raw is None:
+                raise Unavailable("index entry without a message")
+            if state.sent_at < r.retention_cutoff:
+                remove_message(w, qid, seq, state, r.fifo, r.now)
+                r.record.count -= 1
+                r.changed = True
+                return None
+            if r.attrs.max_receives is not None and state.receive_count >= r.attrs.max_receives:
+                dlq = r.dead_letter_queue()
+                if dlq is not None:
+                    self._dead_letter(w, r.now, qid, seq, raw, state, r.fifo, dlq)
+                    r.record.count -= 1
+                    r.record.dead_lettered_total += 1
+                    r.changed = True
+                    return None
+            msg = MessageRecord.decode(raw)
+            body = self._open(msg, r.tenant)
+        except Unavailable as exc:
+            # Skip it rather than stall the queue; the record stays for an operator.
+            log.error("queue %s/%s seq %d cannot be delivered: %s", r.tenant, r.queue, seq, exc.detail)
+            w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
+            return None
+        state.receive_count += 1
+        state.receipt_token = token
+        set_visible_at(w, qid, seq, state, r.invisible_until, "i")
+        return ReceivedMessage(
+            queue=QueueName(r.queue),
+            id=MessageId(msg.id),
+            seq=seq,
+            receipt=Receipt(encode_receipt(qid, seq, token)),
+            body=body,
+            is_text=msg.is_text,
+            attributes=msg.attributes,
+            group_id=state.group_id,
+            sent_at=state.sent_at,
+            receive_count=state.receive_count,
+            visible_at=r.invisible_until / 1000,
+        )
 
     def _dead_letter(
         self,

@@ -12,8 +12,7 @@ from typing import Any
 from ..attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
 from ..errors import InvalidRequest, QueueExists, QueueNotFound
 from ..types import QueueAttributes, QueueInfo, QueueName, QueueStats, TenantId
-from .environment import Db, View
-from .group_commit import Writes
+from .environment import Db, View, Writes
 from .keys import message_key, queue_key, read_u64, split_visibility_key, tenant_prefix, u64, visibility_key
 from .records import DeliveryState, QueueRecord
 from .visibility import to_ms

@@ -11,16 +11,13 @@ message costs on disk. Backend nodes always keep a log.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import Unavailable
 from ..types import Lsn
-from .environment import Db
+from .environment import Db, Writes
 from .keys import read_u64, u64
 from .records import pack, unpack
-
-if TYPE_CHECKING:
-    from .group_commit import Writes
 
 _LAST_LSN = b"\0sys\0last_lsn"
 _TRIM_PER_BATCH = 64

@@ -9,8 +9,7 @@ at most one message in flight.
 
 from __future__ import annotations
 
-from .environment import Db
-from .group_commit import Writes
+from .environment import Db, Writes
 from .keys import expiry_key, group_key, group_prefix, message_key, read_u64, visibility_key
 from .records import DeliveryState
 
