@@ -13,7 +13,7 @@ from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
 from tests.conftest import scaled
-from tests.gateway.conftest import RunningGateway
+from tests.gateway.conftest import RunningGateway, start_gateway
 
 from .conftest import (
     Http,
@@ -102,6 +102,40 @@ async def test_slow_consumer_closed_4008_and_its_messages_go_to_a_healthy_one(
         return bool(stats["visible"] == 0 and stats["in_flight"] == 0)
 
     await poll(empty, what="every message acked")
+
+
+async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    # Small messages never fill a socket: only their timing out unacked, with not a word
+    # from the client since, tells that these consumers stopped reading (issue: a stalled
+    # consumer got its credit back each time its messages timed out, starving the rest).
+    await http.queue(qname, visibility_timeout_s=1)
+    stalled = [await StalledClient.open(gateway) for _ in range(5)]
+    for client in stalled:
+        await client.send({"op": "subscribe", "queue": qname, "prefetch": 10})
+    total = 200
+    await http.send_many(qname, [f"m{i}" for i in range(total)])
+    acked: set[str] = set()
+    async with ws_connect(gateway, gateway.admin_key) as healthy:
+        assert (await request(healthy, op="subscribe", queue=qname, prefetch=10, id=1))["op"] == "ok"
+        async with asyncio.timeout(scaled(30)):
+            while len(acked) < total:
+                got = await deliveries(healthy, 1, timeout=30)
+                acked.update(m["id"] for m in got)
+                await send_frame(healthy, op="ack", receipts=[m["receipt"] for m in got])
+    assert len(acked) == total
+    assert [await client.close_code() for client in stalled] == [4008] * len(stalled)
+
+
+async def test_a_peer_that_never_answers_pings_is_closed_1011(tmp_path: Path) -> None:
+    gateway = start_gateway(tmp_path, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3)
+    try:
+        silent = await StalledClient.open(gateway)
+        # It reads what comes (the ping too) but never sends the pong its protocol queues.
+        assert await silent.close_code() == 1011
+    finally:
+        gateway.stop()
 
 
 async def test_shutdown_drain(tmp_path: Path) -> None:
