@@ -20,11 +20,10 @@ from pathlib import Path
 
 import httpx
 import orjson
+from push_common import create_queue, machine, rss_kib, start_gateway, stop
 from websockets.asyncio.client import connect
 from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
-
-from push_common import create_queue, machine, rss_kib, start_gateway, stop
 
 QUEUE = "slow-bench"
 BODY = "x" * 1024
@@ -74,7 +73,9 @@ class Stalled:
 
 
 async def healthy(ws_url: str, key: str, got: list[float], ready: asyncio.Event) -> None:
-    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers={"Authorization": f"Bearer {key}"}) as ws:  # type: ignore[list-item]
+    async with connect(
+        ws_url, subprotocols=["pushgate.v1"], additional_headers={"Authorization": f"Bearer {key}"}
+    ) as ws:  # type: ignore[list-item]
         await ws.send(orjson.dumps({"op": "subscribe", "queue": QUEUE, "prefetch": 10, "id": 1}).decode())
         ready.set()
         async for raw in ws:
@@ -87,7 +88,9 @@ async def healthy(ws_url: str, key: str, got: list[float], ready: asyncio.Event)
 async def produce(url: str, key: str, rate: int, seconds: float) -> int:
     sent = 0
     batch = max(1, rate // 20)
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as client:
         start = time.monotonic()
         while time.monotonic() - start < seconds:
             tick = time.monotonic()
@@ -124,11 +127,15 @@ async def run(args: argparse.Namespace) -> None:
         finally:
             stop(proc)
     print(machine())
-    print(f"{args.stalled} stalled consumers, 1 healthy; {sent} x 1 KiB sent at ~{args.rate}/s for {args.seconds:g} s")
+    print(
+        f"{args.stalled} stalled consumers, 1 healthy; {sent} x 1 KiB sent at ~{args.rate}/s for {args.seconds:g} s"
+    )
     print(f"healthy consumer's share 1 s after the producers stopped:  {at_1s}/{sent} ({at_1s / sent:.1%})")
     print(f"healthy consumer's share 10 s after the producers stopped: {at_10s}/{sent} ({at_10s / sent:.1%})")
     print(f"stalled consumers' close codes: {dict(codes)}")
-    print(f"gateway RSS: {rss_idle} KiB idle, {rss_connected} KiB with the consumers, {rss_peak} KiB at the end of the run")
+    print(
+        f"gateway RSS: {rss_idle} KiB idle, {rss_connected} KiB with the consumers, {rss_peak} KiB at the end of the run"
+    )
 
 
 def main() -> None:
