@@ -28,11 +28,15 @@ Contract, for every implementation:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import PushgateError
 from .types import (
     AckResult,
+    Epoch,
+    LogEntry,
+    Lsn,
     NewMessage,
     QueueInfo,
     QueueName,
@@ -186,4 +190,71 @@ class StandingReceive(Protocol):
         """Withdraw the demand registered with ``deliver``, if it is still waiting."""
 
 
-__all__ = ["Backend", "ChangeListener", "DeliverCallback", "PushgateError", "StandingReceive"]
+@runtime_checkable
+class ReplicaStore(Protocol):
+    """Optional capability: one partition replica's log, for backend nodes to replicate.
+
+    The store knows no peers; a node layer ships entries between stores. Contract:
+
+    - Every committed write batch is one :class:`LogEntry`: the next LSN (no gaps), the
+      store's current epoch, and a record that :meth:`apply_replicated` on another replica
+      reproduces exactly.
+    - **Fencing in storage.** The store keeps the highest epoch it has seen, in the same
+      transaction as the data: :meth:`raise_epoch` and applied entries move it up, never
+      down; anything older is refused with :class:`~backend_store.errors.StaleEpoch`, so a
+      deposed leader can never have its batches acknowledged by a fenced replica.
+    - Applied entries must follow the log without a gap
+      (:class:`~backend_store.errors.ReplicationGap` otherwise: resend from
+      :attr:`last_lsn`, or re-seed from a :meth:`snapshot` when the leader has trimmed them).
+    - :meth:`truncate_after` rolls back entries past an LSN (the unacknowledged tail of a
+      deposed leader) and keeps the fence.
+    """
+
+    @property
+    def last_lsn(self) -> Lsn:
+        """The LSN of the newest committed entry (0: none)."""
+
+    @property
+    def epoch(self) -> Epoch:
+        """The highest epoch this replica has seen (0: none)."""
+
+    async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
+        """Committed entries with LSN > ``after``, oldest first, at most ``limit``."""
+
+    async def first_retained_lsn(self) -> Lsn | None:
+        """The oldest entry still kept (None: the log is empty)."""
+
+    async def apply_replicated(self, entries: Sequence[LogEntry]) -> Lsn:
+        """Apply a leader's entries in one commit, in order; return the new last LSN.
+
+        All or nothing: a stale epoch or a gap anywhere refuses the whole call.
+        """
+
+    async def raise_epoch(self, epoch: Epoch) -> Epoch:
+        """Start term ``epoch`` here (a new leader, or a follower told of one); refuse an older one.
+
+        Entries this store writes from then on carry ``epoch``.
+        """
+
+    async def truncate_after(self, lsn: Lsn) -> int:
+        """Undo and drop the entries after ``lsn``; return how many.
+
+        Raises :class:`~backend_store.errors.ReplicationGap` if they can no longer be
+        undone (trimmed): the replica must be re-seeded.
+        """
+
+    def hold_log_from(self, lsn: Lsn | None) -> None:
+        """Keep entries from ``lsn`` on (the slowest follower's need); None releases the hold."""
+
+    async def snapshot(self, target: Path) -> None:
+        """Write a consistent copy of the whole store (data, log, fence) to ``target``."""
+
+
+__all__ = [
+    "Backend",
+    "ChangeListener",
+    "DeliverCallback",
+    "PushgateError",
+    "ReplicaStore",
+    "StandingReceive",
+]

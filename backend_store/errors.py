@@ -22,6 +22,8 @@ Tree::
     ├── MessageTooLarge       message_too_large
     ├── RateLimited           rate_limited      (retry_after_s: when the limit allows again)
     ├── Unavailable           unavailable       (map or disk full, corrupt record, no leader)
+    │   └── ReplicationGap    replication_gap   (a replica cannot take these log entries: resend or re-seed)
+    ├── StaleEpoch            stale_epoch       (fenced: a newer partition leader exists)
     └── ConfigurationError    configuration_error (start-up only: bad key file, wrong key)
 
 The gateway adds three HTTP-only codes in ``gateway/errors.py`` (method_not_allowed,
@@ -107,6 +109,21 @@ class Unavailable(PushgateError):
     retry_after_s = 1.0
 
 
+class ReplicationGap(Unavailable):
+    """Replicated entries do not follow this replica's log (or were trimmed from the leader's).
+
+    The sender resends from the replica's last LSN, or re-seeds it from a snapshot.
+    """
+
+    code = "replication_gap"
+
+
+class StaleEpoch(PushgateError):
+    """Fencing: the request or batch carries an older epoch than this replica has seen."""
+
+    code = "stale_epoch"
+
+
 class ConfigurationError(PushgateError):
     """The store cannot start as configured (a missing or wrong encryption key, a bad URL)."""
 
@@ -129,6 +146,8 @@ ERRORS_BY_CODE: dict[str, type[PushgateError]] = {
         MessageTooLarge,
         RateLimited,
         Unavailable,
+        ReplicationGap,
+        StaleEpoch,
         ConfigurationError,
     )
 }

@@ -15,6 +15,8 @@ QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
 Receipt = NewType("Receipt", str)
 Lsn = NewType("Lsn", int)
+# A partition leader's term (the create_revision of its etcd leader key): only grows.
+Epoch = NewType("Epoch", int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +111,13 @@ class ReceiptFailure:
 class AckResult:
     acked: int
     failed: list[ReceiptFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One committed batch as replicated: its LSN, the epoch of the leader that wrote it, and
+    its mutations (an opaque record only the store that wrote it knows how to apply)."""
+
+    lsn: Lsn
+    epoch: Epoch
+    record: bytes

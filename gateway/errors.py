@@ -37,6 +37,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "internal_error": 500,
     "unavailable": 503,
     "configuration_error": 503,
+    # Cluster internals that can surface while a partition moves: retry shortly.
+    "replication_gap": 503,
+    "stale_epoch": 503,
 }
 
 TITLES: dict[str, str] = {
@@ -57,6 +60,8 @@ TITLES: dict[str, str] = {
     "internal_error": "Internal error",
     "unavailable": "Service unavailable",
     "configuration_error": "Service unavailable",
+    "replication_gap": "Service unavailable",
+    "stale_epoch": "Service unavailable",
 }
 
 

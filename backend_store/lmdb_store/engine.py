@@ -25,6 +25,8 @@ from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
 from ..options import StoreOptions
 from ..types import (
     AckResult,
+    Epoch,
+    LogEntry,
     Lsn,
     NewMessage,
     QueueInfo,
@@ -305,22 +307,36 @@ class LmdbBackend:
 
         return await self._read(read)
 
-    # Replication (used by backend nodes; the store itself knows no peers) -----
+    # Replication: the ReplicaStore surface (backend_store/backend.py). Used by backend
+    # nodes; the store itself knows no peers.
 
     @property
     def last_lsn(self) -> Lsn:
         return self._replication_log.last_lsn
 
-    async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[tuple[Lsn, bytes]]:
+    @property
+    def epoch(self) -> Epoch:
+        return self._replication_log.epoch
+
+    async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries after ``after``, oldest first."""
         return await self._read(lambda v: ReplicationLog.read(v.txn, v.dbs, after, limit))
 
     async def first_retained_lsn(self) -> Lsn | None:
         return await self._read(lambda v: ReplicationLog.first_lsn(v.txn, v.dbs))
 
-    async def apply_replicated(self, lsn: Lsn, record: bytes) -> None:
-        """Apply one leader entry (followers only)."""
-        await self._write(lambda w, now: self._replication_log.apply(w, lsn, record))
+    async def apply_replicated(self, entries: Sequence[LogEntry]) -> Lsn:
+        """Apply a leader's entries in one commit (followers only); return the new last LSN."""
+        return await self._write(lambda w, now: self._replication_log.apply(w, entries))
+
+    async def raise_epoch(self, epoch: Epoch) -> Epoch:
+        return await self._write(lambda w, now: self._replication_log.raise_epoch(w, epoch))
+
+    async def truncate_after(self, lsn: Lsn) -> int:
+        return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn))
+
+    def hold_log_from(self, lsn: Lsn | None) -> None:
+        self._replication_log.follower_floor = lsn
 
     async def snapshot(self, target: Path) -> None:
         """Write a consistent copy of the environment to ``target`` (for re-seeding and backups)."""
@@ -334,6 +350,7 @@ class LmdbBackend:
             "batches": writer.batches if writer else 0,
             "operations": writer.operations if writer else 0,
             "last_lsn": self.last_lsn,
+            "epoch": self.epoch,
         }
 
     # Internals ------------------------------------------------------------------

@@ -224,3 +224,27 @@ class Writes(View):
         if deleted:
             self.mutations.append((db, key, None))
         return deleted
+
+
+class UndoWrites(Writes):
+    """Writes that also keep each changed key's before-image, so the replication log can undo
+    the batch later (a deposed leader truncating what nobody acknowledged). Used when the
+    store keeps a log; ``replace``/``pop`` cost the same B-tree walk as ``put``/``delete``."""
+
+    __slots__ = ("undo",)
+
+    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
+        super().__init__(txn, dbs)
+        self.undo: list[list[Any]] = []
+
+    def put(self, db: Db, key: bytes, value: bytes) -> None:
+        self.undo.append([int(db), key, self.txn.replace(key, value, db=self.dbs[db])])
+        self.mutations.append((db, key, value))
+
+    def delete(self, db: Db, key: bytes) -> bool:
+        old = self.txn.pop(key, db=self.dbs[db])
+        if old is None:
+            return False
+        self.undo.append([int(db), key, old])
+        self.mutations.append((db, key, None))
+        return True

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 import lmdb
 
 from ..errors import InvalidRequest, PushgateError, Unavailable
-from .environment import Db, Environment, Touched, Writes, is_disk_full
+from .environment import Db, Environment, Touched, UndoWrites, Writes, is_disk_full
 from .replication_log import ReplicationLog
 
 log = logging.getLogger("pushgate.store")
@@ -167,8 +167,9 @@ class GroupCommitWriter:
     def _apply(self, batch: list[_Pending[Any]], *, after_ops: bool = True) -> Touched:
         now = self._clock()
         txn = self._env.begin_write()
+        self._log.begin()
         try:
-            writes = Writes(txn, self._env.dbs)
+            writes = UndoWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
             for pending in batch:
                 pending.outcome = self._run_op(writes, pending.op, now)
             post: list[PostCommit] = []
@@ -177,8 +178,8 @@ class GroupCommitWriter:
             writes.flush_queues()
             lsn = self._log.append(writes) if writes.mutations else None
             txn.commit()
+            self._log.commit()
             if lsn is not None:
-                self._log.last_lsn = lsn
                 self.batches += 1
             self._post_commit.extend(post)
         except BaseException:

@@ -4,46 +4,101 @@ The leader appends the exact mutations it applied; a follower applies the same r
 (:meth:`ReplicationLog.apply`) and ends up byte-for-byte equal. Entries are kept until
 they are older than the newest ``keep`` batches and every registered follower has them.
 
+Each entry is ``[epoch, record, undo]``: the epoch of the leader that wrote it (fencing),
+the mutations followers replay (``record``, what is shipped), and the before-image of
+every key the batch changed (``undo``, never shipped), so entries a deposed leader wrote
+but nobody acknowledged can be rolled back (:meth:`ReplicationLog.truncate_after`).
+
+Fencing lives here, in the same transaction as the data: the highest epoch this store has
+seen is kept under ``\\0sys\\0epoch``; entries or a new term with an older epoch are refused
+with :class:`StaleEpoch`. One store is one partition replica, so that epoch is the
+partition's. The fence only grows: it is written outside the logged mutations, so undoing
+entries never lowers it.
+
 With ``keep=0`` (a standalone gateway: nobody will ever read the log) batches still get
 LSNs but their mutations are not copied into the log, which halves the bytes each
 message costs on disk. Backend nodes always keep a log.
+
+LSN and epoch changes are staged while a transaction is open and made current by the
+writer once it commits (:meth:`commit`), so an aborted batch leaves them as they were.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ..errors import Unavailable
-from ..types import Lsn
+from ..errors import ReplicationGap, StaleEpoch, Unavailable
+from ..types import Epoch, LogEntry, Lsn
 from .environment import Db, Writes
 from .keys import read_u64, u64
 from .records import pack, unpack
 
 _LAST_LSN = b"\0sys\0last_lsn"
+_EPOCH = b"\0sys\0epoch"
 _TRIM_PER_BATCH = 64
+# Replicated mutations may touch every database but the log itself.
+_DB_NUMBERS = frozenset(int(db) for db in Db if db != Db.REPLOG)
 
 
 class ReplicationLog:
     def __init__(self, keep: int) -> None:
         self.keep = max(0, keep)
         self.last_lsn = Lsn(0)
+        self.epoch = Epoch(0)
         # The lowest LSN any follower still needs (None: no followers registered).
         self.follower_floor: Lsn | None = None
+        # (last_lsn, epoch) as the open transaction leaves them; None when unchanged.
+        self._staged: tuple[Lsn, Epoch] | None = None
 
     def load(self, txn: Any, dbs: dict[Db, Any]) -> None:
         raw = txn.get(_LAST_LSN, db=dbs[Db.META])
         self.last_lsn = Lsn(read_u64(raw) if raw else 0)
+        raw = txn.get(_EPOCH, db=dbs[Db.META])
+        self.epoch = Epoch(read_u64(raw) if raw else 0)
+
+    # Transaction boundaries (the writer thread calls these) ------------------
+
+    def begin(self) -> None:
+        self._staged = None
+
+    def commit(self) -> None:
+        if self._staged is not None:
+            self.last_lsn, self.epoch = self._staged
+            self._staged = None
+
+    def _current(self) -> tuple[Lsn, Epoch]:
+        return self._staged or (self.last_lsn, self.epoch)
+
+    def _stage(self, writes: Writes, lsn: Lsn, epoch: Epoch) -> None:
+        last, fence = self._current()
+        if lsn != last:
+            writes.txn.put(_LAST_LSN, u64(lsn), db=writes.dbs[Db.META])
+        if epoch != fence:
+            writes.txn.put(_EPOCH, u64(epoch), db=writes.dbs[Db.META])
+        self._staged = (lsn, epoch)
+
+    # The leader's side ---------------------------------------------------------
 
     def append(self, writes: Writes) -> Lsn:
         """Write the batch's mutations as the next entry, in the batch's own transaction."""
-        lsn = Lsn(self.last_lsn + 1)
-        writes.txn.put(_LAST_LSN, u64(lsn), db=writes.dbs[Db.META])
+        last, epoch = self._current()
+        lsn = Lsn(last + 1)
         if self.keep:
             record = pack([[int(db), key, value] for db, key, value in writes.mutations])
-            writes.txn.put(u64(lsn), record, db=writes.dbs[Db.REPLOG])
+            undo = getattr(writes, "undo", None)
+            writes.txn.put(u64(lsn), pack([epoch, record, undo]), db=writes.dbs[Db.REPLOG])
+        self._stage(writes, lsn, epoch)
         self._trim(writes, lsn)
-        # The writer sets ``last_lsn`` once the transaction is committed.
         return lsn
+
+    def raise_epoch(self, writes: Writes, epoch: Epoch) -> Epoch:
+        """Start (or confirm) term ``epoch``; refuse an older one. Return the fence."""
+        last, fence = self._current()
+        if epoch < fence:
+            raise StaleEpoch(f"epoch {epoch} is older than {fence}")
+        self._stage(writes, last, epoch)
+        return epoch
 
     def _trim(self, writes: Writes, lsn: Lsn) -> None:
         horizon = lsn - max(1, self.keep)
@@ -58,15 +113,18 @@ class ReplicationLog:
                 break
             cursor.delete()
 
+    # Reading ---------------------------------------------------------------------
+
     @staticmethod
-    def read(txn: Any, dbs: dict[Db, Any], after: Lsn, limit: int) -> list[tuple[Lsn, bytes]]:
+    def read(txn: Any, dbs: dict[Db, Any], after: Lsn, limit: int) -> list[LogEntry]:
         """Entries with LSN > ``after``, oldest first (a read transaction)."""
-        out: list[tuple[Lsn, bytes]] = []
+        out: list[LogEntry] = []
         cursor = txn.cursor(db=dbs[Db.REPLOG])
         if not cursor.set_range(u64(after + 1)):
             return out
         for key, value in cursor:
-            out.append((Lsn(read_u64(key)), bytes(value)))
+            epoch, record, _undo = unpack(value)
+            out.append(LogEntry(Lsn(read_u64(key)), Epoch(epoch), record))
             if len(out) >= limit:
                 break
         return out
@@ -76,16 +134,82 @@ class ReplicationLog:
         cursor = txn.cursor(db=dbs[Db.REPLOG])
         return Lsn(read_u64(cursor.key())) if cursor.first() else None
 
-    def apply(self, writes: Writes, lsn: Lsn, record: bytes) -> None:
-        """Apply a leader's entry on a follower, in LSN order, and log it under the same LSN."""
-        if lsn != self.last_lsn + 1:
-            raise Unavailable(f"replication gap: have {self.last_lsn}, got {lsn}")
-        for db, key, value in unpack(record):
-            if value is None:
-                writes.txn.delete(key, db=writes.dbs[Db(db)])
-            else:
-                writes.txn.put(key, value, db=writes.dbs[Db(db)])
-        writes.txn.put(u64(lsn), record, db=writes.dbs[Db.REPLOG])
-        writes.txn.put(_LAST_LSN, u64(lsn), db=writes.dbs[Db.META])
-        self._trim(writes, lsn)
-        self.last_lsn = lsn
+    # The follower's side -----------------------------------------------------------
+
+    def apply(self, writes: Writes, entries: Sequence[LogEntry]) -> Lsn:
+        """Apply a leader's entries in LSN order and log them under the same LSNs.
+
+        Everything is checked before the first write (the group-commit rule: an operation
+        fails only before it writes): LSNs must follow this log without a gap, epochs must
+        not go down and none may be older than the fence.
+        """
+        last, fence = self._current()
+        decoded: list[list[Any]] = []
+        for entry in entries:
+            if entry.epoch < fence:
+                raise StaleEpoch(f"entry {entry.lsn} has epoch {entry.epoch}, older than {fence}")
+            if entry.lsn != last + 1:
+                raise ReplicationGap(f"replication gap: have {last}, got {entry.lsn}")
+            mutations = unpack(entry.record)
+            if not _well_formed(mutations):
+                raise Unavailable(f"corrupt replicated entry {entry.lsn}")
+            decoded.append(mutations)
+            last, fence = entry.lsn, entry.epoch
+        for entry, mutations in zip(entries, decoded, strict=True):
+            undo = [_apply_mutation(writes, db, key, value) for db, key, value in mutations]
+            writes.txn.put(u64(entry.lsn), pack([entry.epoch, entry.record, undo]), db=writes.dbs[Db.REPLOG])
+        if entries:
+            self._stage(writes, last, fence)
+            self._trim(writes, last)
+        return last
+
+    def truncate_after(self, writes: Writes, lsn: Lsn) -> int:
+        """Undo and drop every entry after ``lsn`` (newest first); return how many.
+
+        For a deposed leader or a follower holding entries the new leader never had: they
+        were never acknowledged by a majority, so rolling them back loses nothing promised.
+        The fence is kept. Raises :class:`ReplicationGap` if any of them was trimmed from
+        the log already (then the replica must be re-seeded from a snapshot).
+        """
+        last, fence = self._current()
+        if lsn >= last:
+            return 0
+        if lsn < 0:
+            raise ReplicationGap("cannot truncate below LSN 0")
+        undos: list[tuple[int, list[Any]]] = []
+        for n in range(last, lsn, -1):
+            raw = writes.txn.get(u64(n), db=writes.dbs[Db.REPLOG])
+            undo = unpack(raw)[2] if raw is not None else None
+            if undo is None:
+                # Trimmed already, or written by a store that keeps no log.
+                raise ReplicationGap(f"entry {n} can no longer be undone; re-seed this replica")
+            undos.append((n, undo))
+        for n, undo in undos:
+            for db, key, old in reversed(undo):
+                if old is None:
+                    writes.txn.delete(key, db=writes.dbs[Db(db)])
+                else:
+                    writes.txn.put(key, old, db=writes.dbs[Db(db)])
+            writes.txn.delete(u64(n), db=writes.dbs[Db.REPLOG])
+        self._stage(writes, lsn, fence)
+        return len(undos)
+
+
+def _apply_mutation(writes: Writes, db: int, key: bytes, value: bytes | None) -> list[Any]:
+    """Apply one replicated mutation; return its before-image ``[db, key, old]``."""
+    if value is None:
+        old = writes.txn.pop(key, db=writes.dbs[Db(db)])
+    else:
+        old = writes.txn.replace(key, value, db=writes.dbs[Db(db)])
+    return [db, key, old]
+
+
+def _well_formed(mutations: Any) -> bool:
+    return isinstance(mutations, list) and all(
+        isinstance(m, list)
+        and len(m) == 3
+        and m[0] in _DB_NUMBERS
+        and isinstance(m[1], bytes)
+        and (m[2] is None or isinstance(m[2], bytes))
+        for m in mutations
+    )

@@ -130,7 +130,7 @@ class Crash:
                 # The log is whole up to the last committed batch: nothing torn at its end.
                 assert isinstance(store, LmdbBackend)
                 entries = await store.read_replication_log(Lsn(0), limit=1_000_000)
-                assert [lsn for lsn, _ in entries] == list(range(1, store.last_lsn + 1))
+                assert [e.lsn for e in entries] == list(range(1, store.last_lsn + 1))
         finally:
             await store.close()
         ids = [m.id for m in got]

@@ -213,15 +213,15 @@ async def test_each_commit_gets_the_next_lsn(lmdb_factory: StoreFactory) -> None
     assert store.last_lsn == after_create + 5
 
     entries = await store.read_replication_log(start)
-    assert [lsn for lsn, _ in entries] == list(range(start + 1, store.last_lsn + 1))
-    assert all(isinstance(record, bytes) and record for _, record in entries)
+    assert [e.lsn for e in entries] == list(range(start + 1, store.last_lsn + 1))
+    assert all(isinstance(e.record, bytes) and e.record for e in entries)
     # Reads commit nothing.
     await store.get_queue(T1, q("orders"))
     await store.list_queues(T1)
     assert store.last_lsn == after_create + 5
     # Paging.
     first_two = await store.read_replication_log(start, limit=2)
-    assert [lsn for lsn, _ in first_two] == [start + 1, start + 2]
+    assert [e.lsn for e in first_two] == [start + 1, start + 2]
     assert await store.read_replication_log(store.last_lsn) == []
 
 
@@ -262,7 +262,7 @@ async def test_log_is_trimmed_to_the_newest_entries(lmdb_factory: StoreFactory) 
     first = await store.first_retained_lsn()
     assert first == store.last_lsn - 5 + 1
     entries = await store.read_replication_log(Lsn(0))
-    assert [lsn for lsn, _ in entries] == list(range(first, store.last_lsn + 1))
+    assert [e.lsn for e in entries] == list(range(first, store.last_lsn + 1))
 
 
 async def test_a_follower_replaying_the_log_ends_up_equal(tmp_path: Path, clock: ManualClock) -> None:
@@ -284,8 +284,8 @@ async def test_a_follower_replaying_the_log_ends_up_equal(tmp_path: Path, clock:
         await leader.nack(T1, [got[1].receipt], delay_s=5)
         await leader.meta_put("tenants", "acme", b"{}")
 
-        for lsn, record in await leader.read_replication_log(Lsn(0), limit=10_000):
-            await follower.apply_replicated(lsn, record)
+        for entry in await leader.read_replication_log(Lsn(0), limit=10_000):
+            await follower.apply_replicated([entry])
         assert follower.last_lsn == leader.last_lsn
 
         assert await follower.list_queues(T1) == await leader.list_queues(T1)
@@ -313,7 +313,7 @@ async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -
         entries = await leader.read_replication_log(Lsn(0))
         assert len(entries) >= 2
         with pytest.raises(PushgateError):
-            await follower.apply_replicated(*entries[1])
+            await follower.apply_replicated([entries[1]])
         assert follower.last_lsn == 0
     finally:
         await leader_factory.close_all()
