@@ -1,0 +1,353 @@
+"""Pushgate against its peer, Redis streams with ``appendfsync always``, in one run.
+
+Run: ``python bench/peer_compare.py [--messages 20000] [--rate 2000] [--size 1024]``
+
+Both sides do the same work with Python clients in separate processes: one producer
+(pipelined, at most 100 messages unanswered), one consumer (prefetch 100, manual acks),
+1 KiB bodies, every message fsynced before the producer hears it is stored:
+
+- Redis 7 streams: a private ``redis-server --appendonly yes --appendfsync always`` on a
+  free port; ``XADD`` in pipelines of up to 100, ``XREADGROUP COUNT 100`` + ``XACK``.
+- Pushgate, batch frames: ``send`` frames of up to 100 messages; the consumer subscribes
+  with ``batch: 100`` and acks each ``messages`` frame in one ``ack`` frame.
+- Pushgate, one frame per message: a ``send`` frame per message (100 outstanding); the
+  consumer gets a ``message`` frame each and acks every 20.
+
+Phases: ``max`` (``--messages`` as fast as they go) and ``paced`` (``--rate`` msg/s for
+``--paced-seconds``, for send -> push latency). Prints msg/s, p50/p99, the server's CPU per
+message, and each Pushgate figure as a ratio to Redis measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from websockets.asyncio.client import connect
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.push_common import (
+    cpu_seconds,
+    create_queue,
+    free_port,
+    machine,
+    percentiles,
+    start_gateway,
+    stop,
+    wait_for_port,
+)
+
+WINDOW = 100
+STREAM, GROUP = "bench", "consumers"
+
+
+def body_of(size: int) -> str:
+    stamp = f"{time.time():.6f}"
+    return stamp + " " + "x" * max(0, size - len(stamp) - 1)
+
+
+def summary(latencies: list[float], first: float, last: float) -> dict[str, float]:
+    p50, p99 = percentiles(latencies)
+    return {
+        "count": len(latencies),
+        "msg_per_s": len(latencies) / max(last - first, 1e-9),
+        "p50_ms": p50 * 1e3,
+        "p99_ms": p99 * 1e3,
+    }
+
+
+async def pace(start: float, sent: int, rate: float | None) -> None:
+    if rate is not None:
+        due = start + sent / rate
+        now = time.perf_counter()
+        if due > now:
+            await asyncio.sleep(due - now)
+
+
+# Redis -----------------------------------------------------------------------------
+
+
+async def redis_consume(port: int, total: int) -> None:
+    r = aioredis.Redis(port=port)
+    latencies: list[float] = []
+    first = last = 0.0
+    print("ready", flush=True)
+    while len(latencies) < total:
+        got = await r.xreadgroup(GROUP, "c1", {STREAM: ">"}, count=100, block=5000)
+        if not got:
+            break
+        now = time.time()
+        ids = []
+        for message_id, fields in got[0][1]:
+            ids.append(message_id)
+            latencies.append(now - float(fields[b"b"][:17]))
+        first = first or now
+        last = now
+        await r.xack(STREAM, GROUP, *ids)
+    await r.aclose()
+    print(json.dumps(summary(latencies, first, last)), flush=True)
+
+
+async def redis_produce(port: int, total: int, size: int, rate: float | None) -> None:
+    """Pipelines of what is due (up to 100), several under way at once, at most 100 messages
+    unanswered: the same window as the Pushgate producer."""
+    r = aioredis.Redis(port=port, max_connections=WINDOW)
+    start = time.perf_counter()
+    sent = 0
+    unanswered = 0
+    room = asyncio.Condition()
+
+    async def xadd(n: int) -> None:
+        nonlocal unanswered
+        pipe = r.pipeline(transaction=False)
+        for _ in range(n):
+            pipe.xadd(STREAM, {"b": body_of(size)})
+        await pipe.execute()
+        async with room:
+            unanswered -= n
+            room.notify_all()
+
+    tasks = []
+    while sent < total:
+        if rate is None:
+            n = min(WINDOW - unanswered, total - sent)
+        else:
+            await asyncio.sleep(0.001)
+            n = min(int((time.perf_counter() - start) * rate) - sent, WINDOW - unanswered, total - sent)
+        if n <= 0:
+            async with room:
+                await room.wait_for(lambda: unanswered < WINDOW)
+            continue
+        unanswered += n
+        sent += n
+        tasks.append(asyncio.create_task(xadd(n)))
+    await asyncio.gather(*tasks)
+    await r.aclose()
+
+
+# Pushgate ---------------------------------------------------------------------------
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http", "ws", 1) + "/v1/ws"
+
+
+async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: int) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with connect(
+        ws_url(url), subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
+    ) as ws:  # type: ignore[list-item]
+        await ws.send(
+            orjson.dumps({"op": "subscribe", "queue": queue, "prefetch": 100, "batch": batch}).decode()
+        )
+        print("ready", flush=True)
+        latencies: list[float] = []
+        receipts: list[str] = []
+        first = last = 0.0
+        while len(latencies) < total:
+            try:
+                async with asyncio.timeout(10):
+                    frame = orjson.loads(await ws.recv())
+            except TimeoutError:
+                break
+            now = time.time()
+            if frame["op"] == "message":
+                messages = [frame["message"]]
+            elif frame["op"] == "messages":
+                messages = frame["messages"]
+            else:
+                continue
+            for m in messages:
+                receipts.append(m["receipt"])
+                latencies.append(now - float(m["body"][:17]))
+            first = first or now
+            last = now
+            if batch > 1 or len(receipts) >= 20 or len(latencies) >= total:
+                await ws.send(orjson.dumps({"op": "ack", "receipts": receipts}).decode())
+                receipts = []
+    print(json.dumps(summary(latencies, first, last)), flush=True)
+
+
+async def pushgate_produce(
+    url: str, key: str, queue: str, total: int, size: int, rate: float | None, batch: int
+) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with connect(
+        ws_url(url), subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
+    ) as ws:  # type: ignore[list-item]
+        outstanding = 0
+        sent = 0
+        request_id = 0
+        start = time.perf_counter()
+
+        async def read_replies(until: int) -> None:
+            nonlocal outstanding
+            while outstanding > until:
+                reply = orjson.loads(await ws.recv())
+                if reply["op"] != "ok":
+                    raise SystemExit(f"send failed: {reply}")
+                outstanding -= int(reply["id"].split(":")[1])  # the id says how many messages it had
+
+        while sent < total:
+            n = min(batch, total - sent) if rate is None else 1
+            await pace(start, sent, rate)
+            request_id += 1
+            if n == 1:
+                frame = {"op": "send", "queue": queue, "body": body_of(size), "id": f"{request_id}:1"}
+            else:
+                frame = {
+                    "op": "send",
+                    "queue": queue,
+                    "messages": [{"body": body_of(size)} for _ in range(n)],
+                    "id": f"{request_id}:{n}",
+                }
+            await ws.send(orjson.dumps(frame).decode())
+            outstanding += n
+            sent += n
+            await read_replies(WINDOW - n)
+        await read_replies(0)
+
+
+# Phases -------------------------------------------------------------------------------
+
+
+def run(cmd: list[str]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, __file__, *cmd], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        raise SystemExit(f"consumer did not start: {line!r}")
+    return proc
+
+
+def phase(consumer_cmd: list[str], producer_cmd: list[str], server_pid: int, total: int) -> dict[str, Any]:
+    consumer = run(consumer_cmd)
+    cpu = cpu_seconds(server_pid)
+    producer = subprocess.run([sys.executable, __file__, *producer_cmd], check=True)
+    assert producer.returncode == 0 and consumer.stdout is not None
+    result: dict[str, Any] = json.loads(consumer.stdout.readline())
+    consumer.wait(30)
+    result["cpu_us_per_msg"] = (cpu_seconds(server_pid) - cpu) / max(total, 1) * 1e6
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=20000, help="max phase: messages per side")
+    parser.add_argument("--rate", type=float, default=2000.0, help="paced phase, msg/s")
+    parser.add_argument("--paced-seconds", type=float, default=5.0)
+    parser.add_argument("--size", type=int, default=1024)
+    args = parser.parse_args()
+    paced_total = int(args.rate * args.paced_seconds)
+    results: dict[str, dict[str, Any]] = {}
+    print(machine())
+    with tempfile.TemporaryDirectory(prefix="pushgate-peers-") as tmp:
+        port = free_port()
+        redis_proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                tmp,
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        gateway, url, key = start_gateway(Path(tmp) / "gateway")
+        try:
+            wait_for_port(port)
+            for name, total, rate in (("max", args.messages, None), ("paced", paced_total, args.rate)):
+                asyncio.run(_redis_reset(port))
+                results[f"redis {name}"] = phase(
+                    ["_redis_consume", str(port), str(total)],
+                    ["_redis_produce", str(port), str(total), str(args.size), str(rate or 0)],
+                    redis_proc.pid,
+                    total,
+                )
+                for mode, batch in (("batch frames", 100), ("frame per message", 1)):
+                    queue = f"peer-{name}-{batch}"
+                    create_queue(url, key, queue)
+                    results[f"pushgate {mode} {name}"] = phase(
+                        ["_pg_consume", url, key, queue, str(total), str(batch)],
+                        [
+                            "_pg_produce",
+                            url,
+                            key,
+                            queue,
+                            str(total),
+                            str(args.size),
+                            str(rate or 0),
+                            str(batch),
+                        ],
+                        gateway.pid,
+                        total,
+                    )
+        finally:
+            stop(gateway)
+            stop(redis_proc)
+    print(
+        f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack\n"
+    )
+    print(f"{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9}")
+    for name, r in results.items():
+        print(
+            f"{name:<36} {r['msg_per_s']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['cpu_us_per_msg']:>7.0f}us"
+        )
+    print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
+    for name in ("max", "paced"):
+        base = results[f"redis {name}"]
+        for mode in ("batch frames", "frame per message"):
+            r = results[f"pushgate {mode} {name}"]
+            print(
+                f"  {name:<5} {mode:<18} throughput {r['msg_per_s'] / base['msg_per_s']:.2f}x, "
+                f"server CPU/msg {r['cpu_us_per_msg'] / max(base['cpu_us_per_msg'], 1e-9):.1f}x, "
+                f"p99 {r['p99_ms']:.1f} ms vs {base['p99_ms']:.1f} ms"
+            )
+
+
+async def _redis_reset(port: int) -> None:
+    r = aioredis.Redis(port=port)
+    await r.delete(STREAM)
+    await r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    await r.aclose()
+
+
+if __name__ == "__main__":
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    rest = sys.argv[2:]
+    if command == "_redis_consume":
+        asyncio.run(redis_consume(int(rest[0]), int(rest[1])))
+    elif command == "_redis_produce":
+        asyncio.run(redis_produce(int(rest[0]), int(rest[1]), int(rest[2]), float(rest[3]) or None))
+    elif command == "_pg_consume":
+        asyncio.run(pushgate_consume(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4])))
+    elif command == "_pg_produce":
+        asyncio.run(
+            pushgate_produce(
+                rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), float(rest[5]) or None, int(rest[6])
+            )
+        )
+    else:
+        main()
