@@ -117,6 +117,9 @@ async def redis_produce(port: int, total: int, size: int, rate: float | None) ->
             unanswered -= n
             room.notify_all()
 
+    def has_room() -> bool:
+        return unanswered < WINDOW
+
     tasks = []
     while sent < total:
         if rate is None:
@@ -126,7 +129,7 @@ async def redis_produce(port: int, total: int, size: int, rate: float | None) ->
             n = min(int((time.perf_counter() - start) * rate) - sent, WINDOW - unanswered, total - sent)
         if n <= 0:
             async with room:
-                await room.wait_for(lambda: unanswered < WINDOW)
+                await room.wait_for(has_room)
             continue
         unanswered += n
         sent += n
