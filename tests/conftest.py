@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+pytest_plugins = ["tests.fixtures.redis_server"]
+
 # A fixed, recognisable epoch (2023-11-14T22:13:20Z): a store time that comes from the
 # wall clock instead of the injected one stands out in a failure message.
 CLOCK_START = 1_700_000_000.0
