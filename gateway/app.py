@@ -20,6 +20,7 @@ from .errors import problem_response
 from .metrics import GatewayMetrics
 from .middleware import GatewayMiddleware, GuardedApp
 from .routes.endpoint import Endpoint
+from .routes.limits import LimitsRoutes
 from .routes.messages import MessageRoutes
 from .routes.ops import OpsRoutes
 from .routes.queues import QueueRoutes
@@ -63,6 +64,7 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
         *MessageRoutes(services).routes(),
         *QueueRoutes(services).routes(),
         *TokenRoutes(services).routes(),
+        *LimitsRoutes(services).routes(),
         *_guarded(push_routes(services), services.metrics),
         *OpsRoutes(services).routes(),
     ]

@@ -30,6 +30,17 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--jwt-audience", help="the aud claim JWTs must carry (default: none allowed)")
     parser.add_argument("--max-request-bytes", type=int, help="largest request body (default 4 MiB)")
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument(
+        "--redis",
+        dest="redis_url",
+        help="share rate limits, wake-ups and cache invalidations with other gateways through "
+        "this Redis (redis://host:port; PUSHGATE_REDIS_URL); default: this process only",
+    )
+    parser.add_argument(
+        "--redis-fail",
+        choices=["open", "closed"],
+        help="when Redis is unreachable: serve without rate limits (open, default) or answer 503 (closed)",
+    )
     return parser
 
 

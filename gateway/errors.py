@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from backend_store.errors import PushgateError
+from backend_store.errors import PushgateError, RateLimited
 
 PROBLEM_TYPE_BASE = "https://pushgate.dev/problems/"
 
@@ -83,6 +83,14 @@ class UnsupportedMediaType(PushgateError):
     code = "unsupported_media_type"
 
 
+class RateLimitedWithFields(RateLimited):
+    """A 429 that also carries the IETF ``RateLimit-Policy`` / ``RateLimit`` fields (gateway/limits)."""
+
+    def __init__(self, detail: str, retry_after_s: float, fields: dict[str, str]) -> None:
+        super().__init__(detail, retry_after_s)
+        self.fields = fields
+
+
 def problem(code: str, detail: str) -> dict[str, Any]:
     """The problem document for a code."""
     status = STATUS_BY_CODE.get(code, 500)
@@ -107,6 +115,8 @@ def problem_response(exc: PushgateError) -> Response:
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(exc, MethodNotAllowed) and exc.allow:
         headers["Allow"] = exc.allow
+    if isinstance(exc, RateLimitedWithFields):
+        headers.update(exc.fields)
     if exc.retry_after_s is not None:
         # Whole seconds, rounded up (RFC 9110 delay-seconds).
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

@@ -26,8 +26,10 @@ from backend_store.limits import (
     MAX_VISIBILITY_S,
     MAX_WAIT_S,
 )
+from throttling.rates import MAX_RATE_CHARS
 
 from .errors import STATUS_BY_CODE
+from .limits.document import OPERATIONS, QUEUE_OPERATIONS, QUOTA_BOUNDS
 
 Schema = dict[str, Any]
 
@@ -52,6 +54,31 @@ def _num(low: float, high: float, *, integer: bool = False, nullable: bool = Fal
 
 
 _ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
+_RATE_ITEM = r"[1-9][0-9]{0,8}/(second|minute|hour|day)"
+_RATE: Schema = {
+    "type": ["string", "null"],
+    "pattern": f"^{_RATE_ITEM}(;{_RATE_ITEM})*$",
+    "maxLength": MAX_RATE_CHARS,
+    "description": "limits notation, e.g. `100/second` or `10/second;500/minute`; null: no limit",
+}
+
+
+def _limits_schema(*, output: bool) -> Schema:
+    """``GET/PUT /v1/limits`` (gateway/limits/document.py); a PUT may leave any field out."""
+
+    def rates(operations: tuple[str, ...]) -> Schema:
+        schema = _obj({op: _RATE for op in operations}, operations if output else ())
+        return schema if output else {**schema, "type": ["object", "null"]}
+
+    fields: dict[str, Schema] = {
+        **{op: _RATE for op in OPERATIONS},
+        "per_key": rates(OPERATIONS),
+        "per_queue": rates(QUEUE_OPERATIONS),
+        **{name: _num(low, high, integer=True, nullable=True) for name, (low, high) in QUOTA_BOUNDS.items()},
+    }
+    return _obj(fields, tuple(fields) if output else ())
+
+
 _RECEIPT = {"type": "string", "minLength": 1, "maxLength": MAX_RECEIPT_CHARS}
 _RECEIPTS = {"type": "array", "items": _RECEIPT, "minItems": 1, "maxItems": MAX_RECEIPTS}
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -220,6 +247,24 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "TokenResponse": _obj({"token": {"type": "string"}, "expires_at": _EPOCH}, ("token", "expires_at")),
     "Status": _obj({"status": {"type": "string"}}, ("status",)),
+    "Readiness": _obj(
+        {
+            "status": {"type": "string"},
+            "shared_state": _obj(
+                {
+                    "url": {"type": "string"},
+                    "status": {"enum": ["up", "down"]},
+                    "since": {"type": ["number", "null"]},
+                    "error": {"type": ["string", "null"]},
+                },
+                ("url", "status"),
+                description="Redis (or memory://) behind rate limits and wake-ups; down: serving without it",
+            ),
+        },
+        ("status",),
+    ),
+    "Limits": _limits_schema(output=True),
+    "LimitsInput": _limits_schema(output=False),
 }
 
 _QUEUE_PARAM = {
@@ -429,11 +474,28 @@ def _paths() -> dict[str, Any]:
                 tag="auth",
             ),
         },
+        "/v1/limits": {
+            "get": _op(
+                "The tenant's rate limits and quotas",
+                {"200": _json(_ref("Limits"))},
+                description="Rates in `limits` notation; null: no limit. A request past a rate gets 429 "
+                "`rate_limited` with `Retry-After`, `RateLimit-Policy` and `RateLimit`; past a quota, "
+                "409 `quota_exceeded`.",
+                tag="limits",
+            ),
+            "put": _op(
+                "Change the tenant's rate limits and quotas",
+                {"200": _json(_ref("Limits"))},
+                body=_ref("LimitsInput"),
+                description="Needs `admin`. Fields left out keep their value; null removes a limit.",
+                tag="limits",
+            ),
+        },
         "/healthz": {"get": _op("Liveness", {"200": _json(_ref("Status"))}, public=True, tag="operations")},
         "/readyz": {
             "get": _op(
                 "Readiness: the store takes writes",
-                {"200": _json(_ref("Status"))},
+                {"200": _json(_ref("Readiness"))},
                 public=True,
                 tag="operations",
             )

@@ -31,6 +31,7 @@ from push.wakeup import WakeupHub
 from .auth.authenticator import Authenticator
 from .auth.bootstrap import ensure_bootstrap
 from .auth.principal import Principal
+from .limits.service import Throttling
 from .metrics import GatewayMetrics
 from .queue_cache import QueueCache
 from .settings import Settings
@@ -61,6 +62,8 @@ class GatewayServices:
     queues: QueueCache
     metrics: GatewayMetrics
     engine: PushEngine
+    # Rate limits, quotas and shared state between gateways (docs/throttling.md).
+    throttling: Throttling
     components: list[Component] = field(default_factory=list)
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The bootstrap admin key, when start() created one (an empty data directory).
@@ -89,6 +92,7 @@ class GatewayServices:
         engine = PushEngine(backend, hub, settings.push, recheck=recheck)
         metrics = GatewayMetrics()
         metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
+        throttling = Throttling(settings, backend, hub, authenticator, metrics)
         return cls(
             settings=settings,
             backend=backend,
@@ -97,7 +101,9 @@ class GatewayServices:
             queues=QueueCache(backend, settings.queue_cache_ttl_s),
             metrics=metrics,
             engine=engine,
-            components=[engine],
+            throttling=throttling,
+            # Shared state first: started before the engine, closed after it.
+            components=[throttling, engine],
         )
 
     def consumers(self, tenant: TenantId, queue: QueueName) -> int:

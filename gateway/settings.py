@@ -18,6 +18,8 @@ from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError
 from backend_store.options import StoreOptions
 from push.settings import PushSettings
+from throttling import InvalidLimit, Strategy, parse_shared_state_url
+from throttling.limiter import STRATEGIES
 
 ENV_PREFIX = "PUSHGATE_"
 STORE_SUBDIR = "store"
@@ -58,6 +60,18 @@ class Settings:
     ws_ping_timeout_s: float = 20.0
     # The delivery engine's knobs (credits, slow consumers, rechecks); code and tests only.
     push: PushSettings = field(default_factory=PushSettings)
+    # Shared state between gateways (rate-limit counters, wake-ups, cache invalidations,
+    # the dedupe front): None or memory:// keeps it in this process; redis://host:port shares it.
+    redis_url: str | None = None
+    # When Redis is unreachable: "open" serves without rate limits, "closed" answers 503.
+    redis_fail: str = "open"
+    # "sliding-window-counter" (default) or "moving-window"; see docs/throttling.md.
+    rate_limit_strategy: str = "sliding-window-counter"
+    # Tenants' limits documents are cached this long (changes through Redis apply at once).
+    limits_cache_ttl_s: float = 5.0
+    # A WebSocket whose requests are refused by a rate limit this many times in a row
+    # (each answered with an error frame carrying retry_after_s) is closed with 4008.
+    ws_rate_limited_frames: int = 5
 
     @property
     def resolved_store_url(self) -> str:
@@ -66,6 +80,10 @@ class Settings:
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
+
+    @property
+    def strategy(self) -> Strategy:
+        return "moving-window" if self.rate_limit_strategy == "moving-window" else "sliding-window-counter"
 
     def keyring(self) -> Keyring | None:
         """The encryption keyring: the key file if given, else the environment's key document."""
@@ -86,6 +104,16 @@ class Settings:
             raise ConfigurationError("port must be 0-65535")
         if self.max_request_bytes < 1024:
             raise ConfigurationError("max_request_bytes must be at least 1024")
+        if self.redis_fail not in ("open", "closed"):
+            raise ConfigurationError("redis_fail must be open or closed")
+        if self.rate_limit_strategy not in STRATEGIES:
+            raise ConfigurationError(f"rate_limit_strategy must be one of {', '.join(STRATEGIES)}")
+        if self.ws_rate_limited_frames < 1:
+            raise ConfigurationError("ws_rate_limited_frames must be at least 1")
+        try:
+            parse_shared_state_url(self.redis_url)
+        except InvalidLimit as exc:
+            raise ConfigurationError(exc.detail) from None
         return self
 
     @classmethod

@@ -39,6 +39,11 @@ class WakeupHub:
                 except Exception:
                     logger.exception("wake-up callback failed")
 
+    def notify_all(self) -> None:
+        """Wake every waiter of every queue (wake-ups from elsewhere may have been lost)."""
+        for tenant, queue in {*self._events, *self._watchers}:
+            self.notify(tenant, queue)
+
     def event(self, tenant: TenantId, queue: QueueName) -> asyncio.Event:
         """The event the next :meth:`notify` of this queue sets. Take it *before* looking."""
         key = (tenant, queue)

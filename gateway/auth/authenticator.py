@@ -79,6 +79,8 @@ class Authenticator:
         self._tenant_cache: TtlCache[str, Tenant | None] = TtlCache(cache_ttl_s, cache_max_entries, clock)
         # Keyed by the token's SHA-256, so a cache full of 8 KiB tokens stays small.
         self._verified: TtlCache[bytes, Principal] = TtlCache(cache_ttl_s, cache_max_entries, clock)
+        # Called after a change made through this object (the gateway tells other gateways).
+        self.on_change: Callable[[], None] | None = None
 
     # Authentication -----------------------------------------------------
 
@@ -279,10 +281,17 @@ class Authenticator:
     def _api_key_changed(self, key_id: str) -> None:
         self._verified.clear()
         self._api_key_cache.pop(key_id)
+        self._changed()
 
     def _jwt_key_changed(self, tenant: TenantId, kid: str) -> None:
         self._verified.clear()
         self._jwt_key_cache.pop((tenant, kid))
+        self._changed()
 
     def _tenant_changed(self, tenant: TenantId) -> None:
         self._tenant_cache.pop(tenant)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()

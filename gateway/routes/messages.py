@@ -83,6 +83,8 @@ class MessageRoutes:
 
     async def send(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "send")
+        enforcer = self.services.throttling.enforcer
+        limit_headers = await enforcer.check(principal.tenant, principal.subject, "send", queue)
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_ID_CHARS:
             raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_ID_CHARS} characters")
@@ -90,17 +92,20 @@ class MessageRoutes:
         entries, is_batch = parse_send_body(doc, idempotency_key)
         valid = [e for e in entries if isinstance(e, NewMessage)]
         if valid:
+            await enforcer.check_store(principal.tenant, len(valid))
             results = await self.services.backend.send(principal.tenant, queue, valid)
         else:
             # Every entry was invalid; the queue must still exist for the answer to make sense.
             await self.services.queues.get(principal.tenant, queue)
             results = []
-        self._count_sends(results)
+        enforcer.stored(principal.tenant, self._count_sends(results))
         if not is_batch:
             result = results[0]
             if isinstance(result, PushgateError):
                 raise result
-            return JSONResponse(_result_json(result), status_code=200 if result.duplicate else 201)
+            return JSONResponse(
+                _result_json(result), status_code=200 if result.duplicate else 201, headers=limit_headers
+            )
         stored = iter(results)
         out: list[dict[str, Any]] = []
         for entry in entries:
@@ -110,9 +115,10 @@ class MessageRoutes:
                 if isinstance(outcome, PushgateError)
                 else _result_json(outcome)
             )
-        return JSONResponse({"results": out})
+        return JSONResponse({"results": out}, headers=limit_headers)
 
-    def _count_sends(self, results: list[SendResult | PushgateError]) -> None:
+    def _count_sends(self, results: list[SendResult | PushgateError]) -> int:
+        """Count sends in the metrics; return how many were stored (not duplicates)."""
         sent = duplicates = 0
         for r in results:
             if isinstance(r, SendResult):
@@ -124,11 +130,15 @@ class MessageRoutes:
             self.services.metrics.sent.inc(sent)
         if duplicates:
             self.services.metrics.duplicates.inc(duplicates)
+        return sent
 
     # Receive --------------------------------------------------------------
 
     async def receive(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "receive")
+        limit_headers = await self.services.throttling.enforcer.check(
+            principal.tenant, principal.subject, "receive", queue
+        )
         doc = await read_object(request, required=False)
         check_fields(doc, _RECEIVE_FIELDS)
         max_messages = int(check_number("max", doc.get("max", 1), 1, MAX_BATCH, integer=True))
@@ -146,7 +156,7 @@ class MessageRoutes:
         )
         if messages:
             self.services.metrics.received.inc(len(messages))
-        return JSONResponse({"messages": [message_to_json(m) for m in messages]})
+        return JSONResponse({"messages": [message_to_json(m) for m in messages]}, headers=limit_headers)
 
     # Ack, nack, visibility ------------------------------------------------
 

@@ -10,6 +10,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute
 
+from backend_store.errors import Unavailable
+
 from ..body import JSONResponse
 from ..metrics import CONTENT_TYPE_LATEST
 from ..openapi import openapi_bytes, openapi_document, render_docs
@@ -39,7 +41,11 @@ class OpsRoutes:
     async def readyz(self, request: Request) -> Response:
         # Raises Unavailable (503 problem) when the store cannot take writes.
         await self.services.backend.check_writable()
-        return JSONResponse({"status": "ready"})
+        throttling = self.services.throttling
+        if throttling.fail_closed_and_down:
+            raise Unavailable("the shared state (Redis) is unreachable and --redis-fail is closed")
+        # Redis down with fail-open is still ready (it serves), but says so.
+        return JSONResponse({"status": "ready", "shared_state": throttling.ready_detail()})
 
     async def metrics(self, request: Request) -> Response:
         return Response(self.services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -51,6 +51,7 @@ class QueueRoutes:
     async def put_queue(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, None)
         attributes = await read_object(request, required=False)
+        await self.services.throttling.enforcer.check_new_queue(principal.tenant, queue)
         info, created = await self.services.backend.create_queue(principal.tenant, queue, attributes)
         self.services.queues.put(info)
         return JSONResponse(queue_to_json(self.services, info), status_code=201 if created else 200)

@@ -10,7 +10,8 @@ from .conftest import Api, RunningGateway
 def test_healthz_and_readyz_need_no_token(gateway: RunningGateway) -> None:
     assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
     r = httpx.get(f"{gateway.url}/readyz")
-    assert r.status_code == 200 and r.json() == {"status": "ready"}
+    assert r.status_code == 200
+    assert r.json() == {"status": "ready", "shared_state": {"url": "memory://", "status": "up"}}
 
 
 def test_metrics_count_requests_by_route_template(gateway: RunningGateway, admin: Api, qname: str) -> None:

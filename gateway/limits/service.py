@@ -1,0 +1,84 @@
+"""The throttling component of a gateway: shared state, limits, enforcer, signals, metrics.
+
+Built by :meth:`gateway.services.GatewayServices.build` from :class:`~gateway.settings.Settings`
+(``redis_url``, ``redis_fail``, ``rate_limit_strategy``, ``limits_cache_ttl_s``) and started
+with the app, after the backend.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge
+
+from backend_store.backend import Backend
+from push.wakeup import WakeupHub
+from throttling import SharedState
+
+from .enforcer import Enforcer
+from .shared import SharedSignals
+from .store import LimitsStore
+
+if TYPE_CHECKING:
+    from ..auth.authenticator import Authenticator
+    from ..metrics import GatewayMetrics
+    from ..settings import Settings
+
+
+class Throttling:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend,
+        hub: WakeupHub,
+        authenticator: Authenticator,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.state = SharedState(
+            settings.redis_url,
+            fail_closed=settings.redis_fail == "closed",
+            strategy=settings.strategy,
+        )
+        self._backend = backend
+        self.limits = LimitsStore(backend, cache_ttl_s=settings.limits_cache_ttl_s)
+        # Metrics of this part, on the app's registry (no edit of gateway/metrics.py needed).
+        self.refused = Counter(
+            "pushgate_rate_limited",
+            "Requests refused by a rate limit, by operation (send, receive, connect).",
+            ("op",),
+            registry=metrics.registry,
+        )
+        self.redis_up = Gauge(
+            "pushgate_shared_state_up",
+            "1 while the shared state (Redis, or memory) answers, 0 during an outage.",
+            registry=metrics.registry,
+        )
+        self.state.health.add_listener(lambda up: self.redis_up.set(1 if up else 0))
+        self.enforcer = Enforcer(
+            self.limits, self.state.limiter, backend, on_refused=lambda op: self.refused.labels(op).inc()
+        )
+        # Only a shared store has other gateways to talk to.
+        self.signals: SharedSignals | None = None
+        if self.state.shared:
+            self.signals = SharedSignals(self.state.broadcaster, hub, self.limits, authenticator.invalidate)
+            self.limits.on_change = self.signals.limits_changed
+            authenticator.on_change = self.signals.auth_changed
+
+    @property
+    def fail_closed_and_down(self) -> bool:
+        return self.state.limiter.fail_closed and not self.state.health.up
+
+    def ready_detail(self) -> dict[str, object]:
+        """For ``/readyz``."""
+        return self.state.detail()
+
+    async def start(self) -> None:
+        await self.state.start()
+        if self.signals is not None:
+            self._backend.add_listener(self.signals.local_change)
+
+    async def drain(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self.state.close()
