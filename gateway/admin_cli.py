@@ -1,8 +1,9 @@
 """``pushgate admin``: tenants, API keys, JWT keys and queue deletion on a data directory.
 
 Works whether or not a gateway runs on the same directory (LMDB lets both open it).
-A running gateway caches key records for a few seconds, so a revoke made here takes
-effect there within that time. Each command prints one JSON object on stdout; errors
+A running gateway caches key records and limits for a few seconds, so a change made here
+takes effect there within that time; with ``--redis`` (or ``PUSHGATE_REDIS_URL``) the
+gateways sharing that Redis are told at once (the output then has ``"announced": true``). Each command prints one JSON object on stdout; errors
 go to stderr with exit status 1 (2 for a malformed command line).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -27,6 +29,8 @@ from gateway.settings import Settings
 from .auth.api_keys import ApiKeyStore
 from .auth.jwt_keys import ALGORITHMS, JwtKeyStore
 from .auth.tenants import TenantStore
+from .limits.shared import announce
+from .limits.store import LimitsStore
 
 Command = Callable[[Backend, argparse.Namespace], Awaitable[dict[str, Any]]]
 
@@ -55,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--encryption-key-file",
         type=Path,
         help="the store's encryption keys, as given to serve (default: $PUSHGATE_ENCRYPTION_KEYS)",
+    )
+    parser.add_argument(
+        "--redis",
+        help="tell gateways sharing this Redis about changes at once (default: $PUSHGATE_REDIS_URL; "
+        "without it they see changes within their cache TTL, 5 s)",
     )
     groups = parser.add_subparsers(dest="group", required=True, parser_class=_Parser)
 
@@ -104,6 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("--tenant", required=True)
     remove.add_argument("--kid", required=True)
     remove.set_defaults(run=_jwt_key_remove)
+
+    limits = groups.add_parser("limits", help="rate limits and quotas").add_subparsers(
+        dest="action", required=True
+    )
+    get = limits.add_parser("get", help="a tenant's limits (the GET /v1/limits document)")
+    get.add_argument("--tenant", required=True)
+    get.set_defaults(run=_limits_get)
+    put = limits.add_parser("set", help="change a tenant's limits (merged as PUT /v1/limits does)")
+    put.add_argument("--tenant", required=True)
+    put.add_argument("document", help='JSON, e.g. \'{"send": "100/second", "per_key": {"send": null}}\'')
+    put.set_defaults(run=_limits_set)
 
     delete = groups.add_parser("delete-queue", help="delete a queue and its messages")
     delete.add_argument("--tenant", required=True)
@@ -167,6 +187,21 @@ async def _jwt_key_remove(backend: Backend, args: argparse.Namespace) -> dict[st
     return {"removed": args.kid, "tenant": args.tenant}
 
 
+async def _limits_get(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    tenant = (await TenantStore(backend).require(args.tenant)).name
+    return {"tenant": tenant, "limits": (await LimitsStore(backend).get(tenant)).to_dict()}
+
+
+async def _limits_set(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    tenant = (await TenantStore(backend).require(args.tenant)).name
+    try:
+        changes = orjson.loads(args.document)
+    except orjson.JSONDecodeError:
+        raise _UsageError("pushgate admin: error: the limits document must be JSON") from None
+    limits = await LimitsStore(backend).update(tenant, changes)
+    return {"tenant": tenant, "limits": limits.to_dict()}
+
+
 async def _delete_queue(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
     await backend.delete_queue(TenantId(args.tenant), QueueName(args.name))
     return {"deleted": args.name}
@@ -178,9 +213,25 @@ async def _run(
     backend = open_backend(store_url, options)
     await backend.start()
     try:
-        return await command(backend, args)
+        result = await command(backend, args)
     finally:
         await backend.close()
+    kind = _ANNOUNCED.get(command)
+    redis_url = args.redis or os.environ.get("PUSHGATE_REDIS_URL")
+    if kind is not None and redis_url:
+        tenant = getattr(args, "tenant", None) if kind == "limits" else None
+        result["announced"] = await announce(redis_url, kind, tenant)
+    return result
+
+
+# Commands whose change running gateways must hear of (records their caches hold).
+_ANNOUNCED: dict[Command, str] = {
+    _limits_set: "limits",
+    _key_revoke: "auth",
+    _jwt_key_add: "auth",
+    _jwt_key_remove: "auth",
+    _tenant_set_origins: "auth",
+}
 
 
 def _store(args: argparse.Namespace) -> tuple[str, StoreOptions]:

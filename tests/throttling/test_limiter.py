@@ -19,26 +19,26 @@ async def test_no_rules_is_allowed_without_windows(state: SharedState) -> None:
 
 
 async def test_counts_down_then_refuses_with_retry_after(state: SharedState, unique: str) -> None:
-    r = rule("tenant-send", "3/minute", unique)
+    r = rule("tenant-send", "3/hour", unique)
     remaining = []
     for _ in range(3):
         decision = await state.limiter.check([r])
         assert decision.allowed
         (window,) = decision.windows
-        assert (window.policy, window.quota, window.window_s) == ("tenant-send", 3, 60)
+        assert (window.policy, window.quota, window.window_s) == ("tenant-send", 3, 3600)
         remaining.append(window.remaining)
-        assert 0 < window.reset_s <= 120
+        assert 0 < window.reset_s <= 3600
     assert remaining == [2, 1, 0]
     refused = await state.limiter.check([r])
     assert not refused.allowed
     assert refused.windows[0].remaining == 0
-    assert 1 <= refused.retry_after_s <= 120
+    assert 1 <= refused.retry_after_s <= 3600
 
 
 async def test_counters_are_separate_per_identifier(state: SharedState, unique: str) -> None:
-    assert (await state.limiter.check([rule("key-send", "1/minute", unique, "a")])).allowed
-    assert (await state.limiter.check([rule("key-send", "1/minute", unique, "b")])).allowed
-    assert not (await state.limiter.check([rule("key-send", "1/minute", unique, "a")])).allowed
+    assert (await state.limiter.check([rule("key-send", "1/hour", unique, "a")])).allowed
+    assert (await state.limiter.check([rule("key-send", "1/hour", unique, "b")])).allowed
+    assert not (await state.limiter.check([rule("key-send", "1/hour", unique, "a")])).allowed
 
 
 async def test_every_rule_and_window_is_reported_and_the_tightest_refuses(
@@ -56,7 +56,7 @@ async def test_every_rule_and_window_is_reported_and_the_tightest_refuses(
 
 
 async def test_cost_counts_several(state: SharedState, unique: str) -> None:
-    r = rule("tenant-send", "10/minute", unique)
+    r = rule("tenant-send", "10/hour", unique)
     assert (await state.limiter.check([r], cost=7)).windows[0].remaining == 3
     assert not (await state.limiter.check([r], cost=4)).allowed
 
@@ -77,7 +77,7 @@ async def test_redis_outage_fails_open_logs_once_and_recovers(
     state = SharedState(redis_server.url, retry_interval_s=0.05, timeout_s=0.2)
     await state.start()
     try:
-        r = rule("tenant-send", "2/minute", unique)
+        r = rule("tenant-send", "2/hour", unique)
         assert (await state.limiter.check([r])).allowed
         redis_server.kill()
         outcomes = [await state.limiter.check([r]) for _ in range(5)]
@@ -105,7 +105,7 @@ async def test_redis_outage_fails_closed_when_asked(redis_server: RedisServer, u
     try:
         redis_server.kill()
         with pytest.raises(SharedStateUnavailable):
-            await state.limiter.check([rule("tenant-send", "2/minute", unique)])
+            await state.limiter.check([rule("tenant-send", "2/hour", unique)])
         # No rules: nothing to ask Redis, so nothing to refuse.
         assert (await state.limiter.check([])).allowed
     finally:
