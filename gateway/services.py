@@ -92,13 +92,14 @@ class GatewayServices:
         engine = PushEngine(backend, hub, settings.push, recheck=recheck)
         metrics = GatewayMetrics()
         metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
-        throttling = Throttling(settings, backend, hub, authenticator, metrics)
+        queues = QueueCache(backend, settings.queue_cache_ttl_s)
+        throttling = Throttling(settings, backend, hub, authenticator, metrics, queues)
         return cls(
             settings=settings,
             backend=backend,
             authenticator=authenticator,
             hub=hub,
-            queues=QueueCache(backend, settings.queue_cache_ttl_s),
+            queues=queues,
             metrics=metrics,
             engine=engine,
             throttling=throttling,

@@ -15,6 +15,8 @@ from backend_store.backend import Backend
 from push.wakeup import WakeupHub
 from throttling import SharedState
 
+from ..queue_cache import QueueCache
+from .dedupe_front import DedupeFront
 from .enforcer import Enforcer
 from .shared import SharedSignals
 from .store import LimitsStore
@@ -33,6 +35,7 @@ class Throttling:
         hub: WakeupHub,
         authenticator: Authenticator,
         metrics: GatewayMetrics,
+        queues: QueueCache,
     ) -> None:
         self.state = SharedState(
             settings.redis_url,
@@ -57,6 +60,12 @@ class Throttling:
         self.enforcer = Enforcer(
             self.limits, self.state.limiter, backend, on_refused=lambda op: self.refused.labels(op).inc()
         )
+        self.dedupe_hits = Counter(
+            "pushgate_dedupe_front_hits",
+            "Sends answered as duplicates by the shared dedupe cache, without a store commit.",
+            registry=metrics.registry,
+        )
+        self.dedupe = DedupeFront(self.state.cache, queues, self.dedupe_hits.inc)
         # Only a shared store has other gateways to talk to.
         self.signals: SharedSignals | None = None
         if self.state.shared:

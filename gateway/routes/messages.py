@@ -93,7 +93,9 @@ class MessageRoutes:
         valid = [e for e in entries if isinstance(e, NewMessage)]
         if valid:
             await enforcer.check_store(principal.tenant, len(valid))
-            results = await self.services.backend.send(principal.tenant, queue, valid)
+            results = await self.services.throttling.dedupe.send(
+                self.services.backend, principal.tenant, queue, valid
+            )
         else:
             # Every entry was invalid; the queue must still exist for the answer to make sense.
             await self.services.queues.get(principal.tenant, queue)

@@ -182,6 +182,36 @@ async def test_a_long_poll_on_b_wakes_for_a_send_through_a(
     assert [m["body"] for m in r.json()["messages"]] == ["wake"]
 
 
+async def test_a_retry_through_b_is_answered_by_the_dedupe_front(
+    http: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
+) -> None:
+    a, b = http
+    await a.put(f"/v1/queues/{queue}", json={})
+    first = await a.post(f"/v1/queues/{queue}/messages", json={"body": "once", "dedupe_id": "d1"})
+    assert first.status_code == 201
+    hits_before = front_hits((await b.get("/metrics")).text)
+    retry = await b.post(
+        f"/v1/queues/{queue}/messages", json={"body": "once"}, headers={"Idempotency-Key": "d1"}
+    )
+    assert retry.status_code == 200
+    assert retry.json() == {**first.json(), "duplicate": True}
+    assert front_hits((await b.get("/metrics")).text) == hits_before + 1
+    batch = await b.post(
+        f"/v1/queues/{queue}/messages",
+        json={"messages": [{"body": "new", "dedupe_id": "d2"}, {"body": "once", "dedupe_id": "d1"}]},
+    )
+    assert [r["duplicate"] for r in batch.json()["results"]] == [False, True]
+    r = await a.post(f"/v1/queues/{queue}/receive", json={"max": 10})
+    assert sorted(m["body"] for m in r.json()["messages"]) == ["new", "once"]  # each stored once
+
+
+def front_hits(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith("pushgate_dedupe_front_hits_total "):
+            return float(line.split()[1])
+    raise AssertionError("no pushgate_dedupe_front_hits_total in /metrics")
+
+
 async def test_admin_cli_changes_reach_every_gateway_within_a_second(
     pair: Pair, http: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
 ) -> None:
