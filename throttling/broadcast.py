@@ -135,10 +135,10 @@ class RedisBroadcaster:
                 self.dropped += len(batch)
                 continue
             try:
-                pipe = self._client.pipeline(transaction=False)
-                for channel, payload in batch:
-                    pipe.publish(channel, payload)
-                await pipe.execute()
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for channel, payload in batch:
+                        pipe.publish(channel, payload)
+                    await pipe.execute()
             except STORAGE_ERRORS as exc:
                 self.dropped += len(batch)
                 self.health.failed(exc)
