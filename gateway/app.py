@@ -36,11 +36,14 @@ def push_routes(services: GatewayServices) -> list[BaseRoute]:
     async def origin_allowed(principal: PrincipalLike, origin: str) -> bool:
         return await authenticator.origin_allowed(principal.tenant, origin)
 
+    rate_check = services.throttling.rate_check
     return [
-        WebSocketRoute("/v1/ws", WebSocketHandler(engine, authenticator.authenticate, origin_allowed)),
+        WebSocketRoute(
+            "/v1/ws", WebSocketHandler(engine, authenticator.authenticate, origin_allowed, rate_check)
+        ),
         Route(
             "/v1/queues/{queue}/events",
-            SseHandler(engine, authenticator.authenticate, problem_response),
+            SseHandler(engine, authenticator.authenticate, problem_response, rate_check),
             methods=["GET"],
         ),
     ]

@@ -69,9 +69,6 @@ class Settings:
     rate_limit_strategy: str = "sliding-window-counter"
     # Tenants' limits documents are cached this long (changes through Redis apply at once).
     limits_cache_ttl_s: float = 5.0
-    # A WebSocket whose requests are refused by a rate limit this many times in a row
-    # (each answered with an error frame carrying retry_after_s) is closed with 4008.
-    ws_rate_limited_frames: int = 5
 
     @property
     def resolved_store_url(self) -> str:
@@ -108,8 +105,6 @@ class Settings:
             raise ConfigurationError("redis_fail must be open or closed")
         if self.rate_limit_strategy not in STRATEGIES:
             raise ConfigurationError(f"rate_limit_strategy must be one of {', '.join(STRATEGIES)}")
-        if self.ws_rate_limited_frames < 1:
-            raise ConfigurationError("ws_rate_limited_frames must be at least 1")
         try:
             parse_shared_state_url(self.redis_url)
         except InvalidLimit as exc:

@@ -35,4 +35,11 @@ CheckOrigin = Callable[[PrincipalLike, str], Awaitable[bool]]
 
 # Checks the credentials of open connections again (a revoked API key, a removed JWT
 # key): for each principal, the principal as it now stands, or the error that ends it.
+Operation = Literal["send", "receive", "connect"]
+
+# Counts one request of a principal against its rate limits (``queue``: None for a
+# connection): returns when allowed, raises a PushgateError (``rate_limited`` with
+# ``retry_after_s``) when refused. The gateway's throttling provides it.
+RateCheck = Callable[[PrincipalLike, Operation, str | None], Awaitable[None]]
+
 Recheck = Callable[[Collection[PrincipalLike]], Awaitable[dict[PrincipalLike, PrincipalLike | PushgateError]]]

@@ -48,4 +48,8 @@ class PushSettings:
     max_subscriptions_per_connection: int = 100
     # Sends/acks/nacks of one WebSocket awaiting the store before it stops reading more.
     max_pending_requests: int = 1000
+    # "Keeps on" (docs/throttling.md): a WebSocket whose requests are refused by a rate
+    # limit this many times in a row, each answered with an error frame carrying
+    # retry_after_s, is closed with 4008. An allowed request resets the count.
+    rate_limited_frames: int = 5
     subprotocol: str = "pushgate.v1"

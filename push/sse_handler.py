@@ -28,7 +28,7 @@ from backend_store.types import QueueName
 
 from .close_codes import CloseCode
 from .engine import Connection, PushEngine
-from .principal import Authenticate, PrincipalLike
+from .principal import Authenticate, PrincipalLike, RateCheck
 from .sse_protocol import SseEncoder, new_stream_id, parse_last_event_id
 from .transport import SseTransport
 from .ws_handler import bearer_token
@@ -91,10 +91,17 @@ def _float_param(request: Request, name: str) -> float | None:
 class SseHandler:
     """ASGI app for ``GET /v1/queues/{queue}/events`` (mount with Starlette's ``Route``)."""
 
-    def __init__(self, engine: PushEngine, authenticate: Authenticate, error_response: ErrorResponse) -> None:
+    def __init__(
+        self,
+        engine: PushEngine,
+        authenticate: Authenticate,
+        error_response: ErrorResponse,
+        rate_check: RateCheck | None = None,
+    ) -> None:
         self.engine = engine
         self.authenticate = authenticate
         self.error_response = error_response
+        self.rate_check = rate_check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -131,6 +138,10 @@ class SseHandler:
             await engine.backend.get_queue(principal.tenant, queue)
             return Response(media_type="text/event-stream", headers=STREAM_HEADERS), None
 
+        if self.rate_check is not None:
+            # A stream is a connection and a receive (refused: 429 before the stream starts).
+            await self.rate_check(principal, "connect", None)
+            await self.rate_check(principal, "receive", queue)
         stream_id = new_stream_id()
         encoder = SseEncoder(stream_id)
         transport = SseTransport(settings.send_buffer_bytes, settings.ping_interval_s)

@@ -22,9 +22,9 @@ from starlette.types import Receive, Scope, Send
 from backend_store.errors import Forbidden, PushgateError
 from backend_store.types import AckResult, QueueName, SendResult
 
-from .close_codes import CloseCode
+from .close_codes import CloseCode, close_code_for
 from .engine import Connection, PushEngine
-from .principal import Authenticate, CheckOrigin
+from .principal import Authenticate, CheckOrigin, Operation, RateCheck
 from .transport import WsTransport
 from .ws_protocol import (
     AckRequest,
@@ -135,11 +135,16 @@ class WebSocketHandler:
     """ASGI app for ``GET /v1/ws`` (mount with Starlette's ``WebSocketRoute``)."""
 
     def __init__(
-        self, engine: PushEngine, authenticate: Authenticate, check_origin: CheckOrigin | None = None
+        self,
+        engine: PushEngine,
+        authenticate: Authenticate,
+        check_origin: CheckOrigin | None = None,
+        rate_check: RateCheck | None = None,
     ) -> None:
         self.engine = engine
         self.authenticate = authenticate
         self.check_origin = check_origin
+        self.rate_check = rate_check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
@@ -234,6 +239,13 @@ class WebSocketHandler:
             session.auth_timer.cancel()
             session.auth_timer = None
         if session.conn is None:
+            if self.rate_check is not None:
+                try:
+                    await self.rate_check(principal, "connect", None)
+                except PushgateError as exc:
+                    # The handshake is accepted already: a refused connect is a close (4008).
+                    protocol.fail(close_code_for(exc, CloseCode.POLICY), exc.detail)
+                    return
             try:
                 session.conn = self.engine.open_connection(
                     principal,
@@ -264,12 +276,16 @@ class WebSocketHandler:
             else:
                 engine.nack(conn.tenant, request.receipts, request.delay_s, reply)
         elif isinstance(request, SendRequest):
+            if not await self._admitted(session, conn, "send", request.queue, request.id):
+                return
             session.pending += 1
             engine.send(
                 conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
             )
         elif isinstance(request, SubscribeRequest):
             queue = QueueName(request.queue)
+            if not await self._admitted(session, conn, "receive", queue, request.id):
+                return
             try:
                 await engine.subscribe(
                     conn,
@@ -290,6 +306,23 @@ class WebSocketHandler:
             engine.unsubscribe(conn, request.queue)
             if request.id is not None:
                 protocol.ok(request.id, {"queue": request.queue})
+
+    async def _admitted(
+        self, session: WebSocketSession, conn: Connection, op: Operation, queue: str, request_id: RequestId
+    ) -> bool:
+        """Count a send or subscribe against the rate limits; a refusal is answered here."""
+        if self.rate_check is None:
+            return True
+        try:
+            await self.rate_check(conn.principal, op, queue)
+        except PushgateError as exc:
+            if exc.code == "rate_limited":
+                session.protocol.refused(request_id, exc)
+            else:
+                session.protocol.error(request_id, exc, queue)
+            return False
+        session.protocol.admitted()
+        return True
 
     @staticmethod
     def _ack_reply(

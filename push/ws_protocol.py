@@ -157,7 +157,7 @@ def _receipts(raw: dict[str, Any]) -> list[str]:
 class WsProtocol:
     """One connection's protocol state: who it is, what it may do, what to send next."""
 
-    __slots__ = ("_outgoing", "close_code", "close_reason", "principal", "settings", "state")
+    __slots__ = ("_outgoing", "close_code", "close_reason", "principal", "refusals", "settings", "state")
 
     def __init__(self, settings: PushSettings) -> None:
         self.settings = settings
@@ -166,6 +166,8 @@ class WsProtocol:
         self._outgoing: list[str] = []
         self.close_code: CloseCode | None = None
         self.close_reason = ""
+        # Requests refused by a rate limit in a row (see refused()).
+        self.refusals = 0
 
     # In ----------------------------------------------------------------------
 
@@ -290,6 +292,19 @@ class WsProtocol:
         if exc.retry_after_s is not None:
             frame["retry_after_s"] = exc.retry_after_s
         self._outgoing.append(orjson.dumps(frame).decode())
+
+    def refused(self, request_id: RequestId, exc: PushgateError) -> None:
+        """A rate limit refused a request: an error frame with ``retry_after_s``, and once
+        ``rate_limited_frames`` refusals come in a row, the close (4008)."""
+        self.refusals += 1
+        if self.refusals >= self.settings.rate_limited_frames:
+            self.fail(CloseCode.POLICY, f"rate limit abuse: {self.refusals} requests refused in a row")
+        else:
+            self.error(request_id, exc)
+
+    def admitted(self) -> None:
+        """A rate limit allowed a request: the client backs off as told, so forget its refusals."""
+        self.refusals = 0
 
     def pong(self, request_id: RequestId) -> None:
         if self.state is State.CLOSING:

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
 from backend_store.errors import InvalidRequest
+from push.principal import Operation
 from throttling import InvalidLimit, Rate, parse_rate
 
-Operation = Literal["send", "receive", "connect"]
 OPERATIONS: tuple[Operation, ...] = ("send", "receive", "connect")
 # A queue sees sends and receives; connections are not to a queue.
 QUEUE_OPERATIONS: tuple[Operation, ...] = ("send", "receive")

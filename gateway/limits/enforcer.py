@@ -19,10 +19,11 @@ from collections.abc import Callable
 from backend_store.backend import Backend
 from backend_store.errors import QuotaExceeded, Unavailable
 from backend_store.types import QueueName, TenantId
+from push.principal import Operation
 from throttling import ALLOWED, Decision, Limiter, Rule, SharedStateUnavailable
 
 from ..errors import RateLimitedWithFields
-from .document import Operation, TenantLimits
+from .document import TenantLimits
 from .headers import rate_limit_headers
 from .store import LimitsStore
 

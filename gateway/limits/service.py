@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from backend_store.backend import Backend
+from backend_store.types import QueueName
+from push.principal import Operation, PrincipalLike
 from push.wakeup import WakeupHub
 from throttling import SharedState
 
+from ..auth.principal import Principal
 from ..queue_cache import QueueCache
 from .dedupe_front import DedupeFront
 from .enforcer import Enforcer
@@ -72,6 +75,12 @@ class Throttling:
             self.signals = SharedSignals(self.state.broadcaster, hub, self.limits, authenticator.invalidate)
             self.limits.on_change = self.signals.limits_changed
             authenticator.on_change = self.signals.auth_changed
+
+    async def rate_check(self, principal: PrincipalLike, op: Operation, queue: str | None) -> None:
+        """push's :data:`~push.principal.RateCheck`: returns, or raises a 429 error."""
+        # Every principal push holds came from this gateway's authenticator.
+        subject = principal.subject if isinstance(principal, Principal) else ""
+        await self.enforcer.check(principal.tenant, subject, op, None if queue is None else QueueName(queue))
 
     @property
     def fail_closed_and_down(self) -> bool:
