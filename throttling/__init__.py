@@ -8,9 +8,10 @@ messages between processes; the cache stores opaque bytes. See docs/throttling.m
 from __future__ import annotations
 
 from .broadcast import Broadcaster, MemoryBroadcaster, RedisBroadcaster, open_broadcaster
+from .decision import ALLOWED, Decision, Rule, Window
 from .errors import InvalidLimit, SharedStateUnavailable, ThrottlingError
 from .health import SharedStateHealth
-from .limiter import ALLOWED, Decision, Limiter, Rule, Strategy, Window
+from .limiter import Limiter, Strategy
 from .rates import Rate, parse_rate
 from .shared_cache import MemoryCache, RedisCache, SharedCache, open_cache
 from .shared_state import SharedState
