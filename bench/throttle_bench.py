@@ -16,6 +16,10 @@ request (tenant, per key, per queue), so every request pays three hits and three
 reads but none is refused. Two request kinds: ``poll`` (``receive`` of an empty queue with
 ``wait_s: 0``: no fsync, so the limiter's share shows) and ``send`` (1 KiB, fsynced).
 
+Part 0, the limiter alone: microseconds per ``Limiter.check`` in this process (no HTTP),
+one call at a time, with 1 and 3 rules, for each storage and strategy. With Redis this is
+mostly the round trip (and, on a loaded machine, waiting for the Redis process to run).
+
 Part 2, send-to-push latency: two gateways on one data directory sharing the Redis; a
 WebSocket consumer on A or on B, a producer sending through A over HTTP one message at a
 time (the next after the previous is pushed). Same-gateway: the commit's own wake-up
@@ -213,6 +217,27 @@ async def push_latency(producer_url: str, consumer_url: str, key: str, queue: st
     return latencies
 
 
+async def limiter_cost(url: str, strategy: str, rules: int, calls: int) -> float:
+    """Microseconds per check, one call at a time."""
+    sys.path.insert(0, str(REPO))
+    from throttling import Rule, SharedState, parse_rate
+
+    state = SharedState(url, strategy=strategy)  # type: ignore[arg-type]
+    await state.start()
+    try:
+        rate = parse_rate(HIGH)
+        unique = os.urandom(4).hex()
+        batch = [Rule(f"r{n}", rate, (unique, str(n))) for n in range(rules)]
+        for _ in range(50):
+            await state.limiter.check(batch)
+        start = time.perf_counter()
+        for _ in range(calls):
+            await state.limiter.check(batch)
+        return (time.perf_counter() - start) / calls * 1e6
+    finally:
+        await state.close()
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -257,6 +282,14 @@ def main() -> None:
                     limits = {"send": HIGH, "receive": HIGH, "per_key": {"send": HIGH, "receive": HIGH}}
                     limits["per_queue"] = {"send": HIGH, "receive": HIGH}
                     httpx.put(f"{url}/v1/limits", headers=headers, json=limits).raise_for_status()
+            micro: dict[tuple[str, str, int], float] = {}
+            for storage, url in (("memory", "memory://"), ("redis", redis_url)):
+                for strategy in ("sliding-window-counter", "moving-window"):
+                    for rules in (1, 3):
+                        calls = 3000 if storage == "memory" else 1000
+                        micro[(storage, strategy, rules)] = asyncio.run(
+                            limiter_cost(url, strategy, rules, calls)
+                        )
             runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for _ in range(args.rounds):
                 for mode in ("poll", "send"):
