@@ -312,8 +312,11 @@ def main() -> None:
                 proc.wait()
 
     print(f"\n{machine()}")
+    print("Part 0: the limiter alone, microseconds per check (one at a time, in process)")
+    for (storage, strategy, rules), us in micro.items():
+        print(f"{storage:<6} {strategy:<22} {rules} rule{'s' if rules > 1 else ' '}  {us:8.1f} us")
     print(
-        f"Part 1: {args.connections} connections, {args.rounds} rounds of {args.duration:g} s per gateway and kind;"
+        f"\nPart 1: {args.connections} connections, {args.rounds} rounds of {args.duration:g} s per gateway and kind;"
     )
     print("medians; ratio = requests/s against the unthrottled gateway in the same round\n")
     for mode in ("poll", "send"):
