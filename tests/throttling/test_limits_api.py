@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.conftest import scaled
+from tests.fixtures.redis_server import RedisServer
 from tests.gateway.conftest import Api, RunningGateway, api_for, problem_code, start_gateway
 
 NO_LIMITS = {
@@ -191,3 +195,30 @@ def test_rate_limited_requests_are_counted_in_metrics(
     text = httpx.get(f"{gateway.url}/metrics").text
     assert re.search(r'^pushgate_rate_limited_total\{op="receive"\} [1-9]', text, re.M)
     assert re.search(r"^pushgate_shared_state_up 1\.0$", text, re.M)
+
+
+def test_fail_closed_refuses_limited_requests_while_redis_is_down(
+    redis_server: RedisServer, tmp_path: Path, qname: str
+) -> None:
+    running = start_gateway(tmp_path / "closed", redis_url=redis_server.url, redis_fail="closed")
+    try:
+        tenant = Tenant(running)
+        for api in tenant.api():
+            api.put_queue(qname)
+            put_limits(api, {"per_queue": {"send": "100/hour"}})
+            assert api.send(qname).status_code == 201
+            redis_server.kill()
+            refused = api.send(qname)
+            assert problem_code(refused, 503) == "unavailable" and refused.headers["Retry-After"] == "1"
+            # Nothing limits reading a queue: still served.
+            assert api.client.get(f"/v1/queues/{qname}").status_code == 200
+            ready = api.client.get("/readyz")
+            assert problem_code(ready, 503) == "unavailable"
+            redis_server.restart()
+            deadline = time.monotonic() + scaled(5)
+            while api.send(qname).status_code != 201:
+                assert time.monotonic() < deadline, "the gateway did not use Redis again"
+                time.sleep(0.05)
+            assert api.client.get("/readyz").status_code == 200
+    finally:
+        running.stop()

@@ -229,6 +229,8 @@ async def test_admin_cli_changes_reach_every_gateway_within_a_second(
             pair, "--redis", pair.redis.url, "limits", "set", "--tenant", tenant, '{"receive": "9/minute"}'
         )
         assert changed["announced"] is True and changed["limits"]["receive"] == "9/minute"
+        read = await admin_cli(pair, "limits", "get", "--tenant", tenant)
+        assert read == {"tenant": tenant, "limits": changed["limits"]}
         for client in clients:
 
             async def applied(client: httpx.AsyncClient = client) -> bool:
