@@ -33,8 +33,6 @@ Authenticate = Callable[[str], Awaitable[PrincipalLike]]
 # Whether a browser ``Origin`` may connect for a principal's tenant.
 CheckOrigin = Callable[[PrincipalLike, str], Awaitable[bool]]
 
-# Checks the credentials of open connections again (a revoked API key, a removed JWT
-# key): for each principal, the principal as it now stands, or the error that ends it.
 Operation = Literal["send", "receive", "connect"]
 
 # Counts one request of a principal against its rate limits (``queue``: None for a
@@ -42,4 +40,6 @@ Operation = Literal["send", "receive", "connect"]
 # ``retry_after_s``) when refused. The gateway's throttling provides it.
 RateCheck = Callable[[PrincipalLike, Operation, str | None], Awaitable[None]]
 
+# Checks the credentials of open connections again (a revoked API key, a removed JWT
+# key): for each principal, the principal as it now stands, or the error that ends it.
 Recheck = Callable[[Collection[PrincipalLike]], Awaitable[dict[PrincipalLike, PrincipalLike | PushgateError]]]
