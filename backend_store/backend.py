@@ -224,10 +224,13 @@ class ReplicaStore(Protocol):
     async def first_retained_lsn(self) -> Lsn | None:
         """The oldest entry still kept (None: the log is empty)."""
 
-    async def apply_replicated(self, entries: Sequence[LogEntry]) -> Lsn:
+    async def apply_replicated(self, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
         """Apply a leader's entries in one commit, in order; return the new last LSN.
 
-        All or nothing: a stale epoch or a gap anywhere refuses the whole call.
+        ``epoch`` is the sending leader's term (default: the newest entry's): it is what the
+        fence is checked against and raised to, since a new leader also ships entries of
+        earlier terms. All or nothing: a stale sender, entry epochs out of order or a gap
+        anywhere refuses the whole call.
         """
 
     async def raise_epoch(self, epoch: Epoch) -> Epoch:

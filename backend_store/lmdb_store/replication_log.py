@@ -136,30 +136,41 @@ class ReplicationLog:
 
     # The follower's side -----------------------------------------------------------
 
-    def apply(self, writes: Writes, entries: Sequence[LogEntry]) -> Lsn:
+    def apply(self, writes: Writes, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
         """Apply a leader's entries in LSN order and log them under the same LSNs.
 
+        ``epoch`` is the term of the leader sending them (default: the newest entry's).
+        The fence is checked against it, not against each entry: a new leader ships entries
+        of earlier terms that a lagging follower lacks, and a follower already fenced at
+        the new term must take them. The fence then rises to ``epoch``.
+
         Everything is checked before the first write (the group-commit rule: an operation
-        fails only before it writes): LSNs must follow this log without a gap, epochs must
-        not go down and none may be older than the fence.
+        fails only before it writes): the sender's term must not be older than the fence,
+        entry epochs must not go down nor pass the sender's, and LSNs must follow this log
+        without a gap.
         """
         last, fence = self._current()
+        sender = epoch if epoch is not None else (entries[-1].epoch if entries else fence)
+        if sender < fence:
+            raise StaleEpoch(f"a leader of epoch {sender} is older than {fence}")
         decoded: list[list[Any]] = []
+        previous = Epoch(0)
         for entry in entries:
-            if entry.epoch < fence:
-                raise StaleEpoch(f"entry {entry.lsn} has epoch {entry.epoch}, older than {fence}")
+            if entry.epoch < previous or entry.epoch > sender:
+                raise StaleEpoch(f"entry {entry.lsn} has epoch {entry.epoch}, out of order for {sender}")
             if entry.lsn != last + 1:
                 raise ReplicationGap(f"replication gap: have {last}, got {entry.lsn}")
             mutations = unpack(entry.record)
             if not _well_formed(mutations):
                 raise Unavailable(f"corrupt replicated entry {entry.lsn}")
             decoded.append(mutations)
-            last, fence = entry.lsn, entry.epoch
+            last, previous = entry.lsn, entry.epoch
         for entry, mutations in zip(entries, decoded, strict=True):
             undo = [_apply_mutation(writes, db, key, value) for db, key, value in mutations]
             writes.txn.put(u64(entry.lsn), pack([entry.epoch, entry.record, undo]), db=writes.dbs[Db.REPLOG])
+        if entries or sender > fence:
+            self._stage(writes, last, max(fence, sender))
         if entries:
-            self._stage(writes, last, fence)
             self._trim(writes, last)
         return last
 
