@@ -9,7 +9,8 @@ A layer on top of the store, which knows no peers (:class:`~backend_store.backen
   waits on: in ``sync`` mode until a majority of the replica set, the leader's own fsynced
   log included, holds the LSN; in ``async`` mode not at all (lag is measured instead).
 - :class:`ReplicationFollower` runs on a follower: it reports its position (its last LSN),
-  applies each shipment in one commit in LSN order and acknowledges after its fsync, or
+  applies shipments in LSN order (those queued while one commits go together in the next
+  commit) and acknowledges after its fsync, or
   refuses it with ``stale_epoch`` (the sender was deposed) or ``replication_gap`` (the
   leader resends from the position the refusal carries).
 
@@ -28,7 +29,7 @@ from enum import StrEnum
 
 from ..backend import ReplicaStore
 from ..errors import ReplicationGap, StaleEpoch, Unavailable
-from ..types import Epoch, Lsn
+from ..types import Epoch, LogEntry, Lsn
 from .connection import Closed, Connection
 from .stream import NodeStream
 from .wire import NO_LSN, Replicate, Replicated
@@ -226,23 +227,45 @@ class ReplicationFollower:
         self.node_id = node_id
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Take one leader connection (an ``asyncio.start_server`` callback) until it closes."""
+        """Take one leader connection (an ``asyncio.start_server`` callback) until it closes.
+
+        Shipments that arrive while one is being applied are applied together in the next
+        commit (group commit on the follower: one fsync for all of them) and acknowledged
+        with one reply.
+        """
         stream = NodeStream(Connection(self.node_id), reader, writer)
         conn = stream.connection
         # Our position first: the leader ships from there.
         conn.replicated(self.partition, self.store.epoch, self.store.last_lsn)
         stream.flush()
+        queued: asyncio.Queue[Replicate] = asyncio.Queue()
+        applier = asyncio.create_task(self._apply_queued(queued, stream), name=f"apply p{self.partition}")
         try:
             async for event in stream.events():
-                if isinstance(event, Replicate) and event.partition == self.partition and not conn.closed:
-                    conn.replicated(self.partition, *await self._apply(event))
-                    stream.flush()
+                if isinstance(event, Replicate) and event.partition == self.partition:
+                    queued.put_nowait(event)
         finally:
+            applier.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await applier
             await stream.close()
 
-    async def _apply(self, shipment: Replicate) -> tuple[Epoch, Lsn, str | None]:
+    async def _apply_queued(self, queued: asyncio.Queue[Replicate], stream: NodeStream) -> None:
+        while True:
+            shipments = [await queued.get()]
+            while not queued.empty():
+                shipments.append(queued.get_nowait())
+            # One connection carries one leader's term; the newest shipment's epoch is it.
+            entries = [entry for shipment in shipments for entry in shipment.entries]
+            epoch, lsn, code = await self._apply(entries, shipments[-1].epoch)
+            if stream.connection.closed:
+                return
+            stream.connection.replicated(self.partition, epoch, lsn, code)
+            stream.flush()
+
+    async def _apply(self, entries: list[LogEntry], epoch: Epoch) -> tuple[Epoch, Lsn, str | None]:
         try:
-            lsn = await self.store.apply_replicated(list(shipment.entries), shipment.epoch)
+            lsn = await self.store.apply_replicated(entries, epoch)
         except StaleEpoch:
             return self.store.epoch, self.store.last_lsn, "stale_epoch"
         except ReplicationGap:
