@@ -239,11 +239,13 @@ class ReplicaStore(Protocol):
         Entries this store writes from then on carry ``epoch``.
         """
 
-    async def truncate_after(self, lsn: Lsn) -> int:
+    async def truncate_after(self, lsn: Lsn, epoch: Epoch | None = None) -> int:
         """Undo and drop the entries after ``lsn``; return how many.
 
-        Raises :class:`~backend_store.errors.ReplicationGap` if they can no longer be
-        undone (trimmed): the replica must be re-seeded.
+        With ``epoch`` (the term of the leader whose log conflicts with ours), an older term
+        is refused with :class:`~backend_store.errors.StaleEpoch` and the fence rises to it
+        in the same transaction. Raises :class:`~backend_store.errors.ReplicationGap` if the
+        entries can no longer be undone (trimmed): the replica must be re-seeded.
         """
 
     def hold_log_from(self, lsn: Lsn | None) -> None:

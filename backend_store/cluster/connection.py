@@ -28,6 +28,7 @@ from ..types import Epoch, LogEntry, Lsn
 from .wire import (
     DEFAULT_MAX_FRAME,
     NO_EPOCH,
+    NO_LSN,
     PROTOCOL_VERSION,
     Close,
     CloseCode,
@@ -135,8 +136,15 @@ class Connection:
     ) -> None:
         self._answer(request_id, ErrorReply(request_id, code, detail, epoch, leader))
 
-    def replicate(self, partition: int, epoch: Epoch, entries: list[LogEntry], committed: Lsn) -> None:
-        self._write(Replicate(partition, epoch, tuple(entries), committed))
+    def replicate(
+        self,
+        partition: int,
+        epoch: Epoch,
+        entries: list[LogEntry],
+        committed: Lsn,
+        prev: tuple[Lsn, Epoch] = (NO_LSN, NO_EPOCH),
+    ) -> None:
+        self._write(Replicate(partition, epoch, tuple(entries), committed, *prev))
 
     def replicated(self, partition: int, epoch: Epoch, lsn: Lsn, code: str | None = None) -> None:
         self._write(Replicated(partition, epoch, lsn, code))

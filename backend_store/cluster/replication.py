@@ -32,7 +32,7 @@ from ..errors import ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from .connection import Closed, Connection
 from .stream import NodeStream
-from .wire import NO_LSN, Replicate, Replicated
+from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -179,19 +179,15 @@ class ReplicationLeader:
                 self._depose(reply.epoch)
             return
         if reply.code == "replication_gap" or not progress.positioned:
-            # A position report: ship from what the follower holds.
+            # A position report, or "I can vouch for my log only up to here": ship from
+            # there. Only acknowledgements of what this leader shipped count as held: a
+            # reported position may include a deposed leader's entries.
             progress.positioned = True
-            progress.sent = progress.acked = reply.lsn
-            if reply.lsn > self.store.last_lsn:
-                log.error(
-                    "partition %d: %s holds LSN %d past ours (%d): it must truncate first",
-                    self.partition,
-                    progress.node_id,
-                    reply.lsn,
-                    self.store.last_lsn,
-                )
+            progress.sent = min(reply.lsn, self.store.last_lsn)
+            progress.acked = min(progress.acked, progress.sent)
         elif reply.code is None:
-            progress.acked = max(progress.acked, reply.lsn)
+            # Capped at what we shipped: beyond it the follower may hold a deposed tail.
+            progress.acked = max(progress.acked, min(reply.lsn, progress.sent))
         progress.wake.set()
         self._settle_waiters()
 
@@ -202,7 +198,14 @@ class ReplicationLeader:
             backlog = self.store.last_lsn - progress.sent
             in_flight = progress.sent - progress.acked
             if progress.positioned and backlog > 0 and in_flight < self.window_entries:
-                entries = await self.store.read_replication_log(progress.sent, self.batch_entries)
+                # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
+                after = max(0, progress.sent - 1)
+                entries = await self.store.read_replication_log(Lsn(after), self.batch_entries + 1)
+                prev = (NO_LSN, NO_EPOCH)
+                if progress.sent > 0 and entries and entries[0].lsn == progress.sent:
+                    prev = (entries[0].lsn, entries[0].epoch)
+                    entries = entries[1:]
+                # (A prev that is no longer in the log is old, committed history: sent unchecked.)
                 if not entries or entries[0].lsn != progress.sent + 1:
                     progress.needs_snapshot = True
                     log.warning(
@@ -212,7 +215,7 @@ class ReplicationLeader:
                         progress.sent + 1,
                     )
                     return
-                conn.replicate(self.partition, self.epoch, entries, self.committed_lsn)
+                conn.replicate(self.partition, self.epoch, entries, self.committed_lsn, prev)
                 stream.flush()
                 progress.sent = entries[-1].lsn
                 await stream.drain()
@@ -255,19 +258,67 @@ class ReplicationFollower:
             shipments = [await queued.get()]
             while not queued.empty():
                 shipments.append(queued.get_nowait())
-            # One connection carries one leader's term; the newest shipment's epoch is it.
+            # One connection carries one leader's term and contiguous shipments: the first
+            # one's prev checks them all.
+            first = shipments[0]
             entries = [entry for shipment in shipments for entry in shipment.entries]
-            epoch, lsn, code = await self._apply(entries, shipments[-1].epoch)
+            epoch, lsn, code = await self._apply(
+                entries, shipments[-1].epoch, first.prev_lsn, first.prev_epoch
+            )
             if stream.connection.closed:
                 return
             stream.connection.replicated(self.partition, epoch, lsn, code)
             stream.flush()
 
-    async def _apply(self, entries: list[LogEntry], epoch: Epoch) -> tuple[Epoch, Lsn, str | None]:
+    async def _apply(
+        self, entries: list[LogEntry], epoch: Epoch, prev_lsn: Lsn, prev_epoch: Epoch
+    ) -> tuple[Epoch, Lsn, str | None]:
+        store = self.store
         try:
-            lsn = await self.store.apply_replicated(entries, epoch)
+            if prev_lsn > store.last_lsn:
+                raise ReplicationGap(f"missing entries before {prev_lsn}")
+            if prev_epoch and prev_lsn and await self._epoch_at(prev_lsn) not in (prev_epoch, None):
+                # Diverged at prev: vouch only for what comes before it; the leader steps back.
+                return store.epoch, Lsn(prev_lsn - 1), "replication_gap"
+            entries = await self._drop_held(entries, epoch)
+            lsn = await store.apply_replicated(entries, epoch)
         except StaleEpoch:
-            return self.store.epoch, self.store.last_lsn, "stale_epoch"
+            return store.epoch, store.last_lsn, "stale_epoch"
         except ReplicationGap:
-            return self.store.epoch, self.store.last_lsn, "replication_gap"
-        return self.store.epoch, lsn, None
+            return store.epoch, store.last_lsn, "replication_gap"
+        return store.epoch, lsn, None
+
+    async def _drop_held(self, entries: list[LogEntry], epoch: Epoch) -> list[LogEntry]:
+        """Skip entries this replica already holds; truncate at the first one that conflicts.
+
+        As in Raft: same LSN and epoch means the same entry (one leader per epoch); another
+        epoch means this replica holds a deposed leader's unacknowledged tail.
+        """
+        last = self.store.last_lsn
+        if not entries or entries[0].lsn > last:
+            return entries
+        held = {
+            e.lsn: e.epoch
+            for e in await self.store.read_replication_log(Lsn(entries[0].lsn - 1), last - entries[0].lsn + 1)
+        }
+        skip = 0
+        for entry in entries:
+            # An entry no longer in our log (trimmed) is old, agreed history.
+            if entry.lsn > last or held.get(entry.lsn, entry.epoch) != entry.epoch:
+                break
+            skip += 1
+        rest = entries[skip:]
+        if rest and rest[0].lsn <= last:
+            dropped = await self.store.truncate_after(Lsn(rest[0].lsn - 1), epoch)
+            log.warning(
+                "partition %d: dropped %d entries a deposed leader wrote after LSN %d",
+                self.partition,
+                dropped,
+                rest[0].lsn - 1,
+            )
+        return rest
+
+    async def _epoch_at(self, lsn: Lsn) -> Epoch | None:
+        """The epoch of our entry at ``lsn`` (None: trimmed from our log)."""
+        entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
+        return entries[0].epoch if entries and entries[0].lsn == lsn else None

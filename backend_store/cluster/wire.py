@@ -14,8 +14,9 @@ Messages:
   carry a stable ``code`` (the store's codes plus ``not_leader``) and, for ``not_leader``
   and ``stale_epoch``, the epoch and leader the node knows, so the sender refreshes at once.
 - :class:`Replicate` / :class:`Replicated`: a leader's batch of log entries for one
-  partition, tagged with its epoch, and the follower's acknowledgement of the LSN it has
-  fsynced (or its refusal, with a code: ``stale_epoch``, ``replication_gap``).
+  partition, tagged with its epoch and the (LSN, epoch) of the entry before them, and the
+  follower's acknowledgement of the LSN it has fsynced (or its refusal, with a code:
+  ``stale_epoch``, ``replication_gap``).
 - :class:`Close`: the sender is closing the connection, with a :class:`CloseCode`.
 
 A frame that cannot be a message raises :class:`WireError` with the close code the
@@ -112,6 +113,10 @@ class Replicate:
     entries: tuple[LogEntry, ...]
     # The highest LSN a majority has acknowledged (followers learn what is safe to serve).
     committed: Lsn = NO_LSN
+    # The entry just before ``entries`` in the leader's log (log matching, as in Raft): a
+    # follower whose entry at ``prev_lsn`` has another epoch has diverged. Epoch 0: not checked.
+    prev_lsn: Lsn = NO_LSN
+    prev_epoch: Epoch = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +156,15 @@ def _to_list(message: Message) -> list[Any]:
             return [Kind.ERROR, message.id, message.code, message.detail, message.epoch, message.leader]
         case Replicate():
             entries = [[e.lsn, e.epoch, e.record] for e in message.entries]
-            return [Kind.REPLICATE, message.partition, message.epoch, entries, message.committed]
+            return [
+                Kind.REPLICATE,
+                message.partition,
+                message.epoch,
+                entries,
+                message.committed,
+                message.prev_lsn,
+                message.prev_epoch,
+            ]
         case Replicated():
             return [Kind.REPLICATED, message.partition, message.epoch, message.lsn, message.code]
         case Close():
@@ -270,11 +283,18 @@ def _entry(v: Any) -> LogEntry:
 
 
 def _replicate(v: list[Any]) -> Replicate:
-    partition, epoch, entries, committed = _fields(v, 4)
+    partition, epoch, entries, committed, prev_lsn, prev_epoch = _fields(v, 6)
     if not isinstance(entries, list):
         raise ValueError("entries must be an array")
     parsed = tuple(_entry(e) for e in entries)
-    return Replicate(_int(partition), Epoch(_int(epoch)), parsed, Lsn(_int(committed)))
+    return Replicate(
+        _int(partition),
+        Epoch(_int(epoch)),
+        parsed,
+        Lsn(_int(committed)),
+        Lsn(_int(prev_lsn)),
+        Epoch(_int(prev_epoch)),
+    )
 
 
 def _replicated(v: list[Any]) -> Replicated:

@@ -332,8 +332,8 @@ class LmdbBackend:
     async def raise_epoch(self, epoch: Epoch) -> Epoch:
         return await self._write(lambda w, now: self._replication_log.raise_epoch(w, epoch))
 
-    async def truncate_after(self, lsn: Lsn) -> int:
-        return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn))
+    async def truncate_after(self, lsn: Lsn, epoch: Epoch | None = None) -> int:
+        return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn, epoch))
 
     def hold_log_from(self, lsn: Lsn | None) -> None:
         self._replication_log.follower_floor = lsn

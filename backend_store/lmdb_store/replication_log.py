@@ -174,15 +174,20 @@ class ReplicationLog:
             self._trim(writes, last)
         return last
 
-    def truncate_after(self, writes: Writes, lsn: Lsn) -> int:
+    def truncate_after(self, writes: Writes, lsn: Lsn, epoch: Epoch | None = None) -> int:
         """Undo and drop every entry after ``lsn`` (newest first); return how many.
 
         For a deposed leader or a follower holding entries the new leader never had: they
         were never acknowledged by a majority, so rolling them back loses nothing promised.
-        The fence is kept. Raises :class:`ReplicationGap` if any of them was trimmed from
-        the log already (then the replica must be re-seeded from a snapshot).
+        The fence is kept; with ``epoch`` (the term of the leader asking), an older term is
+        refused with :class:`StaleEpoch` and the fence rises to it in the same transaction,
+        so a deposed leader can never make a replica drop entries. Raises
+        :class:`ReplicationGap` if any of them was trimmed from the log already (then the
+        replica must be re-seeded from a snapshot).
         """
         last, fence = self._current()
+        if epoch is not None and epoch < fence:
+            raise StaleEpoch(f"a leader of epoch {epoch} is older than {fence}")
         if lsn >= last:
             return 0
         if lsn < 0:
@@ -202,7 +207,7 @@ class ReplicationLog:
                 else:
                     writes.txn.put(key, old, db=writes.dbs[Db(db)])
             writes.txn.delete(u64(n), db=writes.dbs[Db.REPLOG])
-        self._stage(writes, lsn, fence)
+        self._stage(writes, lsn, max(fence, epoch or fence))
         return len(undos)
 
 

@@ -305,6 +305,20 @@ async def test_a_batch_that_changes_a_key_twice_is_undone_to_its_first_value(rep
     assert await store.meta_get("ns", "new") is None
 
 
+async def test_only_a_current_or_newer_term_may_truncate(replicas: Replicas) -> None:
+    store = await replicas.open("a")
+    await store.create_queue(T1, q("orders"), {})
+    keep_lsn = store.last_lsn
+    await store.raise_epoch(Epoch(5))
+    await send_one(store, T1, "orders", "tail")
+    with pytest.raises(StaleEpoch):
+        await store.truncate_after(keep_lsn, Epoch(4))
+    assert store.last_lsn == keep_lsn + 1
+    # A newer term's truncation raises the fence in the same transaction.
+    assert await store.truncate_after(keep_lsn, Epoch(6)) == 1
+    assert (store.last_lsn, store.epoch) == (keep_lsn, 6)
+
+
 async def test_truncation_survives_a_restart(replicas: Replicas) -> None:
     store = await replicas.open("a")
     await store.create_queue(T1, q("orders"), {})

@@ -261,3 +261,53 @@ async def test_a_follower_behind_the_trimmed_log_is_marked_for_a_snapshot(cluste
     assert cluster.followers["f1"].store.last_lsn == 0
     # The other follower still makes writes durable.
     await write(cluster, "after")
+
+
+async def test_a_deposed_leader_rejoins_as_a_follower_and_drops_its_unacknowledged_tail(
+    cluster: Cluster,
+) -> None:
+    old_leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None
+    old_store = cluster.leader
+    await old_store.create_queue(T1, q("orders"), {})
+    for i in range(5):
+        await write(cluster, f"acknowledged-{i}")
+    # Cut off from both followers, the old leader commits locally; nothing is acknowledged.
+    await cluster.cut("f1")
+    await cluster.cut("f2")
+    for i in range(3):
+        await send_one(old_store, T1, "orders", f"never-acknowledged-{i}")
+        with pytest.raises(Unavailable):
+            await old_leader.replicate(old_store.last_lsn, timeout_s=0.05)
+
+    # f1 becomes leader in epoch 4 and writes; f2 and the old leader follow it.
+    new_store = cluster.followers["f1"].store
+    new_leader = ReplicationLeader(
+        new_store, partition=PARTITION, epoch=Epoch(4), replicas=3, node_id="f1", mode=ReplicationMode.SYNC
+    )
+    await new_leader.start()
+    await send_one(new_store, T1, "orders", "epoch-4")
+    rejoined = FollowerNode("old", old_store)
+    await rejoined.start()
+    f2 = cluster.followers["f2"]
+    await f2.start()
+    links = []
+    for node in (rejoined, f2):
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        links.append(asyncio.create_task(new_leader.follow(node.name, reader, writer)))
+    try:
+        await send_one(new_store, T1, "orders", "epoch-4-replicated")
+        await new_leader.replicate(new_store.last_lsn, timeout_s=scaled(5))
+        await until(lambda: all(v == 0 for v in new_leader.lag().values()), "both followers to catch up")
+        assert await contents(old_store) == await contents(new_store)
+        assert await contents(f2.store) == await contents(new_store)
+        assert old_store.epoch == 4
+        got = await old_store.receive(T1, q("orders"), 100)
+        bodies = sorted(m.body.decode() for m in got)
+        assert bodies == sorted([*(f"acknowledged-{i}" for i in range(5)), "epoch-4", "epoch-4-replicated"])
+    finally:
+        await rejoined.stop()
+        await f2.stop()
+        for link in links:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(link, scaled(5))

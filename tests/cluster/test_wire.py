@@ -123,9 +123,10 @@ def test_an_oversized_frame_is_refused_from_its_header_alone() -> None:
         msgpack.packb([Kind.REQUEST, -1, "send", 0, 0, {}]),  # negative id
         msgpack.packb([Kind.REQUEST, 1, "send", 0, 0, []]),  # args not a map
         msgpack.packb([Kind.REQUEST, 1, "send", 0, 0, {1: "int key"}]),
-        msgpack.packb([Kind.REPLICATE, 0, 1, [[0, 1, b"r"]], 0]),  # LSN 0
-        msgpack.packb([Kind.REPLICATE, 0, 1, [[1, 1, "str record"]], 0]),
-        msgpack.packb([Kind.REPLICATE, 0, 1, "entries", 0]),
+        msgpack.packb([Kind.REPLICATE, 0, 1, [[0, 1, b"r"]], 0, 0, 0]),  # LSN 0
+        msgpack.packb([Kind.REPLICATE, 0, 1, [[1, 1, "str record"]], 0, 0, 0]),
+        msgpack.packb([Kind.REPLICATE, 0, 1, "entries", 0, 0, 0]),
+        msgpack.packb([Kind.REPLICATE, 0, 1, [], 0]),  # no prev
         msgpack.packb([Kind.CLOSE, "no_such_code", ""]),
         msgpack.packb([Kind.HELLO, "node", 1]) + b"trailing",
     ],
@@ -237,7 +238,7 @@ def test_an_answered_id_may_be_reused_and_we_cannot_answer_twice() -> None:
 def test_replication_frames_flow_both_ways() -> None:
     leader, follower = opened("leader"), opened("follower")
     entries = [LogEntry(Lsn(1), Epoch(3), b"a"), LogEntry(Lsn(2), Epoch(3), b"b")]
-    leader.replicate(0, Epoch(3), entries, Lsn(0))
+    leader.replicate(0, Epoch(3), entries, Lsn(0), (Lsn(0), Epoch(0)))
     follower.receive_data(leader.data_to_send())
     assert follower.events_received() == [Replicate(0, Epoch(3), tuple(entries), Lsn(0))]
     follower.replicated(0, Epoch(3), Lsn(2))
