@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend_store.cluster.replication import ReplicationFollower, ReplicationLeader, ReplicationMode
 from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.options import StoreOptions
 from backend_store.types import Epoch, NewMessage, QueueName, TenantId
-from backend_store.url import StoreOptions
 
 TENANT = TenantId("bench")
 QUEUE = QueueName("q")

@@ -40,6 +40,7 @@ from .wire import (
     Replicated,
     Reply,
     Request,
+    SnapshotChunk,
     WireError,
     encode,
 )
@@ -149,6 +150,11 @@ class Connection:
     def replicated(self, partition: int, epoch: Epoch, lsn: Lsn, code: str | None = None) -> None:
         self._write(Replicated(partition, epoch, lsn, code))
 
+    def snapshot_chunk(
+        self, partition: int, epoch: Epoch, offset: int, data: bytes, done: bool = False
+    ) -> None:
+        self._write(SnapshotChunk(partition, epoch, offset, data, done))
+
     def close(self, code: CloseCode = CloseCode.NORMAL, detail: str = "") -> None:
         """Send a Close frame and stop; idempotent."""
         if self.state is not State.CLOSED:
@@ -210,7 +216,7 @@ class Connection:
                     return
                 self._awaiting.discard(message.id)
                 self._events.append(message)
-            case Replicate() | Replicated():
+            case Replicate() | Replicated() | SnapshotChunk():
                 self._events.append(message)
             case Close():
                 self._closed(message.code, message.detail, by_peer=True)

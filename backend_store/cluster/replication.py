@@ -14,25 +14,39 @@ A layer on top of the store, which knows no peers (:class:`~backend_store.backen
   refuses it with ``stale_epoch`` (the sender was deposed) or ``replication_gap`` (the
   leader resends from the position the refusal carries).
 
-A follower whose missing entries the leader has already trimmed is marked
-``needs_snapshot``; re-seeding it from a snapshot is the node's job (not built yet). So is
-dialling: the caller opens the connections and hands them over, and reconnects.
+A follower whose missing entries the leader has already trimmed is re-seeded: the leader
+streams a consistent copy of its store (``SnapshotChunk``), holding its log from that
+point, the follower installs it (:class:`~.reseed.LmdbReseeder`) and reports its new
+position, and catch-up goes on from the log. Dialling is the caller's job: it opens the
+connections, hands them over, and reconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
+from typing import BinaryIO
 
 from ..backend import ReplicaStore
 from ..errors import ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from .connection import Closed, Connection
 from .stream import NodeStream
-from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated
+from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated, SnapshotChunk
+
+# Snapshot chunks stay well under the default frame limit (16 MiB).
+SNAPSHOT_CHUNK = 1024 * 1024
+# Installs a leader's snapshot (a directory holding it) in place of the old store.
+InstallSnapshot = Callable[[ReplicaStore, Path], Awaitable[ReplicaStore]]
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -52,6 +66,7 @@ class FollowerProgress:
     connected: bool = False
     positioned: bool = False  # its position report has arrived on this connection
     needs_snapshot: bool = False
+    snapshots_sent: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -81,6 +96,8 @@ class ReplicationLeader:
         self.deposed = asyncio.Event()
         self.newer_epoch: Epoch | None = None
         self._waiters: list[tuple[Lsn, asyncio.Future[None]]] = []
+        # Followers being re-seeded: the LSN their snapshot was taken at (log held from there).
+        self._holds: dict[str, Lsn] = {}
 
     async def start(self) -> None:
         """Start this term in storage (entries written from now on carry the epoch)."""
@@ -183,6 +200,7 @@ class ReplicationLeader:
             # there. Only acknowledgements of what this leader shipped count as held: a
             # reported position may include a deposed leader's entries.
             progress.positioned = True
+            self._release_hold(progress.node_id)
             progress.sent = min(reply.lsn, self.store.last_lsn)
             progress.acked = min(progress.acked, progress.sent)
         elif reply.code is None:
@@ -207,14 +225,15 @@ class ReplicationLeader:
                     entries = entries[1:]
                 # (A prev that is no longer in the log is old, committed history: sent unchecked.)
                 if not entries or entries[0].lsn != progress.sent + 1:
-                    progress.needs_snapshot = True
                     log.warning(
-                        "partition %d: %s needs LSN %d, trimmed here: re-seed it from a snapshot",
+                        "partition %d: %s needs LSN %d, trimmed here: re-seeding it from a snapshot",
                         self.partition,
                         progress.node_id,
                         progress.sent + 1,
                     )
-                    return
+                    progress.needs_snapshot = True
+                    await self._send_snapshot(progress, stream)
+                    continue
                 conn.replicate(self.partition, self.epoch, entries, self.committed_lsn, prev)
                 stream.flush()
                 progress.sent = entries[-1].lsn
@@ -222,12 +241,52 @@ class ReplicationLeader:
                 continue
             await progress.wake.wait()
 
+    async def _send_snapshot(self, progress: FollowerProgress, stream: NodeStream) -> None:
+        """Stream a consistent copy of the store; ship nothing more until the follower reports."""
+        # Entries after the copy must stay until the follower has caught up from them.
+        self._holds[progress.node_id] = self.store.last_lsn
+        self.store.hold_log_from(min(self._holds.values()))
+        conn = stream.connection
+        with tempfile.TemporaryDirectory(prefix="pushgate-snapshot-") as tmp:
+            await self.store.snapshot(Path(tmp))
+            source = await asyncio.to_thread(open, Path(tmp) / "data.mdb", "rb")
+            try:
+                offset = 0
+                while chunk := await asyncio.to_thread(source.read, SNAPSHOT_CHUNK):
+                    conn.snapshot_chunk(self.partition, self.epoch, offset, chunk)
+                    stream.flush()
+                    offset += len(chunk)
+                    await stream.drain()
+                conn.snapshot_chunk(self.partition, self.epoch, offset, b"", done=True)
+                stream.flush()
+            finally:
+                source.close()
+        progress.needs_snapshot = False
+        progress.positioned = False
+        progress.snapshots_sent += 1
+
+    def _release_hold(self, node_id: str) -> None:
+        if self._holds.pop(node_id, None) is not None:
+            self.store.hold_log_from(min(self._holds.values()) if self._holds else None)
+
 
 class ReplicationFollower:
-    def __init__(self, store: ReplicaStore, *, partition: int, node_id: str) -> None:
+    def __init__(
+        self,
+        store: ReplicaStore,
+        *,
+        partition: int,
+        node_id: str,
+        staging: Path | None = None,
+        install_snapshot: InstallSnapshot | None = None,
+    ) -> None:
+        """``staging`` (a directory it may wipe) and ``install_snapshot`` enable re-seeding."""
         self.store = store
         self.partition = partition
         self.node_id = node_id
+        self.staging = staging
+        self.install_snapshot = install_snapshot
+        self.snapshots_installed = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Take one leader connection (an ``asyncio.start_server`` callback) until it closes.
@@ -237,38 +296,78 @@ class ReplicationFollower:
         with one reply.
         """
         stream = NodeStream(Connection(self.node_id), reader, writer)
-        conn = stream.connection
-        # Our position first: the leader ships from there.
-        conn.replicated(self.partition, self.store.epoch, self.store.last_lsn)
-        stream.flush()
-        queued: asyncio.Queue[Replicate] = asyncio.Queue()
-        applier = asyncio.create_task(self._apply_queued(queued, stream), name=f"apply p{self.partition}")
+        inbox = _Inbox()
+        applier = asyncio.create_task(self._apply_queued(inbox, stream), name=f"apply p{self.partition}")
         try:
             async for event in stream.events():
-                if isinstance(event, Replicate) and event.partition == self.partition:
-                    queued.put_nowait(event)
+                if isinstance(event, Replicate | SnapshotChunk) and event.partition == self.partition:
+                    inbox.put(event)
         finally:
             applier.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await applier
             await stream.close()
 
-    async def _apply_queued(self, queued: asyncio.Queue[Replicate], stream: NodeStream) -> None:
-        while True:
-            shipments = [await queued.get()]
-            while not queued.empty():
-                shipments.append(queued.get_nowait())
-            # One connection carries one leader's term and contiguous shipments: the first
-            # one's prev checks them all.
-            first = shipments[0]
-            entries = [entry for shipment in shipments for entry in shipment.entries]
-            epoch, lsn, code = await self._apply(
-                entries, shipments[-1].epoch, first.prev_lsn, first.prev_epoch
-            )
-            if stream.connection.closed:
-                return
-            stream.connection.replicated(self.partition, epoch, lsn, code)
-            stream.flush()
+    def _report_position(self, stream: NodeStream) -> None:
+        stream.connection.replicated(self.partition, self.store.epoch, self.store.last_lsn)
+        stream.flush()
+
+    async def _apply_queued(self, inbox: _Inbox, stream: NodeStream) -> None:
+        # Our position first: the leader ships from there.
+        self._report_position(stream)
+        snapshot: BinaryIO | None = None
+        try:
+            while True:
+                item = await inbox.get()
+                if isinstance(item, SnapshotChunk):
+                    snapshot = await self._take_chunk(item, snapshot, stream)
+                    continue
+                shipments = [item, *inbox.take_shipments()]
+                # One connection carries one leader's term and contiguous shipments: the
+                # first one's prev checks them all.
+                first = shipments[0]
+                entries = [entry for shipment in shipments for entry in shipment.entries]
+                epoch, lsn, code = await self._apply(
+                    entries, shipments[-1].epoch, first.prev_lsn, first.prev_epoch
+                )
+                if stream.connection.closed:
+                    return
+                stream.connection.replicated(self.partition, epoch, lsn, code)
+                stream.flush()
+        finally:
+            if snapshot is not None:
+                snapshot.close()
+
+    async def _take_chunk(
+        self, chunk: SnapshotChunk, snapshot: BinaryIO | None, stream: NodeStream
+    ) -> BinaryIO | None:
+        if self.staging is None or self.install_snapshot is None:
+            raise Unavailable(f"partition {self.partition}: this follower cannot be re-seeded")
+        if chunk.epoch < self.store.epoch:
+            return snapshot  # a deposed leader's copy: ignored (it will learn from our replies)
+        staged = self.staging / "data.mdb"
+        if chunk.offset == 0 and not chunk.done:
+            if snapshot is not None:
+                snapshot.close()
+            await asyncio.to_thread(_fresh_dir, self.staging)
+            snapshot = await asyncio.to_thread(open, staged, "wb")
+        if snapshot is None:
+            return None  # a copy that started before we connected: wait for the next one
+        if chunk.data:
+            await asyncio.to_thread(snapshot.write, chunk.data)
+        if not chunk.done:
+            return snapshot
+        await asyncio.to_thread(_sync_and_close, snapshot)
+        self.store = await self.install_snapshot(self.store, self.staging)
+        self.snapshots_installed += 1
+        log.warning(
+            "partition %d: re-seeded from a snapshot of epoch %d at LSN %d",
+            self.partition,
+            chunk.epoch,
+            self.store.last_lsn,
+        )
+        self._report_position(stream)
+        return None
 
     async def _apply(
         self, entries: list[LogEntry], epoch: Epoch, prev_lsn: Lsn, prev_epoch: Epoch
@@ -322,3 +421,40 @@ class ReplicationFollower:
         """The epoch of our entry at ``lsn`` (None: trimmed from our log)."""
         entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
         return entries[0].epoch if entries and entries[0].lsn == lsn else None
+
+
+class _Inbox:
+    """Shipments and snapshot chunks in arrival order (a deque: batches are taken from its head)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Replicate | SnapshotChunk] = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: Replicate | SnapshotChunk) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def get(self) -> Replicate | SnapshotChunk:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def take_shipments(self) -> list[Replicate]:
+        """The shipments at the head, up to the next snapshot chunk."""
+        out: list[Replicate] = []
+        while self._items and isinstance(head := self._items[0], Replicate):
+            self._items.popleft()
+            out.append(head)
+        return out
+
+
+def _fresh_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+
+
+def _sync_and_close(file: BinaryIO) -> None:
+    file.flush()
+    os.fsync(file.fileno())
+    file.close()

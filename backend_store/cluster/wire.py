@@ -17,6 +17,8 @@ Messages:
   partition, tagged with its epoch and the (LSN, epoch) of the entry before them, and the
   follower's acknowledgement of the LSN it has fsynced (or its refusal, with a code:
   ``stale_epoch``, ``replication_gap``).
+- :class:`SnapshotChunk`: part of a consistent copy of a partition replica, streamed by a
+  leader to re-seed a follower whose missing entries it has trimmed.
 - :class:`Close`: the sender is closing the connection, with a :class:`CloseCode`.
 
 A frame that cannot be a message raises :class:`WireError` with the close code the
@@ -73,6 +75,7 @@ class Kind(IntEnum):
     REPLICATE = 5
     REPLICATED = 6
     CLOSE = 7
+    SNAPSHOT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,21 @@ class Close:
     detail: str = ""
 
 
-Message = Hello | Request | Reply | ErrorReply | Replicate | Replicated | Close
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk:
+    """Part of a consistent copy of a partition replica, for re-seeding a follower.
+
+    Chunks come in order; the one with ``done`` carries no data and ends the copy.
+    """
+
+    partition: int
+    epoch: Epoch
+    offset: int
+    data: bytes
+    done: bool = False
+
+
+Message = Hello | Request | Reply | ErrorReply | Replicate | Replicated | Close | SnapshotChunk
 
 
 def encode(message: Message) -> bytes:
@@ -169,6 +186,15 @@ def _to_list(message: Message) -> list[Any]:
             return [Kind.REPLICATED, message.partition, message.epoch, message.lsn, message.code]
         case Close():
             return [Kind.CLOSE, str(message.code), message.detail]
+        case SnapshotChunk():
+            return [
+                Kind.SNAPSHOT,
+                message.partition,
+                message.epoch,
+                message.offset,
+                message.data,
+                message.done,
+            ]
 
 
 class FrameReader:
@@ -307,6 +333,13 @@ def _close(v: list[Any]) -> Close:
     return Close(CloseCode(_str(code)), _str(detail))
 
 
+def _snapshot(v: list[Any]) -> SnapshotChunk:
+    partition, epoch, offset, data, done = _fields(v, 5)
+    if not isinstance(data, bytes) or not isinstance(done, bool):
+        raise ValueError("a snapshot chunk carries bytes and a done flag")
+    return SnapshotChunk(_int(partition), Epoch(_int(epoch)), _int(offset), data, done)
+
+
 _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.HELLO: _hello,
     Kind.REQUEST: _request,
@@ -315,4 +348,5 @@ _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.REPLICATE: _replicate,
     Kind.REPLICATED: _replicated,
     Kind.CLOSE: _close,
+    Kind.SNAPSHOT: _snapshot,
 }

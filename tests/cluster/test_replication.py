@@ -15,19 +15,24 @@ from pathlib import Path
 import pytest
 
 from backend_store.cluster.replication import ReplicationFollower, ReplicationLeader, ReplicationMode
+from backend_store.cluster.reseed import LmdbReseeder
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db, View
+from backend_store.options import StoreOptions
 from backend_store.types import Epoch, Lsn
-from backend_store.url import StoreOptions
 from tests.backend.harness import T1, q, send_one
 from tests.conftest import scaled
 
 PARTITION = 0
 
 
+def store_options(keep: int = 1000) -> StoreOptions:
+    return StoreOptions(replication_log_keep=keep, sweep_interval_s=0)
+
+
 async def open_store(path: Path, keep: int = 1000) -> LmdbBackend:
-    store = LmdbBackend(path, StoreOptions(replication_log_keep=keep, sweep_interval_s=0))
+    store = LmdbBackend(path, store_options(keep))
     await store.start()
     return store
 
@@ -49,11 +54,24 @@ class FollowerNode:
 
     def __init__(self, name: str, store: LmdbBackend) -> None:
         self.name = name
-        self.store = store
-        self.replication = ReplicationFollower(store, partition=PARTITION, node_id=name)
+        reseeder = LmdbReseeder(store.path, store_options())
+        self.replication = ReplicationFollower(
+            store,
+            partition=PARTITION,
+            node_id=name,
+            staging=reseeder.staging,
+            install_snapshot=reseeder.install,
+        )
         self.server: asyncio.Server | None = None
         self.port = 0
         self._writers: list[asyncio.StreamWriter] = []
+
+    @property
+    def store(self) -> LmdbBackend:
+        """The current store (a re-seed replaces it)."""
+        store = self.replication.store
+        assert isinstance(store, LmdbBackend)
+        return store
 
     async def start(self) -> None:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -249,18 +267,25 @@ async def test_a_fenced_follower_deposes_a_stale_leader(cluster: Cluster) -> Non
         await leader.replicate(cluster.leader.last_lsn)
 
 
-async def test_a_follower_behind_the_trimmed_log_is_marked_for_a_snapshot(cluster: Cluster) -> None:
+async def test_a_follower_behind_the_trimmed_log_is_reseeded_and_catches_up(cluster: Cluster) -> None:
     leader = await cluster.start(ReplicationMode.SYNC, leader_keep=4)
     assert cluster.leader is not None
     await cluster.leader.create_queue(T1, q("orders"), {})
     for i in range(10):
         await write(cluster, f"m{i}")
-    # f1 comes back empty (a lost disk): the leader no longer has LSN 1.
+    # f1 comes back empty (a lost disk): the leader no longer has LSN 1, so it streams a
+    # snapshot, holds its log from there, and f1 catches up from the log.
     await cluster.restart_follower("f1", fresh=True)
-    await until(lambda: leader.followers["f1"].needs_snapshot, "f1 to be marked")
-    assert cluster.followers["f1"].store.last_lsn == 0
-    # The other follower still makes writes durable.
+    for i in range(10):
+        await write(cluster, f"during-{i}")
+    await until(lambda: leader.lag().get("f1") == 0, "f1 to be re-seeded and catch up")
+    f1 = cluster.followers["f1"]
+    assert leader.followers["f1"].snapshots_sent == 1 and f1.replication.snapshots_installed == 1
+    assert await contents(f1.store) == await contents(cluster.leader)
+    assert f1.store.epoch == 3
+    # The hold is released: the leader trims to its keep again.
     await write(cluster, "after")
+    assert await cluster.leader.first_retained_lsn() == cluster.leader.last_lsn - 4 + 1
 
 
 async def test_a_deposed_leader_rejoins_as_a_follower_and_drops_its_unacknowledged_tail(

@@ -25,6 +25,7 @@ from backend_store.cluster.wire import (
     Replicated,
     Reply,
     Request,
+    SnapshotChunk,
     WireError,
     encode,
 )
@@ -44,6 +45,8 @@ EVERY_MESSAGE: list[Message] = [
     Replicated(3, Epoch(12), Lsn(42)),
     Replicated(3, Epoch(13), Lsn(40), "stale_epoch"),
     Close(CloseCode.NORMAL, "draining"),
+    SnapshotChunk(3, Epoch(12), 1 << 20, b"\x00" * 64),
+    SnapshotChunk(3, Epoch(12), 2 << 20, b"", done=True),
 ]
 
 
@@ -127,6 +130,7 @@ def test_an_oversized_frame_is_refused_from_its_header_alone() -> None:
         msgpack.packb([Kind.REPLICATE, 0, 1, [[1, 1, "str record"]], 0, 0, 0]),
         msgpack.packb([Kind.REPLICATE, 0, 1, "entries", 0, 0, 0]),
         msgpack.packb([Kind.REPLICATE, 0, 1, [], 0]),  # no prev
+        msgpack.packb([Kind.SNAPSHOT, 0, 1, 0, "text", False]),
         msgpack.packb([Kind.CLOSE, "no_such_code", ""]),
         msgpack.packb([Kind.HELLO, "node", 1]) + b"trailing",
     ],
