@@ -17,8 +17,9 @@ A layer on top of the store, which knows no peers (:class:`~backend_store.backen
 A follower whose missing entries the leader has already trimmed is re-seeded: the leader
 streams a consistent copy of its store (``SnapshotChunk``), holding its log from that
 point, the follower installs it (:class:`~.reseed.LmdbReseeder`) and reports its new
-position, and catch-up goes on from the log. Dialling is the caller's job: it opens the
-connections, hands them over, and reconnects.
+position, and catch-up goes on from the log. :meth:`ReplicationLeader.maintain` dials a
+follower and re-dials it when the link breaks (or the caller hands over connections it
+opened itself, :meth:`ReplicationLeader.follow`).
 """
 
 from __future__ import annotations
@@ -189,6 +190,25 @@ class ReplicationLeader:
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
             await stream.close()
+
+    async def maintain(
+        self, follower_id: str, host: str, port: int, *, retry_s: float = 0.2, connect_timeout_s: float = 2.0
+    ) -> None:
+        """Keep a link to one follower: dial, replicate until the link breaks, dial again.
+
+        Runs until cancelled or deposed. A follower that restarts is caught up from the
+        position it reports on the new connection.
+        """
+        while not self.deposed.is_set():
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), connect_timeout_s
+                )
+            except (OSError, TimeoutError):
+                await asyncio.sleep(retry_s)
+                continue
+            await self.follow(follower_id, reader, writer)
+            await asyncio.sleep(retry_s)
 
     def _on_reply(self, progress: FollowerProgress, reply: Replicated) -> None:
         if reply.code == "stale_epoch":

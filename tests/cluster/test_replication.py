@@ -336,3 +336,27 @@ async def test_a_deposed_leader_rejoins_as_a_follower_and_drops_its_unacknowledg
         for link in links:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(link, scaled(5))
+
+
+async def test_a_maintained_link_redials_a_follower_that_restarts(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    # f1's link is kept by the leader itself from now on.
+    await cluster.cut("f1")
+    f1 = cluster.followers["f1"]
+    await f1.start()
+    keeper = asyncio.create_task(leader.maintain("f1", "127.0.0.1", f1.port, retry_s=0.05))
+    try:
+        await write(cluster, "first")
+        await until(lambda: leader.lag()["f1"] == 0, "f1 to be linked")
+        await f1.stop()  # the follower goes away...
+        for i in range(5):
+            await write(cluster, f"while-away-{i}")  # (f2 makes the majority)
+        await f1.start()  # ...and comes back on the same port: the leader re-dials it
+        await until(lambda: leader.lag()["f1"] == 0, "f1 to be re-dialled and catch up")
+        assert await contents(f1.store) == await contents(cluster.leader)
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
