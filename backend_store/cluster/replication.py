@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..backend import ReplicaStore
-from ..errors import ReplicationGap, StaleEpoch, Unavailable
+from ..errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
-from .connection import Closed, Connection
+from .connection import Closed, Connection, ConnectionClosedError
 from .stream import NodeStream
 from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated, SnapshotChunk
 
@@ -230,6 +230,15 @@ class ReplicationLeader:
         self._settle_waiters()
 
     async def _ship(self, progress: FollowerProgress, stream: NodeStream) -> None:
+        try:
+            await self._ship_entries(progress, stream)
+        except (PushgateError, ConnectionClosedError, OSError) as exc:
+            log.warning("partition %d: link to %s failed: %s", self.partition, progress.node_id, exc)
+        # A sender that stops (deposed, or failed) ends the link: follow() returns and a
+        # maintained link dials again.
+        await stream.close()
+
+    async def _ship_entries(self, progress: FollowerProgress, stream: NodeStream) -> None:
         conn = stream.connection
         while not conn.closed and not self.deposed.is_set():
             progress.wake.clear()
@@ -333,6 +342,14 @@ class ReplicationFollower:
         stream.flush()
 
     async def _apply_queued(self, inbox: _Inbox, stream: NodeStream) -> None:
+        try:
+            await self._apply_inbox(inbox, stream)
+        except (PushgateError, ConnectionClosedError, OSError) as exc:
+            log.warning("partition %d: replication from the leader failed: %s", self.partition, exc)
+        # Ending the applier ends the link: the leader dials again and we report afresh.
+        await stream.close()
+
+    async def _apply_inbox(self, inbox: _Inbox, stream: NodeStream) -> None:
         # Our position first: the leader ships from there.
         self._report_position(stream)
         snapshot: BinaryIO | None = None
