@@ -305,16 +305,25 @@ async def test_a_deposed_leader_rejoins_as_a_follower_and_drops_its_unacknowledg
         with pytest.raises(Unavailable):
             await old_leader.replicate(old_store.last_lsn, timeout_s=0.05)
 
-    # f1 becomes leader in epoch 4 and writes; f2 and the old leader follow it.
-    new_store = cluster.followers["f1"].store
+    # The follower with the highest LSN becomes leader in epoch 4, as the manager promotes:
+    # it holds every acknowledged entry (each is on a majority, so on at least one follower,
+    # and a follower's log is a prefix of the old leader's). The other one and the old
+    # leader follow it.
+    new_name, other_name = sorted(("f1", "f2"), key=lambda n: -cluster.followers[n].store.last_lsn)
+    new_store = cluster.followers[new_name].store
     new_leader = ReplicationLeader(
-        new_store, partition=PARTITION, epoch=Epoch(4), replicas=3, node_id="f1", mode=ReplicationMode.SYNC
+        new_store,
+        partition=PARTITION,
+        epoch=Epoch(4),
+        replicas=3,
+        node_id=new_name,
+        mode=ReplicationMode.SYNC,
     )
     await new_leader.start()
     await send_one(new_store, T1, "orders", "epoch-4")
     rejoined = FollowerNode("old", old_store)
     await rejoined.start()
-    f2 = cluster.followers["f2"]
+    f2 = cluster.followers[other_name]
     await f2.start()
     links = []
     for node in (rejoined, f2):
