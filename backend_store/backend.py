@@ -224,10 +224,13 @@ class ReplicaStore(Protocol):
     async def first_retained_lsn(self) -> Lsn | None:
         """The oldest entry still kept (None: the log is empty)."""
 
-    async def apply_replicated(self, entries: Sequence[LogEntry]) -> Lsn:
+    async def apply_replicated(self, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
         """Apply a leader's entries in one commit, in order; return the new last LSN.
 
-        All or nothing: a stale epoch or a gap anywhere refuses the whole call.
+        ``epoch`` is the sending leader's term (default: the newest entry's): it is what the
+        fence is checked against and raised to, since a new leader also ships entries of
+        earlier terms. All or nothing: a stale sender, entry epochs out of order or a gap
+        anywhere refuses the whole call.
         """
 
     async def raise_epoch(self, epoch: Epoch) -> Epoch:
@@ -236,11 +239,13 @@ class ReplicaStore(Protocol):
         Entries this store writes from then on carry ``epoch``.
         """
 
-    async def truncate_after(self, lsn: Lsn) -> int:
+    async def truncate_after(self, lsn: Lsn, epoch: Epoch | None = None) -> int:
         """Undo and drop the entries after ``lsn``; return how many.
 
-        Raises :class:`~backend_store.errors.ReplicationGap` if they can no longer be
-        undone (trimmed): the replica must be re-seeded.
+        With ``epoch`` (the term of the leader whose log conflicts with ours), an older term
+        is refused with :class:`~backend_store.errors.StaleEpoch` and the fence rises to it
+        in the same transaction. Raises :class:`~backend_store.errors.ReplicationGap` if the
+        entries can no longer be undone (trimmed): the replica must be re-seeded.
         """
 
     def hold_log_from(self, lsn: Lsn | None) -> None:

@@ -325,15 +325,15 @@ class LmdbBackend:
     async def first_retained_lsn(self) -> Lsn | None:
         return await self._read(lambda v: ReplicationLog.first_lsn(v.txn, v.dbs))
 
-    async def apply_replicated(self, entries: Sequence[LogEntry]) -> Lsn:
+    async def apply_replicated(self, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
         """Apply a leader's entries in one commit (followers only); return the new last LSN."""
-        return await self._write(lambda w, now: self._replication_log.apply(w, entries))
+        return await self._write(lambda w, now: self._replication_log.apply(w, entries, epoch))
 
     async def raise_epoch(self, epoch: Epoch) -> Epoch:
         return await self._write(lambda w, now: self._replication_log.raise_epoch(w, epoch))
 
-    async def truncate_after(self, lsn: Lsn) -> int:
-        return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn))
+    async def truncate_after(self, lsn: Lsn, epoch: Epoch | None = None) -> int:
+        return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn, epoch))
 
     def hold_log_from(self, lsn: Lsn | None) -> None:
         self._replication_log.follower_floor = lsn

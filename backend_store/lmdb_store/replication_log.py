@@ -136,42 +136,58 @@ class ReplicationLog:
 
     # The follower's side -----------------------------------------------------------
 
-    def apply(self, writes: Writes, entries: Sequence[LogEntry]) -> Lsn:
+    def apply(self, writes: Writes, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
         """Apply a leader's entries in LSN order and log them under the same LSNs.
 
+        ``epoch`` is the term of the leader sending them (default: the newest entry's).
+        The fence is checked against it, not against each entry: a new leader ships entries
+        of earlier terms that a lagging follower lacks, and a follower already fenced at
+        the new term must take them. The fence then rises to ``epoch``.
+
         Everything is checked before the first write (the group-commit rule: an operation
-        fails only before it writes): LSNs must follow this log without a gap, epochs must
-        not go down and none may be older than the fence.
+        fails only before it writes): the sender's term must not be older than the fence,
+        entry epochs must not go down nor pass the sender's, and LSNs must follow this log
+        without a gap.
         """
         last, fence = self._current()
+        sender = epoch if epoch is not None else (entries[-1].epoch if entries else fence)
+        if sender < fence:
+            raise StaleEpoch(f"a leader of epoch {sender} is older than {fence}")
         decoded: list[list[Any]] = []
+        previous = Epoch(0)
         for entry in entries:
-            if entry.epoch < fence:
-                raise StaleEpoch(f"entry {entry.lsn} has epoch {entry.epoch}, older than {fence}")
+            if entry.epoch < previous or entry.epoch > sender:
+                raise StaleEpoch(f"entry {entry.lsn} has epoch {entry.epoch}, out of order for {sender}")
             if entry.lsn != last + 1:
                 raise ReplicationGap(f"replication gap: have {last}, got {entry.lsn}")
             mutations = unpack(entry.record)
             if not _well_formed(mutations):
                 raise Unavailable(f"corrupt replicated entry {entry.lsn}")
             decoded.append(mutations)
-            last, fence = entry.lsn, entry.epoch
+            last, previous = entry.lsn, entry.epoch
         for entry, mutations in zip(entries, decoded, strict=True):
             undo = [_apply_mutation(writes, db, key, value) for db, key, value in mutations]
             writes.txn.put(u64(entry.lsn), pack([entry.epoch, entry.record, undo]), db=writes.dbs[Db.REPLOG])
+        if entries or sender > fence:
+            self._stage(writes, last, max(fence, sender))
         if entries:
-            self._stage(writes, last, fence)
             self._trim(writes, last)
         return last
 
-    def truncate_after(self, writes: Writes, lsn: Lsn) -> int:
+    def truncate_after(self, writes: Writes, lsn: Lsn, epoch: Epoch | None = None) -> int:
         """Undo and drop every entry after ``lsn`` (newest first); return how many.
 
         For a deposed leader or a follower holding entries the new leader never had: they
         were never acknowledged by a majority, so rolling them back loses nothing promised.
-        The fence is kept. Raises :class:`ReplicationGap` if any of them was trimmed from
-        the log already (then the replica must be re-seeded from a snapshot).
+        The fence is kept; with ``epoch`` (the term of the leader asking), an older term is
+        refused with :class:`StaleEpoch` and the fence rises to it in the same transaction,
+        so a deposed leader can never make a replica drop entries. Raises
+        :class:`ReplicationGap` if any of them was trimmed from the log already (then the
+        replica must be re-seeded from a snapshot).
         """
         last, fence = self._current()
+        if epoch is not None and epoch < fence:
+            raise StaleEpoch(f"a leader of epoch {epoch} is older than {fence}")
         if lsn >= last:
             return 0
         if lsn < 0:
@@ -191,7 +207,7 @@ class ReplicationLog:
                 else:
                     writes.txn.put(key, old, db=writes.dbs[Db(db)])
             writes.txn.delete(u64(n), db=writes.dbs[Db.REPLOG])
-        self._stage(writes, lsn, fence)
+        self._stage(writes, lsn, max(fence, epoch or fence))
         return len(undos)
 
 

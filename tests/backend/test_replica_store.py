@@ -184,6 +184,41 @@ async def test_a_fenced_follower_refuses_a_deposed_leaders_entries(replicas: Rep
     assert await contents(follower) == before
 
 
+async def test_a_new_leader_ships_older_terms_to_a_follower_already_fenced_at_its_term(
+    replicas: Replicas,
+) -> None:
+    old = await replicas.open("old")
+    new = await replicas.open("new")
+    lagging = await replicas.open("lagging")
+    await old.raise_epoch(Epoch(5))
+    await old.create_queue(T1, q("orders"), {})
+    await ship(old, lagging)
+    for i in range(3):
+        await send_one(old, T1, "orders", f"epoch5-{i}")
+    await ship(old, new)  # the new leader has all of epoch 5; the lagging follower does not
+    # The new term starts: the lagging follower is told of it before it has caught up.
+    await new.raise_epoch(Epoch(6))
+    await lagging.raise_epoch(Epoch(6))
+    await send_one(new, T1, "orders", "epoch6")
+
+    missing = await new.read_replication_log(lagging.last_lsn)
+    assert [e.epoch for e in missing] == [5, 5, 5, 6]
+    # Checked against the sender's term, not each entry's: epoch 5 history is taken.
+    assert await lagging.apply_replicated(missing, Epoch(6)) == new.last_lsn
+    assert await contents(lagging) == await contents(new)
+    # The deposed leader's term is refused even for entries that would follow the log.
+    await send_one(old, T1, "orders", "from the deposed leader")
+    tail = await old.read_replication_log(Lsn(new.last_lsn - 1))
+    with pytest.raises(StaleEpoch):
+        await lagging.apply_replicated(tail, Epoch(5))
+    # Entries newer than their sender are refused too.
+    with pytest.raises(StaleEpoch):
+        await lagging.apply_replicated([LogEntry(Lsn(lagging.last_lsn + 1), Epoch(7), b"\x90")], Epoch(6))
+    # An empty shipment from a newer term raises the fence (a leader's heartbeat).
+    assert await lagging.apply_replicated([], Epoch(8)) == lagging.last_lsn
+    assert lagging.epoch == 8
+
+
 async def test_a_refused_batch_applies_nothing_and_keeps_the_fence(replicas: Replicas) -> None:
     leader = await replicas.open("leader")
     follower = await replicas.open("follower")
@@ -268,6 +303,20 @@ async def test_a_batch_that_changes_a_key_twice_is_undone_to_its_first_value(rep
     assert await store.truncate_after(keep_lsn) == 1
     assert await store.meta_get("ns", "k") == b"original"
     assert await store.meta_get("ns", "new") is None
+
+
+async def test_only_a_current_or_newer_term_may_truncate(replicas: Replicas) -> None:
+    store = await replicas.open("a")
+    await store.create_queue(T1, q("orders"), {})
+    keep_lsn = store.last_lsn
+    await store.raise_epoch(Epoch(5))
+    await send_one(store, T1, "orders", "tail")
+    with pytest.raises(StaleEpoch):
+        await store.truncate_after(keep_lsn, Epoch(4))
+    assert store.last_lsn == keep_lsn + 1
+    # A newer term's truncation raises the fence in the same transaction.
+    assert await store.truncate_after(keep_lsn, Epoch(6)) == 1
+    assert (store.last_lsn, store.epoch) == (keep_lsn, 6)
 
 
 async def test_truncation_survives_a_restart(replicas: Replicas) -> None:

@@ -1,0 +1,497 @@
+"""Replication of one partition between replica stores over the node protocol.
+
+A layer on top of the store, which knows no peers (:class:`~backend_store.backend.ReplicaStore`):
+
+- :class:`ReplicationLeader` runs on the partition's leader. For each follower it is given
+  a connection to, it ships committed log entries in order (``Replicate``, tagged with the
+  leader's epoch), keeps a bounded window in flight, and tracks the LSN each follower has
+  acknowledged after its own fsync. :meth:`ReplicationLeader.replicate` is what a write
+  waits on: in ``sync`` mode until a majority of the replica set, the leader's own fsynced
+  log included, holds the LSN; in ``async`` mode not at all (lag is measured instead).
+- :class:`ReplicationFollower` runs on a follower: it reports its position (its last LSN),
+  applies shipments in LSN order (those queued while one commits go together in the next
+  commit) and acknowledges after its fsync, or
+  refuses it with ``stale_epoch`` (the sender was deposed) or ``replication_gap`` (the
+  leader resends from the position the refusal carries).
+
+A follower whose missing entries the leader has already trimmed is re-seeded: the leader
+streams a consistent copy of its store (``SnapshotChunk``), holding its log from that
+point, the follower installs it (:class:`~.reseed.LmdbReseeder`) and reports its new
+position, and catch-up goes on from the log. :meth:`ReplicationLeader.maintain` dials a
+follower and re-dials it when the link breaks (or the caller hands over connections it
+opened itself, :meth:`ReplicationLeader.follow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import BinaryIO
+
+from ..backend import ReplicaStore
+from ..errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
+from ..types import Epoch, LogEntry, Lsn
+from .connection import Closed, Connection, ConnectionClosedError
+from .stream import NodeStream
+from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated, SnapshotChunk
+
+# Snapshot chunks stay well under the default frame limit (16 MiB).
+SNAPSHOT_CHUNK = 1024 * 1024
+# Installs a leader's snapshot (a directory holding it) in place of the old store.
+InstallSnapshot = Callable[[ReplicaStore, Path], Awaitable[ReplicaStore]]
+
+log = logging.getLogger("pushgate.cluster")
+
+
+class ReplicationMode(StrEnum):
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+@dataclass(slots=True)
+class FollowerProgress:
+    """What the leader knows of one follower."""
+
+    node_id: str
+    acked: Lsn = NO_LSN  # fsynced by the follower
+    sent: Lsn = NO_LSN  # shipped, maybe not yet applied
+    connected: bool = False
+    positioned: bool = False  # its position report has arrived on this connection
+    needs_snapshot: bool = False
+    snapshots_sent: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ReplicationLeader:
+    def __init__(
+        self,
+        store: ReplicaStore,
+        *,
+        partition: int,
+        epoch: Epoch,
+        replicas: int,
+        node_id: str,
+        mode: ReplicationMode = ReplicationMode.SYNC,
+        batch_entries: int = 256,
+        window_entries: int = 2048,
+    ) -> None:
+        self.store = store
+        self.partition = partition
+        self.epoch = epoch
+        self.replicas = replicas
+        self.node_id = node_id
+        self.mode = mode
+        self.batch_entries = batch_entries
+        self.window_entries = window_entries
+        self.followers: dict[str, FollowerProgress] = {}
+        # Set when a follower refuses us with a newer epoch: stop taking writes.
+        self.deposed = asyncio.Event()
+        self.newer_epoch: Epoch | None = None
+        self._waiters: list[tuple[Lsn, asyncio.Future[None]]] = []
+        # Followers being re-seeded: the LSN their snapshot was taken at (log held from there).
+        self._holds: dict[str, Lsn] = {}
+
+    async def start(self) -> None:
+        """Start this term in storage (entries written from now on carry the epoch)."""
+        await self.store.raise_epoch(self.epoch)
+
+    # What writes wait on -------------------------------------------------------
+
+    @property
+    def majority(self) -> int:
+        return self.replicas // 2 + 1
+
+    @property
+    def committed_lsn(self) -> Lsn:
+        """The highest LSN a majority of the replica set holds (the leader's log counts)."""
+        held = sorted([self.store.last_lsn, *(p.acked for p in self.followers.values())], reverse=True)
+        held += [NO_LSN] * (self.replicas - len(held))
+        return held[self.majority - 1]
+
+    def lag(self) -> dict[str, int]:
+        """Entries each follower has not acknowledged yet."""
+        last = self.store.last_lsn
+        return {p.node_id: last - p.acked for p in self.followers.values()}
+
+    async def replicate(self, lsn: Lsn, timeout_s: float = 5.0) -> None:
+        """After a local commit of ``lsn``: ship it; in sync mode, wait for a majority.
+
+        Raises :class:`StaleEpoch` once deposed, :class:`Unavailable` when no majority
+        acknowledged in time (the write is on the leader's disk but not promised).
+        """
+        if self.deposed.is_set():
+            raise StaleEpoch(f"partition {self.partition}: epoch {self.epoch} was superseded")
+        self.notify()
+        if self.mode is ReplicationMode.ASYNC or self.committed_lsn >= lsn:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((lsn, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            raise Unavailable(
+                f"partition {self.partition}: LSN {lsn} not on a majority within {timeout_s:g}s"
+            ) from None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove((lsn, future))
+
+    def notify(self) -> None:
+        """New entries were committed locally: wake every follower's sender."""
+        for progress in self.followers.values():
+            progress.wake.set()
+
+    def _settle_waiters(self) -> None:
+        committed = self.committed_lsn
+        for lsn, future in self._waiters:
+            if lsn <= committed and not future.done():
+                future.set_result(None)
+
+    def _depose(self, epoch: Epoch) -> None:
+        if not self.deposed.is_set():
+            log.warning("partition %d: deposed by epoch %d (ours %d)", self.partition, epoch, self.epoch)
+        self.newer_epoch = epoch
+        self.deposed.set()
+        error = StaleEpoch(f"partition {self.partition}: epoch {self.epoch} was superseded by {epoch}")
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(error)
+
+    # One follower's link ---------------------------------------------------------
+
+    async def follow(
+        self, follower_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Replicate to one follower over a connection the caller opened, until it closes."""
+        progress = self.followers.setdefault(follower_id, FollowerProgress(follower_id))
+        stream = NodeStream(Connection(self.node_id), reader, writer)
+        progress.connected, progress.positioned = True, False
+        sender = asyncio.create_task(
+            self._ship(progress, stream), name=f"replicate p{self.partition}->{follower_id}"
+        )
+        try:
+            async for event in stream.events():
+                if isinstance(event, Replicated) and event.partition == self.partition:
+                    self._on_reply(progress, event)
+                elif isinstance(event, Closed):
+                    log.info("partition %d: link to %s closed (%s)", self.partition, follower_id, event.code)
+        finally:
+            progress.connected = False
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            await stream.close()
+
+    async def maintain(
+        self, follower_id: str, host: str, port: int, *, retry_s: float = 0.2, connect_timeout_s: float = 2.0
+    ) -> None:
+        """Keep a link to one follower: dial, replicate until the link breaks, dial again.
+
+        Runs until cancelled or deposed. A follower that restarts is caught up from the
+        position it reports on the new connection.
+        """
+        while not self.deposed.is_set():
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), connect_timeout_s
+                )
+            except (OSError, TimeoutError):
+                await asyncio.sleep(retry_s)
+                continue
+            await self.follow(follower_id, reader, writer)
+            await asyncio.sleep(retry_s)
+
+    def _on_reply(self, progress: FollowerProgress, reply: Replicated) -> None:
+        if reply.code == "stale_epoch":
+            if reply.epoch > self.epoch:
+                self._depose(reply.epoch)
+            return
+        if reply.code == "replication_gap" or not progress.positioned:
+            # A position report, or "I can vouch for my log only up to here": ship from
+            # there. Only acknowledgements of what this leader shipped count as held: a
+            # reported position may include a deposed leader's entries.
+            progress.positioned = True
+            self._release_hold(progress.node_id)
+            progress.sent = min(reply.lsn, self.store.last_lsn)
+            progress.acked = min(progress.acked, progress.sent)
+        elif reply.code is None:
+            # Capped at what we shipped: beyond it the follower may hold a deposed tail.
+            progress.acked = max(progress.acked, min(reply.lsn, progress.sent))
+        progress.wake.set()
+        self._settle_waiters()
+
+    async def _ship(self, progress: FollowerProgress, stream: NodeStream) -> None:
+        try:
+            await self._ship_entries(progress, stream)
+        except (PushgateError, ConnectionClosedError, OSError) as exc:
+            log.warning("partition %d: link to %s failed: %s", self.partition, progress.node_id, exc)
+        # A sender that stops (deposed, or failed) ends the link: follow() returns and a
+        # maintained link dials again.
+        await stream.close()
+
+    async def _ship_entries(self, progress: FollowerProgress, stream: NodeStream) -> None:
+        conn = stream.connection
+        while not conn.closed and not self.deposed.is_set():
+            progress.wake.clear()
+            backlog = self.store.last_lsn - progress.sent
+            in_flight = progress.sent - progress.acked
+            if progress.positioned and backlog > 0 and in_flight < self.window_entries:
+                # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
+                after = max(0, progress.sent - 1)
+                entries = await self.store.read_replication_log(Lsn(after), self.batch_entries + 1)
+                prev = (NO_LSN, NO_EPOCH)
+                if progress.sent > 0 and entries and entries[0].lsn == progress.sent:
+                    prev = (entries[0].lsn, entries[0].epoch)
+                    entries = entries[1:]
+                # (A prev that is no longer in the log is old, committed history: sent unchecked.)
+                if not entries or entries[0].lsn != progress.sent + 1:
+                    log.warning(
+                        "partition %d: %s needs LSN %d, trimmed here: re-seeding it from a snapshot",
+                        self.partition,
+                        progress.node_id,
+                        progress.sent + 1,
+                    )
+                    progress.needs_snapshot = True
+                    await self._send_snapshot(progress, stream)
+                    continue
+                conn.replicate(self.partition, self.epoch, entries, self.committed_lsn, prev)
+                stream.flush()
+                progress.sent = entries[-1].lsn
+                await stream.drain()
+                continue
+            await progress.wake.wait()
+
+    async def _send_snapshot(self, progress: FollowerProgress, stream: NodeStream) -> None:
+        """Stream a consistent copy of the store; ship nothing more until the follower reports."""
+        # Entries after the copy must stay until the follower has caught up from them.
+        self._holds[progress.node_id] = self.store.last_lsn
+        self.store.hold_log_from(min(self._holds.values()))
+        conn = stream.connection
+        with tempfile.TemporaryDirectory(prefix="pushgate-snapshot-") as tmp:
+            await self.store.snapshot(Path(tmp))
+            source = await asyncio.to_thread(open, Path(tmp) / "data.mdb", "rb")
+            try:
+                offset = 0
+                while chunk := await asyncio.to_thread(source.read, SNAPSHOT_CHUNK):
+                    conn.snapshot_chunk(self.partition, self.epoch, offset, chunk)
+                    stream.flush()
+                    offset += len(chunk)
+                    await stream.drain()
+                conn.snapshot_chunk(self.partition, self.epoch, offset, b"", done=True)
+                stream.flush()
+            finally:
+                source.close()
+        progress.needs_snapshot = False
+        progress.positioned = False
+        progress.snapshots_sent += 1
+
+    def _release_hold(self, node_id: str) -> None:
+        if self._holds.pop(node_id, None) is not None:
+            self.store.hold_log_from(min(self._holds.values()) if self._holds else None)
+
+
+class ReplicationFollower:
+    def __init__(
+        self,
+        store: ReplicaStore,
+        *,
+        partition: int,
+        node_id: str,
+        staging: Path | None = None,
+        install_snapshot: InstallSnapshot | None = None,
+    ) -> None:
+        """``staging`` (a directory it may wipe) and ``install_snapshot`` enable re-seeding."""
+        self.store = store
+        self.partition = partition
+        self.node_id = node_id
+        self.staging = staging
+        self.install_snapshot = install_snapshot
+        self.snapshots_installed = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Take one leader connection (an ``asyncio.start_server`` callback) until it closes.
+
+        Shipments that arrive while one is being applied are applied together in the next
+        commit (group commit on the follower: one fsync for all of them) and acknowledged
+        with one reply.
+        """
+        stream = NodeStream(Connection(self.node_id), reader, writer)
+        inbox = _Inbox()
+        applier = asyncio.create_task(self._apply_queued(inbox, stream), name=f"apply p{self.partition}")
+        try:
+            async for event in stream.events():
+                if isinstance(event, Replicate | SnapshotChunk) and event.partition == self.partition:
+                    inbox.put(event)
+        finally:
+            applier.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await applier
+            await stream.close()
+
+    def _report_position(self, stream: NodeStream) -> None:
+        stream.connection.replicated(self.partition, self.store.epoch, self.store.last_lsn)
+        stream.flush()
+
+    async def _apply_queued(self, inbox: _Inbox, stream: NodeStream) -> None:
+        try:
+            await self._apply_inbox(inbox, stream)
+        except (PushgateError, ConnectionClosedError, OSError) as exc:
+            log.warning("partition %d: replication from the leader failed: %s", self.partition, exc)
+        # Ending the applier ends the link: the leader dials again and we report afresh.
+        await stream.close()
+
+    async def _apply_inbox(self, inbox: _Inbox, stream: NodeStream) -> None:
+        # Our position first: the leader ships from there.
+        self._report_position(stream)
+        snapshot: BinaryIO | None = None
+        try:
+            while True:
+                item = await inbox.get()
+                if isinstance(item, SnapshotChunk):
+                    snapshot = await self._take_chunk(item, snapshot, stream)
+                    continue
+                shipments = [item, *inbox.take_shipments()]
+                # One connection carries one leader's term and contiguous shipments: the
+                # first one's prev checks them all.
+                first = shipments[0]
+                entries = [entry for shipment in shipments for entry in shipment.entries]
+                epoch, lsn, code = await self._apply(
+                    entries, shipments[-1].epoch, first.prev_lsn, first.prev_epoch
+                )
+                if stream.connection.closed:
+                    return
+                stream.connection.replicated(self.partition, epoch, lsn, code)
+                stream.flush()
+        finally:
+            if snapshot is not None:
+                snapshot.close()
+
+    async def _take_chunk(
+        self, chunk: SnapshotChunk, snapshot: BinaryIO | None, stream: NodeStream
+    ) -> BinaryIO | None:
+        if self.staging is None or self.install_snapshot is None:
+            raise Unavailable(f"partition {self.partition}: this follower cannot be re-seeded")
+        if chunk.epoch < self.store.epoch:
+            return snapshot  # a deposed leader's copy: ignored (it will learn from our replies)
+        staged = self.staging / "data.mdb"
+        if chunk.offset == 0 and not chunk.done:
+            if snapshot is not None:
+                snapshot.close()
+            await asyncio.to_thread(_fresh_dir, self.staging)
+            snapshot = await asyncio.to_thread(open, staged, "wb")
+        if snapshot is None:
+            return None  # a copy that started before we connected: wait for the next one
+        if chunk.data:
+            await asyncio.to_thread(snapshot.write, chunk.data)
+        if not chunk.done:
+            return snapshot
+        await asyncio.to_thread(_sync_and_close, snapshot)
+        self.store = await self.install_snapshot(self.store, self.staging)
+        self.snapshots_installed += 1
+        log.warning(
+            "partition %d: re-seeded from a snapshot of epoch %d at LSN %d",
+            self.partition,
+            chunk.epoch,
+            self.store.last_lsn,
+        )
+        self._report_position(stream)
+        return None
+
+    async def _apply(
+        self, entries: list[LogEntry], epoch: Epoch, prev_lsn: Lsn, prev_epoch: Epoch
+    ) -> tuple[Epoch, Lsn, str | None]:
+        store = self.store
+        try:
+            if prev_lsn > store.last_lsn:
+                raise ReplicationGap(f"missing entries before {prev_lsn}")
+            if prev_epoch and prev_lsn and await self._epoch_at(prev_lsn) not in (prev_epoch, None):
+                # Diverged at prev: vouch only for what comes before it; the leader steps back.
+                return store.epoch, Lsn(prev_lsn - 1), "replication_gap"
+            entries = await self._drop_held(entries, epoch)
+            lsn = await store.apply_replicated(entries, epoch)
+        except StaleEpoch:
+            return store.epoch, store.last_lsn, "stale_epoch"
+        except ReplicationGap:
+            return store.epoch, store.last_lsn, "replication_gap"
+        return store.epoch, lsn, None
+
+    async def _drop_held(self, entries: list[LogEntry], epoch: Epoch) -> list[LogEntry]:
+        """Skip entries this replica already holds; truncate at the first one that conflicts.
+
+        As in Raft: same LSN and epoch means the same entry (one leader per epoch); another
+        epoch means this replica holds a deposed leader's unacknowledged tail.
+        """
+        last = self.store.last_lsn
+        if not entries or entries[0].lsn > last:
+            return entries
+        held = {
+            e.lsn: e.epoch
+            for e in await self.store.read_replication_log(Lsn(entries[0].lsn - 1), last - entries[0].lsn + 1)
+        }
+        skip = 0
+        for entry in entries:
+            # An entry no longer in our log (trimmed) is old, agreed history.
+            if entry.lsn > last or held.get(entry.lsn, entry.epoch) != entry.epoch:
+                break
+            skip += 1
+        rest = entries[skip:]
+        if rest and rest[0].lsn <= last:
+            dropped = await self.store.truncate_after(Lsn(rest[0].lsn - 1), epoch)
+            log.warning(
+                "partition %d: dropped %d entries a deposed leader wrote after LSN %d",
+                self.partition,
+                dropped,
+                rest[0].lsn - 1,
+            )
+        return rest
+
+    async def _epoch_at(self, lsn: Lsn) -> Epoch | None:
+        """The epoch of our entry at ``lsn`` (None: trimmed from our log)."""
+        entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
+        return entries[0].epoch if entries and entries[0].lsn == lsn else None
+
+
+class _Inbox:
+    """Shipments and snapshot chunks in arrival order (a deque: batches are taken from its head)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Replicate | SnapshotChunk] = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: Replicate | SnapshotChunk) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def get(self) -> Replicate | SnapshotChunk:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def take_shipments(self) -> list[Replicate]:
+        """The shipments at the head, up to the next snapshot chunk."""
+        out: list[Replicate] = []
+        while self._items and isinstance(head := self._items[0], Replicate):
+            self._items.popleft()
+            out.append(head)
+        return out
+
+
+def _fresh_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+
+
+def _sync_and_close(file: BinaryIO) -> None:
+    file.flush()
+    os.fsync(file.fileno())
+    file.close()

@@ -1,0 +1,293 @@
+"""The coordinator on a real etcd: campaigns and epochs, leases that expire when their holder
+dies or freezes, fenced commits, watches backed by re-reads, and an etcd member killed.
+
+Most tests share the session's etcd (``etcd_endpoints``) under a unique key prefix; the
+restart and member-kill tests start their own members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from backend_store.cluster.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
+from backend_store.cluster.etcd_coordinator import EtcdCoordinator, parse_endpoints
+from backend_store.errors import ConfigurationError, InvalidRequest
+from backend_store.types import Epoch
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import etcd_cluster, unique_prefix
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+@pytest.fixture
+async def coordinator(etcd_endpoints: list[str]) -> AsyncIterator[EtcdCoordinator]:
+    async with EtcdCoordinator(etcd_endpoints) as c:
+        yield c
+
+
+async def next_state(states: AsyncIterator[PrefixState], timeout: float = 5) -> PrefixState:
+    return await asyncio.wait_for(anext(states), scaled(timeout))
+
+
+class LeaseHolder:
+    """``tests/cluster/lease_holder.py`` in a child process of its own group."""
+
+    def __init__(self, endpoints: list[str], key: str, log: Path) -> None:
+        self.log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.lease_holder", ",".join(endpoints), key],
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
+
+    async def line(self, timeout: float = 15) -> str:
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), scaled(timeout))
+        return line.strip()
+
+    async def epoch(self) -> Epoch:
+        line = await self.line()
+        assert line.startswith("epoch "), line
+        return Epoch(int(line.split()[1]))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=scaled(10))
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.log.close()
+
+
+async def retry_until_ok(call: Callable[[], Awaitable[T]], timeout: float = 10) -> T:
+    """What a caller does with ``unavailable``: try again until a deadline."""
+    deadline = time.monotonic() + scaled(timeout)
+    while True:
+        try:
+            return await call()
+        except CoordinatorUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def campaign_until_won(
+    coordinator: EtcdCoordinator, key: str, timeout: float = 10
+) -> tuple[Epoch, float]:
+    """Campaign each time the key changes (watched, with re-reads) until this side wins."""
+    session = await coordinator.open_session(2.0)
+    started = time.monotonic()
+    states = coordinator.watch_prefix(key, reread_every_s=0.5)
+    try:
+        while True:
+            claim = await coordinator.campaign(session, key, b"successor")
+            if claim.won:
+                return claim.epoch, time.monotonic() - started
+            await next_state(states, timeout)
+    finally:
+        await states.aclose()
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_endpoints_parse_from_a_url_list() -> None:
+    assert parse_endpoints("10.0.0.1:2379, etcd-2:12379,etcd-3") == [
+        ("10.0.0.1", 2379),
+        ("etcd-2", 12379),
+        ("etcd-3", 2379),
+    ]
+    with pytest.raises(ConfigurationError):
+        parse_endpoints("host:port")
+    with pytest.raises(ConfigurationError):
+        parse_endpoints(" , ")
+
+
+async def test_one_campaign_wins_and_its_epoch_is_the_keys_create_revision(
+    coordinator: EtcdCoordinator,
+) -> None:
+    typed: Coordinator = coordinator
+    key = unique_prefix("campaign") + "/leader"
+    first, second = await typed.open_session(), await typed.open_session()
+    try:
+        won = await typed.campaign(first, key, b"node-a")
+        lost = await typed.campaign(second, key, b"node-b")
+        entry = await typed.get(key)
+        assert entry is not None and entry.lease == first.lease_id
+        assert won.won and won.epoch == entry.create_revision
+        assert not lost.won and (lost.epoch, lost.holder) == (won.epoch, b"node-a")
+        # Campaigning again for a key one already holds is a win at the same epoch.
+        assert await typed.campaign(first, key, b"node-a") == won
+
+        # Resigning needs the right epoch; then the next winner has a higher one.
+        assert not await typed.resign(key, Epoch(won.epoch - 1))
+        assert await typed.resign(key, won.epoch)
+        again = await typed.campaign(second, key, b"node-b")
+        assert again.won and again.epoch > won.epoch
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_killed_holders_lease_expires_and_the_successor_gets_a_higher_epoch(
+    coordinator: EtcdCoordinator, etcd_endpoints: list[str], tmp_path: Path
+) -> None:
+    key = unique_prefix("killed") + "/leader"
+    holder = LeaseHolder(etcd_endpoints, key, tmp_path / "holder.log")
+    try:
+        old_epoch = await holder.epoch()
+        os.killpg(holder.proc.pid, signal.SIGKILL)
+        new_epoch, _ = await campaign_until_won(coordinator, key)
+        assert new_epoch > old_epoch
+    finally:
+        holder.stop()
+
+
+async def test_a_frozen_holder_finds_its_session_lost_and_its_fenced_commit_refused(
+    coordinator: EtcdCoordinator, etcd_endpoints: list[str], tmp_path: Path
+) -> None:
+    key = unique_prefix("frozen") + "/leader"
+    holder = LeaseHolder(etcd_endpoints, key, tmp_path / "holder.log")
+    try:
+        old_epoch = await holder.epoch()
+        os.killpg(holder.proc.pid, signal.SIGSTOP)
+        new_epoch, _ = await campaign_until_won(coordinator, key)
+        assert new_epoch > old_epoch
+        os.killpg(holder.proc.pid, signal.SIGCONT)
+        # Woken up, it learns its lease is gone; anything fenced on its epoch is refused.
+        assert await holder.line() == "lost"
+        assert await holder.line() == "fenced_commit False"
+        assert await coordinator.get(key + "/written-by-old-holder") is None
+        entry = await coordinator.get(key)
+        assert entry is not None and entry.create_revision == new_epoch
+    finally:
+        holder.stop()
+
+
+async def test_a_fenced_commit_applies_only_under_the_current_epoch(coordinator: EtcdCoordinator) -> None:
+    prefix = unique_prefix("fenced")
+    manager_key, map_key = prefix + "/manager", prefix + "/map/p0"
+    first = await coordinator.open_session()
+    claim = await coordinator.campaign(first, manager_key, b"manager-1")
+    assert await coordinator.fenced_commit(manager_key, claim.epoch, {map_key: b"v1"})
+    await first.close()  # revoked: the key is gone at once
+
+    second = await coordinator.open_session()
+    try:
+        successor = await coordinator.campaign(second, manager_key, b"manager-2")
+        assert successor.won and successor.epoch > claim.epoch
+        # The deposed manager's change is refused whole: neither the put nor the delete lands.
+        assert not await coordinator.fenced_commit(
+            manager_key, claim.epoch, {prefix + "/map/p1": b"stale"}, deletes=[map_key]
+        )
+        state = await coordinator.read_prefix(prefix + "/map/")
+        assert state.values() == {"p0": b"v1"}
+        assert await coordinator.fenced_commit(manager_key, successor.epoch, {map_key: b"v2"}, deletes=[])
+        entry = await coordinator.get(map_key)
+        assert entry is not None and entry.value == b"v2"
+        with pytest.raises(InvalidRequest):
+            await coordinator.fenced_commit(manager_key, successor.epoch, {map_key: b"v3"}, deletes=[map_key])
+    finally:
+        await second.close()
+
+
+async def test_a_closed_session_revokes_its_keys(coordinator: EtcdCoordinator) -> None:
+    key = unique_prefix("register") + "/nodes/n1"
+    session = await coordinator.open_session()
+    await coordinator.register(session, key, b"127.0.0.1:7001")
+    assert session.valid()
+    entry = await coordinator.get(key)
+    assert entry is not None and entry.lease == session.lease_id
+    await session.close()
+    assert not session.valid() and session.lost.is_set()
+    assert await coordinator.get(key) is None
+
+
+async def test_a_watch_hands_out_each_new_state(coordinator: EtcdCoordinator) -> None:
+    prefix = unique_prefix("watch") + "/"
+    # A long re-read interval: what arrives quickly came through the watch.
+    states = coordinator.watch_prefix(prefix, reread_every_s=60)
+    try:
+        assert (await next_state(states)).values() == {}
+        revision = await coordinator.put(prefix + "a", b"1")
+        state = await next_state(states)
+        assert state.values() == {"a": b"1"} and state.revision >= revision
+        await coordinator.put(prefix + "b", b"2")
+        assert (await next_state(states)).values() == {"a": b"1", "b": b"2"}
+        # Keys beside the prefix are not its business; deletions are news too.
+        await coordinator.put(prefix.rstrip("/") + "-other", b"x")
+        await coordinator.put(prefix + "c", b"3")
+        assert (await next_state(states)).values() == {"a": b"1", "b": b"2", "c": b"3"}
+        session = await coordinator.open_session()
+        claim = await coordinator.campaign(session, prefix + "a", b"ignored")
+        assert await coordinator.resign(prefix + "a", claim.epoch)
+        await session.close()
+        assert (await next_state(states)).values() == {"b": b"2", "c": b"3"}
+    finally:
+        await states.aclose()
+
+
+async def test_a_watch_and_a_session_survive_an_etcd_restart(tmp_path: Path) -> None:
+    with etcd_cluster(tmp_path / "etcd") as cluster:
+        async with EtcdCoordinator(cluster.endpoints) as coordinator:
+            prefix = unique_prefix("restart") + "/"
+            session = await coordinator.open_session(2.0)
+            await coordinator.register(session, prefix + "node", b"n1")
+            states = coordinator.watch_prefix(prefix, reread_every_s=0.5)
+            try:
+                assert (await next_state(states)).values() == {"node": b"n1"}
+                member = cluster.members[0]
+                cluster.kill_member(member)
+                cluster.start_member(member)
+                await retry_until_ok(lambda: coordinator.put(prefix + "after", b"restart"))
+                state = await next_state(states, timeout=15)
+                assert state.values() == {"node": b"n1", "after": b"restart"}
+                # etcd keeps leases across a restart and the session renewed it.
+                assert not session.lost.is_set()
+            finally:
+                await states.aclose()
+                await session.close()
+
+
+async def test_an_etcd_member_killed_in_a_three_member_cluster(tmp_path: Path) -> None:
+    with etcd_cluster(tmp_path / "etcd", size=3) as cluster:
+        async with EtcdCoordinator(cluster.endpoints) as coordinator:
+            prefix = unique_prefix("member-kill") + "/"
+            session = await coordinator.open_session(2.0)
+            claim = await coordinator.campaign(session, prefix + "leader", b"node-a")
+            states = coordinator.watch_prefix(prefix, reread_every_s=0.5)
+            try:
+                assert set((await next_state(states)).values()) == {"leader"}
+                cluster.kill_member(cluster.members[0])
+                # Writes, fenced commits and the watch go on through the two live members
+                # (calls during etcd's own leader election fail with unavailable: retried).
+                assert await retry_until_ok(
+                    lambda: coordinator.fenced_commit(prefix + "leader", claim.epoch, {prefix + "map": b"1"})
+                )
+                state = await next_state(states, timeout=15)
+                assert state.values() == {"leader": b"node-a", "map": b"1"}
+                # Two TTLs later the session is still renewed and the claim still held.
+                deadline = time.monotonic() + 2 * session.ttl_s
+                while time.monotonic() < deadline:
+                    assert not session.lost.is_set()
+                    await asyncio.sleep(0.1)
+                again = await coordinator.campaign(session, prefix + "leader", b"node-a")
+                assert again.won and again.epoch == claim.epoch
+            finally:
+                await states.aclose()
+                await session.close()

@@ -1,0 +1,371 @@
+"""Replication of one partition over real TCP on loopback between real LMDB stores.
+
+A leader store and follower stores in temporary directories; each follower listens on an
+ephemeral port (``asyncio.start_server``) and the leader dials it, as a node will. Links
+are cut by closing the follower's server and connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from backend_store.cluster.replication import ReplicationFollower, ReplicationLeader, ReplicationMode
+from backend_store.cluster.reseed import LmdbReseeder
+from backend_store.errors import StaleEpoch, Unavailable
+from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.lmdb_store.environment import Db, View
+from backend_store.options import StoreOptions
+from backend_store.types import Epoch, Lsn
+from tests.backend.harness import T1, q, send_one
+from tests.conftest import scaled
+
+PARTITION = 0
+
+
+def store_options(keep: int = 1000) -> StoreOptions:
+    return StoreOptions(replication_log_keep=keep, sweep_interval_s=0)
+
+
+async def open_store(path: Path, keep: int = 1000) -> LmdbBackend:
+    store = LmdbBackend(path, store_options(keep))
+    await store.start()
+    return store
+
+
+async def contents(store: LmdbBackend) -> dict[str, list[tuple[bytes, bytes]]]:
+    def dump(v: View) -> dict[str, list[tuple[bytes, bytes]]]:
+        skip = {b"\0sys\0last_lsn", b"\0sys\0epoch"}
+        return {
+            db.name: [(bytes(k), bytes(val)) for k, val in v.cursor(db) if bytes(k) not in skip]
+            for db in Db
+            if db is not Db.REPLOG
+        }
+
+    return await store._read(dump)
+
+
+class FollowerNode:
+    """A follower store behind a TCP server; ``stop`` cuts every link to it."""
+
+    def __init__(self, name: str, store: LmdbBackend) -> None:
+        self.name = name
+        reseeder = LmdbReseeder(store.path, store_options())
+        self.replication = ReplicationFollower(
+            store,
+            partition=PARTITION,
+            node_id=name,
+            staging=reseeder.staging,
+            install_snapshot=reseeder.install,
+        )
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self._writers: list[asyncio.StreamWriter] = []
+
+    @property
+    def store(self) -> LmdbBackend:
+        """The current store (a re-seed replaces it)."""
+        store = self.replication.store
+        assert isinstance(store, LmdbBackend)
+        return store
+
+    async def start(self) -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._writers.append(writer)
+            await self.replication.serve(reader, writer)
+
+        self.server = await asyncio.start_server(serve, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for writer in self._writers:
+                writer.close()
+            self._writers.clear()
+            await self.server.wait_closed()
+            self.server = None
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.leader: LmdbBackend | None = None
+        self.replication: ReplicationLeader | None = None
+        self.followers: dict[str, FollowerNode] = {}
+        self.links: dict[str, asyncio.Task[None]] = {}
+
+    async def start(
+        self, mode: ReplicationMode = ReplicationMode.SYNC, epoch: int = 3, leader_keep: int = 1000
+    ) -> ReplicationLeader:
+        self.leader = await open_store(self.root / "leader", leader_keep)
+        self.replication = ReplicationLeader(
+            self.leader, partition=PARTITION, epoch=Epoch(epoch), replicas=3, node_id="leader", mode=mode
+        )
+        await self.replication.start()
+        for name in ("f1", "f2"):
+            node = FollowerNode(name, await open_store(self.root / name))
+            await node.start()
+            self.followers[name] = node
+            await self.link(name)
+        return self.replication
+
+    async def link(self, name: str) -> None:
+        assert self.replication is not None
+        node = self.followers[name]
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        self.links[name] = asyncio.create_task(self.replication.follow(name, reader, writer))
+
+    async def cut(self, name: str) -> None:
+        await self.followers[name].stop()
+        link = self.links.pop(name, None)
+        if link is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(link, scaled(5))
+
+    async def restart_follower(self, name: str, *, fresh: bool = False) -> FollowerNode:
+        old = self.followers[name]
+        await self.cut(name)
+        await old.store.close()
+        path = self.root / (name + "-fresh" if fresh else name)
+        node = FollowerNode(name, await open_store(path))
+        await node.start()
+        self.followers[name] = node
+        await self.link(name)
+        return node
+
+    async def close(self) -> None:
+        for name in list(self.followers):
+            await self.cut(name)
+            await self.followers[name].store.close()
+        if self.leader is not None:
+            await self.leader.close()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def write(cluster: Cluster, body: str) -> Lsn:
+    """A send on the leader, then what a node does before answering: replicate it."""
+    assert cluster.leader is not None and cluster.replication is not None
+    await send_one(cluster.leader, T1, "orders", body)
+    lsn = cluster.leader.last_lsn
+    await cluster.replication.replicate(lsn, timeout_s=scaled(5))
+    return lsn
+
+
+async def until(predicate: object, what: str) -> None:
+    assert callable(predicate)
+    deadline = asyncio.get_running_loop().time() + scaled(10)
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------
+
+
+async def test_a_sync_write_returns_once_a_majority_has_fsynced_it(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    for i in range(20):
+        lsn = await write(cluster, f"m{i}")
+        # Returned: the leader and at least one follower hold it on disk.
+        assert sum(f.store.last_lsn >= lsn for f in cluster.followers.values()) >= 1
+        assert leader.committed_lsn >= lsn
+    await until(lambda: all(v == 0 for v in leader.lag().values()), "both followers to catch up")
+    for follower in cluster.followers.values():
+        assert await contents(follower.store) == await contents(cluster.leader)
+        assert follower.store.epoch == 3
+
+
+async def test_concurrent_sync_writes_all_return_and_replicas_end_equal(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    lsns = await asyncio.gather(*(write(cluster, f"m{i}") for i in range(200)))
+    assert leader.committed_lsn >= max(lsns)
+    await until(lambda: all(v == 0 for v in leader.lag().values()), "both followers to catch up")
+    for follower in cluster.followers.values():
+        assert await contents(follower.store) == await contents(cluster.leader)
+
+
+async def test_one_follower_down_still_makes_a_majority_two_do_not(cluster: Cluster) -> None:
+    await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    await cluster.cut("f1")
+    lsn = await write(cluster, "with f2 only")
+    assert cluster.followers["f2"].store.last_lsn >= lsn
+
+    await cluster.cut("f2")
+    await send_one(cluster.leader, T1, "orders", "nobody to replicate to")
+    assert cluster.replication is not None
+    with pytest.raises(Unavailable):
+        await cluster.replication.replicate(cluster.leader.last_lsn, timeout_s=0.3)
+
+
+async def test_async_writes_do_not_wait_and_lag_is_measured(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.ASYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    await cluster.cut("f1")
+    await cluster.cut("f2")
+    for i in range(10):
+        await write(cluster, f"m{i}")  # returns although no follower is reachable
+    assert min(leader.lag().values()) >= 10
+    assert leader.committed_lsn < cluster.leader.last_lsn
+
+    await cluster.restart_follower("f1")
+    await until(lambda: leader.lag()["f1"] == 0, "f1 to catch up")
+    assert await contents(cluster.followers["f1"].store) == await contents(cluster.leader)
+
+
+async def test_a_restarted_follower_catches_up_from_its_position(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    for i in range(5):
+        await write(cluster, f"before-{i}")
+    await cluster.cut("f1")
+    for i in range(5):
+        await write(cluster, f"while-down-{i}")
+    restarted = await cluster.restart_follower("f1")
+    await until(lambda: leader.lag()["f1"] == 0, "f1 to catch up")
+    assert await contents(restarted.store) == await contents(cluster.leader)
+
+
+async def test_a_fenced_follower_deposes_a_stale_leader(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    await write(cluster, "acknowledged in epoch 3")
+    # A new term started elsewhere: both followers were told of epoch 4.
+    for follower in cluster.followers.values():
+        await follower.store.raise_epoch(Epoch(4))
+    before = {name: await contents(f.store) for name, f in cluster.followers.items()}
+
+    await send_one(cluster.leader, T1, "orders", "written by the deposed leader")
+    with pytest.raises(StaleEpoch):
+        await leader.replicate(cluster.leader.last_lsn, timeout_s=scaled(5))
+    assert leader.deposed.is_set() and leader.newer_epoch == 4
+    # Nothing of the deposed term reached a follower; later writes are refused at once.
+    for name, follower in cluster.followers.items():
+        assert await contents(follower.store) == before[name]
+    with pytest.raises(StaleEpoch):
+        await leader.replicate(cluster.leader.last_lsn)
+
+
+async def test_a_follower_behind_the_trimmed_log_is_reseeded_and_catches_up(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC, leader_keep=4)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    for i in range(10):
+        await write(cluster, f"m{i}")
+    # f1 comes back empty (a lost disk): the leader no longer has LSN 1, so it streams a
+    # snapshot, holds its log from there, and f1 catches up from the log.
+    await cluster.restart_follower("f1", fresh=True)
+    for i in range(10):
+        await write(cluster, f"during-{i}")
+    await until(lambda: leader.lag().get("f1") == 0, "f1 to be re-seeded and catch up")
+    f1 = cluster.followers["f1"]
+    assert leader.followers["f1"].snapshots_sent == 1 and f1.replication.snapshots_installed == 1
+    assert await contents(f1.store) == await contents(cluster.leader)
+    assert f1.store.epoch == 3
+    # The hold is released: the leader trims to its keep again.
+    await write(cluster, "after")
+    assert await cluster.leader.first_retained_lsn() == cluster.leader.last_lsn - 4 + 1
+
+
+async def test_a_deposed_leader_rejoins_as_a_follower_and_drops_its_unacknowledged_tail(
+    cluster: Cluster,
+) -> None:
+    old_leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None
+    old_store = cluster.leader
+    await old_store.create_queue(T1, q("orders"), {})
+    for i in range(5):
+        await write(cluster, f"acknowledged-{i}")
+    # Cut off from both followers, the old leader commits locally; nothing is acknowledged.
+    await cluster.cut("f1")
+    await cluster.cut("f2")
+    for i in range(3):
+        await send_one(old_store, T1, "orders", f"never-acknowledged-{i}")
+        with pytest.raises(Unavailable):
+            await old_leader.replicate(old_store.last_lsn, timeout_s=0.05)
+
+    # The follower with the highest LSN becomes leader in epoch 4, as the manager promotes:
+    # it holds every acknowledged entry (each is on a majority, so on at least one follower,
+    # and a follower's log is a prefix of the old leader's). The other one and the old
+    # leader follow it.
+    new_name, other_name = sorted(("f1", "f2"), key=lambda n: -cluster.followers[n].store.last_lsn)
+    new_store = cluster.followers[new_name].store
+    new_leader = ReplicationLeader(
+        new_store,
+        partition=PARTITION,
+        epoch=Epoch(4),
+        replicas=3,
+        node_id=new_name,
+        mode=ReplicationMode.SYNC,
+    )
+    await new_leader.start()
+    await send_one(new_store, T1, "orders", "epoch-4")
+    rejoined = FollowerNode("old", old_store)
+    await rejoined.start()
+    f2 = cluster.followers[other_name]
+    await f2.start()
+    links = []
+    for node in (rejoined, f2):
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        links.append(asyncio.create_task(new_leader.follow(node.name, reader, writer)))
+    try:
+        await send_one(new_store, T1, "orders", "epoch-4-replicated")
+        await new_leader.replicate(new_store.last_lsn, timeout_s=scaled(5))
+        await until(lambda: all(v == 0 for v in new_leader.lag().values()), "both followers to catch up")
+        assert await contents(old_store) == await contents(new_store)
+        assert await contents(f2.store) == await contents(new_store)
+        assert old_store.epoch == 4
+        got = await old_store.receive(T1, q("orders"), 100)
+        bodies = sorted(m.body.decode() for m in got)
+        assert bodies == sorted([*(f"acknowledged-{i}" for i in range(5)), "epoch-4", "epoch-4-replicated"])
+    finally:
+        await rejoined.stop()
+        await f2.stop()
+        for link in links:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(link, scaled(5))
+
+
+async def test_a_maintained_link_redials_a_follower_that_restarts(cluster: Cluster) -> None:
+    leader = await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    # f1's link is kept by the leader itself from now on.
+    await cluster.cut("f1")
+    f1 = cluster.followers["f1"]
+    await f1.start()
+    keeper = asyncio.create_task(leader.maintain("f1", "127.0.0.1", f1.port, retry_s=0.05))
+    try:
+        await write(cluster, "first")
+        await until(lambda: leader.lag()["f1"] == 0, "f1 to be linked")
+        await f1.stop()  # the follower goes away...
+        for i in range(5):
+            await write(cluster, f"while-away-{i}")  # (f2 makes the majority)
+        await f1.start()  # ...and comes back on the same port: the leader re-dials it
+        await until(lambda: leader.lag()["f1"] == 0, "f1 to be re-dialled and catch up")
+        assert await contents(f1.store) == await contents(cluster.leader)
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
