@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .commit_stats import CommitStats
 from .errors import PushgateError
 from .types import (
     AckResult,
@@ -38,10 +39,12 @@ from .types import (
     LogEntry,
     Lsn,
     NewMessage,
+    PeekedMessage,
     QueueInfo,
     QueueName,
     ReceivedMessage,
     SendResult,
+    StorageUsage,
     TenantId,
 )
 
@@ -255,11 +258,49 @@ class ReplicaStore(Protocol):
         """Write a consistent copy of the whole store (data, log, fence) to ``target``."""
 
 
+@runtime_checkable
+class DeadLetters(Protocol):
+    """Optional capability: look at a queue without changing it, and redrive dead letters."""
+
+    async def peek(self, tenant: TenantId, queue: QueueName, max_messages: int) -> list[PeekedMessage]:
+        """Up to ``max_messages`` messages in seq order; no receipt, no receive count, nothing changes."""
+
+    async def redrive(self, tenant: TenantId, queue: QueueName, to: QueueName, max_messages: int) -> int:
+        """Move up to ``max_messages`` visible messages of ``queue`` to ``to``; return how many.
+
+        Exactly once: a message leaves ``queue`` in the same atomic step that stores it in
+        ``to``, so a repeated call, or one cut short by a crash, never moves a message twice.
+        """
+
+
+@runtime_checkable
+class StorageStats(Protocol):
+    """Optional capability: how full the local store is (embedded stores)."""
+
+    async def storage_usage(self) -> StorageUsage:
+        """Bytes used, the current map size and the largest it may grow to."""
+
+    def commit_stats(self) -> CommitStats | None:
+        """Group-commit batch sizes and commit durations (None before start)."""
+
+
+@runtime_checkable
+class ClusterStatus(Protocol):
+    """Optional capability: the cluster's nodes and partitions (distributed backends)."""
+
+    async def cluster_status(self) -> Mapping[str, Any]:
+        """API.md's ``GET /v1/cluster`` document: ``{"nodes": [{"id", "address", "state", "lag"}],
+        "partitions": [{"queue", "index", "leader", "followers", "epoch", "lsn"}]}``."""
+
+
 __all__ = [
     "Backend",
     "ChangeListener",
+    "ClusterStatus",
+    "DeadLetters",
     "DeliverCallback",
     "PushgateError",
     "ReplicaStore",
     "StandingReceive",
+    "StorageStats",
 ]

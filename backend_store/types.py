@@ -121,3 +121,34 @@ class LogEntry:
     lsn: Lsn
     epoch: Epoch
     record: bytes
+
+
+@dataclass(slots=True)
+class PeekedMessage:
+    """A message as peek shows it: no receipt, nothing changed. ``state`` is
+    ``visible``, ``delayed`` or ``in_flight``."""
+
+    queue: QueueName
+    id: MessageId
+    seq: int
+    body: bytes
+    is_text: bool
+    attributes: dict[str, str]
+    group_id: str | None
+    sent_at: float
+    receive_count: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class StorageUsage:
+    """How full a store's file is: ``used_bytes`` of ``map_size`` now, which may grow to ``max_map_size``."""
+
+    used_bytes: int
+    map_size: int
+    max_map_size: int
+
+    @property
+    def used_ratio(self) -> float:
+        """Use of the largest map the store may grow to (what a "map full" error is about)."""
+        return self.used_bytes / self.max_map_size if self.max_map_size else 0.0

@@ -25,6 +25,7 @@ from backend_store.backend import Backend
 from backend_store.errors import ConfigurationError, PushgateError
 from backend_store.types import QueueName, TenantId
 from gateway.settings import Settings
+from web_console.alerts import KINDS, RuleStore, parse_rule
 
 from .auth.api_keys import ApiKeyStore
 from .auth.jwt_keys import ALGORITHMS, JwtKeyStore
@@ -124,6 +125,26 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--tenant", required=True)
     put.add_argument("document", help='JSON, e.g. \'{"send": "100/second", "per_key": {"send": null}}\'')
     put.set_defaults(run=_limits_set)
+    alerts = groups.add_parser("alerts", help="alert rules (docs/console.md)").add_subparsers(
+        dest="action", required=True
+    )
+    add_rule = alerts.add_parser("add", help="add an alert rule")
+    add_rule.add_argument("--tenant", required=True)
+    add_rule.add_argument("--kind", required=True, choices=KINDS)
+    add_rule.add_argument("--threshold", type=float, help="see docs/console.md for each kind's meaning")
+    add_rule.add_argument("--queue", help="a queue name or glob (default: every queue of the tenant)")
+    add_rule.add_argument("--for", dest="for_s", type=float, help="seconds the condition must hold")
+    add_rule.add_argument("--clear", type=float, help="resolve at or below this (default 80%% of threshold)")
+    add_rule.add_argument("--window", dest="window_s", type=float, help="dlq_growth: window in seconds")
+    add_rule.add_argument("--description")
+    add_rule.set_defaults(run=_alerts_add)
+    list_rules = alerts.add_parser("list", help="list a tenant's alert rules")
+    list_rules.add_argument("--tenant", required=True)
+    list_rules.set_defaults(run=_alerts_list)
+    remove_rule = alerts.add_parser("remove", help="remove an alert rule")
+    remove_rule.add_argument("--tenant", required=True)
+    remove_rule.add_argument("rule_id")
+    remove_rule.set_defaults(run=_alerts_remove)
 
     delete = groups.add_parser("delete-queue", help="delete a queue and its messages")
     delete.add_argument("--tenant", required=True)
@@ -202,6 +223,25 @@ async def _limits_set(backend: Backend, args: argparse.Namespace) -> dict[str, A
     return {"tenant": tenant, "limits": limits.to_dict()}
 
 
+async def _alerts_add(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await TenantStore(backend).require(args.tenant)
+    fields = ("kind", "threshold", "queue", "for_s", "clear", "window_s", "description")
+    body = {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
+    rule = parse_rule(args.tenant, body, allow_system=args.tenant == args.operator_tenant)
+    await RuleStore(backend).put(rule)
+    return rule.to_dict()
+
+
+async def _alerts_list(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await TenantStore(backend).require(args.tenant)
+    return {"rules": [r.to_dict() for r in await RuleStore(backend).list(args.tenant)]}
+
+
+async def _alerts_remove(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
+    await RuleStore(backend).delete(args.tenant, args.rule_id)
+    return {"removed": args.rule_id, "tenant": args.tenant}
+
+
 async def _delete_queue(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
     await backend.delete_queue(TenantId(args.tenant), QueueName(args.name))
     return {"deleted": args.name}
@@ -246,6 +286,7 @@ def _store(args: argparse.Namespace) -> tuple[str, StoreOptions]:
     if args.store is None and not settings.data_dir.is_dir():
         # Opening a store creates it; a typo in --data must not make an empty one.
         raise _CommandError(f"no data directory at {settings.data_dir.resolve()}")
+    args.operator_tenant = settings.operator_tenant
     # No retention sweeps from a command that lives for a moment.
     return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0)
 

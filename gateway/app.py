@@ -19,6 +19,7 @@ from push import PrincipalLike, SseHandler, WebSocketHandler
 from .errors import problem_response
 from .metrics import GatewayMetrics
 from .middleware import GatewayMiddleware, GuardedApp
+from .operations import build_operations
 from .routes.endpoint import Endpoint
 from .routes.limits import LimitsRoutes
 from .routes.messages import MessageRoutes
@@ -52,6 +53,11 @@ def push_routes(services: GatewayServices) -> list[BaseRoute]:
 def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlette:
     """Build the gateway. ``backend`` overrides the one ``settings`` names (tests, embedding)."""
     services = GatewayServices.build(settings, backend)
+    engine = services.engine
+    # The monitor, alerts, console and metrics sources (docs/console.md, docs/metrics.md).
+    operations, operator_routes = build_operations(
+        services, services.backend, engine.stats, engine.subscriptions
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -70,10 +76,12 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
         *LimitsRoutes(services).routes(),
         *_guarded(push_routes(services), services.metrics),
         *OpsRoutes(services).routes(),
+        *operator_routes,
     ]
     app = GatewayApp(routes=routes, lifespan=lifespan)
     app.metrics = services.metrics
     app.state.services = services
+    app.state.operations = operations
     return app
 
 

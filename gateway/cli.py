@@ -29,6 +29,13 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--encryption-key-file", type=Path, help="JSON key document: encrypt bodies at rest")
     parser.add_argument("--jwt-audience", help="the aud claim JWTs must carry (default: none allowed)")
     parser.add_argument("--max-request-bytes", type=int, help="largest request body (default 4 MiB)")
+    parser.add_argument(
+        "--metrics-listen", help="HOST:PORT: also serve /metrics there, without a token (a private network)"
+    )
+    parser.add_argument(
+        "--metrics-queue-series", type=int, help="queues with their own /metrics series (default 100)"
+    )
+    parser.add_argument("--alert-webhook-url", help="POST alert transitions here as JSON")
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument(
         "--redis",

@@ -27,9 +27,11 @@ from backend_store.limits import (
     MAX_WAIT_S,
 )
 from throttling.rates import MAX_RATE_CHARS
+from web_console.alerts import KINDS, THRESHOLD_MEANING
 
 from .errors import STATUS_BY_CODE
 from .limits.document import OPERATIONS, QUEUE_OPERATIONS, QUOTA_BOUNDS
+from .routes.operator import MAX_PEEK, MAX_REDRIVE
 
 Schema = dict[str, Any]
 
@@ -235,6 +237,114 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "VisibilityResponse": _obj(
         {"receipt": {"type": "string"}, "visible_at": _EPOCH}, ("receipt", "visible_at")
+    ),
+    "PeekedMessage": {
+        **_obj(
+            {
+                "id": {"type": "string"},
+                "seq": {"type": "integer"},
+                "body": {"type": "string"},
+                "body_base64": {"type": "string"},
+                "attributes": {"type": "object", "additionalProperties": {"type": "string"}},
+                "group_id": {"type": ["string", "null"]},
+                "sent_at": _EPOCH,
+                "receive_count": {"type": "integer", "minimum": 0},
+                "state": {"enum": ["visible", "delayed", "in_flight"]},
+            },
+            ("id", "seq", "attributes", "group_id", "sent_at", "receive_count", "state"),
+        ),
+        "oneOf": [{"required": ["body"]}, {"required": ["body_base64"]}],
+    },
+    "PeekResponse": _obj({"messages": {"type": "array", "items": _ref("PeekedMessage")}}, ("messages",)),
+    "RedriveRequest": _obj(
+        {
+            "to": {
+                "type": "string",
+                "pattern": QUEUE_NAME.pattern,
+                "description": "the queue to move them to",
+            },
+            "max": _num(1, MAX_REDRIVE, integer=True, default=1000),
+        },
+        ("to",),
+    ),
+    "Redriven": _obj({"moved": {"type": "integer", "minimum": 0}}, ("moved",)),
+    "AlertRuleInput": _obj(
+        {
+            "kind": {
+                "enum": list(KINDS),
+                "description": "; ".join(f"`{k}`: {THRESHOLD_MEANING[k]}" for k in KINDS),
+            },
+            "threshold": _num(0, 1e12),
+            "queue": {"type": ["string", "null"], "pattern": "^[A-Za-z0-9_*?-]{1,80}$"},
+            "for_s": _num(0, 86400, default=0),
+            "clear": _num(
+                0, 1e12, nullable=True, description="resolve at or below this (default 80% of threshold)"
+            ),
+            "window_s": _num(1, 86400, default=300),
+            "description": {"type": "string", "maxLength": 500},
+        },
+        ("kind",),
+    ),
+    "AlertRule": _obj(
+        {
+            "id": {"type": "string"},
+            "tenant": {"type": "string"},
+            "kind": {"enum": list(KINDS)},
+            "threshold": {"type": "number"},
+            "queue": {"type": ["string", "null"]},
+            "for_s": {"type": "number"},
+            "clear": {"type": ["number", "null"]},
+            "window_s": {"type": "number"},
+            "description": {"type": "string"},
+            "created_at": _EPOCH,
+        },
+        (
+            "id",
+            "tenant",
+            "kind",
+            "threshold",
+            "queue",
+            "for_s",
+            "clear",
+            "window_s",
+            "description",
+            "created_at",
+        ),
+    ),
+    "AlertRuleList": _obj({"rules": {"type": "array", "items": _ref("AlertRule")}}, ("rules",)),
+    "Alert": _obj(
+        {
+            "rule_id": {"type": "string"},
+            "kind": {"enum": list(KINDS)},
+            "tenant": {"type": "string"},
+            "subject": {"type": "string", "description": "tenant/queue, node/<id> or store"},
+            "value": {"type": "number"},
+            "threshold": {"type": "number"},
+            "since": _EPOCH,
+            "description": {"type": "string"},
+        },
+        ("rule_id", "kind", "tenant", "subject", "value", "threshold", "since", "description"),
+    ),
+    "AlertEvent": _obj(
+        {
+            "at": _EPOCH,
+            "state": {"enum": ["fired", "resolved"]},
+            "rule_id": {"type": "string"},
+            "kind": {"enum": list(KINDS)},
+            "tenant": {"type": "string"},
+            "subject": {"type": "string"},
+            "value": {"type": "number"},
+            "threshold": {"type": "number"},
+            "description": {"type": "string"},
+        },
+        ("at", "state", "rule_id", "kind", "tenant", "subject", "value", "threshold", "description"),
+    ),
+    "Alerts": _obj(
+        {
+            "active": {"type": "array", "items": _ref("Alert")},
+            "history": {"type": "array", "items": _ref("AlertEvent")},
+        },
+        ("active", "history"),
     ),
     "TokenRequest": _obj(
         {
@@ -509,9 +619,67 @@ def _paths() -> dict[str, Any]:
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     }
                 },
-                public=True,
+                description="Needs the `metrics` scope (`admin` includes it); see docs/metrics.md. "
+                "`--metrics-listen` serves it without a token on a private address.",
                 tag="operations",
             )
+        },
+        "/v1/queues/{queue}/peek": {
+            "parameters": queue_param,
+            "get": _op(
+                "Look at a queue's messages without changing anything",
+                {"200": _json(_ref("PeekResponse"))},
+                params=[
+                    {
+                        "name": "max",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PEEK, "default": 10},
+                    }
+                ],
+                description="Messages in send order (visible, delayed and in flight), without receipts. "
+                "Needs `admin` or `receive:` on the queue.",
+                tag="dead letters",
+            ),
+        },
+        "/v1/queues/{queue}/redrive": {
+            "parameters": queue_param,
+            "post": _op(
+                "Move messages of a dead-letter queue back to a source queue",
+                {"200": _json(_ref("Redriven"))},
+                body=_ref("RedriveRequest"),
+                description="Moves up to `max` visible messages, each exactly once (one atomic step "
+                "per batch), as new sends with their body, attributes and group. Needs `admin`.",
+                tag="dead letters",
+            ),
+        },
+        "/v1/alerts": {
+            "get": _op(
+                "The tenant's firing alerts and recent transitions",
+                {"200": _json(_ref("Alerts"))},
+                description="Needs `admin`. History is newest first and kept in memory (a short window).",
+                tag="alerts",
+            )
+        },
+        "/v1/alerts/rules": {
+            "get": _op("The tenant's alert rules", {"200": _json(_ref("AlertRuleList"))}, tag="alerts"),
+            "post": _op(
+                "Add an alert rule",
+                {"201": _json(_ref("AlertRule"), "Created")},
+                body=_ref("AlertRuleInput"),
+                description="Needs `admin`. `map_use`, `node_down` and `replication_lag` rules are for "
+                "the operator tenant's admins only. See docs/console.md.",
+                tag="alerts",
+            ),
+        },
+        "/v1/alerts/rules/{rule_id}": {
+            "parameters": [{"name": "rule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "delete": _op(
+                "Delete an alert rule",
+                {"204": {"description": "Deleted"}},
+                description="Needs `admin`.",
+                tag="alerts",
+            ),
         },
     }
 

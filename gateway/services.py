@@ -90,7 +90,7 @@ class GatewayServices:
             return verdicts
 
         engine = PushEngine(backend, hub, settings.push, recheck=recheck)
-        metrics = GatewayMetrics()
+        metrics = GatewayMetrics(settings.metrics_queue_series)
         metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         queues = QueueCache(backend, settings.queue_cache_ttl_s)
         throttling = Throttling(settings, backend, hub, authenticator, metrics, queues)

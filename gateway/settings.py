@@ -52,6 +52,19 @@ class Settings:
     graceful_timeout_s: int = 10
     # The `aud` a JWT must carry; None: tokens must carry no `aud` (see docs/auth.md).
     jwt_audience: str | None = None
+    # Operations (docs/metrics.md, docs/console.md). An extra listener for /metrics without
+    # a token, for a private network ("HOST:PORT"); None: only the main port, with a token.
+    metrics_listen: str | None = None
+    # Queues with series of their own in /metrics; the rest are summed under "_other".
+    metrics_queue_series: int = 100
+    # The monitor samples every queue's stats this often (and soon after sends); alerts are
+    # evaluated on each sample.
+    monitor_interval_s: float = 5.0
+    # Alert transitions are POSTed here as JSON (retried with backoff); None: no webhook.
+    alert_webhook_url: str | None = None
+    # Admins of this tenant are the operators: system alert rules (map use, cluster nodes)
+    # and the console's nodes page are theirs.
+    operator_tenant: str = "default"
     # Print the bootstrap admin key on start-up (the CLI does; tests read it from the app state).
     announce_bootstrap: bool = False
     # WebSocket keepalive: a ping this often; a peer that does not answer within the timeout
@@ -99,6 +112,10 @@ class Settings:
             raise ConfigurationError("--tls-cert and --tls-key go together")
         if not 0 <= self.port <= 65535:
             raise ConfigurationError("port must be 0-65535")
+        if self.metrics_queue_series < 0:
+            raise ConfigurationError("metrics_queue_series must be 0 or more")
+        if self.monitor_interval_s <= 0:
+            raise ConfigurationError("monitor_interval_s must be positive")
         if self.max_request_bytes < 1024:
             raise ConfigurationError("max_request_bytes must be at least 1024")
         if self.redis_fail not in ("open", "closed"):

@@ -36,7 +36,7 @@ from .long_poll import LongPolls
 from .principal import PrincipalLike, Recheck
 from .settings import PushSettings
 from .subscription import Connection, EncodeFrames, Subscription
-from .transport import Transport
+from .transport import SseTransport, Transport
 from .wakeup import WakeupHub
 
 logger = logging.getLogger("pushgate.push")
@@ -262,6 +262,13 @@ class PushEngine:
         dispatcher = self._dispatchers.get((tenant, queue))
         return len(dispatcher.subs) if dispatcher is not None else 0
 
+    def subscriptions(self, tenant: TenantId, queue: QueueName) -> list[tuple[str, int, int]]:
+        """``(transport, unacked, prefetch)`` of each subscription of a queue (the console's list)."""
+        dispatcher = self._dispatchers.get((tenant, queue))
+        if dispatcher is None:
+            return []
+        return [(transport_kind(s.transport), len(s.in_flight), s.prefetch) for s in dispatcher.subs]
+
     def _kick(self, sub: Subscription) -> None:
         """A subscription got credit back."""
         dispatcher = self._dispatchers.get((sub.tenant, sub.queue))
@@ -428,13 +435,20 @@ class PushEngine:
         await self.acks.wait_idle()
 
     def stats(self) -> dict[str, Any]:
+        sse = sum(1 for conn in self._connections if isinstance(conn.transport, SseTransport))
         return {
             "connections": len(self._connections),
+            "connections_sse": sse,
+            "connections_websocket": len(self._connections) - sse,
             "dispatchers": len(self._dispatchers),
             "in_flight": len(self.owners),
             "suspended_streams": len(self._suspended),
             "parked_polls": len(self.polls.parked),
         }
+
+
+def transport_kind(transport: Transport) -> str:
+    return "sse" if isinstance(transport, SseTransport) else "websocket"
 
 
 __all__ = ["AlreadySubscribed", "Connection", "GoingAway", "PushEngine"]

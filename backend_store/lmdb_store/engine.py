@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from ..attributes import check_number
 from ..backend import ChangeListener, DeliverCallback
+from ..commit_stats import CommitStats
 from ..encryption import Keyring
 from ..errors import ConfigurationError, InvalidRequest, PushgateError, Unavailable
 from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
@@ -29,13 +30,15 @@ from ..types import (
     LogEntry,
     Lsn,
     NewMessage,
+    PeekedMessage,
     QueueInfo,
     QueueName,
     ReceivedMessage,
     SendResult,
+    StorageUsage,
     TenantId,
 )
-from . import queue_ops
+from . import dead_letter_ops, queue_ops
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter, PostCommit
 from .message_ops import MessageOps, next_visible_ms
@@ -269,6 +272,29 @@ class LmdbBackend:
             return None if ms is None else ms / 1000
 
         return await self._read(read)
+
+    # Dead letters (backend_store.backend.DeadLetters) and storage use --------------
+
+    async def peek(self, tenant: TenantId, queue: QueueName, max_messages: int) -> list[PeekedMessage]:
+        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
+        return await self._read(
+            lambda v: dead_letter_ops.peek(
+                v, tenant, queue, int(max_messages), self._clock(), self._ops.open_body
+            )
+        )
+
+    async def redrive(self, tenant: TenantId, queue: QueueName, to: QueueName, max_messages: int) -> int:
+        check_number("max", max_messages, 1, 100_000, integer=True)
+        return await self._write(
+            lambda w, now: dead_letter_ops.redrive(w, now, tenant, queue, to, int(max_messages))
+        )
+
+    async def storage_usage(self) -> StorageUsage:
+        env = self._require_env()
+        return await asyncio.to_thread(env.usage)
+
+    def commit_stats(self) -> CommitStats | None:
+        return self._writer.commit_stats if self._writer is not None else None
 
     # Metadata -------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from ..errors import Unavailable
+from ..types import StorageUsage
 from .records import QueueRecord
 
 log = logging.getLogger("pushgate.store")
@@ -152,6 +153,14 @@ class Environment:
         log.warning("LMDB map grown from %d to %d bytes", self.map_size, new_size)
         self.map_size = new_size
         return True
+
+    def usage(self) -> StorageUsage:
+        """Pages in use (up to the last one ever written) against the map, from LMDB's own info."""
+        with self._gate.shared():
+            self._check_open()
+            info = self.env.info()
+            page = self.env.stat()["psize"]
+        return StorageUsage((info["last_pgno"] + 1) * page, self.map_size, self.max_map_size)
 
     def copy_to(self, target: Path) -> None:
         """A consistent snapshot (for re-seeding followers and backups)."""

@@ -15,12 +15,14 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import lmdb
 
+from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
 from .environment import Db, Environment, Touched, UndoWrites, Writes, is_disk_full
 from .replication_log import ReplicationLog
@@ -79,6 +81,7 @@ class GroupCommitWriter:
         # Commits that wrote something (idle sweeps commit nothing).
         self.batches = 0
         self.operations = 0
+        self.commit_stats = CommitStats()
 
     def start(self) -> None:
         self._thread.start()
@@ -177,8 +180,11 @@ class GroupCommitWriter:
                 post = self._run_after_ops(writes, now)
             writes.flush_queues()
             lsn = self._log.append(writes) if writes.mutations else None
+            started = time.perf_counter()
             txn.commit()
             self._log.commit()
+            if writes.mutations:
+                self.commit_stats.record(len(batch), time.perf_counter() - started)
             if lsn is not None:
                 self.batches += 1
             self._post_commit.extend(post)

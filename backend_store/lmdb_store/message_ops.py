@@ -299,6 +299,10 @@ class MessageOps:
             return hashlib.sha256(data).digest()
         return hmac.new(self._dedupe_secret, data, hashlib.sha256).digest()
 
+    def open_body(self, msg: MessageRecord, tenant: str) -> bytes:
+        """A stored body in plain bytes (peek); raises Unavailable when its key is missing."""
+        return self._open(msg, tenant)
+
     def _open(self, msg: MessageRecord, tenant: str) -> bytes:
         if not msg.sealed:
             return msg.body

@@ -8,7 +8,7 @@ from typing import Literal
 
 from backend_store.types import TenantId
 
-Action = Literal["send", "receive", "admin"]
+Action = Literal["send", "receive", "admin", "metrics"]
 Credential = Literal["api_key", "jwt"]
 
 
@@ -35,8 +35,8 @@ class Principal:
         """Whether a scope allows ``action`` on ``queue``; ``admin`` allows everything."""
         if "admin" in self.scopes:
             return True
-        if action == "admin":
-            return False
+        if action in ("admin", "metrics"):
+            return action in self.scopes
         prefix = action + ":"
         for scope in self.scopes:
             if scope.startswith(prefix) and (queue is None or fnmatchcase(queue, scope[len(prefix) :])):

@@ -1,6 +1,6 @@
 """Scopes: parsing, validation and the conservative "is this scope within that one" test.
 
-A scope is ``admin``, ``send:<pattern>`` or ``receive:<pattern>``; a pattern is a queue
+A scope is ``admin``, ``metrics`` (read ``/metrics``), ``send:<pattern>`` or ``receive:<pattern>``; a pattern is a queue
 name or a shell-style glob of ``*`` and ``?`` over queue-name characters
 (``orders-*``, ``*``). :meth:`Principal.can` decides what a scope allows; this module
 decides which scopes may be delegated (``POST /v1/tokens``).
@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from backend_store.errors import InvalidRequest
 
 ADMIN = "admin"
+METRICS = "metrics"
 ACTIONS = ("send", "receive")
 _PATTERN = re.compile(r"[A-Za-z0-9_*?-]{1,200}")
 _WILDCARDS = frozenset("*?")
@@ -22,7 +23,7 @@ _WILDCARDS = frozenset("*?")
 
 def is_valid_scope(scope: str) -> bool:
     """Whether ``scope`` is one this gateway understands."""
-    if scope == ADMIN:
+    if scope in (ADMIN, METRICS):
         return True
     action, sep, pattern = scope.partition(":")
     return bool(sep) and action in ACTIONS and _PATTERN.fullmatch(pattern) is not None
@@ -36,7 +37,7 @@ def parse_scopes(text: str | Iterable[str]) -> frozenset[str]:
     for scope in items:
         if not is_valid_scope(scope):
             raise InvalidRequest(
-                f"invalid scope {scope!r}: expected admin, send:<pattern> or receive:<pattern>"
+                f"invalid scope {scope!r}: expected admin, metrics, send:<pattern> or receive:<pattern>"
             )
     return frozenset(items)
 
@@ -80,8 +81,8 @@ def scope_within(inner: str, granted: Iterable[str]) -> bool:
     granted = frozenset(granted)
     if ADMIN in granted:
         return True
-    if inner == ADMIN:
-        return False
+    if inner in (ADMIN, METRICS):
+        return inner in granted
     action, _, pattern = inner.partition(":")
     prefix = action + ":"
     return any(g.startswith(prefix) and pattern_within(pattern, g[len(prefix) :]) for g in granted)

@@ -1,7 +1,7 @@
-"""Operations and self-description: health, readiness, metrics, the OpenAPI document and docs.
+"""Operations and self-description: health, readiness, the OpenAPI document and docs.
 
-None of these need a token: probes and scrapers run without one, and the API
-description is public. (``/metrics`` has no tenant or queue names in it.)
+None of these need a token: probes run without one, and the API description is public.
+``/metrics`` (it names tenants and queues) needs a token: see ``gateway/operations.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from starlette.routing import BaseRoute
 from backend_store.errors import Unavailable
 
 from ..body import JSONResponse
-from ..metrics import CONTENT_TYPE_LATEST
 from ..openapi import openapi_bytes, openapi_document, render_docs
 from ..services import GatewayServices
 from .endpoint import route
@@ -30,7 +29,6 @@ class OpsRoutes:
         return [
             route("/healthz", self.healthz, "GET", self.services.metrics),
             route("/readyz", self.readyz, "GET", self.services.metrics),
-            route("/metrics", self.metrics, "GET", self.services.metrics),
             route("/openapi.json", self.openapi, "GET", self.services.metrics),
             route("/docs", self.docs, "GET", self.services.metrics),
         ]
@@ -46,9 +44,6 @@ class OpsRoutes:
             raise Unavailable("the shared state (Redis) is unreachable and --redis-fail is closed")
         # Redis down with fail-open is still ready (it serves), but says so.
         return JSONResponse({"status": "ready", "shared_state": throttling.ready_detail()})
-
-    async def metrics(self, request: Request) -> Response:
-        return Response(self.services.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def openapi(self, request: Request) -> Response:
         return Response(self._openapi, media_type="application/json")

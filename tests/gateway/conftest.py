@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from backend_store.backend import Backend
 from gateway.app import create_app
 from gateway.server import GatewayServer, uvicorn_config
 from gateway.services import GatewayServices
@@ -33,9 +34,9 @@ _names = itertools.count()
 class RunningGateway:
     """A gateway serving on 127.0.0.1:<free port> until :meth:`stop`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, backend: Backend | None = None) -> None:
         self.settings = settings
-        app = create_app(settings)
+        app = create_app(settings, backend=backend)
         self.services: GatewayServices = app.state.services
         self.server = GatewayServer(uvicorn_config(settings, app), self.services)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -378,7 +378,7 @@ def test_an_abandoned_long_poll_takes_no_message(gateway: RunningGateway, admin:
         admin.client.post(f"/v1/queues/{qname}/receive", json={"wait_s": 20}, timeout=0.3)
     # The gateway noticed the hang-up: the poll is no longer parked...
     deadline = time.monotonic() + scaled(5)
-    while "pushgate_receive_waiting 0.0" not in httpx.get(f"{gateway.url}/metrics").text:
+    while "pushgate_receive_waiting 0.0" not in admin.client.get("/metrics").text:
         assert time.monotonic() < deadline, "the abandoned long-poll is still parked"
         time.sleep(0.01)
     # ...so a message sent now goes to the next receiver, not to the closed connection.

@@ -162,7 +162,7 @@ def test_serve_bootstraps_once_and_stops_gracefully(tmp_path: Path) -> None:
                 target=lambda: answers.append(client.post("/v1/queues/idle/receive", json={"wait_s": 20}))
             )
             poll.start()
-            _wait_for_in_flight(proc.url)
+            _wait_for_in_flight(proc.url, proc.key)
             assert proc.terminate() in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean stop
             poll.join(scaled(10))
             assert answers and answers[0].status_code == 200 and answers[0].json() == {"messages": []}
@@ -180,10 +180,11 @@ def test_serve_bootstraps_once_and_stops_gracefully(tmp_path: Path) -> None:
         assert again.terminate() in (0, -signal.SIGTERM)
 
 
-def _wait_for_in_flight(url: str) -> None:
-    """Until the gateway reports a long-poll parked (a gauge in /metrics)."""
+def _wait_for_in_flight(url: str, key: str) -> None:
+    """Until the gateway reports a long-poll parked (a gauge in /metrics, which needs a token)."""
     deadline = time.monotonic() + scaled(10)
-    while "pushgate_receive_waiting 1.0" not in httpx.get(f"{url}/metrics").text:
+    headers = {"Authorization": f"Bearer {key}"}
+    while "pushgate_receive_waiting 1.0" not in httpx.get(f"{url}/metrics", headers=headers).text:
         assert time.monotonic() < deadline, "the long-poll never parked"
         time.sleep(0.01)
 

@@ -1,0 +1,217 @@
+"""The alert engine: on every sample, check each rule and fire or resolve alerts.
+
+States per (rule, subject): ok -> pending (past the threshold, waiting ``for_s``) ->
+firing -> resolving (back at or below the clear level, waiting ``for_s``) -> ok. Values
+between the clear level and the threshold change nothing (hysteresis), so an alert does
+not flap around its threshold. Rules are re-read from the store on every evaluation, so
+rules set by ``pushgate admin`` or another gateway apply within one sample.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from backend_store.errors import PushgateError
+from web_console.monitor import DepthHistory, Snapshot
+
+from .evaluation import breaches, cleared, observe
+from .rules import AlertRule
+from .store import RuleStore
+from .webhook import WebhookNotifier
+
+log = logging.getLogger("pushgate.alerts")
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alert that is firing (in :meth:`AlertEngine.active`)."""
+
+    rule_id: str
+    kind: str
+    tenant: str
+    subject: str
+    value: float
+    threshold: float
+    since: float
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AlertEvent:
+    """A transition kept in the history (and POSTed to the webhook): ``state`` is fired or resolved."""
+
+    at: float
+    state: str
+    rule_id: str
+    kind: str
+    tenant: str
+    subject: str
+    value: float
+    threshold: float
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Track:
+    rule: AlertRule
+    firing: bool = False
+    since: float | None = None  # when the pending crossing (either way) began
+    fired_at: float = 0.0
+    value: float = 0.0
+
+
+class AlertEngine:
+    def __init__(
+        self,
+        rules: RuleStore,
+        history: DepthHistory,
+        *,
+        notifier: WebhookNotifier | None = None,
+        history_size: int = 200,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = rules
+        self.depth_history = history
+        self.notifier = notifier
+        self.rules: list[AlertRule] = []
+        self.history: deque[AlertEvent] = deque(maxlen=history_size)
+        self.transitions: Counter[tuple[str, str]] = Counter()
+        self.evaluations = 0
+        self._tracks: dict[tuple[str, str], _Track] = {}
+        self._on_change = on_change
+
+    # Reading ----------------------------------------------------------------------
+
+    def active(self, tenant: str | None = None) -> list[Alert]:
+        """Firing alerts (of one tenant, or all), oldest first."""
+        out = []
+        for (rule_id, subject), track in self._tracks.items():
+            rule = track.rule
+            if not track.firing or (tenant is not None and rule.tenant != tenant):
+                continue
+            out.append(
+                Alert(
+                    rule_id,
+                    rule.kind,
+                    rule.tenant,
+                    subject,
+                    track.value,
+                    rule.threshold,
+                    track.fired_at,
+                    rule.description,
+                )
+            )
+        return sorted(out, key=lambda a: (a.since, a.rule_id, a.subject))
+
+    def recent(self, tenant: str | None = None) -> list[AlertEvent]:
+        """The kept history, newest first."""
+        return [e for e in reversed(self.history) if tenant is None or e.tenant == tenant]
+
+    def webhook_outcomes(self) -> dict[str, int]:
+        return dict(self.notifier.outcomes) if self.notifier is not None else {}
+
+    # Evaluating ---------------------------------------------------------------------
+
+    async def on_sample(self, snapshot: Snapshot) -> None:
+        """A sampler listener: reload the rules, then evaluate them against ``snapshot``."""
+        try:
+            self.rules = await self.store.list()
+        except PushgateError as exc:
+            log.warning("cannot read alert rules, keeping the last ones: %s", exc.detail)
+        self.evaluate(snapshot)
+
+    def evaluate(self, snapshot: Snapshot) -> list[AlertEvent]:
+        """Advance every (rule, subject) state with ``snapshot``; return the transitions."""
+        now = snapshot.at
+        events: list[AlertEvent] = []
+        live: set[tuple[str, str]] = set()
+        for rule in self.rules:
+            for subject, value in observe(rule, snapshot, self.depth_history).items():
+                key = (rule.id, subject)
+                live.add(key)
+                track = self._tracks.get(key)
+                if track is None:
+                    track = self._tracks[key] = _Track(rule)
+                track.rule, track.value = rule, value
+                event = self._step(rule, subject, track, value, now)
+                if event is not None:
+                    events.append(event)
+        # A rule deleted, or a subject gone (queue deleted, node removed): resolve what fired.
+        for key in [k for k in self._tracks if k not in live]:
+            gone = self._tracks.pop(key)
+            if gone.firing:
+                events.append(self._event(gone.rule, key[1], "resolved", gone.value, now))
+        self.evaluations += 1
+        for event in events:
+            self._record(event)
+        if events and self._on_change is not None:
+            self._on_change()
+        return events
+
+    def _step(
+        self, rule: AlertRule, subject: str, track: _Track, value: float, now: float
+    ) -> AlertEvent | None:
+        if not track.firing:
+            if not breaches(rule, value):
+                track.since = None
+                return None
+            if track.since is None:
+                track.since = now
+            if now - track.since < rule.hold_s:
+                return None
+            track.firing, track.since, track.fired_at = True, None, now
+            return self._event(rule, subject, "fired", value, now)
+        if not cleared(rule, value):
+            track.since = None
+            return None
+        if track.since is None:
+            track.since = now
+        if now - track.since < rule.for_s:
+            return None
+        track.firing, track.since = False, None
+        return self._event(rule, subject, "resolved", value, now)
+
+    @staticmethod
+    def _event(rule: AlertRule, subject: str, state: str, value: float, now: float) -> AlertEvent:
+        return AlertEvent(
+            now, state, rule.id, rule.kind, rule.tenant, subject, value, rule.threshold, rule.description
+        )
+
+    def _record(self, event: AlertEvent) -> None:
+        self.history.append(event)
+        self.transitions[(event.kind, event.state)] += 1
+        log.warning(
+            "alert %s: %s %s on %s (value %g, threshold %g)",
+            event.state,
+            event.rule_id,
+            event.kind,
+            event.subject,
+            event.value,
+            event.threshold,
+        )
+        if self.notifier is not None:
+            self.notifier.enqueue({"alert": event.to_dict()})
+
+    # Rules (the admin API and the console call these) -------------------------------
+
+    async def add_rule(self, rule: AlertRule) -> AlertRule:
+        await self.store.put(rule)
+        self.rules = await self.store.list()
+        return rule
+
+    async def delete_rule(self, tenant: str, rule_id: str) -> None:
+        await self.store.delete(tenant, rule_id)
+        self.rules = await self.store.list()
+
+    async def list_rules(self, tenant: str) -> list[AlertRule]:
+        return await self.store.list(tenant)

@@ -1,0 +1,37 @@
+"""Alert rules kept in the store's metadata, so every gateway and ``pushgate admin`` share them."""
+
+from __future__ import annotations
+
+import orjson
+
+from backend_store.backend import Backend
+from backend_store.errors import NotFound
+
+from .rules import AlertRule
+
+NAMESPACE = "alerts"
+
+
+class RuleStore:
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    async def put(self, rule: AlertRule) -> None:
+        await self._backend.meta_put(NAMESPACE, _key(rule.tenant, rule.id), orjson.dumps(rule.to_dict()))
+
+    async def delete(self, tenant: str, rule_id: str) -> None:
+        if not await self._backend.meta_delete(NAMESPACE, _key(tenant, rule_id)):
+            raise NotFound(f"alert rule {rule_id!r} not found")
+
+    async def list(self, tenant: str | None = None) -> list[AlertRule]:
+        prefix = "" if tenant is None else tenant + "/"
+        rules = [
+            AlertRule.from_dict(orjson.loads(raw))
+            for _, raw in await self._backend.meta_list(NAMESPACE, prefix)
+        ]
+        return sorted(rules, key=lambda r: (r.tenant, r.created_at, r.id))
+
+
+def _key(tenant: str, rule_id: str) -> str:
+    # Tenant names are [A-Za-z0-9_-], so "/" cannot be part of one.
+    return f"{tenant}/{rule_id}"

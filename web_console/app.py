@@ -1,0 +1,377 @@
+"""The operator console: server-rendered pages (Jinja2), live over Server-Sent Events.
+
+Mounted by the gateway at ``/console``; see docs/console.md. Every page works without
+JavaScript (the numbers are in the HTML); a small script only applies the live stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from backend_store.attributes import check_queue_name
+from backend_store.backend import DeadLetters
+from backend_store.errors import PushgateError
+from backend_store.types import QueueName, TenantId
+
+from .alerts import KINDS, QUEUE_KINDS, THRESHOLD_MEANING, parse_rule
+from .charts import depth_chart
+from .deps import ConsoleDeps
+from .monitor import Snapshot
+from .session import Session, SessionCodec, same_origin
+from .views import Listing, alert_row, queue_row
+
+HERE = Path(__file__).parent
+# A page shows stats at most this old (a queue created a moment ago is on the next load).
+PAGE_MAX_AGE_S = 1.0
+PING_S = 15.0
+PEEK_ROWS = 20
+
+Page = Callable[[Request, Session], Awaitable[Response]]
+
+
+class Console:
+    def __init__(self, deps: ConsoleDeps) -> None:
+        self.deps = deps
+        self.sessions = SessionCodec(deps.secret, secure=deps.secure_cookies)
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    def app(self) -> Starlette:
+        page, action = self._page, self._action
+        return Starlette(
+            exception_handlers={PushgateError: self._store_error},
+            routes=[
+                Route("/", page(self.overview), methods=["GET"]),
+                Route("/login", self.login_form, methods=["GET"]),
+                Route("/login", self.login, methods=["POST"]),
+                Route("/logout", action(self.logout), methods=["POST"]),
+                Route("/events", self._stream(self.overview_events), methods=["GET"]),
+                Route("/queues/{queue}", page(self.queue), methods=["GET"]),
+                Route("/queues/{queue}/events", self._stream(self.queue_events), methods=["GET"]),
+                Route("/queues/{queue}/redrive", action(self.redrive), methods=["POST"]),
+                Route("/queues/{queue}/purge", action(self.purge), methods=["POST"]),
+                Route("/nodes", page(self.nodes), methods=["GET"]),
+                Route("/alerts", page(self.alerts), methods=["GET"]),
+                Route("/alerts/rules", action(self.add_rule), methods=["POST"]),
+                Route("/alerts/rules/{rule_id}/delete", action(self.delete_rule), methods=["POST"]),
+                Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+            ],
+        )
+
+    # Guards ---------------------------------------------------------------------
+
+    def _page(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            session = self.sessions.read(request)
+            if session is None:
+                return RedirectResponse("/console/login", status_code=303)
+            return await handler(request, session)
+
+        return endpoint
+
+    def _action(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
+        """A state-changing form post: a session, our own origin and its CSRF token, or 403."""
+
+        async def endpoint(request: Request) -> Response:
+            session = self.sessions.read(request)
+            if session is None:
+                return self._refused("You are not logged in.", 403)
+            form = await request.form()
+            token = form.get("csrf")
+            if not same_origin(request) or not session.csrf_ok(token if isinstance(token, str) else None):
+                return self._refused(
+                    "The form's CSRF token is missing or wrong. Reload the page and retry.", 403
+                )
+            request.state.form = form
+            return await handler(request, session)
+
+        return endpoint
+
+    def _stream(
+        self, events: Callable[[Request, Session], AsyncIterator[bytes]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            session = self.sessions.read(request)
+            if session is None:
+                return Response("not logged in\n", status_code=401, media_type="text/plain")
+            return StreamingResponse(
+                events(request, session),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+            )
+
+        return endpoint
+
+    async def _store_error(self, request: Request, exc: Exception) -> Response:
+        # The store cannot answer (map full, closed, a corrupt record): say so, not a bare 500.
+        detail = exc.detail if isinstance(exc, PushgateError) else "store error"
+        return self._refused(f"The store cannot answer right now ({detail}). Retry in a moment.", 503)
+
+    def _refused(self, message: str, status: int) -> Response:
+        return self._render("refused.html", None, status=status, message=message)
+
+    def _render(self, template: str, session: Session | None, status: int = 200, **context: Any) -> Response:
+        html = self.templates.get_template(template).render(session=session, **context)
+        return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+
+    # Login ------------------------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        return self._render("login.html", None, error=None)
+
+    async def login(self, request: Request) -> Response:
+        if not same_origin(request):
+            return self._refused("Cross-site login refused.", 403)
+        form = await request.form()
+        token = form.get("token")
+        if not isinstance(token, str) or not token.strip():
+            return self._render("login.html", None, status=401, error="Enter an admin API key or JWT.")
+        principal = await self.deps.authenticate(token.strip())
+        if principal is None:
+            return self._render("login.html", None, status=401, error="That key or token is not valid.")
+        if "admin" not in principal.scopes:
+            return self._render(
+                "login.html", None, status=403, error="The console needs a key with the admin scope."
+            )
+        session = self.sessions.new(
+            principal.tenant,
+            principal.subject,
+            principal.tenant == self.deps.operator_tenant,
+            principal.expires_at,
+        )
+        response = RedirectResponse("/console/", status_code=303)
+        self.sessions.write(response, session)
+        return response
+
+    async def logout(self, request: Request, session: Session) -> Response:
+        response = RedirectResponse("/console/login", status_code=303)
+        self.sessions.clear(response)
+        return response
+
+    # Pages --------------------------------------------------------------------------
+
+    async def overview(self, request: Request, session: Session) -> Response:
+        snapshot = await self.deps.sampler.fresh(PAGE_MAX_AGE_S)
+        listing = Listing.of(snapshot.for_tenant(session.tenant), request.query_params)
+        alerts = [alert_row(a) for a in self.deps.alerts.active(session.tenant)]
+        return self._render(
+            "overview.html",
+            session,
+            listing=listing,
+            queues=[queue_row(q) for q in listing.queues],
+            alerts=alerts,
+            stream=f"/console/events?{listing.params(listing.page)}",
+        )
+
+    async def queue(self, request: Request, session: Session) -> Response:
+        name = _queue_param(request)
+        if name is None:
+            return self._render("notfound.html", session, status=404, what="queue")
+        snapshot = await self.deps.sampler.fresh(PAGE_MAX_AGE_S)
+        sample = snapshot.queue(session.tenant, name)
+        if sample is None:
+            try:
+                await self.deps.store.get_queue(TenantId(session.tenant), QueueName(name))
+            except PushgateError:
+                return self._render("notfound.html", session, status=404, what="queue")
+            snapshot = await self.deps.sampler.sample()
+            sample = snapshot.queue(session.tenant, name)
+            if sample is None:
+                return self._render("notfound.html", session, status=404, what="queue")
+        sources = [q.name for q in snapshot.for_tenant(session.tenant) if q.dead_letter_queue == name]
+        peeked: list[Any] = []
+        if isinstance(self.deps.store, DeadLetters):
+            peeked = await self.deps.store.peek(TenantId(session.tenant), QueueName(name), PEEK_ROWS)
+        consumers = self.deps.consumers(session.tenant, name) if self.deps.consumers else None
+        history = self.deps.sampler.history
+        return self._render(
+            "queue.html",
+            session,
+            q=sample,
+            row=queue_row(sample),
+            chart=depth_chart(history.points(session.tenant, name), snapshot.at, history.span_s),
+            sources=sources,
+            peeked=peeked,
+            consumers=consumers,
+            alerts=[
+                alert_row(a)
+                for a in self.deps.alerts.active(session.tenant)
+                if a.subject == f"{session.tenant}/{name}"
+            ],
+            notice=request.query_params.get("notice"),
+        )
+
+    async def nodes(self, request: Request, session: Session) -> Response:
+        snapshot = self.deps.sampler.latest
+        return self._render(
+            "nodes.html", session, cluster=snapshot.cluster, nodes=snapshot.nodes, storage=snapshot.storage
+        )
+
+    async def alerts(self, request: Request, session: Session) -> Response:
+        engine = self.deps.alerts
+        return self._render(
+            "alerts.html",
+            session,
+            active=[alert_row(a) for a in engine.active(session.tenant)],
+            history=engine.recent(session.tenant),
+            rules=await engine.list_rules(session.tenant),
+            kinds=KINDS if session.operator else QUEUE_KINDS,
+            meaning=THRESHOLD_MEANING,
+            notice=request.query_params.get("notice"),
+            error=request.query_params.get("error"),
+        )
+
+    # Actions (POST, CSRF-checked) ---------------------------------------------------------
+
+    async def redrive(self, request: Request, session: Session) -> Response:
+        name = _queue_param(request)
+        form = request.state.form
+        to = str(form.get("to", ""))
+        if name is None or not isinstance(self.deps.store, DeadLetters):
+            return self._render("notfound.html", session, status=404, what="queue")
+        try:
+            limit = max(1, min(10_000, int(str(form.get("max", "1000")))))
+            moved = await self.deps.store.redrive(
+                TenantId(session.tenant), QueueName(name), QueueName(to), limit
+            )
+        except (PushgateError, ValueError) as exc:
+            return _back(f"/console/queues/{name}", f"Redrive failed: {getattr(exc, 'detail', exc)}")
+        await self.deps.sampler.sample()
+        return _back(f"/console/queues/{name}", f"Moved {moved} message(s) to {to}.")
+
+    async def purge(self, request: Request, session: Session) -> Response:
+        name = _queue_param(request)
+        if name is None:
+            return self._render("notfound.html", session, status=404, what="queue")
+        if request.state.form.get("confirm") != name:
+            return _back(f"/console/queues/{name}", "Not purged: type the queue's name to confirm.")
+        try:
+            purged = await self.deps.store.purge_queue(TenantId(session.tenant), QueueName(name))
+        except PushgateError as exc:
+            return _back(f"/console/queues/{name}", f"Purge failed: {exc.detail}")
+        await self.deps.sampler.sample()
+        return _back(f"/console/queues/{name}", f"Purged {purged} message(s).")
+
+    async def add_rule(self, request: Request, session: Session) -> Response:
+        form = request.state.form
+        body: dict[str, Any] = {"kind": form.get("kind")}
+        try:
+            for field in ("threshold", "for_s", "clear", "window_s"):
+                raw = str(form.get(field) or "").strip()
+                if raw:
+                    body[field] = float(raw)
+            queue = str(form.get("queue") or "").strip()
+            if queue:
+                body["queue"] = queue
+            description = str(form.get("description") or "").strip()
+            if description:
+                body["description"] = description
+            rule = parse_rule(session.tenant, body, allow_system=session.operator)
+        except ValueError:
+            return _back("/console/alerts", "Numbers only in threshold, for, clear and window.", key="error")
+        except PushgateError as exc:
+            return _back("/console/alerts", exc.detail, key="error")
+        await self.deps.alerts.add_rule(rule)
+        return _back("/console/alerts", f"Rule {rule.id} added.")
+
+    async def delete_rule(self, request: Request, session: Session) -> Response:
+        try:
+            await self.deps.alerts.delete_rule(session.tenant, request.path_params["rule_id"])
+        except PushgateError as exc:
+            return _back("/console/alerts", exc.detail, key="error")
+        return _back("/console/alerts", "Rule deleted.")
+
+    # Live streams ---------------------------------------------------------------------
+
+    async def overview_events(self, request: Request, session: Session) -> AsyncIterator[bytes]:
+        async for snapshot in self._samples(session):
+            if isinstance(snapshot, bytes):
+                yield snapshot
+                continue
+            listing = Listing.of(snapshot.for_tenant(session.tenant), request.query_params)
+            doc = {
+                "at": snapshot.at,
+                "queues": [queue_row(q) for q in listing.queues],
+                "alerts": [alert_row(a) for a in self.deps.alerts.active(session.tenant)],
+            }
+            yield b"event: overview\ndata: " + orjson.dumps(doc) + b"\n\n"
+
+    async def queue_events(self, request: Request, session: Session) -> AsyncIterator[bytes]:
+        name = _queue_param(request)
+        async for snapshot in self._samples(session):
+            if isinstance(snapshot, bytes):
+                yield snapshot
+                continue
+            sample = snapshot.queue(session.tenant, name or "")
+            if sample is None:
+                # Not sampled yet (created a moment ago), or deleted: ask the store which.
+                try:
+                    await self.deps.store.get_queue(TenantId(session.tenant), QueueName(name or ""))
+                except PushgateError:
+                    yield b"event: gone\ndata: {}\n\n"
+                    return
+                continue
+            history = self.deps.sampler.history
+            doc = {
+                "at": snapshot.at,
+                "queue": queue_row(sample),
+                "chart": depth_chart(
+                    history.points(session.tenant, sample.name), snapshot.at, history.span_s
+                ),
+                "alerts": [
+                    alert_row(a)
+                    for a in self.deps.alerts.active(session.tenant)
+                    if a.subject == f"{session.tenant}/{sample.name}"
+                ],
+            }
+            yield b"event: queue\ndata: " + orjson.dumps(doc) + b"\n\n"
+
+    async def _samples(self, session: Session) -> AsyncIterator[Snapshot | bytes]:
+        """Each new snapshot (the current one first), with a comment ping when idle."""
+        sampler = self.deps.sampler
+        yield b"retry: 2000\n\n"
+        last = 0.0
+        while session.expires > time.time():
+            snapshot = await sampler.next_sample(last, PING_S)
+            if snapshot.at > last:
+                last = snapshot.at
+                yield snapshot
+            else:
+                yield b": ping\n\n"
+
+
+def _queue_param(request: Request) -> str | None:
+    name: str = request.path_params["queue"]
+    try:
+        check_queue_name(name)
+    except PushgateError:
+        return None
+    return name
+
+
+def _back(path: str, message: str, key: str = "notice") -> Response:
+    return RedirectResponse(f"{path}?{key}={quote(message)}", status_code=303)
+
+
+def build_console(deps: ConsoleDeps) -> Starlette:
+    """The console as an ASGI app, to mount at ``/console``."""
+    return Console(deps).app()
+
+
+__all__ = ["Console", "build_console"]

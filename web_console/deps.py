@@ -1,0 +1,53 @@
+"""What the console needs from the gateway, injected (web_console imports no gateway code)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from backend_store.backend import Backend
+
+from .alerts import AlertEngine
+from .monitor import QueueSampler
+
+
+class PrincipalLike(Protocol):
+    """What an authenticated token says (the gateway's Principal fits)."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def scopes(self) -> frozenset[str]: ...
+
+    @property
+    def expires_at(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerView:
+    """One push subscription of a queue, as the queue page lists it."""
+
+    transport: str  # "websocket" or "sse"
+    unacked: int
+    prefetch: int
+
+
+@dataclass(eq=False)
+class ConsoleDeps:
+    """``authenticate`` turns a key or JWT into a principal, or None when it proves nothing
+    (store errors are raised); ``consumers`` lists a queue's push subscriptions when the push
+    engine can tell (None: counts only)."""
+
+    store: Backend
+    authenticate: Callable[[str], Awaitable[PrincipalLike | None]]
+    sampler: QueueSampler
+    alerts: AlertEngine
+    secret: bytes
+    secure_cookies: bool
+    operator_tenant: str
+    consumers: Callable[[str, str], Sequence[ConsumerView]] | None = None

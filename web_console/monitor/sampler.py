@@ -1,0 +1,170 @@
+"""The sampler: reads every queue's stats every few seconds (and soon after a send)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from backend_store.backend import Backend, StorageStats
+from backend_store.errors import PushgateError
+from backend_store.types import QueueName, StorageUsage, TenantId
+
+from .history import DepthHistory
+from .snapshot import QueueSample, Snapshot, nodes_from_cluster
+
+log = logging.getLogger("pushgate.monitor")
+
+SampleListener = Callable[[Snapshot], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class MonitorSources:
+    """What the sampler reads, injected by the gateway (the monitor imports no gateway code).
+
+    ``tenants`` lists every tenant; ``consumers`` counts a queue's push subscribers;
+    ``cluster`` returns API.md's ``GET /v1/cluster`` document, or None without a cluster.
+    """
+
+    backend: Backend
+    tenants: Callable[[], Awaitable[list[str]]]
+    consumers: Callable[[TenantId, QueueName], int] = lambda tenant, queue: 0
+    cluster: Callable[[], Awaitable[Mapping[str, Any] | None]] | None = None
+    clock: Callable[[], float] = field(default=time.time)
+
+
+class QueueSampler:
+    """Samples on a timer; a store change (a send) brings the next sample forward.
+
+    ``interval_s`` is the slowest pace; ``min_gap_s`` the fastest (a burst of sends
+    causes at most one sample per gap). Each sample goes to every listener in turn
+    (the alert engine, live console pages).
+    """
+
+    def __init__(
+        self,
+        sources: MonitorSources,
+        *,
+        interval_s: float = 5.0,
+        min_gap_s: float = 0.5,
+        history: DepthHistory | None = None,
+    ) -> None:
+        self.sources = sources
+        self.interval_s = interval_s
+        self.min_gap_s = min(min_gap_s, interval_s)
+        self.history = history or DepthHistory()
+        self.latest = Snapshot(at=0.0)
+        self.listeners: list[SampleListener] = []
+        self._poke = asyncio.Event()
+        self._sampled = asyncio.Condition()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.samples_taken = 0
+
+    # Reading ------------------------------------------------------------------
+
+    async def sample(self, max_age_s: float | None = None) -> Snapshot:
+        """Read everything now, update ``latest`` and the history, tell listeners.
+
+        With ``max_age_s``, a sample someone else finished while this call waited for the
+        lock is good enough (concurrent page loads and scrapes share one read).
+        """
+        async with self._lock:
+            if max_age_s is not None and self.sources.clock() - self.latest.at <= max_age_s:
+                return self.latest
+            snapshot = await self._read()
+            self.latest = snapshot
+            self.history.add(snapshot.at, snapshot.queues)
+            self.samples_taken += 1
+        for listener in list(self.listeners):
+            try:
+                await listener(snapshot)
+            except Exception:
+                log.exception("sample listener %r failed", listener)
+        async with self._sampled:
+            self._sampled.notify_all()
+        return snapshot
+
+    async def fresh(self, max_age_s: float) -> Snapshot:
+        """``latest`` if younger than ``max_age_s``, else a new sample (scrapes, page loads)."""
+        if self.sources.clock() - self.latest.at <= max_age_s:
+            return self.latest
+        return await self.sample(max_age_s)
+
+    async def next_sample(self, after: float, timeout: float) -> Snapshot:
+        """Wait (up to ``timeout``) for a snapshot taken after ``after``; return the latest."""
+        async with self._sampled:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sampled.wait_for(lambda: self.latest.at > after), timeout)
+        return self.latest
+
+    async def _read(self) -> Snapshot:
+        src = self.sources
+        prev = self.latest
+        queues: list[QueueSample] = []
+        for tenant in await src.tenants():
+            for info in await src.backend.list_queues(TenantId(tenant)):
+                queues.append(QueueSample.of(info, src.consumers(info.tenant, info.name)))
+        now = src.clock()
+        elapsed = now - prev.at
+        if prev.at > 0 and elapsed > 0:
+            queues = [_with_rates(q, prev.queue(q.tenant, q.name), elapsed) for q in queues]
+        storage: StorageUsage | None = None
+        if isinstance(src.backend, StorageStats):
+            storage = await src.backend.storage_usage()
+        cluster_doc = await src.cluster() if src.cluster is not None else None
+        return Snapshot(
+            at=now,
+            queues=tuple(queues),
+            storage=storage,
+            nodes=nodes_from_cluster(cluster_doc),
+            cluster=cluster_doc is not None,
+        )
+
+    # Running ------------------------------------------------------------------
+
+    def poke(self, tenant: TenantId | None = None, queue: QueueName | None = None) -> None:
+        """Bring the next sample forward (a backend listener: called after a commit)."""
+        self._poke.set()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self.sources.backend.add_listener(self.poke)
+            self._task = asyncio.create_task(self._run(), name="pushgate-sampler")
+
+    async def drain(self) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            self._poke.clear()  # a poke from now on (even during the read) brings the next one forward
+            try:
+                await self.sample()
+            except PushgateError as exc:
+                log.warning("sampling the store failed: %s", exc.detail)
+            # At least min_gap_s between samples, at most interval_s; a poke ends the wait early.
+            await asyncio.sleep(max(0.0, self.min_gap_s - (time.monotonic() - started)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), max(0.0, self.interval_s - self.min_gap_s))
+
+
+def _with_rates(q: QueueSample, before: QueueSample | None, elapsed: float) -> QueueSample:
+    if before is None:
+        return q
+    return replace(
+        q,
+        send_rate=max(0, q.sent_total - before.sent_total) / elapsed,
+        ack_rate=max(0, q.acked_total - before.acked_total) / elapsed,
+    )
