@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount
 
 from backend_store.backend import Backend, ClusterStatus, StorageStats
 from backend_store.errors import Forbidden, InvalidRequest, Unauthorized
@@ -141,13 +141,10 @@ def build_operations(
         )
     )
 
-    async def console_root(request: Request) -> Response:
-        return RedirectResponse("/console/", status_code=308)
-
     routes = [
         *OperatorRoutes(services, store, alerts).routes(),
         route("/metrics", metrics, "GET", services.metrics),
-        Route("/console", console_root, methods=["GET"]),
+        # "/console" (no slash) is redirected to "/console/" by the router (redirect_slashes).
         Mount("/console", app=console),
     ]
     return ops, routes

@@ -39,6 +39,7 @@ def logged_in(gateway: RunningGateway, token: str) -> Iterator[httpx.Client]:
 def test_session_cookie_flags_and_content(ops_gateway: RunningGateway) -> None:
     key = ops_gateway.admin_key
     with browser(ops_gateway) as client:
+        assert client.get("/console").headers["location"].endswith("/console/")
         r = client.post("/console/login", data={"token": key})
         cookie = r.headers["set-cookie"]
         assert cookie.startswith(f"{COOKIE}=")
