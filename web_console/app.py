@@ -349,6 +349,8 @@ class Console:
         last = 0.0
         while session.expires > time.time():
             snapshot = await sampler.next_sample(last, PING_S)
+            if snapshot is None:
+                return  # the server is shutting down: end the stream (the browser reconnects)
             if snapshot.at > last:
                 last = snapshot.at
                 yield snapshot

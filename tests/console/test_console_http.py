@@ -14,7 +14,7 @@ from starlette.routing import Mount
 from backend_store import StoreOptions, open_backend
 from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled
-from tests.gateway.conftest import Api, RunningGateway, api_for
+from tests.gateway.conftest import Api, RunningGateway, api_for, start_gateway
 from web_console.alerts import AlertEngine, RuleStore
 from web_console.app import build_console
 from web_console.deps import ConsoleDeps
@@ -194,3 +194,22 @@ async def test_nodes_page_shows_cluster_nodes(cluster_console: Any) -> None:
     assert "leader" in row1 and ">7<" in row1 and ">1234<" in row1 and "up" in row1
     row2 = page[page.index(">n2<") :]
     assert "follower" in row2 and ">42<" in row2 and 'class="bad">down' in row2
+
+
+def test_live_streams_end_when_shutdown_begins(tmp_path: Any) -> None:
+    # Otherwise an open console tab would hold a graceful shutdown up for its whole timeout.
+    gateway = start_gateway(tmp_path / "gw", monitor_interval_s=0.2)
+    try:
+        with (
+            logged_in(gateway, gateway.admin_key) as client,
+            client.stream("GET", "/console/events", timeout=scaled(10)) as stream,
+        ):
+            lines = stream.iter_lines()
+            assert next(lines) == "retry: 2000"
+            assert next(lines) == ""
+            assert next(lines) == "event: overview"
+            gateway.call(gateway.services.drain())
+            rest = list(lines)  # ends (instead of a read timeout) once the stream is closed
+            assert all(not line.startswith("event:") or line == "event: overview" for line in rest)
+    finally:
+        gateway.stop()

@@ -64,6 +64,7 @@ class QueueSampler:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.samples_taken = 0
+        self.stopped = False
 
     # Reading ------------------------------------------------------------------
 
@@ -95,12 +96,15 @@ class QueueSampler:
             return self.latest
         return await self.sample(max_age_s)
 
-    async def next_sample(self, after: float, timeout: float) -> Snapshot:
-        """Wait (up to ``timeout``) for a snapshot taken after ``after``; return the latest."""
+    async def next_sample(self, after: float, timeout: float) -> Snapshot | None:
+        """Wait (up to ``timeout``) for a snapshot taken after ``after``; return the latest,
+        or None once the sampler has stopped (shutdown)."""
         async with self._sampled:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._sampled.wait_for(lambda: self.latest.at > after), timeout)
-        return self.latest
+                await asyncio.wait_for(
+                    self._sampled.wait_for(lambda: self.latest.at > after or self.stopped), timeout
+                )
+        return None if self.stopped else self.latest
 
     async def _read(self) -> Snapshot:
         src = self.sources
@@ -137,6 +141,10 @@ class QueueSampler:
             self._task = asyncio.create_task(self._run(), name="pushgate-sampler")
 
     async def drain(self) -> None:
+        """Shutdown has begun: stop sampling and end every wait (live pages close their streams)."""
+        self.stopped = True
+        async with self._sampled:
+            self._sampled.notify_all()
         await self.close()
 
     async def close(self) -> None:
