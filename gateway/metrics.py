@@ -122,22 +122,33 @@ class GatewayMetrics:
             elif status in (401, 403):
                 self.auth_failures.labels(str(status)).inc()
 
-    def render(self) -> bytes:
-        return generate_latest(_WithoutCreated(self.registry))
+    def render(self, tenant: str | None = None) -> bytes:
+        """The exposition text; with ``tenant``, only that tenant's labelled series."""
+        return generate_latest(_ScrapeView(self.registry, tenant))
 
 
-class _WithoutCreated:
-    """A view of a registry without the ``_created`` samples (no one graphs them).
+class _ScrapeView:
+    """A view of a registry without the ``_created`` samples (no one graphs them), and, for
+    a tenant's scrape, without the series labelled with another tenant (``_other`` too: its
+    sums cover other tenants). Series without a ``tenant`` label (HTTP by route template,
+    the store, the process) stay.
 
-    prometheus_client's switch for this is process-global; this keeps it per registry.
+    prometheus_client's switch for ``_created`` is process-global; this keeps it per registry.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, tenant: str | None) -> None:
         self._registry = registry
+        self._tenant = tenant
 
     def collect(self) -> Iterator[Metric]:
+        tenant = self._tenant
         for metric in self._registry.collect():
-            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            metric.samples = [
+                s
+                for s in metric.samples
+                if not s.name.endswith("_created")
+                and (tenant is None or s.labels.get("tenant", tenant) == tenant)
+            ]
             yield metric
 
 

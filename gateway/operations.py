@@ -62,9 +62,10 @@ class Operations:
     notifier: WebhookNotifier | None
     listener: MetricsListener | None
 
-    async def render_metrics(self, services: GatewayServices) -> tuple[bytes, str]:
+    async def render_metrics(self, services: GatewayServices, tenant: str | None = None) -> tuple[bytes, str]:
+        """A scrape; ``tenant`` limits the tenant-labelled series to that tenant's."""
         await self.sampler.fresh(SCRAPE_MAX_AGE_S)
-        return services.metrics.render(), CONTENT_TYPE_LATEST
+        return services.metrics.render(tenant), CONTENT_TYPE_LATEST
 
 
 def build_operations(
@@ -115,7 +116,9 @@ def build_operations(
     async def metrics(request: Request) -> Response:
         principal = await authenticate(services, request)
         require(principal, "metrics")
-        body, content_type = await ops.render_metrics(services)
+        # The operator tenant's keys see every tenant; another tenant's keys see its own series.
+        own = None if principal.tenant == settings.operator_tenant else principal.tenant
+        body, content_type = await ops.render_metrics(services, own)
         return Response(body, media_type=content_type)
 
     async def console_login(token: str) -> Principal | None:

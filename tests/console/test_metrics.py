@@ -9,9 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics_catalog import BY_NAME, CATALOG, markdown_table
 from tests.conftest import scaled
-from tests.gateway.conftest import Api, RunningGateway
+from tests.gateway.conftest import Api, RunningGateway, api_for
 
-from .conftest import QUEUE_SERIES, operations, scrape, wait_until
+from .conftest import QUEUE_SERIES, operations, scrape, wait_sampled, wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -117,3 +117,30 @@ def test_store_and_request_figures(ops_gateway: RunningGateway, admin: Api, qnam
     )
     failures = parsed["pushgate_http_auth_failures"].samples  # type: ignore[attr-defined]
     assert any(s.labels["code"] == "401" and s.value >= 1 for s in failures)
+
+
+def test_a_tenants_scrape_shows_only_its_own_queues(ops_gateway: RunningGateway, qname: str) -> None:
+    mine, theirs = ops_gateway.make_tenant(), ops_gateway.make_tenant()
+    for tenant in (mine, theirs):
+        for api in api_for(ops_gateway, ops_gateway.make_key("admin", tenant)):
+            api.put_queue(f"{qname}-{tenant}")
+            # A rule gives each tenant a series the queue-series limit cannot fold away.
+            api.client.post("/v1/alerts/rules", json={"kind": "queue_depth", "threshold": 1000})
+    wait_sampled(ops_gateway, f"{qname}-{mine}", f"{qname}-{theirs}")
+
+    def tenants_in(token: str) -> set[str]:
+        text = scrape(ops_gateway.url, token).text
+        return {
+            s.labels["tenant"]
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if "tenant" in s.labels
+        }
+
+    assert tenants_in(ops_gateway.make_key("metrics", mine)) == {mine}
+    assert (
+        "pushgate_http_requests_total" in scrape(ops_gateway.url, ops_gateway.make_key("metrics", mine)).text
+    )
+    # The operator tenant's keys see everyone (here _other too: the series limit is small).
+    everyone = tenants_in(ops_gateway.admin_key)
+    assert {"_other", mine, theirs} <= everyone
