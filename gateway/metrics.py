@@ -182,6 +182,10 @@ class StateCollector(Collector):
                 if f"connections_{transport}" in push:
                     connections.add_metric([transport], float(push[f"connections_{transport}"]))
             yield connections
+            closes = _counter("pushgate_push_closes", ["transport", "code"])
+            for (transport, code), n in sorted(push.get("closes", {}).items()):
+                closes.add_metric([transport, str(code)], n)
+            yield closes
             for key, name in (
                 ("in_flight", "pushgate_push_in_flight"),
                 ("dispatchers", "pushgate_push_dispatchers"),

@@ -124,6 +124,14 @@ CATALOG: tuple[MetricDoc, ...] = (
         "Open push connections by transport: websocket, sse (one per stream).",
     ),
     MetricDoc(
+        "pushgate_push_closes",
+        "counter",
+        ("transport", "code"),
+        "Push connections closed, by transport and close code: 4008 slow consumer, 4001 "
+        "authentication failed or expired, 4003 forbidden, 4400 malformed, 1001 shutdown, "
+        "1000 normal (client went away).",
+    ),
+    MetricDoc(
         "pushgate_push_in_flight",
         "gauge",
         (),

@@ -19,6 +19,7 @@ them (4001, or 401 for a long-poll), a key that no longer covers a subscribed qu
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -73,6 +74,8 @@ class PushEngine:
         self.owners: dict[str, Subscription] = {}
         self._dispatchers: dict[tuple[TenantId, QueueName], Dispatcher] = {}
         self._connections: set[Connection] = set()
+        # (transport, close code) -> connections closed so (metrics).
+        self.closes: collections.Counter[tuple[str, int]] = collections.Counter()
         # Live SSE streams by stream id, for a reconnect that beats the old stream's disconnect.
         self._streams: dict[str, Connection] = {}
         # Disconnected SSE streams waiting for a resume: stream id -> (subscription, release timer).
@@ -97,8 +100,14 @@ class PushEngine:
         self._connections.add(conn)
         if stream_id is not None:
             self._streams[stream_id] = conn
-        transport.bind(lambda code, reason: self.close_connection(conn), lambda: self._drained(conn))
+        transport.bind(lambda code, reason: self._closed(conn, code), lambda: self._drained(conn))
         return conn
+
+    def _closed(self, conn: Connection, code: CloseCode) -> None:
+        # Every close of a transport passes here once, whoever closed it: counted by code
+        # (slow consumers 4008, authentication 4001/4003, shutdown 1001) for /metrics.
+        self.closes[transport_kind(conn.transport), int(code)] += 1
+        self.close_connection(conn)
 
     def _drained(self, conn: Connection) -> None:
         # An auto-ack subscription's credit is the transport's backlog: it just emptied.
@@ -444,6 +453,7 @@ class PushEngine:
             "in_flight": len(self.owners),
             "suspended_streams": len(self._suspended),
             "parked_polls": len(self.polls.parked),
+            "closes": dict(self.closes),
         }
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.conftest import scaled
@@ -46,3 +48,23 @@ def test_consumers_by_transport(ops_gateway: RunningGateway, admin: Api, qname: 
 
         assert websocket_connections() >= 1
     wait_until(lambda: websocket_connections() == 0, what="the closed WebSocket to leave the gauge")
+
+
+def test_closes_are_counted_by_transport_and_code(ops_gateway: RunningGateway) -> None:
+    def closes(code: str) -> float:
+        text = scrape(ops_gateway.url, ops_gateway.admin_key).text
+        family = next(f for f in text_string_to_metric_families(text) if f.name == "pushgate_push_closes")
+        return sum(s.value for s in family.samples if s.labels == {"transport": "websocket", "code": code})
+
+    before = closes("4400")
+    url = ops_gateway.url.replace("http", "ws", 1) + "/v1/ws"
+    headers = {"Authorization": f"Bearer {ops_gateway.admin_key}"}
+    with connect(
+        url, subprotocols=["pushgate.v1"], additional_headers=headers, open_timeout=scaled(10)
+    ) as ws:  # type: ignore[list-item]
+        ws.send("this is not a frame")
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                ws.recv(timeout=scaled(10))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4400
+    wait_until(lambda: closes("4400") == before + 1, what="the 4400 close to be counted")
