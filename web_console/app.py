@@ -347,15 +347,16 @@ class Console:
         sampler = self.deps.sampler
         yield b"retry: 2000\n\n"
         last = 0.0
-        while session.expires > time.time():
-            snapshot = await sampler.next_sample(last, PING_S)
-            if snapshot is None:
-                return  # the server is shutting down: end the stream (the browser reconnects)
-            if snapshot.at > last:
-                last = snapshot.at
-                yield snapshot
-            else:
-                yield b": ping\n\n"
+        with sampler.watching():
+            while session.expires > time.time():
+                snapshot = await sampler.next_sample(last, PING_S)
+                if snapshot is None:
+                    return  # the server is shutting down: end the stream (the browser reconnects)
+                if snapshot.at > last:
+                    last = snapshot.at
+                    yield snapshot
+                else:
+                    yield b": ping\n\n"
 
 
 def _queue_param(request: Request) -> str | None:

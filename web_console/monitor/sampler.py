@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,12 +38,18 @@ class MonitorSources:
 
 
 class QueueSampler:
-    """Samples on a timer; a store change (a send) brings the next sample forward.
+    """Samples on a timer; while someone watches live, a store change (a send) brings the
+    next sample forward.
 
     ``interval_s`` is the slowest pace; ``min_gap_s`` the fastest (a burst of sends
-    causes at most one sample per gap). Each sample goes to every listener in turn
-    (the alert engine, live console pages).
+    causes at most one sample per gap). Sampling never takes more than a tenth of the
+    time: after a sample that took ``d`` seconds the next waits at least ``10 d`` (a store
+    with many queues is sampled less often rather than slowing the gateway). Each sample
+    goes to every listener in turn (the alert engine, live console pages).
     """
+
+    # Sampling's share of the time at most: the gap after a sample is at least duration / DUTY.
+    DUTY = 0.1
 
     def __init__(
         self,
@@ -65,6 +71,9 @@ class QueueSampler:
         self._task: asyncio.Task[None] | None = None
         self.samples_taken = 0
         self.stopped = False
+        # Live console streams open now: only they need samples sooner than interval_s.
+        self.watchers = 0
+        self.last_duration_s = 0.0
 
     # Reading ------------------------------------------------------------------
 
@@ -132,8 +141,18 @@ class QueueSampler:
     # Running ------------------------------------------------------------------
 
     def poke(self, tenant: TenantId | None = None, queue: QueueName | None = None) -> None:
-        """Bring the next sample forward (a backend listener: called after a commit)."""
-        self._poke.set()
+        """Bring the next sample forward if someone watches (a backend listener: after a commit)."""
+        if self.watchers:
+            self._poke.set()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Held by a live page's stream: sends then bring samples forward."""
+        self.watchers += 1
+        try:
+            yield
+        finally:
+            self.watchers -= 1
 
     async def start(self) -> None:
         if self._task is None:
@@ -162,10 +181,13 @@ class QueueSampler:
                 await self.sample()
             except PushgateError as exc:
                 log.warning("sampling the store failed: %s", exc.detail)
-            # At least min_gap_s between samples, at most interval_s; a poke ends the wait early.
-            await asyncio.sleep(max(0.0, self.min_gap_s - (time.monotonic() - started)))
+            self.last_duration_s = time.monotonic() - started
+            # At least min_gap_s (and DUTY) between samples, at most interval_s (or DUTY); a
+            # poke ends the wait early.
+            floor = max(self.min_gap_s, self.last_duration_s / self.DUTY)
+            await asyncio.sleep(max(0.0, floor - self.last_duration_s))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), max(0.0, self.interval_s - self.min_gap_s))
+                await asyncio.wait_for(self._poke.wait(), max(0.0, self.interval_s - floor))
 
 
 def _with_rates(q: QueueSample, before: QueueSample | None, elapsed: float) -> QueueSample:
