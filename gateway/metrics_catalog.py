@@ -57,7 +57,7 @@ CATALOG: tuple[MetricDoc, ...] = (
         "pushgate_rate_limited",
         "counter",
         ("op",),
-        "Requests refused by a rate limit, by operation (send, receive, connect); docs/throttling.md.",
+        "Requests refused by a rate limit, by operation (send, receive, connect).",
     ),
     MetricDoc(
         "pushgate_shared_state_up",
