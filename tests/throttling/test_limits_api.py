@@ -192,7 +192,7 @@ def test_rate_limited_requests_are_counted_in_metrics(
     put_limits(admin, {"receive": "1/hour"})
     admin.receive(qname)
     admin.receive(qname)
-    text = httpx.get(f"{gateway.url}/metrics").text
+    text = admin.client.get("/metrics").text  # /metrics needs the metrics scope (admin has it)
     assert re.search(r'^pushgate_rate_limited_total\{op="receive"\} [1-9]', text, re.M)
     assert re.search(r"^pushgate_shared_state_up 1\.0$", text, re.M)
 
