@@ -105,7 +105,7 @@ def main() -> None:
                     assert page.status_code == 200 and page.text.count('<tr id="queue-') == rows
             cold, warm = timings[0], timings[1:]
             print(
-                f"html /console/ ({size / 1024:.0f} KiB, {args.queues} rows): cold {cold * 1000:.0f} ms, "
+                f"html /console/ ({size / 1024:.0f} KiB, first page of {args.queues} queues): cold {cold * 1000:.0f} ms, "
                 f"warm p50 {statistics.median(warm) * 1000:.0f} ms, max {max(warm) * 1000:.0f} ms"
             )
             login = paint_times(url, cookie, "/console/login", args.runs)
