@@ -1,4 +1,5 @@
-"""The ``pushgate`` command: ``serve`` runs the gateway, ``admin`` manages tenants and keys."""
+"""The ``pushgate`` command: ``serve`` runs the gateway, ``admin`` manages tenants and keys,
+``usage`` runs usage reports."""
 
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: pushgate {serve,admin} ...\n\n  serve   run the gateway (pushgate serve --help)\n"
-            "  admin   tenants, keys, JWT keys, queues (pushgate admin --help)"
+            "usage: pushgate {serve,admin,usage} ...\n\n  serve   run the gateway (pushgate serve --help)\n"
+            "  admin   tenants, keys, JWT keys, queues (pushgate admin --help)\n"
+            "  usage   usage reports with Spark (pushgate usage report --help)"
         )
         return 0 if args else 2
     command, rest = args[0], args[1:]
@@ -88,7 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import admin_cli
 
         return admin_cli.main(rest)
-    print(f"pushgate: unknown command {command!r} (expected serve or admin)", file=sys.stderr)
+    if command == "usage":
+        # Imported only here: pyspark is the optional `spark` extra.
+        try:
+            from spark.cli import main as usage_main
+        except ImportError as exc:
+            print(f"pushgate usage: needs pyspark (pip install 'pushgate[spark]'): {exc}", file=sys.stderr)
+            return 2
+        return usage_main(rest)
+    print(f"pushgate: unknown command {command!r} (expected serve, admin or usage)", file=sys.stderr)
     return 2
 
 
