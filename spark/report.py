@@ -114,8 +114,15 @@ def periods_between(start: dt.datetime, end: dt.datetime, granularity: str) -> l
     return out
 
 
-def stderr_progress(message: str) -> None:
-    print(f"[usage report] {message}", file=sys.stderr, flush=True)
+class StderrProgress:
+    """Progress lines on stderr with the seconds since the run began (Spark adds its own
+    stage progress bars when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(f"[usage report {time.monotonic() - self.began:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,12 +151,11 @@ def build_report(records: DataFrame, options: ReportOptions, now: dt.datetime) -
     return ReportFrames(queues, tenants, T.billing_lines(tenants), aggregated)
 
 
-def run_report(
-    spark: SparkSession, options: ReportOptions, progress: Progress = stderr_progress
-) -> ReportResult:
+def run_report(spark: SparkSession, options: ReportOptions, progress: Progress | None = None) -> ReportResult:
     """Run the report for [start, end) and replace each of its periods' directories."""
     options.check()
     began = time.monotonic()
+    progress = progress or StderrProgress()
     now = options.now or dt.datetime.now(dt.UTC)
     tree = options.tree
     tree.mkdir(parents=True, exist_ok=True)
@@ -173,7 +179,9 @@ def run_report(
         try:
             for name, frame in (("queues", queues), ("tenants", tenants), ("billing", billing)):
                 progress(f"aggregating and writing {name}")
-                frame.repartition("period").write.partitionBy("period").parquet(str(staging / name))
+                # No repartition: the aggregation is cached in a few partitions already, and
+                # a shuffle per output cost more than the few extra small files.
+                frame.write.partitionBy("period").parquet(str(staging / name))
             progress("collecting the summary")
             rows = queues.select(
                 "period",
@@ -187,14 +195,11 @@ def run_report(
                     for c in T.SUMMARY_COLUMNS
                 ),
             ).collect()
-            counts = {
-                name: _rows_per_period(frame) for name, frame in (("tenants", tenants), ("billing", billing))
-            }
             periods = periods_between(options.start, options.end, options.granularity)
             for i, start in enumerate(periods):
                 key = period_key(start, options.granularity)
                 period_rows = [r.asDict() for r in rows if r["period"] == key]
-                outcome = _assemble_period(staging, key, start, period_rows, counts, files, bad, options, now)
+                outcome = _assemble_period(staging, key, start, period_rows, files, bad, options, now)
                 replace_dir(staging / "periods" / key, tree / key)
                 result.periods.append(outcome)
                 if len(periods) > 1 and (i + 1) % max(1, len(periods) // 10) == 0:
@@ -206,10 +211,6 @@ def run_report(
     result.seconds = time.monotonic() - began
     progress(f"done in {result.seconds:.1f} s: {len(result.periods)} period(s) in {tree}")
     return result
-
-
-def _rows_per_period(frame: DataFrame) -> dict[str, int]:
-    return {r["period"]: r["count"] for r in frame.groupBy("period").count().collect()}
 
 
 def _iso(when: dt.datetime) -> str:
@@ -240,7 +241,6 @@ def _assemble_period(
     key: str,
     start: dt.datetime,
     rows: list[dict[str, Any]],
-    counts: dict[str, dict[str, int]],
     files: list[UsageFile],
     bad: list[BadFile],
     options: ReportOptions,
@@ -273,7 +273,7 @@ def _assemble_period(
         # Only meaningful over all tenants: a tenant filter also leaves records out.
         "duplicate_records": input_records - counted if options.tenant is None else None,
         "malformed_files": [{"path": str(b.path), "reason": b.reason} for b in bad_in_period],
-        "rows": {"queues": len(rows), **{name: counts[name].get(key, 0) for name in counts}},
+        "queue_rows": len(rows),
     }
     (directory / "summary.csv").write_bytes(summary_csv(rows))
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -302,7 +302,7 @@ def _write_tree_summary(tree: Path) -> None:
         periods.append(
             {
                 k: doc[k]
-                for k in ("period", "period_start", "period_end", "provisional", "generated_at", "rows")
+                for k in ("period", "period_start", "period_end", "provisional", "generated_at", "queue_rows")
             }
             | {"malformed_files": len(doc["malformed_files"])}
         )

@@ -138,7 +138,12 @@ def test_percentiles_interpolate_inside_the_bucket(spark: SparkSession) -> None:
     assertDataFrameEqual(
         out,
         [
-            Row(send_latency_p50_ms=1.0, send_latency_p95_ms=4.75, send_latency_p99_ms=4.95, delivery_latency_p50_ms=None),
+            Row(
+                send_latency_p50_ms=1.0,
+                send_latency_p95_ms=4.75,
+                send_latency_p99_ms=4.95,
+                delivery_latency_p50_ms=None,
+            ),
             Row(
                 send_latency_p50_ms=60000.0,
                 send_latency_p95_ms=60000.0,
@@ -156,8 +161,16 @@ def test_provisional_until_the_period_has_settled(spark: SparkSession) -> None:
     assertDataFrameEqual(
         out,
         [
-            Row(period_start=DAY.replace(tzinfo=None), period_end=at(24).replace(tzinfo=None), provisional=True),
-            Row(period_start=at(24).replace(tzinfo=None), period_end=at(48).replace(tzinfo=None), provisional=True),
+            Row(
+                period_start=DAY.replace(tzinfo=None),
+                period_end=at(24).replace(tzinfo=None),
+                provisional=True,
+            ),
+            Row(
+                period_start=at(24).replace(tzinfo=None),
+                period_end=at(48).replace(tzinfo=None),
+                provisional=True,
+            ),
         ],
     )
     later = T.with_period_end(frame, "day", now + dt.timedelta(minutes=6), dt.timedelta(minutes=15))
@@ -175,7 +188,13 @@ def test_billing_lines_one_per_tenant_usage_type_and_period_without_zeros(spark:
         lines,
         [
             Row(tenant="acme", period="2026-11-20", usage_type="messages-sent", quantity=9, unit="messages"),
-            Row(tenant="acme", period="2026-11-20", usage_type="messages-delivered", quantity=7, unit="messages"),
+            Row(
+                tenant="acme",
+                period="2026-11-20",
+                usage_type="messages-delivered",
+                quantity=7,
+                unit="messages",
+            ),
             Row(tenant="acme", period="2026-11-20", usage_type="data-in", quantity=85, unit="bytes"),
             Row(tenant="acme", period="2026-11-20", usage_type="data-out", quantity=70, unit="bytes"),
         ],
