@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gateway.usage.record import BUCKETS, SCHEMA
+from gateway.usage.record import BUCKETS, FILE_ID_KEY, SCHEMA
 from spark.report import ReportOptions, run_report
 from spark.session import build_session
 
@@ -92,6 +92,10 @@ def write_files(root: Path, rows: int, template: dict[str, pa.Array]) -> int:
         }
         columns |= {k: v.slice(0, n) for k, v in template.items() if k != "row"}
         table = pa.table({f.name: columns[f.name] for f in SCHEMA}, schema=SCHEMA)
+        # Named as the gateway's writer names its files, so the report reads them as it
+        # reads real ones (copies found by file id, no record-by-record dedupe).
+        file_id = f"{gateway}-{sequence}".encode()
+        table = table.replace_schema_metadata({**table.schema.metadata, FILE_ID_KEY: file_id})
         pq.write_table(table, directory / f"{gateway}-{sequence:010d}.parquet", compression="zstd")
         files += 1
     return files

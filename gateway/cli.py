@@ -49,6 +49,13 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
         choices=["open", "closed"],
         help="when Redis is unreachable: serve without rate limits (open, default) or answer 503 (closed)",
     )
+    parser.add_argument(
+        "--usage-flush-interval",
+        dest="usage_flush_interval_s",
+        type=float,
+        help="seconds between usage file flushes (default 10; 0 turns usage recording off)",
+    )
+    parser.add_argument("--gateway-name", help="names this gateway's usage files (default: the host name)")
     return parser
 
 

@@ -5,8 +5,10 @@ queue cache and the metrics. Other parts plug in here rather than into globals:
 
 - the push engine (:attr:`GatewayServices.engine`) is the one path to delivery state:
   WebSocket and SSE deliveries, HTTP acks, nacks, visibility changes and long-polls all go
-  through it; it is the first of :attr:`GatewayServices.components`, started after the
-  backend and closed before it;
+  through it; it is started after the backend and closed before it;
+- :attr:`GatewayServices.usage` is the observe point (``usage.observer``) every request
+  and delivery outcome is reported to, and the audit log; its flusher is the first
+  component, so it is closed last and its final flush sees everything;
 - :attr:`GatewayServices.draining` is set when the server starts shutting down, so
   long-polls (and push streams) end at once instead of holding shutdown up.
 """
@@ -35,6 +37,7 @@ from .limits.service import Throttling
 from .metrics import GatewayMetrics
 from .queue_cache import QueueCache
 from .settings import Settings
+from .usage.recording import UsageRecording
 
 log = logging.getLogger("pushgate.gateway")
 
@@ -64,6 +67,7 @@ class GatewayServices:
     engine: PushEngine
     # Rate limits, quotas and shared state between gateways (docs/throttling.md).
     throttling: Throttling
+    usage: UsageRecording
     components: list[Component] = field(default_factory=list)
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The bootstrap admin key, when start() created one (an empty data directory).
@@ -89,7 +93,10 @@ class GatewayServices:
                 verdicts[principal] = verdict
             return verdicts
 
-        engine = PushEngine(backend, hub, settings.push, recheck=recheck)
+        usage = UsageRecording.build(
+            settings.data_dir, settings.usage_flush_interval_s, settings.gateway_name
+        )
+        engine = PushEngine(backend, hub, settings.push, recheck=recheck, observer=usage.observer)
         metrics = GatewayMetrics(settings.metrics_queue_series)
         metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         queues = QueueCache(backend, settings.queue_cache_ttl_s)
@@ -103,8 +110,10 @@ class GatewayServices:
             metrics=metrics,
             engine=engine,
             throttling=throttling,
-            # Shared state first: started before the engine, closed after it.
-            components=[throttling, engine],
+            usage=usage,
+            # The usage flusher first (closed last: its final flush sees everything), then
+            # shared state (started before the engine, closed after it).
+            components=[throttling, engine] if usage.flusher is None else [usage.flusher, throttling, engine],
         )
 
     def consumers(self, tenant: TenantId, queue: QueueName) -> int:

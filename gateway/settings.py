@@ -71,6 +71,11 @@ class Settings:
     # is dead and closed with 1011 (see docs/push.md).
     ws_ping_interval_s: float = 20.0
     ws_ping_timeout_s: float = 20.0
+    # Usage records are flushed to <data>/usage this often (and at each UTC hour); 0 turns
+    # usage recording off (see docs/usage.md).
+    usage_flush_interval_s: float = 10.0
+    # Names this gateway's usage files (a random suffix is added per start); default: the host name.
+    gateway_name: str | None = None
     # The delivery engine's knobs (credits, slow consumers, rechecks); code and tests only.
     push: PushSettings = field(default_factory=PushSettings)
     # Shared state between gateways (rate-limit counters, wake-ups, cache invalidations,
@@ -116,6 +121,8 @@ class Settings:
             raise ConfigurationError("metrics_queue_series must be 0 or more")
         if self.monitor_interval_s <= 0:
             raise ConfigurationError("monitor_interval_s must be positive")
+        if self.usage_flush_interval_s < 0:
+            raise ConfigurationError("usage_flush_interval_s must be 0 (off) or positive")
         if self.max_request_bytes < 1024:
             raise ConfigurationError("max_request_bytes must be at least 1024")
         if self.redis_fail not in ("open", "closed"):

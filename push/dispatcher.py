@@ -27,6 +27,8 @@ from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.types import QueueName, ReceivedMessage, TenantId
 
 from .messages import encode_message
+from .observed import record_delivered
+from .observer import Observer
 from .settings import PushSettings
 from .subscription import Subscription
 
@@ -53,6 +55,9 @@ class DispatchHost(Protocol):
 
     def release(self, tenant: TenantId, receipts: list[str]) -> None:
         """Make messages visible again at once."""
+
+    @property
+    def observer(self) -> Observer: ...
 
     def ack_delivered(self, tenant: TenantId, receipts: list[str]) -> None:
         """Delete messages handed to auto-ack subscriptions."""
@@ -301,9 +306,13 @@ class Dispatcher:
             hands[i].append(message)
             credits[i] -= 1
             i = (i + 1) % count
+        now = time.time()
         for (sub, _), hand in zip(open_subs, hands, strict=True):
             if hand:
                 sub.deliver(hand, [encode_message(m) for m in hand])
+                record_delivered(
+                    self._engine.observer, self.tenant, self.queue, sub.transport.kind, hand, now
+                )
                 if sub.auto_ack:
                     # At most once: deleted as soon as it is handed to the stream.
                     self._engine.ack_delivered(self.tenant, [m.receipt for m in hand])

@@ -34,6 +34,8 @@ from .batching import AckBatcher, AckReply, SendBatcher, SendReply
 from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
 from .long_poll import LongPolls
+from .observed import observed_ack_reply, observed_send_reply
+from .observer import NullObserver, Observer
 from .principal import PrincipalLike, Recheck
 from .settings import PushSettings
 from .subscription import Connection, EncodeFrames, Subscription
@@ -58,8 +60,11 @@ class PushEngine:
         hub: WakeupHub,
         settings: PushSettings | None = None,
         recheck: Recheck | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.backend = backend
+        # Where delivery outcomes are reported (usage records; see push/observer.py).
+        self.observer: Observer = observer or NullObserver()
         # Receive in the commit that makes messages visible, when the store can (one commit
         # from send to push instead of two).
         self.standing: StandingReceive | None = backend if isinstance(backend, StandingReceive) else None
@@ -97,6 +102,7 @@ class PushEngine:
         if self.draining:
             raise GoingAway("server is shutting down")
         conn = Connection(principal, transport, stream_id, close, end_subscription)
+        self.observer.observe(conn.tenant, "", "connect", transport.kind)
         self._connections.add(conn)
         if stream_id is not None:
             self._streams[stream_id] = conn
@@ -308,14 +314,25 @@ class PushEngine:
 
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
         """The WebSocket ack: coalesced with other acks of the tenant into one store call."""
+        observed = observed_ack_reply(
+            self.observer, tenant, "ack", "ws", receipts, self._queues_of(receipts), reply
+        )
         self.settle(receipts)
-        self.acks.ack(tenant, receipts, reply)
+        self.acks.ack(tenant, receipts, observed)
 
     def nack(
         self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
     ) -> None:
+        observed = observed_ack_reply(
+            self.observer, tenant, "nack", "ws", receipts, self._queues_of(receipts), reply
+        )
         self.settle(receipts)
-        self.acks.nack(tenant, receipts, delay_s, reply)
+        self.acks.nack(tenant, receipts, delay_s, observed)
+
+    def _queues_of(self, receipts: Sequence[str]) -> dict[str, str]:
+        """The queue of each receipt this gateway delivered (before settle forgets them)."""
+        owners = self.owners
+        return {r: sub.queue for r in receipts if (sub := owners.get(r)) is not None}
 
     async def ack_now(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName) -> AckResult:
         """The HTTP ack: through the store now, freeing the credit of the streams that held them."""
@@ -339,7 +356,9 @@ class PushEngine:
     def send(
         self, tenant: TenantId, queue: QueueName, entries: list[NewMessage | InvalidRequest], reply: SendReply
     ) -> None:
-        self.sends.send(tenant, queue, entries, reply)
+        self.sends.send(
+            tenant, queue, entries, observed_send_reply(self.observer, tenant, queue, "ws", entries, reply)
+        )
 
     async def receive(
         self,

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from starlette.types import Send
 
@@ -36,6 +36,9 @@ SSE_CHUNK_BYTES = 64 * 1024
 
 class Transport(Protocol):
     """What the engine may do with a consumer's connection."""
+
+    # What usage records name it ("ws", "sse"): see push/observer.py.
+    kind: ClassVar[str]
 
     @property
     def closed(self) -> bool: ...
@@ -60,6 +63,8 @@ class Transport(Protocol):
 
 class BufferedTransport:
     """The bounded buffer and close state shared by both transports."""
+
+    kind: ClassVar[str] = "push"
 
     __slots__ = (
         "_bytes",
@@ -140,6 +145,7 @@ class WsTransport(BufferedTransport):
     """Text frames to one WebSocket through the ASGI ``send`` callable."""
 
     __slots__ = ("_send",)
+    kind = "ws"
 
     def __init__(self, send: Send, limit: int) -> None:
         super().__init__(limit)
@@ -171,6 +177,7 @@ class SseTransport(BufferedTransport):
     """Events of one SSE stream; :meth:`body` is the response's body iterator."""
 
     __slots__ = ("_ping_interval_s",)
+    kind = "sse"
 
     def __init__(self, limit: int, ping_interval_s: float) -> None:
         super().__init__(limit)

@@ -32,11 +32,17 @@ USAGE_SUBDIR = "usage"
 _PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})/hour=(\d{2})$")
 
 
+FILE_ID_KEY = b"pushgate.usage.file_id"
+
+
 @dataclass(frozen=True, slots=True)
 class UsageFile:
     path: Path
     hour: dt.datetime  # the UTC hour of its partition
     rows: int
+    # "<gateway id>-<sequence>", the prefix of every record id in the file (None: a file
+    # not written by a gateway, whose records must be deduplicated one by one).
+    file_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,27 +64,28 @@ def partition_of(root: Path, hour: dt.datetime) -> Path:
     return root / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
 
 
-def check_file(path: Path) -> tuple[int | None, str | None]:
-    """(row count, None) for a readable usage file, (None, reason) for a bad one."""
+def check_file(path: Path) -> tuple[int | None, str | None, str | None]:
+    """(row count, file id, None) for a readable usage file, (None, None, reason) for a bad one."""
     try:
         meta = pq.read_metadata(path)
         schema = meta.schema.to_arrow_schema()
     except (OSError, pa.ArrowException) as exc:
-        return None, f"unreadable: {exc}"
+        return None, None, f"unreadable: {exc}"
     types = {f.name: f.type for f in schema}
     for name, expected in ARROW_TYPES.items():
         got = types.get(name)
         if got is None:
-            return None, f"missing column {name}"
+            return None, None, f"missing column {name}"
         # A list's item field name and nullability differ between writers; compare the value type.
         if isinstance(expected, pa.ListType):
             if not (
                 isinstance(got, pa.ListType | pa.LargeListType) and got.value_type == expected.value_type
             ):
-                return None, f"column {name} is {got}, expected {expected}"
+                return None, None, f"column {name} is {got}, expected {expected}"
         elif got != expected:
-            return None, f"column {name} is {got}, expected {expected}"
-    return meta.num_rows, None
+            return None, None, f"column {name} is {got}, expected {expected}"
+    file_id = (meta.metadata or {}).get(FILE_ID_KEY)
+    return meta.num_rows, file_id.decode() if file_id else None, None
 
 
 def find_usage_files(
@@ -96,12 +103,28 @@ def find_usage_files(
         for entry in sorted(directory.iterdir()):
             if entry.name.startswith((".", "_")) or not entry.is_file():
                 continue
-            rows, reason = check_file(entry)
+            rows, file_id, reason = check_file(entry)
             if reason is None and rows is not None:
-                good.append(UsageFile(entry, hour, rows))
+                good.append(UsageFile(entry, hour, rows, file_id))
             else:
                 bad.append(BadFile(entry, hour, reason or "unreadable"))
     return good, bad
+
+
+def drop_copies(files: list[UsageFile]) -> tuple[list[UsageFile], list[UsageFile]]:
+    """(files to read, copies): a file whose id an earlier file has holds the same records
+    (ids are unique per file), so it is left out whole instead of record by record."""
+    seen: set[str] = set()
+    kept: list[UsageFile] = []
+    copies: list[UsageFile] = []
+    for f in files:
+        if f.file_id is not None and f.file_id in seen:
+            copies.append(f)
+            continue
+        if f.file_id is not None:
+            seen.add(f.file_id)
+        kept.append(f)
+    return kept, copies
 
 
 def read_usage(spark: SparkSession, files: list[UsageFile]) -> DataFrame:

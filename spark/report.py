@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import transforms as T
-from .io import BadFile, UsageFile, find_usage_files, read_usage, replace_dir, write_atomic
+from .io import BadFile, UsageFile, drop_copies, find_usage_files, read_usage, replace_dir, write_atomic
 
 Progress = Callable[[str], None]
 # How long after a period ends its data may still arrive: a gateway holds at most one
@@ -133,13 +133,19 @@ class ReportFrames:
     cached: DataFrame  # the queue aggregation every output reads; unpersist when done
 
 
-def build_report(records: DataFrame, options: ReportOptions, now: dt.datetime) -> ReportFrames:
+def build_report(
+    records: DataFrame, options: ReportOptions, now: dt.datetime, dedupe_records: bool = True
+) -> ReportFrames:
     """The report's DataFrames (queues, tenants, billing) from raw usage records.
+
+    ``dedupe_records`` false skips the record-level dedupe (a shuffle of every record)
+    when the caller already left out copied files and every file has a file id.
 
     The per-queue aggregation is cached: the three outputs and the summary all read it,
     and it is small (tenants x queues x periods rows) however many records went in.
     """
-    kept = T.in_range(T.dedupe(records), options.start, options.end, options.tenant)
+    unique = T.dedupe(records) if dedupe_records else records
+    kept = T.in_range(unique, options.start, options.end, options.tenant)
     operations = T.operation_usage(T.with_period(kept, options.granularity))
     aggregated = T.queue_usage(operations).cache()
     queues = T.with_latency_percentiles(
@@ -173,7 +179,12 @@ def run_report(spark: SparkSession, options: ReportOptions, progress: Progress |
         )
         for b in bad:
             progress(f"skipped {b.path}: {b.reason}")
-        frames = build_report(read_usage(spark, files), options, now)
+        read, copies = drop_copies(files)
+        if copies:
+            progress(f"{len(copies)} copied file(s) left out (their records are in another file)")
+        # Files without a file id (not written by a gateway) may repeat any record.
+        dedupe_records = any(f.file_id is None for f in read)
+        frames = build_report(read_usage(spark, read), options, now, dedupe_records)
         queues, tenants, billing = frames.queues, frames.tenants, frames.billing
         staging = tree / f".staging-{uuid.uuid4().hex[:12]}"
         try:
@@ -199,7 +210,7 @@ def run_report(spark: SparkSession, options: ReportOptions, progress: Progress |
             for i, start in enumerate(periods):
                 key = period_key(start, options.granularity)
                 period_rows = [r.asDict() for r in rows if r["period"] == key]
-                outcome = _assemble_period(staging, key, start, period_rows, files, bad, options, now)
+                outcome = _assemble_period(staging, key, start, period_rows, files, copies, bad, options, now)
                 replace_dir(staging / "periods" / key, tree / key)
                 result.periods.append(outcome)
                 if len(periods) > 1 and (i + 1) % max(1, len(periods) // 10) == 0:
@@ -242,6 +253,7 @@ def _assemble_period(
     start: dt.datetime,
     rows: list[dict[str, Any]],
     files: list[UsageFile],
+    copies: list[UsageFile],
     bad: list[BadFile],
     options: ReportOptions,
     now: dt.datetime,
@@ -267,7 +279,8 @@ def _assemble_period(
         "provisional": provisional,
         "generated_at": _iso(now),
         "tenant_filter": options.tenant,
-        "input_files": [str(f.path) for f in in_period],
+        "input_files": [str(f.path) for f in in_period if f not in copies],
+        "copied_files": [str(f.path) for f in in_period if f in copies],
         "input_records": input_records,
         "records_counted": counted,
         # Only meaningful over all tenants: a tenant filter also leaves records out.

@@ -28,6 +28,7 @@ from backend_store.types import QueueName
 from gateway.auth.principal import Action, Principal
 
 from ..services import GatewayServices
+from ..usage.http import note_subject
 
 
 async def authenticate(services: GatewayServices, request: Request) -> Principal:
@@ -68,4 +69,5 @@ async def queue_access(
     principal = await authenticate(services, request)
     queue = queue_param(request)
     require(principal, action, queue)
+    note_subject(request.scope, principal.tenant, queue)  # a failure from here on is billed to it
     return principal, queue

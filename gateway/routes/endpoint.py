@@ -17,8 +17,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from push.observer import Observer
+
 from ..metrics import GatewayMetrics
 from ..middleware import error_response, method_label
+from ..usage.http import record_failure
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -26,12 +29,16 @@ Handler = Callable[[Request], Awaitable[Response]]
 class Endpoint:
     """An ASGI app (not a function, so Starlette's ``Route`` does not wrap it again)."""
 
-    __slots__ = ("handler", "metrics", "path")
+    __slots__ = ("handler", "metrics", "path", "usage")
 
-    def __init__(self, handler: Handler, path: str, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, handler: Handler, path: str, metrics: GatewayMetrics, usage: tuple[Observer, str] | None = None
+    ) -> None:
         self.handler = handler
         self.path = path
         self.metrics = metrics
+        # (observer, operation): failures of this route are usage records of that operation.
+        self.usage = usage
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
@@ -41,11 +48,19 @@ class Endpoint:
             return  # nobody to answer
         except Exception as exc:
             response = error_response(exc, scope)
+            if self.usage is not None:
+                record_failure(self.usage[0], scope, self.usage[1], exc)
         await response(scope, receive, send)
         self.metrics.observe(
             self.path, method_label(scope), response.status_code, time.perf_counter() - start
         )
 
 
-def route(path: str, handler: Handler, method: str, metrics: GatewayMetrics) -> Route:
-    return Route(path, Endpoint(handler, path, metrics), methods=[method])
+def route(
+    path: str,
+    handler: Handler,
+    method: str,
+    metrics: GatewayMetrics,
+    usage: tuple[Observer, str] | None = None,
+) -> Route:
+    return Route(path, Endpoint(handler, path, metrics, usage), methods=[method])

@@ -21,6 +21,7 @@ from backend_store.limits import (
 )
 from backend_store.types import AckResult, NewMessage, SendResult
 from push.messages import message_to_json, parse_send_body
+from push.observed import record_sends, record_settled
 
 from ..body import JSONResponse, check_fields, read_json, read_object
 from ..errors import problem_for
@@ -68,20 +69,26 @@ class MessageRoutes:
         self.services = services
 
     def routes(self) -> list[BaseRoute]:
+        metrics, observer = self.services.metrics, self.services.usage.observer
         return [
-            route("/v1/queues/{queue}/messages", self.send, "POST", self.services.metrics),
-            route("/v1/queues/{queue}/receive", self.receive, "POST", self.services.metrics),
-            route("/v1/queues/{queue}/ack", self.ack, "POST", self.services.metrics),
+            route("/v1/queues/{queue}/messages", self.send, "POST", metrics, (observer, "send")),
+            route("/v1/queues/{queue}/receive", self.receive, "POST", metrics, (observer, "receive")),
+            route("/v1/queues/{queue}/ack", self.ack, "POST", metrics, (observer, "ack")),
             route(
-                "/v1/queues/{queue}/messages/{receipt}", self.delete_message, "DELETE", self.services.metrics
+                "/v1/queues/{queue}/messages/{receipt}",
+                self.delete_message,
+                "DELETE",
+                metrics,
+                (observer, "ack"),
             ),
-            route("/v1/queues/{queue}/nack", self.nack, "POST", self.services.metrics),
-            route("/v1/queues/{queue}/visibility", self.visibility, "POST", self.services.metrics),
+            route("/v1/queues/{queue}/nack", self.nack, "POST", metrics, (observer, "nack")),
+            route("/v1/queues/{queue}/visibility", self.visibility, "POST", metrics),
         ]
 
     # Send -----------------------------------------------------------------
 
     async def send(self, request: Request) -> Response:
+        started = time.perf_counter()
         principal, queue = await queue_access(self.services, request, "send")
         enforcer = self.services.throttling.enforcer
         limit_headers = await enforcer.check(principal.tenant, principal.subject, "send", queue)
@@ -101,17 +108,28 @@ class MessageRoutes:
             await self.services.queues.get(principal.tenant, queue)
             results = []
         enforcer.stored(principal.tenant, self._count_sends(results))
+        stored = iter(results)
+        outcomes: list[SendResult | PushgateError] = [
+            next(stored) if isinstance(entry, NewMessage) else entry for entry in entries
+        ]
+        record_sends(
+            self.services.usage.observer,
+            principal.tenant,
+            queue,
+            "http",
+            entries,
+            outcomes,
+            time.perf_counter() - started,
+        )
         if not is_batch:
-            result = results[0]
+            result = outcomes[0]
             if isinstance(result, PushgateError):
                 raise result
             return JSONResponse(
                 _result_json(result), status_code=200 if result.duplicate else 201, headers=limit_headers
             )
-        stored = iter(results)
         out: list[dict[str, Any]] = []
-        for entry in entries:
-            outcome: SendResult | PushgateError = next(stored) if isinstance(entry, NewMessage) else entry
+        for outcome in outcomes:
             out.append(
                 {"error": problem_for(outcome)}
                 if isinstance(outcome, PushgateError)
@@ -158,6 +176,10 @@ class MessageRoutes:
         )
         if messages:
             self.services.metrics.received.inc(len(messages))
+            nbytes = sum(len(m.body) for m in messages)
+            self.services.usage.observer.observe(
+                principal.tenant, queue, "receive", "http", "ok", len(messages), nbytes
+            )
         return JSONResponse({"messages": [message_to_json(m) for m in messages]}, headers=limit_headers)
 
     # Ack, nack, visibility ------------------------------------------------
@@ -166,7 +188,9 @@ class MessageRoutes:
         principal, queue = await queue_access(self.services, request, "receive")
         doc = await read_object(request)
         check_fields(doc, _ACK_FIELDS)
-        result = await self.services.engine.ack_now(principal.tenant, _receipts(doc), queue)
+        receipts = _receipts(doc)
+        result = await self.services.engine.ack_now(principal.tenant, receipts, queue)
+        self._record_settled("ack", principal.tenant, queue, receipts, result)
         if result.acked:
             self.services.metrics.acked.inc(result.acked)
         return JSONResponse(_ack_json(result, "acked"))
@@ -175,6 +199,8 @@ class MessageRoutes:
         principal, queue = await queue_access(self.services, request, "receive")
         receipt = _check_receipt(request.path_params["receipt"])
         result = await self.services.engine.ack_now(principal.tenant, [receipt], queue)
+        if not result.failed:  # a failure is raised, and recorded by the endpoint
+            self._record_settled("ack", principal.tenant, queue, [receipt], result)
         if result.failed:
             raise error_from_code(result.failed[0].code, "the receipt is not valid (expired or already used)")
         self.services.metrics.acked.inc()
@@ -187,9 +213,16 @@ class MessageRoutes:
         receipts = _receipts(doc)
         delay = check_number("delay_s", doc.get("delay_s", 0), 0, MAX_VISIBILITY_S)
         result = await self.services.engine.nack_now(principal.tenant, receipts, delay, queue)
+        self._record_settled("nack", principal.tenant, queue, receipts, result)
         if result.acked:
             self.services.metrics.nacked.inc(result.acked)
         return JSONResponse(_ack_json(result, "nacked"))
+
+    def _record_settled(
+        self, operation: str, tenant: str, queue: str, receipts: list[str], result: AckResult
+    ) -> None:
+        queue_of = dict.fromkeys(receipts, queue)
+        record_settled(self.services.usage.observer, tenant, operation, "http", receipts, queue_of, result)
 
     async def visibility(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "receive")

@@ -12,6 +12,7 @@ from backend_store.types import QueueInfo
 
 from ..body import JSONResponse, read_object
 from ..services import GatewayServices
+from ..usage.audit import AuditAction, audit_request
 from .access import authenticate, can_see, queue_access
 from .endpoint import route
 
@@ -54,6 +55,14 @@ class QueueRoutes:
         await self.services.throttling.enforcer.check_new_queue(principal.tenant, queue)
         info, created = await self.services.backend.create_queue(principal.tenant, queue, attributes)
         self.services.queues.put(info)
+        if created:
+            await audit_request(
+                self.services.usage.audit,
+                principal,
+                AuditAction.QUEUE_CREATED,
+                queue,
+                attributes,
+            )
         return JSONResponse(queue_to_json(self.services, info), status_code=201 if created else 200)
 
     async def get_queue(self, request: Request) -> Response:
@@ -68,6 +77,13 @@ class QueueRoutes:
         self.services.queues.invalidate(principal.tenant, queue)
         info = await self.services.backend.update_queue(principal.tenant, queue, changes)
         self.services.queues.put(info)
+        await audit_request(
+            self.services.usage.audit,
+            principal,
+            AuditAction.QUEUE_UPDATED,
+            queue,
+            changes,
+        )
         return JSONResponse(queue_to_json(self.services, info))
 
     async def delete_queue(self, request: Request) -> Response:
@@ -75,9 +91,17 @@ class QueueRoutes:
         self.services.queues.invalidate(principal.tenant, queue)
         await self.services.backend.delete_queue(principal.tenant, queue)
         self.services.queues.invalidate(principal.tenant, queue)
+        await audit_request(self.services.usage.audit, principal, AuditAction.QUEUE_DELETED, queue)
         return Response(status_code=204)
 
     async def purge_queue(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "admin")
         purged = await self.services.backend.purge_queue(principal.tenant, queue)
+        await audit_request(
+            self.services.usage.audit,
+            principal,
+            AuditAction.QUEUE_PURGED,
+            queue,
+            {"purged": purged},
+        )
         return JSONResponse({"purged": purged})

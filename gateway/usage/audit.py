@@ -4,14 +4,18 @@ Records are JSON lines under ``<data>/audit/date=YYYY-MM-DD/audit.jsonl`` (UTC d
 Admin actions are rare and each one matters, so every record is appended with one
 ``write`` on an ``O_APPEND`` descriptor and fsynced before the action is answered: the
 gateway and ``pushgate admin`` can append to the same file at once without
-interleaving, and an answered action is on disk. A crash mid-append can leave a partial
-last line; :func:`read_audit` skips and counts it rather than failing.
+interleaving, and an answered action is on disk. The action itself is already done when
+its record is written: if the write fails (a full disk) the action stands and the
+failure is logged as an error (:func:`audit_request`). A crash mid-append can leave a
+partial last line; :func:`read_audit` skips and counts it rather than failing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import enum
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -20,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..auth.principal import Principal
+
+log = logging.getLogger("pushgate.audit")
 
 AUDIT_SUBDIR = "audit"
 AUDIT_FILE = "audit.jsonl"
@@ -137,3 +145,18 @@ def cli_actor() -> str:
     except OSError:
         user = os.environ.get("USER") or str(os.getuid())
     return f"cli:{user}"
+
+
+async def audit_request(
+    audit: AuditLog,
+    principal: Principal,
+    action: AuditAction,
+    target: str,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    """Record an admin action made over HTTP (fsync on a worker thread, off the loop)."""
+    actor = actor_of(principal.subject, principal.via)
+    try:
+        await asyncio.to_thread(audit.record, actor, "http", principal.tenant, action, target, details)
+    except OSError:
+        log.exception("could not write the audit record of %s %s/%s", action, principal.tenant, target)

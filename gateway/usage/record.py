@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 SCHEMA_VERSION = "1"
+# Parquet key-value metadata naming the file: every record id in it is "<file id>-<row>".
+FILE_ID_KEY = b"pushgate.usage.file_id"
 
 # Upper bounds (milliseconds, inclusive) of the latency buckets; one more bucket past the
 # last bound counts everything slower. Roughly 1-2.5-5 steps from 0.5 ms to 60 s.

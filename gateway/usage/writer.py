@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from .record import UsageRecord, to_table
+from .record import FILE_ID_KEY, UsageRecord, to_table
 
 USAGE_SUBDIR = "usage"
 TMP_SUFFIX = ".tmp"
@@ -62,7 +62,12 @@ class UsageWriter:
         tmp = directory / f".{name}{TMP_SUFFIX}"
         try:
             with open(tmp, "wb") as f:
-                pq.write_table(to_table(records), f, compression="zstd")
+                table = to_table(records)
+                # The file's identity (its records' id prefix): a reader that finds two
+                # files with one id (a copy) reads one, without comparing every record.
+                file_id = f"{self.gateway_id}-{sequence}".encode()
+                table = table.replace_schema_metadata({**table.schema.metadata, FILE_ID_KEY: file_id})
+                pq.write_table(table, f, compression="zstd")
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(tmp, final)

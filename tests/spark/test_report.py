@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -66,7 +67,12 @@ def data(tmp_path: Path) -> Path:
             dict(tenant="beta", queue="jobs", operation="connect", transport="ws", count=2),
         ],
     )
-    write_window(d, at(2), 1, [_send("acme", "orders", 5, 500, 0.0008), _send("beta", "jobs", 1, 10, 0.02)])
+    second = write_window(
+        d, at(2), 1, [_send("acme", "orders", 5, 500, 0.0008), _send("beta", "jobs", 1, 10, 0.02)]
+    )
+    # A file of the right schema but no file id (not written by a gateway) repeating the
+    # second file's records: only record ids can tell, and they do.
+    pq.write_table(pq.read_table(second).replace_schema_metadata(None), second.with_name("foreign.parquet"))
     # The same records under another name (a file copied back by a sync tool): counted once.
     shutil.copy(first, first.with_name("copy-of-gw-0000000000.parquet"))
     (first.parent / "truncated.parquet").write_bytes(first.read_bytes()[:100])
@@ -100,7 +106,8 @@ def test_day_report_outputs_bad_files_and_duplicates(spark: SparkSession, data: 
         "notes.parquet",
         "truncated.parquet",
     }
-    assert len(manifest["input_files"]) == 3 and manifest["duplicate_records"] == 5
+    assert [Path(p).name for p in manifest["copied_files"]] == ["copy-of-gw-0000000000.parquet"]
+    assert len(manifest["input_files"]) == 3 and manifest["duplicate_records"] == 7
     assert manifest["queue_rows"] == 2
 
     billing = spark.read.parquet(str(period / "billing")).select("tenant", "usage_type", "quantity", "unit")

@@ -1,0 +1,136 @@
+"""Turning delivery-path outcomes into :class:`~push.observer.Observer` calls.
+
+Shared by the WebSocket path (here, through the engine) and the gateway's HTTP routes,
+so a send, an ack or a delivery counts the same whichever way it came. Each function
+makes one observer call per outcome kind, never one per message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from backend_store.errors import PushgateError
+from backend_store.types import AckResult, NewMessage, ReceivedMessage, SendResult
+
+from .batching import AckReply, SendReply
+from .observer import Observer
+
+OK = "ok"
+
+
+def error_code(exc: BaseException) -> str:
+    return exc.code if isinstance(exc, PushgateError) else "internal_error"
+
+
+def record_sends(
+    observer: Observer,
+    tenant: str,
+    queue: str,
+    transport: str,
+    entries: Sequence[NewMessage | PushgateError],
+    results: Sequence[SendResult | PushgateError],
+    latency_s: float | None,
+) -> None:
+    """One send request's outcome; ``results[i]`` answers ``entries[i]``. Stored messages
+    count as ``send`` (with the request's latency), duplicates as ``deduplicated``, refused
+    entries as ``send`` with their error code."""
+    sent = sent_bytes = duplicates = duplicate_bytes = 0
+    errors: Counter[str] = Counter()
+    for entry, result in zip(entries, results, strict=True):
+        if isinstance(result, SendResult):
+            size = len(entry.body) if isinstance(entry, NewMessage) else 0
+            if result.duplicate:
+                duplicates += 1
+                duplicate_bytes += size
+            else:
+                sent += 1
+                sent_bytes += size
+        else:
+            errors[result.code] += 1
+    if sent:
+        observer.observe(tenant, queue, "send", transport, OK, sent, sent_bytes, latency_s)
+    if duplicates:
+        observer.observe(tenant, queue, "deduplicated", transport, OK, duplicates, duplicate_bytes)
+    for code, n in errors.items():
+        observer.observe(tenant, queue, "send", transport, code, n)
+
+
+def observed_send_reply(
+    observer: Observer,
+    tenant: str,
+    queue: str,
+    transport: str,
+    entries: Sequence[NewMessage | PushgateError],
+    reply: SendReply,
+) -> SendReply:
+    """``reply`` that first records the outcome (the batcher answers entry by entry)."""
+    started = time.perf_counter()
+
+    def observed(results: list[SendResult | PushgateError] | BaseException) -> None:
+        if isinstance(results, BaseException):
+            observer.observe(tenant, queue, "send", transport, error_code(results), len(entries))
+        else:
+            record_sends(observer, tenant, queue, transport, entries, results, time.perf_counter() - started)
+        reply(results)
+
+    return observed
+
+
+def record_settled(
+    observer: Observer,
+    tenant: str,
+    operation: str,
+    transport: str,
+    receipts: Sequence[str],
+    queue_of: Mapping[str, str],
+    result: AckResult | BaseException,
+) -> None:
+    """An ack or nack's outcome, per queue: ``queue_of`` maps a receipt to its queue (the
+    gateway knows the queue of the receipts it delivered; others count under ``default``)."""
+    if isinstance(result, BaseException):
+        code = error_code(result)
+        for queue, n in Counter(queue_of.get(r, "") for r in receipts).items():
+            observer.observe(tenant, queue, operation, transport, code, n)
+        return
+    failed = {f.receipt: f.code for f in result.failed}
+    counts: Counter[tuple[str, str]] = Counter((queue_of.get(r, ""), failed.get(r, OK)) for r in receipts)
+    for (queue, outcome), n in counts.items():
+        observer.observe(tenant, queue, operation, transport, outcome, n)
+
+
+def observed_ack_reply(
+    observer: Observer,
+    tenant: str,
+    operation: str,
+    transport: str,
+    receipts: Sequence[str],
+    queue_of: Mapping[str, str],
+    reply: AckReply | None,
+) -> AckReply:
+    def observed(result: AckResult | BaseException) -> None:
+        record_settled(observer, tenant, operation, transport, receipts, queue_of, result)
+        if reply is not None:
+            reply(result)
+
+    return observed
+
+
+def record_delivered(
+    observer: Observer,
+    tenant: str,
+    queue: str,
+    transport: str,
+    messages: Sequence[ReceivedMessage],
+    now: float,
+) -> None:
+    """Messages pushed to one subscriber: one ``push`` latency (sent -> now) per message."""
+    observer.observe_latencies(
+        tenant,
+        queue,
+        "push",
+        transport,
+        sum(len(m.body) for m in messages),
+        [max(0.0, now - m.sent_at) for m in messages],
+    )

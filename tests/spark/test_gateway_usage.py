@@ -1,0 +1,149 @@
+"""End to end: a real gateway process records known traffic, SIGTERM flushes it, and
+``pushgate usage report`` (another real process, its own Spark) reports it exactly.
+
+Traffic on queue ``orders`` of the bootstrap tenant: 3 messages sent over HTTP (a batch
+of 2 and a single, bodies of known sizes), a duplicate send, 1 message sent over
+WebSocket, 4 deliveries over WebSocket, 3 acked over WebSocket and 1 over HTTP; a send
+to a missing queue (an error by code); a queue created (an audit record). No throttled
+request: rate limiting is not in the gateway yet (docs/usage.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import orjson
+from websockets.asyncio.client import connect
+
+from gateway.usage.audit import read_audit
+from tests.conftest import scaled
+from tests.gateway.processes import REPO, serve
+from tests.push.conftest import deliveries, request
+
+BODIES = ["a" * 10, "b" * 20, "c" * 30]
+WS_BODY = "d" * 40
+
+
+async def _traffic(url: str, key: str) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=scaled(30)) as http:
+        assert (await http.put("/v1/queues/orders", json={})).status_code == 201
+        batch = [{"body": BODIES[0], "dedupe_id": "one"}, {"body": BODIES[1]}]
+        assert (await http.post("/v1/queues/orders/messages", json={"messages": batch})).status_code == 200
+        assert (await http.post("/v1/queues/orders/messages", json={"body": BODIES[2]})).status_code == 201
+        duplicate = await http.post(
+            "/v1/queues/orders/messages", json={"body": BODIES[0], "dedupe_id": "one"}
+        )
+        assert duplicate.status_code == 200 and duplicate.json()["duplicate"] is True
+        missing = await http.post("/v1/queues/nowhere/messages", json={"body": "x"})
+        assert missing.status_code == 404 and missing.json()["code"] == "queue_not_found"
+
+        ws_url = url.replace("http", "ws", 1) + "/v1/ws"
+        async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+            sent = await request(ws, op="send", id="s", queue="orders", body=WS_BODY)
+            assert sent["op"] == "ok", sent
+            reply = await request(ws, op="subscribe", id="sub", queue="orders", prefetch=10)
+            assert reply["op"] == "ok", reply
+            got = await deliveries(ws, 4)
+            assert sorted(m["body"] for m in got) == sorted([*BODIES, WS_BODY])
+            acked = await request(ws, op="ack", id="a", receipts=[m["receipt"] for m in got[:3]])
+            assert acked["op"] == "ok" and acked["acked"] == 3, acked
+            # The last one is acked over HTTP (the receipt is good on either path).
+            over_http = await http.post("/v1/queues/orders/ack", json={"receipts": [got[3]["receipt"]]})
+            assert over_http.json()["acked"] == 1
+
+
+def test_known_traffic_is_reported_exactly(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    # A long interval: everything is flushed by SIGTERM, the guarantee under test.
+    gateway = serve(data, "--usage-flush-interval", "3600", "--gateway-name", "e2e")
+    try:
+        assert gateway.key is not None
+        asyncio.run(_traffic(gateway.url, gateway.key))
+        assert not list((data / "usage").rglob("*.parquet")), "nothing flushed before SIGTERM"
+    finally:
+        code = gateway.terminate()
+    # uvicorn re-raises the signal after a clean stop.
+    assert code in (0, -signal.SIGTERM), "".join(gateway.output)
+    files = list((data / "usage").rglob("*.parquet"))
+    assert len(files) == 1 and files[0].name.startswith("e2e-")
+
+    today = dt.datetime.now(dt.UTC).date()
+    out = tmp_path / "report"
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "usage",
+            "report",
+            "--data",
+            str(data),
+            "--from",
+            str(today - dt.timedelta(days=1)),
+            "--to",
+            str(today + dt.timedelta(days=1)),
+            "--master",
+            "local[1]",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "[usage report" in report.stderr  # progress is shown
+
+    with open(out / "day" / "summary.csv", newline="") as f:
+        rows = {(r["tenant"], r["queue"]): r for r in csv.DictReader(f)}
+    tenant = next(t for t, q in rows if q == "orders")
+    orders = rows[(tenant, "orders")]
+    sent_bytes = sum(len(b) for b in BODIES) + len(WS_BODY)
+    assert {k: orders[k] for k in ("sent", "delivered", "acked", "nacked", "bytes", "delivered_bytes")} == {
+        "sent": "4",
+        "delivered": "4",
+        "acked": "4",
+        "nacked": "0",
+        "bytes": str(sent_bytes),
+        "delivered_bytes": str(sent_bytes),
+    }
+    assert (orders["deduplicated"], orders["errors"], orders["provisional"]) == ("1", "0", "true")
+    assert orders["send_latency_p50_ms"] and orders["delivery_latency_p99_ms"]
+    assert rows[(tenant, "nowhere")]["errors"] == "1"  # the send to a missing queue, by code
+    assert rows[(tenant, "")]["connections"] == "1"  # connections are per tenant, not per queue
+
+    periods = json.loads((out / "day" / "manifest.json").read_text())["periods"]
+    assert [p["provisional"] for p in periods] == [False, True]  # yesterday settled, today open
+    billing = orjson.loads(
+        subprocess.run(
+            [sys.executable, "-c", _BILLING, str(out / "day" / str(today) / "billing")],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+            timeout=scaled(60),
+        ).stdout
+    )
+    assert {(b[0], b[1]) for b in billing if b[0] == "messages-sent"} == {("messages-sent", 4)}
+    assert ("data-in", sent_bytes) in {(b[0], b[1]) for b in billing}
+
+    audit = read_audit(data / "audit")
+    created = [r for r in audit.records if r.action == "queue.created"]
+    assert [(r.target, r.source, r.actor.startswith("key:")) for r in created] == [("orders", "http", True)]
+
+
+# Reads the billing Parquet without a second JVM: pyarrow, as any billing system could.
+_BILLING = """
+import sys, orjson, pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+print(orjson.dumps([[r["usage_type"], r["quantity"], r["unit"]] for r in t.to_pylist()]).decode())
+"""
