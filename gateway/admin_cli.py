@@ -32,6 +32,7 @@ from .auth.jwt_keys import ALGORITHMS, JwtKeyStore
 from .auth.tenants import TenantStore
 from .limits.shared import announce
 from .limits.store import LimitsStore
+from .usage.audit import AUDIT_SUBDIR, AuditAction, AuditLog, cli_actor
 
 Command = Callable[[Backend, argparse.Namespace], Awaitable[dict[str, Any]]]
 
@@ -179,7 +180,8 @@ async def _key_list(backend: Backend, args: argparse.Namespace) -> dict[str, Any
 
 async def _key_revoke(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
     key = await ApiKeyStore(backend).revoke(args.key_id)
-    return {"revoked": key.key_id}
+    # The tenant is for the audit log; main() prints only what the command promises.
+    return {"revoked": key.key_id, "tenant": key.tenant}
 
 
 def _read_key_material(args: argparse.Namespace) -> bytes:
@@ -247,6 +249,37 @@ async def _delete_queue(backend: Backend, args: argparse.Namespace) -> dict[str,
     return {"deleted": args.name}
 
 
+# What each command changes, for the audit log: (action, tenant, target, details) from
+# the arguments and the command's result. Read-only commands are not audited.
+_AUDITED: dict[
+    Command, Callable[[argparse.Namespace, dict[str, Any]], tuple[AuditAction, str, str, dict[str, Any]]]
+] = {
+    _tenant_create: lambda a, r: (
+        AuditAction.TENANT_CREATED,
+        r["tenant"],
+        r["tenant"],
+        {"origins": r["origins"]},
+    ),
+    _tenant_set_origins: lambda a, r: (
+        AuditAction.TENANT_ORIGINS_CHANGED,
+        r["tenant"],
+        r["tenant"],
+        {"origins": r["origins"]},
+    ),
+    _key_create: lambda a, r: (AuditAction.KEY_CREATED, r["tenant"], r["key_id"], {"scopes": r["scopes"]}),
+    _key_revoke: lambda a, r: (AuditAction.KEY_REVOKED, r.get("tenant", ""), r["revoked"], {}),
+    _jwt_key_add: lambda a, r: (AuditAction.JWT_KEY_ADDED, r["tenant"], r["kid"], {"alg": r["alg"]}),
+    _jwt_key_remove: lambda a, r: (AuditAction.JWT_KEY_REMOVED, r["tenant"], r["removed"], {}),
+    _delete_queue: lambda a, r: (AuditAction.QUEUE_DELETED, a.tenant, r["deleted"], {}),
+    _limits_set: lambda a, r: (
+        AuditAction.LIMITS_CHANGED,
+        r["tenant"],
+        r["tenant"],
+        {"changes": orjson.loads(a.document)},
+    ),
+}
+
+
 async def _run(
     store_url: str, options: StoreOptions, command: Command, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -274,8 +307,19 @@ _ANNOUNCED: dict[Command, str] = {
 }
 
 
-def _store(args: argparse.Namespace) -> tuple[str, StoreOptions]:
-    """The store ``pushgate serve`` uses with the same flags and environment."""
+def _audit(data_dir: Path | None, command: Command, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Record a command that changed something in ``<data>/audit`` (only with a data
+    directory: a store given by URL alone has no place for it)."""
+    describe = _AUDITED.get(command)
+    if describe is None or data_dir is None:
+        return
+    action, tenant, target, details = describe(args, result)
+    AuditLog(data_dir / AUDIT_SUBDIR).record(cli_actor(), "cli", tenant, action, target, details)
+
+
+def _store(args: argparse.Namespace) -> tuple[str, StoreOptions, Path | None]:
+    """The store ``pushgate serve`` uses with the same flags and environment, and the data
+    directory (None when only a store URL was given)."""
     flags = {"data_dir": args.data, "store_url": args.store, "encryption_key_file": args.encryption_key_file}
     if args.data is None and args.store is not None:
         flags["data_dir"] = Path.cwd()  # unused: the store URL says where the store is
@@ -288,7 +332,8 @@ def _store(args: argparse.Namespace) -> tuple[str, StoreOptions]:
         raise _CommandError(f"no data directory at {settings.data_dir.resolve()}")
     args.operator_tenant = settings.operator_tenant
     # No retention sweeps from a command that lives for a moment.
-    return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0)
+    data_dir = None if args.data is None and args.store is not None else settings.data_dir
+    return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0), data_dir
 
 
 def main(argv: list[str]) -> int:
@@ -297,10 +342,13 @@ def main(argv: list[str]) -> int:
         argv = argv[1:]
     try:
         args = build_parser().parse_args(argv)
-        store_url, options = _store(args)
+        store_url, options, data_dir = _store(args)
         if args.run is _jwt_key_add:
             args.material = _read_key_material(args)
         result = asyncio.run(_run(store_url, options, args.run, args))
+        _audit(data_dir, args.run, args, result)
+        if args.run is _key_revoke:
+            del result["tenant"]
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     except _UsageError as exc:

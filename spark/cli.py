@@ -68,13 +68,19 @@ def main(argv: Sequence[str]) -> int:
         print(f"pushgate usage report: no data directory at {args.data}", file=sys.stderr)
         return 1
 
+    from pyspark.sql import SparkSession
+
     from .session import build_session
 
-    spark = build_session(args.master)
+    # Called from a program that has a session already (a notebook, the tests): use it,
+    # and leave it running. Otherwise start one on --master and stop it at the end.
+    active = SparkSession.getActiveSession()
+    spark = active or build_session(args.master)
     try:
         result = run_report(spark, options)
     finally:
-        spark.stop()
+        if active is None:
+            spark.stop()
     for period in result.periods:
         flag = " (provisional)" if period.provisional else ""
         print(f"{period.period}: {period.queue_rows} queue row(s) from {period.input_files} file(s){flag}")

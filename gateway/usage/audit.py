@@ -44,6 +44,7 @@ class AuditAction(enum.StrEnum):
     TENANT_ORIGINS_CHANGED = "tenant.origins_changed"
     JWT_KEY_ADDED = "jwt_key.added"
     JWT_KEY_REMOVED = "jwt_key.removed"
+    LIMITS_CHANGED = "limits.changed"  # a tenant's rate limits and quotas
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,17 +15,17 @@ import csv
 import datetime as dt
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
-import orjson
+import pytest
+from pyspark.sql import SparkSession
 from websockets.asyncio.client import connect
 
+from gateway.cli import main as cli_main
 from gateway.usage.audit import read_audit
 from tests.conftest import scaled
-from tests.gateway.processes import REPO, serve
+from tests.gateway.processes import serve
 from tests.push.conftest import deliveries, request
 
 BODIES = ["a" * 10, "b" * 20, "c" * 30]
@@ -61,7 +61,9 @@ async def _traffic(url: str, key: str) -> None:
             assert over_http.json()["acked"] == 1
 
 
-def test_known_traffic_is_reported_exactly(tmp_path: Path) -> None:
+def test_known_traffic_is_reported_exactly(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = tmp_path / "data"
     # A long interval: everything is flushed by SIGTERM, the guarantee under test.
     gateway = serve(data, "--usage-flush-interval", "3600", "--gateway-name", "e2e")
@@ -78,11 +80,10 @@ def test_known_traffic_is_reported_exactly(tmp_path: Path) -> None:
 
     today = dt.datetime.now(dt.UTC).date()
     out = tmp_path / "report"
-    report = subprocess.run(
+    # The real entry point, in this process so it shares the test run's Spark session
+    # (a second JVM would cost more than the rest of the test).
+    code = cli_main(
         [
-            sys.executable,
-            "-m",
-            "gateway.cli",
             "usage",
             "report",
             "--data",
@@ -91,18 +92,14 @@ def test_known_traffic_is_reported_exactly(tmp_path: Path) -> None:
             str(today - dt.timedelta(days=1)),
             "--to",
             str(today + dt.timedelta(days=1)),
-            "--master",
-            "local[1]",
             "--out",
             str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=scaled(300),
+        ]
     )
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert "[usage report" in report.stderr  # progress is shown
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-3000:]
+    assert "[usage report" in printed.err  # progress is shown
+    assert f"{today}: 3 queue row(s) from 1 file(s) (provisional)" in printed.out
 
     with open(out / "day" / "summary.csv", newline="") as f:
         rows = {(r["tenant"], r["queue"]): r for r in csv.DictReader(f)}
@@ -124,26 +121,14 @@ def test_known_traffic_is_reported_exactly(tmp_path: Path) -> None:
 
     periods = json.loads((out / "day" / "manifest.json").read_text())["periods"]
     assert [p["provisional"] for p in periods] == [False, True]  # yesterday settled, today open
-    billing = orjson.loads(
-        subprocess.run(
-            [sys.executable, "-c", _BILLING, str(out / "day" / str(today) / "billing")],
-            cwd=REPO,
-            capture_output=True,
-            check=True,
-            timeout=scaled(60),
-        ).stdout
-    )
-    assert {(b[0], b[1]) for b in billing if b[0] == "messages-sent"} == {("messages-sent", 4)}
-    assert ("data-in", sent_bytes) in {(b[0], b[1]) for b in billing}
+    billing = spark.read.parquet(str(out / "day" / str(today) / "billing")).collect()
+    lines = {(b["usage_type"], b["quantity"], b["unit"]) for b in billing}
+    assert {
+        ("messages-sent", 4, "messages"),
+        ("data-in", sent_bytes, "bytes"),
+        ("connections", 1, "connections"),
+    } <= lines
 
     audit = read_audit(data / "audit")
     created = [r for r in audit.records if r.action == "queue.created"]
     assert [(r.target, r.source, r.actor.startswith("key:")) for r in created] == [("orders", "http", True)]
-
-
-# Reads the billing Parquet without a second JVM: pyarrow, as any billing system could.
-_BILLING = """
-import sys, orjson, pyarrow.parquet as pq
-t = pq.read_table(sys.argv[1])
-print(orjson.dumps([[r["usage_type"], r["quantity"], r["unit"]] for r in t.to_pylist()]).decode())
-"""

@@ -1,0 +1,144 @@
+"""Every path reports to the one observe point: HTTP sends, receives, acks, nacks and
+failures by code; WebSocket sends, pushes, acks, nacks and connects; SSE pushes.
+
+A real gateway in this process (uvicorn on an ephemeral port); the test reads its usage
+aggregator on the gateway's own loop (``take``), so no file or Spark is involved here
+(``tests/spark/test_gateway_usage.py`` covers files and the report).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from gateway.usage.audit import read_audit
+from gateway.usage.record import UsageRecord
+from tests.conftest import scaled
+from tests.gateway.conftest import RunningGateway, start_gateway
+from tests.push.conftest import deliveries, request
+
+Totals = dict[tuple[str, str, str, str], tuple[int, int]]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    running = start_gateway(tmp_path_factory.mktemp("usage-wiring"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def take(gateway: RunningGateway) -> Totals:
+    """(queue, operation, transport, outcome) -> (count, bytes) since the last take."""
+    aggregator = gateway.services.usage.aggregator
+    assert aggregator is not None
+
+    async def on_loop() -> list[UsageRecord]:
+        return aggregator.take("test", 0)
+
+    totals: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for r in gateway.call(on_loop()):
+        cell = totals[(r.queue, r.operation, r.transport, r.outcome)]
+        cell[0] += r.count
+        cell[1] += r.bytes
+    return {k: (v[0], v[1]) for k, v in totals.items()}
+
+
+def test_http_paths_and_failures_by_code(gateway: RunningGateway) -> None:
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+        assert http.put("/v1/queues/h", json={}).status_code == 201
+        take(gateway)
+        batch = {"messages": [{"body": "12345"}, {"body": "x", "delay_s": -1}, {"body": "abc"}]}
+        assert http.post("/v1/queues/h/messages", json=batch).status_code == 200
+        assert http.post("/v1/queues/h/messages", json={"body": "abc", "dedupe_id": "d"}).status_code == 201
+        assert http.post("/v1/queues/h/messages", json={"body": "abc", "dedupe_id": "d"}).status_code == 200
+        got = http.post("/v1/queues/h/receive", json={"max": 10, "wait_s": 0}).json()["messages"]
+        assert len(got) == 3
+        receipts = [m["receipt"] for m in got]
+        assert http.post("/v1/queues/h/nack", json={"receipts": receipts[:1]}).json()["nacked"] == 1
+        acked = http.post("/v1/queues/h/ack", json={"receipts": [*receipts[1:], "bogus"]}).json()
+        assert acked["acked"] == 2
+        assert http.post("/v1/queues/missing/messages", json={"body": "x"}).status_code == 404
+        assert http.post("/v1/queues/h/receive", json={"max": 1000}).status_code == 400
+    totals = take(gateway)
+    bogus_code = acked["failed"][0]["code"]
+    assert totals == {
+        ("h", "send", "http", "ok"): (3, 11),
+        ("h", "send", "http", "invalid_request"): (1, 0),
+        ("h", "deduplicated", "http", "ok"): (1, 3),
+        ("h", "receive", "http", "ok"): (3, 11),
+        ("h", "nack", "http", "ok"): (1, 0),
+        ("h", "ack", "http", "ok"): (2, 0),
+        ("h", "ack", "http", bogus_code): (1, 0),
+        ("missing", "send", "http", "queue_not_found"): (1, 0),
+        ("h", "receive", "http", "invalid_request"): (1, 0),
+    }
+
+
+async def _websocket_and_sse(gateway: RunningGateway) -> None:
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    ws_url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+        assert (await http.put("/v1/queues/w", json={})).status_code == 201
+        async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+            batch = [{"body": "aa"}, {"body": "bbbb"}]
+            assert (await request(ws, op="send", id="s", queue="w", messages=batch))["op"] == "ok"
+            assert (await request(ws, op="subscribe", id="sub", queue="w", prefetch=10))["op"] == "ok"
+            got = await deliveries(ws, 2)
+            first = next(m for m in got if m["body"] == "aa")
+            second = next(m for m in got if m["body"] == "bbbb")
+            assert (await request(ws, op="ack", id="a", receipts=[first["receipt"]]))["acked"] == 1
+            assert (await request(ws, op="nack", id="n", receipts=[second["receipt"]]))["op"] == "ok"
+            again = await deliveries(ws, 1)
+            assert again[0]["body"] == "bbbb"
+            assert (await request(ws, op="ack", id="a2", receipts=[again[0]["receipt"]]))["acked"] == 1
+        # SSE: one stream, one message pushed, acked over HTTP.
+        assert (await http.post("/v1/queues/w/messages", json={"body": "sse!"})).status_code == 201
+        async with http.stream("GET", "/v1/queues/w/events") as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data:") and "sse!" in line:
+                    break
+
+
+def test_websocket_and_sse_paths(gateway: RunningGateway) -> None:
+    take(gateway)
+    asyncio.run(_websocket_and_sse(gateway))
+    totals = take(gateway)
+    assert totals[("w", "send", "ws", "ok")] == (2, 6)
+    assert totals[("w", "push", "ws", "ok")] == (3, 10)  # the nacked one twice
+    assert totals[("w", "ack", "ws", "ok")] == (2, 0)
+    assert totals[("w", "nack", "ws", "ok")] == (1, 0)
+    assert totals[("w", "push", "sse", "ok")] == (1, 4)
+    assert totals[("", "connect", "ws", "ok")] == (1, 0)
+    assert totals[("", "connect", "sse", "ok")] == (1, 0)
+
+
+def test_queue_admin_is_audited(gateway: RunningGateway) -> None:
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+        assert http.put("/v1/queues/audited", json={"visibility_timeout_s": 30}).status_code == 201
+        assert (
+            http.put("/v1/queues/audited", json={"visibility_timeout_s": 30}).status_code == 200
+        )  # no change
+        assert http.patch("/v1/queues/audited", json={"visibility_timeout_s": 60}).status_code == 200
+        assert http.post("/v1/queues/audited/purge").status_code == 200
+        assert http.delete("/v1/queues/audited").status_code == 204
+    records = [
+        r for r in read_audit(Path(gateway.settings.data_dir) / "audit").records if r.target == "audited"
+    ]
+    assert [(r.action, r.details) for r in records] == [
+        ("queue.created", {"visibility_timeout_s": 30}),
+        ("queue.updated", {"visibility_timeout_s": 60}),
+        ("queue.purged", {"purged": 0}),
+        ("queue.deleted", {}),
+    ]
+    assert {r.actor for r in records} == {f"key:{gateway.admin_key.split('_')[1]}"}
+    assert {(r.source, r.tenant) for r in records} == {("http", "default")}
