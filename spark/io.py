@@ -112,19 +112,26 @@ def find_usage_files(
 
 
 def drop_copies(files: list[UsageFile]) -> tuple[list[UsageFile], list[UsageFile]]:
-    """(files to read, copies): a file whose id an earlier file has holds the same records
-    (ids are unique per file), so it is left out whole instead of record by record."""
-    seen: set[str] = set()
-    kept: list[UsageFile] = []
-    copies: list[UsageFile] = []
+    """(files to read, copies): files with one file id hold the same records (ids are
+    unique per file), so all but one are left out whole instead of record by record. The
+    one kept is the file named as the gateway names it, if there is one."""
+    keep: dict[str, UsageFile] = {}
     for f in files:
-        if f.file_id is not None and f.file_id in seen:
-            copies.append(f)
+        if f.file_id is None:
             continue
-        if f.file_id is not None:
-            seen.add(f.file_id)
-        kept.append(f)
+        current = keep.get(f.file_id)
+        named = _written_name(f.file_id)
+        if current is None or (f.path.name == named and current.path.name != named):
+            keep[f.file_id] = f
+    kept = [f for f in files if f.file_id is None or keep[f.file_id] is f]
+    copies = [f for f in files if f.file_id is not None and keep[f.file_id] is not f]
     return kept, copies
+
+
+def _written_name(file_id: str) -> str:
+    """The name ``gateway/usage/writer.py`` gives the file of ``<gateway id>-<sequence>``."""
+    gateway, _, sequence = file_id.rpartition("-")
+    return f"{gateway}-{int(sequence):010d}.parquet" if sequence.isdigit() else ""
 
 
 def read_usage(spark: SparkSession, files: list[UsageFile]) -> DataFrame:
