@@ -45,14 +45,13 @@ class Operation(enum.StrEnum):
 
     SEND = "send"  # messages stored; bytes: their bodies; latency: the request
     DEDUPLICATED = "deduplicated"  # sends answered as duplicates, nothing stored
-    RECEIVE = "receive"  # messages returned by HTTP receive (pull); latency: the request
+    RECEIVE = "receive"  # messages returned by HTTP receive (pull); no latency (long-polls wait)
     PUSH = "push"  # messages delivered over WebSocket or SSE; latency: sent -> delivered
     ACK = "ack"  # messages acked
     NACK = "nack"  # messages nacked (made visible again)
     CONNECT = "connect"  # push connections (WebSocket) and streams (SSE) opened
-    THROTTLED = "throttled"  # requests refused by a rate limit
-    DEAD_LETTERED = "dead_lettered"  # messages moved to a dead-letter queue
-    REQUEST = "request"  # any other request (queue admin, tokens), counted per request
+    THROTTLED = "throttled"  # requests refused by a rate limit (no rate limiting yet)
+    DEAD_LETTERED = "dead_lettered"  # messages moved to a dead-letter queue (not reported yet)
 
 
 class Transport(enum.StrEnum):
