@@ -1,6 +1,9 @@
 """End to end: a real gateway process records known traffic, SIGTERM flushes it, and
 ``pushgate usage report`` (another real process, its own Spark) reports it exactly.
 
+(Run within seconds of midnight UTC, the traffic could span two days and the per-day
+rows would split; the period-level checks allow for the settling window.)
+
 Traffic on queue ``orders`` of the bootstrap tenant: 3 messages sent over HTTP (a batch
 of 2 and a single, bodies of known sizes), a duplicate send, 1 message sent over
 WebSocket, 4 deliveries over WebSocket, 3 acked over WebSocket and 1 over HTTP; a send
@@ -70,13 +73,15 @@ def test_known_traffic_is_reported_exactly(
     try:
         assert gateway.key is not None
         asyncio.run(_traffic(gateway.url, gateway.key))
-        assert not list((data / "usage").rglob("*.parquet")), "nothing flushed before SIGTERM"
+        # Usually none: the interval is long (only an hour boundary flushes before SIGTERM).
+        before = set((data / "usage").rglob("*.parquet"))
     finally:
         code = gateway.terminate()
     # uvicorn re-raises the signal after a clean stop.
     assert code in (0, -signal.SIGTERM), "".join(gateway.output)
-    files = list((data / "usage").rglob("*.parquet"))
-    assert len(files) == 1 and files[0].name.startswith("e2e-")
+    written_at_shutdown = set((data / "usage").rglob("*.parquet")) - before
+    assert written_at_shutdown, "SIGTERM flushed the last window"
+    assert all(f.name.startswith("e2e-") for f in written_at_shutdown)
 
     today = dt.datetime.now(dt.UTC).date()
     out = tmp_path / "report"
@@ -99,7 +104,7 @@ def test_known_traffic_is_reported_exactly(
     printed = capsys.readouterr()
     assert code == 0, printed.err[-3000:]
     assert "[usage report" in printed.err  # progress is shown
-    assert f"{today}: 3 queue row(s) from 1 file(s) (provisional)" in printed.out
+    assert f"{today}: 3 queue row(s) from " in printed.out
 
     with open(out / "day" / "summary.csv", newline="") as f:
         rows = {(r["tenant"], r["queue"]): r for r in csv.DictReader(f)}
@@ -120,7 +125,9 @@ def test_known_traffic_is_reported_exactly(
     assert rows[(tenant, "")]["connections"] == "1"  # connections are per tenant, not per queue
 
     periods = json.loads((out / "day" / "manifest.json").read_text())["periods"]
-    assert [p["provisional"] for p in periods] == [False, True]  # yesterday settled, today open
+    # Today is open; yesterday settled 15 minutes after midnight.
+    settled = dt.datetime.now(dt.UTC) >= dt.datetime.combine(today, dt.time(0, 15), dt.UTC)
+    assert [p["provisional"] for p in periods] == [not settled, True]
     billing = spark.read.parquet(str(out / "day" / str(today) / "billing")).collect()
     lines = {(b["usage_type"], b["quantity"], b["unit"]) for b in billing}
     assert {

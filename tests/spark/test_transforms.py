@@ -55,8 +55,11 @@ def test_with_period_cuts_utc_hours_and_days(
     spark: SparkSession, granularity: str, period: str, start: dt.datetime
 ) -> None:
     records = _records(spark, [row("a", at(13.5))])
-    out = T.with_period(records, granularity).select("period", "period_start")
-    assertDataFrameEqual(out, [Row(period=period, period_start=start.replace(tzinfo=None))])
+    out = T.with_period(records, granularity).select("period_start")
+    assertDataFrameEqual(out, [Row(period_start=start.replace(tzinfo=None))])
+    now = start + dt.timedelta(days=2)
+    keyed = T.with_period_end(out, granularity, now, dt.timedelta(0)).select("period")
+    assertDataFrameEqual(keyed, [Row(period=period)])
 
 
 def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSession) -> None:
@@ -77,7 +80,7 @@ def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSessi
     periods = T.with_period(_records(spark, rows), "day")
     queues = T.queue_usage(T.operation_usage(periods))
     zero = _hist({})
-    base = {"period": "2026-11-20", "period_start": DAY.replace(tzinfo=None)}
+    base = {"period_start": DAY.replace(tzinfo=None)}
     orders = Row(
         tenant="acme",
         queue="orders",
@@ -163,11 +166,13 @@ def test_provisional_until_the_period_has_settled(spark: SparkSession) -> None:
         [
             Row(
                 period_start=DAY.replace(tzinfo=None),
+                period="2026-11-20",
                 period_end=at(24).replace(tzinfo=None),
                 provisional=True,
             ),
             Row(
                 period_start=at(24).replace(tzinfo=None),
+                period="2026-11-21",
                 period_end=at(48).replace(tzinfo=None),
                 provisional=True,
             ),
