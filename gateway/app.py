@@ -28,6 +28,7 @@ from .routes.queues import QueueRoutes
 from .routes.tokens import TokenRoutes
 from .services import GatewayServices
 from .settings import Settings
+from .usage.http import observed_rate_check
 
 
 def push_routes(services: GatewayServices) -> list[BaseRoute]:
@@ -37,14 +38,16 @@ def push_routes(services: GatewayServices) -> list[BaseRoute]:
     async def origin_allowed(principal: PrincipalLike, origin: str) -> bool:
         return await authenticator.origin_allowed(principal.tenant, origin)
 
-    rate_check = services.throttling.rate_check
+    rate_check, observer = services.throttling.rate_check, services.usage.observer
+    ws_check = observed_rate_check(rate_check, observer, "ws")  # refusals are usage ("throttled")
+    sse_check = observed_rate_check(rate_check, observer, "sse")
     return [
         WebSocketRoute(
-            "/v1/ws", WebSocketHandler(engine, authenticator.authenticate, origin_allowed, rate_check)
+            "/v1/ws", WebSocketHandler(engine, authenticator.authenticate, origin_allowed, ws_check)
         ),
         Route(
             "/v1/queues/{queue}/events",
-            SseHandler(engine, authenticator.authenticate, problem_response, rate_check),
+            SseHandler(engine, authenticator.authenticate, problem_response, sse_check),
             methods=["GET"],
         ),
     ]

@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute
 
 from ..body import JSONResponse, read_object
 from ..services import GatewayServices
+from ..usage.audit import AuditAction, audit_request
 from .access import authenticate, require
 from .endpoint import route
 
@@ -38,4 +39,8 @@ class LimitsRoutes:
         require(principal, "admin")
         changes = await read_object(request)
         limits = await self.services.throttling.limits.update(principal.tenant, changes)
+        audit = self.services.usage.audit
+        await audit_request(
+            audit, principal, AuditAction.LIMITS_CHANGED, principal.tenant, {"changes": changes}
+        )
         return JSONResponse(limits.to_dict())

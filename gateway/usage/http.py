@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from starlette.types import Scope
 
+from backend_store.errors import RateLimited
 from push.observed import error_code
 from push.observer import Observer
+from push.principal import Operation, PrincipalLike, RateCheck
 
+from .record import Operation as UsageOperation
 from .record import Transport
 
 SUBJECT = "pushgate.usage.subject"
@@ -24,7 +27,24 @@ def note_subject(scope: Scope, tenant: str, queue: str) -> None:
 
 
 def record_failure(observer: Observer, scope: Scope, operation: str, exc: BaseException) -> None:
-    """One failed request of ``operation`` (count 1, outcome the error code)."""
+    """One failed request of ``operation`` (count 1, outcome the error code); a request
+    refused by a rate limit counts as ``throttled`` instead."""
     subject = scope.get(SUBJECT)
     if subject is not None:
+        if isinstance(exc, RateLimited):
+            operation = UsageOperation.THROTTLED
         observer.observe(subject[0], subject[1], operation, Transport.HTTP, error_code(exc), 1)
+
+
+def observed_rate_check(rate_check: RateCheck, observer: Observer, transport: str) -> RateCheck:
+    """push's rate check that also records each refusal as ``throttled`` (WebSocket frames
+    and connections, SSE streams)."""
+
+    async def check(principal: PrincipalLike, op: Operation, queue: str | None) -> None:
+        try:
+            await rate_check(principal, op, queue)
+        except RateLimited as exc:
+            observer.observe(principal.tenant, queue or "", UsageOperation.THROTTLED, transport, exc.code, 1)
+            raise
+
+    return check

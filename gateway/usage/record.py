@@ -50,7 +50,7 @@ class Operation(enum.StrEnum):
     ACK = "ack"  # messages acked
     NACK = "nack"  # messages nacked (made visible again)
     CONNECT = "connect"  # push connections (WebSocket) and streams (SSE) opened
-    THROTTLED = "throttled"  # requests refused by a rate limit (no rate limiting yet)
+    THROTTLED = "throttled"  # requests, frames, connections refused by a rate limit
     DEAD_LETTERED = "dead_lettered"  # messages moved to a dead-letter queue (not reported yet)
 
 

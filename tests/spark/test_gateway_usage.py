@@ -7,8 +7,8 @@ rows would split; the period-level checks allow for the settling window.)
 Traffic on queue ``orders`` of the bootstrap tenant: 3 messages sent over HTTP (a batch
 of 2 and a single, bodies of known sizes), a duplicate send, 1 message sent over
 WebSocket, 4 deliveries over WebSocket, 3 acked over WebSocket and 1 over HTTP; a send
-to a missing queue (an error by code); a queue created (an audit record). No throttled
-request: rate limiting is not in the gateway yet (docs/usage.md).
+to a missing queue (an error by code); a queue created and the limits changed (audit
+records); a per-queue send rate of 4 a minute, so a fifth send to ``orders`` is throttled.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ async def _traffic(url: str, key: str) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=scaled(30)) as http:
         assert (await http.put("/v1/queues/orders", json={})).status_code == 201
+        limits = await http.put("/v1/limits", json={"per_queue": {"send": "4/minute"}})
+        assert limits.status_code == 200, limits.text
         batch = [{"body": BODIES[0], "dedupe_id": "one"}, {"body": BODIES[1]}]
         assert (await http.post("/v1/queues/orders/messages", json={"messages": batch})).status_code == 200
         assert (await http.post("/v1/queues/orders/messages", json={"body": BODIES[2]})).status_code == 201
@@ -62,6 +64,9 @@ async def _traffic(url: str, key: str) -> None:
             # The last one is acked over HTTP (the receipt is good on either path).
             over_http = await http.post("/v1/queues/orders/ack", json={"receipts": [got[3]["receipt"]]})
             assert over_http.json()["acked"] == 1
+        # The fifth send to orders in a minute (batch, single, duplicate, WebSocket, this).
+        throttled = await http.post("/v1/queues/orders/messages", json={"body": "too many"})
+        assert throttled.status_code == 429, throttled.text
 
 
 def test_known_traffic_is_reported_exactly(
@@ -120,6 +125,7 @@ def test_known_traffic_is_reported_exactly(
         "delivered_bytes": str(sent_bytes),
     }
     assert (orders["deduplicated"], orders["errors"], orders["provisional"]) == ("1", "0", "true")
+    assert orders["throttled"] == "1"
     assert orders["send_latency_p50_ms"] and orders["delivery_latency_p99_ms"]
     assert rows[(tenant, "nowhere")]["errors"] == "1"  # the send to a missing queue, by code
     assert rows[(tenant, "")]["connections"] == "1"  # connections are per tenant, not per queue
@@ -139,3 +145,6 @@ def test_known_traffic_is_reported_exactly(
     audit = read_audit(data / "audit")
     created = [r for r in audit.records if r.action == "queue.created"]
     assert [(r.target, r.source, r.actor.startswith("key:")) for r in created] == [("orders", "http", True)]
+    assert [r.details for r in audit.records if r.action == "limits.changed"] == [
+        {"changes": {"per_queue": {"send": "4/minute"}}}
+    ]

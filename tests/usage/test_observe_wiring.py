@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from gateway.usage.audit import read_audit
 from gateway.usage.record import UsageRecord
@@ -142,3 +143,49 @@ def test_queue_admin_is_audited(gateway: RunningGateway) -> None:
     ]
     assert {r.actor for r in records} == {f"key:{gateway.admin_key.split('_')[1]}"}
     assert {(r.source, r.tenant) for r in records} == {("http", "default")}
+
+
+def test_a_throttled_request_and_a_limits_change(gateway: RunningGateway) -> None:
+    tenant = gateway.make_tenant()
+    headers = {"Authorization": f"Bearer {gateway.make_key('admin', tenant)}"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+        assert http.put("/v1/queues/slow", json={}).status_code == 201
+        assert http.put("/v1/limits", json={"send": "1/minute"}).status_code == 200
+        take(gateway)
+        assert http.post("/v1/queues/slow/messages", json={"body": "one"}).status_code == 201
+        refused = http.post("/v1/queues/slow/messages", json={"body": "two"})
+        assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+    totals = take(gateway)
+    assert totals[("slow", "send", "http", "ok")] == (1, 3)
+    assert totals[("slow", "throttled", "http", "rate_limited")] == (1, 0)
+    assert not any(k[1] == "send" and k[3] == "rate_limited" for k in totals)  # not also an error
+    changed = [r for r in read_audit(Path(gateway.settings.data_dir) / "audit").records if r.tenant == tenant]
+    assert [(r.action, r.target, r.details) for r in changed] == [
+        ("queue.created", "slow", {}),
+        ("limits.changed", tenant, {"changes": {"send": "1/minute"}}),
+    ]
+
+
+async def _connect_twice(url: str, key: str) -> int | None:
+    """Open two WebSockets in turn; return the close code the second one got."""
+    headers = {"Authorization": f"Bearer {key}"}
+    ws_url = url.replace("http", "ws", 1) + "/v1/ws"
+    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+        assert (await request(ws, op="ping", id="p"))["op"] == "pong"
+    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+        try:
+            await ws.recv()
+        except ConnectionClosed as closed:
+            return closed.rcvd.code if closed.rcvd is not None else None
+    return None
+
+
+def test_a_refused_websocket_connection_is_throttled_usage(gateway: RunningGateway) -> None:
+    tenant = gateway.make_tenant()
+    key = gateway.make_key("admin", tenant)
+    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}) as http:
+        assert http.put("/v1/limits", json={"connect": "1/minute"}).status_code == 200
+    take(gateway)
+    assert asyncio.run(_connect_twice(gateway.url, key)) == 4008  # refused: past the connect rate
+    totals = take(gateway)
+    assert totals[("", "throttled", "ws", "rate_limited")] == (1, 0)
