@@ -14,6 +14,10 @@ on/off ``--rounds`` times so drift on a shared machine hits both alike. Per phas
   pushed to with prefetch 100 acking every 20: observations of sends, pushes (one latency
   per message) and acks.
 
+First, in this process, the recording code alone (``push/observed.py`` into the aggregator,
+and into an observer with no sink): microseconds per send request, per pushed message
+(batches of 10) and per acked receipt, to set against the gateway's CPU per message.
+
 Printed: the median over rounds of messages/s and of the gateway's CPU per message, and
 on/off ratios (1.00 = recording costs nothing measurable; the run-to-run spread here is
 several percent, so read ratios within ~5% of 1 as noise).
@@ -52,6 +56,62 @@ def _ws_e2e(url: str, key: str, pid: int, seconds: float, round_no: int) -> tupl
     return result["msg_per_s"], result["gateway_cpu_us_per_msg"]
 
 
+def micro() -> None:
+    import time
+    import timeit
+
+    from backend_store.types import (
+        AckResult,
+        MessageId,
+        NewMessage,
+        QueueName,
+        Receipt,
+        ReceivedMessage,
+        SendResult,
+    )
+    from gateway.usage.aggregator import UsageAggregator
+    from gateway.usage.observe import Observers
+    from push.observed import record_delivered, record_sends, record_settled
+
+    now = time.time()
+    message, result = NewMessage(b"x" * 1024), SendResult(MessageId("id"), 1)
+    batch = [
+        ReceivedMessage(
+            QueueName("q"),
+            MessageId("id"),
+            i,
+            Receipt(f"r{i}"),
+            b"x" * 1024,
+            True,
+            {},
+            None,
+            now,
+            1,
+            now + 30,
+        )
+        for i in range(10)
+    ]
+    receipts = [f"r{i}" for i in range(10)]
+    queue_of = dict.fromkeys(receipts, "q")
+    acked = AckResult(10)
+    n = 100_000
+    print("recording code alone, us:")
+    for name, observer in (("on", Observers([UsageAggregator()])), ("no sink", Observers())):
+        send = timeit.timeit(
+            lambda o=observer: record_sends(o, "t", "q", "http", [message], [result], 0.001), number=n
+        )
+        push = timeit.timeit(
+            lambda o=observer: record_delivered(o, "t", "q", "ws", batch, now), number=n // 10
+        )
+        ack = timeit.timeit(
+            lambda o=observer: record_settled(o, "t", "ack", "ws", receipts, queue_of, acked), number=n // 10
+        )
+        print(
+            f"  {name:<8} send {send / n * 1e6:.2f}/request, push {push / n * 1e6:.2f}/message, "
+            f"ack {ack / n * 1e6:.2f}/receipt"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -60,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
     print(machine(), f"load average {os.getloadavg()[0]:.1f}")
+    micro()
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="pushgate-usage-") as tmp:
         gateways: dict[str, Any] = {}
