@@ -17,7 +17,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 # Shared session fixtures, one file per external program (tests/fixtures/).
-pytest_plugins = ["tests.fixtures.chromium", "tests.fixtures.redis_server", "tests.fixtures.etcd_server", "tests.fixtures.spark"]
+pytest_plugins = [
+    "tests.fixtures.chromium",
+    "tests.fixtures.redis_server",
+    "tests.fixtures.etcd_server",
+    "tests.fixtures.spark",
+]
 
 # A fixed, recognisable epoch (2023-11-14T22:13:20Z): a store time that comes from the
 # wall clock instead of the injected one stands out in a failure message.
