@@ -29,9 +29,11 @@ async def test_max_receives_moves_to_dead_letter_queue(store: Backend, clock: Ma
     sent = await send_one(store, T1, "orders", "poison", attributes={"k": "v"}, group_id=None)
     await send_one(store, T1, "orders", "fine")
 
+    first_sent_at = 0.0
     for expected in (1, 2):
         got = await store.receive(T1, q("orders"), 10)
         assert [(m.body, m.receive_count) for m in got] == [(b"poison", expected), (b"fine", expected)]
+        first_sent_at = got[0].sent_at
         if expected == 2:
             await store.ack(T1, [got[1].receipt])
         clock.advance(6)
@@ -47,6 +49,9 @@ async def test_max_receives_moves_to_dead_letter_queue(store: Backend, clock: Ma
     assert dead.attributes == {"k": "v"}
     # SQS keeps the message id across the move.
     assert dead.id == sent.id
+    # docs/store.md: same sent_at, receive_count back to 0 (so this first receive is 1).
+    assert dead.receive_count == 1
+    assert dead.sent_at == first_sent_at
     assert await store.receive(T1, q("dlq"), 10) == []
 
 
@@ -239,13 +244,34 @@ async def test_fifo_dead_letter_releases_the_group(store: Backend, clock: Manual
     assert dead.body == b"a0" and dead.group_id == "a"
 
 
-async def test_fifo_message_without_group_is_accepted_or_rejected_cleanly(store: Backend) -> None:
+async def test_fifo_messages_without_a_group_share_one_default_group(store: Backend) -> None:
+    # docs/store.md: "Messages without a group_id share one default group."
     await store.create_queue(T1, q("f"), {"ordering": "fifo"})
-    [result] = await store.send(T1, q("f"), [msg("nogroup")])
-    if isinstance(result, SendResult):
-        assert [m.body for m in await store.receive(T1, q("f"), 1)] == [b"nogroup"]
-    else:
-        assert isinstance(result, InvalidRequest)
+    results = await store.send(T1, q("f"), [msg("n0"), msg("n1"), msg("other", group_id="g")])
+    assert all(isinstance(r, SendResult) for r in results), results
+    first = await store.receive(T1, q("f"), 10)
+    # One in flight per group: n1 waits behind n0, the named group goes on in parallel.
+    assert sorted(m.body for m in first) == [b"n0", b"other"]
+    assert [m.group_id for m in first if m.body == b"n0"] == [None]
+    assert await store.receive(T1, q("f"), 10) == []
+    await store.ack(T1, [m.receipt for m in first if m.body == b"n0"])
+    assert [m.body for m in await store.receive(T1, q("f"), 10)] == [b"n1"]
+
+
+async def test_a_promoted_fifo_head_keeps_its_own_delay(store: Backend, clock: ManualClock) -> None:
+    # Acking a head promotes the next message of its group "now, or when its own delay
+    # ends" (visibility.py): a delayed message behind a head stays hidden until its delay.
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    await send_one(store, T1, "f", "a0", group_id="a")
+    await send_one(store, T1, "f", "a1", group_id="a", delay_s=60)
+    [a0] = await store.receive(T1, q("f"), 10)
+    assert a0.body == b"a0"
+    assert (await store.ack(T1, [a0.receipt])).acked == 1
+    assert await store.receive(T1, q("f"), 10) == []
+    clock.advance(59)
+    assert await store.receive(T1, q("f"), 10) == []
+    clock.advance(2)
+    assert [m.body for m in await store.receive(T1, q("f"), 10)] == [b"a1"]
 
 
 # ---------------------------------------------------------------------------

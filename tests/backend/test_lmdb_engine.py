@@ -473,8 +473,17 @@ async def test_full_map_is_unavailable_and_keeps_reads_and_acks(lmdb_factory: St
     got = await receive_all(store, T1, "big")
     assert {m.id for m in got} == {r.id for r in stored}
     assert all(m.body == body for m in got)
+    # Nacks and visibility changes rewrite only the small state: they work on a full map
+    # too (docs/store.md, "Full disk or map"), and the map is still full afterwards.
+    nacked = await store.nack(T1, [m.receipt for m in got[4:6]], delay_s=3600)
+    assert (nacked.acked, nacked.failed) == (2, [])
+    await store.change_visibility(T1, q("big"), got[6].receipt, 3600)
+    with pytest.raises(Unavailable):
+        await store.send(T1, q("big"), [msg(body, is_text=False)])
     acked = await store.ack(T1, [m.receipt for m in got[:4]])
     assert acked.acked == 4
+    # The nack's delay and the extension hold: nothing comes back until they end.
+    assert await store.receive(T1, q("big"), 10, visibility_timeout_s=3600) == []
     # Space freed by acks is usable again.
     ok((await store.send(T1, q("big"), [msg(body, is_text=False)]))[0])
     store = await lmdb_factory.reopen(store, map_size=2 << 20, max_map_size=2 << 20)
