@@ -107,3 +107,23 @@ async def test_removing_a_jwt_signing_key_ends_connections_it_opened(
         admin(gateway, "jwt-key", "remove", "--tenant", "default", "--kid", kid)
         assert await closed_with(ws, timeout=DEADLINE_S) == 4001
         assert "removed" in (ws.close_reason or "")
+
+
+# docs/auth.md: a key revoked by `pushgate admin` in another process stops working over
+# plain HTTP "within 5 seconds" (the cache TTL), with nothing open that the recheck sees.
+CACHE_TTL_S = 5.0
+
+
+async def test_http_refuses_a_key_revoked_by_the_cli_within_5_s(gateway: RunningGateway, qname: str) -> None:
+    created = admin(gateway, "key", "create", "--tenant", "default", "--scope", f"receive:{qname}")
+    headers = {"Authorization": f"Bearer {created['key']}"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
+        # The key works and is now in the gateway's caches.
+        assert (await client.get("/v1/queues")).status_code == 200
+        admin(gateway, "key", "revoke", created["key_id"])
+        revoked_at = time.monotonic()
+        deadline = revoked_at + scaled(CACHE_TTL_S + 3.0)  # the TTL, and room for a loaded machine
+        while (status := (await client.get("/v1/queues")).status_code) == 200:
+            assert time.monotonic() < deadline, "the revoked key still works after the cache TTL"
+            await asyncio.sleep(0.1)
+        assert status == 401
