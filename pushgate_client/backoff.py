@@ -11,13 +11,17 @@ class Backoff:
     initial_s: float = 0.1
     max_s: float = 10.0
     factor: float = 2.0
+    # Injectable for tests (a seeded ``random.Random``); by default a fresh, unseeded one.
+    rng: random.Random = field(default_factory=random.Random, repr=False)
     _attempt: int = field(default=0, init=False)
 
     def next_delay(self) -> float:
-        """The delay before the next attempt; full jitter spreads a herd of reconnects."""
+        """The delay before the next attempt: uniform in [0, ceiling] ("full jitter", as in
+        AWS's backoff study), so a herd of clients cut at once spreads over the whole window
+        instead of its upper half."""
         ceiling = min(self.max_s, self.initial_s * self.factor**self._attempt)
         self._attempt += 1
-        return random.uniform(ceiling / 2, ceiling)
+        return self.rng.uniform(0, ceiling)
 
     def reset(self) -> None:
         self._attempt = 0

@@ -34,14 +34,14 @@ _names = itertools.count()
 class RunningGateway:
     """A gateway serving on 127.0.0.1:<free port> until :meth:`stop`."""
 
-    def __init__(self, settings: Settings, backend: Backend | None = None) -> None:
+    def __init__(self, settings: Settings, backend: Backend | None = None, port: int = 0) -> None:
         self.settings = settings
         app = create_app(settings, backend=backend)
         self.services: GatewayServices = app.state.services
         self.server = GatewayServer(uvicorn_config(settings, app), self.services)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.bind(("127.0.0.1", port))  # a given port: a restart on the same address
         self.port: int = self._sock.getsockname()[1]
         scheme = "https" if settings.tls else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}"
@@ -113,9 +113,9 @@ class Api:
         return self.client.post(f"/v1/queues/{queue}/ack", json={"receipts": receipts})
 
 
-def start_gateway(data_dir: Path, **changes: Any) -> RunningGateway:
+def start_gateway(data_dir: Path, port: int = 0, **changes: Any) -> RunningGateway:
     settings = Settings(data_dir=data_dir, log_level="warning", graceful_timeout_s=5, **changes)
-    return RunningGateway(settings).start()
+    return RunningGateway(settings, port=port).start()
 
 
 @pytest.fixture(scope="module")

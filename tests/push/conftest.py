@@ -45,9 +45,9 @@ def engine_of(gateway: RunningGateway) -> PushEngine:
     return gateway.services.engine
 
 
-def start_push_gateway(tmp: Any, **settings: Any) -> RunningGateway:
+def start_push_gateway(tmp: Any, port: int = 0, **settings: Any) -> RunningGateway:
     """A gateway whose engine is built with :data:`TEST_SETTINGS` changed by ``settings``."""
-    return start_gateway(tmp, push=replace(TEST_SETTINGS, **settings))
+    return start_gateway(tmp, port, push=replace(TEST_SETTINGS, **settings))
 
 
 @pytest.fixture(scope="module")
