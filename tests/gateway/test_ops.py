@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 
-from .conftest import Api, RunningGateway
+from .conftest import Api, RunningGateway, problem_code, start_gateway
 
 
 def test_healthz_and_readyz_need_no_token(gateway: RunningGateway) -> None:
@@ -38,3 +40,17 @@ def test_queue_cache_is_invalidated_by_changes(gateway: RunningGateway, admin: A
     assert r.json() == {"messages": []}
     admin.client.delete(f"/v1/queues/{qname}")
     assert admin.client.post(f"/v1/queues/{qname}/receive", json={}).status_code == 404
+
+
+def test_readyz_is_503_when_the_store_cannot_take_writes(tmp_path: Path) -> None:
+    # docs/http.md: ready "after a no-op write commits; 503 unavailable otherwise". The store
+    # is closed under the running gateway (as after a fatal store error): liveness stays.
+    gateway = start_gateway(tmp_path)
+    try:
+        assert httpx.get(f"{gateway.url}/readyz").status_code == 200
+        gateway.call(gateway.services.backend.close())
+        r = httpx.get(f"{gateway.url}/readyz")
+        assert problem_code(r, 503) == "unavailable"
+        assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
+    finally:
+        gateway.stop()
