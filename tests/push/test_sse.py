@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from tests.gateway.conftest import RunningGateway
 
@@ -115,9 +116,12 @@ async def test_access_token_query_and_consumer_count(gateway: RunningGateway, ht
         await http.send(qname, "x")
         (message,) = await sse.messages(1)
         assert message["body"] == "x"
-    assert engine_of(gateway).consumers(  # the stream is gone once its client is
-        "default", qname
-    ) in (0, 1)
+
+    # The stream is gone once the gateway notices its client hung up.
+    async def no_consumers() -> bool:
+        return engine_of(gateway).consumers("default", qname) == 0
+
+    await poll(no_consumers, what="the closed stream to be forgotten")
 
 
 async def test_token_expiry_ends_the_stream_and_releases(
@@ -175,3 +179,27 @@ async def test_head_answers_headers_without_a_stream(gateway: RunningGateway, ht
     assert response.headers["x-accel-buffering"] == "no"
     assert (await http.stats(qname))["consumers"] == 0
     assert (await http.client.head("/v1/queues/no-such-queue/events")).status_code == 404
+
+
+async def test_a_stream_that_stops_acking_reads_a_4008_close_event(
+    gateway: RunningGateway, http: Http, qname: str
+) -> None:
+    # docs/push.md, "Slow consumers": a subscription whose oldest message timed out
+    # stall_grace_s ago with no ack or nack since it was sent is closed with 4008; an SSE
+    # stream learns it from a last `close` event (reconnect: yes), which it reads.
+    await http.queue(qname, visibility_timeout_s=1)
+    await http.send(qname, "unacked")
+    # prefetch 1: the stalled stream gets no credit back for the timed-out message, so the
+    # next event is the close (with more credit, the redelivery would come first).
+    async with sse_stream(gateway, qname, gateway.admin_key, prefetch=1) as sse:
+        (message,) = await sse.messages(1)
+        closing = await sse.next(timeout=1 + 1 + 10)  # visibility, stall grace, room
+        assert closing["event"] == "close"
+        data = orjson.loads(closing["data"])
+        assert (data["code"], data["reconnect"]) == (4008, True)
+        assert isinstance(data["reason"], str) and data["reason"]
+        with pytest.raises(EOFError):
+            await sse.next()
+    # Its message is free for the next consumer.
+    (again,) = (await http.client.post(f"/v1/queues/{qname}/receive", json={"wait_s": 5})).json()["messages"]
+    assert (again["id"], again["receive_count"]) == (message["id"], 2)

@@ -12,7 +12,7 @@ from websockets.frames import Frame, Opcode
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 
-from .conftest import Http, closed_with, recv_frame, request, send_frame, ws_connect
+from .conftest import Http, closed_with, deliveries, recv_frame, request, send_frame, ws_connect
 
 
 async def test_header_auth_and_subprotocol(gateway: RunningGateway, http: Http, qname: str) -> None:
@@ -147,7 +147,10 @@ async def test_invalid_request_keeps_connection(gateway: RunningGateway, http: H
 async def test_plain_http_on_ws_route_is_refused(gateway: RunningGateway) -> None:
     async with httpx.AsyncClient(base_url=gateway.url) as client:
         response = await client.get("/v1/ws")
-    assert response.status_code >= 400
+    # No HTTP route serves /v1/ws: the general rule, 404 not_found, as a problem document.
+    assert response.status_code == 404, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "not_found"
 
 
 async def test_refresh_that_loses_a_subscribed_scope_closes_4003(
@@ -182,3 +185,18 @@ async def test_invalid_utf8_before_auth_closes_1007_and_logs_one_line(gateway: R
     noisy = [r for r in records if "UTF-8" in r.getMessage()]
     assert len(noisy) == 1
     assert noisy[0].levelno == logging.WARNING and noisy[0].exc_info is None
+
+
+async def test_token_expiry_releases_the_messages_it_held(gateway: RunningGateway, http: Http, qname: str) -> None:
+    # docs/push.md, At-least-once: a connection whose token expires "releases everything
+    # it held at once", so another consumer gets it long before its visibility ends.
+    await http.queue(qname, visibility_timeout_s=600)
+    await http.send(qname, "held")
+    token = await http.token(ttl_s=2)  # JWT exp has whole seconds: 1 s may be nearly gone
+    async with ws_connect(gateway, token) as ws:
+        assert (await request(ws, op="subscribe", queue=qname, id=1))["op"] == "ok"
+        (held,) = await deliveries(ws, 1)
+        assert await closed_with(ws, timeout=5) == 4001
+    response = await http.client.post(f"/v1/queues/{qname}/receive", json={"wait_s": 5})
+    (again,) = response.json()["messages"]
+    assert (again["id"], again["receive_count"]) == (held["id"], 2)
