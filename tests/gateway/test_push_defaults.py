@@ -30,7 +30,9 @@ async def test_shipped_push_defaults_deliver_over_websocket_sse_and_long_poll(
         # WebSocket: the default prefetch (10) caps what one subscriber holds unacked.
         await send(*(f"w{i}" for i in range(12)))
         async with connect(
-            ws_url(gateway), subprotocols=["pushgate.v1"], additional_headers=headers  # type: ignore[list-item]
+            ws_url(gateway),
+            subprotocols=["pushgate.v1"],
+            additional_headers=headers,  # type: ignore[list-item]
         ) as ws:
             assert (await request(ws, op="subscribe", queue=qname, id=1))["op"] == "ok"
             first = await deliveries(ws, PushSettings().default_prefetch)

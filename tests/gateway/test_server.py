@@ -164,7 +164,8 @@ def test_serve_bootstraps_once_and_stops_gracefully(tmp_path: Path) -> None:
             )
             poll.start()
             _wait_for_in_flight(proc.url, proc.key)
-            assert proc.terminate() == -signal.SIGTERM  # docs/http.md: uvicorn re-raises the signal after a clean stop
+            # docs/http.md: uvicorn re-raises the signal after a clean stop
+            assert proc.terminate() == -signal.SIGTERM
             poll.join(scaled(10))
             assert answers and answers[0].status_code == 200 and answers[0].json() == {"messages": []}
     finally:
@@ -210,7 +211,9 @@ def test_readme_first_command_from_a_clean_clone(tmp_path: Path) -> None:
             assert client.post("/v1/queues/readme/messages", json={"body": "hi"}).status_code == 201
             (m,) = client.post("/v1/queues/readme/receive", json={}).json()["messages"]
             assert m["body"] == "hi"
-        assert proc.terminate() == -signal.SIGTERM  # docs/http.md: uvicorn re-raises the signal after a clean stop
+        assert (
+            proc.terminate() == -signal.SIGTERM
+        )  # docs/http.md: uvicorn re-raises the signal after a clean stop
     finally:
         proc.stop()
     assert (clone / "data" / "bootstrap-admin-key").exists()

@@ -26,11 +26,14 @@ from push.settings import PushSettings
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway, start_gateway
 
+# Small enough to keep the suite quick, never so small that one round trip on a loaded
+# machine (seconds, with CPU and fsync hogs beside it) outlasts a window a test relies on:
+# a client must authenticate and resume within these, so they are seconds (docs/testing.md).
 TEST_SETTINGS = PushSettings(
-    auth_timeout_s=0.5,
+    auth_timeout_s=2.0,
     ping_interval_s=0.3,
     sse_retry_ms=100,
-    sse_resume_grace_s=0.5,
+    sse_resume_grace_s=2.0,
     send_buffer_bytes=256 * 1024,
     write_timeout_s=1.0,
     watchdog_interval_s=0.1,

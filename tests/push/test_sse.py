@@ -7,7 +7,7 @@ import pytest
 
 from tests.gateway.conftest import RunningGateway
 
-from .conftest import Http, engine_of, poll, sse_stream
+from .conftest import TEST_SETTINGS, Http, engine_of, poll, sse_stream
 
 
 async def test_stream_framing_and_headers(gateway: RunningGateway, http: Http, qname: str) -> None:
@@ -84,7 +84,7 @@ async def test_disconnect_without_resume_releases_after_grace(
     async with sse_stream(gateway, qname, gateway.admin_key) as sse:
         (first,) = await sse.messages(1)
     async with sse_stream(gateway, qname, gateway.admin_key) as sse:
-        (again,) = await sse.messages(1, timeout=5)
+        (again,) = await sse.messages(1, timeout=TEST_SETTINGS.sse_resume_grace_s + 5)
     assert (again["id"], again["receive_count"]) == (first["id"], 2)
 
 

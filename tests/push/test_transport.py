@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from backend_store import QueueName, TenantId
-from backend_store.types import MessageId, ReceivedMessage, Receipt
+from backend_store.types import MessageId, Receipt, ReceivedMessage
 from push.close_codes import CloseCode
 from push.subscription import Connection, Subscription
 from push.transport import BufferedTransport, SseTransport, WsTransport
