@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -176,10 +177,28 @@ class Environment:
             self.env.close()
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, lmdb.Error) and (
-        getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc)
-    )
+# Less room than this left on the store's file system counts as full (LMDB writes pages
+# of 4 KiB in runs; a few stray blocks left over are no room).
+_FULL_BELOW_BYTES = 1 << 20
+
+
+def is_disk_full(exc: BaseException, path: Path | None = None) -> bool:
+    """Whether a failed write means the disk is full.
+
+    LMDB reports a short write as EIO, not ENOSPC (``mdb_page_flush``: "short write,
+    filesystem full?"), which is what a full disk gives it; so an EIO is taken as a full
+    disk when the store's file system has (almost) no room left."""
+    if not isinstance(exc, lmdb.Error):
+        return False
+    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
+        return True
+    if path is None or not (getattr(exc, "errno", None) == errno.EIO or "Input/output error" in str(exc)):
+        return False
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return False
+    return fs.f_bavail * fs.f_frsize < _FULL_BELOW_BYTES
 
 
 class View:

@@ -252,9 +252,8 @@ class GroupCommitWriter:
         for pending in batch:
             pending.outcome = (False, error)
 
-    @staticmethod
-    def _unavailable(exc: lmdb.Error) -> Unavailable:
-        if is_disk_full(exc):
+    def _unavailable(self, exc: lmdb.Error) -> Unavailable:
+        if is_disk_full(exc, self._env.path):
             log.error("disk full: %s", exc)
             return Unavailable("disk full")
         log.error("LMDB write failed: %s", exc)

@@ -66,6 +66,8 @@ def test_a_full_disk_refuses_sends_and_keeps_receives_and_acks(
                 stored += 1
             assert r.status_code == 503, f"{how}: {r.status_code} {r.text}"
             assert r.json()["code"] == "unavailable" and "retry-after" in r.headers
+            if how.startswith("tmpfs"):  # a full file system is named as such (a file size limit is not)
+                assert r.json()["detail"] == "disk full", r.text
             assert stored > 0
             assert http.get("/healthz").status_code == 200
 
