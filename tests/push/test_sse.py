@@ -129,10 +129,10 @@ async def test_token_expiry_ends_the_stream_and_releases(
 ) -> None:
     await http.queue(qname, visibility_timeout_s=600)
     await http.send(qname, "x")
-    token = await http.token(ttl_s=2)  # JWT exp has whole seconds: 1 s may be nearly gone
+    token = await http.token(ttl_s=4)  # JWT exp has whole seconds: it lives 3-4 s
     async with sse_stream(gateway, qname, token) as sse:
         (first,) = await sse.messages(1)
-        closing = await sse.next(timeout=5)
+        closing = await sse.next(timeout=10)
         assert closing["event"] == "close"
         assert orjson.loads(closing["data"]) == {"code": 4001, "reason": "token expired", "reconnect": False}
     async with sse_stream(gateway, qname, gateway.admin_key) as sse:

@@ -81,10 +81,11 @@ async def test_bad_token_closes_4001(gateway: RunningGateway, how: str) -> None:
 
 
 async def test_token_expiry_while_connected_closes_4001(gateway: RunningGateway, http: Http) -> None:
-    token = await http.token(ttl_s=2)  # JWT exp has whole seconds: 1 s may be nearly gone
+    # JWT exp has whole seconds: a 4 s token lives 3-4 s, room for a round trip under load.
+    token = await http.token(ttl_s=4)
     async with ws_connect(gateway, token) as ws:
         assert await request(ws, op="ping", id=1) == {"op": "pong", "id": 1}
-        assert await closed_with(ws, timeout=5) == 4001
+        assert await closed_with(ws, timeout=10) == 4001
         assert ws.close_reason == "token expired"
 
 
@@ -207,11 +208,11 @@ async def test_token_expiry_releases_the_messages_it_held(
     # it held at once", so another consumer gets it long before its visibility ends.
     await http.queue(qname, visibility_timeout_s=600)
     await http.send(qname, "held")
-    token = await http.token(ttl_s=2)  # JWT exp has whole seconds: 1 s may be nearly gone
+    token = await http.token(ttl_s=4)  # lives 3-4 s (whole seconds): room for the subscribe
     async with ws_connect(gateway, token) as ws:
         assert (await request(ws, op="subscribe", queue=qname, id=1))["op"] == "ok"
         (held,) = await deliveries(ws, 1)
-        assert await closed_with(ws, timeout=5) == 4001
+        assert await closed_with(ws, timeout=10) == 4001
     response = await http.client.post(f"/v1/queues/{qname}/receive", json={"wait_s": 5})
     (again,) = response.json()["messages"]
     assert (again["id"], again["receive_count"]) == (held["id"], 2)

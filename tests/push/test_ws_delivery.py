@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -155,9 +156,9 @@ async def test_redelivery_after_visibility_timeout(gateway: RunningGateway, http
     await http.queue(qname)
     await http.send(qname, "x")
     async with ws_connect(gateway, gateway.admin_key) as ws:
-        # 1 s: the ping below must be heard before visibility + stall_grace_s (1 s) ends,
+        # 2 s: the ping below must be heard before visibility + stall_grace_s (1 s) ends,
         # or the silent consumer is (rightly) closed 4008 instead.
-        await subscribe(ws, qname, prefetch=1, visibility_timeout_s=1)
+        await subscribe(ws, qname, prefetch=1, visibility_timeout_s=2)
         (first,) = await deliveries(ws, 1)
         # Not acked, but the client is heard from (any frame): the credit comes back when the
         # visibility ends, and so does the message. (A silent one is a slow consumer: 4008.)
@@ -174,9 +175,11 @@ async def test_delayed_message_is_pushed_when_due(gateway: RunningGateway, http:
     await http.queue(qname)
     async with ws_connect(gateway, gateway.admin_key) as ws:
         await subscribe(ws, qname)
-        await http.send(qname, "later", delay_s=3)
-        await nothing_more(ws, 1.0)  # the first second of the 3 s delay
-        (message,) = await deliveries(ws, 1, timeout=5)
+        # Not pushed before it is due (timed from before the send: load only adds to it).
+        start = time.monotonic()
+        await http.send(qname, "later", delay_s=1)
+        (message,) = await deliveries(ws, 1, timeout=10)
+        assert time.monotonic() - start >= 0.9
         assert message["body"] == "later"
 
 
