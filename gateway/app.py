@@ -21,6 +21,7 @@ from .errors import problem_response
 from .metrics import GatewayMetrics
 from .middleware import GatewayMiddleware, GuardedApp
 from .operations import build_operations
+from .routes.browser import BrowserRoutes
 from .routes.endpoint import Endpoint
 from .routes.limits import LimitsRoutes
 from .routes.messages import MessageRoutes
@@ -82,6 +83,7 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
         *_guarded(push_routes(services), services.metrics),
         *OpsRoutes(services).routes(),
         *operator_routes,
+        *BrowserRoutes(services).routes(),
     ]
     app = GatewayApp(routes=routes, lifespan=lifespan)
     app.metrics = services.metrics
