@@ -51,9 +51,22 @@ def require(principal: Principal, action: Action | None, queue: str | None = Non
     """Raise 403 unless ``principal`` may do ``action`` (None: see) on ``queue``."""
     allowed = can_see(principal, queue or "") if action is None else principal.can(action, queue)
     if not allowed:
-        what = "administer" if action == "admin" else (action or "use")
-        target = f" queue {queue!r}" if queue else ""
-        raise Forbidden(f"the token's scopes do not allow it to {what}{target}")
+        raise Forbidden(f"the token's scopes do not allow it to {_VERBS[action]}{_target(action, queue)}")
+
+
+# "to send to queue 'orders'", "to receive from queue 'orders'", "to administer this tenant".
+_VERBS: dict[Action | None, str] = {
+    "send": "send to",
+    "receive": "receive from",
+    "admin": "administer",
+    None: "use",
+}
+
+
+def _target(action: Action | None, queue: str | None) -> str:
+    if queue:
+        return f" queue {queue!r}"
+    return " this tenant" if action == "admin" else " any queue"
 
 
 def queue_param(request: Request) -> QueueName:
