@@ -31,7 +31,7 @@ _names = itertools.count()
 # Runs in the page: import the client from the gateway, subscribe, ack everything it gets.
 START_CONSUMER = """async ({gw, queue, token, options}) => {
   const { Pushgate } = await import(`${gw}/client/pushgate.js`);
-  window.received = []; window.acked = 0; window.states = []; window.errors = [];
+  window.received = []; window.acked = 0; window.nacked = 0; window.states = []; window.errors = [];
   window.tokenCalls = 0;
   const tokenSource = token.mint
     ? async () => {
@@ -44,13 +44,19 @@ START_CONSUMER = """async ({gw, queue, token, options}) => {
         return minted.token;
       }
     : token.key;
+  const {nackFirst, ...clientOptions} = options;
   const pg = new Pushgate(gw, {token: tokenSource, backoff: {initialMs: 100, maxMs: 1000},
-    onStateChange: (state) => window.states.push(state), ...options});
+    onStateChange: (state) => window.states.push(state), ...clientOptions});
   window.pg = pg;
   (async () => {
     try {
       for await (const message of pg.subscribe(queue, {prefetch: 5})) {
         window.received.push(message.body);
+        if (nackFirst && message.receive_count === 1) {
+          // Given back once: it must come again, one receive later, and then be acked.
+          if (await message.nack(0)) window.nacked += 1;
+          continue;
+        }
         if (await message.ack()) window.acked += 1;
       }
     } catch (error) { window.errors.push(`${error.code}: ${error.message}`); }
@@ -213,7 +219,7 @@ def test_refreshes_its_token_without_reconnecting(
                 "gw": web.url,
                 "queue": qname,
                 "token": {"key": web.key, "mint": True, "ttlS": 3},
-                "options": {"refreshBeforeS": 1.5},
+                "options": {"refreshBeforeS": 1.5, "nackFirst": True},
             },
         )
         # Past the first token's expiry: without a refresh the gateway would have closed with 4001.
@@ -222,7 +228,8 @@ def test_refreshes_its_token_without_reconnecting(
         http.send(qname, "after-expiry")
         wait_in_page(page, "() => window.acked >= 1")
         assert page.evaluate("() => window.pg.reconnects") == 0
-        assert page.evaluate("() => window.received") == ["after-expiry"]
+        assert page.evaluate("() => window.received") == ["after-expiry", "after-expiry"]
+        assert page.evaluate("() => window.nacked") == 1
     with http:
         http.assert_drained(qname)
 
@@ -234,7 +241,8 @@ def test_falls_back_to_sse_where_websocket_is_blocked(
     http.queue(qname)
     for page in open_page(chromium, page_server.allowed, BLOCK_WEBSOCKET):
         transport = page.evaluate(
-            START_CONSUMER, {"gw": web.url, "queue": qname, "token": {"key": web.key}, "options": {}}
+            START_CONSUMER,
+            {"gw": web.url, "queue": qname, "token": {"key": web.key}, "options": {"nackFirst": True}},
         )
         assert transport == "sse"
         for i in range(3):
@@ -242,7 +250,8 @@ def test_falls_back_to_sse_where_websocket_is_blocked(
         result = page.evaluate("async (q) => await window.pg.send(q, 'from-page')", qname)
         assert result["duplicate"] is False
         wait_in_page(page, "() => window.acked >= 4")
-        assert sorted(page.evaluate("() => window.received")) == ["from-page", "m0", "m1", "m2"]
+        assert page.evaluate("() => window.nacked") == 4
+        assert sorted(page.evaluate("() => window.received")) == sorted(["from-page", "m0", "m1", "m2"] * 2)
     with http:
         http.assert_drained(qname)
 
