@@ -1,6 +1,6 @@
 """Who is asking and what they may touch: bearer tokens, scopes and queue names.
 
-Permissions (API.md plus what it leaves to us):
+Permissions (docs/api.md plus what it leaves to us):
 
 ========================================  ==========================================
 request                                   needs
