@@ -13,6 +13,7 @@ docs/browser.md).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -25,6 +26,18 @@ from .auth.tenants import normalize_origin
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+# Both memos are of pure functions of a few distinct strings (a deployment's origins and its
+# own host names); parsing them on every browser request cost more than the rest of the rule.
+@functools.lru_cache(maxsize=4096)
+def normalized_origin(origin: str) -> str | None:
+    """``origin`` as tenants list it (``scheme://host[:port]``), or None if it is no valid origin."""
+    try:
+        return normalize_origin(origin)
+    except InvalidRequest:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
 def same_origin(origin: str, host: str | None) -> bool:
     """Whether ``origin`` names the host the request was sent to (its ``Host`` header).
 
@@ -32,13 +45,14 @@ def same_origin(origin: str, host: str | None) -> bool:
     while the page is ``https``. A ``Host`` without a port matches the origin's default
     port (80 or 443), for the same reason.
     """
-    if not host:
+    normalized = normalized_origin(origin)
+    if not host or normalized is None:
         return False
+    parts = urlsplit(normalized)
     try:
-        parts = urlsplit(normalize_origin(origin))
         host_parts = urlsplit("//" + host.strip().lower())
         host_port = host_parts.port
-    except (InvalidRequest, ValueError):
+    except ValueError:
         return False
     if parts.hostname is None or parts.hostname != host_parts.hostname:
         return False
@@ -71,15 +85,15 @@ class OriginRule:
         """Whether a page on ``origin`` may act with a credential of ``tenant``."""
         if same_origin(origin, host):
             return True
-        return await self.authenticator.origin_allowed(tenant, origin)
+        normalized = normalized_origin(origin)
+        return normalized is not None and normalized in await self.authenticator.allowed_origins(tenant)
 
     async def any_tenant_allows(self, origin: str, host: str | None) -> bool:
         """Whether any tenant (or the gateway itself) allows ``origin``: a preflight's question."""
         if same_origin(origin, host):
             return True
-        try:
-            normalized = normalize_origin(origin)
-        except InvalidRequest:
+        normalized = normalized_origin(origin)
+        if normalized is None:
             return False
         now = self._clock()
         if now >= self._union_expires:
