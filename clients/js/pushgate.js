@@ -434,9 +434,15 @@ export class Pushgate {
       await sleep(backoffDelay(attempt++, this.options.backoff));
       try {
         await this._freshToken();
+        // EventSource hides why a stream was refused: ask the queue, so that a refusal that
+        // retrying cannot fix (no such queue, no scope) ends the subscription.
+        await this._http("GET", `/v1/queues/${encodeURIComponent(sub.queue)}`);
       } catch (error) {
-        sub._fail(error);
-        return;
+        const transient = ["unavailable", "rate_limited", "internal_error"];
+        if (error instanceof PushgateError && !transient.includes(error.code)) {
+          sub._fail(error);
+          return;
+        }
       }
       if (!sub.closed && sub.eventSource === source) this._openEventSource(sub, last);
     };

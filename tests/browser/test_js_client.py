@@ -269,3 +269,18 @@ def test_backoff_is_full_jitter(chromium: Browser, web: WebGateway, page_server:
             web.url,
         )
         assert delays == [[0, 99], [0, 199], [0, 399], [0, 799], [0, 999], [0, 999]]
+
+
+def test_refusals_end_a_subscription(chromium: Browser, web: WebGateway, page_server: PageServer) -> None:
+    # A queue that does not exist: over WebSocket the subscribe is answered with an error;
+    # over SSE the stream is refused (EventSource does not say why) and the client asks.
+    for init_script, transport in ((None, "websocket"), (BLOCK_WEBSOCKET, "sse")):
+        for page in open_page(chromium, page_server.allowed, init_script):
+            used = page.evaluate(
+                START_CONSUMER,
+                {"gw": web.url, "queue": "no-such-queue", "token": {"key": web.key}, "options": {}},
+            )
+            assert used == transport
+            wait_in_page(page, "() => window.errors.length > 0")
+            (error,) = page.evaluate("() => window.errors")
+            assert error.startswith("queue_not_found: "), error
