@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import sys
@@ -56,6 +58,10 @@ def bind_socket(settings: Settings) -> socket.socket:
     return sock
 
 
+# How long a forced stop (a second Ctrl-C) still gives the store to close.
+FORCED_CLOSE_S = 2.0
+
+
 class GatewayServer(uvicorn.Server):
     """uvicorn's server, plus: long-polls and push streams end as soon as shutdown begins.
 
@@ -85,4 +91,11 @@ class GatewayServer(uvicorn.Server):
         # them with 1001 and releases their messages, SSE streams and long-polls end.
         await self.services.drain()
         await super().shutdown(sockets)
+        if self.force_exit:
+            # A second Ctrl-C makes uvicorn skip the lifespan shutdown: the store would stay
+            # open and the lifespan task be cancelled at exit, with a CancelledError traceback.
+            # Close it anyway, for a moment only (forcing is for a shutdown that hangs).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FORCED_CLOSE_S):
+                    await self.lifespan.shutdown()
         self._quiet()
