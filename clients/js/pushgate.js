@@ -201,6 +201,7 @@ export class Pushgate {
       } catch (error) {
         if (error.fatal) {
           this._failAll(error);
+          this._setState("closed");
           throw error;
         }
         if (error.neverOpened && this.options.transport === "auto" && (await this._httpReachable())) {

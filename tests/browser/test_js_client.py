@@ -284,3 +284,19 @@ def test_refusals_end_a_subscription(chromium: Browser, web: WebGateway, page_se
             wait_in_page(page, "() => window.errors.length > 0")
             (error,) = page.evaluate("() => window.errors")
             assert error.startswith("queue_not_found: "), error
+
+
+def test_a_bad_key_fails_instead_of_retrying(
+    chromium: Browser, web: WebGateway, page_server: PageServer
+) -> None:
+    for page in open_page(chromium, page_server.allowed):
+        failed = page.evaluate(
+            """async (gw) => {
+              const { Pushgate } = await import(`${gw}/client/pushgate.js`);
+              const pg = new Pushgate(gw, {token: "pgk_0000000000000000_not-a-key"});
+              try { await pg.connect(); return "connected"; }
+              catch (error) { return [error.code, pg.state]; }
+            }""",
+            web.url,
+        )
+        assert failed == ["unauthorized", "closed"]
