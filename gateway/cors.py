@@ -34,10 +34,8 @@ from .origins import OriginRule, same_origin
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 ALLOWED_HEADERS = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Accept"
 # Response headers a page may read besides the CORS-safelisted ones.
-EXPOSED_HEADERS = (
-    "Retry-After, WWW-Authenticate, Location, RateLimit-Limit, RateLimit-Remaining, "
-    "RateLimit-Reset, RateLimit-Policy"
-)
+# (RateLimit and RateLimit-Policy are the IETF draft's fields that gateway/limits sends.)
+EXPOSED_HEADERS = "Retry-After, WWW-Authenticate, Location, RateLimit, RateLimit-Policy"
 # How long a browser may cache a preflight answer (Chromium caps it at 7200 s).
 PREFLIGHT_MAX_AGE_S = 600
 
