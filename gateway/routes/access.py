@@ -51,14 +51,16 @@ def require(principal: Principal, action: Action | None, queue: str | None = Non
     """Raise 403 unless ``principal`` may do ``action`` (None: see) on ``queue``."""
     allowed = can_see(principal, queue or "") if action is None else principal.can(action, queue)
     if not allowed:
-        raise Forbidden(f"the token's scopes do not allow it to {_VERBS[action]}{_target(action, queue)}")
+        raise Forbidden(f"the token's scopes do not allow it to {VERBS[action]}{_target(action, queue)}")
 
 
-# "to send to queue 'orders'", "to receive from queue 'orders'", "to administer this tenant".
-_VERBS: dict[Action | None, str] = {
+# "to send to queue 'orders'", "to receive from queue 'orders'", "to administer this tenant",
+# "to read the metrics". One entry per Action: tests/newcomer/test_cli.py checks it.
+VERBS: dict[Action | None, str] = {
     "send": "send to",
     "receive": "receive from",
     "admin": "administer",
+    "metrics": "read the metrics",
     None: "use",
 }
 
@@ -66,7 +68,9 @@ _VERBS: dict[Action | None, str] = {
 def _target(action: Action | None, queue: str | None) -> str:
     if queue:
         return f" queue {queue!r}"
-    return " this tenant" if action == "admin" else " any queue"
+    if action == "admin":
+        return " this tenant"
+    return " any queue" if action in ("send", "receive", None) else ""
 
 
 def queue_param(request: Request) -> QueueName:

@@ -11,11 +11,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
+from typing import get_args
 
 import httpx
 import pytest
 
+from gateway.auth.principal import Action
 from gateway.cli import _INTERNAL_SETTINGS, main, version
+from gateway.routes.access import VERBS
 from gateway.settings import Settings
 from tests.gateway.conftest import RunningGateway, start_gateway
 from tests.gateway.processes import ServeProcess, serve
@@ -135,6 +138,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway
         yield running
     finally:
         running.stop()
+
+
+def test_every_action_has_its_wording() -> None:
+    assert set(VERBS) == {*get_args(Action), None}
 
 
 def test_forbidden_wording(gateway: RunningGateway) -> None:
