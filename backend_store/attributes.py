@@ -1,4 +1,4 @@
-"""Validation of queue attributes against API.md's bounds.
+"""Validation of queue attributes against docs/api.md's bounds.
 
 Pure functions: the store calls them inside its writer, the gateway may call them
 early to fail fast. Both give the same answer because there is one table.

@@ -2,7 +2,7 @@
 
 The root lives here, in the bottom layer, because every part may import
 ``backend_store`` (DESIGN.md): the store, push and the gateway raise the same classes.
-Each error carries a stable ``code`` (the strings of API.md's error table) and a
+Each error carries a stable ``code`` (the strings of docs/api.md's error table) and a
 client-safe ``detail``; ``retry_after_s`` says when trying again may help. The store
 knows nothing of HTTP or WebSocket: ``gateway/errors.py`` maps codes to HTTP statuses
 and ``push/close_codes.py`` maps the few that end a connection to close codes.

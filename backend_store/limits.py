@@ -2,7 +2,7 @@
 
 The store enforces them; the HTTP routes, the WebSocket and SSE protocols, the queue
 attribute bounds and the OpenAPI document all read them from here, so a limit cannot
-differ between transports. Values follow Amazon SQS where API.md is silent.
+differ between transports. Values follow Amazon SQS where docs/api.md is silent.
 """
 
 from __future__ import annotations

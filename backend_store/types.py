@@ -21,7 +21,7 @@ Epoch = NewType("Epoch", int)
 
 @dataclass(frozen=True, slots=True)
 class QueueAttributes:
-    """A queue's attributes with API.md's defaults; see :mod:`backend_store.attributes` for bounds."""
+    """A queue's attributes with docs/api.md's defaults; see :mod:`backend_store.attributes` for bounds."""
 
     max_message_bytes: int = 262144
     max_messages: int | None = None

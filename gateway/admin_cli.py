@@ -52,7 +52,17 @@ class _CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pushgate admin", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(
+        prog="pushgate admin",
+        description="Tenants, API keys, JWT keys and queue deletion on a gateway's data directory, "
+        "whether or not the gateway runs. Each command prints one JSON object.",
+        epilog="examples:\n"
+        "  pushgate admin --data ./data tenant create acme --origin https://app.acme.com\n"
+        '  pushgate admin --data ./data key create --tenant acme --scope "send:orders receive:orders"\n'
+        "  pushgate admin --data ./data key revoke KEY_ID\n"
+        "Each group has its own help: pushgate admin key create --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--data", type=Path, help="the gateway's data directory (default: $PUSHGATE_DATA_DIR)"
     )

@@ -16,10 +16,12 @@ from starlette.types import ASGIApp
 from backend_store.backend import Backend
 from push import PrincipalLike, SseHandler, WebSocketHandler
 
+from .cors import CorsMiddleware
 from .errors import problem_response
 from .metrics import GatewayMetrics
 from .middleware import GatewayMiddleware, GuardedApp
 from .operations import build_operations
+from .routes.browser import BrowserRoutes
 from .routes.endpoint import Endpoint
 from .routes.limits import LimitsRoutes
 from .routes.messages import MessageRoutes
@@ -34,9 +36,10 @@ from .usage.http import observed_rate_check
 def push_routes(services: GatewayServices) -> list[BaseRoute]:
     """Routes of the push delivery engine (WebSocket and SSE); see docs/push.md."""
     engine, authenticator = services.engine, services.authenticator
+    rule = services.origin_rule
 
-    async def origin_allowed(principal: PrincipalLike, origin: str) -> bool:
-        return await authenticator.origin_allowed(principal.tenant, origin)
+    async def origin_allowed(principal: PrincipalLike, origin: str, host: str | None) -> bool:
+        return await rule.allows(principal.tenant, origin, host)
 
     rate_check, observer = services.throttling.rate_check, services.usage.observer
     ws_check = observed_rate_check(rate_check, observer, "ws")  # refusals are usage ("throttled")
@@ -80,9 +83,11 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
         *_guarded(push_routes(services), services.metrics),
         *OpsRoutes(services).routes(),
         *operator_routes,
+        *BrowserRoutes(services).routes(),
     ]
     app = GatewayApp(routes=routes, lifespan=lifespan)
     app.metrics = services.metrics
+    app.services = services
     app.state.services = services
     app.state.operations = operations
     return app
@@ -99,9 +104,12 @@ class GatewayApp(Starlette):
     """
 
     metrics: GatewayMetrics
+    services: GatewayServices
 
     def build_middleware_stack(self) -> ASGIApp:
-        return GatewayMiddleware(self.router, self.metrics)
+        # CORS outermost, so that the router's 404 and 405 get CORS headers too.
+        edge = GatewayMiddleware(self.router, self.metrics)
+        return CorsMiddleware(edge, self.services.authenticator, self.services.origin_rule)
 
 
 def _guarded(routes: list[BaseRoute], metrics: GatewayMetrics) -> list[BaseRoute]:

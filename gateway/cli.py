@@ -4,22 +4,28 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from backend_store.errors import ConfigurationError
 
 from .settings import Settings
 
+# Settings that are not configuration: the CLI sets them itself, or only code and tests do.
+_INTERNAL_SETTINGS = frozenset({"announce_bootstrap", "push"})
+
 
 def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Run the gateway. Every flag can also come from PUSHGATE_<FLAG> in the environment "
-        "(PUSHGATE_DATA_DIR, PUSHGATE_HOST, PUSHGATE_PORT, PUSHGATE_STORE_URL, PUSHGATE_TLS_CERT, "
-        "PUSHGATE_TLS_KEY, PUSHGATE_ENCRYPTION_KEY_FILE; the key document itself in PUSHGATE_ENCRYPTION_KEYS).",
+        description="Run the gateway. Stop it with Ctrl-C or SIGTERM (it drains first); "
+        "reset it by deleting its data directory.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data", dest="data_dir", type=Path, help="data directory (created if missing)")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -56,7 +62,40 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
         help="seconds between usage file flushes (default 10; 0 turns usage recording off)",
     )
     parser.add_argument("--gateway-name", help="names this gateway's usage files (default: the host name)")
+    parser.add_argument(
+        "--access-log", action="store_true", default=None, help="log one line per request (default off)"
+    )
+    parser.epilog = environment_help(parser)
     return parser
+
+
+def environment_help(parser: argparse.ArgumentParser) -> str:
+    """Every ``PUSHGATE_*`` variable, from the :class:`Settings` fields themselves."""
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    lines = ["environment (flags win over the environment, which wins over defaults):"]
+    for f in fields(Settings):
+        if f.name in _INTERNAL_SETTINGS:
+            continue
+        if f.name in flags:
+            where = f"same as {flags[f.name]}"
+        elif f.name == "encryption_keys":
+            where = "the key document itself, instead of --encryption-key-file"
+        else:
+            where = f"no flag; default {f.default}"
+        lines.append(f"  {Settings.env_var(f.name):32} {where}")
+    return "\n".join(lines)
+
+
+def _check_data_dir(path: Path) -> None:
+    """One clear line for a data directory that cannot work (instead of a traceback later)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"--data {path}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"--data {path}: cannot create it ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"--data {path}: not writable")
 
 
 def serve(argv: Sequence[str]) -> int:
@@ -64,30 +103,57 @@ def serve(argv: Sequence[str]) -> int:
     try:
         settings = Settings.from_sources(vars(args)).with_changes(announce_bootstrap=True)
         settings.keyring()  # a bad key file fails here, with a clear message, not inside uvicorn
+        _check_data_dir(settings.data_dir)
     except ConfigurationError as exc:
         print(f"pushgate serve: {exc.detail}", file=sys.stderr)
         return 2
 
     from .app import create_app
-    from .server import GatewayServer, uvicorn_config
+    from .server import GatewayServer, bind_socket, uvicorn_config
 
+    try:
+        # Before anything is written (a new data directory gets a bootstrap key).
+        sock = bind_socket(settings)
+    except OSError as exc:
+        print(
+            f"pushgate serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     app = create_app(settings)
     server = GatewayServer(uvicorn_config(settings, app), app.state.services, announce=True)
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        # Ctrl-C: uvicorn drained and stopped, then re-raised SIGINT; exit as a shell expects.
+        return 130
+    finally:
+        sock.close()
     # uvicorn exits with 3 when start-up (the lifespan) failed, e.g. a store it cannot open.
     return 0 if server.started else 3
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("pushgate")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-V", "--version"):
+        print(f"pushgate {version()}")
+        return 0
     if not args or args[0] in ("-h", "--help"):
         print(
             "usage: pushgate {serve,admin,usage} ...\n\n  serve   run the gateway (pushgate serve --help)\n"
             "  admin   tenants, keys, JWT keys, queues (pushgate admin --help)\n"
-            "  usage   usage reports with Spark (pushgate usage report --help)"
+            "  usage   usage reports with Spark (pushgate usage report --help)\n\n"
+            "  --version  print the version"
         )
         return 0 if args else 2
     command, rest = args[0], args[1:]

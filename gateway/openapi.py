@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 description of the HTTP API, and the ``/docs`` page rendered from it.
+"""The OpenAPI 3.1 description of the HTTP API (``/openapi.json``; ``/docs`` shows it in Swagger UI).
 
 Written by hand next to the routes, and checked against the running server by a
 schemathesis test (tests/gateway/test_openapi.py): request schemas say exactly what the
@@ -8,7 +8,6 @@ validators accept, response schemas what the handlers return. Every error is the
 
 from __future__ import annotations
 
-import html
 from functools import cache
 from typing import Any
 
@@ -571,7 +570,7 @@ def _paths() -> dict[str, Any]:
                 ],
                 description="Needs `receive:<queue>`. `ack=manual`: ack over HTTP, at most `prefetch` unacked "
                 "per stream. `ack=auto` deletes a message once written (at-most-once). The WebSocket "
-                "protocol at `/v1/ws` is described in API.md.",
+                "protocol at `/v1/ws` is in `/asyncapi.json` and docs/api.md.",
                 tag="push",
             ),
         },
@@ -691,7 +690,10 @@ def _document_bytes() -> bytes:
         "info": {
             "title": "Pushgate",
             "version": "1",
-            "description": "Push messaging gateway over a durable queue. See API.md for the full contract.",
+            "description": "Push messaging gateway over a durable queue. Authenticate with "
+            "`Authorization: Bearer <API key or JWT>` (the Authorize button). The WebSocket and SSE "
+            "push protocols are in `/asyncapi.json`; the full reference, with examples, is docs/api.md "
+            "in the repository. The browser client is served at `/client/pushgate.js`.",
         },
         "paths": _paths(),
         "components": {
@@ -713,61 +715,3 @@ def openapi_document() -> dict[str, Any]:
 
 def openapi_bytes() -> bytes:
     return _document_bytes()
-
-
-def render_docs(doc: dict[str, Any]) -> str:
-    """A self-contained HTML page for ``/docs``: no scripts, no CDN, readable anywhere."""
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>Pushgate API</title>",
-        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
-        "h2{border-bottom:1px solid #ccc}.m{display:inline-block;width:5em;font-weight:bold}"
-        "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}</style></head><body>",
-        f"<h1>{html.escape(doc['info']['title'])} API v{html.escape(doc['info']['version'])}</h1>",
-        f"<p>{html.escape(doc['info']['description'])} Machine-readable: <a href='/openapi.json'>/openapi.json</a>."
-        " Authenticate with <code>Authorization: Bearer &lt;API key or JWT&gt;</code>.</p>",
-    ]
-    for path, item in doc["paths"].items():
-        for method, op in item.items():
-            if method == "parameters":
-                continue
-            parts.append(f"<h2><span class='m'>{method.upper()}</span><code>{html.escape(path)}</code></h2>")
-            parts.append(
-                f"<p><b>{html.escape(op['summary'])}</b>. {html.escape(op.get('description', ''))}</p>"
-            )
-            if op.get("security") == []:
-                parts.append("<p>No token needed.</p>")
-            params = [*item.get("parameters", []), *op.get("parameters", [])]
-            if params:
-                rows = "".join(
-                    f"<li><code>{html.escape(p['name'])}</code> ({p['in']}): "
-                    f"<code>{html.escape(orjson.dumps(p['schema']).decode())}</code></li>"
-                    for p in params
-                )
-                parts.append(f"<p>Parameters:</p><ul>{rows}</ul>")
-            if "requestBody" in op:
-                schema = op["requestBody"]["content"]["application/json"]["schema"]
-                parts.append(f"<p>Request body (JSON):</p><pre>{_render_schema(doc, schema)}</pre>")
-            for status, response in op["responses"].items():
-                content = response.get("content", {})
-                schema = next(iter(content.values()))["schema"] if content else None
-                rendered = (
-                    f"<pre>{_render_schema(doc, schema)}</pre>" if schema and status != "default" else ""
-                )
-                parts.append(f"<p><b>{status}</b>: {html.escape(response['description'])}</p>{rendered}")
-    parts.append("<h2>Error codes</h2><ul>")
-    parts.extend(f"<li><code>{code}</code>: {status}</li>" for code, status in sorted(STATUS_BY_CODE.items()))
-    parts.append("</ul></body></html>")
-    return "".join(parts)
-
-
-def _render_schema(doc: dict[str, Any], schema: Schema) -> str:
-    def resolve(node: Any, depth: int) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node and depth < 4:
-                return resolve(doc["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]], depth + 1)
-            return {k: resolve(v, depth) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(v, depth) for v in node]
-        return node
-
-    return html.escape(orjson.dumps(resolve(schema, 0), option=orjson.OPT_INDENT_2).decode())

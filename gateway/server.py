@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import socket
 import sys
 from collections.abc import Callable
@@ -15,15 +18,15 @@ from .settings import Settings
 
 
 def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         workers=1,
         lifespan="on",
         log_level=settings.log_level,
-        # An access log line per request costs more than the rest of a small request.
-        access_log=False,
+        # An access log line per request costs more than the rest of a small request: opt-in.
+        access_log=settings.access_log,
         ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
         ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
         timeout_graceful_shutdown=settings.graceful_timeout_s,
@@ -34,6 +37,29 @@ def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
+    if settings.access_log:
+        # uvicorn gives its access logger the server's level (warning by default), which
+        # would hide every access line (they are INFO).
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    return config
+
+
+def bind_socket(settings: Settings) -> socket.socket:
+    """Listen on the configured address now, so a busy port fails before anything is written."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((settings.host, settings.port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+# How long a forced stop (a second Ctrl-C) still gives the store to close.
+FORCED_CLOSE_S = 2.0
 
 
 class GatewayServer(uvicorn.Server):
@@ -65,4 +91,11 @@ class GatewayServer(uvicorn.Server):
         # them with 1001 and releases their messages, SSE streams and long-polls end.
         await self.services.drain()
         await super().shutdown(sockets)
+        if self.force_exit:
+            # A second Ctrl-C makes uvicorn skip the lifespan shutdown: the store would stay
+            # open and the lifespan task be cancelled at exit, with a CancelledError traceback.
+            # Close it anyway, for a moment only (forcing is for a shutdown that hangs).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FORCED_CLOSE_S):
+                    await self.lifespan.shutdown()
         self._quiet()

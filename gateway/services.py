@@ -35,6 +35,7 @@ from .auth.bootstrap import ensure_bootstrap
 from .auth.principal import Principal
 from .limits.service import Throttling
 from .metrics import GatewayMetrics
+from .origins import OriginRule
 from .queue_cache import QueueCache
 from .settings import Settings
 from .usage.recording import UsageRecording
@@ -72,6 +73,11 @@ class GatewayServices:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The bootstrap admin key, when start() created one (an empty data directory).
     bootstrap_key: str | None = None
+    # Which browser origins may act for a tenant (CORS and WebSocket; docs/browser.md).
+    origin_rule: OriginRule = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.origin_rule = OriginRule(self.authenticator)
 
     @classmethod
     def build(cls, settings: Settings, backend: Backend | None = None) -> GatewayServices:

@@ -87,6 +87,9 @@ class Settings:
     rate_limit_strategy: str = "sliding-window-counter"
     # Tenants' limits documents are cached this long (changes through Redis apply at once).
     limits_cache_ttl_s: float = 5.0
+    # One log line per request (uvicorn's access log, logger "uvicorn.access"); off: it costs
+    # more than the rest of a small request.
+    access_log: bool = False
 
     @property
     def resolved_store_url(self) -> str:
@@ -110,6 +113,11 @@ class Settings:
 
     def store_options(self) -> StoreOptions:
         return StoreOptions(keyring=self.keyring())
+
+    @staticmethod
+    def env_var(name: str) -> str:
+        """The environment variable of a field (``PUSHGATE_<FIELD>``)."""
+        return ENCRYPTION_KEYS_ENV if name == "encryption_keys" else ENV_PREFIX + name.upper()
 
     def check(self) -> Settings:
         """Raise :class:`ConfigurationError` for settings that cannot work together."""
@@ -143,9 +151,7 @@ class Settings:
         for f in fields(cls):
             raw: Any = flags.get(f.name)
             if raw is None:
-                raw = env.get(
-                    ENCRYPTION_KEYS_ENV if f.name == "encryption_keys" else ENV_PREFIX + f.name.upper()
-                )
+                raw = env.get(cls.env_var(f.name))
             if raw is None:
                 continue
             values[f.name] = _convert(f.name, f.type, raw)

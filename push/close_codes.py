@@ -1,4 +1,4 @@
-"""WebSocket close codes of API.md, as data: what each means and whether a client should reconnect.
+"""WebSocket close codes of docs/api.md, as data: what each means and whether a client should reconnect.
 
 SSE has no close codes; a stream that ends for one of these reasons simply ends, and the
 client's ``EventSource`` reconnects unless the response said otherwise.
@@ -59,7 +59,7 @@ DESCRIPTIONS: dict[CloseCode, str] = {
     CloseCode.MALFORMED: "a frame was not a valid pushgate.v1 frame",
 }
 
-# Error codes (the strings of API.md's table) that end a connection rather than one
+# Error codes (the strings of docs/api.md's table) that end a connection rather than one
 # request, and the close code each ends it with. The one such mapping, for WS and SSE.
 CLOSE_CODE_BY_ERROR: dict[str, CloseCode] = {
     "unauthorized": CloseCode.AUTH_FAILED,

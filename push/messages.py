@@ -1,7 +1,7 @@
 """The JSON form of messages, shared by every transport (HTTP, long-poll, SSE, WebSocket).
 
 Parsing turns a client's message object into a :class:`NewMessage`; encoding turns a
-:class:`ReceivedMessage` into the object API.md's ``receive`` returns. Pure functions.
+:class:`ReceivedMessage` into the object docs/api.md's ``receive`` returns. Pure functions.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def parse_send_body(
 
 
 def message_to_json(message: ReceivedMessage) -> dict[str, Any]:
-    """The message object of API.md's ``receive``."""
+    """The message object of docs/api.md's ``receive``."""
     out: dict[str, Any] = {
         "id": message.id,
         "seq": message.seq,

@@ -30,8 +30,9 @@ class PrincipalLike(Hashable, Protocol):
 # Turns a bearer token into a principal; raises Unauthorized (or another PushgateError).
 Authenticate = Callable[[str], Awaitable[PrincipalLike]]
 
-# Whether a browser ``Origin`` may connect for a principal's tenant.
-CheckOrigin = Callable[[PrincipalLike, str], Awaitable[bool]]
+# Whether a browser ``Origin`` may connect for a principal's tenant; the third argument is
+# the request's ``Host`` header (a page of the gateway's own origin is allowed).
+CheckOrigin = Callable[[PrincipalLike, str, str | None], Awaitable[bool]]
 
 Operation = Literal["send", "receive", "connect"]
 

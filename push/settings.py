@@ -1,4 +1,4 @@
-"""Knobs of the delivery engine and its transports, with the defaults API.md implies."""
+"""Knobs of the delivery engine and its transports, with the defaults docs/api.md implies."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class PushSettings:
     recheck_interval_s: float = 2.0
     max_frame_bytes: int = 1024 * 1024
     auth_timeout_s: float = 10.0
-    # SSE comment pings; API.md asks for one at least every 15 s.
+    # SSE comment pings; docs/api.md asks for one at least every 15 s.
     ping_interval_s: float = 15.0
     sse_retry_ms: int = 2000
     # How long a disconnected SSE stream's unacked messages wait for a reconnect with

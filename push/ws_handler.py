@@ -228,7 +228,7 @@ class WebSocketHandler:
             if (
                 origin is not None
                 and self.check_origin is not None
-                and not await self.check_origin(principal, origin)
+                and not await self.check_origin(principal, origin, header(scope, b"host"))
             ):
                 protocol.fail_with(Forbidden("origin not allowed"))
                 return

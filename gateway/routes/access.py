@@ -1,6 +1,6 @@
 """Who is asking and what they may touch: bearer tokens, scopes and queue names.
 
-Permissions (API.md plus what it leaves to us):
+Permissions (docs/api.md plus what it leaves to us):
 
 ========================================  ==========================================
 request                                   needs
@@ -51,9 +51,26 @@ def require(principal: Principal, action: Action | None, queue: str | None = Non
     """Raise 403 unless ``principal`` may do ``action`` (None: see) on ``queue``."""
     allowed = can_see(principal, queue or "") if action is None else principal.can(action, queue)
     if not allowed:
-        what = "administer" if action == "admin" else (action or "use")
-        target = f" queue {queue!r}" if queue else ""
-        raise Forbidden(f"the token's scopes do not allow it to {what}{target}")
+        raise Forbidden(f"the token's scopes do not allow it to {VERBS[action]}{_target(action, queue)}")
+
+
+# "to send to queue 'orders'", "to receive from queue 'orders'", "to administer this tenant",
+# "to read the metrics". One entry per Action: tests/newcomer/test_cli.py checks it.
+VERBS: dict[Action | None, str] = {
+    "send": "send to",
+    "receive": "receive from",
+    "admin": "administer",
+    "metrics": "read the metrics",
+    None: "use",
+}
+
+
+def _target(action: Action | None, queue: str | None) -> str:
+    if queue:
+        return f" queue {queue!r}"
+    if action == "admin":
+        return " this tenant"
+    return " any queue" if action in ("send", "receive", None) else ""
 
 
 def queue_param(request: Request) -> QueueName:

@@ -1,4 +1,6 @@
-"""Operations and self-description: health, readiness, the OpenAPI document and docs.
+"""Operations and self-description: health, readiness, the OpenAPI document.
+
+``/docs`` (Swagger UI), ``/asyncapi.json`` and the JS client are in :mod:`.browser`.
 
 None of these need a token: probes run without one, and the API description is public.
 ``/metrics`` (it names tenants and queues) needs a token: see ``gateway/operations.py``.
@@ -7,13 +9,13 @@ None of these need a token: probes run without one, and the API description is p
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from backend_store.errors import Unavailable
 
 from ..body import JSONResponse
-from ..openapi import openapi_bytes, openapi_document, render_docs
+from ..openapi import openapi_bytes
 from ..services import GatewayServices
 from .endpoint import route
 
@@ -23,14 +25,12 @@ class OpsRoutes:
         self.services = services
         # Built once: the document depends only on the code.
         self._openapi = openapi_bytes()
-        self._docs = render_docs(openapi_document())
 
     def routes(self) -> list[BaseRoute]:
         return [
             route("/healthz", self.healthz, "GET", self.services.metrics),
             route("/readyz", self.readyz, "GET", self.services.metrics),
             route("/openapi.json", self.openapi, "GET", self.services.metrics),
-            route("/docs", self.docs, "GET", self.services.metrics),
         ]
 
     async def healthz(self, request: Request) -> Response:
@@ -47,6 +47,3 @@ class OpsRoutes:
 
     async def openapi(self, request: Request) -> Response:
         return Response(self._openapi, media_type="application/json")
-
-    async def docs(self, request: Request) -> Response:
-        return HTMLResponse(self._docs)

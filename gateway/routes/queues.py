@@ -18,7 +18,7 @@ from .endpoint import route
 
 
 def queue_to_json(services: GatewayServices, info: QueueInfo) -> dict[str, Any]:
-    """API.md's queue object; ``stats.consumers`` comes from the push engine."""
+    """docs/api.md's queue object; ``stats.consumers`` comes from the push engine."""
     stats = info.stats.to_dict()
     stats["consumers"] = services.consumers(info.tenant, info.name)
     return {

@@ -1,6 +1,6 @@
 """The Backend contract: Send, receive, ack, nack, visibility, delays, retention and size limits.
 
-Run against every backend kind (see conftest.py). Semantics follow API.md and, where it is
+Run against every backend kind (see conftest.py). Semantics follow docs/api.md and, where it is
 silent, Amazon SQS. Time-based behaviour moves the injected ManualClock; nothing sleeps.
 """
 

@@ -1,6 +1,6 @@
 """The Backend contract: Dead-letter queues, FIFO groups and dedupe.
 
-Run against every backend kind (see conftest.py). Semantics follow API.md and, where it is
+Run against every backend kind (see conftest.py). Semantics follow docs/api.md and, where it is
 silent, Amazon SQS. Time-based behaviour moves the injected ManualClock; nothing sleeps.
 """
 

@@ -1,6 +1,6 @@
 """The Backend contract: Queues (create, get, list, update, delete, purge, attribute bounds) and metadata.
 
-Run against every backend kind (see conftest.py). Semantics follow API.md and, where it is
+Run against every backend kind (see conftest.py). Semantics follow docs/api.md and, where it is
 silent, Amazon SQS. Time-based behaviour moves the injected ManualClock; nothing sleeps.
 """
 
@@ -67,7 +67,7 @@ async def test_create_queue_accepts_name_edges(store: Backend) -> None:
         assert created
 
 
-# Attribute values just outside API.md's bounds, and other malformed values.
+# Attribute values just outside docs/api.md's bounds, and other malformed values.
 BAD_ATTRIBUTES: list[dict[str, Any]] = [
     {"max_message_bytes": 0},
     {"max_message_bytes": 1048577},

@@ -1,4 +1,4 @@
-"""API.md's error table and the HTTP edges: problem documents, 401/404/405/413/415, malformed JSON."""
+"""docs/api.md's error table and the HTTP edges: problem documents, 401/404/405/413/415, malformed JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""API.md's message requests over real HTTP: send, batches, receive and long-poll, ack, nack, visibility."""
+"""docs/api.md's message requests over real HTTP: send, batches, receive and long-poll, ack, nack, visibility."""
 
 from __future__ import annotations
 

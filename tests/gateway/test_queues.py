@@ -1,4 +1,4 @@
-"""API.md's queue table, over real HTTP: create, list, read, change, delete, purge."""
+"""docs/api.md's queue table, over real HTTP: create, list, read, change, delete, purge."""
 
 from __future__ import annotations
 
