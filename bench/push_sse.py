@@ -60,7 +60,7 @@ def push_stream(per_stream: int, size: int) -> object:
 
     payloads = [orjson.dumps({"id": f"{n:032x}", "body": "x" * size, "seq": n}) for n in range(256)]
     encoder = SseEncoder("bench-stream-0001")
-    transport = SseTransport(encoder, 4 << 20, 15.0)
+    transport = SseTransport(4 << 20, 15.0)
     drained = asyncio.Event()
     transport.bind(lambda code, reason: None, drained.set)
 
@@ -68,7 +68,7 @@ def push_stream(per_stream: int, size: int) -> object:
         sent = 0
         while sent < per_stream:
             count = min(100, per_stream - sent)
-            transport.write_many(None, [payloads[(sent + i) & 255] for i in range(count)], sent + 1)  # type: ignore[arg-type]
+            transport.write(encoder.frames([payloads[(sent + i) & 255] for i in range(count)], sent + 1))
             sent += count
             drained.clear()
             await drained.wait()

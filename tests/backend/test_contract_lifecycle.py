@@ -274,7 +274,7 @@ async def test_one_bad_operation_does_not_fail_the_others_of_its_commit(store: B
 
 async def test_strings_that_cannot_be_stored_are_invalid_requests(store: Backend) -> None:
     # A lone surrogate is a valid Python str but not UTF-8. The contract: errors are
-    # StoreErrors, and a send batch fails per entry; an input error is never "unavailable"
+    # PushgateErrors, and a send batch fails per entry; an input error is never "unavailable"
     # (clients retry those forever).
     await store.create_queue(T1, q("orders"), {})
     await store.create_queue(T1, q("f"), {"ordering": "fifo"})
