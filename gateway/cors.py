@@ -25,6 +25,7 @@ from __future__ import annotations
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend_store.errors import PushgateError
 from push.ws_handler import bearer_token, header
 
 from .auth.authenticator import Authenticator
@@ -82,7 +83,7 @@ class CorsMiddleware:
         if token is not None:
             try:
                 principal = await self.authenticator.authenticate(token)
-            except Exception:
+            except PushgateError:
                 principal = None  # the route authenticates again and answers the error itself
         if principal is None:
             await self.app(scope, receive, _with_headers(send, [(b"access-control-allow-origin", b"*")]))

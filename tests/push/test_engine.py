@@ -194,7 +194,8 @@ async def test_visibility_expiry_gives_credit_back_to_a_consumer_that_speaks(
     await send(backend, "a")
     transport = RecordingTransport()
     conn = engine.open_connection(P, transport)
-    await engine.subscribe(conn, Q, numbered, prefetch=1, visibility_timeout_s=0.2)
+    # Seconds, so the client is heard well before the watchdog could judge it silent.
+    await engine.subscribe(conn, Q, numbered, prefetch=1, visibility_timeout_s=2)
     await transport.count(1)
     conn.heard()  # any frame: the client is alive and reading
     # Not acked: when its visibility ends the dispatcher wakes (no notify comes) and deals it again.
