@@ -20,7 +20,7 @@ from .types import QueueAttributes
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 # Attributes that can never change after creation (SQS: FifoQueue).
-IMMUTABLE = frozenset({"ordering"})
+IMMUTABLE = frozenset({"ordering", "partitions"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,7 @@ BOUNDS: dict[str, Bound] = {
     "content_dedupe": Bound(bool),
     "replication_factor": Bound(int, 1, 5),
     "replication_mode": Bound(str, choices=("sync", "async")),
+    "partitions": Bound(int, 1, 64),
 }
 
 

@@ -36,6 +36,8 @@ class QueueAttributes:
     content_dedupe: bool = False
     replication_factor: int = 1
     replication_mode: str = "sync"
+    # Cluster mode: how many partitions the queue is spread over (docs/cluster.md).
+    partitions: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -104,6 +104,7 @@ _ATTRIBUTES_IN: dict[str, Schema] = {
     "content_dedupe": {"type": "boolean", "default": False},
     "replication_factor": _num(1, 5, integer=True, default=1),
     "replication_mode": {"enum": ["sync", "async"], "default": "sync"},
+    "partitions": _num(1, 64, integer=True, default=1),
 }
 
 _MESSAGE_PROPERTIES: dict[str, Schema] = {

@@ -87,7 +87,9 @@ def _sealed_with(v: View, key_id: str) -> bool:
 class LmdbBackend:
     """The embedded store (``lmdb:///path``)."""
 
+    # A partition store of a backend node raises these (one store is one partition replica).
     max_replication_factor = 1
+    max_partitions = 1
 
     def __init__(self, path: Path, options: StoreOptions) -> None:
         self.path = path
@@ -196,7 +198,7 @@ class LmdbBackend:
     ) -> tuple[QueueInfo, bool]:
         return await self._write(
             lambda w, now: queue_ops.create_queue(
-                w, now, tenant, name, attributes, self.max_replication_factor
+                w, now, tenant, name, attributes, self.max_replication_factor, self.max_partitions
             )
         )
 
@@ -212,7 +214,9 @@ class LmdbBackend:
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         return await self._write(
-            lambda w, now: queue_ops.update_queue(w, now, tenant, name, changes, self.max_replication_factor)
+            lambda w, now: queue_ops.update_queue(
+                w, now, tenant, name, changes, self.max_replication_factor, self.max_partitions
+            )
         )
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:

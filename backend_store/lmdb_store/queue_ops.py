@@ -64,9 +64,13 @@ def attributes_of(record: QueueRecord) -> QueueAttributes:
     return record.parsed
 
 
-def _check_links(v: View, tenant: str, name: str, attrs: QueueAttributes, max_replication: int) -> None:
+def _check_links(
+    v: View, tenant: str, name: str, attrs: QueueAttributes, max_replication: int, max_partitions: int
+) -> None:
     if attrs.replication_factor > max_replication:
         raise InvalidRequest(f"replication_factor must be at most {max_replication} on this store")
+    if attrs.partitions > max_partitions:
+        raise InvalidRequest(f"partitions must be at most {max_partitions} on this store")
     if attrs.dead_letter_queue is not None:
         if attrs.dead_letter_queue == name:
             raise InvalidRequest("a queue cannot be its own dead_letter_queue")
@@ -81,6 +85,7 @@ def create_queue(
     name: str,
     raw_attributes: Mapping[str, Any],
     max_replication: int,
+    max_partitions: int = 1,
 ) -> tuple[QueueInfo, bool]:
     check_queue_name(name)
     attrs = parse_attributes(raw_attributes)
@@ -92,7 +97,7 @@ def create_queue(
         if attributes_of(record) != attrs:
             raise QueueExists(f"queue {name!r} exists with different attributes")
         return info(tenant, name, record, stats(w, record, now)), False
-    _check_links(w, tenant, name, attrs, max_replication)
+    _check_links(w, tenant, name, attrs, max_replication, max_partitions)
     raw_next = w.get(Db.META, _NEXT_QID)
     qid = read_u64(raw_next) if raw_next else 1
     w.put(Db.META, _NEXT_QID, u64(qid + 1))
@@ -103,11 +108,17 @@ def create_queue(
 
 
 def update_queue(
-    w: Writes, now: float, tenant: str, name: str, changes: Mapping[str, Any], max_replication: int
+    w: Writes,
+    now: float,
+    tenant: str,
+    name: str,
+    changes: Mapping[str, Any],
+    max_replication: int,
+    max_partitions: int = 1,
 ) -> QueueInfo:
     record = find_queue(w, tenant, name)
     attrs = apply_patch(attributes_of(record), changes)
-    _check_links(w, tenant, name, attrs, max_replication)
+    _check_links(w, tenant, name, attrs, max_replication, max_partitions)
     record.attributes = attrs.to_dict()
     record.parsed = attrs
     save_queue(w, tenant, name, record)

@@ -22,6 +22,7 @@ DEFAULTS = {
     "content_dedupe": False,
     "replication_factor": 1,
     "replication_mode": "sync",
+    "partitions": 1,
 }
 STATS = {
     "visible",
@@ -109,6 +110,8 @@ def test_attribute_bounds_accepted(admin: Api, qname: str, attribute: str, value
         ("content_dedupe", "yes"),
         ("replication_factor", 0),
         ("replication_factor", 6),
+        ("partitions", 0),
+        ("partitions", 65),
         ("replication_mode", "eventual"),
         ("dead_letter_queue", "bad name!"),
         ("no_such_attribute", 1),
@@ -122,6 +125,10 @@ def test_attribute_out_of_bounds_is_400(admin: Api, qname: str, attribute: str, 
 
 def test_embedded_store_accepts_replication_factor_1_only(admin: Api, qname: str) -> None:
     assert problem_code(admin.put_queue(qname, replication_factor=3), 400) == "invalid_request"
+
+
+def test_embedded_store_accepts_one_partition_only(admin: Api, qname: str) -> None:
+    assert problem_code(admin.put_queue(qname, partitions=2), 400) == "invalid_request"
 
 
 def test_max_receives_needs_an_existing_dead_letter_queue(admin: Api, qname: str) -> None:
