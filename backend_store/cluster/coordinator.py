@@ -110,6 +110,17 @@ class Coordinator(Protocol):
     async def read_prefix(self, prefix: str) -> PrefixState:
         """Read every key under ``prefix`` at one revision."""
 
+    async def create(self, key: str, value: bytes) -> bool:
+        """Write ``key`` only if it is absent (no lease); return whether it did."""
+
+    async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
+        """Write ``key`` only if its ``mod_revision`` is still the one read (0: absent);
+        return whether it did (optimistic concurrency for read-modify-write)."""
+
+    async def delete(self, key: str, mod_revision: int | None = None) -> bool:
+        """Delete ``key`` (only if its ``mod_revision`` is still that one, when given);
+        return whether it existed and was deleted."""
+
     def watch_prefix(self, prefix: str, *, reread_every_s: float = 5.0) -> AsyncIterator[PrefixState]:
         """The prefix's state now, then again each time it changes.
 

@@ -213,6 +213,34 @@ class EtcdCoordinator:
         entries = {e.key: e for e in (_entry(kv) for kv in result)}
         return PrefixState(prefix, result.header.revision, entries)
 
+    async def create(self, key: str, value: bytes) -> bool:
+        return await self.compare_and_put(key, value, 0)
+
+    async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
+        k = key.encode()
+        ok, _ = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.mod(k) == mod_revision],
+                success=[c.transactions.put(k, value)],
+                failure=[],
+            )
+        )
+        return bool(ok)
+
+    async def delete(self, key: str, mod_revision: int | None = None) -> bool:
+        k = key.encode()
+        if mod_revision is None:
+            deleted = await self._call(lambda c: c.delete(k))
+            return deleted is not None
+        ok, responses = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.mod(k) == mod_revision],
+                success=[c.transactions.delete(k)],
+                failure=[],
+            )
+        )
+        return bool(ok) and mod_revision != 0 and responses[0].response_delete_range.deleted > 0
+
     async def fenced_commit(
         self,
         fence_key: str,

@@ -1,0 +1,101 @@
+"""A prefix of etcd kept in memory and followed through the coordinator's watch.
+
+The gateway's metadata cache is made of these: one per prefix it reads on hot paths
+(``meta/``, ``queues/``, ``partitions/``, ``leaders/``, ``nodes/``). The coordinator's watch
+hands out whole consistent states (a watch event only triggers a re-read, and a periodic
+re-read covers a broken watch), so a follower never holds a half-applied picture. Each new
+state goes to the listeners with the keys that changed, on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from .coordinator import Coordinator, Entry, PrefixState
+
+log = logging.getLogger("pushgate.cluster")
+
+# Called with the new state and the keys (full etcd keys) added, changed or removed.
+StateListener = Callable[[PrefixState, set[str]], None]
+
+
+def changed_keys(old: PrefixState, new: PrefixState) -> set[str]:
+    """Keys added, removed, or written again (a new mod_revision) between two states."""
+    keys = set(old.entries) ^ set(new.entries)
+    for key in set(old.entries) & set(new.entries):
+        if old.entries[key].mod_revision != new.entries[key].mod_revision:
+            keys.add(key)
+    return keys
+
+
+class WatchedPrefix:
+    """The latest state of one prefix; ``start`` returns once the first state is in."""
+
+    def __init__(self, coordinator: Coordinator, prefix: str, *, reread_every_s: float = 5.0) -> None:
+        self.prefix = prefix
+        self.state = PrefixState(prefix, 0)
+        self._coordinator = coordinator
+        self._reread_every_s = reread_every_s
+        self._listeners: list[StateListener] = []
+        self._task: asyncio.Task[None] | None = None
+        self._first = asyncio.Event()
+        # Set whenever a new state arrives (waiters clear and re-check their condition).
+        self.changed = asyncio.Condition()
+
+    def add_listener(self, listener: StateListener) -> None:
+        self._listeners.append(listener)
+
+    def get(self, key: str) -> Entry | None:
+        """An entry by its key relative to the prefix."""
+        return self.state.entries.get(self.prefix + key)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._follow(), name=f"watch {self.prefix}")
+        first = asyncio.ensure_future(self._first.wait())
+        done, _ = await asyncio.wait({first, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if first not in done:
+            first.cancel()
+            self._task.result()  # the follower died before its first state: raise its error
+
+    def apply(self, state: PrefixState) -> None:
+        """Take a state newer than the one held (the watch's, or a fresh read of our own)."""
+        if state.revision < self.state.revision:
+            return
+        old, self.state = self.state, state
+        keys = changed_keys(old, state)
+        self._first.set()
+        if keys:
+            for listener in list(self._listeners):
+                try:
+                    listener(state, keys)
+                except Exception:
+                    log.exception("listener of %s failed", self.prefix)
+            asyncio.get_running_loop().create_task(self._announce())
+
+    async def refresh(self) -> None:
+        """Read the prefix now (after a write of our own, or when a node says the map moved)."""
+        self.apply(await self._coordinator.read_prefix(self.prefix))
+
+    async def _announce(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def _follow(self) -> None:
+        states = self._coordinator.watch_prefix(self.prefix, reread_every_s=self._reread_every_s)
+        try:
+            async for state in states:
+                self.apply(state)
+        finally:
+            with contextlib.suppress(Exception):
+                await states.aclose()  # type: ignore[attr-defined]
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

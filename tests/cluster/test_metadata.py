@@ -1,0 +1,149 @@
+"""The gateway's metadata in a real etcd: values with the embedded store's semantics, queue
+records, and the watch that tells every gateway of a change at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from backend_store.cluster.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.layout import Layout
+from backend_store.cluster.metadata import ClusterMetadata
+from backend_store.errors import InvalidRequest, QueueExists, QueueNotFound
+from backend_store.types import QueueName, TenantId
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+
+T = TenantId("acme")
+
+
+@pytest.fixture
+async def coordinator(etcd_endpoints: list[str]) -> AsyncIterator[EtcdCoordinator]:
+    async with EtcdCoordinator(etcd_endpoints) as c:
+        yield c
+
+
+@pytest.fixture
+def layout() -> Layout:
+    return Layout(unique_prefix("meta") + "/")
+
+
+@pytest.fixture
+async def metadata(coordinator: EtcdCoordinator, layout: Layout) -> AsyncIterator[ClusterMetadata]:
+    # A long re-read interval: whatever arrives quickly came through the watch.
+    meta = ClusterMetadata(coordinator, layout, reread_every_s=60)
+    await meta.start()
+    try:
+        yield meta
+    finally:
+        await meta.close()
+
+
+async def test_values_behave_as_in_the_embedded_store(metadata: ClusterMetadata) -> None:
+    assert await metadata.meta_get("api_keys", "k1") is None
+    assert await metadata.meta_put("api_keys", "k1", b"one")
+    assert await metadata.meta_get("api_keys", "k1") == b"one"
+    assert not await metadata.meta_put("api_keys", "k1", b"other", only_if_absent=True)
+    assert await metadata.meta_get("api_keys", "k1") == b"one"
+    assert await metadata.meta_put("api_keys", "k1", b"two")
+    assert await metadata.meta_put("api_keys", "k0", b"zero", only_if_absent=True)
+    await metadata.meta_put("jwt_keys", "acme/a", b"ja")
+    await metadata.meta_put("jwt_keys", "acme/b", b"jb")
+    await metadata.meta_put("jwt_keys", "other/a", b"oa")
+    assert await metadata.meta_list("api_keys") == [("k0", b"zero"), ("k1", b"two")]
+    assert await metadata.meta_list("jwt_keys", "acme/") == [("acme/a", b"ja"), ("acme/b", b"jb")]
+    assert await metadata.meta_list("empty") == []
+    assert await metadata.meta_delete("api_keys", "k1")
+    assert not await metadata.meta_delete("api_keys", "k1")
+    assert await metadata.meta_get("api_keys", "k1") is None
+
+
+@pytest.mark.parametrize(
+    ("namespace", "key"), [("", "k"), ("a\0b", "k"), ("ns", "a\0"), ("a/b", "k"), ("ns", "x" * 400)]
+)
+async def test_bad_names_are_refused(metadata: ClusterMetadata, namespace: str, key: str) -> None:
+    with pytest.raises(InvalidRequest):
+        await metadata.meta_put(namespace, key, b"v")
+    with pytest.raises(InvalidRequest):
+        await metadata.meta_get(namespace, key)
+
+
+async def test_queue_records(metadata: ClusterMetadata) -> None:
+    created, fresh = await metadata.create_queue(
+        T, QueueName("orders"), {"partitions": 4, "replication_factor": 3}
+    )
+    assert fresh and created.attributes.partitions == 4 and created.attributes.replication_factor == 3
+    again, fresh = await metadata.create_queue(
+        T, QueueName("orders"), {"replication_factor": 3, "partitions": 4}
+    )
+    assert not fresh and again.created_at == created.created_at
+    with pytest.raises(QueueExists):
+        await metadata.create_queue(T, QueueName("orders"), {"partitions": 2})
+    with pytest.raises(InvalidRequest):
+        await metadata.create_queue(T, QueueName("bad name"), {})
+    with pytest.raises(InvalidRequest):
+        await metadata.create_queue(T, QueueName("x"), {"partitions": 65})
+    with pytest.raises(InvalidRequest):
+        await metadata.create_queue(T, QueueName("x"), {"max_receives": 3, "dead_letter_queue": "missing"})
+    with pytest.raises(InvalidRequest):
+        await metadata.create_queue(T, QueueName("x"), {"max_receives": 3, "dead_letter_queue": "x"})
+    await metadata.create_queue(T, QueueName("dlq"), {})
+    await metadata.create_queue(T, QueueName("x"), {"max_receives": 3, "dead_letter_queue": "dlq"})
+    updated = await metadata.update_queue(T, QueueName("orders"), {"visibility_timeout_s": 5})
+    assert updated.attributes.visibility_timeout_s == 5 and updated.attributes.partitions == 4
+    for immutable in ({"partitions": 2}, {"ordering": "fifo"}):
+        with pytest.raises(InvalidRequest):
+            await metadata.update_queue(T, QueueName("orders"), immutable)
+    assert [r.name for r in await metadata.list_queues(T)] == ["dlq", "orders", "x"]
+    assert await metadata.list_queues(TenantId("nobody")) == []
+    await metadata.delete_queue(T, QueueName("orders"))
+    with pytest.raises(QueueNotFound):
+        await metadata.delete_queue(T, QueueName("orders"))
+    with pytest.raises(QueueNotFound):
+        await metadata.queue(T, QueueName("orders"))
+    with pytest.raises(QueueNotFound):
+        await metadata.update_queue(T, QueueName("orders"), {"delay_s": 1})
+    # Our own changes are in the watched copy when the call returns (the router reads it).
+    assert metadata.cached_queue(T, QueueName("orders")) is None
+    cached = metadata.cached_queue(T, QueueName("x"))
+    assert cached is not None and cached.attributes.dead_letter_queue == "dlq"
+
+
+async def test_concurrent_updates_are_both_kept(
+    metadata: ClusterMetadata, coordinator: EtcdCoordinator
+) -> None:
+    other = ClusterMetadata(coordinator, metadata.layout, reread_every_s=60)
+    await metadata.create_queue(T, QueueName("q"), {})
+    await asyncio.gather(
+        metadata.update_queue(T, QueueName("q"), {"delay_s": 7}),
+        other.update_queue(T, QueueName("q"), {"visibility_timeout_s": 9}),
+        other.update_queue(T, QueueName("q"), {"receive_wait_s": 3}),
+    )
+    attrs = (await metadata.queue(T, QueueName("q"))).attributes
+    assert (attrs.delay_s, attrs.visibility_timeout_s, attrs.receive_wait_s) == (7, 9, 3)
+
+
+async def test_another_gateways_changes_arrive_through_the_watch(
+    metadata: ClusterMetadata, etcd_endpoints: list[str]
+) -> None:
+    seen_meta: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    seen_queues: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    metadata.add_meta_listener(lambda ns, key: seen_meta.put_nowait((ns, key)))
+    metadata.add_queue_listener(lambda t, q: seen_queues.put_nowait((t, q)))
+    async with EtcdCoordinator(etcd_endpoints) as c2:
+        elsewhere = ClusterMetadata(c2, metadata.layout)
+        await elsewhere.meta_put("api_keys", "k9", b"revoked")
+        assert await asyncio.wait_for(seen_meta.get(), scaled(5)) == ("api_keys", "k9")
+        await elsewhere.create_queue(T, QueueName("jobs"), {})
+        assert await asyncio.wait_for(seen_queues.get(), scaled(5)) == (T, "jobs")
+        # Listeners run once the watched copy holds the new state.
+        assert metadata.cached_queue(T, QueueName("jobs")) is not None
+        await elsewhere.update_queue(T, QueueName("jobs"), {"delay_s": 2})
+        assert await asyncio.wait_for(seen_queues.get(), scaled(5)) == (T, "jobs")
+        await elsewhere.meta_delete("api_keys", "k9")
+        assert await asyncio.wait_for(seen_meta.get(), scaled(5)) == ("api_keys", "k9")
+        await elsewhere.delete_queue(T, QueueName("jobs"))
+        assert await asyncio.wait_for(seen_queues.get(), scaled(5)) == (T, "jobs")
+        assert metadata.cached_queue(T, QueueName("jobs")) is None
