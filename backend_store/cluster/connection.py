@@ -36,6 +36,7 @@ from .wire import (
     FrameReader,
     Hello,
     Message,
+    Notify,
     Replicate,
     Replicated,
     Reply,
@@ -70,7 +71,10 @@ class ConnectionClosedError(Exception):
 
 
 class Connection:
-    def __init__(self, node_id: str, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self, node_id: str, *, max_frame: int = DEFAULT_MAX_FRAME, partition: int | None = None
+    ) -> None:
+        """``partition``: this side is a leader's replication link for it (said in the hello)."""
         self.node_id = node_id
         self.state = State.HANDSHAKE
         self.peer: Hello | None = None
@@ -81,7 +85,7 @@ class Connection:
         self._next_id = 1
         self._awaiting: set[int] = set()  # our requests without an answer yet
         self._unanswered: set[int] = set()  # the peer's requests we have not answered
-        self._write(Hello(node_id))
+        self._write(Hello(node_id, PROTOCOL_VERSION, partition))
 
     # Input ---------------------------------------------------------------------
 
@@ -155,6 +159,10 @@ class Connection:
     ) -> None:
         self._write(SnapshotChunk(partition, epoch, offset, data, done))
 
+    def notify(self, partition: int, tenant: str, queue: str) -> None:
+        """Wake the peer: messages of ``tenant``/``queue`` became visible on ``partition``."""
+        self._write(Notify(partition, tenant, queue))
+
     def close(self, code: CloseCode = CloseCode.NORMAL, detail: str = "") -> None:
         """Send a Close frame and stop; idempotent."""
         if self.state is not State.CLOSED:
@@ -216,7 +224,7 @@ class Connection:
                     return
                 self._awaiting.discard(message.id)
                 self._events.append(message)
-            case Replicate() | Replicated() | SnapshotChunk():
+            case Replicate() | Replicated() | SnapshotChunk() | Notify():
                 self._events.append(message)
             case Close():
                 self._closed(message.code, message.detail, by_peer=True)

@@ -8,7 +8,9 @@ rule here is tested by feeding bytes.
 
 Messages:
 
-- :class:`Hello`: the first frame each side sends (node id, protocol version).
+- :class:`Hello`: the first frame each side sends (node id, protocol version, and for a
+  leader's replication link the partition it replicates: the follower's node routes the
+  connection by it).
 - :class:`Request` / :class:`Reply` / :class:`ErrorReply`: a Backend operation on one
   partition, tagged with the epoch the sender believes current, and its outcome. Errors
   carry a stable ``code`` (the store's codes plus ``not_leader``) and, for ``not_leader``
@@ -20,6 +22,8 @@ Messages:
 - :class:`SnapshotChunk`: part of a consistent copy of a partition replica, streamed by a
   leader to re-seed a follower whose missing entries it has trimmed.
 - :class:`Close`: the sender is closing the connection, with a :class:`CloseCode`.
+- :class:`Notify`: a node's wake-up to a connected gateway: a commit made messages of a
+  queue visible on a partition the node leads (WebSocket delivery stays push).
 
 A frame that cannot be a message raises :class:`WireError` with the close code the
 connection must send (:class:`~backend_store.cluster.connection.Connection` does).
@@ -76,12 +80,15 @@ class Kind(IntEnum):
     REPLICATED = 6
     CLOSE = 7
     SNAPSHOT = 8
+    NOTIFY = 9
 
 
 @dataclass(frozen=True, slots=True)
 class Hello:
     node_id: str
     version: int = PROTOCOL_VERSION
+    # Set by a leader's replication link: the partition it replicates (None: a client).
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +159,16 @@ class SnapshotChunk:
     done: bool = False
 
 
-Message = Hello | Request | Reply | ErrorReply | Replicate | Replicated | Close | SnapshotChunk
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A wake-up: a commit on ``partition`` made messages of ``tenant``/``queue`` visible."""
+
+    partition: int
+    tenant: str
+    queue: str
+
+
+Message = Hello | Request | Reply | ErrorReply | Replicate | Replicated | Close | SnapshotChunk | Notify
 
 
 def encode(message: Message) -> bytes:
@@ -164,7 +180,7 @@ def encode(message: Message) -> bytes:
 def _to_list(message: Message) -> list[Any]:
     match message:
         case Hello():
-            return [Kind.HELLO, message.node_id, message.version]
+            return [Kind.HELLO, message.node_id, message.version, message.partition]
         case Request():
             return [Kind.REQUEST, message.id, message.op, message.partition, message.epoch, message.args]
         case Reply():
@@ -195,6 +211,8 @@ def _to_list(message: Message) -> list[Any]:
                 message.data,
                 message.done,
             ]
+        case Notify():
+            return [Kind.NOTIFY, message.partition, message.tenant, message.queue]
 
 
 class FrameReader:
@@ -278,8 +296,8 @@ def _fields(values: list[Any], count: int) -> list[Any]:
 
 
 def _hello(v: list[Any]) -> Hello:
-    node_id, version = _fields(v, 2)
-    return Hello(_str(node_id), _int(version))
+    node_id, version, partition = _fields(v, 3)
+    return Hello(_str(node_id), _int(version), None if partition is None else _int(partition))
 
 
 def _request(v: list[Any]) -> Request:
@@ -340,6 +358,11 @@ def _snapshot(v: list[Any]) -> SnapshotChunk:
     return SnapshotChunk(_int(partition), Epoch(_int(epoch)), _int(offset), data, done)
 
 
+def _notify(v: list[Any]) -> Notify:
+    partition, tenant, queue = _fields(v, 3)
+    return Notify(_int(partition), _str(tenant), _str(queue))
+
+
 _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.HELLO: _hello,
     Kind.REQUEST: _request,
@@ -349,4 +372,5 @@ _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.REPLICATED: _replicated,
     Kind.CLOSE: _close,
     Kind.SNAPSHOT: _snapshot,
+    Kind.NOTIFY: _notify,
 }

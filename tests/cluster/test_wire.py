@@ -21,6 +21,7 @@ from backend_store.cluster.wire import (
     Hello,
     Kind,
     Message,
+    Notify,
     Replicate,
     Replicated,
     Reply,
@@ -33,6 +34,7 @@ from backend_store.types import Epoch, LogEntry, Lsn
 
 EVERY_MESSAGE: list[Message] = [
     Hello("node-a"),
+    Hello("node-a", partition=3),
     Request(7, "send", 3, Epoch(12), {"queue": "orders", "bodies": [b"\x00\xff", "text"]}),
     Reply(7, {"results": [[1, "id-1", False]]}),
     Reply(8, None),
@@ -47,6 +49,7 @@ EVERY_MESSAGE: list[Message] = [
     Close(CloseCode.NORMAL, "draining"),
     SnapshotChunk(3, Epoch(12), 1 << 20, b"\x00" * 64),
     SnapshotChunk(3, Epoch(12), 2 << 20, b"", done=True),
+    Notify(3, "tenant-one", "orders"),
 ]
 
 
@@ -120,9 +123,10 @@ def test_an_oversized_frame_is_refused_from_its_header_alone() -> None:
         msgpack.packb([]),
         msgpack.packb([99, "x"]),  # unknown kind
         msgpack.packb([True, "node", 1]),  # a bool is not a kind
-        msgpack.packb([Kind.HELLO, "node"]),  # too few fields
-        msgpack.packb([Kind.HELLO, "node", 1, 2]),  # too many
-        msgpack.packb([Kind.HELLO, b"bytes-not-str", 1]),
+        msgpack.packb([Kind.HELLO, "node", 1]),  # too few fields
+        msgpack.packb([Kind.HELLO, "node", 1, None, 2]),  # too many
+        msgpack.packb([Kind.HELLO, b"bytes-not-str", 1, None]),
+        msgpack.packb([Kind.HELLO, "node", 1, "partition-not-int"]),
         msgpack.packb([Kind.REQUEST, -1, "send", 0, 0, {}]),  # negative id
         msgpack.packb([Kind.REQUEST, 1, "send", 0, 0, []]),  # args not a map
         msgpack.packb([Kind.REQUEST, 1, "send", 0, 0, {1: "int key"}]),
@@ -132,7 +136,9 @@ def test_an_oversized_frame_is_refused_from_its_header_alone() -> None:
         msgpack.packb([Kind.REPLICATE, 0, 1, [], 0]),  # no prev
         msgpack.packb([Kind.SNAPSHOT, 0, 1, 0, "text", False]),
         msgpack.packb([Kind.CLOSE, "no_such_code", ""]),
-        msgpack.packb([Kind.HELLO, "node", 1]) + b"trailing",
+        msgpack.packb([Kind.NOTIFY, 0, "tenant"]),  # no queue
+        msgpack.packb([Kind.NOTIFY, -1, "tenant", "queue"]),
+        msgpack.packb([Kind.HELLO, "node", 1, None]) + b"trailing",
     ],
 )
 def test_malformed_frames_are_refused_with_a_code(body: bytes) -> None:

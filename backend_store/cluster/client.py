@@ -1,0 +1,251 @@
+"""Gateways' connections to backend nodes.
+
+:class:`NodeClient` keeps one persistent connection to one node: it dials on first use (and
+again after the connection broke), sends its hello, pipelines requests (each with its own
+deadline), hands ``Notify`` wake-ups to a callback, and fails every pending request with
+``unavailable`` when the connection closes. It never retries a request itself: whether a
+retry is safe (a send with a dedupe id, a read) is the caller's decision.
+
+:class:`NodePool` holds one client per node id and re-targets it when the node's address
+changes (a node restarted elsewhere).
+
+Usage::
+
+    pool = NodePool("gateway-1", on_notify=wake)
+    client = pool.client("node-a", "127.0.0.1:7001")
+    results = await client.call("send", partition=3, epoch=Epoch(12),
+                                tenant="t", queue="orders", messages=[NewMessage(b"hi")])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import Unavailable
+from ..types import Epoch
+from .connection import Closed, Connection, ConnectionClosedError
+from .ops import decode_result, encode_args, error_from_reply
+from .stream import NodeStream
+from .wire import NO_EPOCH, CloseCode, ErrorReply, Hello, Notify, Reply
+
+log = logging.getLogger("pushgate.cluster")
+
+# Called with (node_id, notify) for each wake-up; cheap and synchronous.
+NotifyCallback = Callable[[str, Notify], None]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as a pair; ``InvalidRequest``-free: a bad one is
+    ``unavailable`` (it came from the cluster map, not from the caller)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise Unavailable(f"bad node address {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class NodeClient:
+    def __init__(
+        self,
+        client_id: str,
+        node_id: str,
+        address: str,
+        *,
+        on_notify: NotifyCallback | None = None,
+        timeout_s: float = 5.0,
+        connect_timeout_s: float = 2.0,
+    ) -> None:
+        self.client_id = client_id
+        self.node_id = node_id
+        self.address = address
+        self.on_notify = on_notify
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._stream: NodeStream | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._dialing = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        return self._open_stream() is not None
+
+    def _open_stream(self) -> NodeStream | None:
+        stream = self._stream
+        return stream if stream is not None and not stream.connection.closed else None
+
+    async def call(
+        self,
+        op: str,
+        partition: int,
+        epoch: Epoch = NO_EPOCH,
+        *,
+        timeout_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``op`` on the node for ``partition``; return what the ``Backend`` method returns.
+
+        Raises the store's errors by code, :class:`~.ops.NotLeader` /
+        :class:`~.ops.StaleLeader` with the node's idea of the leader, and
+        :class:`Unavailable` when the node cannot be reached, the connection breaks or no
+        answer comes within the timeout (the request may or may not have been applied).
+        """
+        args = encode_args(op, **kwargs)
+        stream = await self._connect()
+        try:
+            rid = stream.connection.request(op, partition, epoch, args)
+        except ConnectionClosedError:
+            raise Unavailable(f"connection to node {self.node_id} closed") from None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        stream.flush()
+        try:
+            value = await asyncio.wait_for(asyncio.shield(future), timeout_s or self.timeout_s)
+        except TimeoutError:
+            raise Unavailable(
+                f"node {self.node_id} did not answer {op} on partition {partition} in time"
+            ) from None
+        finally:
+            self._pending.pop(rid, None)
+        return decode_result(op, value)
+
+    async def close(self) -> None:
+        """Close the connection; pending requests fail with ``unavailable``. Final."""
+        self._closed = True
+        await self._drop()
+
+    async def reset(self) -> None:
+        """Close the current connection (the next call dials again), e.g. on a new address."""
+        await self._drop()
+
+    # Internals ---------------------------------------------------------------------
+
+    async def _connect(self) -> NodeStream:
+        if self._closed:
+            raise Unavailable(f"client for node {self.node_id} is closed")
+        if (open_stream := self._open_stream()) is not None:
+            return open_stream
+        async with self._dialing:
+            if (open_stream := self._open_stream()) is not None:
+                return open_stream
+            host, port = split_address(self.address)
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), self.connect_timeout_s
+                )
+            except (OSError, TimeoutError) as exc:
+                raise Unavailable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
+            stream = NodeStream(Connection(self.client_id), reader, writer)
+            self._stream = stream
+            self._reader_task = asyncio.create_task(self._read(stream), name=f"node-client {self.node_id}")
+            return stream
+
+    async def _read(self, stream: NodeStream) -> None:
+        try:
+            async for event in stream.events():
+                match event:
+                    case Reply():
+                        self._settle(event.id, result=event.result)
+                    case ErrorReply():
+                        error = error_from_reply(event.code, event.detail, event.epoch, event.leader)
+                        self._settle(event.id, error=error)
+                    case Notify():
+                        if self.on_notify is not None:
+                            try:
+                                self.on_notify(self.node_id, event)
+                            except Exception:  # a listener's bug must not kill the connection
+                                log.exception("notify callback failed")
+                    case Closed():
+                        self._fail_pending(event.pending, f"{event.code}: {event.detail}")
+                    case Hello():
+                        pass
+                    case _:
+                        pass  # replication messages are not for clients
+        finally:
+            await stream.close()
+            if self._stream is stream:
+                self._stream = None
+
+    def _settle(self, rid: int, *, result: Any = None, error: BaseException | None = None) -> None:
+        future = self._pending.get(rid)
+        if future is None or future.done():
+            return  # the caller gave up (timeout); the answer is dropped
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def _fail_pending(self, ids: tuple[int, ...], why: str) -> None:
+        for rid in ids:
+            self._settle(rid, error=Unavailable(f"connection to node {self.node_id} lost ({why})"))
+
+    async def _drop(self) -> None:
+        stream, task = self._stream, self._reader_task
+        self._stream, self._reader_task = None, None
+        if stream is not None:
+            pending = tuple(stream.connection.pending_requests)
+            await stream.close(CloseCode.NORMAL, "client closing")
+            self._fail_pending(pending, "closed by the client")
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class NodePool:
+    """One :class:`NodeClient` per node id; an address change re-targets the client."""
+
+    def __init__(
+        self,
+        client_id: str,
+        *,
+        on_notify: NotifyCallback | None = None,
+        timeout_s: float = 5.0,
+        connect_timeout_s: float = 2.0,
+    ) -> None:
+        self.client_id = client_id
+        self.on_notify = on_notify
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._clients: dict[str, NodeClient] = {}
+        self._retired: set[asyncio.Task[None]] = set()
+
+    def client(self, node_id: str, address: str) -> NodeClient:
+        """The client for ``node_id`` at ``address`` (created, or moved to a new address)."""
+        client = self._clients.get(node_id)
+        if client is not None and client.address == address:
+            return client
+        if client is not None:
+            # The node moved: close the old connection in the background (its pending
+            # requests fail with unavailable) and dial the new address on next use.
+            task = asyncio.create_task(client.close())
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
+        client = NodeClient(
+            self.client_id,
+            node_id,
+            address,
+            on_notify=self.on_notify,
+            timeout_s=self.timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+        )
+        self._clients[node_id] = client
+        return client
+
+    def get(self, node_id: str) -> NodeClient | None:
+        return self._clients.get(node_id)
+
+    async def remove(self, node_id: str) -> None:
+        client = self._clients.pop(node_id, None)
+        if client is not None:
+            await client.close()
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+        if self._retired:
+            await asyncio.gather(*self._retired, return_exceptions=True)

@@ -1,0 +1,180 @@
+"""NodeClient and NodePool over real TCP on loopback against a scripted node: pipelined
+requests answered out of order, error replies with the leader hint, wake-ups, a broken
+connection failing what is pending and the next call dialling again, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from backend_store.cluster import ops
+from backend_store.cluster.client import NodeClient, NodePool
+from backend_store.cluster.connection import Connection
+from backend_store.cluster.stream import NodeStream
+from backend_store.cluster.wire import Notify, Request
+from backend_store.errors import QueueNotFound, Unavailable
+from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
+from tests.conftest import scaled
+
+T = TenantId("t")
+Q = QueueName("orders")
+
+
+class ScriptedNode:
+    """A TCP server speaking the node protocol; requests are queued for the test to answer."""
+
+    def __init__(self) -> None:
+        self.requests: asyncio.Queue[tuple[NodeStream, Request]] = asyncio.Queue()
+        self.streams: list[NodeStream] = []
+        self.server: asyncio.Server | None = None
+        self.address = ""
+        self.connections = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = NodeStream(Connection("node-a"), reader, writer)
+        self.streams.append(stream)
+        self.connections += 1
+        async for event in stream.events():
+            if isinstance(event, Request):
+                await self.requests.put((stream, event))
+
+    async def next_request(self) -> tuple[NodeStream, Request]:
+        return await asyncio.wait_for(self.requests.get(), scaled(5))
+
+    async def drop_connections(self) -> None:
+        for stream in self.streams:
+            await stream.close()
+        self.streams.clear()
+
+    async def stop(self) -> None:
+        await self.drop_connections()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[ScriptedNode]:
+    n = ScriptedNode()
+    await n.start()
+    yield n
+    await n.stop()
+
+
+@pytest.fixture
+async def client(node: ScriptedNode) -> AsyncIterator[NodeClient]:
+    c = NodeClient("gateway-1", "node-a", node.address, timeout_s=scaled(5))
+    yield c
+    await c.close()
+
+
+async def test_pipelined_requests_are_matched_to_their_answers(
+    node: ScriptedNode, client: NodeClient
+) -> None:
+    first = asyncio.create_task(
+        client.call("send", 3, Epoch(7), tenant=T, queue=Q, messages=[NewMessage(b"a", dedupe_id="d")])
+    )
+    second = asyncio.create_task(client.call("get_queue", 3, Epoch(7), tenant=T, name=Q))
+    (s1, r1), (s2, r2) = await node.next_request(), await node.next_request()
+    assert (r1.op, r1.partition, r1.epoch) == ("send", 3, 7)
+    assert ops.decode_args("send", r1.args)["messages"][0].dedupe_id == "d"
+    # Answered out of order.
+    s2.connection.error(r2.id, "queue_not_found", "no such queue")
+    s2.flush()
+    s1.connection.reply(r1.id, [["id-1", 1, False]])
+    s1.flush()
+    assert await first == [SendResult("id-1", 1, False)]  # type: ignore[arg-type]
+    with pytest.raises(QueueNotFound):
+        await second
+
+
+async def test_not_leader_carries_the_hint(node: ScriptedNode, client: NodeClient) -> None:
+    call = asyncio.create_task(client.call("next_visible_at", 1, tenant=T, queue=Q))
+    stream, request = await node.next_request()
+    stream.connection.error(request.id, "not_leader", "led elsewhere", epoch=Epoch(12), leader="127.0.0.1:1")
+    stream.flush()
+    with pytest.raises(ops.NotLeader) as caught:
+        await call
+    assert (caught.value.epoch, caught.value.leader) == (12, "127.0.0.1:1")
+
+
+async def test_wake_ups_reach_the_callback(node: ScriptedNode) -> None:
+    woken: asyncio.Queue[tuple[str, Notify]] = asyncio.Queue()
+    pool = NodePool("gateway-1", on_notify=lambda node_id, n: woken.put_nowait((node_id, n)))
+    try:
+        client = pool.client("node-a", node.address)
+        call = asyncio.create_task(client.call("next_visible_at", 1, tenant=T, queue=Q))
+        stream, request = await node.next_request()
+        stream.connection.notify(1, "t", "orders")
+        stream.connection.reply(request.id, None)
+        stream.flush()
+        assert await call is None
+        assert await asyncio.wait_for(woken.get(), scaled(5)) == ("node-a", Notify(1, "t", "orders"))
+    finally:
+        await pool.close()
+
+
+async def test_a_broken_connection_fails_pending_requests_and_the_next_call_redials(
+    node: ScriptedNode, client: NodeClient
+) -> None:
+    pending = asyncio.create_task(client.call("get_queue", 0, tenant=T, name=Q))
+    await node.next_request()
+    await node.drop_connections()
+    with pytest.raises(Unavailable):
+        await pending
+    call = asyncio.create_task(client.call("purge_queue", 0, tenant=T, name=Q))
+    stream, request = await node.next_request()
+    stream.connection.reply(request.id, 4)
+    stream.flush()
+    assert await call == 4 and node.connections == 2
+
+
+async def test_no_answer_in_time_is_unavailable(node: ScriptedNode, client: NodeClient) -> None:
+    with pytest.raises(Unavailable):
+        await client.call("get_queue", 0, tenant=T, name=Q, timeout_s=0.1)
+    # A late answer to the abandoned request is dropped; the connection stays usable.
+    stream, request = await node.next_request()
+    stream.connection.reply(request.id, None)
+    stream.flush()
+    call = asyncio.create_task(client.call("purge_queue", 0, tenant=T, name=Q))
+    stream, request = await node.next_request()
+    stream.connection.reply(request.id, 0)
+    stream.flush()
+    assert await call == 0 and node.connections == 1
+
+
+async def test_an_unreachable_node_is_unavailable() -> None:
+    with contextlib.closing(__import__("socket").socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connection refused
+        client = NodeClient("gateway-1", "node-x", f"127.0.0.1:{port}", connect_timeout_s=scaled(2))
+        with pytest.raises(Unavailable):
+            await client.call("get_queue", 0, tenant=T, name=Q)
+        await client.close()
+
+
+async def test_a_pool_retargets_a_node_that_moved(node: ScriptedNode) -> None:
+    other = ScriptedNode()
+    await other.start()
+    pool = NodePool("gateway-1")
+    try:
+        first = pool.client("node-a", node.address)
+        assert pool.client("node-a", node.address) is first
+        moved = pool.client("node-a", other.address)
+        assert moved is not first and pool.get("node-a") is moved
+        call: asyncio.Task[Any] = asyncio.create_task(moved.call("purge_queue", 0, tenant=T, name=Q))
+        stream, request = await other.next_request()
+        stream.connection.reply(request.id, 2)
+        stream.flush()
+        assert await call == 2
+    finally:
+        await pool.close()
+        await other.stop()
