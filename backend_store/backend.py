@@ -1,7 +1,7 @@
 """The one interface the gateway and the delivery engine use to reach storage.
 
 Two implementations, picked by URL (:func:`backend_store.url.open_backend`):
-``lmdb:///path`` (embedded, the default) and, later, ``cluster://host:port,...``.
+``lmdb:///path`` (embedded, the default) and ``cluster://etcd-host:port,...``.
 
 Contract, for every implementation:
 
@@ -284,6 +284,22 @@ class StorageStats(Protocol):
         """Group-commit batch sizes and commit durations (None before start)."""
 
 
+MetaListener = Callable[[str, str], None]
+
+
+@runtime_checkable
+class MetadataWatch(Protocol):
+    """Optional capability: hear of metadata and queue changes made anywhere (distributed
+    backends, whose metadata other gateways change). Listeners are called on the event loop,
+    after the change is visible to reads; the gateway drops its cached copies there."""
+
+    def add_meta_listener(self, listener: MetaListener) -> None:
+        """``listener(namespace, key)`` after a metadata value was written or deleted."""
+
+    def add_queue_listener(self, listener: ChangeListener) -> None:
+        """``listener(tenant, queue)`` after a queue was created, changed or deleted."""
+
+
 @runtime_checkable
 class ClusterStatus(Protocol):
     """Optional capability: the cluster's nodes and partitions (distributed backends)."""
@@ -299,6 +315,8 @@ __all__ = [
     "ClusterStatus",
     "DeadLetters",
     "DeliverCallback",
+    "MetaListener",
+    "MetadataWatch",
     "PushgateError",
     "ReplicaStore",
     "StandingReceive",

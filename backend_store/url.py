@@ -1,6 +1,8 @@
 """Open a backend by URL, the way ``limits`` picks its storage.
 
 ``lmdb:///abs/path`` or ``lmdb://relative/path``: the embedded store (default).
+``cluster://etcd-host:port[,host:port...][/root/]``: replicated backend nodes found
+through etcd (docs/cluster.md).
 Implementations are imported lazily so the gateway only loads what it uses.
 """
 
@@ -32,4 +34,8 @@ def open_backend(url: str, options: StoreOptions | None = None) -> Backend:
         from .lmdb_store.engine import LmdbBackend
 
         return LmdbBackend(lmdb_path(url), options)
-    raise ConfigurationError(f"unknown store URL scheme {scheme!r}; expected lmdb://")
+    if scheme == "cluster":
+        from .cluster.cluster_backend import open_cluster_backend
+
+        return open_cluster_backend(url, options)
+    raise ConfigurationError(f"unknown store URL scheme {scheme!r}; expected lmdb:// or cluster://")

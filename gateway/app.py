@@ -22,6 +22,7 @@ from .metrics import GatewayMetrics
 from .middleware import GatewayMiddleware, GuardedApp
 from .operations import build_operations
 from .routes.browser import BrowserRoutes
+from .routes.cluster import ClusterRoutes
 from .routes.endpoint import Endpoint
 from .routes.limits import LimitsRoutes
 from .routes.messages import MessageRoutes
@@ -83,6 +84,7 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
         *_guarded(push_routes(services), services.metrics),
         *OpsRoutes(services).routes(),
         *operator_routes,
+        *ClusterRoutes(services).routes(),
         *BrowserRoutes(services).routes(),
     ]
     app = GatewayApp(routes=routes, lifespan=lifespan)

@@ -357,6 +357,43 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "TokenResponse": _obj({"token": {"type": "string"}, "expires_at": _EPOCH}, ("token", "expires_at")),
     "Status": _obj({"status": {"type": "string"}}, ("status",)),
+    "Cluster": _obj(
+        {
+            "nodes": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "id": {"type": "string"},
+                        "address": {"type": "string", "description": "host:port of the node protocol"},
+                        "state": {"type": "string", "description": "up or draining"},
+                        "lag": {
+                            "type": "integer",
+                            "description": "log entries its follower replicas lack behind their leaders",
+                        },
+                    },
+                    ("id", "address", "state", "lag"),
+                ),
+            },
+            "partitions": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "id": {"type": "integer"},
+                        "tenant": {"type": "string"},
+                        "queue": {"type": "string"},
+                        "index": {"type": "integer"},
+                        "leader": {"type": ["string", "null"], "description": "node id; null: being elected"},
+                        "followers": {"type": "array", "items": {"type": "string"}},
+                        "epoch": {"type": "integer", "description": "the leader's term"},
+                        "lsn": {"type": "integer", "description": "the leader's last log position"},
+                        "mode": {"enum": ["sync", "async"]},
+                    },
+                    ("id", "tenant", "queue", "index", "leader", "followers", "epoch", "lsn", "mode"),
+                ),
+            },
+        },
+        ("nodes", "partitions"),
+    ),
     "Readiness": _obj(
         {
             "status": {"type": "string"},
@@ -604,7 +641,7 @@ def _paths() -> dict[str, Any]:
         "/healthz": {"get": _op("Liveness", {"200": _json(_ref("Status"))}, public=True, tag="operations")},
         "/readyz": {
             "get": _op(
-                "Readiness: the store takes writes",
+                "Readiness: the store takes writes (cluster mode: every partition has a leader)",
                 {"200": _json(_ref("Readiness"))},
                 public=True,
                 tag="operations",
@@ -621,6 +658,15 @@ def _paths() -> dict[str, Any]:
                 },
                 description="Needs the `metrics` scope (`admin` includes it); see docs/metrics.md. "
                 "`--metrics-listen` serves it without a token on a private address.",
+                tag="operations",
+            )
+        },
+        "/v1/cluster": {
+            "get": _op(
+                "The cluster's nodes and partitions",
+                {"200": _json(_ref("Cluster"))},
+                description="Needs `admin`; cluster mode only (`404 not_found` on the embedded store). "
+                "The operator tenant's admins see every partition, others their tenant's. See docs/cluster.md.",
                 tag="operations",
             )
         },

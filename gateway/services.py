@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from backend_store.backend import Backend
+from backend_store.backend import Backend, MetadataWatch
 from backend_store.errors import PushgateError
 from backend_store.types import QueueName, TenantId
 from backend_store.url import open_backend
@@ -30,9 +30,11 @@ from push.engine import PushEngine
 from push.principal import PrincipalLike
 from push.wakeup import WakeupHub
 
+from .auth import api_keys, jwt_keys, tenants
 from .auth.authenticator import Authenticator
 from .auth.bootstrap import ensure_bootstrap
 from .auth.principal import Principal
+from .limits import store as limits_store
 from .limits.service import Throttling
 from .metrics import GatewayMetrics
 from .origins import OriginRule
@@ -129,12 +131,28 @@ class GatewayServices:
     async def start(self) -> None:
         await self.backend.start()
         self.backend.add_listener(self.hub.notify)
+        if isinstance(self.backend, MetadataWatch):
+            # Cluster mode: other gateways change keys and queues in etcd; forget our
+            # cached copies the moment the watch says so (a revoked key is refused at once).
+            self.backend.add_meta_listener(self._metadata_changed)
+            self.backend.add_queue_listener(self._queue_changed)
         self.bootstrap_key = await ensure_bootstrap(self.backend, self.settings.data_dir)
         if self.bootstrap_key is not None and self.settings.announce_bootstrap:
             # Shown once, on stdout, so an operator can copy it; it is also in a 0600 file.
             print(f"Bootstrap admin key (shown once): {self.bootstrap_key}", file=sys.stdout, flush=True)
         for component in self.components:
             await component.start()
+
+    def _metadata_changed(self, namespace: str, key: str) -> None:
+        if namespace in (api_keys.NAMESPACE, jwt_keys.NAMESPACE, tenants.NAMESPACE):
+            self.authenticator.invalidate()
+        elif namespace == limits_store.NAMESPACE:
+            self.throttling.limits.forget(key)
+
+    def _queue_changed(self, tenant: TenantId, queue: QueueName) -> None:
+        self.queues.invalidate(tenant, queue)
+        # New attributes (a shorter delay, a higher limit) may make messages receivable.
+        self.hub.notify(tenant, queue)
 
     async def drain(self) -> None:
         """Shutdown has begun: end long-polls and push streams now (idempotent)."""

@@ -1,6 +1,6 @@
 """Tenants, keys, limits and queue metadata in etcd, with the embedded store's semantics.
 
-Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msgpack maps):
+EtcdPaths (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msgpack maps):
 
 - ``meta/{namespace}/{key}``: raw bytes (tenants, API keys, JWT keys, limits, alert rules);
 - ``queues/{tenant}/{queue}``: ``{"attributes": {...}, "created_at": float}``; the manager
@@ -27,7 +27,7 @@ from ..attributes import apply_patch, attributes_from_record, check_queue_name, 
 from ..errors import InvalidRequest, QueueExists, QueueNotFound, Unavailable
 from ..types import QueueAttributes, QueueName, TenantId
 from .coordinator import Coordinator, Entry, PrefixState
-from .layout import Layout
+from .etcd_paths import EtcdPaths
 from .watched_prefix import WatchedPrefix
 
 # Read-modify-write of a queue record is retried this often when another writer got in first.
@@ -46,6 +46,8 @@ class QueueRecord:
     attributes: QueueAttributes
     created_at: float
     mod_revision: int = 0
+    # Tells a queue from one deleted and re-created under its name (partitions name it).
+    create_revision: int = 0
 
     def to_bytes(self) -> bytes:
         packed: bytes = msgpack.packb(
@@ -62,6 +64,7 @@ class QueueRecord:
             attributes_from_record(doc["attributes"]),
             float(doc["created_at"]),
             entry.mod_revision,
+            entry.create_revision,
         )
 
 
@@ -71,16 +74,16 @@ class ClusterMetadata:
     def __init__(
         self,
         coordinator: Coordinator,
-        layout: Layout,
+        paths: EtcdPaths,
         *,
         clock: Callable[[], float] = time.time,
         reread_every_s: float = 5.0,
     ) -> None:
         self._coordinator = coordinator
-        self.layout = layout
+        self.paths = paths
         self._clock = clock
-        self.meta = WatchedPrefix(coordinator, layout.meta, reread_every_s=reread_every_s)
-        self.queues = WatchedPrefix(coordinator, layout.queues, reread_every_s=reread_every_s)
+        self.meta = WatchedPrefix(coordinator, paths.meta, reread_every_s=reread_every_s)
+        self.queues = WatchedPrefix(coordinator, paths.queues, reread_every_s=reread_every_s)
         self._meta_listeners: list[MetaListener] = []
         self._queue_listeners: list[QueueListener] = []
         self.meta.add_listener(self._meta_changed)
@@ -105,11 +108,11 @@ class ClusterMetadata:
     # Metadata values --------------------------------------------------------------
 
     async def meta_get(self, namespace: str, key: str) -> bytes | None:
-        entry = await self._coordinator.get(self.layout.meta_key(namespace, key))
+        entry = await self._coordinator.get(self.paths.meta_key(namespace, key))
         return None if entry is None else entry.value
 
     async def meta_put(self, namespace: str, key: str, value: bytes, *, only_if_absent: bool = False) -> bool:
-        full = self.layout.meta_key(namespace, key)
+        full = self.paths.meta_key(namespace, key)
         if only_if_absent:
             stored = await self._coordinator.create(full, value)
         else:
@@ -118,11 +121,11 @@ class ClusterMetadata:
         return stored
 
     async def meta_delete(self, namespace: str, key: str) -> bool:
-        return await self._coordinator.delete(self.layout.meta_key(namespace, key))
+        return await self._coordinator.delete(self.paths.meta_key(namespace, key))
 
     async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
-        start = self.layout.meta_key(namespace, prefix)
-        skip = len(self.layout.meta_key(namespace, ""))
+        start = self.paths.meta_key(namespace, prefix)
+        skip = len(self.paths.meta_key(namespace, ""))
         state = await self._coordinator.read_prefix(start)
         return sorted((key[skip:], entry.value) for key, entry in state.entries.items())
 
@@ -135,16 +138,16 @@ class ClusterMetadata:
 
     async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
         """A queue record read from etcd; ``QueueNotFound`` if there is none."""
-        entry = await self._coordinator.get(self.layout.queue_key(tenant, name))
+        entry = await self._coordinator.get(self.paths.queue_key(tenant, name))
         if entry is None:
             raise QueueNotFound(f"queue {name!r} does not exist")
         return QueueRecord.from_entry(tenant, name, entry)
 
     async def list_queues(self, tenant: TenantId) -> list[QueueRecord]:
-        state = await self._coordinator.read_prefix(self.layout.tenant_queues(tenant))
+        state = await self._coordinator.read_prefix(self.paths.tenant_queues(tenant))
         out: list[QueueRecord] = []
         for key, entry in state.entries.items():
-            split = self.layout.split_queue_key(key)
+            split = self.paths.split_queue_key(key)
             if split is not None and split[0] == tenant:
                 out.append(QueueRecord.from_entry(tenant, split[1], entry))
         return sorted(out, key=lambda r: r.name)
@@ -158,7 +161,7 @@ class ClusterMetadata:
         await self._check_dead_letter_queue(tenant, name, attrs)
         record = QueueRecord(tenant, name, attrs, self._clock())
         for _ in range(_CAS_ATTEMPTS):
-            if await self._coordinator.create(self.layout.queue_key(tenant, name), record.to_bytes()):
+            if await self._coordinator.create(self.paths.queue_key(tenant, name), record.to_bytes()):
                 await self._settle(self.queues)
                 return await self.queue(tenant, name), True
             try:
@@ -178,14 +181,14 @@ class ClusterMetadata:
             attrs = apply_patch(current.attributes, changes)
             await self._check_dead_letter_queue(tenant, name, attrs)
             record = QueueRecord(tenant, name, attrs, current.created_at)
-            key = self.layout.queue_key(tenant, name)
+            key = self.paths.queue_key(tenant, name)
             if await self._coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
                 await self._settle(self.queues)
                 return await self.queue(tenant, name)
         raise Unavailable("queue metadata changed too often to update the queue; retry")
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
-        if not await self._coordinator.delete(self.layout.queue_key(tenant, name)):
+        if not await self._coordinator.delete(self.paths.queue_key(tenant, name)):
             raise QueueNotFound(f"queue {name!r} does not exist")
         await self._settle(self.queues)
 
@@ -197,7 +200,7 @@ class ClusterMetadata:
             return
         if dlq == name:
             raise InvalidRequest("a queue cannot be its own dead_letter_queue")
-        if await self._coordinator.get(self.layout.queue_key(tenant, dlq)) is None:
+        if await self._coordinator.get(self.paths.queue_key(tenant, dlq)) is None:
             raise InvalidRequest(f"dead_letter_queue {dlq!r} does not exist")
 
     # Watch ------------------------------------------------------------------------
@@ -209,13 +212,13 @@ class ClusterMetadata:
 
     def _meta_changed(self, state: PrefixState, keys: set[str]) -> None:
         for key in sorted(keys):
-            namespace, name = self.layout.split_meta_key(key)
+            namespace, name = self.paths.split_meta_key(key)
             for listener in list(self._meta_listeners):
                 listener(namespace, name)
 
     def _queues_changed(self, state: PrefixState, keys: set[str]) -> None:
         for key in sorted(keys):
-            split = self.layout.split_queue_key(key)
+            split = self.paths.split_queue_key(key)
             if split is not None:
                 for listener in list(self._queue_listeners):
                     listener(*split)

@@ -42,8 +42,6 @@ class WatchedPrefix:
         self._listeners: list[StateListener] = []
         self._task: asyncio.Task[None] | None = None
         self._first = asyncio.Event()
-        # Set whenever a new state arrives (waiters clear and re-check their condition).
-        self.changed = asyncio.Condition()
 
     def add_listener(self, listener: StateListener) -> None:
         self._listeners.append(listener)
@@ -74,15 +72,10 @@ class WatchedPrefix:
                     listener(state, keys)
                 except Exception:
                     log.exception("listener of %s failed", self.prefix)
-            asyncio.get_running_loop().create_task(self._announce())
 
     async def refresh(self) -> None:
         """Read the prefix now (after a write of our own, or when a node says the map moved)."""
         self.apply(await self._coordinator.read_prefix(self.prefix))
-
-    async def _announce(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
 
     async def _follow(self) -> None:
         states = self._coordinator.watch_prefix(self.prefix, reread_every_s=self._reread_every_s)

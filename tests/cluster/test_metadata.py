@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.layout import Layout
+from backend_store.cluster.etcd_paths import EtcdPaths
 from backend_store.cluster.metadata import ClusterMetadata
 from backend_store.errors import InvalidRequest, QueueExists, QueueNotFound
 from backend_store.types import QueueName, TenantId
@@ -26,14 +26,14 @@ async def coordinator(etcd_endpoints: list[str]) -> AsyncIterator[EtcdCoordinato
 
 
 @pytest.fixture
-def layout() -> Layout:
-    return Layout(unique_prefix("meta") + "/")
+def paths() -> EtcdPaths:
+    return EtcdPaths(unique_prefix("meta") + "/")
 
 
 @pytest.fixture
-async def metadata(coordinator: EtcdCoordinator, layout: Layout) -> AsyncIterator[ClusterMetadata]:
+async def metadata(coordinator: EtcdCoordinator, paths: EtcdPaths) -> AsyncIterator[ClusterMetadata]:
     # A long re-read interval: whatever arrives quickly came through the watch.
-    meta = ClusterMetadata(coordinator, layout, reread_every_s=60)
+    meta = ClusterMetadata(coordinator, paths, reread_every_s=60)
     await meta.start()
     try:
         yield meta
@@ -114,7 +114,7 @@ async def test_queue_records(metadata: ClusterMetadata) -> None:
 async def test_concurrent_updates_are_both_kept(
     metadata: ClusterMetadata, coordinator: EtcdCoordinator
 ) -> None:
-    other = ClusterMetadata(coordinator, metadata.layout, reread_every_s=60)
+    other = ClusterMetadata(coordinator, metadata.paths, reread_every_s=60)
     await metadata.create_queue(T, QueueName("q"), {})
     await asyncio.gather(
         metadata.update_queue(T, QueueName("q"), {"delay_s": 7}),
@@ -133,7 +133,7 @@ async def test_another_gateways_changes_arrive_through_the_watch(
     metadata.add_meta_listener(lambda ns, key: seen_meta.put_nowait((ns, key)))
     metadata.add_queue_listener(lambda t, q: seen_queues.put_nowait((t, q)))
     async with EtcdCoordinator(etcd_endpoints) as c2:
-        elsewhere = ClusterMetadata(c2, metadata.layout)
+        elsewhere = ClusterMetadata(c2, metadata.paths)
         await elsewhere.meta_put("api_keys", "k9", b"revoked")
         assert await asyncio.wait_for(seen_meta.get(), scaled(5)) == ("api_keys", "k9")
         await elsewhere.create_queue(T, QueueName("jobs"), {})

@@ -1,6 +1,6 @@
 """Where the cluster keeps things in etcd (docs/cluster.md has the table).
 
-One :class:`Layout` per cluster, rooted at ``/pushgate/`` by default; tests root theirs
+One :class:`EtcdPaths` per cluster, rooted at ``/pushgate/`` by default; tests root theirs
 elsewhere so they share one etcd without seeing each other's keys. Values are msgpack maps
 except ``meta/``, which holds the gateway's raw bytes.
 """
@@ -18,7 +18,7 @@ MAX_META_KEY_BYTES = 400
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class EtcdPaths:
     root: str = DEFAULT_ROOT
 
     @property

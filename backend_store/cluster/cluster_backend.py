@@ -1,0 +1,620 @@
+"""``cluster://etcd-host:port[,...][/root/]``: the :class:`~backend_store.backend.Backend` on
+replicated backend nodes, found through etcd.
+
+What it does per request (docs/cluster.md, "The gateway on the cluster"):
+
+- **Metadata** (tenants, keys, limits, queue records) lives in etcd (:mod:`.metadata`);
+  changes made by any gateway reach this one's listeners through the watch.
+- **Routing.** A queue's partitions and their leaders come from the watched partition map
+  (:mod:`.partition_map`); :mod:`.routing` picks the partition of each send and prefixes
+  every receipt with its partition id. Each request carries the leader's epoch.
+- **Isolation.** One connection per node (the node helper's :class:`~.client.NodePool`),
+  a timeout per request and a circuit breaker per node (:mod:`.node_health`): a slow node
+  costs only the partitions it leads.
+- **Moving leaders.** ``not_leader`` / ``stale_epoch`` re-read the map and retry; a
+  partition without a leader is waited for (up to the request deadline). A request whose
+  fate is unknown (a timeout, a lost connection) is retried only when that is safe: reads,
+  and sends whose every message carries a dedupe id (the partition dedupes the retry).
+- **Push.** Nodes send ``Notify`` after commits that made messages visible; it feeds the
+  change listeners, so WebSocket delivery stays push across gateways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..backend import ChangeListener
+from ..errors import (
+    ConfigurationError,
+    InvalidReceipt,
+    PushgateError,
+    QueueNotFound,
+    StaleEpoch,
+    Unavailable,
+)
+from ..options import StoreOptions
+from ..types import (
+    AckResult,
+    NewMessage,
+    PeekedMessage,
+    QueueInfo,
+    QueueName,
+    QueueStats,
+    ReceiptFailure,
+    ReceivedMessage,
+    SendResult,
+    TenantId,
+)
+from .client import NodePool
+from .coordinator import CoordinatorUnavailable
+from .etcd_coordinator import EtcdCoordinator
+from .etcd_paths import DEFAULT_ROOT, EtcdPaths
+from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
+from .node_health import BreakerSettings, NodeHealth
+from .ops import NotLeader
+from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
+from .routing import plan_sends, prefix_receipt, split_receipt
+from .wire import Notify
+
+log = logging.getLogger("pushgate.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """Knobs of the gateway side, from ``cluster://...?name=value`` (or defaults)."""
+
+    root: str = DEFAULT_ROOT
+    # A request's whole budget, retries and waits for a leader included.
+    request_deadline_s: float = 10.0
+    # One attempt at one node (a sync send waits for a majority fsync within it).
+    node_timeout_s: float = 5.0
+    # How long ``create_queue`` waits for the manager to place the new queue's partitions.
+    placement_wait_s: float = 10.0
+    reread_every_s: float = 5.0
+    etcd_timeout_s: float = 2.0
+
+
+def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
+    """``cluster://h:p,h:p/root/?request_deadline_s=5`` as (endpoints, settings)."""
+    parts = urlsplit(url)
+    if parts.scheme != "cluster":
+        raise ConfigurationError(f"not a cluster URL: {url!r}")
+    if not parts.netloc:
+        raise ConfigurationError("cluster URL needs etcd endpoints, e.g. cluster://127.0.0.1:2379")
+    root = parts.path if parts.path not in ("", "/") else DEFAULT_ROOT
+    root = root if root.endswith("/") else root + "/"
+    values: dict[str, Any] = {"root": root}
+    known = ClusterSettings.__dataclass_fields__
+    for item in filter(None, parts.query.split("&")):
+        name, _, raw = item.partition("=")
+        if name not in known or name == "root":
+            raise ConfigurationError(f"unknown cluster URL option {name!r}")
+        try:
+            values[name] = float(raw)
+        except ValueError:
+            raise ConfigurationError(f"cluster URL option {name} must be a number") from None
+    return parts.netloc, ClusterSettings(**values)
+
+
+def _sum_stats(parts: Sequence[QueueStats]) -> QueueStats:
+    ages = [s.oldest_age_s for s in parts if s.oldest_age_s is not None]
+    return QueueStats(
+        visible=sum(s.visible for s in parts),
+        in_flight=sum(s.in_flight for s in parts),
+        delayed=sum(s.delayed for s in parts),
+        oldest_age_s=max(ages) if ages else None,
+        sent_total=sum(s.sent_total for s in parts),
+        acked_total=sum(s.acked_total for s in parts),
+        dead_lettered_total=sum(s.dead_lettered_total for s in parts),
+    )
+
+
+class ClusterBackend:
+    """The gateway's store in cluster mode. Build with :func:`open_cluster_backend`."""
+
+    def __init__(self, endpoints: str, settings: ClusterSettings, options: StoreOptions) -> None:
+        self.endpoints = endpoints
+        self.settings = settings
+        self.paths = EtcdPaths(settings.root)
+        self.gateway_id = f"gw-{uuid.uuid4().hex[:8]}"
+        self._options = options
+        self._coordinator = EtcdCoordinator(endpoints, timeout_s=settings.etcd_timeout_s)
+        self.metadata = ClusterMetadata(
+            self._coordinator,
+            self.paths,
+            clock=options.clock or time.time,
+            reread_every_s=settings.reread_every_s,
+        )
+        self.view = ClusterView(self._coordinator, self.paths, reread_every_s=settings.reread_every_s)
+        self.health = NodeHealth(BreakerSettings())
+        self._pool: NodePool | None = None
+        self._listeners: list[ChangeListener] = []
+        self._round_robin = itertools.count()
+        self._leaders: dict[int, LeaderClaim | None] = {}
+        self._started = False
+
+    # Life cycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        try:
+            await self._coordinator.connect()
+            await self.metadata.start()
+            await self.view.start()
+        except CoordinatorUnavailable as exc:
+            raise Unavailable(f"cannot reach etcd at {self.endpoints}: {exc.detail}") from None
+        self._pool = NodePool(
+            self.gateway_id, on_notify=self._notified, timeout_s=self.settings.node_timeout_s
+        )
+        self.view.add_listener(self._map_changed)
+        self._started = True
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        await self.view.close()
+        await self.metadata.close()
+        await self._coordinator.close()
+        self._started = False
+
+    async def check_writable(self) -> None:
+        """Ready when etcd answers and every partition of the map has a leader."""
+        try:
+            await self._coordinator.get(self.paths.root + "ready-check")
+        except CoordinatorUnavailable as exc:
+            raise Unavailable(f"etcd is unreachable: {exc.detail}") from None
+        leaderless = self.view.map.leaderless()
+        if leaderless:
+            names = ", ".join(f"{p.queue}[{p.index}]" for p in leaderless[:5])
+            raise Unavailable(f"{len(leaderless)} partition(s) have no leader yet: {names}")
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def add_meta_listener(self, listener: MetaListener) -> None:
+        """``listener(namespace, key)`` after a metadata value changed anywhere in the cluster."""
+        self.metadata.add_meta_listener(listener)
+
+    def add_queue_listener(self, listener: QueueListener) -> None:
+        """``listener(tenant, queue)`` after a queue's record changed anywhere in the cluster."""
+        self.metadata.add_queue_listener(listener)
+
+    def _notified(self, node_id: str, notify: Notify) -> None:
+        for listener in list(self._listeners):
+            listener(TenantId(notify.tenant), QueueName(notify.queue))
+
+    def _map_changed(self, new_map: PartitionMap) -> None:
+        # A new leader may hold messages nobody told us about (it committed them while we
+        # were connected to the old one, or we hold no connection to it yet, so no Notify):
+        # wake every queue a partition of which has a new leader. Nodes republish their
+        # positions often; those changes wake nothing.
+        old, self._leaders = self._leaders, {pid: p.leader for pid, p in new_map.partitions.items()}
+        woken: set[tuple[TenantId, QueueName]] = set()
+        for pid, part in new_map.partitions.items():
+            if part.leader is not None and old.get(pid) != part.leader:
+                woken.add((part.tenant, part.queue))
+        for tenant, queue in sorted(woken):
+            for listener in list(self._listeners):
+                listener(tenant, queue)
+
+    # Queues -----------------------------------------------------------------------
+
+    async def create_queue(
+        self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
+    ) -> tuple[QueueInfo, bool]:
+        record, created = await self.metadata.create_queue(tenant, name, attributes)
+        # The queue is usable once the manager placed its partitions and each has a leader
+        # holding it; until then sends would only wait for that anyway.
+        count, revision = record.attributes.partitions, record.create_revision
+        placed = await self.view.wait_for(
+            lambda m: m.complete(tenant, name, count, revision), self.settings.placement_wait_s
+        )
+        if placed:
+            return await self._with_stats(record), created
+        log.warning(
+            "queue %s/%s: partitions not placed within %.0fs", tenant, name, self.settings.placement_wait_s
+        )
+        return QueueInfo(tenant, name, record.created_at, record.attributes), created
+
+    async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
+        return await self._with_stats(await self.metadata.queue(tenant, name))
+
+    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
+        records = await self.metadata.list_queues(tenant)
+        return list(await asyncio.gather(*(self._with_stats(r) for r in records)))
+
+    async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
+        record = await self.metadata.update_queue(tenant, name, changes)
+        # Partition stores apply the attributes (visibility, dedupe, limits): tell each leader.
+        await self._each_partition(record, "update_queue", name=name, changes=dict(changes))
+        return await self._with_stats(record)
+
+    async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
+        record = await self.metadata.queue(tenant, name)
+        await self.metadata.delete_queue(tenant, name)
+        # The manager drops the partitions; deleting the queue in them now makes its
+        # receipts stop working at once. Best effort: a partition being dropped anyway.
+        results = await asyncio.gather(
+            *(
+                self._partition_call(p, "delete_queue", retry_unknown=True, name=name)
+                for p in self._parts(record)
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, PushgateError):
+                raise result
+
+    async def purge_queue(self, tenant: TenantId, name: QueueName) -> int:
+        record = await self._record(tenant, name)
+        counts = await self._each_partition(record, "purge_queue", name=name)
+        return sum(int(c) for c in counts)
+
+    async def _with_stats(self, record: QueueRecord) -> QueueInfo:
+        infos = await self._each_partition(record, "get_queue", retry_unknown=True, name=record.name)
+        stats = _sum_stats([i.stats for i in infos])
+        return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
+
+    # Messages -----------------------------------------------------------------------
+
+    async def send(
+        self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
+    ) -> list[SendResult | PushgateError]:
+        record = await self._record(tenant, queue)
+        plan = plan_sends(messages, record.attributes, next(self._round_robin))
+        parts = self._parts(record)
+        out: list[SendResult | PushgateError | None] = [None] * len(messages)
+
+        async def send_to(index: int) -> None:
+            batch = plan.messages_for(index, messages)
+            # Safe to repeat only if the partition dedupes every message of the batch.
+            safe = record.attributes.content_dedupe or all(m.dedupe_id is not None for m in batch)
+            results = await self._partition_call(
+                parts[index], "send", retry_unknown=safe, queue=queue, messages=batch
+            )
+            for position, result in zip(plan.by_index[index], results, strict=True):
+                out[position] = result
+
+        await asyncio.gather(*(send_to(i) for i in plan.by_index))
+        return [r if r is not None else Unavailable("no result") for r in out]
+
+    async def receive(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        record = await self._record(tenant, queue)
+        parts = self._parts(record)
+        start = next(self._round_robin) % len(parts)
+        got: list[ReceivedMessage] = []
+        failure: PushgateError | None = None
+        # The partitions in turn, from a rotating start, until the request is filled.
+        for part in parts[start:] + parts[:start]:
+            if len(got) >= max_messages:
+                break
+            try:
+                batch = await self._partition_call(
+                    part,
+                    "receive",
+                    queue=queue,
+                    max_messages=max_messages - len(got),
+                    visibility_timeout_s=visibility_timeout_s,
+                )
+            except Unavailable as exc:
+                failure = exc  # one partition down must not starve the others
+                continue
+            for message in batch:
+                message.receipt = prefix_receipt(part.id, message.receipt)
+            got.extend(batch)
+        if not got and failure is not None:
+            raise failure
+        return got
+
+    async def ack(
+        self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None
+    ) -> AckResult:
+        return await self._settle_receipts(tenant, receipts, queue, "ack", {})
+
+    async def nack(
+        self,
+        tenant: TenantId,
+        receipts: Sequence[str],
+        delay_s: float = 0,
+        queue: QueueName | None = None,
+    ) -> AckResult:
+        return await self._settle_receipts(tenant, receipts, queue, "nack", {"delay_s": delay_s})
+
+    async def _settle_receipts(
+        self,
+        tenant: TenantId,
+        receipts: Sequence[str],
+        queue: QueueName | None,
+        op: str,
+        extra: dict[str, Any],
+    ) -> AckResult:
+        if queue is not None:
+            await self._record(tenant, queue)
+        failed: list[ReceiptFailure] = []
+        groups: dict[int, list[str]] = {}
+        originals: dict[tuple[int, str], str] = {}
+        for receipt in receipts:
+            part = self._receipt_partition(tenant, receipt, queue)
+            if part is None:
+                failed.append(ReceiptFailure(receipt, InvalidReceipt.code))
+                continue
+            pid, inner = part
+            groups.setdefault(pid, []).append(inner)
+            originals[(pid, inner)] = receipt
+
+        async def settle(pid: int, inner: list[str]) -> AckResult:
+            part = self.view.map.partitions.get(pid)
+            if part is None:  # dropped from the map since the receipts were checked
+                return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
+            try:
+                result: AckResult = await self._partition_call(
+                    part, op, receipts=inner, queue=part.queue, **extra
+                )
+            except QueueNotFound:
+                # The partition's queue went away: its receipts are dead.
+                return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
+            return result
+
+        results = await asyncio.gather(*(settle(pid, inner) for pid, inner in groups.items()))
+        acked = 0
+        for pid, result in zip(groups, results, strict=True):
+            acked += result.acked
+            failed.extend(
+                ReceiptFailure(originals.get((pid, f.receipt), f.receipt), f.code) for f in result.failed
+            )
+        order = {r: i for i, r in enumerate(receipts)}
+        failed.sort(key=lambda f: order.get(f.receipt, len(order)))
+        return AckResult(acked, failed)
+
+    def _receipt_partition(
+        self, tenant: TenantId, receipt: str, queue: QueueName | None
+    ) -> tuple[int, str] | None:
+        split = split_receipt(receipt)
+        if split is None:
+            return None
+        part = self.view.map.partitions.get(split[0])
+        if part is None or part.tenant != tenant or (queue is not None and part.queue != queue):
+            return None
+        return split
+
+    async def change_visibility(
+        self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
+    ) -> None:
+        await self._record(tenant, queue)
+        split = self._receipt_partition(tenant, receipt, queue)
+        if split is None:
+            raise InvalidReceipt("receipt is not valid for this queue")
+        part = self.view.map.partitions.get(split[0])
+        if part is None:
+            raise InvalidReceipt("receipt is not valid for this queue")
+        await self._partition_call(
+            part, "change_visibility", queue=queue, receipt=split[1], timeout_s=timeout_s
+        )
+
+    async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
+        record = await self._record(tenant, queue)
+        times = await self._each_partition(record, "next_visible_at", retry_unknown=True, queue=queue)
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+    # Dead letters (the DeadLetters capability) ------------------------------------
+
+    async def peek(self, tenant: TenantId, queue: QueueName, max_messages: int) -> list[PeekedMessage]:
+        record = await self._record(tenant, queue)
+        batches = await self._each_partition(
+            record, "peek", retry_unknown=True, queue=queue, max_messages=max_messages
+        )
+        merged = sorted((m for batch in batches for m in batch), key=lambda m: (m.sent_at, m.seq))
+        return merged[:max_messages]
+
+    async def redrive(self, tenant: TenantId, queue: QueueName, to: QueueName, max_messages: int) -> int:
+        record = await self._record(tenant, queue)
+        await self._record(tenant, to)
+        moved = 0
+        for part in self._parts(record):
+            if moved >= max_messages:
+                break
+            moved += int(
+                await self._partition_call(
+                    part, "redrive", queue=queue, to=to, max_messages=max_messages - moved
+                )
+            )
+        return moved
+
+    # Metadata -----------------------------------------------------------------------
+
+    async def meta_get(self, namespace: str, key: str) -> bytes | None:
+        return await self.metadata.meta_get(namespace, key)
+
+    async def meta_put(self, namespace: str, key: str, value: bytes, *, only_if_absent: bool = False) -> bool:
+        return await self.metadata.meta_put(namespace, key, value, only_if_absent=only_if_absent)
+
+    async def meta_delete(self, namespace: str, key: str) -> bool:
+        return await self.metadata.meta_delete(namespace, key)
+
+    async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        return await self.metadata.meta_list(namespace, prefix)
+
+    # Cluster status (the ClusterStatus capability) ---------------------------------
+
+    async def cluster_status(self) -> Mapping[str, Any]:
+        """API.md's ``GET /v1/cluster`` document, from the watched map (no node is asked)."""
+        current = self.view.map
+        nodes = []
+        for node in sorted(current.nodes.values(), key=lambda n: n.id):
+            lag = 0
+            for pid, position in node.replicas.items():
+                part = current.partitions.get(pid)
+                if part is None or part.leader is None or part.leader.node == node.id:
+                    continue
+                leader = current.nodes.get(part.leader.node)
+                head = leader.replicas.get(pid) if leader is not None else None
+                if head is not None:
+                    lag += max(0, head.lsn - position.lsn)
+            nodes.append({"id": node.id, "address": node.address, "state": node.state, "lag": lag})
+        partitions = []
+        for part in sorted(current.partitions.values(), key=lambda p: (p.tenant, p.queue, p.index)):
+            claim = part.leader
+            head = None
+            if claim is not None and (holder := current.nodes.get(claim.node)) is not None:
+                head = holder.replicas.get(part.id)
+            partitions.append(
+                {
+                    "id": part.id,
+                    "tenant": part.tenant,
+                    "queue": part.queue,
+                    "index": part.index,
+                    "leader": None if claim is None else claim.node,
+                    "followers": [n for n in part.replicas if claim is None or n != claim.node],
+                    "epoch": 0 if claim is None else claim.epoch,
+                    "lsn": 0 if head is None else head.lsn,
+                    "mode": part.mode,
+                }
+            )
+        return {"nodes": nodes, "partitions": partitions}
+
+    # Routing ------------------------------------------------------------------------
+
+    async def _record(self, tenant: TenantId, queue: QueueName) -> QueueRecord:
+        """The queue's record: the watched copy, or etcd when this gateway has not seen it."""
+        record = self.metadata.cached_queue(tenant, queue)
+        if record is None:
+            record = await self.metadata.queue(tenant, queue)
+        return record
+
+    def _parts(self, record: QueueRecord) -> list[PartitionInfo]:
+        """The queue's partitions by index; a placeholder for each one not placed yet (its
+        calls wait for the manager)."""
+        revision = record.create_revision
+        placed = {p.index: p for p in self.view.map.of_queue(record.tenant, record.name, revision)}
+        return [
+            placed.get(i)
+            or PartitionInfo(-1, record.tenant, record.name, i, (), None, "sync", queue_revision=revision)
+            for i in range(record.attributes.partitions)
+        ]
+
+    async def _each_partition(
+        self, record: QueueRecord, op: str, *, retry_unknown: bool = False, **kwargs: Any
+    ) -> list[Any]:
+        return list(
+            await asyncio.gather(
+                *(
+                    self._partition_call(p, op, retry_unknown=retry_unknown, **kwargs)
+                    for p in self._parts(record)
+                )
+            )
+        )
+
+    def _current(self, part: PartitionInfo) -> PartitionInfo | None:
+        """The partition as the newest map has it (its leader may have moved)."""
+        return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
+
+    async def _partition_call(
+        self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
+    ) -> Any:
+        """Run ``op`` on the partition's leader, following it through moves and failovers.
+
+        ``retry_unknown``: also retry after a failure that leaves the outcome unknown (the
+        request may have been applied): only for reads and deduplicated sends.
+        """
+        if self._pool is None:
+            raise Unavailable("the cluster backend is not started")
+        deadline = time.monotonic() + self.settings.request_deadline_s
+        last: PushgateError = Unavailable(f"no leader for partition {part.index} of {part.queue!r}")
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last
+            current = self._current(part)
+            if current is None or current.leader is None:
+                await self.view.wait_for(functools.partial(_has_leader, part=part), remaining)
+                if self._current(part) is None:
+                    # A queue deleted meanwhile (raises), or not placed yet.
+                    await self.metadata.queue(part.tenant, part.queue)
+                continue
+            leader = current.leader
+            assert leader is not None
+            breaker = self.health.breaker(leader.node)
+            try:
+                breaker.before_request(leader.node)
+            except Unavailable as exc:
+                last = exc
+                # Wait for the map to move the leader away from the failing node.
+                await self.view.wait_for(
+                    functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
+                )
+                continue
+            client = self._pool.client(leader.node, leader.address)
+            try:
+                result = await client.call(
+                    op,
+                    current.id,
+                    leader.epoch,
+                    timeout_s=min(remaining, self.settings.node_timeout_s),
+                    tenant=part.tenant,
+                    **kwargs,
+                )
+            except (NotLeader, StaleEpoch) as exc:
+                breaker.succeeded()  # the node answered; only our map was stale
+                last = Unavailable(f"partition {current.id} is changing leader; retry")
+                await self.view.refresh()
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.5))
+                del exc
+                continue
+            except QueueNotFound:
+                breaker.succeeded()
+                # A new leader may not have created the queue in its store yet.
+                await self.metadata.queue(part.tenant, part.queue)  # raises if really gone
+                last = Unavailable(f"partition {current.id} is not ready yet; retry")
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            except Unavailable as exc:
+                breaker.failed()
+                last = exc
+                if not retry_unknown and _maybe_applied(exc):
+                    raise
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
+                continue
+            except PushgateError:
+                breaker.succeeded()
+                raise
+            breaker.succeeded()
+            return result
+
+
+def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    return found is not None and found.leader is not None
+
+
+def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    return found is None or (found.leader is not None and found.leader != part.leader)
+
+
+def _maybe_applied(exc: Unavailable) -> bool:
+    """Whether a failed request may have reached the node (a dial failure did not)."""
+    return "cannot reach node" not in exc.detail
+
+
+def open_cluster_backend(url: str, options: StoreOptions) -> ClusterBackend:
+    """Build (not start) the cluster backend a ``cluster://`` URL names."""
+    endpoints, settings = parse_cluster_url(url)
+    return ClusterBackend(endpoints, settings, options)

@@ -1,0 +1,76 @@
+"""Routing rules of the gateway side (no I/O): partition choice, receipts, the per-node breaker."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from backend_store.cluster.node_health import BreakerSettings, NodeHealth, NodeUnavailable
+from backend_store.cluster.routing import partition_index, plan_sends, prefix_receipt, split_receipt
+from backend_store.types import NewMessage, QueueAttributes
+
+FOUR = QueueAttributes(partitions=4)
+FIFO = QueueAttributes(partitions=4, ordering="fifo")
+
+
+def test_a_dedupe_id_always_lands_on_the_same_partition() -> None:
+    message = NewMessage(b"x", dedupe_id="order-17")
+    expected = zlib.crc32(b"order-17") % 4
+    assert {partition_index(message, FOUR, rr) for rr in range(10)} == {expected}
+
+
+def test_fifo_groups_hash_to_one_partition_and_others_rotate() -> None:
+    grouped = NewMessage(b"x", group_id="user-9", dedupe_id="d1")
+    assert {partition_index(grouped, FIFO, rr) for rr in range(8)} == {zlib.crc32(b"user-9") % 4}
+    plain = NewMessage(b"x")
+    assert [partition_index(plain, FOUR, rr) for rr in range(5)] == [0, 1, 2, 3, 0]
+    assert {partition_index(plain, QueueAttributes(), rr) for rr in range(5)} == {0}
+
+
+def test_a_batch_is_split_by_partition_keeping_positions() -> None:
+    messages = [NewMessage(b"a"), NewMessage(b"b", dedupe_id="k"), NewMessage(b"c")]
+    plan = plan_sends(messages, FOUR, round_robin=1)
+    keyed = zlib.crc32(b"k") % 4
+    assert plan.by_index[1][:1] == [0] and 2 in plan.by_index[1]
+    assert 1 in plan.by_index[keyed]
+    assert sorted(i for positions in plan.by_index.values() for i in positions) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("receipt", ["", "abc", "12", ".abc", "x.abc", "12.", "-1.abc", "1" * 19 + ".a"])
+def test_receipts_not_handed_out_here_are_refused(receipt: str) -> None:
+    assert split_receipt(receipt) is None
+
+
+def test_receipts_round_trip_with_their_partition() -> None:
+    assert split_receipt(prefix_receipt(42, "AbC.d-e_f")) == (42, "AbC.d-e_f")
+
+
+def test_a_failing_node_is_cut_off_then_tried_again() -> None:
+    now = [100.0]
+    health = NodeHealth(
+        BreakerSettings(failures_to_open=2, cooldown_s=1, max_cooldown_s=3), clock=lambda: now[0]
+    )
+    breaker = health.breaker("n1")
+    breaker.before_request("n1")
+    breaker.failed()
+    breaker.before_request("n1")  # one failure is not enough
+    breaker.failed()
+    assert health.states() == {"n1": "open"}
+    with pytest.raises(NodeUnavailable) as refused:
+        breaker.before_request("n1")
+    assert refused.value.retry_after_s == pytest.approx(1)
+    health.breaker("n2").before_request("n2")  # other nodes are not affected
+    now[0] += 1
+    breaker.before_request("n1")  # the half-open trial
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1")  # only one trial at a time
+    breaker.failed()
+    now[0] += 1.5
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1")  # the cool-down doubled
+    now[0] += 0.5
+    breaker.before_request("n1")
+    breaker.succeeded()
+    assert health.states()["n1"] == "closed"
+    breaker.before_request("n1")
