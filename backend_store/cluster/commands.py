@@ -95,9 +95,18 @@ def manager_main(argv: Sequence[str]) -> int:
     parser.add_argument("--lease-ttl", type=float, default=2.0, help="etcd lease TTL in seconds (default 2)")
     parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    once = parser.add_mutually_exclusive_group()
+    once.add_argument(
+        "--drain", metavar="NODE", help="ask the managers to move every replica off NODE, and exit"
+    )
+    once.add_argument("--undrain", metavar="NODE", help="withdraw a drain request, and exit")
     args = parser.parse_args(argv)
 
-    from .manager import run_manager
+    from .manager import run_manager, set_drain
+
+    if args.drain or args.undrain:
+        node = args.drain or args.undrain
+        return _run(lambda: set_drain(args.etcd, node, drain=bool(args.drain), prefix=args.prefix), "warning")
 
     return _run(
         lambda: run_manager(args.etcd, manager_id=args.id, ttl_s=args.lease_ttl, prefix=args.prefix),

@@ -7,6 +7,7 @@ Everything lives under a prefix, ``/pushgate/`` by default (:class:`Layout`); va
     partitions/{id}        PartitionRecord  the partition map (written by the manager, fenced)
     leaders/{id}           LeaderRecord     a partition leader's campaign key; epoch = create_revision
     queues/{tenant}/{q}    attributes       a queue's attributes (written by gateways)
+    drain/{node_id}        b""              an operator's drain request (pushgate manager --drain)
     counters/partition     int              the last partition id allocated
 """
 
@@ -43,6 +44,11 @@ class Layout:
     @property
     def queues(self) -> str:
         return self.prefix + "queues/"
+
+    @property
+    def drain(self) -> str:
+        """``drain/{node_id}``: an operator asked the manager to move everything off the node."""
+        return self.prefix + "drain/"
 
     @property
     def manager(self) -> str:

@@ -56,6 +56,7 @@ class ClusterView:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     partitions: dict[int, PartitionRecord] = field(default_factory=dict)
     leaders: set[int] = field(default_factory=set)  # partitions whose leader key exists
+    drained: set[str] = field(default_factory=set)  # nodes an operator asked to drain
     counter: int = 0
 
 
@@ -74,7 +75,7 @@ def _int_attr(attributes: Mapping[str, Any], name: str, default: int) -> int:
 def plan(view: ClusterView, leaderless_since: dict[int, float], now: float, grace_s: float) -> Plan:
     """The map changes that make ``view`` what it should be (pure; tested without etcd)."""
     out = Plan(counter=view.counter)
-    up = sorted(n for n, rec in view.nodes.items() if rec.state == "up")
+    up = sorted(n for n, rec in view.nodes.items() if rec.state == "up" and n not in view.drained)
     load: dict[str, int] = {n: 0 for n in up}
     for record in view.partitions.values():
         for n in record.replicas:
@@ -147,7 +148,7 @@ def _repair(
     else:
         leaderless_since.pop(pid, None)
     # Draining: leadership first (to an up follower that is positioned), then the replica.
-    draining = {n for n in replicas if n in nodes and nodes[n].state == "draining"}
+    draining = {n for n in replicas if n in nodes and (nodes[n].state == "draining" or n in view.drained)}
     if leader in draining:
         candidates = [n for n in live_positioned if n not in draining]
         if candidates:
@@ -196,6 +197,7 @@ class Manager:
             (self.layout.nodes, self._on_nodes),
             (self.layout.partitions, self._on_partitions),
             (self.layout.leaders, self._on_leaders),
+            (self.layout.drain, self._on_drain),
         ):
             self._tasks.append(asyncio.create_task(self._watch(prefix, handler), name=f"watch {prefix}"))
         self._tasks.append(asyncio.create_task(self._run(), name=self.manager_id))
@@ -245,6 +247,9 @@ class Manager:
     def _on_leaders(self, state: PrefixState) -> None:
         self.view.leaders = set(parse_ids(state.values()))
 
+    def _on_drain(self, state: PrefixState) -> None:
+        self.view.drained = set(state.values())
+
     async def _run(self) -> None:
         while True:
             try:
@@ -281,7 +286,7 @@ class Manager:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.tick_s)
             self._changed.clear()
-            if len(self._seen) < 4 or not session.valid():
+            if len(self._seen) < 5 or not session.valid():
                 continue  # never plan on a partial picture
             counter = await self.coordinator.get(self.layout.partition_counter)
             self.view.counter = int(unpack(counter.value)) if counter is not None else 0
@@ -302,6 +307,21 @@ class Manager:
             self.view.partitions.update(change.puts)
             for pid in change.deletes:
                 self.view.partitions.pop(pid, None)
+
+
+async def set_drain(etcd: str, node_id: str, *, drain: bool, prefix: str | None = None) -> None:
+    """Ask the managers to move every replica off ``node_id`` (or stop asking)."""
+    from .etcd_coordinator import EtcdCoordinator
+
+    layout = Layout(prefix) if prefix else Layout()
+    async with EtcdCoordinator(etcd) as coordinator:
+        if drain:
+            await coordinator.put(layout.drain + node_id, b"")
+        else:
+            key = layout.drain + node_id
+            entry = await coordinator.get(key)
+            if entry is not None:  # a delete fenced on the key itself (the interface has no plain delete)
+                await coordinator.fenced_commit(key, Epoch(entry.create_revision), {}, [key])
 
 
 async def run_manager(

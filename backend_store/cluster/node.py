@@ -309,6 +309,14 @@ class Node:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = NodeStream(Connection(self.node_id), reader, writer)
+        try:
+            await self._route(stream)
+        except asyncio.CancelledError:
+            # The node is stopping: end the connection quietly (asyncio would log a
+            # connection callback that ends cancelled as an error).
+            await stream.close()
+
+    async def _route(self, stream: NodeStream) -> None:
         events = stream.events()
         try:
             first = await asyncio.wait_for(anext(events), 10)

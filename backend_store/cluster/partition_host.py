@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..attributes import BOUNDS
-from ..errors import PushgateError, QueueExists, StaleEpoch
+from ..errors import PushgateError, QueueExists, StaleEpoch, Unavailable
 from ..lmdb_store.engine import LmdbBackend
 from ..options import StoreOptions
 from ..types import Epoch, Lsn, QueueName, TenantId
@@ -174,10 +174,10 @@ class PartitionHost:
             plain = store_attributes(attrs)
             if self._applied_attributes.get((tenant, queue)) == plain:
                 continue
-            await self._ensure_queue(TenantId(tenant), QueueName(queue), plain)
-            self._applied_attributes[(tenant, queue)] = plain
+            if await self._ensure_queue(TenantId(tenant), QueueName(queue), plain):
+                self._applied_attributes[(tenant, queue)] = plain
 
-    async def _ensure_queue(self, tenant: TenantId, queue: QueueName, attrs: dict[str, Any]) -> None:
+    async def _ensure_queue(self, tenant: TenantId, queue: QueueName, attrs: dict[str, Any]) -> bool:
         store = self.store
         try:
             try:
@@ -186,10 +186,11 @@ class PartitionHost:
                 await store.update_queue(tenant, queue, attrs)
         except PushgateError as exc:
             log.warning("partition %d: cannot apply %s/%s attributes: %s", self.partition, tenant, queue, exc)
-            return
+            return False
         if self.leader is not None:
             with contextlib.suppress(PushgateError):
                 await self.leader.replicate(store.last_lsn)
+        return True
 
     async def step_down(self, why: str) -> None:
         """Stop leading (deposed, no longer designated, or the node's session was lost)."""
@@ -218,6 +219,9 @@ class PartitionHost:
             raise ops.NotLeader(
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
+        if self.record is None or (self.record.tenant, self.record.queue) not in self._applied_attributes:
+            # Leading, but the queue's attributes have not reached us from etcd yet.
+            raise Unavailable(f"partition {self.partition} is not ready yet")
         store = self.store
         result = await ops.call(store, op, args)
         if ops.OPS[op].writes:
