@@ -150,9 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: pushgate {serve,admin,usage} ...\n\n  serve   run the gateway (pushgate serve --help)\n"
+            "usage: pushgate {serve,admin,usage,node,manager} ...\n\n  serve   run the gateway (pushgate serve --help)\n"
             "  admin   tenants, keys, JWT keys, queues (pushgate admin --help)\n"
-            "  usage   usage reports with Spark (pushgate usage report --help)\n\n"
+            "  usage   usage reports with Spark (pushgate usage report --help)\n"
+            "  node    a backend node of a cluster (pushgate node --help)\n"
+            "  manager a cluster manager (pushgate manager --help)\n\n"
             "  --version  print the version"
         )
         return 0 if args else 2
@@ -163,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import admin_cli
 
         return admin_cli.main(rest)
+    if command in ("node", "manager"):
+        from backend_store.cluster import commands
+
+        return commands.node_main(rest) if command == "node" else commands.manager_main(rest)
     if command == "usage":
         # Imported only here: pyspark is the optional `spark` extra.
         try:
@@ -171,7 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"pushgate usage: needs pyspark (pip install 'pushgate[spark]'): {exc}", file=sys.stderr)
             return 2
         return usage_main(rest)
-    print(f"pushgate: unknown command {command!r} (expected serve, admin or usage)", file=sys.stderr)
+    print(
+        f"pushgate: unknown command {command!r} (expected serve, admin, usage, node or manager)",
+        file=sys.stderr,
+    )
     return 2
 
 

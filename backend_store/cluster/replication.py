@@ -31,7 +31,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -40,7 +40,7 @@ from typing import BinaryIO
 from ..backend import ReplicaStore
 from ..errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
-from .connection import Closed, Connection, ConnectionClosedError
+from .connection import Closed, Connection, ConnectionClosedError, Event
 from .stream import NodeStream
 from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated, SnapshotChunk
 
@@ -83,8 +83,10 @@ class ReplicationLeader:
         mode: ReplicationMode = ReplicationMode.SYNC,
         batch_entries: int = 256,
         window_entries: int = 2048,
+        heartbeat_s: float = 0.5,
     ) -> None:
         self.store = store
+        self.heartbeat_s = heartbeat_s
         self.partition = partition
         self.epoch = epoch
         self.replicas = replicas
@@ -173,7 +175,7 @@ class ReplicationLeader:
     ) -> None:
         """Replicate to one follower over a connection the caller opened, until it closes."""
         progress = self.followers.setdefault(follower_id, FollowerProgress(follower_id))
-        stream = NodeStream(Connection(self.node_id), reader, writer)
+        stream = NodeStream(Connection(self.node_id, partition=self.partition), reader, writer)
         progress.connected, progress.positioned = True, False
         sender = asyncio.create_task(
             self._ship(progress, stream), name=f"replicate p{self.partition}->{follower_id}"
@@ -268,7 +270,13 @@ class ReplicationLeader:
                 progress.sent = entries[-1].lsn
                 await stream.drain()
                 continue
-            await progress.wake.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.wake.wait(), self.heartbeat_s)
+            if not progress.wake.is_set() and progress.positioned and not conn.closed:
+                # Idle: an empty shipment tells the follower our term (its fence rises, so a
+                # deposed leader is refused even before our next write) and what is committed.
+                conn.replicate(self.partition, self.epoch, [], self.committed_lsn)
+                stream.flush()
 
     async def _send_snapshot(self, progress: FollowerProgress, stream: NodeStream) -> None:
         """Stream a consistent copy of the store; ship nothing more until the follower reports."""
@@ -325,10 +333,15 @@ class ReplicationFollower:
         with one reply.
         """
         stream = NodeStream(Connection(self.node_id), reader, writer)
+        await self.serve_stream(stream, stream.events())
+
+    async def serve_stream(self, stream: NodeStream, events: AsyncIterator[Event]) -> None:
+        """Take a leader connection whose events someone already started reading (a node
+        that routed the connection by its hello)."""
         inbox = _Inbox()
         applier = asyncio.create_task(self._apply_queued(inbox, stream), name=f"apply p{self.partition}")
         try:
-            async for event in stream.events():
+            async for event in events:
                 if isinstance(event, Replicate | SnapshotChunk) and event.partition == self.partition:
                     inbox.put(event)
         finally:

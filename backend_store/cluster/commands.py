@@ -1,0 +1,114 @@
+"""``pushgate node`` and ``pushgate manager``: argument parsing and the process around them.
+
+SIGINT and SIGTERM stop the process cleanly (the node closes its environments and revokes its
+lease, so its keys vanish at once instead of after the TTL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError, PushgateError
+
+
+def _node_id(data_dir: Path, given: str | None) -> str:
+    """The node's id: ``--id``, else the one kept in ``DIR/node-id`` (made on first start)."""
+    path = data_dir / "node-id"
+    if given:
+        return given
+    if path.exists():
+        return path.read_text().strip()
+    node_id = f"node-{uuid.uuid4().hex[:8]}"
+    path.write_text(node_id + "\n")
+    return node_id
+
+
+def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str) -> int:
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def supervised() -> None:
+        task: asyncio.Task[None] = asyncio.create_task(main())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(supervised())
+    except (ConfigurationError, PushgateError) as exc:
+        print(f"pushgate: {exc.detail}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def node_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pushgate node", description="Run a backend node of a Pushgate cluster (docs/cluster.md)."
+    )
+    parser.add_argument("--data", type=Path, required=True, help="data directory (created if missing)")
+    parser.add_argument(
+        "--listen", default="127.0.0.1:7100", help="HOST:PORT to serve (default 127.0.0.1:7100)"
+    )
+    parser.add_argument("--etcd", required=True, help="etcd endpoints, HOST:PORT[,HOST:PORT...]")
+    parser.add_argument("--id", help="node id (default: kept in DATA/node-id)")
+    parser.add_argument("--advertise", help="HOST:PORT others dial (default: --listen)")
+    parser.add_argument("--lease-ttl", type=float, default=2.0, help="etcd lease TTL in seconds (default 2)")
+    parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
+    parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    args = parser.parse_args(argv)
+    args.data.mkdir(parents=True, exist_ok=True)
+    node_id = _node_id(args.data, args.id)
+
+    from .node import run_node
+
+    return _run(
+        lambda: run_node(
+            node_id,
+            args.data,
+            args.listen,
+            args.etcd,
+            advertise=args.advertise,
+            ttl_s=args.lease_ttl,
+            prefix=args.prefix,
+        ),
+        args.log_level,
+    )
+
+
+def manager_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pushgate manager",
+        description="Run a cluster manager (run two: one leads, the other stands by; docs/cluster.md).",
+    )
+    parser.add_argument("--etcd", required=True, help="etcd endpoints, HOST:PORT[,HOST:PORT...]")
+    parser.add_argument("--id", help="manager id (default: random)")
+    parser.add_argument("--lease-ttl", type=float, default=2.0, help="etcd lease TTL in seconds (default 2)")
+    parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
+    parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    once = parser.add_mutually_exclusive_group()
+    once.add_argument(
+        "--drain", metavar="NODE", help="ask the managers to move every replica off NODE, and exit"
+    )
+    once.add_argument("--undrain", metavar="NODE", help="withdraw a drain request, and exit")
+    args = parser.parse_args(argv)
+
+    from .manager import run_manager, set_drain
+
+    if args.drain or args.undrain:
+        node = args.drain or args.undrain
+        return _run(lambda: set_drain(args.etcd, node, drain=bool(args.drain), prefix=args.prefix), "warning")
+
+    return _run(
+        lambda: run_manager(args.etcd, manager_id=args.id, ttl_s=args.lease_ttl, prefix=args.prefix),
+        args.log_level,
+    )

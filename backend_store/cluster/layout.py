@@ -1,0 +1,183 @@
+"""The cluster's keys in etcd and their values, in one place for nodes, the manager and gateways.
+
+Everything lives under a prefix, ``/pushgate/`` by default (:class:`Layout`); values are msgpack maps (string keys only)::
+
+    nodes/{node_id}        NodeRecord       a node, under its lease (vanishes when it dies)
+    manager                manager id       the manager's campaign key: its epoch fences the map
+    partitions/{id}        PartitionRecord  the partition map (written by the manager, fenced)
+    leaders/{id}           LeaderRecord     a partition leader's campaign key; epoch = create_revision
+    queues/{tenant}/{q}    attributes       a queue's attributes (written by gateways)
+    drain/{node_id}        b""              an operator's drain request (pushgate manager --drain)
+    counters/partition     int              the last partition id allocated
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..errors import Unavailable
+
+DEFAULT_PREFIX = "/pushgate/"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Key names under one prefix (tests and several clusters sharing an etcd use their own)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def nodes(self) -> str:
+        return self.prefix + "nodes/"
+
+    @property
+    def partitions(self) -> str:
+        return self.prefix + "partitions/"
+
+    @property
+    def leaders(self) -> str:
+        return self.prefix + "leaders/"
+
+    @property
+    def queues(self) -> str:
+        return self.prefix + "queues/"
+
+    @property
+    def drain(self) -> str:
+        """``drain/{node_id}``: an operator asked the manager to move everything off the node."""
+        return self.prefix + "drain/"
+
+    @property
+    def manager(self) -> str:
+        return self.prefix + "manager"
+
+    @property
+    def partition_counter(self) -> str:
+        return self.prefix + "counters/partition"
+
+    def node(self, node_id: str) -> str:
+        return self.nodes + node_id
+
+    def partition(self, partition: int) -> str:
+        return f"{self.partitions}{partition}"
+
+    def leader(self, partition: int) -> str:
+        return f"{self.leaders}{partition}"
+
+    def queue(self, tenant: str, queue: str) -> str:
+        return f"{self.queues}{tenant}/{queue}"
+
+
+def pack(value: Any) -> bytes:
+    data: bytes = msgpack.packb(value, use_bin_type=True)
+    return data
+
+
+def unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise Unavailable(f"malformed cluster record: {type(exc).__name__}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPosition:
+    """What a node publishes of one replica it hosts."""
+
+    role: str  # "leader" | "follower"
+    epoch: int  # the replica's fence (highest epoch seen)
+    lsn: int  # its last LSN
+    last_epoch: int  # the epoch of its last entry (promotion compares (last_epoch, lsn))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    address: str
+    state: str = "up"  # "up" | "draining"
+    replicas: dict[int, ReplicaPosition] = field(default_factory=dict)
+
+    def pack(self) -> bytes:
+        return pack(
+            {
+                "address": self.address,
+                "state": self.state,
+                "replicas": {
+                    str(p): {"role": r.role, "epoch": r.epoch, "lsn": r.lsn, "last_epoch": r.last_epoch}
+                    for p, r in self.replicas.items()
+                },
+            }
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> NodeRecord:
+        v = unpack(data)
+        try:
+            replicas = {
+                int(p): ReplicaPosition(r["role"], r["epoch"], r["lsn"], r.get("last_epoch", 0))
+                for p, r in v.get("replicas", {}).items()
+            }
+            return cls(v["address"], v.get("state", "up"), replicas)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise Unavailable(f"malformed node record: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    tenant: str
+    queue: str
+    index: int
+    replicas: tuple[str, ...]
+    leader: str | None
+    mode: str = "sync"  # "sync" | "async"
+
+    def pack(self) -> bytes:
+        return pack(
+            {
+                "tenant": self.tenant,
+                "queue": self.queue,
+                "index": self.index,
+                "replicas": list(self.replicas),
+                "leader": self.leader,
+                "mode": self.mode,
+            }
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> PartitionRecord:
+        v = unpack(data)
+        try:
+            return cls(
+                v["tenant"],
+                v["queue"],
+                v["index"],
+                tuple(v["replicas"]),
+                v.get("leader"),
+                v.get("mode", "sync"),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise Unavailable(f"malformed partition record: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    node: str
+    address: str
+
+    def pack(self) -> bytes:
+        return pack({"node": self.node, "address": self.address})
+
+    @classmethod
+    def unpack(cls, data: bytes) -> LeaderRecord:
+        v = unpack(data)
+        try:
+            return cls(v["node"], v["address"])
+        except (KeyError, TypeError) as exc:
+            raise Unavailable(f"malformed leader record: {exc}") from None
+
+
+def parse_ids(entries: dict[str, bytes]) -> dict[int, bytes]:
+    """``{"12": value}`` (keys relative to a prefix) as ``{12: value}``; other keys are skipped."""
+    return {int(k): v for k, v in entries.items() if k.isdigit()}

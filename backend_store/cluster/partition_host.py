@@ -1,0 +1,244 @@
+"""One partition replica on a node: its LMDB environment, and its role (leader or follower).
+
+As a follower it takes the leader's replication link (routed here by the node) through a
+:class:`~.replication.ReplicationFollower`. As the leader (after the node won the
+partition's campaign at epoch E) it runs a :class:`~.replication.ReplicationLeader` at E:
+it raises the store's fence to E, commits a no-op entry in the new term (so followers
+holding a deposed leader's tail are corrected at once, and committing it commits everything
+before it), keeps a link to every other replica (``maintain``), makes sure the queue (and its
+dead-letter queue) exists with the attributes from etcd, and serves Backend operations,
+replicating every write before answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..attributes import BOUNDS
+from ..errors import PushgateError, QueueExists, StaleEpoch, Unavailable
+from ..lmdb_store.engine import LmdbBackend
+from ..options import StoreOptions
+from ..types import Epoch, Lsn, QueueName, TenantId
+from . import ops
+from .client import split_address
+from .layout import PartitionRecord, ReplicaPosition
+from .replication import ReplicationFollower, ReplicationLeader, ReplicationMode
+from .reseed import LmdbReseeder
+
+log = logging.getLogger("pushgate.cluster")
+
+# Called with (partition, tenant, queue) after a commit that made messages visible (leader only).
+Wake = Callable[[int, str, str], None]
+# Cluster attributes the store does not know (or caps for a standalone store).
+_CLUSTER_ONLY = frozenset({"partitions", "replication_factor", "replication_mode"})
+
+
+def store_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes a partition's store keeps: the queue's, without the cluster's own."""
+    return {k: v for k, v in attributes.items() if k in BOUNDS and k not in _CLUSTER_ONLY}
+
+
+class PartitionHost:
+    def __init__(self, partition: int, path: Path, node_id: str, options: StoreOptions, wake: Wake) -> None:
+        self.partition = partition
+        self.path = path
+        self.node_id = node_id
+        self.options = options
+        self._wake = wake
+        self.record: PartitionRecord | None = None
+        self.follower: ReplicationFollower | None = None
+        self.leader: ReplicationLeader | None = None
+        self._links: dict[str, tuple[str, asyncio.Task[None]]] = {}  # follower id -> (address, task)
+        self._listening: set[int] = set()  # id() of stores our wake-up listener is on
+        self._applied_attributes: dict[tuple[str, str], dict[str, Any]] = {}
+        self.last_epoch = Epoch(0)
+
+    @property
+    def store(self) -> LmdbBackend:
+        """The current store (a re-seed replaces the follower's)."""
+        assert self.follower is not None, "partition not open"
+        store = self.follower.store
+        assert isinstance(store, LmdbBackend)
+        return store
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        store = LmdbBackend(self.path, self.options)
+        # Cluster queues carry replication_factor > 1: replication is the node's job here.
+        store.max_replication_factor = 5
+        await store.start()
+        reseeder = LmdbReseeder(self.path, self.options)
+        self.follower = ReplicationFollower(
+            store,
+            partition=self.partition,
+            node_id=self.node_id,
+            staging=reseeder.staging,
+            install_snapshot=reseeder.install,
+        )
+
+    # Positions -------------------------------------------------------------------------
+
+    async def position(self) -> ReplicaPosition:
+        store = self.store
+        last = store.last_lsn
+        if last:
+            entries = await store.read_replication_log(Lsn(last - 1), 1)
+            if entries and entries[0].lsn == last:
+                self.last_epoch = entries[0].epoch
+        role = "leader" if self.leading else "follower"
+        return ReplicaPosition(role, store.epoch, last, self.last_epoch)
+
+    # Leading -------------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.leader is not None and not self.leader.deposed.is_set()
+
+    async def lead(
+        self,
+        epoch: Epoch,
+        record: PartitionRecord,
+        addresses: Mapping[str, str],
+        queues: Mapping[tuple[str, str], Mapping[str, Any]],
+    ) -> None:
+        """Start serving as the leader of term ``epoch`` (the node won the campaign)."""
+        store = self.store
+        leader = ReplicationLeader(
+            store,
+            partition=self.partition,
+            epoch=epoch,
+            replicas=len(record.replicas),
+            node_id=self.node_id,
+            mode=ReplicationMode(record.mode),
+        )
+        await leader.start()  # raises StaleEpoch if this replica saw a newer term
+        self.leader = leader
+        self.record = record
+        if id(store) not in self._listening:
+            self._listening.add(id(store))
+            store.add_listener(lambda tenant, queue: self._on_change(store, tenant, queue))
+        self.update_links(record, addresses)
+        # A no-op entry in the new term: followers align on it (a deposed tail is dropped).
+        await store.check_writable()
+        self._applied_attributes.clear()
+        await self.apply_queue_attributes(queues)
+        log.info("partition %d: leading at epoch %d (LSN %d)", self.partition, epoch, store.last_lsn)
+
+    def _on_change(self, store: LmdbBackend, tenant: str, queue: str) -> None:
+        if self.leading and self.follower is not None and self.follower.store is store:
+            self._wake(self.partition, tenant, queue)
+
+    def update_links(self, record: PartitionRecord, addresses: Mapping[str, str]) -> None:
+        """Keep a replication link to every other replica of ``record`` whose address is known."""
+        leader = self.leader
+        if leader is None:
+            return
+        self.record = record
+        leader.replicas = len(record.replicas)
+        leader.mode = ReplicationMode(record.mode)
+        wanted = {n: addresses[n] for n in record.replicas if n != self.node_id and n in addresses}
+        for node_id, (address, task) in list(self._links.items()):
+            if wanted.get(node_id) != address or task.done():
+                task.cancel()
+                del self._links[node_id]
+                if node_id not in wanted:
+                    leader.followers.pop(node_id, None)
+        for node_id, address in wanted.items():
+            if node_id not in self._links:
+                host, port = split_address(address)
+                task = asyncio.create_task(
+                    leader.maintain(node_id, host, port, retry_s=0.1),
+                    name=f"link p{self.partition}->{node_id}",
+                )
+                self._links[node_id] = (address, task)
+
+    async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        """Make the store's queue (and its dead-letter queue) match etcd's attributes (leader only)."""
+        if not self.leading or self.record is None:
+            return
+        tenant, name = self.record.tenant, self.record.queue
+        attributes = queues.get((tenant, name))
+        if attributes is None:
+            return
+        dlq = attributes.get("dead_letter_queue")
+        wanted = [(name, attributes)]
+        if isinstance(dlq, str) and (tenant, dlq) in queues:
+            wanted.insert(0, (dlq, queues[(tenant, dlq)]))  # first: the queue's link needs it
+        for queue, attrs in wanted:
+            plain = store_attributes(attrs)
+            if self._applied_attributes.get((tenant, queue)) == plain:
+                continue
+            if await self._ensure_queue(TenantId(tenant), QueueName(queue), plain):
+                self._applied_attributes[(tenant, queue)] = plain
+
+    async def _ensure_queue(self, tenant: TenantId, queue: QueueName, attrs: dict[str, Any]) -> bool:
+        store = self.store
+        try:
+            try:
+                await store.create_queue(tenant, queue, attrs)
+            except QueueExists:
+                await store.update_queue(tenant, queue, attrs)
+        except PushgateError as exc:
+            log.warning("partition %d: cannot apply %s/%s attributes: %s", self.partition, tenant, queue, exc)
+            return False
+        if self.leader is not None:
+            with contextlib.suppress(PushgateError):
+                await self.leader.replicate(store.last_lsn)
+        return True
+
+    async def step_down(self, why: str) -> None:
+        """Stop leading (deposed, no longer designated, or the node's session was lost)."""
+        leader, self.leader = self.leader, None
+        links, self._links = list(self._links.values()), {}
+        for _, task in links:
+            task.cancel()
+        for _, task in links:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if leader is not None:
+            log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
+
+    # Serving -------------------------------------------------------------------------------
+
+    async def handle(self, op: str, epoch: Epoch, args: Mapping[str, Any], *, timeout_s: float) -> Any:
+        """Run a gateway's request as the leader; raise NotLeader / StaleLeader otherwise."""
+        leader = self.leader
+        if leader is None or leader.deposed.is_set():
+            raise ops.NotLeader(f"node {self.node_id} does not lead partition {self.partition}")
+        if epoch and epoch < leader.epoch:
+            raise ops.StaleLeader(
+                f"partition {self.partition} is at epoch {leader.epoch}, not {epoch}", leader.epoch
+            )
+        if epoch > leader.epoch:
+            raise ops.NotLeader(
+                f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
+            )
+        if self.record is None or (self.record.tenant, self.record.queue) not in self._applied_attributes:
+            # Leading, but the queue's attributes have not reached us from etcd yet.
+            raise Unavailable(f"partition {self.partition} is not ready yet")
+        store = self.store
+        result = await ops.call(store, op, args)
+        if ops.OPS[op].writes:
+            try:
+                await leader.replicate(store.last_lsn, timeout_s)
+            except StaleEpoch:
+                raise ops.NotLeader(f"partition {self.partition}: deposed while replicating") from None
+        return result
+
+    # Life cycle ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.step_down("closing")
+        if self.follower is not None:
+            await self.store.close()
+
+    async def destroy(self) -> None:
+        """Close and delete the environment (the partition left this node)."""
+        await self.close()
+        await asyncio.to_thread(shutil.rmtree, self.path, True)

@@ -1,0 +1,238 @@
+"""Real cluster processes for tests and benchmarks: ``pushgate node`` and ``pushgate manager``
+as child processes, each in its own process group (stopped by PID, frozen with SIGSTOP), on
+free loopback ports, coordinated through a real etcd under a key prefix of their own.
+
+:class:`ClusterHarness` starts them, writes queue attributes to etcd as a gateway would, and
+finds partition leaders from etcd; :meth:`ClusterHarness.send_until_ok` is what a gateway's
+client does with a send: retry the same message (same dedupe id) on whoever leads now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backend_store.cluster.client import NodePool
+from backend_store.cluster.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
+from backend_store.errors import PushgateError, StaleEpoch, Unavailable
+from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _scale() -> float:
+    return float(os.environ.get("PUSHGATE_TEST_TIMEOUT_SCALE", "1"))
+
+
+@dataclass
+class ClusterProcess:
+    """One ``pushgate node`` or ``pushgate manager`` child; restartable with the same arguments."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", *self.argv],
+                cwd=REPO,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL (no clean-up: the lease expires after its TTL)."""
+        if self.running:
+            self.signal(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait(timeout=10 * _scale())
+
+    def stop(self) -> None:
+        if self.running:
+            assert self.process is not None
+            os.killpg(self.process.pid, signal.SIGCONT)  # a frozen one must run to exit
+            self.signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5 * _scale())
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+
+@dataclass
+class ClusterHarness:
+    endpoints: list[str]
+    root: Path
+    prefix: str
+    lease_ttl: float = 2.0
+    nodes: dict[str, ClusterProcess] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    managers: list[ClusterProcess] = field(default_factory=list)
+    coordinator: EtcdCoordinator | None = None
+    pool: NodePool | None = None
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.prefix)
+
+    async def start(self, nodes: int = 3, managers: int = 1) -> ClusterHarness:
+        self.coordinator = await EtcdCoordinator(self.endpoints).connect()
+        self.pool = NodePool("test-gateway", timeout_s=10 * _scale())
+        etcd = ",".join(self.endpoints)
+        for i in range(nodes):
+            name = f"n{i}"
+            address = f"127.0.0.1:{free_port()}"
+            self.addresses[name] = address
+            argv = ["node", "--data", str(self.root / name), "--listen", address, "--etcd", etcd]
+            argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl)]
+            self.nodes[name] = ClusterProcess(name, [*argv, "--log-level", "info"], self.root / f"{name}.log")
+        for i in range(managers):
+            argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]
+            argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info"]
+            self.managers.append(ClusterProcess(f"m{i}", argv, self.root / f"m{i}.log"))
+        for proc in [*self.nodes.values(), *self.managers]:
+            proc.start()
+        return self
+
+    async def close(self) -> None:
+        for proc in [*self.managers, *self.nodes.values()]:
+            proc.stop()
+        if self.pool is not None:
+            await self.pool.close()
+        if self.coordinator is not None:
+            await self.coordinator.close()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in [*self.managers, *self.nodes.values()])
+
+    # etcd, as a gateway and an operator see it ---------------------------------------------
+
+    async def create_queue(self, tenant: str, queue: str, attributes: dict[str, Any]) -> None:
+        assert self.coordinator is not None
+        await self.coordinator.put(self.layout.queue(tenant, queue), pack(attributes))
+
+    async def partitions(self) -> dict[int, PartitionRecord]:
+        assert self.coordinator is not None
+        state = await self.coordinator.read_prefix(self.layout.partitions)
+        return {int(k): PartitionRecord.unpack(v) for k, v in state.values().items() if k.isdigit()}
+
+    async def node_records(self) -> dict[str, NodeRecord]:
+        assert self.coordinator is not None
+        state = await self.coordinator.read_prefix(self.layout.nodes)
+        return {k: NodeRecord.unpack(v) for k, v in state.values().items()}
+
+    async def leader(self, partition: int) -> tuple[str, str, Epoch] | None:
+        """(node id, address, epoch) of the partition's leader key, if any."""
+        assert self.coordinator is not None
+        entry = await self.coordinator.get(self.layout.leader(partition))
+        if entry is None:
+            return None
+        record = LeaderRecord.unpack(entry.value)
+        return record.node, record.address, Epoch(entry.create_revision)
+
+    async def wait_for(self, what: str, check: Any, timeout: float = 20) -> Any:
+        deadline = time.monotonic() + timeout * _scale()
+        while True:
+            value = await check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+            await asyncio.sleep(0.05)
+
+    async def partition_of(self, tenant: str, queue: str, index: int = 0) -> int:
+        async def find() -> int | None:
+            for pid, rec in (await self.partitions()).items():
+                if (rec.tenant, rec.queue, rec.index) == (tenant, queue, index):
+                    return pid
+            return None
+
+        pid: int = await self.wait_for(f"a partition for {queue}", find)
+        return pid
+
+    async def serving_leader(self, partition: int, *, not_node: str | None = None) -> tuple[str, str, Epoch]:
+        async def find() -> tuple[str, str, Epoch] | None:
+            found = await self.leader(partition)
+            return found if found is not None and found[0] != not_node else None
+
+        leader: tuple[str, str, Epoch] = await self.wait_for(f"a leader of partition {partition}", find)
+        return leader
+
+    # Requests, as a gateway makes them --------------------------------------------------------
+
+    async def call(self, partition: int, op: str, **kwargs: Any) -> Any:
+        """``op`` on the partition's current leader (no retry)."""
+        assert self.pool is not None
+        found = await self.leader(partition)
+        if found is None:
+            raise Unavailable(f"partition {partition} has no leader")
+        node, address, epoch = found
+        return await self.pool.client(node, address).call(op, partition, epoch, **kwargs)
+
+    async def send_until_ok(
+        self, partition: int, tenant: str, queue: str, body: str, timeout: float = 20
+    ) -> SendResult:
+        """Send one message, retrying it (same dedupe id) through failovers until acknowledged."""
+        deadline = time.monotonic() + timeout * _scale()
+        message = NewMessage(body.encode(), dedupe_id=body)
+        while True:
+            try:
+                (result,) = await self.call(
+                    partition, "send", tenant=TenantId(tenant), queue=QueueName(queue), messages=[message]
+                )
+            except (Unavailable, StaleEpoch) as exc:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"send of {body} never acknowledged: {exc}\n{self.logs()}") from None
+                await asyncio.sleep(0.05)
+                continue
+            if isinstance(result, PushgateError):
+                raise result
+            assert isinstance(result, SendResult)
+            return result
+
+    async def drain_queue(self, partition: int, tenant: str, queue: str) -> list[str]:
+        """Receive and ack everything visible on the leader; the bodies in receive order."""
+        bodies: list[str] = []
+        while True:
+            got = await self.call(
+                partition,
+                "receive",
+                tenant=TenantId(tenant),
+                queue=QueueName(queue),
+                max_messages=100,
+                visibility_timeout_s=300,
+            )
+            if not got:
+                return bodies
+            bodies += [m.body.decode() for m in got]
+            await self.call(partition, "ack", tenant=TenantId(tenant), receipts=[m.receipt for m in got])

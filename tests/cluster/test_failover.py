@@ -1,0 +1,202 @@
+"""The cluster under failure: real etcd, real ``pushgate node`` and ``pushgate manager``
+processes, real TCP on loopback, requests through ``NodeClient`` as a gateway makes them.
+
+Every test runs its processes under a key prefix of its own in the session's etcd, and
+stops them by PID (process groups) at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from backend_store.cluster.ops import NotLeader
+from backend_store.cluster.wire import Notify
+from backend_store.errors import StaleEpoch, Unavailable
+from backend_store.types import NewMessage, QueueName, TenantId
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+
+from .processes import ClusterHarness
+
+T = "tenant-one"
+Q = "orders"
+RF3_SYNC = {"replication_factor": 3, "replication_mode": "sync", "partitions": 1}
+
+
+@pytest.fixture
+async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
+    h = ClusterHarness(etcd_endpoints, tmp_path, unique_prefix("cluster") + "/")
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+async def replicated_everywhere(h: ClusterHarness, partition: int, nodes: list[str]) -> int:
+    """Wait until every named node publishes the same last LSN as the leader; return it."""
+
+    async def same() -> int | None:
+        records = await h.node_records()
+        positions = {n: records[n].replicas.get(partition) for n in nodes if n in records}
+        if len(positions) != len(nodes) or any(p is None for p in positions.values()):
+            return None
+        lsns = {p.lsn for p in positions.values() if p is not None}
+        return lsns.pop() if len(lsns) == 1 else None
+
+    lsn: int = await h.wait_for(f"{nodes} to hold the same log", same)
+    return lsn
+
+
+async def test_sync_sends_survive_repeated_leader_kills_and_the_manager_failing_over(
+    harness: ClusterHarness,
+) -> None:
+    h = await harness.start(nodes=3, managers=2)
+    await h.create_queue(T, Q, RF3_SYNC)
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("three replicas", lambda: _replicas(h, pid, 3))
+    await h.serving_leader(pid)
+
+    # Plain operations on a 3-node replica set; a send wakes the connected gateway.
+    woken: asyncio.Queue[Notify] = asyncio.Queue()
+    assert h.pool is not None
+    h.pool.on_notify = lambda node, notify: woken.put_nowait(notify)
+    await h.send_until_ok(pid, T, Q, "first")
+    assert await asyncio.wait_for(woken.get(), scaled(5)) == Notify(pid, T, Q)
+    got = await h.call(pid, "receive", tenant=TenantId(T), queue=QueueName(Q), max_messages=10)
+    assert [m.body for m in got] == [b"first"]
+    acked = await h.call(pid, "ack", tenant=TenantId(T), receipts=[got[0].receipt])
+    assert acked.acked == 1
+
+    acknowledged: list[str] = []
+    next_body = iter(range(10**6))
+
+    async def producer(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            body = f"m{next(next_body)}"
+            await h.send_until_ok(pid, T, Q, body)
+            acknowledged.append(body)
+
+    for round_ in range(3):
+        if round_ == 1:
+            # The active manager dies too: the standby must take over and do the promoting.
+            active = await h.wait_for("the active manager", lambda: _active_manager(h))
+            next(m for m in h.managers if m.name == active).kill()
+        stop = asyncio.Event()
+        producers = [asyncio.create_task(producer(stop)) for _ in range(4)]
+        before = len(acknowledged)
+        await h.wait_for("sends before the kill", reached(acknowledged, before + 20))
+        victim, _, epoch = await h.serving_leader(pid)
+        h.nodes[victim].kill()
+        _, _, new_epoch = await h.serving_leader(pid, not_node=victim)
+        assert new_epoch > epoch
+        after = len(acknowledged)
+        await h.wait_for("sends after the failover", reached(acknowledged, after + 20))
+        stop.set()
+        await asyncio.gather(*producers)
+        # The killed node comes back on its data dir and catches up as a follower.
+        h.nodes[victim].start()
+        await replicated_everywhere(h, pid, list(h.nodes))
+
+    received = await h.drain_queue(pid, T, Q)
+    counts = collections.Counter(received)
+    missing = set(acknowledged) - set(received)
+    assert not missing, f"{len(missing)} acknowledged messages lost: {sorted(missing)[:10]}"
+    # Every retry carried its dedupe id, so not even at-least-once duplicates show up.
+    assert [b for b, n in counts.items() if n > 1] == []
+
+
+async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness: ClusterHarness) -> None:
+    h = await harness.start(nodes=3, managers=1)
+    await h.create_queue(T, Q, RF3_SYNC)
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("three replicas", lambda: _replicas(h, pid, 3))
+    for i in range(10):
+        await h.send_until_ok(pid, T, Q, f"before-{i}")
+    frozen, address, epoch = await h.serving_leader(pid)
+    h.nodes[frozen].signal(signal.SIGSTOP)
+    try:
+        _, _, new_epoch = await h.serving_leader(pid, not_node=frozen)
+        assert new_epoch > epoch
+        for i in range(10):
+            await h.send_until_ok(pid, T, Q, f"after-{i}")
+    finally:
+        h.nodes[frozen].signal(signal.SIGCONT)
+    # Woken up, the old leader must not acknowledge anything at its old epoch: its session is
+    # lost (it answers not_leader) or the followers' fences refuse it (stale_epoch).
+    assert h.pool is not None
+    old = h.pool.client(frozen, address)
+    message = NewMessage(b"to-the-old-leader", dedupe_id="to-the-old-leader")
+    with pytest.raises((NotLeader, StaleEpoch, Unavailable)):
+        await old.call("send", pid, epoch, tenant=TenantId(T), queue=QueueName(Q), messages=[message])
+    # It rejoins as a follower and ends with the new leader's log.
+    await replicated_everywhere(h, pid, list(h.nodes))
+    received = await h.drain_queue(pid, T, Q)
+    assert sorted(received) == sorted(
+        [*(f"before-{i}" for i in range(10)), *(f"after-{i}" for i in range(10))]
+    )
+
+
+async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: ClusterHarness) -> None:
+    h = await harness.start(nodes=3, managers=1)
+    await h.wait_for("three nodes", lambda: _nodes(h, 3))
+    await h.create_queue(T, Q, {"replication_factor": 2, "partitions": 1})
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("two replicas", lambda: _replicas(h, pid, 2))
+    for i in range(5):
+        await h.send_until_ok(pid, T, Q, f"m{i}")
+    drained, _, epoch = await h.serving_leader(pid)
+    assert h.coordinator is not None
+    await h.coordinator.put(h.layout.drain + drained, b"")
+
+    async def moved() -> bool:
+        record = (await h.partitions())[pid]
+        return drained not in record.replicas and len(record.replicas) == 2
+
+    await h.wait_for("the replica to leave the drained node", moved)
+    _, _, new_epoch = await h.serving_leader(pid, not_node=drained)
+    assert new_epoch > epoch
+    record = (await h.partitions())[pid]
+    await replicated_everywhere(h, pid, list(record.replicas))
+    assert sorted(await h.drain_queue(pid, T, Q)) == [f"m{i}" for i in range(5)]
+    # The drained node dropped its environment.
+    await h.wait_for(
+        "the drained node to drop the partition",
+        lambda: _hosts_nothing(h, drained, pid),
+    )
+
+
+async def _nodes(h: ClusterHarness, count: int) -> bool:
+    return len(await h.node_records()) >= count
+
+
+async def _hosts_nothing(h: ClusterHarness, node: str, pid: int) -> bool:
+    record = (await h.node_records()).get(node)
+    return (
+        record is not None
+        and pid not in record.replicas
+        and not (h.root / node / "partitions" / str(pid)).exists()
+    )
+
+
+async def _replicas(h: ClusterHarness, pid: int, count: int) -> bool:
+    record = (await h.partitions()).get(pid)
+    return record is not None and len(record.replicas) == count
+
+
+async def _active_manager(h: ClusterHarness) -> str | None:
+    assert h.coordinator is not None
+    entry = await h.coordinator.get(h.layout.manager)
+    return entry.value.decode() if entry is not None else None
+
+
+def reached(items: list[str], count: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return len(items) >= count
+
+    return check

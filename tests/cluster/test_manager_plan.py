@@ -1,0 +1,131 @@
+"""The manager's planning, without etcd: placement, promotion, draining, deletion."""
+
+from __future__ import annotations
+
+from backend_store.cluster.layout import NodeRecord, PartitionRecord, ReplicaPosition
+from backend_store.cluster.manager import ClusterView, plan
+
+
+def node(state: str = "up", **positions: tuple[int, int]) -> NodeRecord:
+    """A node record; ``p7=(last_epoch, lsn)`` publishes its replica of partition 7."""
+    replicas = {int(k[1:]): ReplicaPosition("follower", e, lsn, e) for k, (e, lsn) in positions.items()}
+    return NodeRecord("127.0.0.1:1", state, replicas)
+
+
+def view(**kwargs: object) -> ClusterView:
+    v = ClusterView()
+    for name, value in kwargs.items():
+        setattr(v, name, value)
+    return v
+
+
+def test_new_queues_get_partitions_on_the_least_loaded_live_nodes() -> None:
+    v = view(
+        queues={
+            ("t", "a"): {"partitions": 2, "replication_factor": 2},
+            ("t", "b"): {"replication_mode": "async"},
+        },
+        nodes={"n1": node(), "n2": node(), "n3": node(), "n4": node("draining")},
+        counter=10,
+    )
+    out = plan(v, {}, 0.0, 0.6)
+    assert out.counter == 13 and sorted(out.puts) == [11, 12, 13]
+    records = sorted(out.puts.values(), key=lambda r: (r.queue, r.index))
+    a0, a1, b0 = records
+    assert (a0.index, a1.index, b0.index) == (0, 1, 0)
+    assert all(len(r.replicas) == 2 for r in (a0, a1)) and len(b0.replicas) == 1
+    assert b0.mode == "async" and a0.mode == "sync"
+    # Spread: five replicas over three up nodes (never the draining one), at most two each.
+    placed = [n for r in records for n in r.replicas]
+    assert "n4" not in placed and max(placed.count(n) for n in ("n1", "n2", "n3")) == 2
+    assert all(r.leader == r.replicas[0] for r in records)
+
+
+def test_a_dead_leader_is_replaced_by_the_most_up_to_date_replica_after_the_grace() -> None:
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        # n1 is gone; n3 has the longer log of the newest term.
+        nodes={"n2": node(p5=(7, 40)), "n3": node(p5=(7, 42))},
+        partitions={5: record},
+        counter=5,
+    )
+    since: dict[int, float] = {}
+    assert plan(v, since, 100.0, 0.6).puts == {}  # the grace starts: positions may be stale
+    assert plan(v, since, 100.5, 0.6).puts == {}
+    promoted = plan(v, since, 100.7, 0.6).puts[5]
+    assert promoted.leader == "n3" and promoted.replicas == ("n1", "n2", "n3")
+
+
+def test_the_newest_term_beats_a_longer_log_of_an_older_term() -> None:
+    # n2 holds a deposed leader's unacknowledged tail (epoch 6); n3 has the epoch-7 entries.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n2": node(p5=(6, 50)), "n3": node(p5=(7, 45))},
+        partitions={5: record},
+    )
+    assert plan(v, {5: 0.0}, 10.0, 0.6).puts[5].leader == "n3"
+
+
+def test_no_promotion_without_a_majority_of_live_replicas() -> None:
+    # Only n3 is left of three: it may lack an acknowledged write that n2 held.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}}, nodes={"n3": node(p5=(7, 45))}, partitions={5: record}
+    )
+    assert plan(v, {5: 0.0}, 10.0, 0.6).puts == {}
+
+
+def test_a_live_leader_without_its_key_yet_is_left_alone() -> None:
+    record = PartitionRecord("t", "q", 0, ("n1", "n2"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 2}},
+        nodes={"n1": node(p5=(1, 1)), "n2": node(p5=(1, 9))},
+        partitions={5: record},
+    )
+    assert plan(v, {}, 10.0, 0.0).puts == {}
+
+
+def test_draining_moves_leadership_first_then_the_replica() -> None:
+    record = PartitionRecord("t", "q", 0, ("n1", "n2"), "n1")
+    nodes = {"n1": node(p5=(3, 10)), "n2": node(p5=(3, 10)), "n3": node()}
+    v = view(
+        queues={("t", "q"): {"replication_factor": 2}},
+        nodes=nodes,
+        partitions={5: record},
+        leaders={5},
+        drained={"n1"},
+    )
+    step1 = plan(v, {}, 0.0, 0.6).puts[5]
+    assert step1.leader == "n2" and step1.replicas == ("n1", "n2")
+    v.partitions = {5: step1}
+    step2 = plan(v, {}, 0.0, 0.6).puts[5]
+    assert step2.leader == "n2" and step2.replicas == ("n3", "n2")
+
+
+def test_partitions_of_deleted_queues_and_past_a_lowered_count_are_deleted() -> None:
+    v = view(
+        queues={("t", "kept"): {"partitions": 1}},
+        nodes={"n1": node()},
+        partitions={
+            1: PartitionRecord("t", "kept", 0, ("n1",), "n1"),
+            2: PartitionRecord("t", "kept", 1, ("n1",), "n1"),
+            3: PartitionRecord("t", "gone", 0, ("n1",), "n1"),
+        },
+        leaders={1, 2, 3},
+    )
+    out = plan(v, {}, 0.0, 0.6)
+    assert sorted(out.deletes) == [2, 3] and out.puts == {}
+
+
+def test_a_set_placed_on_too_few_nodes_grows_when_nodes_join() -> None:
+    record = PartitionRecord("t", "q", 0, ("n1",), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": node(p5=(1, 3)), "n2": node(), "n3": node()},
+        partitions={5: record},
+        leaders={5},
+    )
+    grown = plan(v, {}, 0.0, 0.6).puts[5]
+    assert grown.replicas == ("n1", "n2", "n3") and grown.leader == "n1"
