@@ -150,11 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: pushgate {serve,admin,usage,node,manager} ...\n\n  serve   run the gateway (pushgate serve --help)\n"
+            "usage: pushgate {serve,admin,usage,node,manager,dev-cluster} ...\n\n"
+            "  serve   run the gateway (pushgate serve --help)\n"
             "  admin   tenants, keys, JWT keys, queues (pushgate admin --help)\n"
             "  usage   usage reports with Spark (pushgate usage report --help)\n"
             "  node    a backend node of a cluster (pushgate node --help)\n"
-            "  manager a cluster manager (pushgate manager --help)\n\n"
+            "  manager a cluster manager (pushgate manager --help)\n"
+            "  dev-cluster  etcd, nodes, managers and a gateway on this machine (pushgate dev-cluster --help)\n\n"
             "  --version  print the version"
         )
         return 0 if args else 2
@@ -165,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import admin_cli
 
         return admin_cli.main(rest)
+    if command == "dev-cluster":
+        from . import dev_cluster
+
+        return dev_cluster.main(rest)
     if command in ("node", "manager"):
         from backend_store.cluster import commands
 
@@ -178,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return usage_main(rest)
     print(
-        f"pushgate: unknown command {command!r} (expected serve, admin, usage, node or manager)",
+        f"pushgate: unknown command {command!r} (expected serve, admin, usage, node, manager or dev-cluster)",
         file=sys.stderr,
     )
     return 2

@@ -36,6 +36,7 @@ from ..backend import ChangeListener
 from ..errors import (
     ConfigurationError,
     InvalidReceipt,
+    InvalidRequest,
     PushgateError,
     QueueNotFound,
     StaleEpoch,
@@ -61,6 +62,7 @@ from .etcd_paths import DEFAULT_ROOT, EtcdPaths
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
 from .ops import NotLeader
+from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
 from .wire import Notify
@@ -236,8 +238,11 @@ class ClusterBackend:
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         record = await self.metadata.update_queue(tenant, name, changes)
-        # Partition stores apply the attributes (visibility, dedupe, limits): tell each leader.
-        await self._each_partition(record, "update_queue", name=name, changes=dict(changes))
+        # Partition leaders apply etcd's attributes to their stores when the watch tells
+        # them; telling them now as well means the change holds when this call returns.
+        plain = store_attributes(changes)
+        if plain:
+            await self._each_partition(record, "update_queue", retry_unknown=True, name=name, changes=plain)
         return await self._with_stats(record)
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
@@ -258,11 +263,11 @@ class ClusterBackend:
 
     async def purge_queue(self, tenant: TenantId, name: QueueName) -> int:
         record = await self._record(tenant, name)
-        counts = await self._each_partition(record, "purge_queue", name=name)
+        counts = await self._each_holder(record, "purge_queue", name=name)
         return sum(int(c) for c in counts)
 
     async def _with_stats(self, record: QueueRecord) -> QueueInfo:
-        infos = await self._each_partition(record, "get_queue", retry_unknown=True, name=record.name)
+        infos = await self._each_holder(record, "get_queue", retry_unknown=True, name=record.name)
         stats = _sum_stats([i.stats for i in infos])
         return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
 
@@ -297,7 +302,7 @@ class ClusterBackend:
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
         record = await self._record(tenant, queue)
-        parts = self._parts(record)
+        parts = self._holders(record)
         start = next(self._round_robin) % len(parts)
         got: list[ReceivedMessage] = []
         failure: PushgateError | None = None
@@ -364,9 +369,7 @@ class ClusterBackend:
             if part is None:  # dropped from the map since the receipts were checked
                 return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
             try:
-                result: AckResult = await self._partition_call(
-                    part, op, receipts=inner, queue=part.queue, **extra
-                )
+                result: AckResult = await self._partition_call(part, op, receipts=inner, queue=queue, **extra)
             except QueueNotFound:
                 # The partition's queue went away: its receipts are dead.
                 return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
@@ -390,8 +393,13 @@ class ClusterBackend:
         if split is None:
             return None
         part = self.view.map.partitions.get(split[0])
-        if part is None or part.tenant != tenant or (queue is not None and part.queue != queue):
+        if part is None or part.tenant != tenant:
             return None
+        if queue is not None and part.queue != queue:
+            # Dead letters of ``queue`` live in the partitions of the queues feeding it.
+            source = self.metadata.cached_queue(tenant, part.queue)
+            if source is None or source.attributes.dead_letter_queue != queue:
+                return None
         return split
 
     async def change_visibility(
@@ -410,7 +418,7 @@ class ClusterBackend:
 
     async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
         record = await self._record(tenant, queue)
-        times = await self._each_partition(record, "next_visible_at", retry_unknown=True, queue=queue)
+        times = await self._each_holder(record, "next_visible_at", retry_unknown=True, queue=queue)
         known = [t for t in times if t is not None]
         return min(known) if known else None
 
@@ -418,17 +426,23 @@ class ClusterBackend:
 
     async def peek(self, tenant: TenantId, queue: QueueName, max_messages: int) -> list[PeekedMessage]:
         record = await self._record(tenant, queue)
-        batches = await self._each_partition(
+        batches = await self._each_holder(
             record, "peek", retry_unknown=True, queue=queue, max_messages=max_messages
         )
         merged = sorted((m for batch in batches for m in batch), key=lambda m: (m.sent_at, m.seq))
         return merged[:max_messages]
 
     async def redrive(self, tenant: TenantId, queue: QueueName, to: QueueName, max_messages: int) -> int:
-        record = await self._record(tenant, queue)
-        await self._record(tenant, to)
+        await self._record(tenant, queue)
+        target = await self._record(tenant, to)
+        if target.attributes.dead_letter_queue != queue:
+            # A partition store holds a queue and its dead-letter queue: the one atomic move
+            # there is back into the queue that dead-lettered the message.
+            raise InvalidRequest(
+                f"in cluster mode, redrive moves dead letters back to a queue whose dead_letter_queue is {queue!r}"
+            )
         moved = 0
-        for part in self._parts(record):
+        for part in self._parts(target):
             if moved >= max_messages:
                 break
             moved += int(
@@ -510,17 +524,30 @@ class ClusterBackend:
             for i in range(record.attributes.partitions)
         ]
 
+    def _holders(self, record: QueueRecord) -> list[PartitionInfo]:
+        """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
+        those of the queues that dead-letter into it, whose stores keep their dead letters."""
+        parts = self._parts(record)
+        for source in self.metadata.cached_queues(record.tenant):
+            if source.attributes.dead_letter_queue == record.name and source.name != record.name:
+                parts.extend(self.view.map.of_queue(source.tenant, source.name, source.create_revision))
+        return parts
+
     async def _each_partition(
         self, record: QueueRecord, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> list[Any]:
-        return list(
-            await asyncio.gather(
-                *(
-                    self._partition_call(p, op, retry_unknown=retry_unknown, **kwargs)
-                    for p in self._parts(record)
-                )
-            )
+        calls = (
+            self._partition_call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self._parts(record)
         )
+        return list(await asyncio.gather(*calls))
+
+    async def _each_holder(
+        self, record: QueueRecord, op: str, *, retry_unknown: bool = False, **kwargs: Any
+    ) -> list[Any]:
+        calls = (
+            self._partition_call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self._holders(record)
+        )
+        return list(await asyncio.gather(*calls))
 
     def _current(self, part: PartitionInfo) -> PartitionInfo | None:
         """The partition as the newest map has it (its leader may have moved)."""

@@ -3,8 +3,9 @@
 EtcdPaths (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msgpack maps):
 
 - ``meta/{namespace}/{key}``: raw bytes (tenants, API keys, JWT keys, limits, alert rules);
-- ``queues/{tenant}/{queue}``: ``{"attributes": {...}, "created_at": float}``; the manager
-  watches this prefix and gives each queue its partitions.
+- ``queues/{tenant}/{queue}``: the queue's attributes and ``created_at`` (float); the
+  manager watches this prefix and gives each queue its partitions, each partition's leader
+  applies the attributes to its store.
 
 Queue writes go to etcd and, when they succeed, into the local copy at once, so this
 gateway's router sees its own changes; other gateways' writes arrive through the watch (``on_meta_change``
@@ -50,9 +51,9 @@ class QueueRecord:
     create_revision: int = 0
 
     def to_bytes(self) -> bytes:
-        packed: bytes = msgpack.packb(
-            {"attributes": self.attributes.to_dict(), "created_at": self.created_at}
-        )
+        # Flat: nodes and the manager read the attributes straight from the map (they
+        # ignore ``created_at``, which is not an attribute).
+        packed: bytes = msgpack.packb({**self.attributes.to_dict(), "created_at": self.created_at})
         return packed
 
     @classmethod
@@ -61,8 +62,8 @@ class QueueRecord:
         return cls(
             TenantId(tenant),
             QueueName(name),
-            attributes_from_record(doc["attributes"]),
-            float(doc["created_at"]),
+            attributes_from_record(doc),
+            float(doc.get("created_at") or 0.0),
             entry.mod_revision,
             entry.create_revision,
         )
@@ -135,6 +136,15 @@ class ClusterMetadata:
         """The watched copy of a queue record (may lag another gateway's change briefly)."""
         entry = self.queues.get(f"{tenant}/{name}")
         return None if entry is None else QueueRecord.from_entry(tenant, name, entry)
+
+    def cached_queues(self, tenant: TenantId) -> list[QueueRecord]:
+        """Every queue record of a tenant in the watched copy."""
+        out = []
+        for key, entry in self.queues.state.entries.items():
+            split = self.paths.split_queue_key(key)
+            if split is not None and split[0] == tenant:
+                out.append(QueueRecord.from_entry(tenant, split[1], entry))
+        return out
 
     async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
         """A queue record read from etcd; ``QueueNotFound`` if there is none."""

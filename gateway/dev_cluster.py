@@ -1,0 +1,240 @@
+"""``pushgate dev-cluster --data DIR [--nodes 3] [--port 8080]``: a whole cluster on this machine.
+
+In the foreground: one etcd member (Debian's ``etcd`` binary, free loopback ports, a
+temporary data directory), ``--nodes`` backend nodes, two managers (one leads, one stands
+by) and a gateway on ``cluster://``. Each child runs in its own process group; Ctrl-C (or
+SIGTERM) stops them all, gateway first and etcd last, by process group, then exits.
+Every address and PID is printed, so one can kill a node and watch the cluster fail over.
+
+etcd's state lives only as long as the run, so the nodes' partitions do too: a new run on
+the same ``DIR`` starts from an empty cluster (it clears what an earlier run left in
+``DIR``, and refuses a non-empty ``DIR`` that no dev cluster made). Logs of the nodes,
+managers and etcd are in ``DIR/logs``; the gateway logs to this terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+MARKER = ".pushgate-dev-cluster"
+STOP_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Child:
+    """One process of the cluster, in a process group of its own."""
+
+    name: str
+    argv: list[str]
+    address: str = ""
+    log_path: Path | None = None  # None: this terminal
+    process: subprocess.Popen[bytes] | None = None
+    reported_exit: bool = False
+
+    def start(self) -> None:
+        if self.log_path is None:
+            self.process = subprocess.Popen(self.argv, start_new_session=True)
+            return
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    def stop(self) -> None:
+        """SIGTERM to its group, then SIGKILL if it has not exited within the timeout."""
+        if self.process is None:
+            return
+        self.signal_group(signal.SIGCONT)  # a process someone froze must run to exit
+        self.signal_group(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            self.process.wait()
+
+
+@dataclass
+class DevCluster:
+    data: Path
+    nodes: int = 3
+    port: int = 8080
+    host: str = "127.0.0.1"
+    children: list[Child] = field(default_factory=list)
+    etcd_dir: Path | None = None
+
+    @property
+    def logs(self) -> Path:
+        return self.data / "logs"
+
+    def prepare(self) -> None:
+        """Make ``DIR`` ready for a new run (clear an earlier run's state, never anyone else's)."""
+        if self.data.exists() and any(self.data.iterdir()) and not (self.data / MARKER).exists():
+            raise SystemExit(
+                f"pushgate dev-cluster: --data {self.data} is not empty and was not made by dev-cluster"
+            )
+        for name in ("nodes", "gateway", "logs"):
+            if (self.data / name).exists():
+                shutil.rmtree(self.data / name)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (self.data / MARKER).write_text("made by pushgate dev-cluster; cleared at its next start\n")
+
+    def pushgate(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "gateway.cli", *args]
+
+    def start(self) -> None:
+        if shutil.which("etcd") is None:
+            raise SystemExit("pushgate dev-cluster: needs etcd on PATH (Debian: apt-get install etcd-server)")
+        self.prepare()
+        self.etcd_dir = Path(tempfile.mkdtemp(prefix="pushgate-etcd-"))
+        client, peer = free_port(), free_port()
+        endpoint = f"127.0.0.1:{client}"
+        etcd = Child(
+            "etcd",
+            [
+                "etcd",
+                "--name", "dev",
+                "--data-dir", str(self.etcd_dir / "member"),
+                "--listen-client-urls", f"http://{endpoint}",
+                "--advertise-client-urls", f"http://{endpoint}",
+                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"dev=http://127.0.0.1:{peer}",
+                "--log-level", "warn",
+            ],
+            endpoint,
+            self.logs / "etcd.log",
+        )  # fmt: skip
+        self._launch(etcd)
+        self._wait(etcd, f"http://{endpoint}/health", lambda r: r.json().get("health") == "true")
+        for i in range(1, self.nodes + 1):
+            address = f"127.0.0.1:{free_port()}"
+            node_dir = self.data / "nodes" / f"node-{i}"
+            argv = self.pushgate("node", "--data", str(node_dir), "--listen", address, "--etcd", endpoint)
+            self._launch(
+                Child(f"node-{i}", [*argv, "--id", f"node-{i}"], address, self.logs / f"node-{i}.log")
+            )
+        for i in (1, 2):
+            argv = self.pushgate("manager", "--etcd", endpoint, "--id", f"manager-{i}")
+            self._launch(Child(f"manager-{i}", argv, "", self.logs / f"manager-{i}.log"))
+        port = self.port or free_port(self.host)
+        url = f"http://{self.host}:{port}"
+        argv = self.pushgate(
+            "serve", "--data", str(self.data / "gateway"), "--host", self.host, "--port", str(port),
+            "--store", f"cluster://{endpoint}",
+        )  # fmt: skip
+        gateway = Child("gateway", argv, url)
+        self._launch(gateway)
+        self._wait(gateway, f"{url}/readyz", lambda r: r.status_code == 200)
+        print(f"store URL  cluster://{endpoint}", flush=True)
+        print(f"ready: the gateway serves {url} (Ctrl-C stops the cluster)", flush=True)
+
+    def _launch(self, child: Child) -> None:
+        self.children.append(child)
+        child.start()
+        where = child.address or "-"
+        log = f"  log {child.log_path}" if child.log_path else ""
+        print(f"{child.name:<10} {where:<24} pid {child.pid}{log}", flush=True)
+
+    def _wait(self, child: Child, url: str, ok: object) -> None:
+        assert callable(ok)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not child.running():
+                raise SystemExit(f"pushgate dev-cluster: {child.name} exited during start-up (see its log)")
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                if ok(httpx.get(url, timeout=1)):
+                    return
+            time.sleep(0.1)
+        raise SystemExit(f"pushgate dev-cluster: {child.name} not ready after {START_TIMEOUT_S:g}s")
+
+    def watch(self, stop: list[int]) -> int:
+        """Until a stop signal: report children that exit; the gateway's exit ends the run."""
+        while not stop:
+            for child in self.children:
+                if not child.running() and not child.reported_exit:
+                    child.reported_exit = True
+                    code = child.process.returncode if child.process is not None else None
+                    print(f"{child.name} (pid {child.pid}) exited with {code}", flush=True)
+                    if child.name == "gateway":
+                        return 1
+            time.sleep(0.2)
+        return 0
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+        if self.etcd_dir is not None:
+            shutil.rmtree(self.etcd_dir, ignore_errors=True)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pushgate dev-cluster",
+        description="Run etcd, backend nodes, two managers and a gateway on this machine (docs/cluster.md).",
+    )
+    parser.add_argument("--data", type=Path, required=True, help="directory for the nodes, gateway and logs")
+    parser.add_argument("--nodes", type=int, default=3, help="backend nodes (default 3)")
+    parser.add_argument(
+        "--port", type=int, default=8080, help="the gateway's port (default 8080; 0: a free one)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="the gateway's address (default 127.0.0.1)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.nodes <= 9:
+        parser.error("--nodes must be between 1 and 9")
+    cluster = DevCluster(args.data.resolve(), args.nodes, args.port, args.host)
+    stop: list[int] = []
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stop.append(signum)
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        cluster.start()
+        code = cluster.watch(stop)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        code = 2
+    finally:
+        print("stopping the cluster", flush=True)
+        cluster.stop()
+    return code
