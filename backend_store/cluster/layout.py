@@ -91,6 +91,9 @@ class ReplicaPosition:
     epoch: int  # the replica's fence (highest epoch seen)
     lsn: int  # its last LSN
     last_epoch: int  # the epoch of its last entry (promotion compares (last_epoch, lsn))
+    # The epoch of the partition's leader key as this node sees it (0: no leader key). A
+    # position published with 0 was taken after the node saw the leader's key vanish.
+    leader_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,13 @@ class NodeRecord:
                 "address": self.address,
                 "state": self.state,
                 "replicas": {
-                    str(p): {"role": r.role, "epoch": r.epoch, "lsn": r.lsn, "last_epoch": r.last_epoch}
+                    str(p): {
+                        "role": r.role,
+                        "epoch": r.epoch,
+                        "lsn": r.lsn,
+                        "last_epoch": r.last_epoch,
+                        "leader_epoch": r.leader_epoch,
+                    }
                     for p, r in self.replicas.items()
                 },
             }
@@ -116,7 +125,9 @@ class NodeRecord:
         v = unpack(data)
         try:
             replicas = {
-                int(p): ReplicaPosition(r["role"], r["epoch"], r["lsn"], r.get("last_epoch", 0))
+                int(p): ReplicaPosition(
+                    r["role"], r["epoch"], r["lsn"], r.get("last_epoch", 0), r.get("leader_epoch", 0)
+                )
                 for p, r in v.get("replicas", {}).items()
             }
             return cls(v["address"], v.get("state", "up"), replicas)

@@ -13,10 +13,9 @@ What :func:`plan` does, per queue with ``partitions: P`` (default 1) and
   on the R least-loaded live ``up`` nodes (fewer if fewer exist; grown later), the first
   one designated leader;
 - when a partition's leader key is gone and its designated leader's node is gone too,
-  promotes the live replica with the highest ``(last_epoch, lsn)`` once live replicas with
-  published positions make a majority of the replica set (a minority could lack an
-  acknowledged write), and only after ``grace_s`` (so followers' positions, republished
-  every 0.5 s, are fresh);
+  promotes the live replica with the highest ``(last_epoch, lsn)`` among positions its
+  replicas published after they saw the key vanish (they republish at once), once those make
+  a majority of the replica set (a minority could lack an acknowledged write);
 - moves leadership off a draining node to its best follower, then replaces the draining
   replica with another live node;
 - deletes the partitions of deleted queues (and those past a lowered P).
@@ -27,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,7 +70,7 @@ def _int_attr(attributes: Mapping[str, Any], name: str, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
-def plan(view: ClusterView, leaderless_since: dict[int, float], now: float, grace_s: float) -> Plan:
+def plan(view: ClusterView) -> Plan:
     """The map changes that make ``view`` what it should be (pure; tested without etcd)."""
     out = Plan(counter=view.counter)
     up = sorted(n for n, rec in view.nodes.items() if rec.state == "up" and n not in view.drained)
@@ -106,7 +104,7 @@ def plan(view: ClusterView, leaderless_since: dict[int, float], now: float, grac
                 )
                 continue
             record = view.partitions[pid]
-            changed = _repair(view, pid, record, factor, mode, least_loaded, leaderless_since, now, grace_s)
+            changed = _repair(view, pid, record, factor, mode, least_loaded)
             if changed != record:
                 out.puts[pid] = changed
     for pid, record in view.partitions.items():
@@ -123,9 +121,6 @@ def _repair(
     factor: int,
     mode: str,
     least_loaded: Any,
-    leaderless_since: dict[int, float],
-    now: float,
-    grace_s: float,
 ) -> PartitionRecord:
     replicas = list(record.replicas)
     leader = record.leader
@@ -136,17 +131,17 @@ def _repair(
         return (p.last_epoch, p.lsn) if p is not None else (-1, -1)
 
     live_positioned = [n for n in replicas if n in nodes and pid in nodes[n].replicas]
-    # A dead leader: promote the most up-to-date live replica (after the grace, with a majority).
+    # A dead leader: promote the most up-to-date live replica, judged only on positions
+    # published after the replica saw the leader's key vanish (leader_epoch 0), and only
+    # when those make a majority of the replica set: every acknowledged write is on a
+    # majority, so such a set holds it.
     if pid not in view.leaders and (leader is None or leader not in nodes):
-        since = leaderless_since.setdefault(pid, now)
-        majority = len(replicas) // 2 + 1
-        if now - since >= grace_s and len(live_positioned) >= majority:
-            best = max(live_positioned, key=lambda n: (position(n), n))
+        fresh = [n for n in live_positioned if nodes[n].replicas[pid].leader_epoch == 0]
+        if len(fresh) >= len(replicas) // 2 + 1:
+            best = max(fresh, key=lambda n: (position(n), n))
             if best != leader:
                 log.warning("partition %d: leader %s is gone; promoting %s", pid, leader, best)
                 leader = best
-    else:
-        leaderless_since.pop(pid, None)
     # Draining: leadership first (to an up follower that is positioned), then the replica.
     draining = {n for n in replicas if n in nodes and (nodes[n].state == "draining" or n in view.drained)}
     if leader in draining:
@@ -174,7 +169,6 @@ class Manager:
         manager_id: str | None = None,
         ttl_s: float = 2.0,
         tick_s: float = 0.25,
-        grace_s: float = 0.6,
         layout: Layout | None = None,
     ) -> None:
         self.layout = layout or Layout()
@@ -182,12 +176,10 @@ class Manager:
         self.manager_id = manager_id or f"manager-{uuid.uuid4().hex[:8]}"
         self.ttl_s = ttl_s
         self.tick_s = tick_s
-        self.grace_s = grace_s
         self.view = ClusterView()
         self.epoch: Epoch | None = None  # set while leading
         self.leading = asyncio.Event()
         self._changed = asyncio.Event()
-        self._leaderless_since: dict[int, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._seen: set[str] = set()
 
@@ -290,7 +282,7 @@ class Manager:
                 continue  # never plan on a partial picture
             counter = await self.coordinator.get(self.layout.partition_counter)
             self.view.counter = int(unpack(counter.value)) if counter is not None else 0
-            change = plan(self.view, self._leaderless_since, time.monotonic(), self.grace_s)
+            change = plan(self.view)
             if not change.puts and not change.deletes:
                 continue
             layout = self.layout

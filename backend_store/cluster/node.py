@@ -95,6 +95,7 @@ class Node:
         self._published: NodeRecord | None = None
         self._published_at = 0.0
         self._campaign_epochs: dict[int, Epoch] = {}
+        self._publish_now = False
 
     @property
     def address(self) -> str:
@@ -161,6 +162,11 @@ class Node:
             if suffix.isdigit():
                 with contextlib.suppress(PushgateError):
                     out[int(suffix)] = (LeaderRecord.unpack(entry.value), Epoch(entry.create_revision))
+        # A hosted partition's leader changed or vanished: publish our positions at once, so
+        # the manager promotes on positions taken after the old leader's key was gone.
+        before = self._leaders
+        if any(before.get(p, (None, 0))[1] != out.get(p, (None, 0))[1] for p in self.hosts):
+            self._publish_now = True
         self._leaders = out
 
     def _on_nodes(self, state: PrefixState) -> None:
@@ -241,7 +247,7 @@ class Node:
             else:
                 host = found
             await self._reconcile_partition(session, host, record, addresses)
-        await self._publish(session)
+        await self._publish(session, force=self._publish_now)
 
     async def _reconcile_partition(
         self, session: Session, host: PartitionHost, record: PartitionRecord, addresses: dict[str, str]
@@ -288,9 +294,11 @@ class Node:
         now = time.monotonic()
         if not force and now - self._published_at < self.publish_every_s:
             return  # the next tick publishes what changed meanwhile
+        self._publish_now = False
         replicas: dict[int, ReplicaPosition] = {}
         for pid, host in self.hosts.items():
-            replicas[pid] = await host.position()
+            claim = self._leaders.get(pid)
+            replicas[pid] = await host.position(claim[1] if claim is not None else 0)
         record = NodeRecord(self.address, "up", replicas)
         if record == self._published and not force:
             return

@@ -84,7 +84,7 @@ class PartitionHost:
 
     # Positions -------------------------------------------------------------------------
 
-    async def position(self) -> ReplicaPosition:
+    async def position(self, leader_epoch: int) -> ReplicaPosition:
         store = self.store
         last = store.last_lsn
         if last:
@@ -92,7 +92,7 @@ class PartitionHost:
             if entries and entries[0].lsn == last:
                 self.last_epoch = entries[0].epoch
         role = "leader" if self.leading else "follower"
-        return ReplicaPosition(role, store.epoch, last, self.last_epoch)
+        return ReplicaPosition(role, store.epoch, last, self.last_epoch, leader_epoch)
 
     # Leading -------------------------------------------------------------------------------
 

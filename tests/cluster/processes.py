@@ -107,7 +107,7 @@ class ClusterHarness:
 
     async def start(self, nodes: int = 3, managers: int = 1) -> ClusterHarness:
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
-        self.pool = NodePool("test-gateway", timeout_s=10 * _scale())
+        self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
         etcd = ",".join(self.endpoints)
         for i in range(nodes):
             name = f"n{i}"

@@ -1,0 +1,207 @@
+"""The cluster on loopback: send throughput against the embedded store, failover time, and
+what async replication loses when its leader is killed.
+
+Starts its own etcd (Debian's ``etcd``), 3 ``pushgate node`` processes and a ``pushgate
+manager`` (the test harness in ``tests/cluster/processes.py``), then measures:
+
+1. Durable sends of one message each from ``--producers`` concurrent producers for
+   ``--seconds``: the embedded store in this process (the baseline), then through
+   ``NodeClient`` to a partition's leader with replication factor 3 in ``sync`` (the reply
+   waits for a majority fsync) and ``async`` mode (only the leader's fsync). Sends/s and
+   p50/p99 per send, each as a ratio to the embedded store of the same run.
+2. Failover, ``--kills`` times: SIGKILL the sync partition's leader (lease TTL 2 s) while a
+   client sends, and time from the kill to the first acknowledged send on that partition.
+3. Async loss: SIGKILL the async partition's leader during a stream of sends and count the
+   acknowledged messages the new leader does not have.
+
+    .venv/bin/python bench/cluster_bench.py --seconds 5 --producers 32 --kills 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from backend_store.errors import StaleEpoch, Unavailable
+from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.options import StoreOptions
+from backend_store.types import NewMessage, QueueName, TenantId
+from tests.cluster.processes import ClusterHarness
+from tests.fixtures.etcd_server import etcd_cluster
+
+TENANT = "bench"
+
+
+async def measure(
+    send: Callable[[int], Awaitable[None]], producers: int, seconds: float
+) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+    counter = iter(range(10**9))
+
+    async def producer() -> None:
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            await send(next(counter))
+            latencies.append(time.perf_counter() - started)
+
+    began = time.monotonic()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    return len(latencies) / (time.monotonic() - began), latencies
+
+
+def describe(name: str, rate: float, latencies: list[float], base: float | None) -> str:
+    p50 = statistics.median(latencies) * 1000
+    p99 = statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) > 100 else float("nan")
+    ratio = f"{rate / base:5.2f}x" if base else "  1.00x"
+    return f"{name:<28} {rate:8.0f} sends/s  {ratio}   p50 {p50:6.2f} ms   p99 {p99:7.2f} ms"
+
+
+async def embedded(root: Path, producers: int, seconds: float, body: bytes) -> tuple[float, list[float]]:
+    store = LmdbBackend(root / "embedded", StoreOptions(sweep_interval_s=0))
+    await store.start()
+    try:
+        await store.create_queue(TenantId(TENANT), QueueName("q"), {})
+
+        async def send(i: int) -> None:
+            await store.send(TenantId(TENANT), QueueName("q"), [NewMessage(body)])
+
+        return await measure(send, producers, seconds)
+    finally:
+        await store.close()
+
+
+async def cluster_sends(
+    h: ClusterHarness, pid: int, queue: str, producers: int, seconds: float, body: bytes
+) -> tuple[float, list[float]]:
+    node, address, epoch = await h.serving_leader(pid)
+    assert h.pool is not None
+    client = h.pool.client(node, address)
+
+    async def send(i: int) -> None:
+        await client.call(
+            "send", pid, epoch, tenant=TenantId(TENANT), queue=QueueName(queue), messages=[NewMessage(body)]
+        )
+
+    return await measure(send, producers, seconds)
+
+
+async def failover_time(h: ClusterHarness, pid: int, queue: str) -> float:
+    victim, _, _ = await h.serving_leader(pid)
+    await h.send_until_ok(pid, TENANT, queue, f"warm-{time.monotonic()}")
+    killed = time.monotonic()
+    h.nodes[victim].kill()
+    n = 0
+    while True:
+        n += 1
+        try:
+            await h.call(
+                pid,
+                "send",
+                tenant=TenantId(TENANT),
+                queue=QueueName(queue),
+                messages=[NewMessage(b"after", dedupe_id=f"after-{killed}-{n}")],
+            )
+            took = time.monotonic() - killed
+            break
+        except (Unavailable, StaleEpoch):
+            await asyncio.sleep(0.01)
+    h.nodes[victim].start()
+    return took
+
+
+async def async_loss(h: ClusterHarness, pid: int, queue: str) -> tuple[int, int]:
+    """Acknowledged async sends, and how many of them the new leader lacks after a SIGKILL."""
+    acknowledged: list[str] = []
+    stop = asyncio.Event()
+    counter = iter(range(10**9))
+
+    async def producer() -> None:
+        while not stop.is_set():
+            body = f"a{next(counter)}"
+            try:
+                await h.call(
+                    pid,
+                    "send",
+                    tenant=TenantId(TENANT),
+                    queue=QueueName(queue),
+                    messages=[NewMessage(body.encode(), dedupe_id=body)],
+                )
+                acknowledged.append(body)
+            except (Unavailable, StaleEpoch):
+                await asyncio.sleep(0.01)
+
+    victim, _, _ = await h.serving_leader(pid)
+    tasks = [asyncio.create_task(producer()) for _ in range(16)]
+    await asyncio.sleep(1.0)
+    h.nodes[victim].kill()
+    await h.serving_leader(pid, not_node=victim)
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.gather(*tasks)
+    received = set(await h.drain_queue(pid, TENANT, queue))
+    h.nodes[victim].start()
+    return len(acknowledged), len(set(acknowledged) - received)
+
+
+async def main(args: argparse.Namespace) -> None:
+    body = b"x" * args.size
+    with tempfile.TemporaryDirectory(prefix="pushgate-cluster-bench-") as tmp:
+        root = Path(tmp)
+        print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cpus")
+        print(
+            f"{args.producers} producers, {args.seconds:g} s each, {args.size}-byte bodies, 3 nodes on loopback"
+        )
+        base_rate, base_lat = await embedded(root, args.producers, args.seconds, body)
+        print(describe("embedded store", base_rate, base_lat, None))
+        with etcd_cluster(root / "etcd") as etcd:
+            h = await ClusterHarness(etcd.endpoints, root, "/bench/").start(nodes=3, managers=1)
+            try:
+                pids = {}
+                for mode in ("sync", "async"):
+                    await h.create_queue(TENANT, mode, {"replication_factor": 3, "replication_mode": mode})
+                    pids[mode] = await h.partition_of(TENANT, mode)
+
+                    async def three(pid: int = pids[mode]) -> bool:
+                        record = (await h.partitions()).get(pid)
+                        return record is not None and len(record.replicas) == 3
+
+                    await h.wait_for("three replicas", three)
+                    await h.send_until_ok(pids[mode], TENANT, mode, "warm-up")
+                for mode in ("sync", "async"):
+                    rate, lat = await cluster_sends(h, pids[mode], mode, args.producers, args.seconds, body)
+                    print(describe(f"cluster, RF 3, {mode}", rate, lat, base_rate))
+                times = []
+                for _ in range(args.kills):
+                    times.append(await failover_time(h, pids["sync"], "sync"))
+                    await asyncio.sleep(1.0)  # the killed node rejoins
+                print(
+                    "failover (SIGKILL -> first acknowledged send, lease TTL 2 s): "
+                    + ", ".join(f"{t:.2f} s" for t in times)
+                    + f"; median {statistics.median(times):.2f} s"
+                )
+                sent, lost = await async_loss(h, pids["async"], "async")
+                print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
+            finally:
+                await h.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--producers", type=int, default=32)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--kills", type=int, default=3)
+    asyncio.run(main(parser.parse_args()))
