@@ -98,6 +98,7 @@ class DevCluster:
     nodes: int = 3
     port: int = 8080
     host: str = "127.0.0.1"
+    lease_ttl_s: float = 2.0
     children: list[Child] = field(default_factory=list)
     etcd_dir: Path | None = None
 
@@ -149,11 +150,13 @@ class DevCluster:
             address = f"127.0.0.1:{free_port()}"
             node_dir = self.data / "nodes" / f"node-{i}"
             argv = self.pushgate("node", "--data", str(node_dir), "--listen", address, "--etcd", endpoint)
+            argv += ["--lease-ttl", str(self.lease_ttl_s)]
             self._launch(
                 Child(f"node-{i}", [*argv, "--id", f"node-{i}"], address, self.logs / f"node-{i}.log")
             )
         for i in (1, 2):
             argv = self.pushgate("manager", "--etcd", endpoint, "--id", f"manager-{i}")
+            argv += ["--lease-ttl", str(self.lease_ttl_s)]
             self._launch(Child(f"manager-{i}", argv, "", self.logs / f"manager-{i}.log"))
         port = self.port or free_port(self.host)
         url = f"http://{self.host}:{port}"
@@ -217,10 +220,16 @@ def main(argv: Sequence[str]) -> int:
         "--port", type=int, default=8080, help="the gateway's port (default 8080; 0: a free one)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="the gateway's address (default 127.0.0.1)")
+    parser.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=2.0,
+        help="etcd lease TTL of nodes and managers in seconds: how long a dead leader goes unnoticed (default 2)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 9:
         parser.error("--nodes must be between 1 and 9")
-    cluster = DevCluster(args.data.resolve(), args.nodes, args.port, args.host)
+    cluster = DevCluster(args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl)
     stop: list[int] = []
 
     def request_stop(signum: int, _frame: object) -> None:

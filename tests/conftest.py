@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures.chromium",
     "tests.fixtures.redis_server",
     "tests.fixtures.etcd_server",
+    "tests.fixtures.dev_cluster",
     "tests.fixtures.spark",
 ]
 

@@ -34,6 +34,16 @@ from .wire import NO_EPOCH, CloseCode, ErrorReply, Hello, Notify, Reply
 
 log = logging.getLogger("pushgate.cluster")
 
+
+class NodeUnreachable(Unavailable):
+    """The request was not sent (no connection to the node): retrying it is always safe."""
+
+
+class NoAnswer(Unavailable):
+    """The request was sent but no answer came (timeout, connection lost): it may have been
+    applied. Only an idempotent request (a read, a send with dedupe ids) may be repeated."""
+
+
 # Called with (node_id, notify) for each wake-up; cheap and synchronous.
 NotifyCallback = Callable[[str, Notify], None]
 
@@ -43,7 +53,7 @@ def split_address(address: str) -> tuple[str, int]:
     ``unavailable`` (it came from the cluster map, not from the caller)."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
-        raise Unavailable(f"bad node address {address!r}")
+        raise NodeUnreachable(f"bad node address {address!r}")
     return host.strip("[]"), int(port)
 
 
@@ -99,14 +109,14 @@ class NodeClient:
         try:
             rid = stream.connection.request(op, partition, epoch, args)
         except ConnectionClosedError:
-            raise Unavailable(f"connection to node {self.node_id} closed") from None
+            raise NodeUnreachable(f"connection to node {self.node_id} closed") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         stream.flush()
         try:
             value = await asyncio.wait_for(asyncio.shield(future), timeout_s or self.timeout_s)
         except TimeoutError:
-            raise Unavailable(
+            raise NoAnswer(
                 f"node {self.node_id} did not answer {op} on partition {partition} in time"
             ) from None
         finally:
@@ -126,7 +136,7 @@ class NodeClient:
 
     async def _connect(self) -> NodeStream:
         if self._closed:
-            raise Unavailable(f"client for node {self.node_id} is closed")
+            raise NodeUnreachable(f"client for node {self.node_id} is closed")
         if (open_stream := self._open_stream()) is not None:
             return open_stream
         async with self._dialing:
@@ -138,7 +148,7 @@ class NodeClient:
                     asyncio.open_connection(host, port), self.connect_timeout_s
                 )
             except (OSError, TimeoutError) as exc:
-                raise Unavailable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
+                raise NodeUnreachable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
             stream = NodeStream(Connection(self.client_id), reader, writer)
             self._stream = stream
             self._reader_task = asyncio.create_task(self._read(stream), name=f"node-client {self.node_id}")
@@ -181,7 +191,7 @@ class NodeClient:
 
     def _fail_pending(self, ids: tuple[int, ...], why: str) -> None:
         for rid in ids:
-            self._settle(rid, error=Unavailable(f"connection to node {self.node_id} lost ({why})"))
+            self._settle(rid, error=NoAnswer(f"connection to node {self.node_id} lost ({why})"))
 
     async def _drop(self) -> None:
         stream, task = self._stream, self._reader_task

@@ -55,7 +55,7 @@ from ..types import (
     SendResult,
     TenantId,
 )
-from .client import NodePool
+from .client import NoAnswer, NodePool, NodeUnreachable
 from .coordinator import CoordinatorUnavailable
 from .etcd_coordinator import EtcdCoordinator
 from .etcd_paths import DEFAULT_ROOT, EtcdPaths
@@ -68,6 +68,8 @@ from .routing import plan_sends, prefix_receipt, split_receipt
 from .wire import Notify
 
 log = logging.getLogger("pushgate.cluster")
+# Between retries of a partition that answered "not now".
+_RETRY_PAUSE_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,8 @@ class ClusterSettings:
     placement_wait_s: float = 10.0
     reread_every_s: float = 5.0
     etcd_timeout_s: float = 2.0
+    # The replication factor of a queue created without one (docs/api.md's default is 1).
+    replication_factor: int = 1
 
 
 def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
@@ -101,7 +105,7 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         if name not in known or name == "root":
             raise ConfigurationError(f"unknown cluster URL option {name!r}")
         try:
-            values[name] = float(raw)
+            values[name] = int(raw) if name == "replication_factor" else float(raw)
         except ValueError:
             raise ConfigurationError(f"cluster URL option {name} must be a number") from None
     return parts.netloc, ClusterSettings(**values)
@@ -154,6 +158,7 @@ class ClusterBackend:
             await self.metadata.start()
             await self.view.start()
         except CoordinatorUnavailable as exc:
+            await self.close()
             raise Unavailable(f"cannot reach etcd at {self.endpoints}: {exc.detail}") from None
         self._pool = NodePool(
             self.gateway_id, on_notify=self._notified, timeout_s=self.settings.node_timeout_s
@@ -193,8 +198,14 @@ class ClusterBackend:
         self.metadata.add_queue_listener(listener)
 
     def _notified(self, node_id: str, notify: Notify) -> None:
+        self._wake(TenantId(notify.tenant), QueueName(notify.queue))
+
+    def _wake(self, tenant: TenantId, queue: QueueName) -> None:
         for listener in list(self._listeners):
-            listener(TenantId(notify.tenant), QueueName(notify.queue))
+            try:
+                listener(tenant, queue)
+            except Exception:  # one listener's bug must not keep the others from waking
+                log.exception("change listener failed")
 
     def _map_changed(self, new_map: PartitionMap) -> None:
         # A new leader may hold messages nobody told us about (it committed them while we
@@ -207,14 +218,15 @@ class ClusterBackend:
             if part.leader is not None and old.get(pid) != part.leader:
                 woken.add((part.tenant, part.queue))
         for tenant, queue in sorted(woken):
-            for listener in list(self._listeners):
-                listener(tenant, queue)
+            self._wake(tenant, queue)
 
     # Queues -----------------------------------------------------------------------
 
     async def create_queue(
         self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
     ) -> tuple[QueueInfo, bool]:
+        if "replication_factor" not in attributes:
+            attributes = {**attributes, "replication_factor": self.settings.replication_factor}
         record, created = await self.metadata.create_queue(tenant, name, attributes)
         # The queue is usable once the manager placed its partitions and each has a leader
         # holding it; until then sends would only wait for that anyway.
@@ -223,6 +235,7 @@ class ClusterBackend:
             lambda m: m.complete(tenant, name, count, revision), self.settings.placement_wait_s
         )
         if placed:
+            # The first answer from each leader says its store holds the queue.
             return await self._with_stats(record), created
         log.warning(
             "queue %s/%s: partitions not placed within %.0fs", tenant, name, self.settings.placement_wait_s
@@ -598,26 +611,39 @@ class ClusterBackend:
                     tenant=part.tenant,
                     **kwargs,
                 )
-            except (NotLeader, StaleEpoch) as exc:
+            except (NotLeader, StaleEpoch):
                 breaker.succeeded()  # the node answered; only our map was stale
                 last = Unavailable(f"partition {current.id} is changing leader; retry")
                 await self.view.refresh()
                 await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.5))
-                del exc
                 continue
             except QueueNotFound:
                 breaker.succeeded()
                 # A new leader may not have created the queue in its store yet.
                 await self.metadata.queue(part.tenant, part.queue)  # raises if really gone
                 last = Unavailable(f"partition {current.id} is not ready yet; retry")
-                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
+                continue
+            except NodeUnreachable as exc:
+                breaker.failed()  # not sent: safe to retry whatever it was
+                last = exc
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
+                continue
+            except NoAnswer as exc:
+                breaker.failed()
+                if not retry_unknown:
+                    raise
+                last = exc
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
                 continue
             except Unavailable as exc:
-                breaker.failed()
-                last = exc
-                if not retry_unknown and _maybe_applied(exc):
+                # The node answered "not now" (not ready yet, no replication majority in
+                # time): it is alive, and the request may or may not have been applied.
+                breaker.succeeded()
+                if not retry_unknown:
                     raise
-                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
+                last = exc
+                await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
                 continue
             except PushgateError:
                 breaker.succeeded()
@@ -634,11 +660,6 @@ def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
 def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:
     found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
     return found is None or (found.leader is not None and found.leader != part.leader)
-
-
-def _maybe_applied(exc: Unavailable) -> bool:
-    """Whether a failed request may have reached the node (a dial failure did not)."""
-    return "cannot reach node" not in exc.detail
 
 
 def open_cluster_backend(url: str, options: StoreOptions) -> ClusterBackend:

@@ -121,11 +121,15 @@ class Coordinator(Protocol):
         """Delete ``key`` (only if its ``mod_revision`` is still that one, when given);
         return whether it existed and was deleted."""
 
-    def watch_prefix(self, prefix: str, *, reread_every_s: float = 5.0) -> AsyncIterator[PrefixState]:
+    def watch_prefix(
+        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[PrefixState]:
         """The prefix's state now, then again each time it changes.
 
         Watch events trigger a re-read; a re-read also runs every ``reread_every_s``, so a
-        broken watch delays news by at most that. Only changed states are yielded.
+        broken watch delays news by at most that. Only changed states are yielded. Setting
+        ``stop`` ends the iteration (after a read in flight): the way to stop a watch from
+        another task, since a cancellation can be lost inside the etcd client.
         """
 
     async def fenced_commit(

@@ -263,15 +263,22 @@ class EtcdCoordinator:
 
     # Watches --------------------------------------------------------------------------
 
-    async def watch_prefix(self, prefix: str, *, reread_every_s: float = 5.0) -> AsyncIterator[PrefixState]:
+    async def watch_prefix(
+        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[PrefixState]:
         follower = _PrefixFollower(self, prefix)
         task = asyncio.create_task(follower.run(), name=f"etcd-watch {prefix}")
+        stop = stop or asyncio.Event()
         try:
-            state = await self._reread_until_ok(prefix, reread_every_s)
+            first = await self._reread_until_ok(prefix, reread_every_s, stop)
+            if first is None:
+                return
+            state = first
             yield state
             while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(follower.nudged.wait(), reread_every_s)
+                await _first_set(follower.nudged, stop, reread_every_s)
+                if stop.is_set():
+                    return
                 follower.nudged.clear()
                 try:
                     fresh = await self.read_prefix(prefix)
@@ -283,12 +290,14 @@ class EtcdCoordinator:
         finally:
             await follower.stop(task)
 
-    async def _reread_until_ok(self, prefix: str, pause_s: float) -> PrefixState:
-        while True:
+    async def _reread_until_ok(self, prefix: str, pause_s: float, stop: asyncio.Event) -> PrefixState | None:
+        while not stop.is_set():
             try:
                 return await self.read_prefix(prefix)
             except CoordinatorUnavailable:
-                await asyncio.sleep(min(pause_s, _WATCH_RETRY_S))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), min(pause_s, _WATCH_RETRY_S))
+        return None
 
     # Internals ------------------------------------------------------------------------
 
@@ -348,6 +357,15 @@ class _PrefixFollower:
         self._stopping.set()
         await self._cancel_watch()
         await _finish(task, self.coordinator.timeout_s * 2)
+
+
+async def _first_set(a: asyncio.Event, b: asyncio.Event, timeout_s: float) -> None:
+    """Wait until either event is set, or the timeout passes (plain asyncio waits: cancelling
+    them is safe, unlike a wait inside aetcd)."""
+    waits = {asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())}
+    _, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in pending:
+        waiter.cancel()
 
 
 async def _finish(task: asyncio.Task[None], timeout_s: float) -> None:

@@ -61,13 +61,13 @@ class EtcdPaths:
         return namespace, name
 
     def queue_key(self, tenant: str, name: str) -> str:
-        if not tenant or "/" in tenant or "/" in name:
-            raise InvalidRequest("tenant and queue names must not contain '/'")
+        if not tenant or "/" in tenant + name or "\0" in tenant + name:
+            raise InvalidRequest("tenant and queue names must not contain '/' or NUL")
         return f"{self.queues}{tenant}/{name}"
 
     def tenant_queues(self, tenant: str) -> str:
-        if not tenant or "/" in tenant:
-            raise InvalidRequest("tenant names must not contain '/'")
+        if not tenant or "/" in tenant or "\0" in tenant:
+            raise InvalidRequest("tenant names must not contain '/' or NUL")
         return f"{self.queues}{tenant}/"
 
     def split_queue_key(self, key: str) -> tuple[TenantId, QueueName] | None:

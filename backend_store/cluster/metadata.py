@@ -80,7 +80,7 @@ class ClusterMetadata:
         clock: Callable[[], float] = time.time,
         reread_every_s: float = 5.0,
     ) -> None:
-        self._coordinator = coordinator
+        self.coordinator = coordinator
         self.paths = paths
         self._clock = clock
         self.meta = WatchedPrefix(coordinator, paths.meta, reread_every_s=reread_every_s)
@@ -109,25 +109,25 @@ class ClusterMetadata:
     # Metadata values --------------------------------------------------------------
 
     async def meta_get(self, namespace: str, key: str) -> bytes | None:
-        entry = await self._coordinator.get(self.paths.meta_key(namespace, key))
+        entry = await self.coordinator.get(self.paths.meta_key(namespace, key))
         return None if entry is None else entry.value
 
     async def meta_put(self, namespace: str, key: str, value: bytes, *, only_if_absent: bool = False) -> bool:
         full = self.paths.meta_key(namespace, key)
         if only_if_absent:
-            stored = await self._coordinator.create(full, value)
+            stored = await self.coordinator.create(full, value)
         else:
-            await self._coordinator.put(full, value)
+            await self.coordinator.put(full, value)
             stored = True
         return stored
 
     async def meta_delete(self, namespace: str, key: str) -> bool:
-        return await self._coordinator.delete(self.paths.meta_key(namespace, key))
+        return await self.coordinator.delete(self.paths.meta_key(namespace, key))
 
     async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         start = self.paths.meta_key(namespace, prefix)
         skip = len(self.paths.meta_key(namespace, ""))
-        state = await self._coordinator.read_prefix(start)
+        state = await self.coordinator.read_prefix(start)
         return sorted((key[skip:], entry.value) for key, entry in state.entries.items())
 
     # Queue records ----------------------------------------------------------------
@@ -148,13 +148,13 @@ class ClusterMetadata:
 
     async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
         """A queue record read from etcd; ``QueueNotFound`` if there is none."""
-        entry = await self._coordinator.get(self.paths.queue_key(tenant, name))
+        entry = await self.coordinator.get(self.paths.queue_key(tenant, name))
         if entry is None:
             raise QueueNotFound(f"queue {name!r} does not exist")
         return QueueRecord.from_entry(tenant, name, entry)
 
     async def list_queues(self, tenant: TenantId) -> list[QueueRecord]:
-        state = await self._coordinator.read_prefix(self.paths.tenant_queues(tenant))
+        state = await self.coordinator.read_prefix(self.paths.tenant_queues(tenant))
         out: list[QueueRecord] = []
         for key, entry in state.entries.items():
             split = self.paths.split_queue_key(key)
@@ -171,7 +171,7 @@ class ClusterMetadata:
         await self._check_dead_letter_queue(tenant, name, attrs)
         record = QueueRecord(tenant, name, attrs, self._clock())
         for _ in range(_CAS_ATTEMPTS):
-            if await self._coordinator.create(self.paths.queue_key(tenant, name), record.to_bytes()):
+            if await self.coordinator.create(self.paths.queue_key(tenant, name), record.to_bytes()):
                 await self._settle(self.queues)
                 return await self.queue(tenant, name), True
             try:
@@ -192,13 +192,13 @@ class ClusterMetadata:
             await self._check_dead_letter_queue(tenant, name, attrs)
             record = QueueRecord(tenant, name, attrs, current.created_at)
             key = self.paths.queue_key(tenant, name)
-            if await self._coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
+            if await self.coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
                 await self._settle(self.queues)
                 return await self.queue(tenant, name)
         raise Unavailable("queue metadata changed too often to update the queue; retry")
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
-        if not await self._coordinator.delete(self.paths.queue_key(tenant, name)):
+        if not await self.coordinator.delete(self.paths.queue_key(tenant, name)):
             raise QueueNotFound(f"queue {name!r} does not exist")
         await self._settle(self.queues)
 
@@ -210,7 +210,7 @@ class ClusterMetadata:
             return
         if dlq == name:
             raise InvalidRequest("a queue cannot be its own dead_letter_queue")
-        if await self._coordinator.get(self.paths.queue_key(tenant, dlq)) is None:
+        if await self.coordinator.get(self.paths.queue_key(tenant, dlq)) is None:
             raise InvalidRequest(f"dead_letter_queue {dlq!r} does not exist")
 
     # Watch ------------------------------------------------------------------------

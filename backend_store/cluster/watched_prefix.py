@@ -10,13 +10,14 @@ state goes to the listeners with the keys that changed, on the event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
-from .coordinator import Coordinator, Entry, PrefixState
+from .coordinator import Coordinator, CoordinatorUnavailable, Entry, PrefixState
 
 log = logging.getLogger("pushgate.cluster")
+# A read in flight ends by its own deadline (two etcd call timeouts at most).
+_STOP_TIMEOUT_S = 10.0
 
 # Called with the new state and the keys (full etcd keys) added, changed or removed.
 StateListener = Callable[[PrefixState, set[str]], None]
@@ -42,6 +43,7 @@ class WatchedPrefix:
         self._listeners: list[StateListener] = []
         self._task: asyncio.Task[None] | None = None
         self._first = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     def add_listener(self, listener: StateListener) -> None:
         self._listeners.append(listener)
@@ -50,14 +52,22 @@ class WatchedPrefix:
         """An entry by its key relative to the prefix."""
         return self.state.entries.get(self.prefix + key)
 
-    async def start(self) -> None:
+    async def start(self, timeout_s: float = 10.0) -> None:
+        """Follow the prefix; return once its first state is in (``CoordinatorUnavailable``
+        if etcd did not answer within ``timeout_s``)."""
         if self._task is None:
             self._task = asyncio.create_task(self._follow(), name=f"watch {self.prefix}")
         first = asyncio.ensure_future(self._first.wait())
-        done, _ = await asyncio.wait({first, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if first not in done:
-            first.cancel()
+        done, _ = await asyncio.wait(
+            {first, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if first in done:
+            return
+        first.cancel()
+        if self._task in done:
             self._task.result()  # the follower died before its first state: raise its error
+        await self.close()
+        raise CoordinatorUnavailable(f"no answer from etcd for {self.prefix} within {timeout_s:g}s")
 
     def apply(self, state: PrefixState) -> None:
         """Take a state newer than the one held (the watch's, or a fresh read of our own)."""
@@ -78,17 +88,22 @@ class WatchedPrefix:
         self.apply(await self._coordinator.read_prefix(self.prefix))
 
     async def _follow(self) -> None:
-        states = self._coordinator.watch_prefix(self.prefix, reread_every_s=self._reread_every_s)
-        try:
-            async for state in states:
-                self.apply(state)
-        finally:
-            with contextlib.suppress(Exception):
-                await states.aclose()  # type: ignore[attr-defined]
+        states = self._coordinator.watch_prefix(
+            self.prefix, reread_every_s=self._reread_every_s, stop=self._stopping
+        )
+        async for state in states:
+            self.apply(state)
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # Told to stop, not cancelled: a cancellation delivered inside the etcd client can
+        # be lost, and the task would never end (see etcd_coordinator).
+        self._stopping.set()
+        done, _ = await asyncio.wait({task}, timeout=_STOP_TIMEOUT_S)
+        if not done:
+            log.warning("watch of %s did not stop in %.0fs; cancelling it", self.prefix, _STOP_TIMEOUT_S)
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("watch of %s failed", self.prefix, exc_info=task.exception())

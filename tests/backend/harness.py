@@ -8,11 +8,14 @@ without leaking writer threads.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from backend_store import (
     Backend,
@@ -28,6 +31,7 @@ from backend_store import (
 from backend_store.encryption import Keyring
 
 from ..conftest import ManualClock
+from .cluster_isolation import isolated_cluster_test
 
 T1 = TenantId("tenant-one")
 T2 = TenantId("tenant-two")
@@ -42,14 +46,51 @@ async def lmdb_store(root: Path) -> AsyncIterator[str]:
     yield lmdb_url(root)
 
 
-# Each backend kind the contract suite runs against: given a scratch directory, bring up
-# whatever the kind needs (nothing for lmdb; node processes for a cluster), yield its store
-# URL, and tear it down after the test. The cluster backend joins by adding one entry here;
-# no test is copied. Tests inject time through StoreOptions.clock, so a kind's nodes must
-# honour the options they are opened with (e.g. run in-process under test).
-STORE_KINDS: dict[str, Callable[[Path], AbstractAsyncContextManager[str]]] = {
-    "lmdb": lmdb_store,
+@contextlib.asynccontextmanager
+async def cluster_store(request: pytest.FixtureRequest, root: Path) -> AsyncIterator[str]:
+    """The session's dev cluster (three nodes; queues replicated three times, sync).
+
+    Tests share it, so each leaves it as it found it: its tenants' queues are deleted (and
+    their partitions gone from the map) and the metadata values it wrote are undone."""
+    cluster = request.getfixturevalue("dev_cluster")
+    async with isolated_cluster_test(cluster.store_url, (T1, T2)):
+        yield f"{cluster.store_url}?replication_factor=3"
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """A backend kind the contract suite runs against.
+
+    ``open``: given the test's request and a scratch directory, bring up what the kind
+    needs, yield its store URL, and clean up after the test. ``follows_clock``: whether the
+    store runs on the injected ``StoreOptions.clock``; a cluster's node processes keep real
+    time, so tests that move a ManualClock (or compare with CLOCK_START) run only on kinds
+    that follow it. ``plain_defaults``: whether a queue created without attributes has
+    docs/api.md's defaults exactly (the cluster kind creates replicated queues by default).
+    """
+
+    open: Callable[[pytest.FixtureRequest, Path], AbstractAsyncContextManager[str]]
+    follows_clock: bool = True
+    plain_defaults: bool = True
+
+
+# No test is copied: a kind joins by adding one entry here.
+STORE_KINDS: dict[str, StoreKind] = {
+    "lmdb": StoreKind(lambda request, root: lmdb_store(root)),
+    "cluster": StoreKind(cluster_store, follows_clock=False, plain_defaults=False),
 }
+
+
+def kinds_for(test: Callable[..., Any]) -> list[str]:
+    """The kinds a contract test can run on, judged from what its source uses."""
+    source = inspect.getsource(test)
+    uses_clock = "clock" in source or "CLOCK_START" in source
+    uses_defaults = "QueueAttributes(" in source
+    return sorted(
+        name
+        for name, kind in STORE_KINDS.items()
+        if (kind.follows_clock or not uses_clock) and (kind.plain_defaults or not uses_defaults)
+    )
 
 
 @dataclass

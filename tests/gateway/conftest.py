@@ -3,6 +3,11 @@
 One gateway per test module (start-up opens LMDB and bootstraps a tenant); tests keep
 apart by using fresh queue names (the ``qname`` fixture) and their own tenants.
 Tenants and keys are made through the gateway's own authenticator, on its event loop.
+
+With ``PUSHGATE_TEST_STORE=cluster`` the ``gateway`` fixtures (here and in tests/push) serve
+on the session's dev cluster instead (``cluster://``, queues replicated three times, sync;
+the admin key is the one the dev cluster's gateway bootstrapped). ``scripts/test`` runs a
+representative part of the gateway and push suites that way.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from gateway.server import GatewayServer, uvicorn_config
 from gateway.services import GatewayServices
 from gateway.settings import Settings
 from tests.conftest import scaled
+from tests.fixtures.dev_cluster import StoreTarget
 
 T = TypeVar("T")
 _names = itertools.count()
@@ -34,8 +40,11 @@ _names = itertools.count()
 class RunningGateway:
     """A gateway serving on 127.0.0.1:<free port> until :meth:`stop`."""
 
-    def __init__(self, settings: Settings, backend: Backend | None = None, port: int = 0) -> None:
+    def __init__(
+        self, settings: Settings, backend: Backend | None = None, port: int = 0, admin_key: str | None = None
+    ) -> None:
         self.settings = settings
+        self._admin_key = admin_key
         app = create_app(settings, backend=backend)
         self.services: GatewayServices = app.state.services
         self.server = GatewayServer(uvicorn_config(settings, app), self.services)
@@ -80,7 +89,7 @@ class RunningGateway:
 
     @property
     def admin_key(self) -> str:
-        key = self.services.bootstrap_key
+        key = self.services.bootstrap_key or self._admin_key
         assert key is not None, "the gateway's data directory was not empty"
         return key
 
@@ -113,14 +122,19 @@ class Api:
         return self.client.post(f"/v1/queues/{queue}/ack", json={"receipts": receipts})
 
 
-def start_gateway(data_dir: Path, port: int = 0, **changes: Any) -> RunningGateway:
+def start_gateway(
+    data_dir: Path, port: int = 0, target: StoreTarget | None = None, **changes: Any
+) -> RunningGateway:
+    target = target or StoreTarget()
+    if target.url is not None:
+        changes["store_url"] = target.url
     settings = Settings(data_dir=data_dir, log_level="warning", graceful_timeout_s=5, **changes)
-    return RunningGateway(settings, port=port).start()
+    return RunningGateway(settings, port=port, admin_key=target.admin_key).start()
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
-    running = start_gateway(tmp_path_factory.mktemp("gateway"))
+def gateway(tmp_path_factory: pytest.TempPathFactory, store_target: StoreTarget) -> Iterator[RunningGateway]:
+    running = start_gateway(tmp_path_factory.mktemp("gateway"), target=store_target)
     try:
         yield running
     finally:

@@ -24,6 +24,7 @@ from websockets.exceptions import ConnectionClosed
 from push.engine import PushEngine
 from push.settings import PushSettings
 from tests.conftest import scaled
+from tests.fixtures.dev_cluster import StoreTarget
 from tests.gateway.conftest import RunningGateway, start_gateway
 
 # Small enough to keep the suite quick, never so small that one round trip on a loaded
@@ -48,14 +49,16 @@ def engine_of(gateway: RunningGateway) -> PushEngine:
     return gateway.services.engine
 
 
-def start_push_gateway(tmp: Any, port: int = 0, **settings: Any) -> RunningGateway:
+def start_push_gateway(
+    tmp: Any, port: int = 0, target: StoreTarget | None = None, **settings: Any
+) -> RunningGateway:
     """A gateway whose engine is built with :data:`TEST_SETTINGS` changed by ``settings``."""
-    return start_gateway(tmp, port, push=replace(TEST_SETTINGS, **settings))
+    return start_gateway(tmp, port, target, push=replace(TEST_SETTINGS, **settings))
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
-    running = start_push_gateway(tmp_path_factory.mktemp("push"))
+def gateway(tmp_path_factory: pytest.TempPathFactory, store_target: StoreTarget) -> Iterator[RunningGateway]:
+    running = start_push_gateway(tmp_path_factory.mktemp("push"), target=store_target)
     try:
         yield running
     finally:

@@ -1,0 +1,131 @@
+"""A gateway on ``cluster://`` following a leader failover: real etcd, three real ``pushgate
+node`` processes and a manager (their own key prefix in the session's etcd), a real gateway
+on an ephemeral port, real HTTP.
+
+Producers send over HTTP, each message with its own dedupe id, retrying a 503 as a client
+should; the partition's leader is SIGKILLed mid-stream. Sends resume once the manager has
+promoted a follower and the gateway's watch has seen it, and every message the gateway
+acknowledged (2xx) is received afterwards (duplicates allowed: at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.settings import Settings
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+from tests.gateway.conftest import RunningGateway
+
+from .processes import ClusterHarness
+
+QUEUE = "orders"
+
+
+@pytest.fixture
+async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
+    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("gwfail") + "/")
+    (tmp_path / "cluster").mkdir()
+    try:
+        yield await h.start(nodes=3, managers=1)
+    finally:
+        await h.close()
+
+
+@pytest.fixture
+def cluster_gateway(harness: ClusterHarness, tmp_path: Path) -> Iterator[RunningGateway]:
+    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}"
+    settings = Settings(
+        data_dir=tmp_path / "gateway", store_url=url, log_level="warning", graceful_timeout_s=5
+    )
+    running = RunningGateway(settings).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+class Producer:
+    """Sends numbered messages; each is retried (same dedupe id) until the gateway says 2xx."""
+
+    def __init__(self, client: httpx.AsyncClient, name: str) -> None:
+        self.client, self.name = client, name
+        self.acked: list[str] = []
+        self.acked_at: list[float] = []
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            body = f"{self.name}-{n}"
+            while True:
+                try:
+                    r = await self.client.post(
+                        f"/v1/queues/{QUEUE}/messages", json={"body": body, "dedupe_id": body}
+                    )
+                except httpx.HTTPError:
+                    r = None
+                if r is not None and r.status_code in (200, 201):
+                    break
+                assert r is None or r.status_code == 503, r.text
+                await asyncio.sleep(0.05)
+            self.acked.append(body)
+            self.acked_at.append(time.monotonic())
+            n += 1
+
+
+async def test_sends_resume_after_the_leader_is_killed_and_nothing_acknowledged_is_lost(
+    harness: ClusterHarness, cluster_gateway: RunningGateway
+) -> None:
+    headers = {"Authorization": f"Bearer {cluster_gateway.admin_key}"}
+    async with httpx.AsyncClient(base_url=cluster_gateway.url, headers=headers, timeout=scaled(30)) as client:
+        r = await client.put(
+            f"/v1/queues/{QUEUE}", json={"replication_factor": 3, "replication_mode": "sync"}
+        )
+        assert r.status_code == 201, r.text
+        producers = [Producer(client, f"p{i}") for i in range(3)]
+        tasks = [asyncio.create_task(p.run()) for p in producers]
+        await _until(lambda: sum(len(p.acked) for p in producers) >= 60, "sends before the kill")
+
+        doc = (await client.get("/v1/cluster")).json()
+        [partition] = doc["partitions"]
+        old_leader = partition["leader"]
+        before = sum(len(p.acked) for p in producers)
+        harness.nodes[old_leader].kill()
+        killed_at = time.monotonic()
+        await _until(lambda: sum(len(p.acked) for p in producers) >= before + 60, "sends after the kill", 30)
+        for p in producers:
+            p.stop.set()
+        await asyncio.gather(*tasks)
+        first_after = min(t for p in producers for t in p.acked_at if t > killed_at)
+        print(f"first acknowledged send {first_after - killed_at:.2f}s after SIGKILL of the leader")
+
+        doc = (await client.get("/v1/cluster")).json()
+        assert doc["partitions"][0]["leader"] not in (None, old_leader)
+        states = {n["id"]: n["state"] for n in doc["nodes"]}
+        assert old_leader not in states  # its lease expired with it
+
+        received: set[str] = set()
+        while True:
+            r = await client.post(f"/v1/queues/{QUEUE}/receive", json={"max": 100, "wait_s": 0})
+            assert r.status_code == 200, r.text
+            batch = r.json()["messages"]
+            if not batch:
+                break
+            received.update(m["body"] for m in batch)
+        acknowledged = {body for p in producers for body in p.acked}
+        assert acknowledged - received == set()
+
+
+async def _until(condition: object, what: str, timeout: float = 20) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + scaled(timeout)
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
