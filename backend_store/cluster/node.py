@@ -311,7 +311,7 @@ class Node:
         for stream in list(self._clients):
             try:
                 stream.connection.notify(partition, tenant, queue)
-                stream.flush()
+                stream.flush_soon()
             except ConnectionClosedError:
                 self._clients.discard(stream)
 
@@ -370,17 +370,17 @@ class Node:
                 epoch, leader = max(epoch, exc.epoch), leader
             with contextlib.suppress(ConnectionClosedError, ValueError):
                 conn.error(request.id, exc.code, exc.detail, epoch=epoch, leader=leader)
-                stream.flush()
+                stream.flush_soon()
             return
         except Exception as exc:  # a bug: answer it, do not kill the connection
             log.exception("node %s: %s on partition %d failed", self.node_id, request.op, request.partition)
             with contextlib.suppress(ConnectionClosedError, ValueError):
                 conn.error(request.id, "internal_error", type(exc).__name__)
-                stream.flush()
+                stream.flush_soon()
             return
         with contextlib.suppress(ConnectionClosedError, ValueError):
             conn.reply(request.id, result)
-            stream.flush()
+            stream.flush_soon()
 
     async def _dispatch(self, request: Request) -> Any:
         host = self.hosts.get(request.partition)
