@@ -143,7 +143,8 @@ def _repair(
                 log.warning("partition %d: leader %s is gone; promoting %s", pid, leader, best)
                 leader = best
     # Draining: leadership first (to an up follower that is positioned), then the replica.
-    draining = {n for n in replicas if n in nodes and (nodes[n].state == "draining" or n in view.drained)}
+    # (An operator may drain a dead node: that is how its replicas are replaced.)
+    draining = {n for n in replicas if n in view.drained or (n in nodes and nodes[n].state == "draining")}
     if leader in draining:
         candidates = [n for n in live_positioned if n not in draining]
         if candidates:

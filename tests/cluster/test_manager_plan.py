@@ -134,3 +134,15 @@ def test_a_set_placed_on_too_few_nodes_grows_when_nodes_join() -> None:
     )
     grown = plan(v).puts[5]
     assert grown.replicas == ("n1", "n2", "n3") and grown.leader == "n1"
+
+
+def test_draining_a_dead_node_replaces_its_replica() -> None:
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n2")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n2": node(p5=(3, 10)), "n3": node(p5=(3, 10)), "n4": node()},  # n1 is dead
+        partitions={5: record},
+        leaders={5},
+        drained={"n1"},
+    )
+    assert plan(v).puts[5].replicas == ("n4", "n2", "n3")
