@@ -252,7 +252,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000.0, help="paced phase, msg/s")
     parser.add_argument("--paced-seconds", type=float, default=5.0)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--phases", default="max,paced", help="which phases to run (max, paced)")
     args = parser.parse_args()
+    phases = [p for p in (("max", args.messages, None), ("paced", 0, args.rate)) if p[0] in args.phases.split(",")]
     paced_total = int(args.rate * args.paced_seconds)
     results: dict[str, dict[str, Any]] = {}
     print(machine())
@@ -281,7 +283,8 @@ def main() -> None:
         gateway, url, key = start_gateway(Path(tmp) / "gateway")
         try:
             wait_for_port(port)
-            for name, total, rate in (("max", args.messages, None), ("paced", paced_total, args.rate)):
+            for name, total, rate in phases:
+                total = total or paced_total
                 asyncio.run(_redis_reset(port))
                 results[f"redis {name}"] = phase(
                     ["_redis_consume", str(port), str(total)],
@@ -319,7 +322,7 @@ def main() -> None:
             f"{name:<36} {r['msg_per_s']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['cpu_us_per_msg']:>7.0f}us"
         )
     print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
-    for name in ("max", "paced"):
+    for name, _, _ in phases:
         base = results[f"redis {name}"]
         for mode in ("batch frames", "frame per message"):
             r = results[f"pushgate {mode} {name}"]
