@@ -49,8 +49,13 @@ def console_secret(data_dir: Path) -> bytes:
     try:
         secret = path.read_text().strip()
     except FileNotFoundError:
-        secret = ""
-    if len(secret) < 32:
+        secret = secrets.token_urlsafe(48)
+        try:
+            # Exclusive: of gateways starting together on one directory, one secret wins.
+            write_secret_file(path, secret + "\n", exclusive=True)
+        except FileExistsError:
+            secret = path.read_text().strip()
+    if len(secret) < 32:  # damaged: a new secret (every session ends)
         secret = secrets.token_urlsafe(48)
         write_secret_file(path, secret + "\n")
     return secret.encode()
