@@ -248,24 +248,19 @@ class MessageOps:
             return None
         state.receive_count += 1
         state.receipt_token = token
-        # set_visible_at, inlined: this runs for every delivered message.
-        w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
-        state.visible_ms = r.invisible_until
-        state.kind = "i"
-        w.put(Db.VIS, visibility_key(qid, r.invisible_until, seq), b"")
-        w.put(Db.STATE, key, state.encode())
+        set_visible_at(w, qid, seq, state, r.invisible_until, "i")
         return ReceivedMessage(
-            r.queue,
-            msg.id,
-            seq,
-            encode_receipt(qid, seq, token),
-            body,
-            msg.is_text,
-            msg.attributes,
-            state.group_id,
-            state.sent_at,
-            state.receive_count,
-            r.visible_at,
+            queue=r.queue,
+            id=msg.id,
+            seq=seq,
+            receipt=encode_receipt(qid, seq, token),
+            body=body,
+            is_text=msg.is_text,
+            attributes=msg.attributes,
+            group_id=state.group_id,
+            sent_at=state.sent_at,
+            receive_count=state.receive_count,
+            visible_at=r.visible_at,
         )
 
     def _dead_letter(
