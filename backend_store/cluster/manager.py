@@ -212,6 +212,9 @@ class Manager:
             except (CoordinatorUnavailable, PushgateError) as exc:
                 log.warning("watch on %s failed: %s", prefix, exc)
                 await asyncio.sleep(0.5)
+            except Exception:
+                log.exception("watch on %s failed", prefix)
+                await asyncio.sleep(0.5)
 
     def _on_queues(self, state: PrefixState) -> None:
         out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -255,6 +258,9 @@ class Manager:
                 await self._lead(session)
             except CoordinatorUnavailable as exc:
                 log.warning("%s: etcd unavailable: %s", self.manager_id, exc)
+            except Exception:  # a bug: log it, give up the lead, campaign again
+                log.exception("%s: planning failed", self.manager_id)
+                await asyncio.sleep(self.tick_s)
             finally:
                 self.epoch = None
                 self.leading.clear()

@@ -147,6 +147,9 @@ class Node:
             except (CoordinatorUnavailable, PushgateError) as exc:
                 log.warning("watch on %s failed: %s", prefix, exc)
                 await asyncio.sleep(0.5)
+            except Exception:
+                log.exception("watch on %s failed", prefix)
+                await asyncio.sleep(0.5)
 
     def _on_partitions(self, state: PrefixState) -> None:
         out: dict[int, PartitionRecord] = {}
@@ -208,6 +211,9 @@ class Node:
                     await self._reconcile(session)
                 except CoordinatorUnavailable as exc:
                     log.info("node %s: etcd unavailable while reconciling: %s", self.node_id, exc)
+                except Exception:  # a store error or a bug: log it, keep the node alive, retry
+                    log.exception("node %s: reconciling failed", self.node_id)
+                    await asyncio.sleep(self.tick_s)
             # The session is lost: nothing claimed under it is ours any more.
             await self._step_down_all("etcd session lost")
             self.session = None
@@ -367,7 +373,9 @@ class Node:
         except PushgateError as exc:
             epoch, leader = self._leader_hint(request.partition)
             if isinstance(exc, ops.NotLeader | ops.StaleLeader):
-                epoch, leader = max(epoch, exc.epoch), leader
+                epoch = Epoch(max(epoch, exc.epoch))
+            if isinstance(exc, ops.StaleLeader):
+                leader = self.address  # we lead, at a newer epoch than the sender knows
             with contextlib.suppress(ConnectionClosedError, ValueError):
                 conn.error(request.id, exc.code, exc.detail, epoch=epoch, leader=leader)
                 stream.flush_soon()
