@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -96,6 +97,7 @@ class Node:
         self._published_at = 0.0
         self._campaign_epochs: dict[int, Epoch] = {}
         self._publish_now = False
+        self._swept = False
 
     @property
     def address(self) -> str:
@@ -236,6 +238,10 @@ class Node:
         if partitions is None:
             return  # the map was not read yet: change nothing
         mine = {pid: rec for pid, rec in partitions.items() if self.node_id in rec.replicas}
+        if not self._swept:
+            # Environments left from partitions that left this node while it was down.
+            self._swept = True
+            await asyncio.to_thread(self._sweep_orphans, set(mine))
         for pid in [p for p in self.hosts if p not in mine]:
             host = self.hosts.pop(pid)
             log.info("node %s: partition %d left this node; deleting its replica", self.node_id, pid)
@@ -254,6 +260,16 @@ class Node:
                 host = found
             await self._reconcile_partition(session, host, record, addresses)
         await self._publish(session, force=self._publish_now)
+
+    def _sweep_orphans(self, keep: set[int]) -> None:
+        root = self.data_dir / "partitions"
+        if not root.is_dir():
+            return
+        for path in root.iterdir():
+            pid = path.name.split(".")[0]  # also <id>.incoming / <id>.retired re-seeding leftovers
+            if pid.isdigit() and int(pid) not in keep and int(pid) not in self.hosts:
+                log.info("node %s: deleting %s (no longer a replica here)", self.node_id, path)
+                shutil.rmtree(path, ignore_errors=True)
 
     async def _reconcile_partition(
         self, session: Session, host: PartitionHost, record: PartitionRecord, addresses: dict[str, str]
