@@ -188,7 +188,8 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
         await h.send_until_ok(pid, T, Q, f"m{i}")
     drained, _, epoch = await h.serving_leader(pid)
     assert h.coordinator is not None
-    await h.coordinator.put(h.layout.drain + drained, b"")
+    await h.manager_command("--drain", drained)
+    assert await h.coordinator.get(h.layout.drain + drained) is not None
 
     async def moved() -> bool:
         record = (await h.partitions())[pid]
@@ -202,6 +203,8 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
     assert sorted(await h.drain_queue(pid, T, Q)) == [f"m{i}" for i in range(5)]
     # The drained node dropped its environment.
     await h.wait_for("the drained node to drop the partition", lambda: _hosts_nothing(h, drained, pid))
+    await h.manager_command("--undrain", drained)
+    assert await h.coordinator.get(h.layout.drain + drained) is None
 
     # Attribute changes in etcd reach the partition's store; a deleted queue leaves every node.
     await h.create_queue(T, Q, {"replication_factor": 2, "partitions": 1, "visibility_timeout_s": 7})

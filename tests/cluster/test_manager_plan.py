@@ -1,9 +1,13 @@
-"""The manager's planning, without etcd: placement, promotion, draining, deletion."""
+"""The manager's planning, without etcd: placement, promotion, draining, deletion; and the
+``pushgate node`` / ``pushgate manager`` commands' help."""
 
 from __future__ import annotations
 
+import pytest
+
 from backend_store.cluster.layout import NodeRecord, PartitionRecord, ReplicaPosition
 from backend_store.cluster.manager import ClusterView, plan
+from gateway.cli import main
 
 
 def node(state: str = "up", leader_epoch: int = 0, **positions: tuple[int, int]) -> NodeRecord:
@@ -146,3 +150,13 @@ def test_draining_a_dead_node_replaces_its_replica() -> None:
         drained={"n1"},
     )
     assert plan(v).puts[5].replicas == ("n4", "n2", "n3")
+
+
+def test_the_commands_are_listed_and_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "node" in capsys.readouterr().out
+    for command in ("node", "manager"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "--etcd" in capsys.readouterr().out
