@@ -67,6 +67,7 @@ class Node:
         publish_every_s: float = 0.5,
         request_timeout_s: float = 5.0,
         log_keep: int = 10000,
+        sweep_every_s: float = 5.0,
         layout: Layout | None = None,
     ) -> None:
         self.layout = layout or Layout()
@@ -80,7 +81,10 @@ class Node:
         self.tick_s = tick_s
         self.publish_every_s = publish_every_s
         self.request_timeout_s = request_timeout_s
-        self.options = StoreOptions(replication_log_keep=log_keep)
+        # No sweeper in the stores: a follower's store changes only through the leader's log;
+        # the leader sweeps (PartitionHost) and its deletions replicate like any write.
+        self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0)
+        self.sweep_every_s = sweep_every_s
         self.hosts: dict[int, PartitionHost] = {}
         self.session: Session | None = None
         self._server: asyncio.Server | None = None
@@ -252,7 +256,12 @@ class Node:
             found = self.hosts.get(pid)
             if found is None:
                 host = PartitionHost(
-                    pid, self.data_dir / "partitions" / str(pid), self.node_id, self.options, self._notify
+                    pid,
+                    self.data_dir / "partitions" / str(pid),
+                    self.node_id,
+                    self.options,
+                    self._notify,
+                    sweep_every_s=self.sweep_every_s,
                 )
                 await host.open()
                 self.hosts[pid] = host
