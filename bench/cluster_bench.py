@@ -185,11 +185,12 @@ async def main(args: argparse.Namespace) -> None:
                 for _ in range(args.kills):
                     times.append(await failover_time(h, pids["sync"], "sync"))
                     await asyncio.sleep(1.0)  # the killed node rejoins
-                print(
-                    "failover (SIGKILL -> first acknowledged send, lease TTL 2 s): "
-                    + ", ".join(f"{t:.2f} s" for t in times)
-                    + f"; median {statistics.median(times):.2f} s"
-                )
+                if times:
+                    print(
+                        "failover (SIGKILL -> first acknowledged send, lease TTL 2 s): "
+                        + ", ".join(f"{t:.2f} s" for t in times)
+                        + f"; median {statistics.median(times):.2f} s"
+                    )
                 sent, lost = await async_loss(h, pids["async"], "async")
                 print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
             finally:

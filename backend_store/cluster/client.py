@@ -112,7 +112,7 @@ class NodeClient:
             raise NodeUnreachable(f"connection to node {self.node_id} closed") from None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        stream.flush()
+        stream.flush_soon()
         try:
             value = await asyncio.wait_for(asyncio.shield(future), timeout_s or self.timeout_s)
         except TimeoutError:

@@ -143,7 +143,8 @@ def _repair(
                 log.warning("partition %d: leader %s is gone; promoting %s", pid, leader, best)
                 leader = best
     # Draining: leadership first (to an up follower that is positioned), then the replica.
-    draining = {n for n in replicas if n in nodes and (nodes[n].state == "draining" or n in view.drained)}
+    # (An operator may drain a dead node: that is how its replicas are replaced.)
+    draining = {n for n in replicas if n in view.drained or (n in nodes and nodes[n].state == "draining")}
     if leader in draining:
         candidates = [n for n in live_positioned if n not in draining]
         if candidates:
@@ -211,6 +212,9 @@ class Manager:
             except (CoordinatorUnavailable, PushgateError) as exc:
                 log.warning("watch on %s failed: %s", prefix, exc)
                 await asyncio.sleep(0.5)
+            except Exception:
+                log.exception("watch on %s failed", prefix)
+                await asyncio.sleep(0.5)
 
     def _on_queues(self, state: PrefixState) -> None:
         out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -254,6 +258,9 @@ class Manager:
                 await self._lead(session)
             except CoordinatorUnavailable as exc:
                 log.warning("%s: etcd unavailable: %s", self.manager_id, exc)
+            except Exception:  # a bug: log it, give up the lead, campaign again
+                log.exception("%s: planning failed", self.manager_id)
+                await asyncio.sleep(self.tick_s)
             finally:
                 self.epoch = None
                 self.leading.clear()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -66,6 +67,7 @@ class Node:
         publish_every_s: float = 0.5,
         request_timeout_s: float = 5.0,
         log_keep: int = 10000,
+        sweep_every_s: float = 5.0,
         layout: Layout | None = None,
     ) -> None:
         self.layout = layout or Layout()
@@ -79,7 +81,10 @@ class Node:
         self.tick_s = tick_s
         self.publish_every_s = publish_every_s
         self.request_timeout_s = request_timeout_s
-        self.options = StoreOptions(replication_log_keep=log_keep)
+        # No sweeper in the stores: a follower's store changes only through the leader's log;
+        # the leader sweeps (PartitionHost) and its deletions replicate like any write.
+        self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0)
+        self.sweep_every_s = sweep_every_s
         self.hosts: dict[int, PartitionHost] = {}
         self.session: Session | None = None
         self._server: asyncio.Server | None = None
@@ -96,6 +101,7 @@ class Node:
         self._published_at = 0.0
         self._campaign_epochs: dict[int, Epoch] = {}
         self._publish_now = False
+        self._swept = False
 
     @property
     def address(self) -> str:
@@ -146,6 +152,9 @@ class Node:
                     self._changed.set()
             except (CoordinatorUnavailable, PushgateError) as exc:
                 log.warning("watch on %s failed: %s", prefix, exc)
+                await asyncio.sleep(0.5)
+            except Exception:
+                log.exception("watch on %s failed", prefix)
                 await asyncio.sleep(0.5)
 
     def _on_partitions(self, state: PrefixState) -> None:
@@ -208,6 +217,9 @@ class Node:
                     await self._reconcile(session)
                 except CoordinatorUnavailable as exc:
                     log.info("node %s: etcd unavailable while reconciling: %s", self.node_id, exc)
+                except Exception:  # a store error or a bug: log it, keep the node alive, retry
+                    log.exception("node %s: reconciling failed", self.node_id)
+                    await asyncio.sleep(self.tick_s)
             # The session is lost: nothing claimed under it is ours any more.
             await self._step_down_all("etcd session lost")
             self.session = None
@@ -230,6 +242,10 @@ class Node:
         if partitions is None:
             return  # the map was not read yet: change nothing
         mine = {pid: rec for pid, rec in partitions.items() if self.node_id in rec.replicas}
+        if not self._swept:
+            # Environments left from partitions that left this node while it was down.
+            self._swept = True
+            await asyncio.to_thread(self._sweep_orphans, set(mine))
         for pid in [p for p in self.hosts if p not in mine]:
             host = self.hosts.pop(pid)
             log.info("node %s: partition %d left this node; deleting its replica", self.node_id, pid)
@@ -240,7 +256,12 @@ class Node:
             found = self.hosts.get(pid)
             if found is None:
                 host = PartitionHost(
-                    pid, self.data_dir / "partitions" / str(pid), self.node_id, self.options, self._notify
+                    pid,
+                    self.data_dir / "partitions" / str(pid),
+                    self.node_id,
+                    self.options,
+                    self._notify,
+                    sweep_every_s=self.sweep_every_s,
                 )
                 await host.open()
                 self.hosts[pid] = host
@@ -248,6 +269,16 @@ class Node:
                 host = found
             await self._reconcile_partition(session, host, record, addresses)
         await self._publish(session, force=self._publish_now)
+
+    def _sweep_orphans(self, keep: set[int]) -> None:
+        root = self.data_dir / "partitions"
+        if not root.is_dir():
+            return
+        for path in root.iterdir():
+            pid = path.name.split(".")[0]  # also <id>.incoming / <id>.retired re-seeding leftovers
+            if pid.isdigit() and int(pid) not in keep and int(pid) not in self.hosts:
+                log.info("node %s: deleting %s (no longer a replica here)", self.node_id, path)
+                shutil.rmtree(path, ignore_errors=True)
 
     async def _reconcile_partition(
         self, session: Session, host: PartitionHost, record: PartitionRecord, addresses: dict[str, str]
@@ -311,7 +342,7 @@ class Node:
         for stream in list(self._clients):
             try:
                 stream.connection.notify(partition, tenant, queue)
-                stream.flush()
+                stream.flush_soon()
             except ConnectionClosedError:
                 self._clients.discard(stream)
 
@@ -367,20 +398,22 @@ class Node:
         except PushgateError as exc:
             epoch, leader = self._leader_hint(request.partition)
             if isinstance(exc, ops.NotLeader | ops.StaleLeader):
-                epoch, leader = max(epoch, exc.epoch), leader
+                epoch = Epoch(max(epoch, exc.epoch))
+            if isinstance(exc, ops.StaleLeader):
+                leader = self.address  # we lead, at a newer epoch than the sender knows
             with contextlib.suppress(ConnectionClosedError, ValueError):
                 conn.error(request.id, exc.code, exc.detail, epoch=epoch, leader=leader)
-                stream.flush()
+                stream.flush_soon()
             return
         except Exception as exc:  # a bug: answer it, do not kill the connection
             log.exception("node %s: %s on partition %d failed", self.node_id, request.op, request.partition)
             with contextlib.suppress(ConnectionClosedError, ValueError):
                 conn.error(request.id, "internal_error", type(exc).__name__)
-                stream.flush()
+                stream.flush_soon()
             return
         with contextlib.suppress(ConnectionClosedError, ValueError):
             conn.reply(request.id, result)
-            stream.flush()
+            stream.flush_soon()
 
     async def _dispatch(self, request: Request) -> Any:
         host = self.hosts.get(request.partition)

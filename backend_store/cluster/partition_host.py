@@ -45,8 +45,19 @@ def store_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class PartitionHost:
-    def __init__(self, partition: int, path: Path, node_id: str, options: StoreOptions, wake: Wake) -> None:
+    def __init__(
+        self,
+        partition: int,
+        path: Path,
+        node_id: str,
+        options: StoreOptions,
+        wake: Wake,
+        *,
+        sweep_every_s: float = 5.0,
+    ) -> None:
         self.partition = partition
+        self.sweep_every_s = sweep_every_s
+        self._sweeper: asyncio.Task[None] | None = None
         self.path = path
         self.node_id = node_id
         self.options = options
@@ -124,6 +135,8 @@ class PartitionHost:
             self._listening.add(id(store))
             store.add_listener(lambda tenant, queue: self._on_change(store, tenant, queue))
         self.update_links(record, addresses)
+        if self.sweep_every_s > 0:
+            self._sweeper = asyncio.create_task(self._sweep(leader), name=f"sweep p{self.partition}")
         # A no-op entry in the new term: followers align on it (a deposed tail is dropped).
         await store.check_writable()
         self._applied_attributes.clear()
@@ -192,13 +205,27 @@ class PartitionHost:
                 await self.leader.replicate(store.last_lsn)
         return True
 
+    async def _sweep(self, leader: ReplicationLeader) -> None:
+        """Retention and dedupe expiry, on the leader only; the deletions replicate."""
+        while True:
+            await asyncio.sleep(self.sweep_every_s)
+            if self.leader is not leader or leader.deposed.is_set():
+                return
+            try:
+                if await self.store.sweep():
+                    await leader.replicate(self.store.last_lsn)
+            except PushgateError as exc:
+                log.warning("partition %d: sweep failed: %s", self.partition, exc.detail)
+
     async def step_down(self, why: str) -> None:
         """Stop leading (deposed, no longer designated, or the node's session was lost)."""
         leader, self.leader = self.leader, None
         links, self._links = list(self._links.values()), {}
-        for _, task in links:
+        sweeper, self._sweeper = self._sweeper, None
+        tasks = [task for _, task in links] + ([sweeper] if sweeper is not None else [])
+        for task in tasks:
             task.cancel()
-        for _, task in links:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if leader is not None:

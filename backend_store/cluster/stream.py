@@ -23,6 +23,7 @@ class NodeStream:
         self.connection = connection
         self._reader = reader
         self._writer = writer
+        self._flush_scheduled = False
         self.flush()  # our hello
 
     async def events(self) -> AsyncIterator[Event]:
@@ -45,6 +46,17 @@ class NodeStream:
         data = self.connection.data_to_send()
         if data and not self._writer.is_closing():
             self._writer.write(data)
+
+    def flush_soon(self) -> None:
+        """Flush once the event loop's current round of callbacks has run: the frames of many
+        requests (or replies) finishing together go out in one write, not one syscall each."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
 
     async def drain(self) -> None:
         """Wait while the transport's buffer is over its high-water mark."""

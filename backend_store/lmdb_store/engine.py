@@ -441,14 +441,25 @@ class LmdbBackend:
                 checks[key_id] = keyring.seal_with(key_id, _KEY_CHECK_PLAINTEXT)
             w.put(Db.META, _KEY_CHECKS, pack(checks))
 
+    async def sweep(self) -> int:
+        """Drop messages past retention and expired dedupe entries now; return how many.
+
+        What the sweeper runs every ``sweep_interval_s``. A backend node sets the interval
+        to 0 and calls this on partitions it leads only: a follower's store changes only
+        through the leader's log.
+        """
+        done = 0
+        # Small transactions: keep going only while a sweep hits its budget.
+        while (count := await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET))) > 0:
+            done += count
+            if count < _SWEEP_BUDGET:
+                break
+        return done
+
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.options.sweep_interval_s)
             try:
-                # Small transactions: keep going only while a sweep hits its budget.
-                while (
-                    await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET)) >= _SWEEP_BUDGET
-                ):
-                    pass
+                await self.sweep()
             except PushgateError as exc:
                 log.warning("sweep failed: %s", exc.detail)

@@ -141,6 +141,21 @@ class ClusterHarness:
         assert self.coordinator is not None
         await self.coordinator.put(self.layout.queue(tenant, queue), pack(attributes))
 
+    async def manager_command(self, *args: str) -> None:
+        """A one-shot ``pushgate manager`` (``--drain NODE``, ``--undrain NODE``)."""
+        argv = ["manager", "--etcd", ",".join(self.endpoints), "--prefix", self.prefix, *args]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            *argv,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        output, _ = await asyncio.wait_for(proc.communicate(), 30 * _scale())
+        assert proc.returncode == 0, output.decode(errors="replace")
+
     async def partitions(self) -> dict[int, PartitionRecord]:
         assert self.coordinator is not None
         state = await self.coordinator.read_prefix(self.layout.partitions)

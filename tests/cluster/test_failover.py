@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from backend_store.cluster.ops import NotLeader
+from backend_store.cluster.ops import NotLeader, StaleLeader
 from backend_store.cluster.wire import Notify
 from backend_store.errors import StaleEpoch, Unavailable
-from backend_store.types import NewMessage, QueueName, TenantId
+from backend_store.types import Epoch, NewMessage, QueueName, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 
@@ -112,6 +112,16 @@ async def test_sync_sends_survive_repeated_leader_kills_and_the_manager_failing_
     assert [m.body for m in got] == [b"first"]
     acked = await h.call(pid, "ack", tenant=TenantId(T), receipts=[got[0].receipt])
     assert acked.acked == 1
+    # A follower points at the leader; an old epoch is told the current one.
+    leader, address, epoch = await h.serving_leader(pid)
+    follower = next(n for n in h.nodes if n != leader)
+    assert h.pool is not None
+    with pytest.raises(NotLeader) as not_leader:
+        await h.pool.client(follower, h.addresses[follower]).call("get_queue", pid, tenant=T, name=Q)
+    assert (not_leader.value.leader, not_leader.value.epoch) == (address, epoch)
+    with pytest.raises(StaleLeader) as stale:
+        await h.pool.client(leader, address).call("get_queue", pid, Epoch(epoch - 1), tenant=T, name=Q)
+    assert (stale.value.leader, stale.value.epoch) == (address, epoch)
 
     producers = Producers(h, pid)
     for round_ in range(3):
@@ -178,7 +188,8 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
         await h.send_until_ok(pid, T, Q, f"m{i}")
     drained, _, epoch = await h.serving_leader(pid)
     assert h.coordinator is not None
-    await h.coordinator.put(h.layout.drain + drained, b"")
+    await h.manager_command("--drain", drained)
+    assert await h.coordinator.get(h.layout.drain + drained) is not None
 
     async def moved() -> bool:
         record = (await h.partitions())[pid]
@@ -191,10 +202,38 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
     await replicated_everywhere(h, pid, list(record.replicas))
     assert sorted(await h.drain_queue(pid, T, Q)) == [f"m{i}" for i in range(5)]
     # The drained node dropped its environment.
-    await h.wait_for(
-        "the drained node to drop the partition",
-        lambda: _hosts_nothing(h, drained, pid),
-    )
+    await h.wait_for("the drained node to drop the partition", lambda: _hosts_nothing(h, drained, pid))
+    await h.manager_command("--undrain", drained)
+    assert await h.coordinator.get(h.layout.drain + drained) is None
+
+    # Attribute changes in etcd reach the partition's store; a deleted queue leaves every node.
+    await h.create_queue(T, Q, {"replication_factor": 2, "partitions": 1, "visibility_timeout_s": 7})
+
+    async def updated() -> bool:
+        info = await h.call(pid, "get_queue", tenant=TenantId(T), name=QueueName(Q))
+        return bool(info.attributes.visibility_timeout_s == 7)
+
+    await h.wait_for("the new attributes on the leader", updated)
+    # One replica is down while the queue is deleted: it sweeps the orphan when it is back.
+    record = (await h.partitions())[pid]
+    down = next(n for n in record.replicas if n != record.leader)
+    h.nodes[down].kill()
+    assert h.coordinator is not None
+    key = h.layout.queue(T, Q)
+    entry = await h.coordinator.get(key)
+    assert entry is not None
+    await h.coordinator.fenced_commit(key, Epoch(entry.create_revision), {}, [key])  # a delete
+    await h.wait_for("the deleted queue's partition to leave the map", lambda: _unmapped(h, pid))
+    assert (h.root / down / "partitions" / str(pid)).exists()
+    h.nodes[down].start()
+    for node in h.nodes:
+        await h.wait_for(
+            f"{node} to drop the deleted queue's partition", lambda n=node: _hosts_nothing(h, n, pid)
+        )
+
+
+async def _unmapped(h: ClusterHarness, pid: int) -> bool:
+    return pid not in await h.partitions()
 
 
 async def _nodes(h: ClusterHarness, count: int) -> bool:

@@ -1,9 +1,13 @@
-"""The manager's planning, without etcd: placement, promotion, draining, deletion."""
+"""The manager's planning, without etcd: placement, promotion, draining, deletion; and the
+``pushgate node`` / ``pushgate manager`` commands' help."""
 
 from __future__ import annotations
 
+import pytest
+
 from backend_store.cluster.layout import NodeRecord, PartitionRecord, ReplicaPosition
 from backend_store.cluster.manager import ClusterView, plan
+from gateway.cli import main
 
 
 def node(state: str = "up", leader_epoch: int = 0, **positions: tuple[int, int]) -> NodeRecord:
@@ -134,3 +138,25 @@ def test_a_set_placed_on_too_few_nodes_grows_when_nodes_join() -> None:
     )
     grown = plan(v).puts[5]
     assert grown.replicas == ("n1", "n2", "n3") and grown.leader == "n1"
+
+
+def test_draining_a_dead_node_replaces_its_replica() -> None:
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n2")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n2": node(p5=(3, 10)), "n3": node(p5=(3, 10)), "n4": node()},  # n1 is dead
+        partitions={5: record},
+        leaders={5},
+        drained={"n1"},
+    )
+    assert plan(v).puts[5].replicas == ("n4", "n2", "n3")
+
+
+def test_the_commands_are_listed_and_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "node" in capsys.readouterr().out
+    for command in ("node", "manager"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "--etcd" in capsys.readouterr().out

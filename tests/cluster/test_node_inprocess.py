@@ -1,0 +1,107 @@
+"""Nodes and a manager in this process (real etcd, real TCP), where a test can look inside
+their stores: only the leader sweeps (retention, dedupe expiry), and its deletions reach the
+followers through the log, so replicas stay equal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from backend_store.cluster.client import NodePool
+from backend_store.cluster.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.layout import Layout, LeaderRecord, pack
+from backend_store.cluster.manager import Manager
+from backend_store.cluster.node import Node
+from backend_store.lmdb_store.environment import Db
+from backend_store.types import Epoch, NewMessage, QueueName, TenantId
+from tests.cluster.test_replication import contents
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+
+T = TenantId("tenant-one")
+Q = QueueName("orders")
+
+
+@pytest.fixture
+async def cluster(
+    etcd_endpoints: list[str], tmp_path: Path
+) -> AsyncIterator[tuple[Layout, list[Node], NodePool]]:
+    layout = Layout(unique_prefix("inprocess") + "/")
+    coordinators = [await EtcdCoordinator(etcd_endpoints).connect() for _ in range(3)]
+    nodes = [
+        Node(f"n{i}", tmp_path / f"n{i}", coordinators[i], layout=layout, sweep_every_s=0.2) for i in range(2)
+    ]
+    manager = Manager(coordinators[2], layout=layout)
+    pool = NodePool("test")
+    for node in nodes:
+        await node.start()
+    await manager.start()
+    try:
+        yield layout, nodes, pool
+    finally:
+        await pool.close()
+        await manager.stop()
+        for node in nodes:
+            await node.stop()
+        for coordinator in coordinators:
+            await coordinator.close()
+
+
+async def until(what: str, check: object, timeout: float = 15) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + scaled(timeout)
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_only_the_leader_sweeps_and_replicas_stay_equal(
+    cluster: tuple[Layout, list[Node], NodePool],
+) -> None:
+    layout, nodes, pool = cluster
+    coordinator = nodes[0].coordinator
+    await coordinator.put(layout.queue(T, Q), pack({"replication_factor": 2, "dedupe_window_s": 1}))
+
+    async def leader_known() -> bool:
+        return await coordinator.get(layout.leader(1)) is not None and all(1 in n.hosts for n in nodes)
+
+    await until("a leader and two replicas", leader_known)
+    entry = await coordinator.get(layout.leader(1))
+    assert entry is not None
+    record = LeaderRecord.unpack(entry.value)
+    client = pool.client(record.node, record.address)
+    messages = [NewMessage(f"m{i}".encode(), dedupe_id=f"d{i}") for i in range(5)]
+    epoch = Epoch(entry.create_revision)
+
+    async def sent() -> bool:
+        try:
+            await client.call("send", 1, epoch, tenant=T, queue=Q, messages=messages)
+        except Exception:  # not ready yet (the queue's attributes on their way)
+            return False
+        return True
+
+    await until("the send", sent)
+    leader = next(n for n in nodes if n.node_id == record.node).hosts[1]
+    follower = next(n for n in nodes if n.node_id != record.node).hosts[1]
+
+    async def dedupe_entries(node_store: object) -> int:
+        return len((await contents(node_store))[Db.DEDUPE.name])  # type: ignore[arg-type]
+
+    assert await dedupe_entries(leader.store) == 5
+
+    # After the 1 s window the leader's sweep drops them, and the follower drops them by
+    # applying the leader's entry (it never sweeps itself: its LSNs stay the leader's).
+    async def swept_everywhere() -> bool:
+        return (
+            await dedupe_entries(leader.store) == 0
+            and await dedupe_entries(follower.store) == 0
+            and follower.store.last_lsn == leader.store.last_lsn
+        )
+
+    await until("the sweep to reach both replicas", swept_everywhere)
+    assert await contents(follower.store) == await contents(leader.store)
+    assert follower.store.options.sweep_interval_s == 0
