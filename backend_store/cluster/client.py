@@ -104,7 +104,20 @@ class NodeClient:
         :class:`Unavailable` when the node cannot be reached, the connection breaks or no
         answer comes within the timeout (the request may or may not have been applied).
         """
-        args = encode_args(op, **kwargs)
+        return await self.call_with(op, partition, epoch, kwargs, timeout_s=timeout_s)
+
+    async def call_with(
+        self,
+        op: str,
+        partition: int,
+        epoch: Epoch,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """:meth:`call` with the operation's arguments as a map: an operation with an argument
+        named ``timeout_s`` (``change_visibility``) cannot pass it through ``call``."""
+        args = encode_args(op, **arguments)
         stream = await self._connect()
         try:
             rid = stream.connection.request(op, partition, epoch, args)

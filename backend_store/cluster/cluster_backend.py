@@ -290,19 +290,21 @@ class ClusterBackend:
         self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
     ) -> list[SendResult | PushgateError]:
         record = await self._record(tenant, queue)
-        plan = plan_sends(messages, record.attributes, next(self._round_robin))
+        out: list[SendResult | PushgateError | None] = [_unencodable(m) for m in messages]
+        # Entries refused here (text that is not UTF-8) fail alone, as on the embedded store.
+        valid = [i for i, r in enumerate(out) if r is None]
+        plan = plan_sends([messages[i] for i in valid], record.attributes, next(self._round_robin))
         parts = self._parts(record)
-        out: list[SendResult | PushgateError | None] = [None] * len(messages)
 
         async def send_to(index: int) -> None:
-            batch = plan.messages_for(index, messages)
+            batch = [messages[valid[i]] for i in plan.by_index[index]]
             # Safe to repeat only if the partition dedupes every message of the batch.
             safe = record.attributes.content_dedupe or all(m.dedupe_id is not None for m in batch)
             results = await self._partition_call(
                 parts[index], "send", retry_unknown=safe, queue=queue, messages=batch
             )
             for position, result in zip(plan.by_index[index], results, strict=True):
-                out[position] = result
+                out[valid[position]] = result
 
         await asyncio.gather(*(send_to(i) for i in plan.by_index))
         return [r if r is not None else Unavailable("no result") for r in out]
@@ -574,8 +576,6 @@ class ClusterBackend:
         ``retry_unknown``: also retry after a failure that leaves the outcome unknown (the
         request may have been applied): only for reads and deduplicated sends.
         """
-        if self._pool is None:
-            raise Unavailable("the cluster backend is not started")
         deadline = time.monotonic() + self.settings.request_deadline_s
         last: PushgateError = Unavailable(f"no leader for partition {part.index} of {part.queue!r}")
         while True:
@@ -601,15 +601,17 @@ class ClusterBackend:
                     functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
                 )
                 continue
-            client = self._pool.client(leader.node, leader.address)
+            pool = self._pool
+            if pool is None:  # not started, or closed while this request waited
+                raise Unavailable("the cluster backend is not running")
+            client = pool.client(leader.node, leader.address)
             try:
-                result = await client.call(
+                result = await client.call_with(
                     op,
                     current.id,
                     leader.epoch,
+                    {"tenant": part.tenant, **kwargs},
                     timeout_s=min(remaining, self.settings.node_timeout_s),
-                    tenant=part.tenant,
-                    **kwargs,
                 )
             except (NotLeader, StaleEpoch):
                 breaker.succeeded()  # the node answered; only our map was stale
@@ -650,6 +652,19 @@ class ClusterBackend:
                 raise
             breaker.succeeded()
             return result
+
+
+def _unencodable(message: NewMessage) -> InvalidRequest | None:
+    """An error for a message whose text cannot travel (a lone surrogate is a Python str but
+    not UTF-8); None if it can."""
+    texts = [message.group_id, message.dedupe_id, *message.attributes, *message.attributes.values()]
+    try:
+        for text in texts:
+            if text is not None:
+                text.encode()
+    except UnicodeEncodeError:
+        return InvalidRequest("group_id, dedupe_id and attributes must be valid Unicode text")
+    return None
 
 
 def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:

@@ -63,6 +63,13 @@ class EtcdPaths:
     def queue_key(self, tenant: str, name: str) -> str:
         if not tenant or "/" in tenant + name or "\0" in tenant + name:
             raise InvalidRequest("tenant and queue names must not contain '/' or NUL")
+        try:
+            size = len(tenant.encode()) + 1 + len(name.encode())
+        except UnicodeEncodeError:
+            raise InvalidRequest("tenant and queue names must be valid Unicode") from None
+        if size > MAX_META_KEY_BYTES:
+            # The embedded store's bound on its keys; a node's store would refuse it later.
+            raise InvalidRequest(f"tenant and queue names must fit in {MAX_META_KEY_BYTES} bytes")
         return f"{self.queues}{tenant}/{name}"
 
     def tenant_queues(self, tenant: str) -> str:

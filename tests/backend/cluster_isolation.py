@@ -22,9 +22,9 @@ async def isolated_cluster_test(store_url: str, tenants: Sequence[TenantId]) -> 
         before = await _meta(backend)
         yield
         for tenant in tenants:
-            for info in await backend.list_queues(tenant):
+            for record in await backend.metadata.list_queues(tenant):
                 with contextlib.suppress(QueueNotFound):
-                    await backend.metadata.delete_queue(tenant, info.name)
+                    await backend.metadata.delete_queue(tenant, record.name)
         gone = await backend.view.wait_for(
             lambda m: not any(p.tenant in tenants for p in m.partitions.values()), scaled(30)
         )

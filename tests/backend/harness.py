@@ -53,8 +53,8 @@ async def cluster_store(request: pytest.FixtureRequest, root: Path) -> AsyncIter
     Tests share it, so each leaves it as it found it: its tenants' queues are deleted (and
     their partitions gone from the map) and the metadata values it wrote are undone."""
     cluster = request.getfixturevalue("dev_cluster")
-    async with isolated_cluster_test(cluster.store_url, (T1, T2)):
-        yield f"{cluster.store_url}?replication_factor=3"
+    async with isolated_cluster_test(f"{cluster.store_url}?etcd_timeout_s=5", (T1, T2)):
+        yield f"{cluster.store_url}?replication_factor=3&etcd_timeout_s=5"
 
 
 @dataclass(frozen=True)
@@ -67,17 +67,48 @@ class StoreKind:
     time, so tests that move a ManualClock (or compare with CLOCK_START) run only on kinds
     that follow it. ``plain_defaults``: whether a queue created without attributes has
     docs/api.md's defaults exactly (the cluster kind creates replicated queues by default).
+    ``only``: when set, the tests this kind runs (the rest of the suite runs on the others).
     """
 
     open: Callable[[pytest.FixtureRequest, Path], AbstractAsyncContextManager[str]]
     follows_clock: bool = True
     plain_defaults: bool = True
+    only: frozenset[str] | None = None
+
+
+# The part of the suite that runs on the cluster: every area of the contract (send, receive,
+# ack, nack, batches, dedupe, FIFO, tenancy, receipts, queue and metadata calls, listeners,
+# concurrency, bad input), within the CI budget for it (each test places and drops queues
+# through the manager, a second or so each on an idle machine). Tests that move an injected
+# clock cannot run on node processes at all (see follows_clock).
+CLUSTER_TESTS = frozenset(
+    {
+        "test_listeners_hear_sends_and_nacks",
+        "test_concurrent_producers_and_consumers_account_for_every_message",
+        "test_one_bad_operation_does_not_fail_the_others_of_its_commit",
+        "test_strings_that_cannot_be_stored_are_invalid_requests",
+        "test_batch_send_gives_one_result_per_entry_in_order",
+        "test_ack_reports_bad_receipts_without_failing_good_ones",
+        "test_nack_makes_visible_now",
+        "test_receive_respects_max_and_best_effort_order",
+        "test_send_to_missing_queue_raises_for_the_whole_call",
+        "test_malformed_receipts_fail_cleanly",
+        "test_fifo_groups_proceed_in_parallel",
+        "test_dedupe_within_one_batch",
+        "test_dedupe_is_per_queue_and_tenant",
+        "test_same_queue_name_in_two_tenants_keeps_messages_apart",
+        "test_update_queue_changes_mutable_attributes",
+        "test_meta_only_if_absent_races_have_one_winner",
+        "test_delete_queue_removes_it_and_its_messages",
+        "test_old_receipts_do_not_work_on_a_recreated_queue",
+    }
+)
 
 
 # No test is copied: a kind joins by adding one entry here.
 STORE_KINDS: dict[str, StoreKind] = {
     "lmdb": StoreKind(lambda request, root: lmdb_store(root)),
-    "cluster": StoreKind(cluster_store, follows_clock=False, plain_defaults=False),
+    "cluster": StoreKind(cluster_store, follows_clock=False, plain_defaults=False, only=CLUSTER_TESTS),
 }
 
 
@@ -89,7 +120,9 @@ def kinds_for(test: Callable[..., Any]) -> list[str]:
     return sorted(
         name
         for name, kind in STORE_KINDS.items()
-        if (kind.follows_clock or not uses_clock) and (kind.plain_defaults or not uses_defaults)
+        if (kind.follows_clock or not uses_clock)
+        and (kind.plain_defaults or not uses_defaults)
+        and (kind.only is None or test.__name__ in kind.only)
     )
 
 
