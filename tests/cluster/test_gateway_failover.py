@@ -89,6 +89,7 @@ async def test_sends_resume_after_the_leader_is_killed_and_nothing_acknowledged_
             f"/v1/queues/{QUEUE}", json={"replication_factor": 3, "replication_mode": "sync"}
         )
         assert r.status_code == 201, r.text
+        await _cluster_document_and_readiness(cluster_gateway, client)
         producers = [Producer(client, f"p{i}") for i in range(3)]
         tasks = [asyncio.create_task(p.run()) for p in producers]
         await _until(lambda: sum(len(p.acked) for p in producers) >= 60, "sends before the kill")
@@ -121,6 +122,29 @@ async def test_sends_resume_after_the_leader_is_killed_and_nothing_acknowledged_
             received.update(m["body"] for m in batch)
         acknowledged = {body for p in producers for body in p.acked}
         assert acknowledged - received == set()
+
+
+async def _cluster_document_and_readiness(gateway: RunningGateway, client: httpx.AsyncClient) -> None:
+    """``GET /v1/cluster`` through the real route, for the operator and for another tenant."""
+    assert (await client.get("/readyz")).status_code == 200
+    doc = (await client.get("/v1/cluster")).json()
+    assert sorted(n["id"] for n in doc["nodes"]) == ["n0", "n1", "n2"]
+    assert all(n["state"] == "up" and n["address"].startswith("127.0.0.1:") for n in doc["nodes"])
+    [partition] = doc["partitions"]
+    assert (partition["tenant"], partition["queue"], partition["index"], partition["mode"]) == (
+        "default",
+        QUEUE,
+        0,
+        "sync",
+    )
+    assert partition["leader"] in ("n0", "n1", "n2") and partition["epoch"] > 0
+    assert sorted([partition["leader"], *partition["followers"]]) == ["n0", "n1", "n2"]
+    tenant = gateway.make_tenant()
+    other = {"Authorization": f"Bearer {gateway.make_key('admin', tenant)}"}
+    theirs = (await client.get("/v1/cluster", headers=other)).json()
+    assert len(theirs["nodes"]) == 3 and theirs["partitions"] == []
+    plain = {"Authorization": f"Bearer {gateway.make_key(f'send:{QUEUE}')}"}
+    assert (await client.get("/v1/cluster", headers=plain)).status_code == 403
 
 
 async def _until(condition: object, what: str, timeout: float = 20) -> None:

@@ -54,3 +54,9 @@ def test_readyz_is_503_when_the_store_cannot_take_writes(tmp_path: Path) -> None
         assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
     finally:
         gateway.stop()
+
+
+def test_cluster_document_is_for_cluster_mode_only(admin: Api, anon: Api) -> None:
+    # docs/api.md: GET /v1/cluster needs admin; the embedded store has no cluster (404).
+    assert problem_code(anon.client.get("/v1/cluster"), 401) == "unauthorized"
+    assert problem_code(admin.client.get("/v1/cluster"), 404) == "not_found"

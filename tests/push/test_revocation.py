@@ -30,9 +30,20 @@ async def parked(gateway: RunningGateway) -> bool:
 
 
 def admin(gateway: RunningGateway, *args: str) -> dict[str, Any]:
-    """Run ``pushgate admin --data DIR ...`` as its own process, as an operator would."""
+    """Run ``pushgate admin --data DIR ...`` as its own process, as an operator would (with
+    ``--store URL`` too when the gateway was given one: a cluster keeps its keys in etcd)."""
+    store = [] if gateway.settings.store_url is None else ["--store", gateway.settings.store_url]
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "admin", "--data", str(gateway.settings.data_dir), *args],
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "admin",
+            "--data",
+            str(gateway.settings.data_dir),
+            *store,
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=scaled(60),
