@@ -365,7 +365,10 @@ SCHEMAS: dict[str, Schema] = {
                     {
                         "id": {"type": "string"},
                         "address": {"type": "string", "description": "host:port of the node protocol"},
-                        "state": {"type": "string", "description": "up or draining"},
+                        "state": {
+                            "type": "string",
+                            "description": "up, draining, or down (its lease expired)",
+                        },
                         "lag": {
                             "type": "integer",
                             "description": "log entries its follower replicas lack behind their leaders",

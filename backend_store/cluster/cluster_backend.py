@@ -146,6 +146,7 @@ class ClusterBackend:
         self._listeners: list[ChangeListener] = []
         self._round_robin = itertools.count()
         self._leaders: dict[int, LeaderClaim | None] = {}
+        self._addresses: dict[str, str] = {}  # every node's last known address
         self._started = False
 
     # Life cycle ---------------------------------------------------------------------
@@ -212,6 +213,7 @@ class ClusterBackend:
         # were connected to the old one, or we hold no connection to it yet, so no Notify):
         # wake every queue a partition of which has a new leader. Nodes republish their
         # positions often; those changes wake nothing.
+        self._addresses.update((n.id, n.address) for n in new_map.nodes.values())
         old, self._leaders = self._leaders, {pid: p.leader for pid, p in new_map.partitions.items()}
         woken: set[tuple[TenantId, QueueName]] = set()
         for pid, part in new_map.partitions.items():
@@ -498,6 +500,12 @@ class ClusterBackend:
                 if head is not None:
                     lag += max(0, head.lsn - position.lsn)
             nodes.append({"id": node.id, "address": node.address, "state": node.state, "lag": lag})
+        # A node whose lease expired is gone from nodes/; while partitions still name it, it
+        # is shown as down (the console's node_down alert fires on it).
+        named = {n for part in current.partitions.values() for n in part.replicas}
+        for missing in sorted(named - current.nodes.keys()):
+            address = self._addresses.get(missing, "")
+            nodes.append({"id": missing, "address": address, "state": "down", "lag": 0})
         partitions = []
         for part in sorted(current.partitions.values(), key=lambda p: (p.tenant, p.queue, p.index)):
             claim = part.leader
