@@ -70,8 +70,8 @@ def micro() -> None:
         SendResult,
     )
     from gateway.usage.aggregator import UsageAggregator
-    from gateway.usage.observe import Observers
     from push.observed import record_delivered, record_sends, record_settled
+    from push.observer import Observers
 
     now = time.time()
     message, result = NewMessage(b"x" * 1024), SendResult(MessageId("id"), 1)
