@@ -47,13 +47,15 @@ QueueKey = tuple[str, str]
 class MessageCounts:
     """Counts of message events by queue and by transport; an Observer sink."""
 
-    __slots__ = ("_baseline", "_by_queue", "_by_transport", "_retired")
+    __slots__ = ("_baseline", "_by_queue", "_by_transport", "_retired", "_shown")
 
     def __init__(self) -> None:
         self._by_queue: dict[QueueKey, dict[str, int]] = {}
         self._by_transport: dict[tuple[str, str], int] = {}
-        # What a queue had counted under _other before it got a series of its own: its own
-        # series starts from there, so neither series ever goes down (a counter reset).
+        # What a scrape last showed of each queue summed under _other, and, once a queue has
+        # a series of its own, what stays in _other of it (its own series counts the rest):
+        # so neither series ever goes down (which Prometheus would read as a reset).
+        self._shown: dict[QueueKey, dict[str, int]] = {}
         self._baseline: dict[QueueKey, dict[str, int]] = {}
         # Counts of queues gone from the store while summed under _other (kept in the sum).
         self._retired: dict[str, int] = dict.fromkeys(EVENTS, 0)
@@ -125,6 +127,7 @@ class MessageCounts:
             # without a dict entry per deleted queue.
             for event, n in self._by_queue.pop(key).items():
                 self._retired[event] += n
+            self._shown.pop(key, None)
         family = CounterMetricFamily(
             "pushgate_queue_message_events",
             help_of("pushgate_queue_message_events"),
@@ -136,13 +139,14 @@ class MessageCounts:
             if key in admitted:
                 baseline = self._baseline.get(key)
                 if baseline is None:
-                    baseline = self._baseline[key] = dict(counts)
+                    baseline = self._baseline[key] = self._shown.pop(key, {})
                 for event in EVENTS:
                     family.add_metric([*key, event], counts.get(event, 0) - baseline.get(event, 0))
                 for event, n in baseline.items():
                     other[event] += n
             else:
                 folded = True
+                self._shown[key] = dict(counts)
                 for event, n in counts.items():
                     other[event] += n
         # Admitted queues that have counted nothing yet still get their series (at 0).
