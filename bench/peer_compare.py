@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ from bench.push_common import (
 )
 
 WINDOW = 100
+# The Pushgate cases (--frames): a name in the report, and the subscription's batch size.
+MODES = {"batch": ("batch frames", 100), "single": ("frame per message", 1)}
 STREAM, GROUP = "bench", "consumers"
 
 
@@ -244,6 +247,18 @@ def phase(consumer_cmd: list[str], producer_cmd: list[str], server_pid: int, tot
     return result
 
 
+def _names(allowed: set[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated subset of ``allowed``, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        if not names or not set(names) <= allowed:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(sorted(allowed))}")
+        return names
+
+    return parse
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -252,7 +267,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2000.0, help="paced phase, msg/s")
     parser.add_argument("--paced-seconds", type=float, default=5.0)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--phases", default="max,paced", type=_names({"max", "paced"}))
+    parser.add_argument("--frames", default="batch,single", type=_names(set(MODES)))
     args = parser.parse_args()
+    modes = [MODES[name] for name in args.frames]
+    phases = args.phases
     paced_total = int(args.rate * args.paced_seconds)
     results: dict[str, dict[str, Any]] = {}
     print(machine())
@@ -281,7 +300,8 @@ def main() -> None:
         gateway, url, key = start_gateway(Path(tmp) / "gateway")
         try:
             wait_for_port(port)
-            for name, total, rate in (("max", args.messages, None), ("paced", paced_total, args.rate)):
+            for name in phases:
+                total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
                 asyncio.run(_redis_reset(port))
                 results[f"redis {name}"] = phase(
                     ["_redis_consume", str(port), str(total)],
@@ -289,7 +309,7 @@ def main() -> None:
                     redis_proc.pid,
                     total,
                 )
-                for mode, batch in (("batch frames", 100), ("frame per message", 1)):
+                for mode, batch in modes:
                     queue = f"peer-{name}-{batch}"
                     create_queue(url, key, queue)
                     results[f"pushgate {mode} {name}"] = phase(
@@ -319,9 +339,9 @@ def main() -> None:
             f"{name:<36} {r['msg_per_s']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['cpu_us_per_msg']:>7.0f}us"
         )
     print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
-    for name in ("max", "paced"):
+    for name in phases:
         base = results[f"redis {name}"]
-        for mode in ("batch frames", "frame per message"):
+        for mode, _ in modes:
             r = results[f"pushgate {mode} {name}"]
             print(
                 f"  {name:<5} {mode:<18} throughput {r['msg_per_s'] / base['msg_per_s']:.2f}x, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -30,6 +31,10 @@ def machine() -> str:
     return (
         f"{platform.node()}: {cpus} CPUs {model}, Python {platform.python_version()}, {platform.platform()}"
     )
+
+
+# Profilers attached to gateways by start_gateway, by the gateway's PID.
+_profilers: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
@@ -58,6 +63,11 @@ def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
     if not (key and url):
         proc.kill()
         raise SystemExit("the gateway did not start")
+    if spy := os.environ.get("PUSHGATE_BENCH_PYSPY"):
+        # py-spy attached to the gateway (all threads, collapsed stacks), written when stop() ends it.
+        py_spy = str(Path(sys.executable).with_name("py-spy"))
+        command = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200", "-o", spy]
+        _profilers[proc.pid] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, url, key
 
 
@@ -122,6 +132,9 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
+    if (profiler := _profilers.pop(proc.pid, None)) is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(30)
     proc.terminate()
     try:
         proc.wait(15)

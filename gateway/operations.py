@@ -25,9 +25,10 @@ from web_console.alerts import AlertEngine, RuleStore, SharedAlerts, WebhookNoti
 from web_console.app import build_console
 from web_console.deps import ConsoleDeps, ConsumerView
 from web_console.monitor import DepthHistory, MonitorSources, QueueSampler
+from web_console.session import Session
 
 from .auth.bootstrap import write_secret_file
-from .auth.principal import Principal
+from .auth.principal import Credential, Principal
 from .metrics import CONTENT_TYPE_LATEST
 from .metrics_listener import MetricsListener
 from .routes.access import authenticate, require
@@ -48,8 +49,13 @@ def console_secret(data_dir: Path) -> bytes:
     try:
         secret = path.read_text().strip()
     except FileNotFoundError:
-        secret = ""
-    if len(secret) < 32:
+        secret = secrets.token_urlsafe(48)
+        try:
+            # Exclusive: of gateways starting together on one directory, one secret wins.
+            write_secret_file(path, secret + "\n", exclusive=True)
+        except FileExistsError:
+            secret = path.read_text().strip()
+    if len(secret) < 32:  # damaged: a new secret (every session ends)
         secret = secrets.token_urlsafe(48)
         write_secret_file(path, secret + "\n")
     return secret.encode()
@@ -129,6 +135,21 @@ def build_operations(
         except (Unauthorized, Forbidden, InvalidRequest):  # the token proves nothing
             return None
 
+    async def console_recheck(session: Session) -> bool:
+        via: Credential | None = (
+            "api_key" if session.via == "api_key" else "jwt" if session.via == "jwt" else None
+        )
+        principal = Principal(
+            TenantId(session.tenant),
+            frozenset({"admin"}),
+            session.subject,
+            via=via,
+            kid=session.kid,
+            key_id=session.key_id,
+        )
+        verdict = (await services.authenticator.recheck([principal]))[principal]
+        return isinstance(verdict, Principal) and "admin" in verdict.scopes
+
     console = build_console(
         ConsoleDeps(
             store=store,
@@ -138,6 +159,7 @@ def build_operations(
             secret=console_secret(settings.data_dir),
             secure_cookies=settings.tls,
             operator_tenant=settings.operator_tenant,
+            recheck=console_recheck,
             consumers=None
             if push_subscriptions is None
             else lambda tenant, queue: [

@@ -36,6 +36,8 @@ HERE = Path(__file__).parent
 # A page shows stats at most this old (a queue created a moment ago is on the next load).
 PAGE_MAX_AGE_S = 1.0
 PING_S = 15.0
+# How often a live stream checks its session's credential again (as push connections do).
+RECHECK_S = 2.0
 PEEK_ROWS = 20
 
 Page = Callable[[Request, Session], Awaitable[Response]]
@@ -78,7 +80,7 @@ class Console:
 
     def _page(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            session = self.sessions.read(request)
+            session = await self._session(request)
             if session is None:
                 return RedirectResponse("/console/login", status_code=303)
             return await handler(request, session)
@@ -89,7 +91,7 @@ class Console:
         """A state-changing form post: a session, our own origin and its CSRF token, or 403."""
 
         async def endpoint(request: Request) -> Response:
-            session = self.sessions.read(request)
+            session = await self._session(request)
             if session is None:
                 return self._refused("You are not logged in.", 403)
             form = await request.form()
@@ -107,7 +109,7 @@ class Console:
         self, events: Callable[[Request, Session], AsyncIterator[bytes]]
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            session = self.sessions.read(request)
+            session = await self._session(request)
             if session is None:
                 return Response("not logged in\n", status_code=401, media_type="text/plain")
             return StreamingResponse(
@@ -117,6 +119,16 @@ class Console:
             )
 
         return endpoint
+
+    async def _session(self, request: Request) -> Session | None:
+        """The request's session, if its cookie is good and its credential still stands."""
+        session = self.sessions.read(request)
+        if session is None or not await self._still_valid(session):
+            return None
+        return session
+
+    async def _still_valid(self, session: Session) -> bool:
+        return self.deps.recheck is None or await self.deps.recheck(session)
 
     async def _store_error(self, request: Request, exc: Exception) -> Response:
         # The store cannot answer (map full, closed, a corrupt record): say so, not a bare 500.
@@ -149,12 +161,7 @@ class Console:
             return self._render(
                 "login.html", None, status=403, error="The console needs a key with the admin scope."
             )
-        session = self.sessions.new(
-            principal.tenant,
-            principal.subject,
-            principal.tenant == self.deps.operator_tenant,
-            principal.expires_at,
-        )
+        session = self.sessions.new(principal, principal.tenant == self.deps.operator_tenant)
         response = RedirectResponse("/console/", status_code=303)
         self.sessions.write(response, session)
         return response
@@ -348,8 +355,13 @@ class Console:
         sampler = self.deps.sampler
         yield b"retry: 2000\n\n"
         last = 0.0
+        checked = time.monotonic()
         with sampler.watching():
             while session.expires > time.time():
+                if time.monotonic() - checked >= RECHECK_S:
+                    if not await self._still_valid(session):
+                        return  # the key was revoked: the browser reconnects and is refused
+                    checked = time.monotonic()
                 snapshot = await sampler.next_sample(last, PING_S)
                 if snapshot is None:
                     return  # the server is shutting down: end the stream (the browser reconnects)

@@ -4,28 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from backend_store.backend import Backend
 
 from .alerts import AlertEngine
 from .monitor import QueueSampler
-
-
-class PrincipalLike(Protocol):
-    """What an authenticated token says (the gateway's Principal fits)."""
-
-    @property
-    def tenant(self) -> str: ...
-
-    @property
-    def subject(self) -> str: ...
-
-    @property
-    def scopes(self) -> frozenset[str]: ...
-
-    @property
-    def expires_at(self) -> float | None: ...
+from .principal import PrincipalLike
+from .session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +36,6 @@ class ConsoleDeps:
     secure_cookies: bool
     operator_tenant: str
     consumers: Callable[[str, str], Sequence[ConsumerView]] | None = None
+    # Whether a session's credential still stands (its API key not revoked, its JWT signing
+    # key not removed, the admin scope still held); None: sessions are not checked again.
+    recheck: Callable[[Session], Awaitable[bool]] | None = None

@@ -1,8 +1,10 @@
 """Console sessions: a signed cookie, a CSRF token per session, and the checks on each request.
 
-The cookie holds ``{tenant, subject, operator, csrf, expires}`` signed with HMAC
+The cookie holds ``{tenant, subject, operator, csrf, expires}`` and the names of the
+records the credential stands on (``key_id``, ``kid``, ``via``), signed with HMAC
 (itsdangerous) under a per-data-directory secret; it never holds the key or JWT that
-logged in. It is ``HttpOnly`` (scripts cannot read it), ``SameSite=Strict`` (other
+logged in. Every request checks those records again (``ConsoleDeps.recheck``), so a
+revoked key ends its sessions at once, not when the cookie expires. It is ``HttpOnly`` (scripts cannot read it), ``SameSite=Strict`` (other
 sites' pages cannot send it), ``Secure`` when the gateway serves TLS, and scoped to
 ``/console``. Every state-changing request must carry the session's CSRF token in a
 form field, compared in constant time; a present ``Origin`` header must be our own.
@@ -20,6 +22,8 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .principal import PrincipalLike
+
 COOKIE = "pushgate_console"
 COOKIE_PATH = "/console"
 # A session lasts at most this long (and never past the JWT that opened it).
@@ -33,6 +37,10 @@ class Session:
     operator: bool
     csrf: str
     expires: float
+    # The records the login credential depends on (see ConsoleDeps.recheck).
+    key_id: str | None = None
+    kid: str | None = None
+    via: str | None = None
 
     def csrf_ok(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(token.encode(), self.csrf.encode())
@@ -43,10 +51,20 @@ class SessionCodec:
         self._serializer = URLSafeTimedSerializer(secret, salt="pushgate-console-session")
         self.secure = secure
 
-    def new(self, tenant: str, subject: str, operator: bool, token_expires: float | None) -> Session:
+    def new(self, principal: PrincipalLike, operator: bool) -> Session:
         limit = time.time() + MAX_SESSION_S
+        token_expires = principal.expires_at
         expires = min(limit, token_expires) if token_expires else limit
-        return Session(tenant, subject, operator, secrets.token_urlsafe(24), expires)
+        return Session(
+            principal.tenant,
+            principal.subject,
+            operator,
+            secrets.token_urlsafe(24),
+            expires,
+            principal.key_id,
+            principal.kid,
+            principal.via,
+        )
 
     def read(self, request: Request) -> Session | None:
         raw = request.cookies.get(COOKIE)

@@ -11,6 +11,7 @@ import struct
 
 from ..attributes import check_queue_name
 from ..errors import InvalidReceipt, InvalidRequest
+from ..types import Receipt
 
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
@@ -94,8 +95,8 @@ def dedupe_expiry_key(expires_ms: int, qid: int, token: bytes) -> bytes:
     return _U64x2.pack(expires_ms, qid) + token
 
 
-def encode_receipt(qid: int, seq: int, token: bytes) -> str:
-    return base64.urlsafe_b64encode(_RECEIPT.pack(qid, seq, token)).decode().rstrip("=")
+def encode_receipt(qid: int, seq: int, token: bytes) -> Receipt:
+    return Receipt(base64.urlsafe_b64encode(_RECEIPT.pack(qid, seq, token)).decode().rstrip("="))
 
 
 def decode_receipt(receipt: str) -> tuple[int, int, bytes]:

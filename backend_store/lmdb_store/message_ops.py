@@ -34,7 +34,6 @@ from ..types import (
     NewMessage,
     QueueAttributes,
     QueueName,
-    Receipt,
     ReceiptFailure,
     ReceivedMessage,
     SendResult,
@@ -68,12 +67,13 @@ class _Receive:
     now: float
     now_ms: int
     tenant: str
-    queue: str
+    queue: QueueName
     record: QueueRecord
     attrs: QueueAttributes
     fifo: bool
     qid: int
     invisible_until: int
+    visible_at: float  # invisible_until in seconds
     retention_cutoff: float
     changed: bool = False
     # The dead-letter queue's record, once a message has needed it (None: not looked up, or missing).
@@ -93,12 +93,13 @@ class _Receive:
             now=now,
             now_ms=now_ms,
             tenant=tenant,
-            queue=queue,
+            queue=QueueName(queue),
             record=record,
             attrs=attrs,
             fifo=attrs.ordering == "fifo",
             qid=record.qid,
             invisible_until=now_ms + to_ms(timeout),
+            visible_at=(now_ms + to_ms(timeout)) / 1000,
             retention_cutoff=now - attrs.retention_s,
         )
 
@@ -144,6 +145,8 @@ class MessageOps:
         fifo = attrs.ordering == "fifo"
         now_ms = to_ms(now)
         results: list[SendResult | PushgateError] = []
+        keyring = self.keyring
+        dedupe = attrs.dedupe_window_s > 0
         for message in messages:
             problem = _entry_problem(message)
             if problem is not None:
@@ -152,7 +155,7 @@ class MessageOps:
             if len(message.body) > attrs.max_message_bytes:
                 results.append(MessageTooLarge(f"body is larger than {attrs.max_message_bytes} bytes"))
                 continue
-            token = self._dedupe_token(message, attrs.content_dedupe) if attrs.dedupe_window_s > 0 else None
+            token = self._dedupe_token(message, attrs.content_dedupe) if dedupe else None
             if token is not None:
                 original = _find_duplicate(w, record.qid, token, now_ms)
                 if original is not None:
@@ -167,17 +170,12 @@ class MessageOps:
             record.sent_total += 1
             delay = attrs.delay_s if message.delay_s is None else message.delay_s
             msg_id = self._new_id()
-            stored = MessageRecord(
-                id=msg_id,
-                body=self.keyring.seal(message.body, sealing_context(tenant, msg_id))
-                if self.keyring
-                else message.body,
-                sealed=self.keyring is not None,
-                is_text=message.is_text,
-                attributes=message.attributes,
+            body = keyring.seal(message.body, sealing_context(tenant, msg_id)) if keyring else message.body
+            stored = MessageRecord.pack(
+                msg_id, body, keyring is not None, message.is_text, message.attributes
             )
             state = DeliveryState(sent_at=now, group_id=message.group_id, visible_ms=now_ms + to_ms(delay))
-            add_message(w, record.qid, seq, stored.encode(), state, fifo)
+            add_message(w, record.qid, seq, stored, state, fifo)
             if token is not None:
                 expires_ms = now_ms + to_ms(attrs.dedupe_window_s)
                 w.put(Db.DEDUPE, dedupe_key(record.qid, token), pack([seq, msg_id, expires_ms]))
@@ -221,11 +219,13 @@ class MessageOps:
         dead-letter queue (past max_receives), skipped (unreadable), or delivered (None
         for all but the last)."""
         w, qid = r.w, r.qid
+        key = message_key(qid, seq)
         try:
-            state = load_state(w, qid, seq)
-            raw = w.get(Db.MSGS, message_key(qid, seq))
-            if state is None or raw is None:
+            raw_state = w.get(Db.STATE, key)
+            raw = w.get(Db.MSGS, key)
+            if raw_state is None or raw is None:
                 raise Unavailable("index entry without a message")
+            state = DeliveryState.decode(raw_state)
             if state.sent_at < r.retention_cutoff:
                 remove_message(w, qid, seq, state, r.fifo, r.now)
                 r.record.count -= 1
@@ -242,7 +242,7 @@ class MessageOps:
                     w.note(r.tenant, r.queue, "dead_lettered")
                     return None
             msg = MessageRecord.decode(raw)
-            body = self._open(msg, r.tenant)
+            body = self._open(msg, r.tenant) if msg.sealed else msg.body
         except Unavailable as exc:
             # Skip it rather than stall the queue; the record stays for an operator.
             log.error("queue %s/%s seq %d cannot be delivered: %s", r.tenant, r.queue, seq, exc.detail)
@@ -252,17 +252,17 @@ class MessageOps:
         state.receipt_token = token
         set_visible_at(w, qid, seq, state, r.invisible_until, "i")
         return ReceivedMessage(
-            queue=QueueName(r.queue),
-            id=MessageId(msg.id),
+            queue=r.queue,
+            id=msg.id,
             seq=seq,
-            receipt=Receipt(encode_receipt(qid, seq, token)),
+            receipt=encode_receipt(qid, seq, token),
             body=body,
             is_text=msg.is_text,
             attributes=msg.attributes,
             group_id=state.group_id,
             sent_at=state.sent_at,
             receive_count=state.receive_count,
-            visible_at=r.invisible_until / 1000,
+            visible_at=r.visible_at,
         )
 
     def _dead_letter(
@@ -462,6 +462,13 @@ def sealing_context(tenant: str, message_id: str) -> bytes:
 
 def _entry_problem(message: NewMessage) -> str | None:
     """Why a message cannot be stored, checked before anything is written."""
+    if (
+        message.delay_s is None
+        and message.group_id is None
+        and message.dedupe_id is None
+        and not message.attributes
+    ):
+        return None  # the common case, nothing to check
     if message.delay_s is not None and not 0 <= message.delay_s <= MAX_DELAY_S:
         return f"delay_s must be between 0 and {MAX_DELAY_S}"
     try:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from ..errors import Unavailable
-from ..types import QueueAttributes
+from ..types import MessageId, QueueAttributes
 
 R = TypeVar("R")
 
@@ -49,14 +49,19 @@ class QueueRecord:
 class MessageRecord:
     """What a producer sent; written once, never rewritten (receives touch only the state)."""
 
-    id: str
+    id: MessageId
     body: bytes  # sealed when ``sealed``
     sealed: bool
     is_text: bool
     attributes: dict[str, str] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return pack([self.id, self.body, self.sealed, self.is_text, self.attributes])
+        return MessageRecord.pack(self.id, self.body, self.sealed, self.is_text, self.attributes)
+
+    @staticmethod
+    def pack(id: str, body: bytes, sealed: bool, is_text: bool, attributes: dict[str, str]) -> bytes:
+        """The encoding of a record, without building one (the send path writes many)."""
+        return pack([id, body, sealed, is_text, attributes])
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:

@@ -43,11 +43,13 @@ async def _mark_done(backend: Backend) -> None:
     await backend.meta_put(_STATE_NAMESPACE, _DONE_KEY, b"1", only_if_absent=True)
 
 
-def write_secret_file(path: Path, text: str) -> None:
+def write_secret_file(path: Path, text: str, *, exclusive: bool = False) -> None:
     """Write ``text`` to ``path`` readable only by its owner, atomically.
 
     The file is born 0600 (``O_CREAT | O_EXCL``, never chmod-ed after the secret is in
     it), then renamed over ``path``, so no reader ever sees it partial or too open.
+    ``exclusive``: only if ``path`` does not exist (hard-linked into place, so of two
+    processes racing exactly one wins); the loser gets FileExistsError.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -60,7 +62,11 @@ def write_secret_file(path: Path, text: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -35,6 +35,11 @@ class LimitsStore:
         self._cache: TtlCache[str, TenantLimits] = TtlCache(cache_ttl_s, 100_000, clock)
         self.on_change = on_change
 
+    def cached(self, tenant: TenantId) -> TenantLimits | None:
+        """A tenant's limits if this process holds them fresh (no await: the hot path)."""
+        hit, limits = self._cache.get(tenant)
+        return limits if hit else None
+
     async def get(self, tenant: TenantId) -> TenantLimits:
         """A tenant's limits (cached); no document means no limits."""
         hit, limits = self._cache.get(tenant)

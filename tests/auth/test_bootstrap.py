@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from backend_store import StoreOptions, open_backend
@@ -63,3 +65,18 @@ def test_secret_file_is_born_private_and_replaces_an_old_one(tmp_path: Path) -> 
     assert path.read_text() == "new\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["secret"]
+
+
+def test_gateways_starting_together_agree_on_the_console_secret(tmp_path: Path) -> None:
+    # Separate processes (as gateways on one data directory are), started at once: one
+    # secret wins and every process signs console sessions with it.
+    code = "import sys; from pathlib import Path; from gateway.operations import console_secret; "
+    code += "print(console_secret(Path(sys.argv[1])).decode())"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    secrets = {proc.communicate(timeout=60)[0].strip() for proc in procs}
+    assert all(proc.returncode == 0 for proc in procs)
+    assert secrets == {(tmp_path / "console-secret").read_text().strip()}
+    assert [p.name for p in tmp_path.iterdir()] == ["console-secret"]  # no temp files left

@@ -156,6 +156,9 @@ async def cluster_console(tmp_path: Any) -> Any:
         subject = "k1"
         scopes = frozenset({"admin"})
         expires_at = None
+        key_id = "k1"
+        kid = None
+        via = "api_key"
 
     async def authenticate(token: str) -> Operator | None:
         return Operator() if token == "good" else None
