@@ -170,6 +170,7 @@ class StateCollector(Collector):
             yield from _cluster(snapshot)
         else:
             yield self.messages.transport_family()
+            yield self.messages.errors_family()
         if src.commit_stats is not None and (stats := src.commit_stats()) is not None:
             yield _histogram("pushgate_store_commit_batch_size", stats.batch_size)
             yield _histogram("pushgate_store_commit_duration_seconds", stats.commit_seconds)

@@ -79,6 +79,15 @@ CATALOG: tuple[MetricDoc, ...] = (
         "nacked, dead_lettered, expired) and transport (http, ws, sse; store for dead_lettered "
         "and expired). A series appears with its first event.",
     ),
+    MetricDoc(
+        "pushgate_operation_errors",
+        "counter",
+        ("operation", "transport", "code"),
+        "Operations this gateway answered with an error, by operation (send, receive, ack, nack, "
+        "throttled, ...), transport and the error's stable code (queue_not_found, "
+        "invalid_receipt, rate_limited, ...), over HTTP and WebSocket alike. A series appears "
+        "with its first error.",
+    ),
     MetricDoc("pushgate_receive_waiting", "gauge", (), "Long-poll receives parked waiting for a message."),
     # Queues (read from the store at scrape time) ------------------------------
     MetricDoc("pushgate_queues", "gauge", (), "Queues in the store, all tenants."),

@@ -6,6 +6,9 @@ files count the same outcomes the same way. It keeps plain integers per key on t
 loop; the families are built at scrape time:
 
 - ``pushgate_messages_total{event, transport}``: this gateway's message events;
+- ``pushgate_operation_errors_total{operation, transport, code}``: operations that failed,
+  by the error's stable code (the usage files' "errors by code"; a refusal by a rate limit
+  is ``throttled`` with code ``rate_limited``);
 - ``pushgate_queue_message_events_total{tenant, queue, event}``: the same per queue, for
   the queues that have series of their own (the per-queue series limit), the rest summed
   under ``_other`` (see :meth:`MessageCounts.queue_family`).
@@ -13,8 +16,7 @@ loop; the families are built at scrape time:
 Events: ``sent``, ``deduplicated``, ``delivered`` (pushed over WebSocket or SSE, or returned
 by an HTTP receive), ``acked``, ``nacked``, ``dead_lettered``, ``expired`` (the last two
 reported by the store after the commit that made them, once across gateways). Failed
-operations are not message events: they are in the HTTP families (by status) and in the
-usage files (by code).
+operations are not message events: they are counted by operation and code.
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ QueueKey = tuple[str, str]
 class MessageCounts:
     """Counts of message events by queue and by transport; an Observer sink."""
 
-    __slots__ = ("_baseline", "_by_queue", "_by_transport", "_retired", "_shown")
+    __slots__ = ("_baseline", "_by_queue", "_by_transport", "_errors", "_retired", "_shown")
 
     def __init__(self) -> None:
         self._by_queue: dict[QueueKey, dict[str, int]] = {}
         self._by_transport: dict[tuple[str, str], int] = {}
+        # (operation, transport, code) -> failures: codes are a fixed set, so is this.
+        self._errors: dict[tuple[str, str, str], int] = {}
         # What a scrape last showed of each queue summed under _other, and, once a queue has
         # a series of its own, what stays in _other of it (its own series counts the rest):
         # so neither series ever goes down (which Prometheus would read as a reset).
@@ -72,6 +76,8 @@ class MessageCounts:
         latency_s: float | None = None,
     ) -> None:
         if outcome != OK:
+            key = (operation, transport, outcome)
+            self._errors[key] = self._errors.get(key, 0) + count
             return
         event = EVENT_OF.get(operation)
         if event is not None:
@@ -110,6 +116,16 @@ class MessageCounts:
         )
         for (event, transport), n in sorted(self._by_transport.items()):
             family.add_metric([event, transport], n)
+        return family
+
+    def errors_family(self) -> CounterMetricFamily:
+        family = CounterMetricFamily(
+            "pushgate_operation_errors",
+            help_of("pushgate_operation_errors"),
+            labels=["operation", "transport", "code"],
+        )
+        for (operation, transport, code), n in sorted(self._errors.items()):
+            family.add_metric([operation, transport, code], n)
         return family
 
     def queue_family(self, admitted: set[QueueKey], present: set[QueueKey]) -> CounterMetricFamily:
@@ -161,4 +177,5 @@ class MessageCounts:
 
     def families(self, admitted: set[QueueKey], present: set[QueueKey]) -> Iterator[CounterMetricFamily]:
         yield self.transport_family()
+        yield self.errors_family()
         yield self.queue_family(admitted, present)

@@ -41,6 +41,11 @@ def test_outcomes_map_to_events_and_failures_are_not_counted() -> None:
         ("t", "q", "dead_lettered"): 1,
         ("t", "q", "expired"): 4,
     }
+    errors = {
+        (s.labels["operation"], s.labels["transport"], s.labels["code"]): s.value
+        for s in c.errors_family().samples
+    }
+    assert errors == {("send", "http", "queue_full"): 1, ("throttled", "http", "rate_limited"): 1}
     by_transport = {(s.labels["event"], s.labels["transport"]): s.value for s in c.transport_family().samples}
     assert by_transport == {
         ("sent", "http"): 3,

@@ -193,18 +193,32 @@ def test_a_refused_websocket_connection_is_throttled_usage(gateway: RunningGatew
     assert totals[("", "throttled", "ws", "rate_limited")] == (1, 0)
 
 
-def scraped_events(gateway: RunningGateway, queue: str) -> dict[str, float]:
-    """``pushgate_queue_message_events_total`` of one queue of the default tenant."""
+def scrape(gateway: RunningGateway) -> str:
     r = httpx.get(
         f"{gateway.url}/metrics", headers={"Authorization": f"Bearer {gateway.admin_key}"}, timeout=scaled(10)
     )
     assert r.status_code == 200
+    return r.text
+
+
+def scraped_events(gateway: RunningGateway, queue: str) -> dict[str, float]:
+    """``pushgate_queue_message_events_total`` of one queue of the default tenant."""
     return {
         s.labels["event"]: s.value
-        for family in text_string_to_metric_families(r.text)
+        for family in text_string_to_metric_families(scrape(gateway))
         if family.name == "pushgate_queue_message_events"
         for s in family.samples
         if s.labels["tenant"] == "default" and s.labels["queue"] == queue
+    }
+
+
+def scraped_errors(gateway: RunningGateway) -> dict[tuple[str, str, str], float]:
+    """``pushgate_operation_errors_total`` by (operation, transport, code)."""
+    return {
+        (s.labels["operation"], s.labels["transport"], s.labels["code"]): s.value
+        for family in text_string_to_metric_families(scrape(gateway))
+        if family.name == "pushgate_operation_errors"
+        for s in family.samples
     }
 
 
@@ -233,8 +247,13 @@ def test_dead_letters_and_auto_acks_count_alike_in_usage_metrics_and_the_store(
         assert http.put("/v1/queues/dl-src", json=src).status_code == 201
         assert http.put("/v1/queues/auto", json={}).status_code == 201
         take(gateway)
+        errors_before = scraped_errors(gateway)
         batch = {"messages": [{"body": "one"}, {"body": "two"}]}
         assert http.post("/v1/queues/dl-src/messages", json=batch).status_code == 200
+        # Errors by code, in both sinks: a send to a missing queue, an ack of a bad receipt.
+        assert http.post("/v1/queues/dl-nowhere/messages", json={"body": "x"}).status_code == 404
+        bad_ack = http.post("/v1/queues/dl-src/ack", json={"receipts": ["bogus"]}).json()
+        bad_code = bad_ack["failed"][0]["code"]
         got = http.post("/v1/queues/dl-src/receive", json={"max": 10, "wait_s": 0}).json()["messages"]
         assert (
             http.post("/v1/queues/dl-src/nack", json={"receipts": [m["receipt"] for m in got]}).status_code
@@ -257,6 +276,11 @@ def test_dead_letters_and_auto_acks_count_alike_in_usage_metrics_and_the_store(
     assert totals[("dl-src", "dead_lettered", "store", "ok")] == (2, 0)
     assert totals[("auto", "push", "ws", "ok")] == (3, 6)
     assert totals[("auto", "ack", "ws", "ok")] == (3, 0)
+    assert totals[("dl-nowhere", "send", "http", "queue_not_found")] == (1, 0)
+    assert totals[("dl-src", "ack", "http", bad_code)] == (1, 0)
+    errors_after = scraped_errors(gateway)
+    grew = {k: v - errors_before.get(k, 0) for k, v in errors_after.items() if v != errors_before.get(k, 0)}
+    assert grew == {("send", "http", "queue_not_found"): 1, ("ack", "http", bad_code): 1}
     assert scraped_events(gateway, "dl-src") == {
         "sent": 2,
         "deduplicated": 0,
