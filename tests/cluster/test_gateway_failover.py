@@ -5,12 +5,15 @@ on an ephemeral port, real HTTP.
 Producers send over HTTP, each message with its own dedupe id, retrying a 503 as a client
 should; the partition's leader is SIGKILLed mid-stream. Sends resume once the manager has
 promoted a follower and the gateway's watch has seen it, and every message the gateway
-acknowledged (2xx) is received afterwards (duplicates allowed: at-least-once).
+acknowledged (2xx) is received afterwards (duplicates allowed: at-least-once). And a node
+frozen with SIGSTOP holds up only the partitions it leads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,6 +21,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend_store import StoreOptions
+from backend_store.cluster.cluster_backend import open_cluster_backend
+from backend_store.cluster.routing import partition_index
+from backend_store.errors import Unavailable
+from backend_store.types import NewMessage, QueueAttributes, QueueName, SendResult, TenantId
 from gateway.settings import Settings
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
@@ -155,3 +163,52 @@ async def _until(condition: object, what: str, timeout: float = 20) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.02)
+
+
+async def test_a_frozen_node_stalls_only_the_partitions_it_leads(harness: ClusterHarness) -> None:
+    """One node SIGSTOPped: sends to partitions led elsewhere carry on while its own wait."""
+    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}?node_timeout_s=1&request_deadline_s=3"
+    backend = open_cluster_backend(url, StoreOptions())
+    await backend.start()
+    frozen: str | None = None
+    try:
+        tenant, queue = TenantId("acme"), QueueName("spread")
+        assert await backend.view.wait_for(lambda m: len(m.nodes) == 3, scaled(20)), "nodes did not register"
+        # One replica each, so the manager spreads the partitions (and their leaders) over
+        # the nodes; with three replicas on three nodes it may make one node lead them all.
+        await backend.create_queue(tenant, queue, {"partitions": 3, "replication_factor": 1})
+        parts = backend.view.map.of_queue(tenant, queue)
+        leaders = {p.index: p.leader.node for p in parts if p.leader is not None}
+        assert len(set(leaders.values())) >= 2, f"the manager put every leader on one node: {leaders}"
+        stuck_index = 0
+        frozen = leaders[stuck_index]
+        free_index = next(i for i, node in leaders.items() if node != frozen)
+        attrs = (await backend.metadata.queue(tenant, queue)).attributes
+        keyed = {i: _dedupe_id_for(i, attrs) for i in (stuck_index, free_index)}
+        harness.nodes[frozen].signal(signal.SIGSTOP)
+        stuck = asyncio.ensure_future(
+            backend.send(tenant, queue, [NewMessage(b"a", dedupe_id=keyed[stuck_index])])
+        )
+        started = time.monotonic()
+        [free] = await backend.send(tenant, queue, [NewMessage(b"b", dedupe_id=keyed[free_index])])
+        assert isinstance(free, SendResult), free
+        print(f"a send to a partition led elsewhere took {time.monotonic() - started:.3f}s")
+        assert not stuck.done()  # still waiting for the frozen node (or its successor)
+        harness.nodes[frozen].signal(signal.SIGCONT)
+        frozen = None
+        # Its own send ends: served once the node runs again, or 503 if it gave up first.
+        with contextlib.suppress(Unavailable):
+            await asyncio.wait_for(stuck, scaled(30))
+    finally:
+        if frozen is not None:
+            harness.nodes[frozen].signal(signal.SIGCONT)
+        await backend.close()
+
+
+def _dedupe_id_for(index: int, attributes: QueueAttributes) -> str:
+    """A dedupe id that routes a send to partition ``index``."""
+    for n in range(10_000):
+        candidate = f"k{n}"
+        if partition_index(NewMessage(b"", dedupe_id=candidate), attributes, 0) == index:
+            return candidate
+    raise AssertionError("no dedupe id found for the partition")
