@@ -10,14 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
+from backend_store.cluster.coordinator import Claim, Coordinator, CoordinatorUnavailable, Session
 from backend_store.cluster.etcd_coordinator import EtcdCoordinator
+from tests.conftest import scaled
+
+
+async def claim_key(coordinator: Coordinator, key: str) -> tuple[Session, Claim]:
+    """Open a 2 s session and campaign, retrying while etcd does not answer in time (a busy
+    machine can starve a call past its deadline; a real leader retries too)."""
+    deadline = time.monotonic() + scaled(15)
+    while True:
+        try:
+            session = await coordinator.open_session(2.0)
+            return session, await coordinator.campaign(session, key, b"holder")
+        except CoordinatorUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def main(endpoints: str, key: str) -> None:
-    async with EtcdCoordinator(endpoints) as coordinator:
-        session = await coordinator.open_session(2.0)
-        claim = await coordinator.campaign(session, key, b"holder")
+    async with EtcdCoordinator(endpoints, timeout_s=scaled(2.0)) as coordinator:
+        session, claim = await claim_key(coordinator, key)
         print(f"epoch {claim.epoch}" if claim.won else "lost the campaign", flush=True)
         if not claim.won:
             return
