@@ -28,6 +28,7 @@ Contract, for every implementation:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -284,6 +285,38 @@ class StorageStats(Protocol):
         """Group-commit batch sizes and commit durations (None before start)."""
 
 
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    """Something that happened to ``count`` messages of a queue inside the store, with no
+    caller asking for it: ``kind`` is ``dead_lettered`` (moved to the queue's dead-letter
+    queue after ``max_receives``; ``queue`` is the source) or ``expired`` (dropped past
+    ``retention_s``)."""
+
+    tenant: TenantId
+    queue: QueueName
+    kind: str
+    count: int
+
+
+DEAD_LETTERED = "dead_lettered"
+EXPIRED = "expired"
+# Called on the event loop after a commit, with that commit's events (never empty).
+EventListener = Callable[[Sequence[MessageEvent]], None]
+
+
+@runtime_checkable
+class MessageEvents(Protocol):
+    """Optional capability: report dead-letter moves and expiries after they commit.
+
+    Each event is reported once, by the process whose commit made it (the gateway whose
+    receive found the message past ``max_receives``, or whose sweeper dropped it), so
+    gateways sharing one store count each move once between them.
+    """
+
+    def add_event_listener(self, listener: EventListener) -> None:
+        """Register ``listener`` for the events of every later commit."""
+
+
 @runtime_checkable
 class ClusterStatus(Protocol):
     """Optional capability: the cluster's nodes and partitions (distributed backends)."""
@@ -299,6 +332,9 @@ __all__ = [
     "ClusterStatus",
     "DeadLetters",
     "DeliverCallback",
+    "EventListener",
+    "MessageEvent",
+    "MessageEvents",
     "PushgateError",
     "ReplicaStore",
     "StandingReceive",

@@ -4,7 +4,7 @@ Run: ``python bench/usage_overhead.py [--rounds 3] [--seconds 3]``
 
 Two ``pushgate serve`` processes on this machine, identical but for usage recording:
 ``on`` (the default, flushing every 10 s) and ``off`` (``PUSHGATE_USAGE_FLUSH_INTERVAL_S=0``:
-the observe point has no sink). Only one is under load at a time; the phases alternate
+the observe point feeds the Prometheus message counts only). Only one is under load at a time; the phases alternate
 on/off ``--rounds`` times so drift on a shared machine hits both alike. Per phase:
 
 - ``http send``: ``POST /v1/queues/bench/messages`` of 1 KiB bodies on 64 keep-alive
@@ -14,8 +14,8 @@ on/off ``--rounds`` times so drift on a shared machine hits both alike. Per phas
   pushed to with prefetch 100 acking every 20: observations of sends, pushes (one latency
   per message) and acks.
 
-First, in this process, the recording code alone (``push/observed.py`` into the aggregator,
-and into an observer with no sink): microseconds per send request, per pushed message
+First, in this process, the recording code alone (``push/observed.py`` into the observe
+point with both sinks, with the metrics sink only, and with no sink): microseconds per send request, per pushed message
 (batches of 10) and per acked receipt, to set against the gateway's CPU per message.
 
 Printed: the median over rounds of messages/s and of the gateway's CPU per message, and
@@ -69,9 +69,10 @@ def micro() -> None:
         ReceivedMessage,
         SendResult,
     )
+    from gateway.metrics_messages import MessageCounts
     from gateway.usage.aggregator import UsageAggregator
-    from gateway.usage.observe import Observers
     from push.observed import record_delivered, record_sends, record_settled
+    from push.observer import Observers
 
     now = time.time()
     message, result = NewMessage(b"x" * 1024), SendResult(MessageId("id"), 1)
@@ -96,7 +97,12 @@ def micro() -> None:
     acked = AckResult(10)
     n = 100_000
     print("recording code alone, us:")
-    for name, observer in (("on", Observers([UsageAggregator()])), ("no sink", Observers())):
+    sinks = (
+        ("usage+metrics", Observers([MessageCounts(), UsageAggregator()])),
+        ("metrics", Observers([MessageCounts()])),
+        ("no sink", Observers()),
+    )
+    for name, observer in sinks:
         send = timeit.timeit(
             lambda o=observer: record_sends(o, "t", "q", "http", [message], [result], 0.001), number=n
         )
@@ -107,7 +113,7 @@ def micro() -> None:
             lambda o=observer: record_settled(o, "t", "ack", "ws", receipts, queue_of, acked), number=n // 10
         )
         print(
-            f"  {name:<8} send {send / n * 1e6:.2f}/request, push {push / n * 1e6:.2f}/message, "
+            f"  {name:<14} send {send / n * 1e6:.2f}/request, push {push / n * 1e6:.2f}/message, "
             f"ack {ack / n * 1e6:.2f}/receipt"
         )
 

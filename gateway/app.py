@@ -41,7 +41,7 @@ def push_routes(services: GatewayServices) -> list[BaseRoute]:
     async def origin_allowed(principal: PrincipalLike, origin: str, host: str | None) -> bool:
         return await rule.allows(principal.tenant, origin, host)
 
-    rate_check, observer = services.throttling.rate_check, services.usage.observer
+    rate_check, observer = services.throttling.rate_check, services.observer
     ws_check = observed_rate_check(rate_check, observer, "ws")  # refusals are usage ("throttled")
     sse_check = observed_rate_check(rate_check, observer, "sse")
     return [

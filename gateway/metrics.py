@@ -3,7 +3,8 @@
 Two kinds of families:
 
 - counted as things happen: HTTP requests by route template, method and status (never a
-  queue name), message operations over HTTP, long-polls waiting;
+  queue name), long-polls waiting, and message events by queue and transport (a sink of
+  the observe point, :mod:`gateway.metrics_messages`);
 - read at scrape time by :class:`StateCollector`: queue depths and totals from the
   sampler's latest snapshot (per-queue series for at most ``queue_series_limit`` queues,
   the rest summed under ``_other``), push engine figures, group-commit histograms, LMDB
@@ -37,6 +38,7 @@ from web_console.alerts import AlertEngine
 from web_console.monitor import QueueSample, Snapshot
 
 from .metrics_catalog import help_of
+from .metrics_messages import MessageCounts
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics", "ScrapeSources"]
 
@@ -82,23 +84,16 @@ class GatewayMetrics:
             ("code",),
             registry=self.registry,
         )
-        self.messages = Counter(
-            "pushgate_messages", help_of("pushgate_messages"), ("op",), registry=self.registry
-        )
         self.waiting_receives = Gauge(
             "pushgate_receive_waiting", help_of("pushgate_receive_waiting"), registry=self.registry
         )
-        # Children resolved once: .labels() costs a dict lookup and a lock per call.
-        self.sent = self.messages.labels("sent")
-        self.duplicates = self.messages.labels("duplicate")
-        self.received = self.messages.labels("received")
-        self.acked = self.messages.labels("acked")
-        self.nacked = self.messages.labels("nacked")
+        # A sink of the observe point (push/observer.py): message events by queue and transport.
+        self.messages = MessageCounts()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         self.sources = ScrapeSources()
-        self.state = StateCollector(self.sources, queue_series_limit)
+        self.state = StateCollector(self.sources, queue_series_limit, self.messages)
         self.registry.register(self.state)
 
         # (route, method, status) -> its children; .labels() is a lock and a tuple build per call.
@@ -155,8 +150,9 @@ class _ScrapeView:
 class StateCollector(Collector):
     """Families read from state at scrape time (see the module docstring)."""
 
-    def __init__(self, sources: ScrapeSources, queue_series_limit: int) -> None:
+    def __init__(self, sources: ScrapeSources, queue_series_limit: int, messages: MessageCounts) -> None:
         self.sources = sources
+        self.messages = messages
         self.limit = max(0, queue_series_limit)
         # Queues given their own series stay so (a counter that moved between series would
         # look like a reset); a deleted queue frees its place.
@@ -172,6 +168,9 @@ class StateCollector(Collector):
             yield from self._queues(snapshot.queues)
             yield from _storage(snapshot)
             yield from _cluster(snapshot)
+        else:
+            yield self.messages.transport_family()
+            yield self.messages.errors_family()
         if src.commit_stats is not None and (stats := src.commit_stats()) is not None:
             yield _histogram("pushgate_store_commit_batch_size", stats.batch_size)
             yield _histogram("pushgate_store_commit_duration_seconds", stats.commit_seconds)
@@ -247,6 +246,7 @@ class StateCollector(Collector):
             dead.add_metric(lv, other[7])
         yield GaugeMetricFamily("pushgate_queues", help_of("pushgate_queues"), value=len(queues))
         yield from (depth, oldest, consumers, sent, acked, dead)
+        yield from self.messages.families(self._admitted, present)
         yield GaugeMetricFamily(
             "pushgate_queue_series_folded", help_of("pushgate_queue_series_folded"), value=folded
         )

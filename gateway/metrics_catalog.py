@@ -74,9 +74,19 @@ CATALOG: tuple[MetricDoc, ...] = (
     MetricDoc(
         "pushgate_messages",
         "counter",
-        ("op",),
-        "Messages handled over HTTP by this gateway, by operation: sent, duplicate (deduplicated), "
-        "received, acked, nacked.",
+        ("event", "transport"),
+        "Message events this gateway handled, by event (sent, deduplicated, delivered, acked, "
+        "nacked, dead_lettered, expired) and transport (http, ws, sse; store for dead_lettered "
+        "and expired). A series appears with its first event.",
+    ),
+    MetricDoc(
+        "pushgate_operation_errors",
+        "counter",
+        ("operation", "transport", "code"),
+        "Operations this gateway answered with an error, by operation (send, receive, ack, nack, "
+        "throttled, ...), transport and the error's stable code (queue_not_found, "
+        "invalid_receipt, rate_limited, ...), over HTTP and WebSocket alike. A series appears "
+        "with its first error.",
     ),
     MetricDoc("pushgate_receive_waiting", "gauge", (), "Long-poll receives parked waiting for a message."),
     # Queues (read from the store at scrape time) ------------------------------
@@ -101,14 +111,32 @@ CATALOG: tuple[MetricDoc, ...] = (
         "Push subscriptions (WebSocket and SSE) receiving from a queue through this gateway.",
     ),
     MetricDoc(
-        "pushgate_queue_sent", "counter", _Q, "Messages stored in a queue since it was created (durable)."
+        "pushgate_queue_sent",
+        "counter",
+        _Q,
+        "Messages stored in a queue since it was created: the store's durable total, the same "
+        "on every gateway of the store (aggregate with max, not sum).",
     ),
-    MetricDoc("pushgate_queue_acked", "counter", _Q, "Messages of a queue acked (deleted) by consumers."),
+    MetricDoc(
+        "pushgate_queue_acked",
+        "counter",
+        _Q,
+        "Messages of a queue acked (deleted) since it was created: durable, as pushgate_queue_sent.",
+    ),
     MetricDoc(
         "pushgate_queue_dead_lettered",
         "counter",
         _Q,
-        "Messages moved from a queue to its dead-letter queue after max_receives.",
+        "Messages moved from a queue to its dead-letter queue after max_receives since it was "
+        "created: durable, as pushgate_queue_sent.",
+    ),
+    MetricDoc(
+        "pushgate_queue_message_events",
+        "counter",
+        (*_Q, "event"),
+        "Message events of a queue counted by this gateway since it started (aggregate with "
+        "sum): sent, deduplicated, delivered, acked, nacked, dead_lettered, expired. Queues past "
+        "the series limit are summed under `_other`; a queue's own series starts when it gets one.",
     ),
     MetricDoc(
         "pushgate_queue_series_folded",

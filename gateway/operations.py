@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Mount
 from backend_store.backend import Backend, ClusterStatus, StorageStats
 from backend_store.errors import Forbidden, InvalidRequest, Unauthorized
 from backend_store.types import QueueName, TenantId
-from web_console.alerts import AlertEngine, RuleStore, WebhookNotifier
+from web_console.alerts import AlertEngine, RuleStore, SharedAlerts, WebhookNotifier
 from web_console.app import build_console
 from web_console.deps import ConsoleDeps, ConsumerView
 from web_console.monitor import DepthHistory, MonitorSources, QueueSampler
@@ -101,7 +101,9 @@ def build_operations(
         history=history,
     )
     notifier = WebhookNotifier(settings.alert_webhook_url) if settings.alert_webhook_url else None
-    alerts = AlertEngine(RuleStore(store), history, notifier=notifier)
+    # Firing alerts and their history are shared through the store's metadata: with several
+    # gateways on one store, each transition is recorded (and POSTed) by one of them.
+    alerts = AlertEngine(RuleStore(store), history, notifier=notifier, shared=SharedAlerts(store))
     sampler.listeners.append(alerts.on_sample)
     ops = Operations(sampler, alerts, notifier, None)
 

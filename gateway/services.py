@@ -6,9 +6,12 @@ queue cache and the metrics. Other parts plug in here rather than into globals:
 - the push engine (:attr:`GatewayServices.engine`) is the one path to delivery state:
   WebSocket and SSE deliveries, HTTP acks, nacks, visibility changes and long-polls all go
   through it; it is started after the backend and closed before it;
-- :attr:`GatewayServices.usage` is the observe point (``usage.observer``) every request
-  and delivery outcome is reported to, and the audit log; its flusher is the first
-  component, so it is closed last and its final flush sees everything;
+- :attr:`GatewayServices.observer` is the one observe point every request and delivery
+  outcome is reported to (``push/observer.py``), and the store's dead-letter moves and
+  expiries too; its sinks are the Prometheus message counts and, when usage is on, the
+  usage aggregator;
+- :attr:`GatewayServices.usage` is usage recording and the audit log; its flusher is the
+  first component, so it is closed last and its final flush sees everything;
 - :attr:`GatewayServices.draining` is set when the server starts shutting down, so
   long-polls (and push streams) end at once instead of holding shutdown up.
 """
@@ -18,15 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from backend_store.backend import Backend
+from backend_store.backend import Backend, MessageEvent, MessageEvents
 from backend_store.errors import PushgateError
 from backend_store.types import QueueName, TenantId
 from backend_store.url import open_backend
 from push.engine import PushEngine
+from push.observer import OK, STORE, Observer, Observers
 from push.principal import PrincipalLike
 from push.wakeup import WakeupHub
 
@@ -69,6 +73,8 @@ class GatewayServices:
     # Rate limits, quotas and shared state between gateways (docs/throttling.md).
     throttling: Throttling
     usage: UsageRecording
+    # The observe point: outcomes go to every sink (metrics; usage when it is on).
+    observer: Observers
     components: list[Component] = field(default_factory=list)
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The bootstrap admin key, when start() created one (an empty data directory).
@@ -102,8 +108,12 @@ class GatewayServices:
         usage = UsageRecording.build(
             settings.data_dir, settings.usage_flush_interval_s, settings.gateway_name
         )
-        engine = PushEngine(backend, hub, settings.push, recheck=recheck, observer=usage.observer)
         metrics = GatewayMetrics(settings.metrics_queue_series)
+        sinks: list[Observer] = [metrics.messages]
+        if usage.aggregator is not None:
+            sinks.append(usage.aggregator)
+        observer = Observers(sinks)
+        engine = PushEngine(backend, hub, settings.push, recheck=recheck, observer=observer)
         metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         queues = QueueCache(backend, settings.queue_cache_ttl_s)
         throttling = Throttling(settings, backend, hub, authenticator, metrics, queues)
@@ -117,6 +127,7 @@ class GatewayServices:
             engine=engine,
             throttling=throttling,
             usage=usage,
+            observer=observer,
             # The usage flusher first (closed last: its final flush sees everything), then
             # shared state (started before the engine, closed after it).
             components=[throttling, engine] if usage.flusher is None else [usage.flusher, throttling, engine],
@@ -129,12 +140,19 @@ class GatewayServices:
     async def start(self) -> None:
         await self.backend.start()
         self.backend.add_listener(self.hub.notify)
+        if isinstance(self.backend, MessageEvents):
+            self.backend.add_event_listener(self._store_events)
         self.bootstrap_key = await ensure_bootstrap(self.backend, self.settings.data_dir)
         if self.bootstrap_key is not None and self.settings.announce_bootstrap:
             # Shown once, on stdout, so an operator can copy it; it is also in a 0600 file.
             print(f"Bootstrap admin key (shown once): {self.bootstrap_key}", file=sys.stdout, flush=True)
         for component in self.components:
             await component.start()
+
+    def _store_events(self, events: Sequence[MessageEvent]) -> None:
+        """Dead-letter moves and expiries this process committed, to the observe point."""
+        for e in events:
+            self.observer.observe(e.tenant, e.queue, e.kind, STORE, OK, e.count)
 
     async def drain(self) -> None:
         """Shutdown has begun: end long-polls and push streams now (idempotent)."""

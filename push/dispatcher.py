@@ -59,8 +59,8 @@ class DispatchHost(Protocol):
     @property
     def observer(self) -> Observer: ...
 
-    def ack_delivered(self, tenant: TenantId, receipts: list[str]) -> None:
-        """Delete messages handed to auto-ack subscriptions."""
+    def ack_delivered(self, tenant: TenantId, queue: QueueName, transport: str, receipts: list[str]) -> None:
+        """Delete messages handed to auto-ack subscriptions (recorded as acks)."""
 
     def dispatcher_idle(self, dispatcher: Dispatcher) -> None:
         """The dispatcher's loop ended."""
@@ -315,7 +315,9 @@ class Dispatcher:
                 )
                 if sub.auto_ack:
                     # At most once: deleted as soon as it is handed to the stream.
-                    self._engine.ack_delivered(self.tenant, [m.receipt for m in hand])
+                    self._engine.ack_delivered(
+                        self.tenant, self.queue, sub.transport.kind, [m.receipt for m in hand]
+                    )
                 else:
                     ends = hand[0].visible_at
                     if self._local_due is None or ends < self._local_due:

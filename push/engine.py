@@ -34,8 +34,8 @@ from .batching import AckBatcher, AckReply, SendBatcher, SendReply
 from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
 from .long_poll import LongPolls
-from .observed import observed_ack_reply, observed_send_reply
-from .observer import NullObserver, Observer
+from .observed import observed_ack_reply, observed_auto_ack, observed_send_reply
+from .observer import Observer, Observers
 from .principal import PrincipalLike, Recheck
 from .settings import PushSettings
 from .subscription import Connection, EncodeFrames, Subscription
@@ -64,7 +64,7 @@ class PushEngine:
     ) -> None:
         self.backend = backend
         # Where delivery outcomes are reported (usage records; see push/observer.py).
-        self.observer: Observer = observer or NullObserver()
+        self.observer: Observer = observer or Observers()
         # Receive in the commit that makes messages visible, when the store can (one commit
         # from send to push instead of two).
         self.standing: StandingReceive | None = backend if isinstance(backend, StandingReceive) else None
@@ -308,9 +308,10 @@ class PushEngine:
         if receipts:
             self.acks.nack(tenant, receipts, 0)
 
-    def ack_delivered(self, tenant: TenantId, receipts: list[str]) -> None:
-        """Delete messages handed to auto-ack subscriptions (at most once)."""
-        self.acks.ack(tenant, receipts)
+    def ack_delivered(self, tenant: TenantId, queue: QueueName, transport: str, receipts: list[str]) -> None:
+        """Delete messages handed to auto-ack subscriptions (at most once); each counts as an
+        ``ack`` on ``transport`` once the store answers."""
+        self.acks.ack(tenant, receipts, observed_auto_ack(self.observer, tenant, queue, transport, receipts))
 
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
         """The WebSocket ack: coalesced with other acks of the tenant into one store call."""

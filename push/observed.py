@@ -15,9 +15,7 @@ from backend_store.errors import PushgateError
 from backend_store.types import AckResult, NewMessage, ReceivedMessage, SendResult
 
 from .batching import AckReply, SendReply
-from .observer import Observer
-
-OK = "ok"
+from .observer import ACK, DEDUPLICATED, OK, PUSH, SEND, Observer
 
 
 def error_code(exc: BaseException) -> str:
@@ -32,10 +30,10 @@ def record_sends(
     entries: Sequence[NewMessage | PushgateError],
     results: Sequence[SendResult | PushgateError],
     latency_s: float | None,
-) -> None:
+) -> int:
     """One send request's outcome; ``results[i]`` answers ``entries[i]``. Stored messages
     count as ``send`` (with the request's latency), duplicates as ``deduplicated``, refused
-    entries as ``send`` with their error code."""
+    entries as ``send`` with their error code. Returns how many were stored."""
     sent = sent_bytes = duplicates = duplicate_bytes = 0
     errors: Counter[str] = Counter()
     for entry, result in zip(entries, results, strict=True):
@@ -50,11 +48,12 @@ def record_sends(
         else:
             errors[result.code] += 1
     if sent:
-        observer.observe(tenant, queue, "send", transport, OK, sent, sent_bytes, latency_s)
+        observer.observe(tenant, queue, SEND, transport, OK, sent, sent_bytes, latency_s)
     if duplicates:
-        observer.observe(tenant, queue, "deduplicated", transport, OK, duplicates, duplicate_bytes)
+        observer.observe(tenant, queue, DEDUPLICATED, transport, OK, duplicates, duplicate_bytes)
     for code, n in errors.items():
-        observer.observe(tenant, queue, "send", transport, code, n)
+        observer.observe(tenant, queue, SEND, transport, code, n)
+    return sent
 
 
 def observed_send_reply(
@@ -70,7 +69,7 @@ def observed_send_reply(
 
     def observed(results: list[SendResult | PushgateError] | BaseException) -> None:
         if isinstance(results, BaseException):
-            observer.observe(tenant, queue, "send", transport, error_code(results), len(entries))
+            observer.observe(tenant, queue, SEND, transport, error_code(results), len(entries))
         else:
             record_sends(observer, tenant, queue, transport, entries, results, time.perf_counter() - started)
         reply(results)
@@ -129,8 +128,21 @@ def record_delivered(
     observer.observe_latencies(
         tenant,
         queue,
-        "push",
+        PUSH,
         transport,
         sum(len(m.body) for m in messages),
         [max(0.0, now - m.sent_at) for m in messages],
     )
+
+
+def observed_auto_ack(
+    observer: Observer, tenant: str, queue: str, transport: str, receipts: Sequence[str]
+) -> AckReply:
+    """The gateway's own ack of messages pushed to an auto-ack stream, recorded as ``ack``
+    on that stream's transport once the store answers (as SQS counts a receive and a delete,
+    and as the store's ``acked_total`` counts it)."""
+
+    def observed(result: AckResult | BaseException) -> None:
+        record_settled(observer, tenant, ACK, transport, receipts, dict.fromkeys(receipts, queue), result)
+
+    return observed

@@ -88,12 +88,24 @@ def with_period(records: DataFrame, granularity: str) -> DataFrame:
 def operation_usage(records: DataFrame) -> DataFrame:
     """Per (tenant, queue, period_start, operation, outcome): records, count, bytes and the
     histogram summed bucket by bucket. The one pass over every record: plain sums only,
-    so Spark compiles it into one tight loop."""
+    so Spark compiles it into one tight loop.
+
+    Only the records a report histogram reads (:data:`HISTOGRAMS`: successful sends and
+    pushes) have their buckets summed; the others get zeros. Summing 17 buckets was about
+    a third of the pass, and most records (receives, acks, connections, errors) carry none.
+    """
+    timed = F.col("outcome") == OK
+    timed &= F.col("operation").isin(*sorted({op for ops in HISTOGRAMS.values() for op in ops}))
     return records.groupBy("tenant", "queue", "period_start", "operation", "outcome").agg(
         F.count(F.lit(1)).alias("records"),
         F.sum("count").alias("count"),
         F.sum("bytes").alias("bytes"),
-        F.array(*(F.sum(F.col("latency_buckets")[i]) for i in range(BUCKETS))).alias("latency_buckets"),
+        F.array(
+            *(
+                F.coalesce(F.sum(F.when(timed, F.col("latency_buckets")[i])), F.lit(0).cast("long"))
+                for i in range(BUCKETS)
+            )
+        ).alias("latency_buckets"),
     )
 
 
@@ -140,19 +152,25 @@ def cumulative_counts(histogram: Column) -> Column:
     )
 
 
-def histogram_quantile(histogram: Column, cumulative: Column, q: float) -> Column:
+def bucket_of_rank(cumulative: Column, q: float) -> Column:
+    """0-based index of the bucket the ``q`` quantile's rank falls in: how many buckets end
+    before it (``cumulative`` is :func:`cumulative_counts` of the histogram)."""
+    rank = F.lit(q) * F.element_at(cumulative, -1)
+    return F.size(F.filter(cumulative, lambda c: c < rank))
+
+
+def histogram_quantile(histogram: Column, cumulative: Column, index: Column, q: float) -> Column:
     """The ``q`` quantile (ms) of a bucket-count array, interpolated linearly inside the
     bucket the rank falls in (as Prometheus' ``histogram_quantile``). Null for an empty
     histogram; the last finite bound when the rank falls in the overflow bucket.
 
-    ``cumulative`` is :func:`cumulative_counts` of it, passed as a column of its own:
-    inlined into each use it made the generated code too big for Spark to compile.
+    ``cumulative`` (:func:`cumulative_counts`) and ``index`` (:func:`bucket_of_rank`) are
+    passed as columns of their own: inlined into each use, the expression grew so large
+    that analysing and compiling it cost seconds per report (and once too big to compile).
     """
     bounds = F.array(*(F.lit(float(b)) for b in LATENCY_BOUNDS_MS))
     total = F.element_at(cumulative, -1)
     rank = F.lit(q) * total
-    # 0-based index of the bucket the rank falls in: how many buckets end before it.
-    index = F.size(F.filter(cumulative, lambda c: c < rank))
     lower = F.when(index == 0, F.lit(0.0)).otherwise(bounds[index - 1])
     upper = bounds[index]
     before = F.when(index == 0, F.lit(0)).otherwise(cumulative[index - 1])
@@ -166,19 +184,32 @@ def histogram_quantile(histogram: Column, cumulative: Column, q: float) -> Colum
 def with_latency_percentiles(usage: DataFrame) -> DataFrame:
     """Add ``<histogram>_p50_ms``, ``_p95_ms``, ``_p99_ms`` for each histogram column.
 
-    Two selects in all (one adds the running totals, one the quantiles): a withColumn
-    per quantile re-analyses the growing plan each time, which cost seconds.
+    Three selects in all (running totals, the bucket of each rank, the quantiles), each
+    step reading the last one's columns by name: a withColumn per quantile re-analyses the
+    growing plan each time, and one select with everything inlined made an expression tree
+    that took seconds to analyse and compile.
     """
     cumulative = {name: f"_{name}_cumulative" for name in HISTOGRAMS}
+    index = {(name, label): f"_{name}_{label}_bucket" for name in HISTOGRAMS for label, _ in QUANTILES}
     with_totals = usage.select(
         "*", *(cumulative_counts(F.col(f"{name}_histogram")).alias(c) for name, c in cumulative.items())
     )
+    with_index = with_totals.select(
+        "*",
+        *(
+            bucket_of_rank(F.col(cumulative[name]), q).alias(index[(name, label)])
+            for name in HISTOGRAMS
+            for label, q in QUANTILES
+        ),
+    )
     quantiles = [
-        histogram_quantile(F.col(f"{name}_histogram"), F.col(cumulative[name]), q).alias(f"{name}_{label}_ms")
+        histogram_quantile(
+            F.col(f"{name}_histogram"), F.col(cumulative[name]), F.col(index[(name, label)]), q
+        ).alias(f"{name}_{label}_ms")
         for name in HISTOGRAMS
         for label, q in QUANTILES
     ]
-    return with_totals.select(*(F.col(c) for c in usage.columns), *quantiles)
+    return with_index.select(*(F.col(c) for c in usage.columns), *quantiles)
 
 
 def with_period_end(usage: DataFrame, granularity: str, now: dt.datetime, settle: dt.timedelta) -> DataFrame:

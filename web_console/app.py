@@ -315,6 +315,7 @@ class Console:
             doc = {
                 "at": snapshot.at,
                 "queues": [queue_row(q) for q in listing.queues],
+                "total": listing.total,
                 "alerts": [alert_row(a) for a in self.deps.alerts.active(session.tenant)],
             }
             yield b"event: overview\ndata: " + orjson.dumps(doc) + b"\n\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..attributes import check_number
-from ..backend import ChangeListener, DeliverCallback
+from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
 from ..commit_stats import CommitStats
 from ..encryption import Keyring
 from ..errors import ConfigurationError, InvalidRequest, PushgateError, Unavailable
@@ -95,6 +95,8 @@ class LmdbBackend:
         self._clock: Callable[[], float] = options.clock or time.time
         self._ops = MessageOps(options.keyring)
         self._listeners: list[ChangeListener] = []
+        self._event_listeners: list[EventListener] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._env: Environment | None = None
         self._writer: GroupCommitWriter | None = None
         self._replication_log = ReplicationLog(options.replication_log_keep)
@@ -114,6 +116,7 @@ class LmdbBackend:
         )
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
         self._env = env
+        self._loop = asyncio.get_running_loop()
         self._writer = GroupCommitWriter(
             env,
             self._replication_log,
@@ -121,6 +124,7 @@ class LmdbBackend:
             self._notify,
             max_batch=self._max_batch,
             after_ops=self._serve_demands,
+            on_events=self._committed_events,
         )
         self._writer.start()
         try:
@@ -150,6 +154,30 @@ class LmdbBackend:
 
     def add_listener(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
+
+    # Message events (backend_store.backend.MessageEvents) ---------------------------
+
+    def add_event_listener(self, listener: EventListener) -> None:
+        self._event_listeners.append(listener)
+
+    def _committed_events(self, batches: list[dict[tuple[str, str, str], int]]) -> None:
+        """In the writer thread, after a batch committed: hand its events to the loop."""
+        if not self._event_listeners or self._loop is None:
+            return
+        events = [
+            MessageEvent(TenantId(tenant), QueueName(queue), kind, count)
+            for batch in batches
+            for (tenant, queue, kind), count in batch.items()
+        ]
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody listens any more
+            self._loop.call_soon_threadsafe(self._emit, events)
+
+    def _emit(self, events: list[MessageEvent]) -> None:
+        for listener in self._event_listeners:
+            try:
+                listener(events)
+            except Exception:
+                log.exception("store event listener failed")
 
     # Standing receives (backend_store.backend.StandingReceive) ------------------
 

@@ -225,7 +225,7 @@ Touched = set[tuple[str, str]]
 class Writes(View):
     """The write side of a transaction; records every mutation so followers can replay them."""
 
-    __slots__ = ("dirty_queues", "mutations", "queue_cache", "queue_saves", "touched")
+    __slots__ = ("dirty_queues", "events", "mutations", "queue_cache", "queue_saves", "touched")
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)
@@ -237,6 +237,13 @@ class Writes(View):
         self.queue_cache: dict[bytes, QueueRecord] = {}
         self.dirty_queues: dict[bytes, QueueRecord] = {}
         self.queue_saves = 0
+        # Dead-letter moves and expiries of this transaction, (tenant, queue, kind) -> count:
+        # reported to event listeners once it commits (backend_store.backend.MessageEvents).
+        self.events: dict[tuple[str, str, str], int] = {}
+
+    def note(self, tenant: str, queue: str, kind: str, count: int = 1) -> None:
+        key = (tenant, queue, kind)
+        self.events[key] = self.events.get(key, 0) + count
 
     def flush_queues(self) -> None:
         for key, record in self.dirty_queues.items():

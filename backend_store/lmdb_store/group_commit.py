@@ -67,6 +67,7 @@ class GroupCommitWriter:
         on_commit: Callable[[Touched], None],
         max_batch: int = 1024,
         after_ops: AfterOps | None = None,
+        on_events: Callable[[list[dict[tuple[str, str, str], int]]], None] | None = None,
     ) -> None:
         self._env = env
         self._log = replication_log
@@ -75,6 +76,10 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._after_ops = after_ops
         self._post_commit: list[PostCommit] = []
+        # Events (Writes.events) of the transactions of the current batch that committed;
+        # handed to on_events from the writer thread once the batch is resolved.
+        self._on_events = on_events
+        self._events: list[dict[tuple[str, str, str], int]] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
         self._closed = False
@@ -128,6 +133,7 @@ class GroupCommitWriter:
     def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
         touched: Touched = set()
         self._post_commit = []
+        self._events = []
         advanced = False
         while True:
             try:
@@ -188,6 +194,8 @@ class GroupCommitWriter:
             if lsn is not None:
                 self.batches += 1
             self._post_commit.extend(post)
+            if writes.events:
+                self._events.append(writes.events)
         except BaseException:
             txn.abort()
             raise
@@ -271,6 +279,9 @@ class GroupCommitWriter:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(callback)
         self._post_commit = []
+        if self._events and self._on_events is not None:
+            events, self._events = self._events, []
+            self._on_events(events)
 
 
 def _settle(items: list[_Pending[Any]], touched: Touched, on_commit: Callable[[Touched], None]) -> None:

@@ -230,6 +230,7 @@ class MessageOps:
                 remove_message(w, qid, seq, state, r.fifo, r.now)
                 r.record.count -= 1
                 r.changed = True
+                w.note(r.tenant, r.queue, "expired")
                 return None
             if r.attrs.max_receives is not None and state.receive_count >= r.attrs.max_receives:
                 dlq = r.dead_letter_queue()
@@ -238,6 +239,7 @@ class MessageOps:
                     r.record.count -= 1
                     r.record.dead_lettered_total += 1
                     r.changed = True
+                    w.note(r.tenant, r.queue, "dead_lettered")
                     return None
             msg = MessageRecord.decode(raw)
             body = self._open(msg, r.tenant) if msg.sealed else msg.body
@@ -447,6 +449,7 @@ class MessageOps:
                 record.count -= len(old)
                 save_queue(w, tenant, name, record)
                 done += len(old)
+                w.note(tenant, name, "expired", len(old))
         return done
 
 

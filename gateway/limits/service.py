@@ -18,6 +18,7 @@ from push.wakeup import WakeupHub
 from throttling import SharedState
 
 from ..auth.principal import Principal
+from ..metrics_catalog import help_of
 from ..queue_cache import QueueCache
 from .dedupe_front import DedupeFront
 from .enforcer import Enforcer, rules_for
@@ -50,13 +51,13 @@ class Throttling:
         # Metrics of this part, on the app's registry (no edit of gateway/metrics.py needed).
         self.refused = Counter(
             "pushgate_rate_limited",
-            "Requests refused by a rate limit, by operation (send, receive, connect).",
+            help_of("pushgate_rate_limited"),
             ("op",),
             registry=metrics.registry,
         )
         self.redis_up = Gauge(
             "pushgate_shared_state_up",
-            "1 while the shared state (Redis, or memory) answers, 0 during an outage.",
+            help_of("pushgate_shared_state_up"),
             registry=metrics.registry,
         )
         self.state.health.add_listener(lambda up: self.redis_up.set(1 if up else 0))
@@ -65,7 +66,7 @@ class Throttling:
         )
         self.dedupe_hits = Counter(
             "pushgate_dedupe_front_hits",
-            "Sends answered as duplicates by the shared dedupe cache, without a store commit.",
+            help_of("pushgate_dedupe_front_hits"),
             registry=metrics.registry,
         )
         self.dedupe = DedupeFront(self.state.cache, queues, self.dedupe_hits.inc)

@@ -22,6 +22,7 @@ from backend_store.limits import (
 from backend_store.types import AckResult, NewMessage, SendResult
 from push.messages import message_to_json, parse_send_body
 from push.observed import record_sends, record_settled
+from push.observer import ACK, HTTP, NACK, OK, RECEIVE
 
 from ..body import JSONResponse, check_fields, read_json, read_object
 from ..errors import problem_for
@@ -69,7 +70,7 @@ class MessageRoutes:
         self.services = services
 
     def routes(self) -> list[BaseRoute]:
-        metrics, observer = self.services.metrics, self.services.usage.observer
+        metrics, observer = self.services.metrics, self.services.observer
         return [
             route("/v1/queues/{queue}/messages", self.send, "POST", metrics, (observer, "send")),
             route("/v1/queues/{queue}/receive", self.receive, "POST", metrics, (observer, "receive")),
@@ -107,20 +108,22 @@ class MessageRoutes:
             # Every entry was invalid; the queue must still exist for the answer to make sense.
             await self.services.queues.get(principal.tenant, queue)
             results = []
-        enforcer.stored(principal.tenant, self._count_sends(results))
         stored = iter(results)
         outcomes: list[SendResult | PushgateError] = [
             next(stored) if isinstance(entry, NewMessage) else entry for entry in entries
         ]
-        record_sends(
-            self.services.usage.observer,
+        # One walk of the results feeds usage and the metrics (the observe point) and
+        # tells the quota how many were stored.
+        sent = record_sends(
+            self.services.observer,
             principal.tenant,
             queue,
-            "http",
+            HTTP,
             entries,
             outcomes,
             time.perf_counter() - started,
         )
+        enforcer.stored(principal.tenant, sent)
         if not is_batch:
             result = outcomes[0]
             if isinstance(result, PushgateError):
@@ -136,21 +139,6 @@ class MessageRoutes:
                 else _result_json(outcome)
             )
         return JSONResponse({"results": out}, headers=limit_headers)
-
-    def _count_sends(self, results: list[SendResult | PushgateError]) -> int:
-        """Count sends in the metrics; return how many were stored (not duplicates)."""
-        sent = duplicates = 0
-        for r in results:
-            if isinstance(r, SendResult):
-                if r.duplicate:
-                    duplicates += 1
-                else:
-                    sent += 1
-        if sent:
-            self.services.metrics.sent.inc(sent)
-        if duplicates:
-            self.services.metrics.duplicates.inc(duplicates)
-        return sent
 
     # Receive --------------------------------------------------------------
 
@@ -175,11 +163,8 @@ class MessageRoutes:
             principal, queue, max_messages, visibility, wait_s, lambda: _wait_for_disconnect(request)
         )
         if messages:
-            self.services.metrics.received.inc(len(messages))
             nbytes = sum(len(m.body) for m in messages)
-            self.services.usage.observer.observe(
-                principal.tenant, queue, "receive", "http", "ok", len(messages), nbytes
-            )
+            self.services.observer.observe(principal.tenant, queue, RECEIVE, HTTP, OK, len(messages), nbytes)
         return JSONResponse({"messages": [message_to_json(m) for m in messages]}, headers=limit_headers)
 
     # Ack, nack, visibility ------------------------------------------------
@@ -190,9 +175,7 @@ class MessageRoutes:
         check_fields(doc, _ACK_FIELDS)
         receipts = _receipts(doc)
         result = await self.services.engine.ack_now(principal.tenant, receipts, queue)
-        self._record_settled("ack", principal.tenant, queue, receipts, result)
-        if result.acked:
-            self.services.metrics.acked.inc(result.acked)
+        self._record_settled(ACK, principal.tenant, queue, receipts, result)
         return JSONResponse(_ack_json(result, "acked"))
 
     async def delete_message(self, request: Request) -> Response:
@@ -200,10 +183,9 @@ class MessageRoutes:
         receipt = _check_receipt(request.path_params["receipt"])
         result = await self.services.engine.ack_now(principal.tenant, [receipt], queue)
         if not result.failed:  # a failure is raised, and recorded by the endpoint
-            self._record_settled("ack", principal.tenant, queue, [receipt], result)
+            self._record_settled(ACK, principal.tenant, queue, [receipt], result)
         if result.failed:
             raise error_from_code(result.failed[0].code, "the receipt is not valid (expired or already used)")
-        self.services.metrics.acked.inc()
         return Response(status_code=204)
 
     async def nack(self, request: Request) -> Response:
@@ -213,16 +195,14 @@ class MessageRoutes:
         receipts = _receipts(doc)
         delay = check_number("delay_s", doc.get("delay_s", 0), 0, MAX_VISIBILITY_S)
         result = await self.services.engine.nack_now(principal.tenant, receipts, delay, queue)
-        self._record_settled("nack", principal.tenant, queue, receipts, result)
-        if result.acked:
-            self.services.metrics.nacked.inc(result.acked)
+        self._record_settled(NACK, principal.tenant, queue, receipts, result)
         return JSONResponse(_ack_json(result, "nacked"))
 
     def _record_settled(
         self, operation: str, tenant: str, queue: str, receipts: list[str], result: AckResult
     ) -> None:
         queue_of = dict.fromkeys(receipts, queue)
-        record_settled(self.services.usage.observer, tenant, operation, "http", receipts, queue_of, result)
+        record_settled(self.services.observer, tenant, operation, HTTP, receipts, queue_of, result)
 
     async def visibility(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "receive")

@@ -9,7 +9,7 @@ and turns them into :class:`~gateway.usage.record.UsageRecord` s for the writer.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 from .record import BUCKETS, OK, UsageRecord, latency_bucket
 
@@ -30,7 +30,7 @@ class Cell:
 
 
 class UsageAggregator:
-    """Aggregates usage between flushes; an :class:`~push.observer.Observer`.
+    """Aggregates usage between flushes; a sink of the observe point (:class:`~push.observer.Observer`).
 
     ``clock`` returns the wall time in seconds (tests pass their own).
     """
@@ -70,7 +70,7 @@ class UsageAggregator:
         operation: str,
         transport: str,
         nbytes: int,
-        latencies_s: Iterable[float],
+        latencies_s: Sequence[float],
     ) -> None:
         """Count one unit per latency (a batch of pushed messages, each with its own age)."""
         key = (tenant, queue, operation, transport, OK)

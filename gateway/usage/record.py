@@ -51,13 +51,15 @@ class Operation(enum.StrEnum):
     NACK = "nack"  # messages nacked (made visible again)
     CONNECT = "connect"  # push connections (WebSocket) and streams (SSE) opened
     THROTTLED = "throttled"  # requests, frames, connections refused by a rate limit
-    DEAD_LETTERED = "dead_lettered"  # messages moved to a dead-letter queue (not reported yet)
+    DEAD_LETTERED = "dead_lettered"  # messages moved to a dead-letter queue (reported by the store)
+    EXPIRED = "expired"  # messages dropped past the queue's retention (reported by the store)
 
 
 class Transport(enum.StrEnum):
     HTTP = "http"
     WS = "ws"
     SSE = "sse"
+    STORE = "store"  # dead_lettered and expired: no client asked, the store did it
 
 
 OK = "ok"

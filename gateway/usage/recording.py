@@ -1,5 +1,6 @@
 """Usage recording as the gateway builds it from :class:`~gateway.settings.Settings`:
-the observe point, the aggregator behind it, the flusher and the audit log.
+the aggregator (a sink of the gateway's observe point, ``push/observer.py``), the
+flusher and the audit log.
 
 ``GatewayServices.build`` makes one :class:`UsageRecording`; its flusher is the first
 component (started first, closed last, so the final flush sees every outcome the push
@@ -17,7 +18,6 @@ from pathlib import Path
 from .aggregator import UsageAggregator
 from .audit import AUDIT_SUBDIR, AuditLog
 from .flusher import UsageFlusher
-from .observe import Observers
 from .writer import USAGE_SUBDIR, UsageWriter
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
@@ -32,19 +32,18 @@ def gateway_id(name: str | None) -> str:
 
 @dataclass(eq=False)
 class UsageRecording:
-    observer: Observers
     aggregator: UsageAggregator | None
     flusher: UsageFlusher | None
     audit: AuditLog
 
     @classmethod
     def build(cls, data_dir: Path, flush_interval_s: float, name: str | None) -> UsageRecording:
-        """Recording under ``data_dir``; ``flush_interval_s`` 0 records no usage (the
-        observer has no sink) but still keeps the audit log."""
+        """Recording under ``data_dir``; ``flush_interval_s`` 0 records no usage (no
+        aggregator joins the observe point) but still keeps the audit log."""
         audit = AuditLog(data_dir / AUDIT_SUBDIR)
         if flush_interval_s <= 0:
-            return cls(Observers(), None, None, audit)
+            return cls(None, None, audit)
         aggregator = UsageAggregator()
         writer = UsageWriter(data_dir / USAGE_SUBDIR, gateway_id(name))
         flusher = UsageFlusher(aggregator, writer, flush_interval_s)
-        return cls(Observers([aggregator]), aggregator, flusher, audit)
+        return cls(aggregator, flusher, audit)

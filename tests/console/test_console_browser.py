@@ -91,6 +91,25 @@ def test_operator_flow(
     expect(page.locator("#alert-history tr.event-fired")).to_have_count(1)
 
 
+def test_queues_created_and_deleted_appear_live_on_the_overview(
+    page: Page, api: Api, tenant_key: str, qname: str, artifacts_dir: Path
+) -> None:
+    log_in(page, tenant_key)  # a fresh tenant: no queues yet
+    expect(page.locator("#queues tr.empty")).to_have_text("No queues yet.")
+    api.put_queue(qname)
+    row = page.locator(f"#queue-{qname}")
+    expect(row.get_by_role("link", name=qname)).to_have_attribute("href", f"/console/queues/{qname}")
+    expect(page.locator("#queues tr.empty")).to_have_count(0)
+    expect(page.locator("#queue-total")).to_have_text("1")
+    api.send(qname, "one")
+    expect(row.locator('[data-field="visible"]')).to_have_text("1")
+    page.screenshot(path=artifacts_dir / "console-overview-new-queue.png")
+    assert api.client.delete(f"/v1/queues/{qname}").status_code == 204
+    expect(row).to_have_count(0)
+    expect(page.locator("#queues tr.empty")).to_have_text("No queues yet.")
+    expect(page.locator("#queue-total")).to_have_text("0")
+
+
 def test_redrive_and_purge(page: Page, api: Api, tenant_key: str, qname: str, artifacts_dir: Path) -> None:
     dlq = f"{qname}-dlq"
     api.put_queue(dlq)

@@ -28,7 +28,7 @@ def test_metrics_count_requests_by_route_template(gateway: RunningGateway, admin
     )
     assert 'route="unmatched"' in text
     assert "pushgate_http_request_duration_seconds_bucket" in text
-    assert 'pushgate_messages_total{op="sent"}' in text
+    assert 'pushgate_messages_total{event="sent",transport="http"}' in text
     assert f'route="/v1/queues/{qname}' not in text, "queue names must not become route labels"
 
 

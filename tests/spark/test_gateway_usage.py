@@ -8,7 +8,8 @@ Traffic on queue ``orders`` of the bootstrap tenant: 3 messages sent over HTTP (
 of 2 and a single, bodies of known sizes), a duplicate send, 1 message sent over
 WebSocket, 4 deliveries over WebSocket, 3 acked over WebSocket and 1 over HTTP; a send
 to a missing queue (an error by code); a queue created and the limits changed (audit
-records); a per-queue send rate of 4 a minute, so a fifth send to ``orders`` is throttled.
+records); a per-queue send rate of 4 a minute, so a fifth send to ``orders`` is throttled;
+on queue ``retry`` (max_receives 1) a message received, nacked and dead-lettered.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ async def _traffic(url: str, key: str) -> None:
         # The fifth send to orders in a minute (batch, single, duplicate, WebSocket, this).
         throttled = await http.post("/v1/queues/orders/messages", json={"body": "too many"})
         assert throttled.status_code == 429, throttled.text
+        # A message received, nacked and moved to its dead-letter queue by the next receive
+        # (max_receives 1): the store reports the move, usage counts it under the source.
+        assert (await http.put("/v1/queues/retry-dead", json={})).status_code == 201
+        retry = {"max_receives": 1, "dead_letter_queue": "retry-dead"}
+        assert (await http.put("/v1/queues/retry", json=retry)).status_code == 201
+        assert (await http.post("/v1/queues/retry/messages", json={"body": "r"})).status_code == 201
+        got = (await http.post("/v1/queues/retry/receive", json={"wait_s": 0})).json()["messages"]
+        nacked = await http.post("/v1/queues/retry/nack", json={"receipts": [got[0]["receipt"]]})
+        assert nacked.json()["nacked"] == 1
+        moved = await http.post("/v1/queues/retry/receive", json={"wait_s": 0})
+        assert moved.json() == {"messages": []}
 
 
 def test_known_traffic_is_reported_exactly(
@@ -109,7 +121,7 @@ def test_known_traffic_is_reported_exactly(
     printed = capsys.readouterr()
     assert code == 0, printed.err[-3000:]
     assert "[usage report" in printed.err  # progress is shown
-    assert f"{today}: 3 queue row(s) from " in printed.out
+    assert f"{today}: 4 queue row(s) from " in printed.out
 
     with open(out / "day" / "summary.csv", newline="") as f:
         rows = {(r["tenant"], r["queue"]): r for r in csv.DictReader(f)}
@@ -129,6 +141,15 @@ def test_known_traffic_is_reported_exactly(
     assert orders["send_latency_p50_ms"] and orders["delivery_latency_p99_ms"]
     assert rows[(tenant, "nowhere")]["errors"] == "1"  # the send to a missing queue, by code
     assert rows[(tenant, "")]["connections"] == "1"  # connections are per tenant, not per queue
+    retry = rows[(tenant, "retry")]
+    assert {k: retry[k] for k in ("sent", "delivered", "nacked", "dead_lettered", "errors")} == {
+        "sent": "1",
+        "delivered": "1",
+        "nacked": "1",
+        "dead_lettered": "1",
+        "errors": "0",
+    }
+    assert orders["dead_lettered"] == "0"
 
     periods = json.loads((out / "day" / "manifest.json").read_text())["periods"]
     # Today is open; yesterday settled 15 minutes after midnight.
@@ -137,14 +158,18 @@ def test_known_traffic_is_reported_exactly(
     billing = spark.read.parquet(str(out / "day" / str(today) / "billing")).collect()
     lines = {(b["usage_type"], b["quantity"], b["unit"]) for b in billing}
     assert {
-        ("messages-sent", 4, "messages"),
-        ("data-in", sent_bytes, "bytes"),
+        ("messages-sent", 5, "messages"),  # 4 to orders, 1 to retry
+        ("data-in", sent_bytes + 1, "bytes"),
         ("connections", 1, "connections"),
     } <= lines
 
     audit = read_audit(data / "audit")
     created = [r for r in audit.records if r.action == "queue.created"]
-    assert [(r.target, r.source, r.actor.startswith("key:")) for r in created] == [("orders", "http", True)]
+    assert [(r.target, r.source, r.actor.startswith("key:")) for r in created] == [
+        ("orders", "http", True),
+        ("retry-dead", "http", True),
+        ("retry", "http", True),
+    ]
     assert [r.details for r in audit.records if r.action == "limits.changed"] == [
         {"changes": {"per_queue": {"send": "4/minute"}}}
     ]

@@ -9,12 +9,14 @@ aggregator on the gateway's own loop (``take``), so no file or Spark is involved
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -189,3 +191,114 @@ def test_a_refused_websocket_connection_is_throttled_usage(gateway: RunningGatew
     assert asyncio.run(_connect_twice(gateway.url, key)) == 4008  # refused: past the connect rate
     totals = take(gateway)
     assert totals[("", "throttled", "ws", "rate_limited")] == (1, 0)
+
+
+def scrape(gateway: RunningGateway) -> str:
+    r = httpx.get(
+        f"{gateway.url}/metrics", headers={"Authorization": f"Bearer {gateway.admin_key}"}, timeout=scaled(10)
+    )
+    assert r.status_code == 200
+    return r.text
+
+
+def scraped_events(gateway: RunningGateway, queue: str) -> dict[str, float]:
+    """``pushgate_queue_message_events_total`` of one queue of the default tenant."""
+    return {
+        s.labels["event"]: s.value
+        for family in text_string_to_metric_families(scrape(gateway))
+        if family.name == "pushgate_queue_message_events"
+        for s in family.samples
+        if s.labels["tenant"] == "default" and s.labels["queue"] == queue
+    }
+
+
+def scraped_errors(gateway: RunningGateway) -> dict[tuple[str, str, str], float]:
+    """``pushgate_operation_errors_total`` by (operation, transport, code)."""
+    return {
+        (s.labels["operation"], s.labels["transport"], s.labels["code"]): s.value
+        for family in text_string_to_metric_families(scrape(gateway))
+        if family.name == "pushgate_operation_errors"
+        for s in family.samples
+    }
+
+
+async def _auto_ack_stream(gateway: RunningGateway, queue: str, bodies: list[str]) -> None:
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    ws_url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
+    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+        reply = await request(ws, op="subscribe", id="sub", queue=queue, prefetch=10, ack="auto")
+        assert reply["op"] == "ok"
+        messages = [{"body": b} for b in bodies]
+        assert (await request(ws, op="send", id="s", queue=queue, messages=messages))["op"] == "ok"
+        assert sorted(m["body"] for m in await deliveries(ws, len(bodies))) == sorted(bodies)
+
+
+def test_dead_letters_and_auto_acks_count_alike_in_usage_metrics_and_the_store(
+    gateway: RunningGateway,
+) -> None:
+    """One observe point, two sinks: the usage records and the per-queue metrics agree with
+    each other and with the store's durable totals, for what the store does on its own
+    (dead-letter moves) and for auto-ack streams (delivered and acked, as SQS counts a
+    receive and a delete)."""
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+        assert http.put("/v1/queues/dl-dead", json={}).status_code == 201
+        src = {"max_receives": 1, "dead_letter_queue": "dl-dead"}
+        assert http.put("/v1/queues/dl-src", json=src).status_code == 201
+        assert http.put("/v1/queues/auto", json={}).status_code == 201
+        take(gateway)
+        errors_before = scraped_errors(gateway)
+        batch = {"messages": [{"body": "one"}, {"body": "two"}]}
+        assert http.post("/v1/queues/dl-src/messages", json=batch).status_code == 200
+        # Errors by code, in both sinks: a send to a missing queue, an ack of a bad receipt.
+        assert http.post("/v1/queues/dl-nowhere/messages", json={"body": "x"}).status_code == 404
+        bad_ack = http.post("/v1/queues/dl-src/ack", json={"receipts": ["bogus"]}).json()
+        bad_code = bad_ack["failed"][0]["code"]
+        got = http.post("/v1/queues/dl-src/receive", json={"max": 10, "wait_s": 0}).json()["messages"]
+        assert (
+            http.post("/v1/queues/dl-src/nack", json={"receipts": [m["receipt"] for m in got]}).status_code
+            == 200
+        )
+        # Received once already: the next receive moves both to the dead-letter queue.
+        assert http.post("/v1/queues/dl-src/receive", json={"max": 10, "wait_s": 0}).json() == {
+            "messages": []
+        }
+        asyncio.run(_auto_ack_stream(gateway, "auto", ["x", "yy", "zzz"]))
+        # The gateway's own acks of the auto-ack stream land after the pushes: wait for them.
+        deadline = time.monotonic() + scaled(10)
+        while scraped_events(gateway, "auto").get("acked") != 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = {name: http.get(f"/v1/queues/{name}").json()["stats"] for name in ("dl-src", "auto")}
+    totals = take(gateway)
+    assert totals[("dl-src", "send", "http", "ok")] == (2, 6)
+    assert totals[("dl-src", "receive", "http", "ok")] == (2, 6)
+    assert totals[("dl-src", "nack", "http", "ok")] == (2, 0)
+    assert totals[("dl-src", "dead_lettered", "store", "ok")] == (2, 0)
+    assert totals[("auto", "push", "ws", "ok")] == (3, 6)
+    assert totals[("auto", "ack", "ws", "ok")] == (3, 0)
+    assert totals[("dl-nowhere", "send", "http", "queue_not_found")] == (1, 0)
+    assert totals[("dl-src", "ack", "http", bad_code)] == (1, 0)
+    errors_after = scraped_errors(gateway)
+    grew = {k: v - errors_before.get(k, 0) for k, v in errors_after.items() if v != errors_before.get(k, 0)}
+    assert grew == {("send", "http", "queue_not_found"): 1, ("ack", "http", bad_code): 1}
+    assert scraped_events(gateway, "dl-src") == {
+        "sent": 2,
+        "deduplicated": 0,
+        "delivered": 2,
+        "acked": 0,
+        "nacked": 2,
+        "dead_lettered": 2,
+        "expired": 0,
+    }
+    assert scraped_events(gateway, "auto") == {
+        "sent": 3,
+        "deduplicated": 0,
+        "delivered": 3,
+        "acked": 3,
+        "nacked": 0,
+        "dead_lettered": 0,
+        "expired": 0,
+    }
+    # The store's durable totals say the same.
+    assert stats["dl-src"]["dead_lettered_total"] == 2
+    assert stats["auto"]["acked_total"] == 3 and stats["auto"]["visible"] + stats["auto"]["in_flight"] == 0

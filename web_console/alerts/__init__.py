@@ -6,6 +6,7 @@ the console all go through :class:`AlertEngine` and :class:`RuleStore`.
 
 from .engine import Alert, AlertEngine, AlertEvent
 from .rules import KINDS, QUEUE_KINDS, SYSTEM_KINDS, THRESHOLD_MEANING, AlertRule, parse_rule
+from .shared import SharedAlerts
 from .store import RuleStore
 from .webhook import WebhookNotifier
 
@@ -19,6 +20,7 @@ __all__ = [
     "AlertEvent",
     "AlertRule",
     "RuleStore",
+    "SharedAlerts",
     "WebhookNotifier",
     "parse_rule",
 ]

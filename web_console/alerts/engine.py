@@ -5,6 +5,11 @@ firing -> resolving (back at or below the clear level, waiting ``for_s``) -> ok.
 between the clear level and the threshold change nothing (hysteresis), so an alert does
 not flap around its threshold. Rules are re-read from the store on every evaluation, so
 rules set by ``pushgate admin`` or another gateway apply within one sample.
+
+With a :class:`~web_console.alerts.shared.SharedAlerts` (the gateway always passes one),
+firing alerts and the history live in the store's metadata: every gateway on the store
+evaluates, but each transition is claimed in the store by exactly one of them, which alone
+records it (history, log line, transition counter, webhook); the others adopt the state.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from web_console.monitor import DepthHistory, Snapshot
 
 from .evaluation import breaches, cleared, observe
 from .rules import AlertRule
+from .shared import SharedAlerts
 from .store import RuleStore
 from .webhook import WebhookNotifier
 
@@ -79,6 +85,7 @@ class AlertEngine:
         notifier: WebhookNotifier | None = None,
         history_size: int = 200,
         on_change: Callable[[], None] | None = None,
+        shared: SharedAlerts | None = None,
     ) -> None:
         self.store = rules
         self.depth_history = history
@@ -89,6 +96,7 @@ class AlertEngine:
         self.evaluations = 0
         self._tracks: dict[tuple[str, str], _Track] = {}
         self._on_change = on_change
+        self.shared = shared
 
     # Reading ----------------------------------------------------------------------
 
@@ -123,15 +131,82 @@ class AlertEngine:
     # Evaluating ---------------------------------------------------------------------
 
     async def on_sample(self, snapshot: Snapshot) -> None:
-        """A sampler listener: reload the rules, then evaluate them against ``snapshot``."""
+        """A sampler listener: reload the rules, then evaluate them against ``snapshot``
+        (sharing the outcome with the other gateways of the store when ``shared`` is set)."""
         try:
             self.rules = await self.store.list()
         except PushgateError as exc:
             log.warning("cannot read alert rules, keeping the last ones: %s", exc.detail)
-        self.evaluate(snapshot)
+        if self.shared is None:
+            self.evaluate(snapshot)
+            return
+        try:
+            await self._evaluate_shared(snapshot, self.shared)
+        except PushgateError as exc:
+            log.warning("cannot share alert state, evaluating again at the next sample: %s", exc.detail)
+
+    async def _evaluate_shared(self, snapshot: Snapshot, shared: SharedAlerts) -> None:
+        active = await shared.active()
+        self._adopt(active, snapshot.at)
+        recorded = []
+        for event in self.advance(snapshot):
+            if event.state == "fired":
+                alert = self._alert_of(event)
+                won = await shared.claim_fired(alert.to_dict())
+            else:
+                won = await shared.claim_resolved(event.tenant, event.rule_id, event.subject)
+            if won:
+                await shared.append(event.to_dict())
+                self._record(event)
+                recorded.append(event)
+        self.history.clear()
+        self.history.extend(AlertEvent(**doc) for doc in await shared.history())
+        if recorded and self._on_change is not None:
+            self._on_change()
+
+    def _adopt(self, active: dict[tuple[str, str], dict[str, Any]], now: float) -> None:
+        """Make the local states agree with what the store says is firing: another gateway
+        fired or resolved it, or this one restarted."""
+        rules = {r.id: r for r in self.rules}
+        for key, doc in active.items():
+            track = self._tracks.get(key)
+            rule = rules.get(key[0])
+            if track is None:
+                if rule is None:
+                    # Its rule is gone: a track of it lets advance() resolve (and delete) it.
+                    rule = AlertRule(doc["rule_id"], doc["tenant"], doc["kind"], doc["threshold"])
+                track = self._tracks[key] = _Track(rule, value=doc["value"])
+            if not track.firing:
+                track.firing, track.since, track.fired_at = True, None, doc["since"]
+        for key, track in self._tracks.items():
+            if track.firing and key not in active:
+                track.firing, track.since = False, None
+
+    def _alert_of(self, event: AlertEvent) -> Alert:
+        return Alert(
+            event.rule_id,
+            event.kind,
+            event.tenant,
+            event.subject,
+            event.value,
+            event.threshold,
+            event.at,
+            event.description,
+        )
 
     def evaluate(self, snapshot: Snapshot) -> list[AlertEvent]:
-        """Advance every (rule, subject) state with ``snapshot``; return the transitions."""
+        """Advance every (rule, subject) state with ``snapshot`` and record the transitions
+        here (one gateway, no sharing); return them."""
+        events = self.advance(snapshot)
+        for event in events:
+            self._record(event)
+        if events and self._on_change is not None:
+            self._on_change()
+        return events
+
+    def advance(self, snapshot: Snapshot) -> list[AlertEvent]:
+        """Advance every (rule, subject) state with ``snapshot``; return the transitions
+        (not recorded: :meth:`evaluate` or the shared claim does that)."""
         now = snapshot.at
         events: list[AlertEvent] = []
         live: set[tuple[str, str]] = set()
@@ -152,10 +227,6 @@ class AlertEngine:
             if gone.firing:
                 events.append(self._event(gone.rule, key[1], "resolved", gone.value, now))
         self.evaluations += 1
-        for event in events:
-            self._record(event)
-        if events and self._on_change is not None:
-            self._on_change()
         return events
 
     def _step(

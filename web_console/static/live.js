@@ -42,9 +42,58 @@
     });
   }
 
+  var COLUMNS = ["visible", "in_flight", "delayed", "oldest", "send_rate", "ack_rate", "consumers"];
+
+  function queueRow(q) {
+    // The same markup the server renders (overview.html), built with textContent only.
+    var tr = document.createElement("tr");
+    tr.id = "queue-" + q.name;
+    var th = document.createElement("th");
+    th.scope = "row";
+    var a = document.createElement("a");
+    a.href = "/console/queues/" + encodeURIComponent(q.name);
+    a.textContent = q.name;
+    th.appendChild(a);
+    tr.appendChild(th);
+    COLUMNS.forEach(function (key) {
+      var td = document.createElement("td");
+      td.dataset.field = key;
+      tr.appendChild(td);
+    });
+    return tr;
+  }
+
+  function renderQueues(doc) {
+    // The page's rows follow the stream's listing (same filter and page): new queues are
+    // added, deleted ones removed, existing rows updated in place.
+    var body = document.querySelector("#queues tbody");
+    if (!body) return;
+    var keep = {};
+    doc.queues.forEach(function (q) {
+      var tr = document.getElementById("queue-" + q.name) || queueRow(q);
+      setFields(tr, q);
+      body.appendChild(tr); // appends a new row, moves an existing one into stream order
+      keep[tr.id] = true;
+    });
+    Array.prototype.slice.call(body.children).forEach(function (tr) {
+      if (!keep[tr.id]) body.removeChild(tr);
+    });
+    if (!doc.queues.length) {
+      var empty = document.createElement("tr");
+      empty.className = "empty";
+      var td = document.createElement("td");
+      td.colSpan = 8;
+      td.textContent = "No queues yet.";
+      empty.appendChild(td);
+      body.appendChild(empty);
+    }
+    var total = document.getElementById("queue-total");
+    if (total && typeof doc.total === "number") total.textContent = String(doc.total);
+  }
+
   source.addEventListener("overview", function (event) {
     var doc = JSON.parse(event.data);
-    doc.queues.forEach(function (q) { setFields(document.getElementById("queue-" + q.name), q); });
+    renderQueues(doc);
     renderAlerts(doc.alerts);
   });
   source.addEventListener("queue", function (event) {
