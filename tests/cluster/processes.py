@@ -175,7 +175,7 @@ class ClusterHarness:
         record = LeaderRecord.unpack(entry.value)
         return record.node, record.address, Epoch(entry.create_revision)
 
-    async def wait_for(self, what: str, check: Any, timeout: float = 20) -> Any:
+    async def wait_for(self, what: str, check: Any, timeout: float = 30) -> Any:
         deadline = time.monotonic() + timeout * _scale()
         while True:
             value = await check()
@@ -215,7 +215,7 @@ class ClusterHarness:
         return await self.pool.client(node, address).call(op, partition, epoch, **kwargs)
 
     async def send_until_ok(
-        self, partition: int, tenant: str, queue: str, body: str, timeout: float = 20
+        self, partition: int, tenant: str, queue: str, body: str, timeout: float = 30
     ) -> SendResult:
         """Send one message, retrying it (same dedupe id) through failovers until acknowledged."""
         deadline = time.monotonic() + timeout * _scale()
@@ -235,19 +235,22 @@ class ClusterHarness:
             assert isinstance(result, SendResult)
             return result
 
-    async def drain_queue(self, partition: int, tenant: str, queue: str) -> list[str]:
-        """Receive and ack everything visible on the leader; the bodies in receive order."""
-        bodies: list[str] = []
+    async def call_until_ok(self, partition: int, op: str, timeout: float = 30, **kwargs: Any) -> Any:
+        """An idempotent ``op`` (a read) retried through failovers, as a gateway retries it."""
+        deadline = time.monotonic() + timeout * _scale()
         while True:
-            got = await self.call(
-                partition,
-                "receive",
-                tenant=TenantId(tenant),
-                queue=QueueName(queue),
-                max_messages=100,
-                visibility_timeout_s=300,
-            )
-            if not got:
-                return bodies
-            bodies += [m.body.decode() for m in got]
-            await self.call(partition, "ack", tenant=TenantId(tenant), receipts=[m.receipt for m in got])
+            try:
+                return await self.call(partition, op, **kwargs)
+            except (Unavailable, StaleEpoch) as exc:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{op} never answered: {exc}\n{self.logs()}") from None
+                await asyncio.sleep(0.05)
+
+    async def read_queue(self, partition: int, tenant: str, queue: str) -> list[str]:
+        """Every message body the partition's leader holds for the queue (a peek: changes
+        nothing, so it is retried safely through a leader change; up to 1,000)."""
+        peeked = await self.call_until_ok(
+            partition, "peek", tenant=TenantId(tenant), queue=QueueName(queue), max_messages=1000
+        )
+        assert len(peeked) < 1000, "more messages than one peek shows"
+        return [m.body.decode() for m in peeked]

@@ -141,7 +141,7 @@ async def test_sync_sends_survive_repeated_leader_kills_and_the_manager_failing_
         h.nodes[victim].start()
         await replicated_everywhere(h, pid, list(h.nodes))
 
-    producers.check(await h.drain_queue(pid, T, Q))
+    producers.check(await h.read_queue(pid, T, Q))
 
 
 async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness: ClusterHarness) -> None:
@@ -173,7 +173,7 @@ async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness:
     # It rejoins as a follower (dropping what it wrote but nobody acknowledged) and ends
     # with the new leader's log.
     await replicated_everywhere(h, pid, list(h.nodes))
-    received = await h.drain_queue(pid, T, Q)
+    received = await h.read_queue(pid, T, Q)
     producers.check(received)
     assert "to-the-old-leader" not in received
 
@@ -200,7 +200,7 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
     assert new_epoch > epoch
     record = (await h.partitions())[pid]
     await replicated_everywhere(h, pid, list(record.replicas))
-    assert sorted(await h.drain_queue(pid, T, Q)) == [f"m{i}" for i in range(5)]
+    assert sorted(await h.read_queue(pid, T, Q)) == [f"m{i}" for i in range(5)]
     # The drained node dropped its environment.
     await h.wait_for("the drained node to drop the partition", lambda: _hosts_nothing(h, drained, pid))
     await h.manager_command("--undrain", drained)
@@ -210,7 +210,7 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
     await h.create_queue(T, Q, {"replication_factor": 2, "partitions": 1, "visibility_timeout_s": 7})
 
     async def updated() -> bool:
-        info = await h.call(pid, "get_queue", tenant=TenantId(T), name=QueueName(Q))
+        info = await h.call_until_ok(pid, "get_queue", tenant=TenantId(T), name=QueueName(Q))
         return bool(info.attributes.visibility_timeout_s == 7)
 
     await h.wait_for("the new attributes on the leader", updated)
