@@ -143,6 +143,9 @@ class PartitionRecord:
     replicas: tuple[str, ...]
     leader: str | None
     mode: str = "sync"  # "sync" | "async"
+    # The create_revision of the queue record it was made for: a queue deleted and created
+    # again under the same name gets new partitions, never the old ones (None: not recorded).
+    queue_revision: int | None = None
 
     def pack(self) -> bytes:
         return pack(
@@ -153,6 +156,7 @@ class PartitionRecord:
                 "replicas": list(self.replicas),
                 "leader": self.leader,
                 "mode": self.mode,
+                "queue_revision": self.queue_revision,
             }
         )
 
@@ -167,6 +171,7 @@ class PartitionRecord:
                 tuple(v["replicas"]),
                 v.get("leader"),
                 v.get("mode", "sync"),
+                v.get("queue_revision"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise Unavailable(f"malformed partition record: {exc}") from None

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import PushgateError
@@ -51,6 +51,8 @@ class ClusterView:
     """What the manager knows from etcd."""
 
     queues: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # Each queue record's create_revision (its incarnation: a re-created queue has a new one).
+    queue_revisions: dict[tuple[str, str], int] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     partitions: dict[int, PartitionRecord] = field(default_factory=dict)
     leaders: set[int] = field(default_factory=set)  # partitions whose leader key exists
@@ -79,7 +81,7 @@ def plan(view: ClusterView) -> Plan:
         for n in record.replicas:
             if n in load:
                 load[n] += 1
-    by_slot = {(r.tenant, r.queue, r.index): pid for pid, r in view.partitions.items()}
+    by_slot = {(r.tenant, r.queue, r.index): pid for pid, r in view.partitions.items() if _current(view, r)}
 
     def least_loaded(exclude: set[str], count: int) -> list[str]:
         chosen = sorted((n for n in up if n not in exclude), key=lambda n: (load[n], n))[:count]
@@ -100,7 +102,13 @@ def plan(view: ClusterView) -> Plan:
                     continue  # no live node yet
                 out.counter += 1
                 out.puts[out.counter] = PartitionRecord(
-                    tenant, queue, index, tuple(replicas), replicas[0], mode
+                    tenant,
+                    queue,
+                    index,
+                    tuple(replicas),
+                    replicas[0],
+                    mode,
+                    view.queue_revisions.get((tenant, queue)),
                 )
                 continue
             record = view.partitions[pid]
@@ -109,9 +117,16 @@ def plan(view: ClusterView) -> Plan:
                 out.puts[pid] = changed
     for pid, record in view.partitions.items():
         found = view.queues.get((record.tenant, record.queue))
-        if found is None or record.index >= _int_attr(found, "partitions", 1):
+        if found is None or record.index >= _int_attr(found, "partitions", 1) or not _current(view, record):
             out.deletes.append(pid)
     return out
+
+
+def _current(view: ClusterView, record: PartitionRecord) -> bool:
+    """Whether a partition was made for the queue record etcd holds now (not for an earlier
+    queue of the same name, deleted and created again before the manager saw it go)."""
+    revision = view.queue_revisions.get((record.tenant, record.queue))
+    return record.queue_revision is None or revision is None or record.queue_revision == revision
 
 
 def _repair(
@@ -159,7 +174,7 @@ def _repair(
         replicas += least_loaded(set(replicas), factor - len(replicas))
     if leader is None and replicas:
         leader = replicas[0]
-    return PartitionRecord(record.tenant, record.queue, record.index, tuple(replicas), leader, mode)
+    return replace(record, replicas=tuple(replicas), leader=leader, mode=mode)
 
 
 class Manager:
@@ -218,13 +233,16 @@ class Manager:
 
     def _on_queues(self, state: PrefixState) -> None:
         out: dict[tuple[str, str], dict[str, Any]] = {}
-        for key, value in state.values().items():
-            tenant, _, queue = key.partition("/")
+        revisions: dict[tuple[str, str], int] = {}
+        for key, entry in state.entries.items():
+            tenant, _, queue = key[len(state.prefix) :].partition("/")
             with contextlib.suppress(PushgateError):
-                attributes = unpack(value)
+                attributes = unpack(entry.value)
                 if isinstance(attributes, dict):
                     out[(tenant, queue)] = attributes
+                    revisions[(tenant, queue)] = entry.create_revision
         self.view.queues = out
+        self.view.queue_revisions = revisions
 
     def _on_nodes(self, state: PrefixState) -> None:
         out: dict[str, NodeRecord] = {}

@@ -128,6 +128,30 @@ def test_partitions_of_deleted_queues_and_past_a_lowered_count_are_deleted() -> 
     assert sorted(out.deletes) == [2, 3] and out.puts == {}
 
 
+def test_a_queue_created_again_under_its_name_gets_new_partitions() -> None:
+    # Deleted and created again before the manager saw it go: etcd holds a record of a new
+    # create_revision, and the partitions made for the old one must not serve it.
+    v = view(
+        queues={("t", "q"): {"partitions": 1}, ("t", "kept"): {"partitions": 1}},
+        queue_revisions={("t", "q"): 20, ("t", "kept"): 5},
+        nodes={"n1": node(), "n2": node()},
+        partitions={
+            1: PartitionRecord("t", "q", 0, ("n1",), "n1", queue_revision=10),
+            2: PartitionRecord("t", "kept", 0, ("n2",), "n2", queue_revision=None),
+        },
+        leaders={1, 2},
+        counter=2,
+    )
+    out = plan(v)
+    assert out.deletes == [1]
+    assert list(out.puts) == [3] and out.puts[3].queue_revision == 20 and out.puts[3].index == 0
+    # The new partition is the current incarnation's: kept as it is.
+    v.partitions = {3: out.puts[3], 2: v.partitions[2]}
+    v.leaders, v.counter = {2, 3}, 3
+    again = plan(v)
+    assert again.deletes == [] and again.puts == {}
+
+
 def test_a_set_placed_on_too_few_nodes_grows_when_nodes_join() -> None:
     record = PartitionRecord("t", "q", 0, ("n1",), "n1")
     v = view(
