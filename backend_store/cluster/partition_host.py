@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..attributes import BOUNDS
-from ..errors import PushgateError, QueueExists, StaleEpoch, Unavailable
+from ..errors import PushgateError, QueueExists, StaleEpoch
 from ..lmdb_store.engine import LmdbBackend
 from ..options import StoreOptions
 from ..types import Epoch, Lsn, QueueName, TenantId
@@ -247,8 +247,9 @@ class PartitionHost:
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
         if self.record is None or (self.record.tenant, self.record.queue) not in self._applied_attributes:
-            # Leading, but the queue's attributes have not reached us from etcd yet.
-            raise Unavailable(f"partition {self.partition} is not ready yet")
+            # Leading, but the queue's attributes have not reached us from etcd yet. Answered
+            # as not_leader: nothing was applied, so the gateway may retry any request.
+            raise ops.NotLeader(f"partition {self.partition} is not ready yet")
         store = self.store
         result = await ops.call(store, op, args)
         if ops.OPS[op].writes:
