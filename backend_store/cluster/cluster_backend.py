@@ -58,7 +58,7 @@ from ..types import (
 from .client import NoAnswer, NodePool, NodeUnreachable
 from .coordinator import CoordinatorUnavailable
 from .etcd_coordinator import EtcdCoordinator
-from .etcd_paths import DEFAULT_ROOT, EtcdPaths
+from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
 from .ops import NotLeader
@@ -76,7 +76,7 @@ _RETRY_PAUSE_S = 0.05
 class ClusterSettings:
     """Knobs of the gateway side, from ``cluster://...?name=value`` (or defaults)."""
 
-    root: str = DEFAULT_ROOT
+    root: str = DEFAULT_PREFIX
     # A request's whole budget, retries and waits for a leader included.
     request_deadline_s: float = 10.0
     # One attempt at one node (a sync send waits for a majority fsync within it).
@@ -96,7 +96,7 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         raise ConfigurationError(f"not a cluster URL: {url!r}")
     if not parts.netloc:
         raise ConfigurationError("cluster URL needs etcd endpoints, e.g. cluster://127.0.0.1:2379")
-    root = parts.path if parts.path not in ("", "/") else DEFAULT_ROOT
+    root = parts.path if parts.path not in ("", "/") else DEFAULT_PREFIX
     root = root if root.endswith("/") else root + "/"
     values: dict[str, Any] = {"root": root}
     known = ClusterSettings.__dataclass_fields__
@@ -130,7 +130,7 @@ class ClusterBackend:
     def __init__(self, endpoints: str, settings: ClusterSettings, options: StoreOptions) -> None:
         self.endpoints = endpoints
         self.settings = settings
-        self.paths = EtcdPaths(settings.root)
+        self.paths = Layout(settings.root)
         self.gateway_id = f"gw-{uuid.uuid4().hex[:8]}"
         self._options = options
         self._coordinator = EtcdCoordinator(endpoints, timeout_s=settings.etcd_timeout_s)
@@ -179,7 +179,7 @@ class ClusterBackend:
     async def check_writable(self) -> None:
         """Ready when etcd answers and every partition of the map has a leader."""
         try:
-            await self._coordinator.get(self.paths.root + "ready-check")
+            await self._coordinator.get(self.paths.prefix + "ready-check")
         except CoordinatorUnavailable as exc:
             raise Unavailable(f"etcd is unreachable: {exc.detail}") from None
         leaderless = self.view.map.leaderless()

@@ -7,6 +7,7 @@ Everything lives under a prefix, ``/pushgate/`` by default (:class:`Layout`); va
     partitions/{id}        PartitionRecord  the partition map (written by the manager, fenced)
     leaders/{id}           LeaderRecord     a partition leader's campaign key; epoch = create_revision
     queues/{tenant}/{q}    attributes       a queue's attributes (written by gateways)
+    meta/{namespace}/{key} raw bytes        the gateways' metadata: tenants, API keys, JWT keys
     drain/{node_id}        b""              an operator's drain request (pushgate manager --drain)
     counters/partition     int              the last partition id allocated
 """
@@ -18,9 +19,13 @@ from typing import Any
 
 import msgpack
 
-from ..errors import Unavailable
+from ..errors import InvalidRequest, Unavailable
+from ..types import QueueName, TenantId
 
 DEFAULT_PREFIX = "/pushgate/"
+# The embedded store's limit on ``namespace \0 key`` (and on tenant + queue): the same here,
+# so both stores refuse alike.
+MAX_META_KEY_BYTES = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +72,51 @@ class Layout:
     def leader(self, partition: int) -> str:
         return f"{self.leaders}{partition}"
 
-    def queue(self, tenant: str, queue: str) -> str:
-        return f"{self.queues}{tenant}/{queue}"
+    @property
+    def meta(self) -> str:
+        return self.prefix + "meta/"
+
+    def queue(self, tenant: str, name: str) -> str:
+        """A queue's key; refuses names that could alias another key or that the store would refuse."""
+        if not tenant or "/" in tenant + name or "\0" in tenant + name:
+            raise InvalidRequest("tenant and queue names must not contain '/' or NUL")
+        _check_size(tenant, name, "tenant and queue names")
+        return f"{self.queues}{tenant}/{name}"
+
+    def tenant_queues(self, tenant: str) -> str:
+        if not tenant or "/" in tenant or "\0" in tenant:
+            raise InvalidRequest("tenant names must not contain '/' or NUL")
+        return f"{self.queues}{tenant}/"
+
+    def split_queue_key(self, key: str) -> tuple[TenantId, QueueName] | None:
+        """``(tenant, queue)`` of a full ``queues/`` key (None for a key of another shape)."""
+        tenant, sep, name = key[len(self.queues) :].partition("/")
+        if not sep or not tenant or not name or "/" in name:
+            return None
+        return TenantId(tenant), QueueName(name)
+
+    def meta_key(self, namespace: str, key: str) -> str:
+        """The key of a metadata value; refuses what the embedded store refuses."""
+        if not namespace or "\0" in namespace or "\0" in key:
+            raise InvalidRequest("metadata namespace must be non-empty and names free of NUL")
+        if "/" in namespace:
+            # A "/" would let namespace "a/b" and key "c" alias namespace "a" and key "b/c".
+            raise InvalidRequest("metadata namespace must not contain '/'")
+        _check_size(namespace, key, "metadata names")
+        return f"{self.meta}{namespace}/{key}"
+
+    def split_meta_key(self, key: str) -> tuple[str, str]:
+        namespace, _, name = key[len(self.meta) :].partition("/")
+        return namespace, name
+
+
+def _check_size(first: str, second: str, what: str) -> None:
+    try:
+        size = len(first.encode()) + 1 + len(second.encode())
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{what} must be valid Unicode") from None
+    if size > MAX_META_KEY_BYTES:
+        raise InvalidRequest(f"{what} must fit in {MAX_META_KEY_BYTES} bytes")
 
 
 def pack(value: Any) -> bytes:

@@ -1,6 +1,6 @@
 """Tenants, keys, limits and queue metadata in etcd, with the embedded store's semantics.
 
-EtcdPaths (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msgpack maps):
+Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msgpack maps):
 
 - ``meta/{namespace}/{key}``: raw bytes (tenants, API keys, JWT keys, limits, alert rules);
 - ``queues/{tenant}/{queue}``: the queue's attributes and ``created_at`` (float); the
@@ -28,7 +28,7 @@ from ..attributes import apply_patch, attributes_from_record, check_queue_name, 
 from ..errors import InvalidRequest, QueueExists, QueueNotFound, Unavailable
 from ..types import QueueAttributes, QueueName, TenantId
 from .coordinator import Coordinator, Entry, PrefixState
-from .etcd_paths import EtcdPaths
+from .layout import Layout
 from .watched_prefix import WatchedPrefix
 
 # Read-modify-write of a queue record is retried this often when another writer got in first.
@@ -75,7 +75,7 @@ class ClusterMetadata:
     def __init__(
         self,
         coordinator: Coordinator,
-        paths: EtcdPaths,
+        paths: Layout,
         *,
         clock: Callable[[], float] = time.time,
         reread_every_s: float = 5.0,
@@ -148,7 +148,7 @@ class ClusterMetadata:
 
     async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
         """A queue record read from etcd; ``QueueNotFound`` if there is none."""
-        entry = await self.coordinator.get(self.paths.queue_key(tenant, name))
+        entry = await self.coordinator.get(self.paths.queue(tenant, name))
         if entry is None:
             raise QueueNotFound(f"queue {name!r} does not exist")
         return QueueRecord.from_entry(tenant, name, entry)
@@ -171,7 +171,7 @@ class ClusterMetadata:
         await self._check_dead_letter_queue(tenant, name, attrs)
         record = QueueRecord(tenant, name, attrs, self._clock())
         for _ in range(_CAS_ATTEMPTS):
-            if await self.coordinator.create(self.paths.queue_key(tenant, name), record.to_bytes()):
+            if await self.coordinator.create(self.paths.queue(tenant, name), record.to_bytes()):
                 await self._settle(self.queues)
                 return await self.queue(tenant, name), True
             try:
@@ -191,14 +191,14 @@ class ClusterMetadata:
             attrs = apply_patch(current.attributes, changes)
             await self._check_dead_letter_queue(tenant, name, attrs)
             record = QueueRecord(tenant, name, attrs, current.created_at)
-            key = self.paths.queue_key(tenant, name)
+            key = self.paths.queue(tenant, name)
             if await self.coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
                 await self._settle(self.queues)
                 return await self.queue(tenant, name)
         raise Unavailable("queue metadata changed too often to update the queue; retry")
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
-        if not await self.coordinator.delete(self.paths.queue_key(tenant, name)):
+        if not await self.coordinator.delete(self.paths.queue(tenant, name)):
             raise QueueNotFound(f"queue {name!r} does not exist")
         await self._settle(self.queues)
 
@@ -210,7 +210,7 @@ class ClusterMetadata:
             return
         if dlq == name:
             raise InvalidRequest("a queue cannot be its own dead_letter_queue")
-        if await self.coordinator.get(self.paths.queue_key(tenant, dlq)) is None:
+        if await self.coordinator.get(self.paths.queue(tenant, dlq)) is None:
             raise InvalidRequest(f"dead_letter_queue {dlq!r} does not exist")
 
     # Watch ------------------------------------------------------------------------

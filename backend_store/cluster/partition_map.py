@@ -20,7 +20,7 @@ import msgpack
 
 from ..types import Epoch, Lsn, QueueName, TenantId
 from .coordinator import Coordinator, Entry, PrefixState
-from .etcd_paths import EtcdPaths
+from .layout import Layout
 from .watched_prefix import WatchedPrefix
 
 log = logging.getLogger("pushgate.cluster")
@@ -184,7 +184,7 @@ class PartitionMap:
 class ClusterView:
     """The newest :class:`PartitionMap`, kept current by three watches."""
 
-    def __init__(self, coordinator: Coordinator, paths: EtcdPaths, *, reread_every_s: float = 5.0) -> None:
+    def __init__(self, coordinator: Coordinator, paths: Layout, *, reread_every_s: float = 5.0) -> None:
         self.nodes = WatchedPrefix(coordinator, paths.nodes, reread_every_s=reread_every_s)
         self.partitions = WatchedPrefix(coordinator, paths.partitions, reread_every_s=reread_every_s)
         self.leaders = WatchedPrefix(coordinator, paths.leaders, reread_every_s=reread_every_s)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.etcd_paths import EtcdPaths
+from backend_store.cluster.layout import Layout
 from backend_store.cluster.metadata import ClusterMetadata
 from backend_store.errors import InvalidRequest, QueueExists, QueueNotFound
 from backend_store.types import QueueName, TenantId
@@ -26,12 +26,12 @@ async def coordinator(etcd_endpoints: list[str]) -> AsyncIterator[EtcdCoordinato
 
 
 @pytest.fixture
-def paths() -> EtcdPaths:
-    return EtcdPaths(unique_prefix("meta") + "/")
+def paths() -> Layout:
+    return Layout(unique_prefix("meta") + "/")
 
 
 @pytest.fixture
-async def metadata(coordinator: EtcdCoordinator, paths: EtcdPaths) -> AsyncIterator[ClusterMetadata]:
+async def metadata(coordinator: EtcdCoordinator, paths: Layout) -> AsyncIterator[ClusterMetadata]:
     # A long re-read interval: whatever arrives quickly came through the watch.
     meta = ClusterMetadata(coordinator, paths, reread_every_s=60)
     await meta.start()
