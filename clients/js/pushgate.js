@@ -131,6 +131,7 @@ export class Pushgate {
       ...options,
     };
     this.transport = this.options.transport === "sse" ? "sse" : "websocket";
+    this._refusedWhileReachable = false; // a WebSocket was refused while HTTP answered (see _connectLoop)
     this.state = "idle"; // idle | connecting | open | closed
     this.generation = 0; // counts connections, so acks of a lost one are not sent on the next
     this.reconnects = 0;
@@ -196,6 +197,7 @@ export class Pushgate {
           await this._openWebSocket();
         }
         this._attempt = 0;
+        this._refusedWhileReachable = false;
         for (const sub of this._subs) this._startSubscription(sub);
         return;
       } catch (error) {
@@ -205,9 +207,17 @@ export class Pushgate {
           throw error;
         }
         if (error.neverOpened && this.options.transport === "auto" && (await this._httpReachable())) {
-          this.transport = "sse"; // the gateway answers HTTP but no WebSocket gets through
+          // The gateway answers HTTP. It may just have come up (a restart refused the
+          // WebSocket a moment ago): only a second refusal while it answers means that no
+          // WebSocket gets through, and the client moves to SSE.
+          if (this._refusedWhileReachable) {
+            this.transport = "sse";
+          } else {
+            this._refusedWhileReachable = true;
+          }
           continue;
         }
+        this._refusedWhileReachable = false;
         await sleep(backoffDelay(this._attempt++, this.options.backoff));
       }
     }

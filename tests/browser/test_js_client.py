@@ -172,9 +172,9 @@ def test_receives_acks_and_survives_a_gateway_restart(
     gateway = serve(data, port)
     url = f"http://127.0.0.1:{port}"
     http = Http(url, key)
+    page_cm = open_page(chromium, page_server.allowed)
     try:
         http.queue(qname)
-        page_cm = open_page(chromium, page_server.allowed)
         page = next(page_cm)
         transport = page.evaluate(
             START_CONSUMER, {"gw": url, "queue": qname, "token": {"key": key}, "options": {}}
@@ -200,9 +200,9 @@ def test_receives_acks_and_survives_a_gateway_restart(
         expected = {f"before-{i}" for i in range(5)} | {f"after-{i}" for i in range(5)} | {"from-page"}
         assert set(received) == expected
         assert page.evaluate("() => window.errors") == []
-        page_cm.close()
         http.assert_drained(qname)
     finally:
+        page_cm.close()  # on failure too: a page left open breaks the next test's event loop
         http.client.close()
         gateway.stop()
 
