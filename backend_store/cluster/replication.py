@@ -188,10 +188,10 @@ class ReplicationLeader:
                     log.info("partition %d: link to %s closed (%s)", self.partition, follower_id, event.code)
         finally:
             progress.connected = False
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sender
-            await stream.close()
+            try:
+                await _stop(sender)
+            finally:
+                await stream.close()
 
     async def maintain(
         self, follower_id: str, host: str, port: int, *, retry_s: float = 0.2, connect_timeout_s: float = 2.0
@@ -345,10 +345,10 @@ class ReplicationFollower:
                 if isinstance(event, Replicate | SnapshotChunk) and event.partition == self.partition:
                     inbox.put(event)
         finally:
-            applier.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await applier
-            await stream.close()
+            try:
+                await _stop(applier)
+            finally:
+                await stream.close()
 
     def _report_position(self, stream: NodeStream) -> None:
         stream.connection.replicated(self.partition, self.store.epoch, self.store.last_lsn)
@@ -508,3 +508,11 @@ def _sync_and_close(file: BinaryIO) -> None:
     file.flush()
     os.fsync(file.fileno())
     file.close()
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel a helper task and wait for its end. Not ``suppress(CancelledError)`` around
+    ``await task``: that would also swallow a cancellation of the caller arriving meanwhile
+    (a link closing just as its partition is dropped kept re-dialling for ever)."""
+    task.cancel()
+    await asyncio.wait([task])

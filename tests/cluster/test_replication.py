@@ -369,3 +369,29 @@ async def test_a_maintained_link_redials_a_follower_that_restarts(cluster: Clust
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
+
+
+async def test_stopping_a_helper_task_does_not_swallow_the_callers_cancellation() -> None:
+    # A link closing just as its partition was dropped: the link task, waiting for its sender
+    # to end, is cancelled. It must end (it kept re-dialling for ever when the wait swallowed
+    # the cancellation).
+    from backend_store.cluster.replication import _stop
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # cleanup that takes a moment
+            raise
+
+    async def link() -> str:
+        helper = asyncio.create_task(slow_to_stop())
+        await asyncio.sleep(0)
+        await _stop(helper)
+        return "went on as if not cancelled"
+
+    task = asyncio.create_task(link())
+    await asyncio.sleep(0.05)  # the link is now waiting for its helper to end
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
