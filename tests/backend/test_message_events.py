@@ -10,8 +10,6 @@ import asyncio
 from collections import Counter
 from collections.abc import Sequence
 
-import pytest
-
 from backend_store.backend import Backend, MessageEvent, MessageEvents
 from backend_store.types import TenantId
 from tests.conftest import ManualClock
@@ -46,8 +44,8 @@ class Recorder:
 
 
 def events_of(store: Backend) -> Recorder:
-    if not isinstance(store, MessageEvents):
-        pytest.skip("this backend kind reports no message events yet")
+    # A kind without message events must leave these tests out of its `only` set (harness.py).
+    assert isinstance(store, MessageEvents), "this backend kind reports no message events"
     recorder = Recorder()
     store.add_event_listener(recorder)
     return recorder

@@ -16,6 +16,7 @@ from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout, LeaderRecord, pack
 from backend_store.cluster.manager import Manager
 from backend_store.cluster.node import Node
+from backend_store.errors import PushgateError
 from backend_store.lmdb_store.environment import Db
 from backend_store.types import Epoch, NewMessage, QueueName, TenantId
 from tests.cluster.test_replication import contents
@@ -80,7 +81,7 @@ async def test_only_the_leader_sweeps_and_replicas_stay_equal(
     async def sent() -> bool:
         try:
             await client.call("send", 1, epoch, tenant=T, queue=Q, messages=messages)
-        except Exception:  # not ready yet (the queue's attributes on their way)
+        except PushgateError:  # not ready yet (the queue's attributes on their way)
             return False
         return True
 
