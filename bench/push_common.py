@@ -16,6 +16,9 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from gateway.local_ports import free_port  # noqa: E402, F401  (a script from a checkout; re-exported)
 
 
 def machine() -> str:
@@ -69,13 +72,6 @@ def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
         command = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200", "-o", spy]
         _profilers[proc.pid] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, url, key
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def start_script(script: str, *args: str) -> subprocess.Popen[str]:

@@ -30,7 +30,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from backend_store import (  # noqa: E402  (runs as a script from a checkout)
     TenantId,
     open_backend,
 )
+from gateway.local_ports import free_port  # noqa: E402
 
 TENANT = TenantId("bench")
 QUEUE = QueueName("bench")
@@ -255,13 +255,6 @@ async def pushgate_receive_ack(
 
 
 # Redis -----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager

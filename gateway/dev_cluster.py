@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,16 +29,11 @@ from pathlib import Path
 
 import httpx
 
+from .local_ports import free_port, free_ports
+
 MARKER = ".pushgate-dev-cluster"
 STOP_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -126,7 +120,7 @@ class DevCluster:
             raise SystemExit("pushgate dev-cluster: needs etcd on PATH (Debian: apt-get install etcd-server)")
         self.prepare()
         self.etcd_dir = Path(tempfile.mkdtemp(prefix="pushgate-etcd-"))
-        client, peer = free_port(), free_port()
+        client, peer = free_ports(2)
         endpoint = f"127.0.0.1:{client}"
         etcd = Child(
             "etcd",
@@ -146,8 +140,9 @@ class DevCluster:
         )  # fmt: skip
         self._launch(etcd)
         self._wait(etcd, f"http://{endpoint}/health", lambda r: r.json().get("health") == "true")
+        node_ports = free_ports(self.nodes)
         for i in range(1, self.nodes + 1):
-            address = f"127.0.0.1:{free_port()}"
+            address = f"127.0.0.1:{node_ports[i - 1]}"
             node_dir = self.data / "nodes" / f"node-{i}"
             argv = self.pushgate("node", "--data", str(node_dir), "--listen", address, "--etcd", endpoint)
             argv += ["--lease-ttl", str(self.lease_ttl_s)]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -449,8 +448,7 @@ class PushEngine:
         self.draining = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+            await asyncio.wait([self._watchdog])
             self._watchdog = None
         self.polls.drain()
         for conn in list(self._connections):

@@ -12,7 +12,6 @@ when idle, so a stream costs one extra task, not four.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -52,8 +51,7 @@ class PushEventStream(EventSourceResponse):
             await self._stream_response(send)
         finally:
             listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
+            await asyncio.wait([listener])
         if self.background is not None:
             await self.background()
 

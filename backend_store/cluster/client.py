@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -127,7 +126,8 @@ class NodeClient:
         self._pending[rid] = future
         stream.flush_soon()
         try:
-            value = await asyncio.wait_for(asyncio.shield(future), timeout_s or self.timeout_s)
+            async with asyncio.timeout(timeout_s or self.timeout_s):
+                value = await asyncio.shield(future)
         except TimeoutError:
             raise NoAnswer(
                 f"node {self.node_id} did not answer {op} on partition {partition} in time"
@@ -157,9 +157,8 @@ class NodeClient:
                 return open_stream
             host, port = split_address(self.address)
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), self.connect_timeout_s
-                )
+                async with asyncio.timeout(self.connect_timeout_s):
+                    reader, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError) as exc:
                 raise NodeUnreachable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
             stream = NodeStream(Connection(self.client_id), reader, writer)
@@ -214,8 +213,7 @@ class NodeClient:
             await stream.close(CloseCode.NORMAL, "client closing")
             self._fail_pending(pending, "closed by the client")
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])
 
 
 class NodePool:

@@ -32,6 +32,27 @@ def _node_id(data_dir: Path, given: str | None) -> str:
     return node_id
 
 
+def _await_chain(task: asyncio.Task[Any]) -> str:
+    """Where a task waits: its coroutine and every coroutine it awaits, innermost last
+    (``Task.get_stack()`` shows only the outermost frame of a suspended task)."""
+    lines: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        elif not hasattr(awaited, "cr_await"):
+            lines.append(f"    awaiting {awaited!r}"[:300])
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return "\n".join(lines)
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: log every task and where it waits, to diagnose a process that went quiet."""
+    for task in asyncio.all_tasks():
+        logging.getLogger("pushgate.tasks").warning("task %s\n%s", task.get_name(), _await_chain(task))
+
+
 def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str) -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -40,6 +61,7 @@ def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
+        loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

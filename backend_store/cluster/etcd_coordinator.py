@@ -81,7 +81,8 @@ class EtcdSession:
     async def _keep_alive(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), self.ttl_s / 3)
+                async with asyncio.timeout(self.ttl_s / 3):
+                    await self._closing.wait()
             if self._closing.is_set():
                 return
             if not await self._renew():
@@ -99,7 +100,8 @@ class EtcdSession:
                 return False
             asked = time.monotonic()
             try:
-                ttl = await asyncio.wait_for(self._coordinator._refresh(self.lease_id), remaining)
+                async with asyncio.timeout(remaining):
+                    ttl = await self._coordinator._refresh(self.lease_id)
             except (CoordinatorUnavailable, TimeoutError):
                 await asyncio.sleep(_RENEW_RETRY_S)
                 continue
@@ -148,7 +150,8 @@ class EtcdCoordinator:
         if self._client is not None:
             client, self._client = self._client, None
             with contextlib.suppress(aetcd.exceptions.ClientError, TimeoutError):
-                await asyncio.wait_for(client.close(), self.timeout_s * 2)
+                async with asyncio.timeout(self.timeout_s * 2):
+                    await client.close()
 
     async def __aenter__(self) -> EtcdCoordinator:
         return await self.connect()
@@ -296,7 +299,8 @@ class EtcdCoordinator:
                 return await self.read_prefix(prefix)
             except CoordinatorUnavailable:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), min(pause_s, _WATCH_RETRY_S))
+                    async with asyncio.timeout(min(pause_s, _WATCH_RETRY_S)):
+                        await stop.wait()
         return None
 
     # Internals ------------------------------------------------------------------------
@@ -310,7 +314,8 @@ class EtcdCoordinator:
         if self._client is None:
             raise CoordinatorUnavailable("not connected to etcd")
         try:
-            return await asyncio.wait_for(fn(self._client), self.timeout_s * 2)
+            async with asyncio.timeout(self.timeout_s * 2):
+                return await fn(self._client)
         except (aetcd.exceptions.ClientError, TimeoutError) as exc:
             raise CoordinatorUnavailable(f"etcd: {type(exc).__name__}: {exc}") from None
 
@@ -343,7 +348,8 @@ class _PrefixFollower:
                 log.info("watch on %s broke (%s); re-opening", self.prefix, exc)
             await self._cancel_watch()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), _WATCH_RETRY_S)
+                async with asyncio.timeout(_WATCH_RETRY_S):
+                    await self._stopping.wait()
 
     async def _cancel_watch(self) -> None:
         watch, self._watch = self._watch, None
@@ -351,7 +357,8 @@ class _PrefixFollower:
             # Bounded: aetcd's cancel can wait forever on the request queue of a broken stream
             # (it ends the iterator first, which is what matters here).
             with contextlib.suppress(aetcd.exceptions.ClientError, RuntimeError, TimeoutError):
-                await asyncio.wait_for(watch.cancel(), self.coordinator.timeout_s)
+                async with asyncio.timeout(self.coordinator.timeout_s):
+                    await watch.cancel()
 
     async def stop(self, task: asyncio.Task[None]) -> None:
         self._stopping.set()

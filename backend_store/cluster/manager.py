@@ -213,9 +213,8 @@ class Manager:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks)
 
     async def _watch(self, prefix: str, handler: Any) -> None:
         while True:
@@ -294,14 +293,16 @@ class Manager:
                 log.warning("%s: leading the cluster at epoch %d", self.manager_id, claim.epoch)
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.lost.wait(), self.tick_s * 2)
+                async with asyncio.timeout(self.tick_s * 2):
+                    await session.lost.wait()
 
     async def _lead(self, session: Session) -> None:
         epoch = self.epoch
         assert epoch is not None
         while session.valid():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.tick_s)
+                async with asyncio.timeout(self.tick_s):
+                    await self._changed.wait()
             self._changed.clear()
             if len(self._seen) < 5 or not session.valid():
                 continue  # never plan on a partial picture

@@ -129,9 +129,8 @@ class Node:
             self._server.close()
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks)
         for stream in list(self._clients):
             await stream.close()
         for host in list(self.hosts.values()):
@@ -209,7 +208,8 @@ class Node:
             assert session is not None
             while not self._stopping.is_set() and session.valid():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self.tick_s)
+                    async with asyncio.timeout(self.tick_s):
+                        await self._changed.wait()
                 self._changed.clear()
                 if not session.valid():
                     break
@@ -358,7 +358,8 @@ class Node:
     async def _route(self, stream: NodeStream) -> None:
         events = stream.events()
         try:
-            first = await asyncio.wait_for(anext(events), 10)
+            async with asyncio.timeout(10):
+                first = await anext(events)
         except (TimeoutError, StopAsyncIteration):
             await stream.close()
             return

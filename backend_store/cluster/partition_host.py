@@ -225,9 +225,10 @@ class PartitionHost:
         tasks = [task for _, task in links] + ([sweeper] if sweeper is not None else [])
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            # Not ``suppress(CancelledError)`` around each: that would swallow our own caller's
+            # cancellation too.
+            await asyncio.wait(tasks)
         if leader is not None:
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 

@@ -227,7 +227,8 @@ class ClusterView:
                 return False
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 return condition(self.map)
         return True

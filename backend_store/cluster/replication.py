@@ -138,7 +138,8 @@ class ReplicationLeader:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((lsn, future))
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(future)
         except TimeoutError:
             raise Unavailable(
                 f"partition {self.partition}: LSN {lsn} not on a majority within {timeout_s:g}s"
@@ -203,9 +204,8 @@ class ReplicationLeader:
         """
         while not self.deposed.is_set():
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), connect_timeout_s
-                )
+                async with asyncio.timeout(connect_timeout_s):
+                    reader, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError):
                 await asyncio.sleep(retry_s)
                 continue
@@ -271,7 +271,8 @@ class ReplicationLeader:
                 await stream.drain()
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(progress.wake.wait(), self.heartbeat_s)
+                async with asyncio.timeout(self.heartbeat_s):
+                    await progress.wake.wait()
             if not progress.wake.is_set() and progress.positioned and not conn.closed:
                 # Idle: an empty shipment tells the follower our term (its fence rises, so a
                 # deposed leader is refused even before our next write) and what is committed.

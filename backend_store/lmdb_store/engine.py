@@ -140,8 +140,7 @@ class LmdbBackend:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await asyncio.wait([self._sweeper])
             self._sweeper = None
         if self._writer is not None:
             await asyncio.to_thread(self._writer.stop)

@@ -70,7 +70,8 @@ class UsageFlusher:
     async def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.next_delay())
+                async with asyncio.timeout(self.next_delay()):
+                    await self._stop.wait()
             if not self._stop.is_set():
                 await self.flush()
 

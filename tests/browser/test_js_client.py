@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page
 
+from gateway.local_ports import free_port
 from tests.conftest import scaled
 from tests.gateway.processes import REPO, ServeProcess
 
@@ -134,13 +134,6 @@ def qname() -> str:
 
 
 # A gateway process that can be restarted -------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def admin(data: Path, *args: str) -> dict[str, Any]:

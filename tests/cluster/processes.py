@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,15 +24,9 @@ from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
+from gateway.local_ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _scale() -> float:
@@ -85,7 +78,7 @@ class ClusterProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def log_tail(self, chars: int = 3000) -> str:
+    def log_tail(self, chars: int = 12000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
 
@@ -109,9 +102,10 @@ class ClusterHarness:
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
         etcd = ",".join(self.endpoints)
+        ports = free_ports(nodes)
         for i in range(nodes):
             name = f"n{i}"
-            address = f"127.0.0.1:{free_port()}"
+            address = f"127.0.0.1:{ports[i]}"
             self.addresses[name] = address
             argv = ["node", "--data", str(self.root / name), "--listen", address, "--etcd", etcd]
             argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl)]
@@ -133,6 +127,11 @@ class ClusterHarness:
             await self.coordinator.close()
 
     def logs(self) -> str:
+        # Each live process logs its tasks and where they wait (SIGUSR1), for a hang's diagnosis.
+        for proc in [*self.managers, *self.nodes.values()]:
+            if proc.running:
+                proc.signal(signal.SIGUSR1)
+        time.sleep(0.5)
         return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in [*self.managers, *self.nodes.values()])
 
     # etcd, as a gateway and an operator see it ---------------------------------------------

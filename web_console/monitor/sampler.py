@@ -110,9 +110,8 @@ class QueueSampler:
         or None once the sampler has stopped (shutdown)."""
         async with self._sampled:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._sampled.wait_for(lambda: self.latest.at > after or self.stopped), timeout
-                )
+                async with asyncio.timeout(timeout):
+                    await self._sampled.wait_for(lambda: self.latest.at > after or self.stopped)
         return None if self.stopped else self.latest
 
     async def _read(self) -> Snapshot:
@@ -187,7 +186,8 @@ class QueueSampler:
             floor = max(self.min_gap_s, self.last_duration_s / self.DUTY)
             await asyncio.sleep(max(0.0, floor - self.last_duration_s))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), max(0.0, self.interval_s - floor))
+                async with asyncio.timeout(max(0.0, self.interval_s - floor)):
+                    await self._poke.wait()
 
 
 def _with_rates(q: QueueSample, before: QueueSample | None, elapsed: float) -> QueueSample:
