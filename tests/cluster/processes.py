@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from backend_store.cluster.client import NodePool
+from backend_store.cluster.coordinator import CoordinatorUnavailable
 from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
@@ -177,7 +178,10 @@ class ClusterHarness:
     async def wait_for(self, what: str, check: Any, timeout: float = 30) -> Any:
         deadline = time.monotonic() + timeout * _scale()
         while True:
-            value = await check()
+            try:
+                value = await check()
+            except CoordinatorUnavailable:  # etcd slow under load (its fsyncs): ask again
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:

@@ -178,6 +178,31 @@ async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness:
     assert "to-the-old-leader" not in received
 
 
+async def test_draining_a_leader_under_sync_writes_loses_nothing_acknowledged(
+    harness: ClusterHarness,
+) -> None:
+    # A hand-over is not a failure: the old leader is alive and was acknowledging writes on a
+    # majority that may not include its successor. It must stop writing and wait for the
+    # successor to hold everything before it gives the key up.
+    h = await harness.start(nodes=4, managers=1)
+    await h.wait_for("four nodes", lambda: _nodes(h, 4))
+    await h.create_queue(T, Q, RF3_SYNC)
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("three replicas", lambda: _replicas(h, pid, 3))
+    producers = Producers(h, pid, count=6)
+    producers.start()
+    await producers.more(30, "sends before the drain")
+    drained, _, epoch = await h.serving_leader(pid)
+    await h.manager_command("--drain", drained)
+    _, _, new_epoch = await h.serving_leader(pid, not_node=drained)
+    assert new_epoch > epoch
+    await producers.more(30, "sends after the hand-over")
+    await producers.stop()
+    record = (await h.partitions())[pid]
+    await replicated_everywhere(h, pid, [n for n in record.replicas if n != drained])
+    producers.check(await h.read_queue(pid, T, Q))
+
+
 async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: ClusterHarness) -> None:
     h = await harness.start(nodes=3, managers=1)
     await h.wait_for("three nodes", lambda: _nodes(h, 3))
