@@ -99,7 +99,9 @@ class ClusterHarness:
     def layout(self) -> Layout:
         return Layout(self.prefix)
 
-    async def start(self, nodes: int = 3, managers: int = 1) -> ClusterHarness:
+    async def start(self, nodes: int = 3, managers: int = 1, *, running: int | None = None) -> ClusterHarness:
+        """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
+        others are ready to ``start()`` later (a node joining)."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
         etcd = ",".join(self.endpoints)
@@ -115,7 +117,7 @@ class ClusterHarness:
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]
             argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info"]
             self.managers.append(ClusterProcess(f"m{i}", argv, self.root / f"m{i}.log"))
-        for proc in [*self.nodes.values(), *self.managers]:
+        for proc in [*list(self.nodes.values())[:running], *self.managers]:
             proc.start()
         return self
 
