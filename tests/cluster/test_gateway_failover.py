@@ -167,7 +167,9 @@ async def _until(condition: object, what: str, timeout: float = 20) -> None:
 
 async def test_a_frozen_node_stalls_only_the_partitions_it_leads(harness: ClusterHarness) -> None:
     """One node SIGSTOPped: sends to partitions led elsewhere carry on while its own wait."""
-    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}?node_timeout_s=1&request_deadline_s=3"
+    # Deadlines of seconds: the free partition's send is an fsync on a disk that may be busy;
+    # the frozen one's send waits out the whole deadline (its only replica is stopped).
+    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}?node_timeout_s=5&request_deadline_s=20"
     backend = open_cluster_backend(url, StoreOptions())
     await backend.start()
     frozen: str | None = None
