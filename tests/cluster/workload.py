@@ -22,15 +22,18 @@ async def has_replicas(h: ClusterHarness, pid: int, count: int) -> bool:
 
 
 async def replicated_everywhere(h: ClusterHarness, partition: int, nodes: list[str]) -> int:
-    """Wait until every named node publishes the same last LSN as the leader; return it."""
+    """Wait until every named node publishes the same last LSN, and the same epoch of its
+    last entry, as the leader; return the LSN. (Same LSN and epoch of an entry: same log up
+    to it, by log matching; the LSN alone would pass a replica keeping a deposed leader's
+    entries at the LSNs the new leader wrote.)"""
 
     async def same() -> int | None:
         records = await h.node_records()
         positions = {n: records[n].replicas.get(partition) for n in nodes if n in records}
         if len(positions) != len(nodes) or any(p is None for p in positions.values()):
             return None
-        lsns = {p.lsn for p in positions.values() if p is not None}
-        return lsns.pop() if len(lsns) == 1 else None
+        ends = {(p.lsn, p.last_epoch) for p in positions.values() if p is not None}
+        return ends.pop()[0] if len(ends) == 1 else None
 
     lsn: int = await h.wait_for(f"{nodes} to hold the same log", same)
     return lsn
