@@ -70,7 +70,7 @@ class OldSideSenders:
         self.pid, self.epoch = pid, epoch
         self.acknowledged: dict[str, SendResult] = {}
         self.after_cut: set[str] = set()  # sends begun once the node was cut off
-        self.refusals: collections.Counter[str] = collections.Counter()
+        self.refused: dict[str, str] = {}  # body: the error code
         self.errors: list[BaseException] = []
         self.cut = False
         self._in_flight = asyncio.Semaphore(64)
@@ -101,7 +101,7 @@ class OldSideSenders:
                 raise result
             self.acknowledged[body] = result
         except (Unavailable, StaleEpoch) as exc:
-            self.refusals[exc.code] += 1
+            self.refused[body] = exc.code
         except Exception as exc:  # neither an acknowledgement nor a refusal: the test fails
             self.errors.append(exc)
         finally:
@@ -135,18 +135,20 @@ async def test_a_leader_cut_off_is_fenced_and_loses_nothing_acknowledged(harness
     await h.wait_for("sends acknowledged on the old side", old_side_acknowledged)
     h.network.isolate(cut_off)
     old_side.cut = True
-    acknowledged_before_cut = dict(old_side.acknowledged)
 
     # The majority side elects a successor and goes on acknowledging without the old leader.
     _, _, new_epoch = await h.serving_leader(pid, not_node=cut_off)
     assert new_epoch > epoch
     await producers.more(20, "sends to the new leader during the partition")
 
-    # The old leader refuses its side's sends once its session is gone (it has no majority).
+    # Cut off, the old leader took sends begun after the cut until its session ran out: it
+    # wrote them and shipped them into the held links, and found no majority (unavailable,
+    # after its 5 s wait); then it refuses at once (not_leader).
     async def old_side_refused() -> bool:
-        return sum(old_side.refusals.values()) > 0 and bool(old_side.after_cut)
+        codes = {old_side.refused.get(body) for body in old_side.after_cut}
+        return {"unavailable", "not_leader"} <= codes
 
-    await h.wait_for("the old side's sends refused", old_side_refused)
+    await h.wait_for("the old leader to take sends after the cut, then refuse them", old_side_refused)
     h.network.heal()
     await producers.more(10, "sends after the heal")
     await producers.stop()
@@ -154,7 +156,7 @@ async def test_a_leader_cut_off_is_fenced_and_loses_nothing_acknowledged(harness
     # and ends with the new leader's log.
     await replicated_everywhere(h, pid, list(h.nodes))
     await old_side.stop()
-    leader, _, final_epoch = await h.serving_leader(pid)
+    _, _, final_epoch = await h.serving_leader(pid)
     assert final_epoch >= new_epoch
 
     log = await h.read_log(pid, T, Q)
@@ -164,25 +166,10 @@ async def test_a_leader_cut_off_is_fenced_and_loses_nothing_acknowledged(harness
     # Nothing the old leader acknowledged is lost or moved, before the cut or (had it
     # acknowledged any) after; the producers' acknowledgements keep their places too.
     check_acknowledged_in_place({**old_side.acknowledged, **producers.results}, log)
-    assert acknowledged_before_cut, "the old leader acknowledged nothing before the cut"
     # Cut off, it acknowledged nothing begun after the cut, and none of it survived: its
     # shipments, held by the partition, were refused by the fences at the heal.
     assert not old_side.after_cut & set(old_side.acknowledged)
     assert not old_side.after_cut & set(bodies), "a send the old leader took after the cut survived"
-    assert leader in h.nodes
-    print(
-        "DEBUG",
-        len(acknowledged_before_cut),
-        len(old_side.acknowledged),
-        len(old_side.after_cut),
-        dict(old_side.refusals),
-        epoch,
-        new_epoch,
-        final_epoch,
-        cut_off,
-        leader,
-        h.root,
-    )
 
 
 async def test_a_follower_cut_off_catches_up_after_the_heal(harness: ClusterHarness) -> None:
