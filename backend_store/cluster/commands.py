@@ -117,6 +117,11 @@ def manager_main(argv: Sequence[str]) -> int:
     parser.add_argument("--lease-ttl", type=float, default=2.0, help="etcd lease TTL in seconds (default 2)")
     parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    parser.add_argument(
+        "--no-rebalance",
+        action="store_true",
+        help="never move replicas or leadership to even out the nodes (drains still move them)",
+    )
     once = parser.add_mutually_exclusive_group()
     once.add_argument(
         "--drain", metavar="NODE", help="ask the managers to move every replica off NODE, and exit"
@@ -131,6 +136,12 @@ def manager_main(argv: Sequence[str]) -> int:
         return _run(lambda: set_drain(args.etcd, node, drain=bool(args.drain), prefix=args.prefix), "warning")
 
     return _run(
-        lambda: run_manager(args.etcd, manager_id=args.id, ttl_s=args.lease_ttl, prefix=args.prefix),
+        lambda: run_manager(
+            args.etcd,
+            manager_id=args.id,
+            ttl_s=args.lease_ttl,
+            prefix=args.prefix,
+            rebalance=not args.no_rebalance,
+        ),
         args.log_level,
     )

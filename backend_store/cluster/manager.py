@@ -18,7 +18,11 @@ What :func:`plan` does, per queue with ``partitions: P`` (default 1) and
   a majority of the replica set (a minority could lack an acknowledged write);
 - moves leadership off a draining node to its best follower, then replaces the draining
   replica with another live node;
-- deletes the partitions of deleted queues (and those past a lowered P).
+- deletes the partitions of deleted queues (and those past a lowered P);
+- once nothing else is to be done and every replica is live and caught up (:func:`_settled`),
+  rebalances one step at a time (:func:`_rebalance`): a replica from the most to the least
+  loaded node (a node that joined), then leadership from the node leading the most
+  partitions to one of their followers leading the fewest.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ class ClusterView:
     counter: int = 0
 
 
+# A follower this many entries behind its leader (or more) is still catching up: no
+# rebalancing step starts until it is within this distance.
+SETTLED_LAG = 1000
+
+
 @dataclass(slots=True)
 class Plan:
     puts: dict[int, PartitionRecord] = field(default_factory=dict)
@@ -72,15 +81,18 @@ def _int_attr(attributes: Mapping[str, Any], name: str, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
-def plan(view: ClusterView) -> Plan:
+def plan(view: ClusterView, *, rebalance: bool = True) -> Plan:
     """The map changes that make ``view`` what it should be (pure; tested without etcd)."""
     out = Plan(counter=view.counter)
     up = sorted(n for n, rec in view.nodes.items() if rec.state == "up" and n not in view.drained)
     load: dict[str, int] = {n: 0 for n in up}
+    leading: dict[str, int] = {n: 0 for n in up}
     for record in view.partitions.values():
         for n in record.replicas:
             if n in load:
                 load[n] += 1
+        if record.leader in leading:
+            leading[record.leader] += 1
     by_slot = {(r.tenant, r.queue, r.index): pid for pid, r in view.partitions.items() if _current(view, r)}
 
     def least_loaded(exclude: set[str], count: int) -> list[str]:
@@ -100,6 +112,10 @@ def plan(view: ClusterView) -> Plan:
                 replicas = least_loaded(set(), factor)
                 if not replicas:
                     continue  # no live node yet
+                # Leaders spread too: the chosen node leading the fewest partitions leads.
+                first = min(replicas, key=lambda n: (leading[n], replicas.index(n)))
+                leading[first] += 1
+                replicas = [first, *(n for n in replicas if n != first)]
                 out.counter += 1
                 out.puts[out.counter] = PartitionRecord(
                     tenant,
@@ -119,7 +135,59 @@ def plan(view: ClusterView) -> Plan:
         found = view.queues.get((record.tenant, record.queue))
         if found is None or record.index >= _int_attr(found, "partitions", 1) or not _current(view, record):
             out.deletes.append(pid)
+    if rebalance and not out.puts and not out.deletes and _settled(view):
+        out.puts.update(_rebalance(view, load, leading))
     return out
+
+
+def _settled(view: ClusterView) -> bool:
+    """Every partition has a serving leader, the one designated, and every replica is live
+    and within :data:`SETTLED_LAG` of it: the previous step (if any) has completed."""
+    for pid, record in view.partitions.items():
+        leader = view.nodes.get(record.leader or "")
+        at = leader.replicas.get(pid) if leader is not None else None
+        if pid not in view.leaders or at is None or at.role != "leader":
+            return False
+        for n in record.replicas:
+            node = view.nodes.get(n)
+            position = node.replicas.get(pid) if node is not None else None
+            if position is None or position.lsn + SETTLED_LAG <= at.lsn:
+                return False
+    return True
+
+
+def _rebalance(
+    view: ClusterView, load: dict[str, int], leading: dict[str, int]
+) -> dict[int, PartitionRecord]:
+    """At most one step towards an even spread (counts differing by at most one).
+
+    A replica moves from a node holding at least two more than another to that other (the
+    joiner catches up from the log or a snapshot; meanwhile a majority of the others still
+    acknowledges), never the leader's own replica. Then leadership moves, by designation,
+    to a follower leading at least two fewer partitions: the old leader hands over once its
+    successor holds its whole log (:meth:`.PartitionHost.hand_over`)."""
+    partitions = sorted(view.partitions.items())
+    for high in sorted(load, key=lambda n: (-load[n], n)):
+        for pid, record in partitions:
+            if high not in record.replicas or record.leader == high:
+                continue
+            targets = [n for n in load if n not in record.replicas and load[n] <= load[high] - 2]
+            if targets:
+                low = min(targets, key=lambda n: (load[n], n))
+                log.info("partition %d: moving its replica from %s to %s (rebalancing)", pid, high, low)
+                return {
+                    pid: replace(record, replicas=tuple(low if n == high else n for n in record.replicas))
+                }
+    for high in sorted(leading, key=lambda n: (-leading[n], n)):
+        for pid, record in partitions:
+            if record.leader != high:
+                continue
+            targets = [n for n in record.replicas if n in leading and leading[n] <= leading[high] - 2]
+            if targets:
+                low = min(targets, key=lambda n: (leading[n], n))
+                log.info("partition %d: moving leadership from %s to %s (rebalancing)", pid, high, low)
+                return {pid: replace(record, leader=low)}
+    return {}
 
 
 def _current(view: ClusterView, record: PartitionRecord) -> bool:
@@ -186,8 +254,10 @@ class Manager:
         ttl_s: float = 2.0,
         tick_s: float = 0.25,
         layout: Layout | None = None,
+        rebalance: bool = True,
     ) -> None:
         self.layout = layout or Layout()
+        self.rebalance = rebalance
         self.coordinator = coordinator
         self.manager_id = manager_id or f"manager-{uuid.uuid4().hex[:8]}"
         self.ttl_s = ttl_s
@@ -308,7 +378,7 @@ class Manager:
                 continue  # never plan on a partial picture
             counter = await self.coordinator.get(self.layout.partition_counter)
             self.view.counter = int(unpack(counter.value)) if counter is not None else 0
-            change = plan(self.view)
+            change = plan(self.view, rebalance=self.rebalance)
             if not change.puts and not change.deletes:
                 continue
             layout = self.layout
@@ -343,14 +413,23 @@ async def set_drain(etcd: str, node_id: str, *, drain: bool, prefix: str | None 
 
 
 async def run_manager(
-    etcd: str, *, manager_id: str | None = None, ttl_s: float = 2.0, prefix: str | None = None
+    etcd: str,
+    *,
+    manager_id: str | None = None,
+    ttl_s: float = 2.0,
+    prefix: str | None = None,
+    rebalance: bool = True,
 ) -> None:
     """``pushgate manager``: run until cancelled."""
     from .etcd_coordinator import EtcdCoordinator
 
     coordinator = await EtcdCoordinator(etcd).connect()
     manager = Manager(
-        coordinator, manager_id=manager_id, ttl_s=ttl_s, layout=Layout(prefix) if prefix else None
+        coordinator,
+        manager_id=manager_id,
+        ttl_s=ttl_s,
+        layout=Layout(prefix) if prefix else None,
+        rebalance=rebalance,
     )
     await manager.start()
     print(f"pushgate manager {manager.manager_id} started", flush=True)

@@ -288,11 +288,20 @@ class Node:
             leader = host.leader
             claim = self._leaders.get(host.partition)
             lost_claim = claim is not None and claim[1] > leader.epoch
-            if not designated or leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch:
+            deposed = leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch
+            successor = record.leader if record.leader in record.replicas else None
+            if not designated and not deposed and successor is not None:
+                host.update_links(record, addresses)
+                if not host.hand_over(successor):
+                    return  # the next tick looks again
+                await self._resign(host)
+                await host.step_down(f"handed over to {successor}")
+            elif not designated or deposed:
                 why = "no longer designated" if not designated else "a newer term exists"
                 await self._resign(host)
                 await host.step_down(why)
             else:
+                host.keep_leading()
                 host.update_links(record, addresses)
                 await host.apply_queue_attributes(self._queues)
                 return

@@ -69,6 +69,9 @@ class PartitionHost:
         self._listening: set[int] = set()  # id() of stores our wake-up listener is on
         self._applied_attributes: dict[tuple[str, str], dict[str, Any]] = {}
         self.last_epoch = Epoch(0)
+        # Leadership moving to a live follower (drain): the successor, while we wait for it.
+        self.handing_over_to: str | None = None
+        self._writes_in_flight = 0
 
     @property
     def store(self) -> LmdbBackend:
@@ -217,9 +220,36 @@ class PartitionHost:
             except PushgateError as exc:
                 log.warning("partition %d: sweep failed: %s", self.partition, exc.detail)
 
+    def hand_over(self, successor: str) -> bool:
+        """Move leadership to a live follower without losing a write: refuse new requests,
+        then report True once every write begun has finished and ``successor`` holds the
+        whole log (only then may the caller give up the key).
+
+        Not just stepping down: our writes were acknowledged on a majority that need not
+        include the successor, and a new leader's first entry truncates what it lacks from
+        the others (Raft's leadership transfer waits for the same)."""
+        leader = self.leader
+        if leader is None:
+            return True
+        if self.handing_over_to != successor:
+            log.info("partition %d: handing over to %s", self.partition, successor)
+        self.handing_over_to = successor
+        progress = leader.followers.get(successor)
+        return (
+            self._writes_in_flight == 0
+            and progress is not None
+            and progress.positioned
+            and progress.acked >= self.store.last_lsn
+        )
+
+    def keep_leading(self) -> None:
+        """Designated again (the hand-over was withdrawn): serve requests again."""
+        self.handing_over_to = None
+
     async def step_down(self, why: str) -> None:
         """Stop leading (deposed, no longer designated, or the node's session was lost)."""
         leader, self.leader = self.leader, None
+        self.handing_over_to = None
         links, self._links = list(self._links.values()), {}
         sweeper, self._sweeper = self._sweeper, None
         tasks = [task for _, task in links] + ([sweeper] if sweeper is not None else [])
@@ -239,6 +269,8 @@ class PartitionHost:
         leader = self.leader
         if leader is None or leader.deposed.is_set():
             raise ops.NotLeader(f"node {self.node_id} does not lead partition {self.partition}")
+        if self.handing_over_to is not None:
+            raise ops.NotLeader(f"partition {self.partition} is moving to {self.handing_over_to}")
         if epoch and epoch < leader.epoch:
             raise ops.StaleLeader(
                 f"partition {self.partition} is at epoch {leader.epoch}, not {epoch}", leader.epoch
@@ -252,12 +284,16 @@ class PartitionHost:
             # as not_leader: nothing was applied, so the gateway may retry any request.
             raise ops.NotLeader(f"partition {self.partition} is not ready yet")
         store = self.store
-        result = await ops.call(store, op, args)
-        if ops.OPS[op].writes:
-            try:
-                await leader.replicate(store.last_lsn, timeout_s)
-            except StaleEpoch:
-                raise ops.NotLeader(f"partition {self.partition}: deposed while replicating") from None
+        if not ops.OPS[op].writes:
+            return await ops.call(store, op, args)
+        self._writes_in_flight += 1
+        try:
+            result = await ops.call(store, op, args)
+            await leader.replicate(store.last_lsn, timeout_s)
+        except StaleEpoch:
+            raise ops.NotLeader(f"partition {self.partition}: deposed while replicating") from None
+        finally:
+            self._writes_in_flight -= 1
         return result
 
     # Life cycle ------------------------------------------------------------------------------

@@ -108,8 +108,12 @@ class ClusterHarness:
     def layout(self) -> Layout:
         return Layout(self.prefix)
 
-    async def start(self, nodes: int = 3, managers: int = 1, *, proxied: bool = False) -> ClusterHarness:
-        """Start the processes; ``proxied``: each node behind proxies (``self.network``)."""
+    async def start(
+        self, nodes: int = 3, managers: int = 1, *, running: int | None = None, proxied: bool = False
+    ) -> ClusterHarness:
+        """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
+        others are ready to ``start()`` later (a node joining). ``proxied``: each node behind
+        proxies the test controls (``self.network``)."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
         etcd = ",".join(self.endpoints)
@@ -132,7 +136,7 @@ class ClusterHarness:
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]
             argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info"]
             self.managers.append(ClusterProcess(f"m{i}", argv, self.root / f"m{i}.log"))
-        for proc in [*self.nodes.values(), *self.managers]:
+        for proc in [*list(self.nodes.values())[:running], *self.managers]:
             proc.start()
         return self
 
@@ -199,8 +203,8 @@ class ClusterHarness:
         while True:
             try:
                 value = await check()
-            except CoordinatorUnavailable:
-                value = None  # etcd slow to answer (an fsync stall under load): ask again
+            except CoordinatorUnavailable:  # etcd slow under load (its fsyncs): ask again
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:

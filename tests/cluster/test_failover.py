@@ -8,6 +8,7 @@ stops them by PID (process groups) at the end.
 from __future__ import annotations
 
 import asyncio
+import collections
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -117,6 +118,70 @@ async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness:
     received = await h.read_queue(pid, T, Q)
     producers.check(received)
     assert "to-the-old-leader" not in received
+
+
+async def test_draining_a_leader_under_sync_writes_loses_nothing_acknowledged(
+    harness: ClusterHarness,
+) -> None:
+    # A hand-over is not a failure: the old leader is alive and was acknowledging writes on a
+    # majority that may not include its successor. It must stop writing and wait for the
+    # successor to hold everything before it gives the key up.
+    h = await harness.start(nodes=4, managers=1)
+    await h.wait_for("four nodes", lambda: _nodes(h, 4))
+    await h.create_queue(T, Q, RF3_SYNC)
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("three replicas", lambda: has_replicas(h, pid, 3))
+    producers = Producers(h, pid, count=6)
+    producers.start()
+    await producers.more(30, "sends before the drain")
+    drained, _, epoch = await h.serving_leader(pid)
+    await h.manager_command("--drain", drained)
+    _, _, new_epoch = await h.serving_leader(pid, not_node=drained)
+    assert new_epoch > epoch
+    await producers.more(30, "sends after the hand-over")
+    await producers.stop()
+    record = (await h.partitions())[pid]
+    await replicated_everywhere(h, pid, [n for n in record.replicas if n != drained])
+    producers.check(await h.read_queue(pid, T, Q))
+
+
+async def test_a_node_that_joins_receives_replicas_and_leadership(harness: ClusterHarness) -> None:
+    h = await harness.start(nodes=3, managers=1, running=2)
+    await h.wait_for("two nodes", lambda: _nodes(h, 2))
+    queues = [Q, "q1", "q2"]
+    for queue in queues:
+        await h.create_queue(T, queue, {"replication_factor": 2, "partitions": 1})
+    pids = [await h.partition_of(T, queue) for queue in queues]
+    for pid in pids:
+        await h.wait_for("two replicas", lambda pid=pid: has_replicas(h, pid, 2))
+    for queue, pid in zip(queues[1:], pids[1:], strict=True):
+        for i in range(5):
+            await h.send_until_ok(pid, T, queue, f"{queue}-{i}")
+    producers = Producers(h, pids[0])  # writes go on while replicas and leaders move
+    producers.start()
+    await producers.more(10, "sends before the join")
+    h.nodes["n2"].start()
+
+    async def even() -> bool:
+        records = await h.partitions()
+        ours = [records[pid] for pid in pids]
+        replicas = collections.Counter(n for r in ours for n in r.replicas)
+        leaders = collections.Counter(r.leader for r in ours)
+        return replicas == {"n0": 2, "n1": 2, "n2": 2} and leaders == {"n0": 1, "n1": 1, "n2": 1}
+
+    await h.wait_for("replicas and leaders spread over three nodes", even, timeout=60)
+    for pid in pids:
+        await h.serving_leader(pid)
+    await producers.more(10, "sends after the moves")
+    await producers.stop()
+    records = await h.partitions()
+    for queue, pid in zip(queues, pids, strict=True):
+        leader, _, _ = await h.serving_leader(pid)
+        assert leader == records[pid].leader
+        await replicated_everywhere(h, pid, list(records[pid].replicas))
+        if queue != Q:
+            assert sorted(await h.read_queue(pid, T, queue)) == [f"{queue}-{i}" for i in range(5)]
+    producers.check(await h.read_queue(pids[0], T, Q))
 
 
 async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: ClusterHarness) -> None:

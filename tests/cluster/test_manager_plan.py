@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backend_store.cluster.layout import NodeRecord, PartitionRecord, ReplicaPosition
-from backend_store.cluster.manager import ClusterView, plan
+from backend_store.cluster.manager import SETTLED_LAG, ClusterView, plan
 from gateway.cli import main
 
 
@@ -174,6 +174,81 @@ def test_draining_a_dead_node_replaces_its_replica() -> None:
         drained={"n1"},
     )
     assert plan(v).puts[5].replicas == ("n4", "n2", "n3")
+
+
+def test_new_partitions_spread_their_leaders_too() -> None:
+    v = view(
+        queues={("t", f"q{i}"): {"replication_factor": 2} for i in range(3)},
+        nodes={"n1": node(), "n2": node(), "n3": node()},
+    )
+    records = list(plan(v).puts.values())
+    assert sorted(str(r.leader) for r in records) == ["n1", "n2", "n3"]
+    assert all(r.leader == r.replicas[0] for r in records)
+
+
+def serving(records: dict[int, PartitionRecord], lsn: int = 10, **lag: int) -> dict[str, NodeRecord]:
+    """Node records of a settled cluster: every replica published, leaders as designated;
+    ``n2=5000`` puts n2's replicas that far behind their leaders."""
+    nodes: dict[str, dict[int, ReplicaPosition]] = {}
+    for pid, r in records.items():
+        for n in r.replicas:
+            role = "leader" if n == r.leader else "follower"
+            nodes.setdefault(n, {})[pid] = ReplicaPosition(role, 3, lsn - lag.get(n, 0), 3)
+    return {n: NodeRecord("127.0.0.1:1", "up", replicas) for n, replicas in nodes.items()}
+
+
+def test_a_joining_node_receives_replicas_one_step_at_a_time() -> None:
+    records = {
+        1: PartitionRecord("t", "a", 0, ("n1", "n2"), "n1"),
+        2: PartitionRecord("t", "b", 0, ("n2", "n1"), "n2"),
+        3: PartitionRecord("t", "c", 0, ("n1", "n2"), "n1"),
+    }
+    v = view(
+        queues={("t", q): {"replication_factor": 2} for q in "abc"},
+        nodes={**serving(records), "n3": node()},
+        partitions=dict(records),
+        leaders={1, 2, 3},
+    )
+    assert plan(v, rebalance=False).puts == {}
+    step = plan(v).puts
+    # One follower replica (never a leader's own) moves from a node holding three to n3.
+    ((pid, moved),) = step.items()
+    assert "n3" in moved.replicas and moved.leader == records[pid].leader
+    # Until n3 has caught up the cluster is not settled: no second step.
+    v.partitions[pid] = moved
+    assert plan(v).puts == {}
+    v.nodes = serving(v.partitions)  # n3 caught up
+    second = plan(v).puts
+    assert len(second) == 1
+    v.partitions.update(second)
+    v.nodes = serving(v.partitions)
+    loads = [sum(n in r.replicas for r in v.partitions.values()) for n in ("n1", "n2", "n3")]
+    assert loads == [2, 2, 2]
+    # Then leadership evens out (n3 leads nothing yet), also one step at a time.
+    while change := plan(v).puts:
+        assert len(change) == 1
+        v.partitions.update(change)
+        v.nodes = serving(v.partitions)
+    assert sorted(str(r.leader) for r in v.partitions.values()) == ["n1", "n2", "n3"]
+
+
+def test_no_rebalancing_while_a_replica_is_behind_or_a_leader_is_missing() -> None:
+    records = {
+        1: PartitionRecord("t", "a", 0, ("n1", "n2"), "n1"),
+        2: PartitionRecord("t", "b", 0, ("n1", "n2"), "n1"),
+    }
+    queues = {("t", q): {"replication_factor": 2} for q in "ab"}
+    behind = view(
+        queues=queues,
+        nodes={**serving(records, lsn=5000, n2=SETTLED_LAG), "n3": node()},
+        partitions=dict(records),
+        leaders={1, 2},
+    )
+    assert plan(behind).puts == {}
+    leaderless = view(
+        queues=queues, nodes={**serving(records), "n3": node()}, partitions=dict(records), leaders={1}
+    )
+    assert plan(leaderless).puts == {}
 
 
 def test_the_commands_are_listed_and_documented(capsys: pytest.CaptureFixture[str]) -> None:

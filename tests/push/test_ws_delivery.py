@@ -117,7 +117,7 @@ async def test_redelivery_after_disconnect_is_immediate(
         held = await deliveries(first, 2)
     async with ws_connect(gateway, gateway.admin_key) as second:
         await subscribe(second, qname, prefetch=5)
-        again = await deliveries(second, 2, timeout=3)
+        again = await deliveries(second, 2)
     assert sorted(m["id"] for m in again) == sorted(m["id"] for m in held)
     assert all(m["receive_count"] == 2 for m in again)
 
