@@ -119,7 +119,11 @@ class DevCluster:
         if shutil.which("etcd") is None:
             raise SystemExit("pushgate dev-cluster: needs etcd on PATH (Debian: apt-get install etcd-server)")
         self.prepare()
-        self.etcd_dir = Path(tempfile.mkdtemp(prefix="pushgate-etcd-"))
+        # etcd's state lives for this run only, so in memory when the machine has it: etcd
+        # fsyncs every write, and on a busy disk its 2 s leases expired.
+        shm = Path("/dev/shm")
+        in_memory = shm.is_dir() and os.access(shm, os.W_OK)
+        self.etcd_dir = Path(tempfile.mkdtemp(prefix="pushgate-etcd-", dir=shm if in_memory else None))
         client, peer = free_ports(2)
         endpoint = f"127.0.0.1:{client}"
         etcd = Child(

@@ -148,8 +148,7 @@ class NodeClient:
     # Internals ---------------------------------------------------------------------
 
     async def _connect(self) -> NodeStream:
-        if self._closed:
-            raise NodeUnreachable(f"client for node {self.node_id} is closed")
+        self._check_open()
         if (open_stream := self._open_stream()) is not None:
             return open_stream
         async with self._dialing:
@@ -162,9 +161,16 @@ class NodeClient:
             except (OSError, TimeoutError) as exc:
                 raise NodeUnreachable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
             stream = NodeStream(Connection(self.client_id), reader, writer)
+            if self._closed:  # closed while we dialled: nobody would ever end this stream
+                await stream.close(CloseCode.NORMAL, "client closing")
+                self._check_open()
             self._stream = stream
             self._reader_task = asyncio.create_task(self._read(stream), name=f"node-client {self.node_id}")
             return stream
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NodeUnreachable(f"client for node {self.node_id} is closed")
 
     async def _read(self, stream: NodeStream) -> None:
         try:
@@ -233,9 +239,13 @@ class NodePool:
         self.connect_timeout_s = connect_timeout_s
         self._clients: dict[str, NodeClient] = {}
         self._retired: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def client(self, node_id: str, address: str) -> NodeClient:
-        """The client for ``node_id`` at ``address`` (created, or moved to a new address)."""
+        """The client for ``node_id`` at ``address`` (created, or moved to a new address).
+        Raises NodeUnreachable once the pool is closed."""
+        if self._closed:
+            raise NodeUnreachable(f"the connection pool of {self.client_id} is closed")
         client = self._clients.get(node_id)
         if client is not None and client.address == address:
             return client
@@ -265,6 +275,7 @@ class NodePool:
             await client.close()
 
     async def close(self) -> None:
+        self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()

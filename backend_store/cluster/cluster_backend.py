@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..attributes import check_number
 from ..backend import ChangeListener
 from ..errors import (
     ConfigurationError,
@@ -42,6 +43,7 @@ from ..errors import (
     StaleEpoch,
     Unavailable,
 )
+from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
 from ..options import StoreOptions
 from ..types import (
     AckResult,
@@ -168,9 +170,9 @@ class ClusterBackend:
         self._started = True
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        pool, self._pool = self._pool, None  # first: a request racing close must not use it
+        if pool is not None:
+            await pool.close()
         await self.view.close()
         await self.metadata.close()
         await self._coordinator.close()
@@ -318,6 +320,10 @@ class ClusterBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
+        # Checked here as the store checks them: the loop below would answer 0 with [].
+        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
+        if visibility_timeout_s is not None:
+            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
         record = await self._record(tenant, queue)
         parts = self._holders(record)
         start = next(self._round_robin) % len(parts)
@@ -442,6 +448,7 @@ class ClusterBackend:
     # Dead letters (the DeadLetters capability) ------------------------------------
 
     async def peek(self, tenant: TenantId, queue: QueueName, max_messages: int) -> list[PeekedMessage]:
+        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
         record = await self._record(tenant, queue)
         batches = await self._each_holder(
             record, "peek", retry_unknown=True, queue=queue, max_messages=max_messages
@@ -450,6 +457,7 @@ class ClusterBackend:
         return merged[:max_messages]
 
     async def redrive(self, tenant: TenantId, queue: QueueName, to: QueueName, max_messages: int) -> int:
+        check_number("max", max_messages, 1, 100_000, integer=True)
         await self._record(tenant, queue)
         target = await self._record(tenant, to)
         if target.attributes.dead_letter_queue != queue:

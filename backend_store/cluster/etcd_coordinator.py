@@ -318,6 +318,12 @@ class EtcdCoordinator:
                 return await fn(self._client)
         except (aetcd.exceptions.ClientError, TimeoutError) as exc:
             raise CoordinatorUnavailable(f"etcd: {type(exc).__name__}: {exc}") from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller is being cancelled
+            # gRPC ends the calls in flight on a channel being closed with CancelledError.
+            raise CoordinatorUnavailable("etcd: the connection was closed") from None
 
 
 class _PrefixFollower:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def capable(store: Backend) -> DeadLetters:
-    # A kind without peek/redrive must leave these tests out of its `only` set (harness.py).
+    # A kind without peek/redrive must name these tests in its `lacks` (harness.py).
     assert isinstance(store, DeadLetters), "this backend kind has no peek/redrive"
     return store
 

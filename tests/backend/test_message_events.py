@@ -44,7 +44,7 @@ class Recorder:
 
 
 def events_of(store: Backend) -> Recorder:
-    # A kind without message events must leave these tests out of its `only` set (harness.py).
+    # A kind without message events must name these tests in its `lacks` (harness.py).
     assert isinstance(store, MessageEvents), "this backend kind reports no message events"
     recorder = Recorder()
     store.add_event_listener(recorder)

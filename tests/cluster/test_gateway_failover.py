@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from backend_store import StoreOptions
-from backend_store.cluster.cluster_backend import open_cluster_backend
+from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.routing import partition_index
 from backend_store.errors import Unavailable
 from backend_store.types import NewMessage, QueueAttributes, QueueName, SendResult, TenantId
@@ -167,7 +167,9 @@ async def _until(condition: object, what: str, timeout: float = 20) -> None:
 
 async def test_a_frozen_node_stalls_only_the_partitions_it_leads(harness: ClusterHarness) -> None:
     """One node SIGSTOPped: sends to partitions led elsewhere carry on while its own wait."""
-    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}?node_timeout_s=1&request_deadline_s=3"
+    # Deadlines of seconds: the free partition's send is an fsync on a disk that may be busy;
+    # the frozen one's send waits out the whole deadline (its only replica is stopped).
+    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}?node_timeout_s=5&request_deadline_s=20"
     backend = open_cluster_backend(url, StoreOptions())
     await backend.start()
     frozen: str | None = None
@@ -194,15 +196,39 @@ async def test_a_frozen_node_stalls_only_the_partitions_it_leads(harness: Cluste
         assert isinstance(free, SendResult), free
         print(f"a send to a partition led elsewhere took {time.monotonic() - started:.3f}s")
         assert not stuck.done()  # still waiting for the frozen node (or its successor)
+        # Its lease expires; with one replica nobody can be promoted: the backend is not
+        # ready (what /readyz answers 503 with), naming the leaderless partition.
+        await _until_unready(backend, f"{queue}[{stuck_index}]")
         harness.nodes[frozen].signal(signal.SIGCONT)
         frozen = None
         # Its own send ends: served once the node runs again, or 503 if it gave up first.
         with contextlib.suppress(Unavailable):
             await asyncio.wait_for(stuck, scaled(30))
+        # Back: it campaigns again and the backend is ready again.
+        deadline = time.monotonic() + scaled(20)
+        while True:
+            try:
+                await backend.check_writable()
+                break
+            except Unavailable:
+                assert time.monotonic() < deadline, "the frozen node's partition never got its leader back"
+                await asyncio.sleep(0.1)
     finally:
         if frozen is not None:
             harness.nodes[frozen].signal(signal.SIGCONT)
         await backend.close()
+
+
+async def _until_unready(backend: ClusterBackend, partition: str) -> None:
+    deadline = time.monotonic() + scaled(20)
+    while True:
+        try:
+            await backend.check_writable()
+        except Unavailable as exc:
+            assert "no leader" in exc.detail and partition in exc.detail, exc.detail
+            return
+        assert time.monotonic() < deadline, "a leaderless partition left the backend ready"
+        await asyncio.sleep(0.1)
 
 
 def _dedupe_id_for(index: int, attributes: QueueAttributes) -> str:

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.dev_cluster import StoreTarget
+
 from .conftest import Api, RunningGateway, api_for, problem_code
 
 DEFAULTS = {
@@ -36,21 +38,29 @@ STATS = {
 }
 
 
-def test_create_returns_201_with_the_queue_object(admin: Api, qname: str) -> None:
+@pytest.fixture
+def defaults(store_target: StoreTarget) -> dict[str, object]:
+    """docs/api.md's defaults; a cluster may be configured to replicate by default."""
+    return {**DEFAULTS, "replication_factor": store_target.default_replication_factor}
+
+
+def test_create_returns_201_with_the_queue_object(
+    admin: Api, qname: str, defaults: dict[str, object]
+) -> None:
     r = admin.put_queue(qname)
     assert r.status_code == 201
     doc = r.json()
     assert doc["name"] == qname
     assert isinstance(doc["created_at"], float)
-    assert doc["attributes"] == DEFAULTS
+    assert doc["attributes"] == defaults
     assert set(doc["stats"]) == STATS
     assert doc["stats"]["visible"] == 0 and doc["stats"]["consumers"] == 0
 
 
-def test_create_without_body_uses_defaults(admin: Api, qname: str) -> None:
+def test_create_without_body_uses_defaults(admin: Api, qname: str, defaults: dict[str, object]) -> None:
     r = admin.client.put(f"/v1/queues/{qname}")
     assert r.status_code == 201
-    assert r.json()["attributes"] == DEFAULTS
+    assert r.json()["attributes"] == defaults
 
 
 def test_create_again_same_attributes_is_200_different_is_409(admin: Api, qname: str) -> None:
@@ -123,10 +133,12 @@ def test_attribute_out_of_bounds_is_400(admin: Api, qname: str, attribute: str, 
     assert problem_code(admin.client.get(f"/v1/queues/{qname}"), 404) == "queue_not_found"
 
 
+@pytest.mark.embedded_only
 def test_embedded_store_accepts_replication_factor_1_only(admin: Api, qname: str) -> None:
     assert problem_code(admin.put_queue(qname, replication_factor=3), 400) == "invalid_request"
 
 
+@pytest.mark.embedded_only
 def test_embedded_store_accepts_one_partition_only(admin: Api, qname: str) -> None:
     assert problem_code(admin.put_queue(qname, partitions=2), 400) == "invalid_request"
 
