@@ -276,8 +276,22 @@ class ReplicationLeader:
             if not progress.wake.is_set() and progress.positioned and not conn.closed:
                 # Idle: an empty shipment tells the follower our term (its fence rises, so a
                 # deposed leader is refused even before our next write) and what is committed.
-                conn.replicate(self.partition, self.epoch, [], self.committed_lsn)
+                # It names our entry at ``sent`` as prev, so the answer vouches for the
+                # follower's log up to there, or says where it diverges: a rejoining deposed
+                # leader reports a position past entries of its own term, which must not
+                # count as holding ours.
+                prev = await self._entry_at(progress.sent)
+                conn.replicate(self.partition, self.epoch, [], self.committed_lsn, prev)
                 stream.flush()
+
+    async def _entry_at(self, lsn: Lsn) -> tuple[Lsn, Epoch]:
+        """(lsn, its epoch) in our log, as a shipment's prev; unchecked if trimmed (old history)."""
+        if lsn == NO_LSN:
+            return NO_LSN, NO_EPOCH
+        entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
+        if entries and entries[0].lsn == lsn:
+            return lsn, entries[0].epoch
+        return NO_LSN, NO_EPOCH
 
     async def _send_snapshot(self, progress: FollowerProgress, stream: NodeStream) -> None:
         """Stream a consistent copy of the store; ship nothing more until the follower reports."""
@@ -373,18 +387,19 @@ class ReplicationFollower:
                 if isinstance(item, SnapshotChunk):
                     snapshot = await self._take_chunk(item, snapshot, stream)
                     continue
-                shipments = [item, *inbox.take_shipments()]
-                # One connection carries one leader's term and contiguous shipments: the
-                # first one's prev checks them all.
-                first = shipments[0]
-                entries = [entry for shipment in shipments for entry in shipment.entries]
-                epoch, lsn, code = await self._apply(
-                    entries, shipments[-1].epoch, first.prev_lsn, first.prev_epoch
-                )
-                if stream.connection.closed:
-                    return
-                stream.connection.replicated(self.partition, epoch, lsn, code)
-                stream.flush()
+                # One connection carries one leader's term; shipments that continue each other
+                # go together, the first one's prev checking them all. One that does not (the
+                # leader stepped back after a refusal) starts a new commit with its own check.
+                for run in _contiguous_runs([item, *inbox.take_shipments()]):
+                    first = run[0]
+                    entries = [entry for shipment in run for entry in shipment.entries]
+                    epoch, lsn, code = await self._apply(
+                        entries, run[-1].epoch, first.prev_lsn, first.prev_epoch
+                    )
+                    if stream.connection.closed:
+                        return
+                    stream.connection.replicated(self.partition, epoch, lsn, code)
+                    stream.flush()
         finally:
             if snapshot is not None:
                 snapshot.close()
@@ -430,13 +445,17 @@ class ReplicationFollower:
             if prev_epoch and prev_lsn and await self._epoch_at(prev_lsn) not in (prev_epoch, None):
                 # Diverged at prev: vouch only for what comes before it; the leader steps back.
                 return store.epoch, Lsn(prev_lsn - 1), "replication_gap"
+            # What an acknowledgement vouches for: our log equals the leader's up to the
+            # shipment's end (its prev matched, its entries are applied or already held).
+            # Not our last LSN: past that end we may hold a deposed leader's entries.
+            vouched = entries[-1].lsn if entries else prev_lsn
             entries = await self._drop_held(entries, epoch)
-            lsn = await store.apply_replicated(entries, epoch)
+            await store.apply_replicated(entries, epoch)
         except StaleEpoch:
             return store.epoch, store.last_lsn, "stale_epoch"
         except ReplicationGap:
             return store.epoch, store.last_lsn, "replication_gap"
-        return store.epoch, lsn, None
+        return store.epoch, vouched, None
 
     async def _drop_held(self, entries: list[LogEntry], epoch: Epoch) -> list[LogEntry]:
         """Skip entries this replica already holds; truncate at the first one that conflicts.
@@ -472,6 +491,20 @@ class ReplicationFollower:
         """The epoch of our entry at ``lsn`` (None: trimmed from our log)."""
         entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
         return entries[0].epoch if entries and entries[0].lsn == lsn else None
+
+
+def _contiguous_runs(shipments: list[Replicate]) -> list[list[Replicate]]:
+    """Split shipments where one does not start at the previous one's end."""
+    runs: list[list[Replicate]] = []
+    for shipment in shipments:
+        if runs:
+            last = runs[-1][-1]
+            end = last.entries[-1].lsn if last.entries else last.prev_lsn
+            if shipment.prev_lsn == end:
+                runs[-1].append(shipment)
+                continue
+        runs.append([shipment])
+    return runs
 
 
 class _Inbox:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from pushgate_client import AsyncClient, Backoff, Message
 from tests.conftest import scaled
+from tests.fixtures.tcp_proxy import TcpProxy
 from tests.push.conftest import TEST_SETTINGS, start_push_gateway
 
 from .conftest import RunningGateway
-from .tcp_proxy import TcpProxy
 
 GRACE_S = TEST_SETTINGS.sse_resume_grace_s
 

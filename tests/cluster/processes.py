@@ -5,6 +5,10 @@ free loopback ports, coordinated through a real etcd under a key prefix of their
 :class:`ClusterHarness` starts them, writes queue attributes to etcd as a gateway would, and
 finds partition leaders from etcd; :meth:`ClusterHarness.send_until_ok` is what a gateway's
 client does with a send: retry the same message (same dedupe id) on whoever leads now.
+
+With ``start(..., proxied=True)`` every node sits behind TCP proxies the test controls
+(:class:`~.network.ClusterNetwork`): ``addresses`` are then the proxies others dial,
+``listen`` the nodes' real ports, and ``network.isolate(node)`` cuts one off.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from backend_store.cluster.coordinator import CoordinatorUnavailable
 from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
-from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
+from backend_store.types import Epoch, NewMessage, PeekedMessage, QueueName, SendResult, TenantId
 from gateway.local_ports import free_ports
+
+from .network import ClusterNetwork
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,7 +96,10 @@ class ClusterHarness:
     prefix: str
     lease_ttl: float = 2.0
     nodes: dict[str, ClusterProcess] = field(default_factory=dict)
+    # What other nodes and gateways dial (a proxy when proxied), and the real listen address.
     addresses: dict[str, str] = field(default_factory=dict)
+    listen: dict[str, str] = field(default_factory=dict)
+    network: ClusterNetwork | None = None
     managers: list[ClusterProcess] = field(default_factory=list)
     coordinator: EtcdCoordinator | None = None
     pool: NodePool | None = None
@@ -99,18 +108,28 @@ class ClusterHarness:
     def layout(self) -> Layout:
         return Layout(self.prefix)
 
-    async def start(self, nodes: int = 3, managers: int = 1, *, running: int | None = None) -> ClusterHarness:
+    async def start(
+        self, nodes: int = 3, managers: int = 1, *, running: int | None = None, proxied: bool = False
+    ) -> ClusterHarness:
         """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
-        others are ready to ``start()`` later (a node joining)."""
+        others are ready to ``start()`` later (a node joining). ``proxied``: each node behind
+        proxies the test controls (``self.network``)."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
         etcd = ",".join(self.endpoints)
         ports = free_ports(nodes)
+        if proxied:
+            self.network = ClusterNetwork(self.endpoints)
         for i in range(nodes):
             name = f"n{i}"
-            address = f"127.0.0.1:{ports[i]}"
-            self.addresses[name] = address
-            argv = ["node", "--data", str(self.root / name), "--listen", address, "--etcd", etcd]
+            address = self.listen[name] = self.addresses[name] = f"127.0.0.1:{ports[i]}"
+            argv = ["node", "--data", str(self.root / name), "--listen", address]
+            if self.network is None:
+                argv += ["--etcd", etcd]
+            else:
+                links = await self.network.add_node(name, address)
+                self.addresses[name] = links.advertise
+                argv += ["--advertise", links.advertise, "--etcd", links.etcd_endpoints]
             argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl)]
             self.nodes[name] = ClusterProcess(name, [*argv, "--log-level", "info"], self.root / f"{name}.log")
         for i in range(managers):
@@ -128,6 +147,8 @@ class ClusterHarness:
             await self.pool.close()
         if self.coordinator is not None:
             await self.coordinator.close()
+        if self.network is not None:
+            await self.network.close()
 
     def logs(self) -> str:
         # Each live process logs its tasks and where they wait (SIGUSR1), for a hang's diagnosis.
@@ -251,11 +272,15 @@ class ClusterHarness:
                     raise AssertionError(f"{op} never answered: {exc}\n{self.logs()}") from None
                 await asyncio.sleep(0.05)
 
-    async def read_queue(self, partition: int, tenant: str, queue: str) -> list[str]:
-        """Every message body the partition's leader holds for the queue (a peek: changes
+    async def read_log(self, partition: int, tenant: str, queue: str) -> list[PeekedMessage]:
+        """Every message the partition's leader holds for the queue, in order (a peek: changes
         nothing, so it is retried safely through a leader change; up to 1,000)."""
-        peeked = await self.call_until_ok(
+        peeked: list[PeekedMessage] = await self.call_until_ok(
             partition, "peek", tenant=TenantId(tenant), queue=QueueName(queue), max_messages=1000
         )
         assert len(peeked) < 1000, "more messages than one peek shows"
-        return [m.body.decode() for m in peeked]
+        return peeked
+
+    async def read_queue(self, partition: int, tenant: str, queue: str) -> list[str]:
+        """The bodies of :meth:`read_log`."""
+        return [m.body.decode() for m in await self.read_log(partition, tenant, queue)]

@@ -23,10 +23,7 @@ from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 
 from .processes import ClusterHarness
-
-T = "tenant-one"
-Q = "orders"
-RF3_SYNC = {"replication_factor": 3, "replication_mode": "sync", "partitions": 1}
+from .workload import RF3_SYNC, Producers, Q, T, has_replicas, replicated_everywhere
 
 
 @pytest.fixture
@@ -38,68 +35,13 @@ async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[Cl
         await h.close()
 
 
-async def replicated_everywhere(h: ClusterHarness, partition: int, nodes: list[str]) -> int:
-    """Wait until every named node publishes the same last LSN as the leader; return it."""
-
-    async def same() -> int | None:
-        records = await h.node_records()
-        positions = {n: records[n].replicas.get(partition) for n in nodes if n in records}
-        if len(positions) != len(nodes) or any(p is None for p in positions.values()):
-            return None
-        lsns = {p.lsn for p in positions.values() if p is not None}
-        return lsns.pop() if len(lsns) == 1 else None
-
-    lsn: int = await h.wait_for(f"{nodes} to hold the same log", same)
-    return lsn
-
-
-class Producers:
-    """Concurrent producers of sync sends, each retried (same dedupe id) until acknowledged."""
-
-    def __init__(self, h: ClusterHarness, pid: int, count: int = 4) -> None:
-        self.h, self.pid, self.count = h, pid, count
-        self.acknowledged: list[str] = []
-        self._next = iter(range(10**6))
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._tasks = [asyncio.create_task(self._produce()) for _ in range(self.count)]
-
-    async def _produce(self) -> None:
-        while not self._stop.is_set():
-            body = f"m{next(self._next)}"
-            await self.h.send_until_ok(self.pid, T, Q, body)
-            self.acknowledged.append(body)
-
-    async def more(self, count: int, what: str) -> None:
-        target = len(self.acknowledged) + count
-
-        async def reached() -> bool:
-            return len(self.acknowledged) >= target
-
-        await self.h.wait_for(what, reached)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-
-    def check(self, received: list[str]) -> None:
-        """Every acknowledged message was received; none twice (every retry had its dedupe id)."""
-        missing = set(self.acknowledged) - set(received)
-        assert not missing, f"{len(missing)} acknowledged messages lost: {sorted(missing)[:10]}"
-        counts = collections.Counter(received)
-        assert [b for b, n in counts.items() if n > 1] == []
-
-
 async def test_sync_sends_survive_repeated_leader_kills_and_the_manager_failing_over(
     harness: ClusterHarness,
 ) -> None:
     h = await harness.start(nodes=3, managers=2)
     await h.create_queue(T, Q, RF3_SYNC)
     pid = await h.partition_of(T, Q)
-    await h.wait_for("three replicas", lambda: _replicas(h, pid, 3))
+    await h.wait_for("three replicas", lambda: has_replicas(h, pid, 3))
     await h.serving_leader(pid)
 
     # Plain operations on a 3-node replica set; a send wakes the connected gateway.
@@ -148,7 +90,7 @@ async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness:
     h = await harness.start(nodes=3, managers=1)
     await h.create_queue(T, Q, RF3_SYNC)
     pid = await h.partition_of(T, Q)
-    await h.wait_for("three replicas", lambda: _replicas(h, pid, 3))
+    await h.wait_for("three replicas", lambda: has_replicas(h, pid, 3))
     producers = Producers(h, pid)
     producers.start()
     await producers.more(20, "sends before the freeze")
@@ -188,7 +130,7 @@ async def test_draining_a_leader_under_sync_writes_loses_nothing_acknowledged(
     await h.wait_for("four nodes", lambda: _nodes(h, 4))
     await h.create_queue(T, Q, RF3_SYNC)
     pid = await h.partition_of(T, Q)
-    await h.wait_for("three replicas", lambda: _replicas(h, pid, 3))
+    await h.wait_for("three replicas", lambda: has_replicas(h, pid, 3))
     producers = Producers(h, pid, count=6)
     producers.start()
     await producers.more(30, "sends before the drain")
@@ -211,7 +153,7 @@ async def test_a_node_that_joins_receives_replicas_and_leadership(harness: Clust
         await h.create_queue(T, queue, {"replication_factor": 2, "partitions": 1})
     pids = [await h.partition_of(T, queue) for queue in queues]
     for pid in pids:
-        await h.wait_for("two replicas", lambda pid=pid: _replicas(h, pid, 2))
+        await h.wait_for("two replicas", lambda pid=pid: has_replicas(h, pid, 2))
     for queue, pid in zip(queues[1:], pids[1:], strict=True):
         for i in range(5):
             await h.send_until_ok(pid, T, queue, f"{queue}-{i}")
@@ -247,7 +189,7 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
     await h.wait_for("three nodes", lambda: _nodes(h, 3))
     await h.create_queue(T, Q, {"replication_factor": 2, "partitions": 1})
     pid = await h.partition_of(T, Q)
-    await h.wait_for("two replicas", lambda: _replicas(h, pid, 2))
+    await h.wait_for("two replicas", lambda: has_replicas(h, pid, 2))
     for i in range(5):
         await h.send_until_ok(pid, T, Q, f"m{i}")
     drained, _, epoch = await h.serving_leader(pid)
@@ -311,11 +253,6 @@ async def _hosts_nothing(h: ClusterHarness, node: str, pid: int) -> bool:
         and pid not in record.replicas
         and not (h.root / node / "partitions" / str(pid)).exists()
     )
-
-
-async def _replicas(h: ClusterHarness, pid: int, count: int) -> bool:
-    record = (await h.partitions()).get(pid)
-    return record is not None and len(record.replicas) == count
 
 
 async def _active_manager(h: ClusterHarness) -> str | None:

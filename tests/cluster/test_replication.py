@@ -347,6 +347,56 @@ async def test_a_deposed_leader_rejoins_as_a_follower_and_drops_its_unacknowledg
                 await asyncio.wait_for(link, scaled(5))
 
 
+async def test_a_deposed_leader_with_a_longer_tail_counts_for_nothing_until_it_matches(
+    cluster: Cluster,
+) -> None:
+    """The new leader has written entries while alone, and the deposed leader that rejoins
+    holds more entries of its own term past the same LSNs. Its position report and its
+    answers to idle heartbeats name its last LSN: that must not count as holding the new
+    leader's entries (only log matching, a shipment's ``prev`` found in its log, proves
+    that), or a write on the new leader alone is acknowledged (found by the partition test:
+    the rejoining old leader was counted while its log still diverged)."""
+    old_leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None
+    old_store = cluster.leader
+    await old_store.create_queue(T1, q("orders"), {})
+    for i in range(3):
+        await write(cluster, f"acknowledged-{i}")
+    await cluster.cut("f1")
+    await cluster.cut("f2")
+    for i in range(8):
+        await send_one(old_store, T1, "orders", f"never-acknowledged-{i}")
+        with pytest.raises(Unavailable):
+            await old_leader.replicate(old_store.last_lsn, timeout_s=0.01)
+    # f1 leads epoch 4 with f2 down: its writes are on it alone until the old leader matches.
+    new_store = cluster.followers["f1"].store
+    new_leader = ReplicationLeader(
+        new_store, partition=PARTITION, epoch=Epoch(4), replicas=3, node_id="f1", heartbeat_s=0.05
+    )
+    await new_leader.start()
+    for i in range(3):
+        await send_one(new_store, T1, "orders", f"epoch-4-{i}")
+    assert new_store.last_lsn < old_store.last_lsn
+    rejoined = FollowerNode("old", old_store)
+    await rejoined.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", rejoined.port)
+    link = asyncio.create_task(new_leader.follow("old", reader, writer))
+    try:
+        await new_leader.replicate(new_store.last_lsn, timeout_s=scaled(5))
+        # Acknowledged: the old leader now holds the new leader's entries, not its own.
+        first = Lsn(new_store.last_lsn - 3)
+        held = await old_store.read_replication_log(first, 3)
+        assert [(e.lsn, e.epoch) for e in held] == [
+            (e.lsn, e.epoch) for e in await new_store.read_replication_log(first, 3)
+        ]
+        await until(lambda: new_leader.lag() == {"old": 0}, "the old leader to catch up")
+        assert await contents(old_store) == await contents(new_store)
+    finally:
+        await rejoined.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(link, scaled(5))
+
+
 async def test_a_maintained_link_redials_a_follower_that_restarts(cluster: Cluster) -> None:
     leader = await cluster.start(ReplicationMode.SYNC)
     assert cluster.leader is not None
