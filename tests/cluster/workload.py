@@ -40,13 +40,19 @@ async def replicated_everywhere(h: ClusterHarness, partition: int, nodes: list[s
 
 
 class Producers:
-    """Concurrent producers of sync sends, each retried (same dedupe id) until acknowledged."""
+    """Concurrent producers of sync sends, each retried (same dedupe id) until acknowledged.
 
-    def __init__(self, h: ClusterHarness, pid: int, count: int = 4) -> None:
-        self.h, self.pid, self.count = h, pid, count
+    They send while fewer than ``headroom`` messages beyond what :meth:`more` last asked for
+    were begun, so sends are in flight whenever a test acts (a kill, a cut) and the total
+    stays within what one peek reads back (1,000), however fast the machine."""
+
+    def __init__(self, h: ClusterHarness, pid: int, count: int = 4, headroom: int = 40) -> None:
+        self.h, self.pid, self.count, self.headroom = h, pid, count, headroom
         self.acknowledged: list[str] = []
         self.results: dict[str, SendResult] = {}  # what each acknowledgement said (id, seq)
         self._next = iter(range(10**6))
+        self._begun = 0
+        self._allowed = 0
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -56,12 +62,17 @@ class Producers:
 
     async def _produce(self) -> None:
         while not self._stop.is_set():
+            if self._begun >= self._allowed:
+                await asyncio.sleep(0.01)
+                continue
+            self._begun += 1
             body = f"m{next(self._next)}"
             self.results[body] = await self.h.send_until_ok(self.pid, T, Q, body)
             self.acknowledged.append(body)
 
     async def more(self, count: int, what: str) -> None:
         target = len(self.acknowledged) + count
+        self._allowed = max(self._allowed, target + self.headroom)
 
         async def reached() -> bool:
             return len(self.acknowledged) >= target
