@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidRequest
-from .limits import MAX_DELAY_S, MAX_VISIBILITY_S, MAX_WAIT_S
+from .limits import MAX_DELAY_S, MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S, MAX_WAIT_S
 from .types import QueueAttributes
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -97,6 +97,13 @@ def check_number(name: str, value: Any, low: float, high: float, *, integer: boo
     if not math.isfinite(value) or not low <= value <= high:
         raise InvalidRequest(f"{name} must be between {low:g} and {high:g}")
     return value
+
+
+def check_receive(max_messages: Any, visibility_timeout_s: Any) -> None:
+    """Validate a receive's (or a standing demand's) count and visibility override."""
+    check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
+    if visibility_timeout_s is not None:
+        check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
 
 
 def _validated(changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..attributes import check_number
+from ..attributes import check_number, check_receive
 from ..backend import ChangeListener
 from ..errors import (
     ConfigurationError,
@@ -43,7 +43,7 @@ from ..errors import (
     StaleEpoch,
     Unavailable,
 )
-from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
+from ..limits import MAX_RECEIVE_PER_CALL
 from ..options import StoreOptions
 from ..types import (
     AckResult,
@@ -321,9 +321,7 @@ class ClusterBackend:
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
         # Checked here as the store checks them: the loop below would answer 0 with [].
-        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
-        if visibility_timeout_s is not None:
-            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
+        check_receive(max_messages, visibility_timeout_s)
         record = await self._record(tenant, queue)
         parts = self._holders(record)
         start = next(self._round_robin) % len(parts)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..attributes import check_number
+from ..attributes import check_number, check_receive
 from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
 from ..commit_stats import CommitStats
 from ..encryption import Keyring
@@ -190,9 +190,7 @@ class LmdbBackend:
         visibility_timeout_s: float | None,
         deliver: DeliverCallback,
     ) -> None:
-        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
-        if visibility_timeout_s is not None:
-            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
+        check_receive(max_messages, visibility_timeout_s)
         loop = asyncio.get_running_loop()
         self._demands[(tenant, queue)] = _Demand(int(max_messages), visibility_timeout_s, deliver, loop)
 
@@ -266,9 +264,7 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
-        check_number("max", max_messages, 1, MAX_RECEIVE_PER_CALL, integer=True)
-        if visibility_timeout_s is not None:
-            check_number("visibility_timeout_s", visibility_timeout_s, 0, MAX_VISIBILITY_S)
+        check_receive(max_messages, visibility_timeout_s)
         return await self._write(
             lambda w, now: self._ops.receive(w, now, tenant, queue, int(max_messages), visibility_timeout_s)
         )

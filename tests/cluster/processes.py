@@ -152,10 +152,15 @@ class ClusterHarness:
 
     def logs(self) -> str:
         # Each live process logs its tasks and where they wait (SIGUSR1), for a hang's diagnosis.
-        for proc in [*self.managers, *self.nodes.values()]:
-            if proc.running:
-                proc.signal(signal.SIGUSR1)
-        time.sleep(0.5)
+        asked = [p for p in [*self.managers, *self.nodes.values()] if p.running]
+        before = {p.name: p.log_path.stat().st_size if p.log_path.exists() else 0 for p in asked}
+        for proc in asked:
+            proc.signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5 * _scale()
+        while time.monotonic() < deadline and any(
+            "pushgate.tasks" not in p.log_path.read_text(errors="replace")[before[p.name] :] for p in asked
+        ):
+            time.sleep(0.05)
         return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in [*self.managers, *self.nodes.values()])
 
     # etcd, as a gateway and an operator see it ---------------------------------------------
