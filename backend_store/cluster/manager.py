@@ -232,7 +232,8 @@ def _repair(
         if len(fresh) >= len(replicas) // 2 + 1:
             best = max(fresh, key=lambda n: (position(n), not resigned(n), n))
             if best != leader:
-                log.warning("partition %d: leader %s is gone; promoting %s", pid, leader, best)
+                why = "resigned (no quorum)" if leader is not None and resigned(leader) else "is gone"
+                log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
                 leader = best
     # Draining: leadership first (to an up follower that is positioned), then the replica.
     # (An operator may drain a dead node: that is how its replicas are replaced.)

@@ -279,8 +279,14 @@ class ReplicationLeader:
             in_flight = progress.sent - progress.acked
             if progress.positioned and backlog > 0 and in_flight < self.window_entries:
                 # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
-                after = max(0, progress.sent - 1)
-                entries = await self.store.read_replication_log(Lsn(after), self.batch_entries + 1)
+                sent = progress.sent
+                entries = await self.store.read_replication_log(Lsn(max(0, sent - 1)), self.batch_entries + 1)
+                if progress.sent != sent or not progress.positioned:
+                    # A reply moved where to ship from while we read (a follower stepping us
+                    # back past a deposed tail): start again from there. (Read against the
+                    # moved ``sent``, this batch looked like a trimmed log and the follower
+                    # was re-seeded from a snapshot for nothing.)
+                    continue
                 prev = (NO_LSN, NO_EPOCH)
                 if progress.sent > 0 and entries and entries[0].lsn == progress.sent:
                     prev = (entries[0].lsn, entries[0].epoch)
