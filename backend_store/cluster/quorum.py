@@ -11,11 +11,16 @@ passed in, so it is tested without sockets or sleeps.
 
 Two rules beside Raft's, both because etcd sees more than a Raft leader does:
 
-- **Resign only where it helps.** The manager promotes only on fresh positions from a
-  majority of the replica set (:func:`~.manager.plan`), from nodes registered in etcd. A
-  leader whose silent followers are not registered either (dead, or cut off from etcd too)
-  could not be replaced by resigning, so it keeps leading: its sync writes fail with
-  ``unavailable`` as before, and its reads and ``async`` writes go on.
+- **Resign only where it helps.** A leader resigns only when the *other* replicas registered
+  in etcd make a majority of the replica set by themselves: then the manager can promote one
+  of them (it needs fresh positions from a majority) and that one can commit without this
+  leader. Otherwise resigning gains nothing and costs a leader change: its silent followers
+  may be dead (no majority to promote from), or, with RF 2, the one follower is no majority
+  on its own: promoted, it could commit nothing either, would hear nothing from the old
+  leader, and resign in turn, leadership bouncing between the two for as long as the cut
+  lasts. So such a leader keeps leading, as before: its sync writes fail with
+  ``unavailable`` until the followers are back, its reads and ``async`` writes go on. (Raft
+  steps down regardless, and a two-member Raft group cut in two has no leader at all.)
 - **What a resigned leader vouches for** (:func:`vouched_position`): not its last entry. Its
   own term's entries past the commit point were never acknowledged by a majority, and
   publishing them would make it look more up to date than the followers that hold every
@@ -81,13 +86,13 @@ class QuorumCheck:
         return sorted(set(self._heard) - self.in_contact(now))
 
     def should_resign(self, now: float, live: Collection[str]) -> bool:
-        """No majority heard from within the window, while a majority of the set is
-        registered in etcd (``live``: node ids; the leader counts itself), so the manager
-        can promote another replica once this one resigns."""
+        """No majority heard from within the window, while the other replicas registered in
+        etcd (``live``: node ids) make a majority by themselves, so the manager can promote
+        one of them and it can commit without this leader. Never with RF 1 or 2."""
         if self.window_s <= 0 or len(self.in_contact(now)) >= self.majority:
             return False
-        registered = {n for n in self.replicas if n in live} | {self.node_id}
-        return len(registered) >= self.majority
+        others = {n for n in self.replicas if n in live and n != self.node_id}
+        return len(others) >= self.majority
 
 
 def vouched_position(*, epoch: int, committed_lsn: int, term_start: tuple[int, int]) -> tuple[int, int]:

@@ -121,18 +121,16 @@ def test_a_leader_that_resigned_for_lack_of_a_quorum_is_replaced_on_fresh_positi
     assert promoted.leader == "n3" and promoted.replicas == ("n1", "n2", "n3")
 
 
-def test_a_resigned_leader_loses_a_tie_rf2() -> None:
-    # RF 2: a majority is both. The follower acknowledged everything the leader vouches for.
-    record = PartitionRecord("t", "q", 0, ("n1", "n2"), "n1")
+def test_a_resigned_leader_loses_a_tie() -> None:
+    # n3 resigned, vouching for exactly what the followers hold: a follower leads (by node id
+    # alone n3 would win the tie and be designated again).
+    record = PartitionRecord("t", "q", 0, ("n3", "n1", "n2"), "n3")
     v = view(
-        queues={("t", "q"): {"replication_factor": 2}},
-        nodes={"n1": resigned(p5=(7, 40)), "n2": node(p5=(7, 40))},
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": node(p5=(7, 40)), "n2": node(p5=(7, 40)), "n3": resigned(p5=(7, 40))},
         partitions={5: record},
     )
     assert plan(v).puts[5].leader == "n2"
-    # Without the resigned leader's fresh position the follower alone is no majority.
-    v.nodes["n1"] = resigned(leader_epoch=7, p5=(7, 40))
-    assert plan(v).puts == {}
 
 
 def test_a_resigned_leader_holding_more_than_the_others_stays_designated() -> None:

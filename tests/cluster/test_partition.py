@@ -230,6 +230,23 @@ async def test_a_leader_cut_off_from_its_followers_only_resigns_for_lack_of_a_qu
         return await h.send_until_ok(pid, T, Q, "probe"), time.monotonic()
 
     probe = asyncio.create_task(send_probe())
+    try:
+        await _cut_off_leader_is_replaced(h, pid, cut_off, epoch, producers, probe, cut_at)
+    finally:
+        probe.cancel()  # done unless the test failed
+        await asyncio.gather(probe, return_exceptions=True)
+
+
+async def _cut_off_leader_is_replaced(
+    h: ClusterHarness,
+    pid: int,
+    cut_off: str,
+    epoch: Epoch,
+    producers: Producers,
+    probe: asyncio.Task[tuple[SendResult, float]],
+    cut_at: float,
+) -> None:
+    assert h.network is not None
     key_gone_at: float | None = None
 
     async def new_leader() -> tuple[str, str, Epoch] | None:

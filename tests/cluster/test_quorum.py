@@ -32,11 +32,14 @@ def test_rf3_one_follower_is_enough() -> None:
     assert q.should_resign(119.0 + W + 0.01, ALL3)
 
 
-def test_rf2_needs_its_one_follower() -> None:
+def test_rf2_never_resigns() -> None:
+    # Its follower alone is no majority: promoted, it could commit nothing either, and would
+    # resign in turn (leadership bouncing between the two while the cut lasts).
     q = check("n1", "n2")
+    assert q.majority == 2
     q.heard("n2", 102.0)
-    assert not q.should_resign(102.0 + W, {"n1", "n2"})
-    assert q.should_resign(102.0 + W + 0.01, {"n1", "n2"})
+    assert q.in_contact(102.0 + W + 0.01) == {"n1"}
+    assert not q.should_resign(102.0 + W + 0.01, {"n1", "n2"})
 
 
 def test_rf1_never_resigns() -> None:
@@ -45,34 +48,39 @@ def test_rf1_never_resigns() -> None:
     assert not q.should_resign(10_000.0, {"n1"})
 
 
-def test_a_leader_stays_when_resigning_could_not_get_it_replaced() -> None:
-    # Its silent followers are not registered in etcd either (dead, or cut off from etcd):
-    # the manager could not promote anyone (no majority of fresh positions), so resigning
-    # would only stop reads and async writes.
+def test_a_leader_stays_when_the_others_could_not_lead_without_it() -> None:
+    # Its silent followers are not all registered in etcd (dead, or cut off from etcd too):
+    # the others are no majority by themselves, so resigning would only stop reads and async
+    # writes.
     q = check("n1", "n2", "n3")
     later = 100.0 + 10 * W
     assert not q.should_resign(later, {"n1"})
-    assert not q.should_resign(later, {"n1", "n4"})  # a node outside the set does not count
-    assert q.should_resign(later, {"n1", "n2"})  # n2 registered: n1 + n2 can promote
-    # RF 2 with its follower dead: the same.
-    rf2 = check("n1", "n2")
-    assert not rf2.should_resign(later, {"n1"})
-    assert rf2.should_resign(later, {"n1", "n2"})
+    assert not q.should_resign(later, {"n1", "n2"})  # n2 alone: no majority without n1
+    assert not q.should_resign(later, {"n1", "n2", "n4"})  # a node outside the set does not count
+    assert q.should_resign(later, {"n2", "n3"})  # the two others can promote and commit
+    # RF 5: three of the four others registered is a majority.
+    rf5 = check("n1", "n2", "n3", "n4", "n5")
+    assert not rf5.should_resign(later, {"n1", "n2", "n3"})
+    assert rf5.should_resign(later, {"n1", "n2", "n3", "n4"})
 
 
 def test_a_replica_added_to_the_set_gets_a_window_from_its_addition() -> None:
-    q = check("n1", "n2")
+    live = {"n1", "n2", "n3", "n4"}
+    q = check("n1", "n2", "n3")
     q.heard("n2", 103.0)
-    # n2 is replaced by n3 (a move): n3 has not answered yet, but it just joined.
-    q.set_replicas(("n1", "n3"), 103.5)
-    assert not q.should_resign(103.5 + W, {"n1", "n3"})
-    assert q.should_resign(103.5 + W + 0.01, {"n1", "n3"})
-    q.heard("n2", 110.0)  # a reply from a replica no longer in the set counts for nothing
-    assert q.should_resign(110.0, {"n1", "n2", "n3"})
-    # Growing to three: the old member keeps its last reply, the new one starts now.
-    q.heard("n3", 111.0)
-    q.set_replicas(("n1", "n3", "n2"), 111.0)
-    assert q.in_contact(111.0 + W) == {"n1", "n2", "n3"}
+    q.heard("n3", 103.0)
+    # n3 is replaced by n4 (a move): n4 has not answered yet, but it just joined.
+    q.set_replicas(("n1", "n2", "n4"), 103.5)
+    assert not q.should_resign(103.0 + W, live)
+    assert q.in_contact(103.0 + W + 0.01) == {"n1", "n4"}  # n2 silent, n4 still in its first window
+    assert not q.should_resign(103.0 + W + 0.01, live)
+    assert q.should_resign(103.5 + W + 0.01, live)
+    q.heard("n3", 110.0)  # a reply from a replica no longer in the set counts for nothing
+    assert q.should_resign(110.0, live)
+    # Growing: old members keep their last reply, a new one starts now.
+    q.heard("n4", 111.0)
+    q.set_replicas(("n1", "n2", "n4", "n3"), 111.0)
+    assert q.in_contact(111.0 + W) == {"n1", "n3", "n4"}
 
 
 def test_heard_never_goes_back_in_time() -> None:
