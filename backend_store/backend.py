@@ -187,11 +187,34 @@ class StandingReceive(Protocol):
         max_messages: int,
         visibility_timeout_s: float | None,
         deliver: DeliverCallback,
+        in_memory: bool = False,
     ) -> None:
-        """Register (or replace) the queue's demand; call on the event loop."""
+        """Register (or replace) the queue's demand; call on the event loop. ``in_memory``:
+        receive as :meth:`InMemoryReceive.receive_in_memory` does."""
 
     def clear_demand(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> None:
         """Withdraw the demand registered with ``deliver``, if it is still waiting."""
+
+
+@runtime_checkable
+class InMemoryReceive(Protocol):
+    """Optional capability: a receive that keeps its in-flight state in memory, writing nothing.
+
+    For at-most-once (auto-ack) consumers, which delete what they are handed at once: the
+    receive's writes and commit are saved. The messages are held as after a ``receive``
+    (other receives skip them; their receipts ack, nack and change visibility as usual)
+    until acked, released, or their visibility timeout passes. After a crash they are
+    visible again at once, with the receive count they had on disk.
+    """
+
+    async def receive_in_memory(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        """Receive up to ``max_messages`` visible messages, holding them in memory."""
 
 
 @runtime_checkable
@@ -349,6 +372,7 @@ __all__ = [
     "DeadLetters",
     "DeliverCallback",
     "EventListener",
+    "InMemoryReceive",
     "MessageEvent",
     "MessageEvents",
     "MetaListener",

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Protocol
 
-from backend_store.backend import Backend, DeliverCallback, StandingReceive
+from backend_store.backend import Backend, DeliverCallback, InMemoryReceive, StandingReceive
 from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.types import QueueName, ReceivedMessage, TenantId
 
@@ -46,6 +46,9 @@ class DispatchHost(Protocol):
 
     @property
     def standing(self) -> StandingReceive | None: ...
+
+    @property
+    def in_memory(self) -> InMemoryReceive | None: ...
 
     @property
     def settings(self) -> PushSettings: ...
@@ -201,12 +204,13 @@ class Dispatcher:
         groups = self._wanting(time.time())
         if len(groups) != 1:
             return  # mixed visibility timeouts: the plain receive path serves them
-        ((timeout, wanting),) = groups.items()
+        (((timeout, auto_ack), wanting),) = groups.items()
         want = min(self._engine.settings.max_receive, sum(credit for _, credit in wanting))
         # A callback of its own per registration, so a late delivery of an older one is
         # never mistaken for the current one (and the current one is always withdrawn).
         self._standing = functools.partial(self._delivered, want)
-        standing.set_demand(self.tenant, self.queue, want, timeout, self._standing)
+        in_memory = auto_ack and self._engine.in_memory is not None
+        standing.set_demand(self.tenant, self.queue, want, timeout, self._standing, in_memory)
 
     def _sit(self) -> None:
         standing = self._engine.standing
@@ -227,12 +231,12 @@ class Dispatcher:
         self._deal(messages, wanting)
         self._kick.set()
 
-    def _wanting(self, now: float) -> dict[float | None, list[tuple[Subscription, int]]]:
-        """Subscribers with credit by visibility timeout, in turn from where the last pump
-        stopped, only until there is credit for one full receive: a queue with thousands
-        of subscribers costs a pump a few of them, not all, and each gets its turn."""
+    def _wanting(self, now: float) -> dict[tuple[float | None, bool], list[tuple[Subscription, int]]]:
+        """Subscribers with credit by visibility timeout and ack mode, in turn from where the
+        last pump stopped, only until there is credit for one full receive: a queue with
+        thousands of subscribers costs a pump a few of them, not all, and each gets its turn."""
         limit = self._engine.settings.max_receive
-        groups: dict[float | None, list[tuple[Subscription, int]]] = {}
+        groups: dict[tuple[float | None, bool], list[tuple[Subscription, int]]] = {}
         subs = self.subs
         count = len(subs)
         start = self._next % count if count else 0
@@ -243,7 +247,7 @@ class Dispatcher:
             scanned += 1
             credit = sub.credit(now)
             if credit > 0:
-                groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
+                groups.setdefault((sub.visibility_timeout_s, sub.auto_ack), []).append((sub, credit))
                 wanted += credit
         self._next = start + scanned
         return groups
@@ -271,9 +275,14 @@ class Dispatcher:
             return 0, False  # no credit: nothing learned about the queue, _look stays
         full = False
         received = 0
-        for timeout, wanting in groups.items():
+        in_memory = self._engine.in_memory
+        for (timeout, auto_ack), wanting in groups.items():
             want = min(limit, sum(credit for _, credit in wanting))
-            messages = await self._engine.backend.receive(self.tenant, self.queue, want, timeout)
+            if auto_ack and in_memory is not None:
+                # Deleted once handed out: nothing to write for the receive itself.
+                messages = await in_memory.receive_in_memory(self.tenant, self.queue, want, timeout)
+            else:
+                messages = await self._engine.backend.receive(self.tenant, self.queue, want, timeout)
             if messages:
                 received += len(messages)
                 self._deal(messages, wanting)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from backend_store.backend import Backend, StandingReceive
+from backend_store.backend import Backend, InMemoryReceive, StandingReceive
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unavailable
 from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, TenantId
 
@@ -67,6 +67,7 @@ class PushEngine:
         # Receive in the commit that makes messages visible, when the store can (one commit
         # from send to push instead of two).
         self.standing: StandingReceive | None = backend if isinstance(backend, StandingReceive) else None
+        self.in_memory: InMemoryReceive | None = backend if isinstance(backend, InMemoryReceive) else None
         self.hub = hub
         self.settings = settings or PushSettings()
         self._recheck = recheck

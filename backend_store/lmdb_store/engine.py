@@ -73,6 +73,7 @@ class _Demand:
     visibility_timeout_s: float | None
     deliver: DeliverCallback
     loop: asyncio.AbstractEventLoop
+    in_memory: bool
 
 
 def _sealed_with(v: View, key_id: str) -> bool:
@@ -189,10 +190,13 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None,
         deliver: DeliverCallback,
+        in_memory: bool = False,
     ) -> None:
         check_receive(max_messages, visibility_timeout_s)
         loop = asyncio.get_running_loop()
-        self._demands[(tenant, queue)] = _Demand(int(max_messages), visibility_timeout_s, deliver, loop)
+        self._demands[(tenant, queue)] = _Demand(
+            int(max_messages), visibility_timeout_s, deliver, loop, in_memory
+        )
 
     def clear_demand(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> None:
         key = (tenant, queue)
@@ -208,7 +212,7 @@ class LmdbBackend:
             if demand is None:
                 continue
             messages = self._ops.receive(
-                w, now, key[0], key[1], demand.max_messages, demand.visibility_timeout_s
+                w, now, key[0], key[1], demand.max_messages, demand.visibility_timeout_s, demand.in_memory
             )
             if messages:
                 post.append((demand.loop, functools.partial(demand.deliver, messages)))
@@ -267,6 +271,20 @@ class LmdbBackend:
         check_receive(max_messages, visibility_timeout_s)
         return await self._write(
             lambda w, now: self._ops.receive(w, now, tenant, queue, int(max_messages), visibility_timeout_s)
+        )
+
+    async def receive_in_memory(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None = None,
+    ) -> list[ReceivedMessage]:
+        check_receive(max_messages, visibility_timeout_s)
+        return await self._write(
+            lambda w, now: self._ops.receive(
+                w, now, tenant, queue, int(max_messages), visibility_timeout_s, in_memory=True
+            )
         )
 
     async def ack(

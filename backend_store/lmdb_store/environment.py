@@ -225,7 +225,15 @@ Touched = set[tuple[str, str]]
 class Writes(View):
     """The write side of a transaction; records every mutation so followers can replay them."""
 
-    __slots__ = ("dirty_queues", "events", "mutations", "queue_cache", "queue_saves", "touched")
+    __slots__ = (
+        "dirty_queues",
+        "events",
+        "mutations",
+        "on_abort",
+        "queue_cache",
+        "queue_saves",
+        "touched",
+    )
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)
@@ -240,6 +248,8 @@ class Writes(View):
         # Dead-letter moves and expiries of this transaction, (tenant, queue, kind) -> count:
         # reported to event listeners once it commits (backend_store.backend.MessageEvents).
         self.events: dict[tuple[str, str, str], int] = {}
+        # Undos of in-memory changes made with this transaction (holds.py), run if it aborts.
+        self.on_abort: list[Callable[[], object]] = []
 
     def note(self, tenant: str, queue: str, kind: str, count: int = 1) -> None:
         key = (tenant, queue, kind)

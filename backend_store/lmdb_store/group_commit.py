@@ -177,8 +177,8 @@ class GroupCommitWriter:
         now = self._clock()
         txn = self._env.begin_write()
         self._log.begin()
+        writes = UndoWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         try:
-            writes = UndoWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
             for pending in batch:
                 pending.outcome = self._run_op(writes, pending.op, now)
             post: list[PostCommit] = []
@@ -198,6 +198,8 @@ class GroupCommitWriter:
                 self._events.append(writes.events)
         except BaseException:
             txn.abort()
+            for undo in reversed(writes.on_abort):
+                undo()
             raise
         return writes.touched
 

@@ -39,6 +39,7 @@ from ..types import (
     SendResult,
 )
 from .environment import Db, View, Writes
+from .holds import Hold, Holds
 from .keys import (
     RECEIPT_TOKEN_BYTES,
     decode_receipt,
@@ -75,6 +76,7 @@ class _Receive:
     invisible_until: int
     visible_at: float  # invisible_until in seconds
     retention_cutoff: float
+    in_memory: bool
     changed: bool = False
     # The dead-letter queue's record, once a message has needed it (None: not looked up, or missing).
     dlq: QueueRecord | None = None
@@ -82,7 +84,13 @@ class _Receive:
 
     @classmethod
     def start(
-        cls, w: Writes, now: float, tenant: str, queue: str, visibility_timeout_s: float | None
+        cls,
+        w: Writes,
+        now: float,
+        tenant: str,
+        queue: str,
+        visibility_timeout_s: float | None,
+        in_memory: bool,
     ) -> _Receive:
         record = find_queue(w, tenant, queue)
         attrs = attributes_of(record)
@@ -101,6 +109,7 @@ class _Receive:
             invisible_until=now_ms + to_ms(timeout),
             visible_at=(now_ms + to_ms(timeout)) / 1000,
             retention_cutoff=now - attrs.retention_s,
+            in_memory=in_memory,
         )
 
     def dead_letter_queue(self) -> QueueRecord | None:
@@ -131,6 +140,7 @@ class MessageOps:
         # With encryption at rest, dedupe keys are keyed hashes: a plain hash of a body
         # would let anyone holding the file confirm a guessed body without the key.
         self._dedupe_secret = keyring.derive(b"pushgate dedupe v1") if keyring else None
+        self._holds = Holds()
 
     def _new_id(self) -> MessageId:
         return MessageId(f"{self._id_prefix}{next(self._id_counter):016x}")
@@ -195,10 +205,13 @@ class MessageOps:
         queue: str,
         max_messages: int,
         visibility_timeout_s: float | None,
+        in_memory: bool = False,
     ) -> list[ReceivedMessage]:
-        r = _Receive.start(w, now, tenant, queue, visibility_timeout_s)
+        """Receive up to ``max_messages``; ``in_memory`` keeps their in-flight state in
+        memory instead of writing it (``holds.py``)."""
+        r = _Receive.start(w, now, tenant, queue, visibility_timeout_s, in_memory)
         out: list[ReceivedMessage] = []
-        seen: set[int] = set()
+        seen = self._holds.held(r.qid, r.now_ms)
         while len(out) < max_messages:
             candidates = _ready(w, r.qid, r.now_ms, max_messages - len(out), seen)
             if not candidates:
@@ -249,8 +262,12 @@ class MessageOps:
             w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
             return None
         state.receive_count += 1
-        state.receipt_token = token
-        set_visible_at(w, qid, seq, state, r.invisible_until, "i")
+        if r.in_memory:
+            # Left as it is on disk: visible, its count unchanged (holds.py says why).
+            self._holds.put(qid, seq, Hold(token, r.invisible_until), w.on_abort)
+        else:
+            state.receipt_token = token
+            set_visible_at(w, qid, seq, state, r.invisible_until, "i")
         return ReceivedMessage(
             queue=r.queue,
             id=msg.id,
@@ -335,12 +352,14 @@ class MessageOps:
         done = 0
         for receipt in receipts:
             try:
-                qid, seq, state, fifo = self._held(w, now_ms, tenant, receipt, queue, queues)
+                qid, seq, state, fifo, in_memory = self._held(w, now_ms, tenant, receipt, queue, queues)
             except PushgateError as exc:
                 failed.append(ReceiptFailure(receipt=str(receipt), code=exc.code))
                 continue
             found = queues[qid]
             assert found is not None
+            if in_memory:
+                self._holds.drop(qid, seq, w.on_abort)
             if nack_delay_s is None:
                 remove_message(w, qid, seq, state, fifo, now)
                 found[2].count -= 1
@@ -348,8 +367,10 @@ class MessageOps:
                 if fifo:
                     w.touched.add((found[0], found[1]))
             else:
-                state.receipt_token = None
-                set_visible_at(w, qid, seq, state, now_ms + to_ms(nack_delay_s), "n")
+                if not in_memory or nack_delay_s > 0:
+                    state.receipt_token = None
+                    set_visible_at(w, qid, seq, state, now_ms + to_ms(nack_delay_s), "n")
+                # (A message held in memory and released at once is visible on disk already.)
                 w.touched.add((found[0], found[1]))
             done += 1
         if nack_delay_s is None:
@@ -363,7 +384,15 @@ class MessageOps:
     ) -> None:
         find_queue(w, tenant, queue)
         now_ms = to_ms(now)
-        qid, seq, state, _ = self._held(w, now_ms, tenant, receipt, queue, {})
+        qid, seq, state, _, in_memory = self._held(w, now_ms, tenant, receipt, queue, {})
+        if in_memory:
+            if timeout_s == 0:
+                self._holds.drop(qid, seq, w.on_abort)
+                w.touched.add((tenant, queue))
+            else:
+                token = decode_receipt(receipt)[2]
+                self._holds.put(qid, seq, Hold(token, now_ms + to_ms(timeout_s)), w.on_abort)
+            return
         if timeout_s == 0:
             state.receipt_token = None
             w.touched.add((tenant, queue))
@@ -377,8 +406,9 @@ class MessageOps:
         receipt: str,
         queue: str | None,
         queues: dict[int, tuple[str, str, QueueRecord] | None],
-    ) -> tuple[int, int, DeliveryState, bool]:
-        """The message a receipt holds, if the receipt is still valid for this caller."""
+    ) -> tuple[int, int, DeliveryState, bool, bool]:
+        """The message a receipt holds, if the receipt is still valid for this caller, and
+        whether it is held in memory."""
         qid, seq, token = decode_receipt(receipt)
         if qid not in queues:
             queues[qid] = queue_by_qid(w, qid)
@@ -386,14 +416,22 @@ class MessageOps:
         if found is None or found[0] != tenant or (queue is not None and found[1] != queue):
             raise InvalidReceipt("receipt does not belong to this queue")
         state = load_state(w, qid, seq)
+        hold = self._holds.get(qid, seq)
         if state is None:
+            if hold is not None:
+                self._holds.drop(qid, seq, w.on_abort)  # purged or expired under it
             raise InvalidReceipt("message already deleted")
+        fifo = attributes_of(found[2]).ordering == "fifo"
+        if hold is not None and hmac.compare_digest(hold.token, token):
+            if hold.until_ms <= now_ms:
+                self._holds.drop(qid, seq, w.on_abort)
+                raise InvalidReceipt("receipt expired: the message is visible again")
+            return qid, seq, state, fifo, True
         if state.receipt_token is None or not hmac.compare_digest(state.receipt_token, token):
             raise InvalidReceipt("receipt is stale: the message was received again")
         if state.visible_ms <= now_ms:
             raise InvalidReceipt("receipt expired: the message is visible again")
-        fifo = attributes_of(found[2]).ordering == "fifo"
-        return qid, seq, state, fifo
+        return qid, seq, state, fifo, False
 
     # Sweeps -----------------------------------------------------------------
 

@@ -91,6 +91,15 @@ CLUSTER_LACKS = frozenset(
         "test_a_dead_letter_move_is_reported_once_with_its_source_queue",
         # StorageStats: each node's disk use is its own; nothing adds them up.
         "test_storage_usage",
+        # InMemoryReceive: a node holds nothing in memory for a gateway (auto-ack
+        # subscriptions on a cluster receive as usual, then ack).
+        "test_a_held_message_is_skipped_by_others_and_its_ack_deletes_it",
+        "test_a_hold_ends_with_its_visibility_timeout",
+        "test_releasing_a_hold_makes_it_visible_at_once_or_after_its_delay",
+        "test_change_visibility_moves_a_hold",
+        "test_a_held_fifo_head_blocks_its_group_until_acked",
+        "test_held_messages_are_visible_at_once_after_a_restart",
+        "test_a_standing_demand_can_hold_in_memory",
     }
 )
 

@@ -1,0 +1,155 @@
+"""Receives held in memory (``InMemoryReceive``): what auto-ack consumers are handed.
+
+The messages are held like any received message (other receives skip them, their receipts
+ack, nack and change visibility), but nothing is written until they are acked: after a
+restart they are visible at once with the receive count they had on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from backend_store import Backend, ReceivedMessage
+from backend_store.backend import InMemoryReceive, StandingReceive
+from backend_store.errors import InvalidReceipt
+from backend_store.lmdb_store.holds import Hold, Holds
+
+from ..conftest import ManualClock
+from .harness import T1, StoreFactory, msg, ok, q, receive_all
+
+
+def in_memory(store: Backend) -> InMemoryReceive:
+    assert isinstance(store, InMemoryReceive)
+    return store
+
+
+async def test_a_held_message_is_skipped_by_others_and_its_ack_deletes_it(
+    store: Backend, clock: ManualClock
+) -> None:
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 30})
+    sent = [ok(r) for r in await store.send(T1, q("jobs"), [msg("a"), msg("b"), msg("c")])]
+    held = await in_memory(store).receive_in_memory(T1, q("jobs"), 2)
+    assert [(m.id, m.body, m.receive_count) for m in held] == [
+        (sent[0].id, b"a", 1),
+        (sent[1].id, b"b", 1),
+    ]
+    assert held[0].visible_at == clock.now + 30
+    # Held: neither a plain receive nor another in-memory one gets them.
+    assert [m.body for m in await store.receive(T1, q("jobs"), 10)] == [b"c"]
+    assert await in_memory(store).receive_in_memory(T1, q("jobs"), 10) == []
+    result = await store.ack(T1, [m.receipt for m in held], queue=q("jobs"))
+    assert (result.acked, result.failed) == (2, [])
+    stats = (await store.get_queue(T1, q("jobs"))).stats
+    assert stats.acked_total == 2
+    # Acked once: the receipt is spent.
+    again = await store.ack(T1, [held[0].receipt])
+    assert [f.code for f in again.failed] == ["invalid_receipt"]
+
+
+async def test_a_hold_ends_with_its_visibility_timeout(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 30})
+    await store.send(T1, q("jobs"), [msg("a")])
+    [held] = await in_memory(store).receive_in_memory(T1, q("jobs"), 1, visibility_timeout_s=10)
+    clock.advance(9.5)
+    assert await store.receive(T1, q("jobs"), 1) == []
+    clock.advance(1)
+    [again] = await store.receive(T1, q("jobs"), 1)
+    # Nothing was written for the in-memory receive: this is the message's first stored one.
+    assert (again.id, again.receive_count) == (held.id, 1)
+    with pytest.raises(InvalidReceipt):
+        await store.change_visibility(T1, q("jobs"), held.receipt, 5)
+    assert [f.code for f in (await store.ack(T1, [held.receipt])).failed] == ["invalid_receipt"]
+    assert (await store.ack(T1, [again.receipt])).acked == 1
+
+
+async def test_releasing_a_hold_makes_it_visible_at_once_or_after_its_delay(
+    store: Backend, clock: ManualClock
+) -> None:
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 30})
+    await store.send(T1, q("jobs"), [msg("a"), msg("b")])
+    first, second = await in_memory(store).receive_in_memory(T1, q("jobs"), 2)
+    assert (await store.nack(T1, [first.receipt])).acked == 1
+    assert (await store.nack(T1, [second.receipt], delay_s=20)).acked == 1
+    [a] = await store.receive(T1, q("jobs"), 10)
+    assert (a.body, a.receive_count) == (b"a", 1)
+    clock.advance(19.5)
+    assert await store.receive(T1, q("jobs"), 10) == []
+    clock.advance(1)
+    [b] = await store.receive(T1, q("jobs"), 10)
+    assert (b.body, b.receive_count) == (b"b", 1)
+
+
+async def test_change_visibility_moves_a_hold(store: Backend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 30})
+    await store.send(T1, q("jobs"), [msg("a"), msg("b")])
+    first, second = await in_memory(store).receive_in_memory(T1, q("jobs"), 2)
+    await store.change_visibility(T1, q("jobs"), first.receipt, 100)
+    await store.change_visibility(T1, q("jobs"), second.receipt, 0)
+    assert [m.body for m in await store.receive(T1, q("jobs"), 10, visibility_timeout_s=200)] == [b"b"]
+    clock.advance(99.5)
+    assert await store.receive(T1, q("jobs"), 10) == []
+    assert (await store.ack(T1, [first.receipt])).acked == 1
+
+
+async def test_a_held_fifo_head_blocks_its_group_until_acked(store: Backend) -> None:
+    await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    await store.send(T1, q("f"), [msg("a0", group_id="a"), msg("a1", group_id="a"), msg("b0", group_id="b")])
+    held = await in_memory(store).receive_in_memory(T1, q("f"), 10)
+    assert [m.body for m in held] == [b"a0", b"b0"]
+    assert await store.receive(T1, q("f"), 10) == []
+    assert (await store.ack(T1, [held[0].receipt])).acked == 1
+    assert [m.body for m in await store.receive(T1, q("f"), 10)] == [b"a1"]
+
+
+async def test_held_messages_are_visible_at_once_after_a_restart(
+    store_factory: StoreFactory, clock: ManualClock
+) -> None:
+    store = await store_factory.open()
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300})
+    await store.send(T1, q("jobs"), [msg("a"), msg("b")])
+    [stored] = await store.receive(T1, q("jobs"), 1)
+    [held] = await in_memory(store).receive_in_memory(T1, q("jobs"), 1)
+    assert (stored.body, held.body) == (b"a", b"b")
+
+    store = await store_factory.reopen(store)
+    # The stored receive is still in flight; the held one was never written.
+    [back] = await receive_all(store, T1, "jobs")
+    assert (back.id, back.receive_count) == (held.id, 1)
+    assert [f.code for f in (await store.ack(T1, [held.receipt])).failed] == ["invalid_receipt"]
+    assert (await store.ack(T1, [stored.receipt, back.receipt])).acked == 2
+
+
+async def test_a_standing_demand_can_hold_in_memory(store_factory: StoreFactory) -> None:
+    store = await store_factory.open()
+    assert isinstance(store, StandingReceive)
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300})
+    got: asyncio.Queue[list[ReceivedMessage]] = asyncio.Queue()
+    store.set_demand(T1, q("jobs"), 5, None, got.put_nowait, in_memory=True)
+    await store.send(T1, q("jobs"), [msg("a")])
+    [held] = await asyncio.wait_for(got.get(), 5)
+    assert await store.receive(T1, q("jobs"), 10) == []
+
+    store = await store_factory.reopen(store)
+    [back] = await store.receive(T1, q("jobs"), 10)
+    assert (back.id, back.receive_count) == (held.id, 1)
+
+
+def test_holds_undo_their_changes_when_the_batch_aborts() -> None:
+    holds = Holds()
+    committed: list[Callable[[], object]] = []
+    holds.put(1, 7, Hold(b"t1", 1_000), committed)
+    aborted: list[Callable[[], object]] = []
+    holds.put(1, 7, Hold(b"t2", 2_000), aborted)  # a moved hold
+    holds.put(1, 8, Hold(b"t3", 2_000), aborted)  # a new one
+    holds.drop(2, 9, aborted)  # nothing to drop: nothing to undo
+    assert len(aborted) == 2
+    for undo in reversed(aborted):
+        undo()
+    assert holds.get(1, 7) == Hold(b"t1", 1_000)
+    assert holds.get(1, 8) is None
+    assert holds.held(1, 500) == {7}
+    assert holds.held(1, 1_000) == set()  # expired holds go
+    assert len(holds) == 0
