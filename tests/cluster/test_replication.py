@@ -422,7 +422,7 @@ async def test_a_rejoining_deposed_leader_is_stepped_back_without_a_snapshot(
         await write(cluster, f"acknowledged-{i}")
     await cluster.cut("f1")
     await cluster.cut("f2")
-    for i in range(8):
+    for i in range(5):
         await send_one(old_store, T1, "orders", f"never-acknowledged-{i}")
         with pytest.raises(Unavailable):
             await old_leader.replicate(old_store.last_lsn, timeout_s=0.01)
@@ -438,7 +438,7 @@ async def test_a_rejoining_deposed_leader_is_stepped_back_without_a_snapshot(
     )
     await new_leader.start()
     # More entries than the old leader's tail: it is stepped back entry by entry from its last.
-    for i in range(20):
+    for i in range(12):
         await send_one(new_store, T1, "orders", f"epoch-4-alone-{i}")
     assert new_store.last_lsn > old_store.last_lsn
     rejoined = FollowerNode("old", old_store)
