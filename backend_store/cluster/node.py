@@ -18,7 +18,8 @@ Coordination, all through etcd (see :mod:`.layout`):
 - When its session is lost (etcd unreachable for a TTL, or the process frozen past it) it
   stops leading at once, before anything else, then opens a new session and registers again.
 - Check-quorum (:mod:`.quorum`): a leader that has heard from no majority of its replica set
-  for ``quorum_window_s`` (while a majority is registered in etcd) resigns: it stops
+  for ``quorum_window_s`` (while the other replicas registered in etcd are a majority by
+  themselves) resigns: it stops
   serving, deletes its leader key, publishes the position its term vouches for as role
   ``resigned``, and does not campaign again for a window, so the manager can promote a
   follower on the majority's fresh positions.

@@ -272,8 +272,8 @@ class PartitionHost:
         )
 
     def lacks_quorum(self, now: float, live: Collection[str]) -> bool:
-        """Check-quorum: leading, but no majority heard from within the window while a
-        majority of the replica set is registered in etcd (``live``)."""
+        """Check-quorum: leading, but no majority heard from within the window, while the
+        other replicas registered in etcd (``live``) are a majority by themselves."""
         leader = self.leader
         if leader is None or leader.quorum is None or leader.deposed.is_set():
             return False
