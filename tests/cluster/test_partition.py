@@ -224,9 +224,9 @@ async def test_a_leader_cut_off_from_its_followers_only_resigns_for_lack_of_a_qu
 
     h.network.separate(cut_off)
     cut_at = time.monotonic()
-    # What a gateway sees: one send, retried (same dedupe id) until acknowledged.
 
     async def send_probe() -> tuple[SendResult, float]:
+        # What a gateway sees: one send, retried (same dedupe id) until acknowledged.
         return await h.send_until_ok(pid, T, Q, "probe"), time.monotonic()
 
     probe = asyncio.create_task(send_probe())
