@@ -62,7 +62,8 @@ class RecordingTransport(BufferedTransport):
         self.arrived.set()
 
     async def count(self, n: int) -> None:
-        async with asyncio.timeout(scaled(5)):
+        # 10 s: a redelivery is a receive, an fsync, which takes seconds on a busy disk.
+        async with asyncio.timeout(scaled(10)):
             while len(self.delivered) < n:
                 self.arrived.clear()
                 await self.arrived.wait()
