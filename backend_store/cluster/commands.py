@@ -85,6 +85,13 @@ def node_main(argv: Sequence[str]) -> int:
     parser.add_argument("--id", help="node id (default: kept in DATA/node-id)")
     parser.add_argument("--advertise", help="HOST:PORT others dial (default: --listen)")
     parser.add_argument("--lease-ttl", type=float, default=2.0, help="etcd lease TTL in seconds (default 2)")
+    parser.add_argument(
+        "--quorum-window",
+        type=float,
+        metavar="SECONDS",
+        help="a leader that hears from no majority of its replicas for this long resigns"
+        " (check-quorum; default: twice --lease-ttl; 0: never)",
+    )
     parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     args = parser.parse_args(argv)
@@ -102,6 +109,7 @@ def node_main(argv: Sequence[str]) -> int:
             advertise=args.advertise,
             ttl_s=args.lease_ttl,
             prefix=args.prefix,
+            quorum_window_s=args.quorum_window,
         ),
         args.log_level,
     )

@@ -12,10 +12,12 @@ What :func:`plan` does, per queue with ``partitions: P`` (default 1) and
 - allocates the missing partitions ``index 0..P-1`` (ids from ``counters/partition``), each
   on the R least-loaded live ``up`` nodes (fewer if fewer exist; grown later), the first
   one designated leader;
-- when a partition's leader key is gone and its designated leader's node is gone too,
+- when a partition's leader key is gone and its designated leader's node is gone too (or
+  that leader published that it resigned for lack of a quorum: check-quorum, :mod:`.quorum`),
   promotes the live replica with the highest ``(last_epoch, lsn)`` among positions its
   replicas published after they saw the key vanish (they republish at once), once those make
-  a majority of the replica set (a minority could lack an acknowledged write);
+  a majority of the replica set (a minority could lack an acknowledged write); a resigned
+  leader publishes what it vouches for, not its last entry, and loses ties;
 - moves leadership off a draining node to its best follower, then replaces the draining
   replica with another live node;
 - deletes the partitions of deleted queues (and those past a lowered P);
@@ -213,17 +215,25 @@ def _repair(
         p = nodes[n].replicas.get(pid) if n in nodes else None
         return (p.last_epoch, p.lsn) if p is not None else (-1, -1)
 
+    def resigned(n: str) -> bool:
+        p = nodes[n].replicas.get(pid) if n in nodes else None
+        return p is not None and p.role == "resigned"
+
     live_positioned = [n for n in replicas if n in nodes and pid in nodes[n].replicas]
-    # A dead leader: promote the most up-to-date live replica, judged only on positions
-    # published after the replica saw the leader's key vanish (leader_epoch 0), and only
-    # when those make a majority of the replica set: every acknowledged write is on a
-    # majority, so such a set holds it.
-    if pid not in view.leaders and (leader is None or leader not in nodes):
+    # A dead leader (or one that resigned for lack of a quorum): promote the most up-to-date
+    # live replica, judged only on positions published after the replica saw the leader's
+    # key vanish (leader_epoch 0), and only when those make a majority of the replica set:
+    # every acknowledged write is on a majority, so such a set holds it. A resigned leader's
+    # position is what it vouches for (its unacknowledged tail left out), and on a tie a
+    # replica that did not resign wins; if the resigned one is still the most up to date,
+    # it stays designated and campaigns again.
+    if pid not in view.leaders and (leader is None or leader not in nodes or resigned(leader)):
         fresh = [n for n in live_positioned if nodes[n].replicas[pid].leader_epoch == 0]
         if len(fresh) >= len(replicas) // 2 + 1:
-            best = max(fresh, key=lambda n: (position(n), n))
+            best = max(fresh, key=lambda n: (position(n), not resigned(n), n))
             if best != leader:
-                log.warning("partition %d: leader %s is gone; promoting %s", pid, leader, best)
+                why = "resigned (no quorum)" if leader is not None and resigned(leader) else "is gone"
+                log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
                 leader = best
     # Draining: leadership first (to an up follower that is positioned), then the replica.
     # (An operator may drain a dead node: that is how its replicas are replaced.)

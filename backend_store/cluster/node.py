@@ -17,6 +17,12 @@ Coordination, all through etcd (see :mod:`.layout`):
   when it is no longer designated or a follower's fence showed a newer term.
 - When its session is lost (etcd unreachable for a TTL, or the process frozen past it) it
   stops leading at once, before anything else, then opens a new session and registers again.
+- Check-quorum (:mod:`.quorum`): a leader that has heard from no majority of its replica set
+  for ``quorum_window_s`` (while the other replicas registered in etcd are a majority by
+  themselves) resigns: it stops
+  serving, deletes its leader key, publishes the position its term vouches for as role
+  ``resigned``, and does not campaign again for a window, so the manager can promote a
+  follower on the majority's fresh positions.
 """
 
 from __future__ import annotations
@@ -68,8 +74,10 @@ class Node:
         request_timeout_s: float = 5.0,
         log_keep: int = 10000,
         sweep_every_s: float = 5.0,
+        quorum_window_s: float | None = None,
         layout: Layout | None = None,
     ) -> None:
+        """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off)."""
         self.layout = layout or Layout()
         self.node_id = node_id
         self.data_dir = data_dir
@@ -81,6 +89,10 @@ class Node:
         self.tick_s = tick_s
         self.publish_every_s = publish_every_s
         self.request_timeout_s = request_timeout_s
+        # Two TTLs: well past the 0.5 s heartbeats and a loaded machine's fsync stalls (a
+        # healthy leader must not resign: each resignation costs a failover), and longer
+        # than a lease, so a blip that etcd itself would ride out costs no change of leader.
+        self.quorum_window_s = 2 * ttl_s if quorum_window_s is None else quorum_window_s
         # No sweeper in the stores: a follower's store changes only through the leader's log;
         # the leader sweeps (PartitionHost) and its deletions replicate like any write.
         self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0)
@@ -290,6 +302,10 @@ class Node:
             lost_claim = claim is not None and claim[1] > leader.epoch
             deposed = leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch
             successor = record.leader if record.leader in record.replicas else None
+            if not deposed and host.lacks_quorum(time.monotonic(), self._nodes):
+                # Before a hand-over too: a successor we cannot reach never catches up.
+                await self._resign_for_quorum(host)
+                return
             if not designated and not deposed and successor is not None:
                 host.update_links(record, addresses)
                 if not host.hand_over(successor):
@@ -305,6 +321,9 @@ class Node:
                 host.update_links(record, addresses)
                 await host.apply_queue_attributes(self._queues)
                 return
+        if host.resigned is not None and not await self._hold_off(host, designated):
+            host.record = record
+            return
         if not designated or not session.valid():
             host.record = record
             return
@@ -315,7 +334,9 @@ class Node:
         if not session.valid():
             return
         try:
-            await host.lead(result.epoch, record, addresses, self._queues)
+            await host.lead(
+                result.epoch, record, addresses, self._queues, quorum_window_s=self.quorum_window_s
+            )
         except StaleEpoch as exc:
             # This replica has seen a newer term than the key's: give the key back.
             log.warning("partition %d: cannot lead at epoch %d: %s", host.partition, result.epoch, exc)
@@ -323,6 +344,40 @@ class Node:
             await host.step_down("stale")
             return
         self._campaign_epochs[host.partition] = result.epoch
+
+    async def _resign_for_quorum(self, host: PartitionHost) -> None:
+        resignation = await host.resign_for_quorum(time.monotonic())
+        log.warning(
+            "partition %d: resigned leadership of epoch %d for lack of a quorum; vouching for LSN %d"
+            " (epoch %d); not campaigning for %gs",
+            host.partition,
+            resignation.epoch,
+            resignation.lsn,
+            resignation.last_epoch,
+            self.quorum_window_s,
+        )
+        await self._resign(host)
+        self._publish_now = True
+
+    async def _hold_off(self, host: PartitionHost, designated: bool) -> bool:
+        """After a resignation for lack of a quorum: whether this replica may campaign (False:
+        not yet). The resignation ends when a newer leader exists; until then, for one
+        window, the manager may promote another replica (a majority's fresh positions); if it
+        did not (it judged this one the most up to date, or no majority published), this
+        one campaigns again."""
+        resigned = host.resigned
+        assert resigned is not None
+        claim = self._leaders.get(host.partition)
+        if claim is not None and claim[1] > resigned.epoch:
+            host.resigned = None  # a newer term: an ordinary follower again
+            self._publish_now = True
+            return True
+        if claim is not None and claim[1] == resigned.epoch and claim[0].node == self.node_id:
+            # Our key is still there (deleting it failed, or the watch has not said yet).
+            with contextlib.suppress(CoordinatorUnavailable):
+                await self.coordinator.resign(self.layout.leader(host.partition), Epoch(resigned.epoch))
+            return False
+        return not designated or time.monotonic() - resigned.at >= self.quorum_window_s
 
     async def _resign(self, host: PartitionHost) -> None:
         epoch = self._campaign_epochs.pop(host.partition, None)
@@ -453,6 +508,7 @@ async def run_node(
     advertise: str | None = None,
     ttl_s: float = 2.0,
     prefix: str | None = None,
+    quorum_window_s: float | None = None,
 ) -> None:
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
     from .client import split_address
@@ -468,6 +524,7 @@ async def run_node(
         port=port,
         advertise=advertise,
         ttl_s=ttl_s,
+        quorum_window_s=quorum_window_s,
         layout=Layout(prefix) if prefix else None,
     )
     await node.start()

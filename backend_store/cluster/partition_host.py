@@ -7,7 +7,10 @@ it raises the store's fence to E, commits a no-op entry in the new term (so foll
 holding a deposed leader's tail are corrected at once, and committing it commits everything
 before it), keeps a link to every other replica (``maintain``), makes sure the queue (and its
 dead-letter queue) exists with the attributes from etcd, and serves Backend operations,
-replicating every write before answering.
+replicating every write before answering. While leading it keeps a
+:class:`~.quorum.QuorumCheck`; a leader that resigns for lack of a quorum keeps a
+:class:`~.quorum.Resignation` and publishes the position it vouches for until a newer leader
+exists.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from ..types import Epoch, Lsn, QueueName, TenantId
 from . import ops
 from .client import split_address
 from .layout import PartitionRecord, ReplicaPosition
+from .quorum import QuorumCheck, Resignation, vouched_position
 from .replication import ReplicationFollower, ReplicationLeader, ReplicationMode
 from .reseed import LmdbReseeder
 
@@ -72,6 +77,11 @@ class PartitionHost:
         # Leadership moving to a live follower (drain): the successor, while we wait for it.
         self.handing_over_to: str | None = None
         self._writes_in_flight = 0
+        # The current term's (last_epoch, last LSN) before its no-op entry.
+        self._term_start: tuple[int, int] = (0, 0)
+        # Set when this replica resigned leadership for lack of a quorum (cleared once a
+        # newer leader exists, or when it campaigns again).
+        self.resigned: Resignation | None = None
 
     @property
     def store(self) -> LmdbBackend:
@@ -100,13 +110,23 @@ class PartitionHost:
 
     async def position(self, leader_epoch: int) -> ReplicaPosition:
         store = self.store
+        self.last_epoch, last = await self._last_entry()
+        resigned = self.resigned
+        if resigned is not None:
+            # Not our last entry: what we vouch for (see quorum.vouched_position).
+            return ReplicaPosition("resigned", store.epoch, resigned.lsn, resigned.last_epoch, leader_epoch)
+        role = "leader" if self.leading else "follower"
+        return ReplicaPosition(role, store.epoch, last, self.last_epoch, leader_epoch)
+
+    async def _last_entry(self) -> tuple[Epoch, Lsn]:
+        """(epoch of the last entry, last LSN); the epoch as last seen if it was trimmed."""
+        store = self.store
         last = store.last_lsn
         if last:
             entries = await store.read_replication_log(Lsn(last - 1), 1)
             if entries and entries[0].lsn == last:
-                self.last_epoch = entries[0].epoch
-        role = "leader" if self.leading else "follower"
-        return ReplicaPosition(role, store.epoch, last, self.last_epoch, leader_epoch)
+                return entries[0].epoch, last
+        return self.last_epoch, last
 
     # Leading -------------------------------------------------------------------------------
 
@@ -120,8 +140,12 @@ class PartitionHost:
         record: PartitionRecord,
         addresses: Mapping[str, str],
         queues: Mapping[tuple[str, str], Mapping[str, Any]],
+        *,
+        quorum_window_s: float = 0.0,
     ) -> None:
-        """Start serving as the leader of term ``epoch`` (the node won the campaign)."""
+        """Start serving as the leader of term ``epoch`` (the node won the campaign).
+
+        ``quorum_window_s``: check-quorum's window (0: never resign for lack of a quorum)."""
         store = self.store
         leader = ReplicationLeader(
             store,
@@ -130,8 +154,11 @@ class PartitionHost:
             replicas=len(record.replicas),
             node_id=self.node_id,
             mode=ReplicationMode(record.mode),
+            quorum=QuorumCheck(self.node_id, record.replicas, window_s=quorum_window_s, now=time.monotonic()),
         )
         await leader.start()  # raises StaleEpoch if this replica saw a newer term
+        self._term_start = await self._last_entry()
+        self.resigned = None
         self.leader = leader
         self.record = record
         if id(store) not in self._listening:
@@ -158,6 +185,8 @@ class PartitionHost:
         self.record = record
         leader.replicas = len(record.replicas)
         leader.mode = ReplicationMode(record.mode)
+        if leader.quorum is not None and leader.quorum.replicas != record.replicas:
+            leader.quorum.set_replicas(record.replicas, leader.clock())
         wanted = {n: addresses[n] for n in record.replicas if n != self.node_id and n in addresses}
         for node_id, (address, task) in list(self._links.items()):
             if wanted.get(node_id) != address or task.done():
@@ -241,6 +270,33 @@ class PartitionHost:
             and progress.positioned
             and progress.acked >= self.store.last_lsn
         )
+
+    def lacks_quorum(self, now: float, live: Collection[str]) -> bool:
+        """Check-quorum: leading, but no majority heard from within the window, while the
+        other replicas registered in etcd (``live``) are a majority by themselves."""
+        leader = self.leader
+        if leader is None or leader.quorum is None or leader.deposed.is_set():
+            return False
+        return leader.quorum.should_resign(now, live)
+
+    async def resign_for_quorum(self, now: float) -> Resignation:
+        """Stop leading for lack of a quorum: waiting writes fail with ``unavailable``, new
+        requests get ``not_leader``, and the position published from now on is the one this
+        term vouches for (the caller deletes the leader key)."""
+        leader = self.leader
+        assert leader is not None
+        leader.resign()
+        silent = leader.quorum.silent(now) if leader.quorum is not None else []
+        last_epoch, lsn = vouched_position(
+            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
+        )
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
+        await self.step_down(
+            f"check-quorum: nothing heard from {', '.join(silent)} for {leader.quorum.window_s:g}s"
+            if leader.quorum is not None
+            else "check-quorum"
+        )
+        return resignation
 
     def keep_leading(self) -> None:
         """Designated again (the hand-over was withdrawn): serve requests again."""

@@ -31,6 +31,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,6 +42,7 @@ from ..backend import ReplicaStore
 from ..errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from .connection import Closed, Connection, ConnectionClosedError, Event
+from .quorum import QuorumCheck
 from .stream import NodeStream
 from .wire import NO_EPOCH, NO_LSN, Replicate, Replicated, SnapshotChunk
 
@@ -84,8 +86,14 @@ class ReplicationLeader:
         batch_entries: int = 256,
         window_entries: int = 2048,
         heartbeat_s: float = 0.5,
+        quorum: QuorumCheck | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``quorum``: told of every follower reply (check-quorum: the node asks it whether
+        this leader still hears from a majority); ``clock`` is what it is told the time by."""
         self.store = store
+        self.quorum = quorum
+        self.clock = clock
         self.heartbeat_s = heartbeat_s
         self.partition = partition
         self.epoch = epoch
@@ -98,6 +106,8 @@ class ReplicationLeader:
         # Set when a follower refuses us with a newer epoch: stop taking writes.
         self.deposed = asyncio.Event()
         self.newer_epoch: Epoch | None = None
+        # Set when this leader resigned for lack of a quorum: writes are no longer promised.
+        self.resigned = False
         self._waiters: list[tuple[Lsn, asyncio.Future[None]]] = []
         # Followers being re-seeded: the LSN their snapshot was taken at (log held from there).
         self._holds: dict[str, Lsn] = {}
@@ -132,6 +142,8 @@ class ReplicationLeader:
         """
         if self.deposed.is_set():
             raise StaleEpoch(f"partition {self.partition}: epoch {self.epoch} was superseded")
+        if self.resigned:
+            raise self._resigned_error(lsn)
         self.notify()
         if self.mode is ReplicationMode.ASYNC or self.committed_lsn >= lsn:
             return
@@ -158,6 +170,24 @@ class ReplicationLeader:
         for lsn, future in self._waiters:
             if lsn <= committed and not future.done():
                 future.set_result(None)
+
+    def resign(self) -> None:
+        """Check-quorum gave up this term: fail every write still waiting for a majority
+        with ``unavailable`` (its outcome is unknown: a follower may hold it and be promoted),
+        at once rather than at its timeout, and every later one."""
+        self.resigned = True
+        for lsn, future in self._waiters:
+            if not future.done():
+                future.set_exception(self._resigned_error(lsn))
+
+    def _resigned_error(self, lsn: Lsn) -> Unavailable:
+        return Unavailable(
+            f"partition {self.partition}: LSN {lsn} not on a majority; the leader resigned (no quorum)"
+        )
+
+    def _heard(self, follower_id: str) -> None:
+        if self.quorum is not None:
+            self.quorum.heard(follower_id, self.clock())
 
     def _depose(self, epoch: Epoch) -> None:
         if not self.deposed.is_set():
@@ -213,6 +243,7 @@ class ReplicationLeader:
             await asyncio.sleep(retry_s)
 
     def _on_reply(self, progress: FollowerProgress, reply: Replicated) -> None:
+        self._heard(progress.node_id)
         if reply.code == "stale_epoch":
             if reply.epoch > self.epoch:
                 self._depose(reply.epoch)
@@ -248,8 +279,14 @@ class ReplicationLeader:
             in_flight = progress.sent - progress.acked
             if progress.positioned and backlog > 0 and in_flight < self.window_entries:
                 # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
-                after = max(0, progress.sent - 1)
-                entries = await self.store.read_replication_log(Lsn(after), self.batch_entries + 1)
+                sent = progress.sent
+                entries = await self.store.read_replication_log(Lsn(max(0, sent - 1)), self.batch_entries + 1)
+                if progress.sent != sent or not progress.positioned:
+                    # A reply moved where to ship from while we read (a follower stepping us
+                    # back past a deposed tail): start again from there. (Read against the
+                    # moved ``sent``, this batch looked like a trimmed log and the follower
+                    # was re-seeded from a snapshot for nothing.)
+                    continue
                 prev = (NO_LSN, NO_EPOCH)
                 if progress.sent > 0 and entries and entries[0].lsn == progress.sent:
                     prev = (entries[0].lsn, entries[0].epoch)
@@ -309,6 +346,11 @@ class ReplicationLeader:
                     stream.flush()
                     offset += len(chunk)
                     await stream.drain()
+                    # A follower being re-seeded answers only once it has the whole copy:
+                    # each chunk taken off our hands counts as contact meanwhile (else an
+                    # RF 2 leader re-seeding its follower for longer than the check-quorum
+                    # window would resign and start over).
+                    self._heard(progress.node_id)
                 conn.snapshot_chunk(self.partition, self.epoch, offset, b"", done=True)
                 stream.flush()
             finally:

@@ -15,6 +15,10 @@ connections whose hello names it (its outgoing replication links). What still re
 its real port, which the test may dial directly, as a gateway on its side of the partition
 would. The partition blackholes (nothing is closed; see the proxy's docstring), so each side
 notices only through its own timeouts, heartbeats and lease.
+
+:meth:`ClusterNetwork.separate` cuts one node off from the other nodes only: replication links
+between it and them are held both ways (whoever leads), while etcd and gateways still reach
+it, the case where its lease lives on and only check-quorum makes a leader give way.
 """
 
 from __future__ import annotations
@@ -85,6 +89,15 @@ class ClusterNetwork:
         for other, their in self.nodes.items():
             if other != name:
                 their.inbound.partition({name})
+
+    def separate(self, name: str) -> None:
+        """Cut ``name`` off from the other nodes only (both directions); its etcd proxies
+        and gateways' connections to it stay open."""
+        self.isolated.add(name)
+        others = {n for n in self.nodes if n != name}
+        self.nodes[name].inbound.partition(others)  # their links into it (one of them leading)
+        for other in others:
+            self.nodes[other].inbound.partition({name})  # its links into them
 
     def heal(self) -> None:
         """End every partition: held connections and bytes go through."""

@@ -1,5 +1,5 @@
-"""The manager's planning, without etcd: placement, promotion, draining, deletion; and the
-``pushgate node`` / ``pushgate manager`` commands' help."""
+"""The manager's planning, without etcd: placement, promotion (of a dead or a resigned
+leader), draining, deletion; and the ``pushgate node`` / ``pushgate manager`` commands' help."""
 
 from __future__ import annotations
 
@@ -91,6 +91,66 @@ def test_a_live_leader_without_its_key_yet_is_left_alone() -> None:
     v = view(
         queues={("t", "q"): {"replication_factor": 2}},
         nodes={"n1": node(p5=(1, 1)), "n2": node(p5=(1, 9))},
+        partitions={5: record},
+    )
+    assert plan(v).puts == {}
+
+
+def resigned(leader_epoch: int = 0, **positions: tuple[int, int]) -> NodeRecord:
+    """A node whose replicas resigned leadership for lack of a quorum (check-quorum), each
+    publishing the position it vouches for."""
+    replicas = {
+        int(k[1:]): ReplicaPosition("resigned", e, lsn, e, leader_epoch) for k, (e, lsn) in positions.items()
+    }
+    return NodeRecord("127.0.0.1:1", "up", replicas)
+
+
+def test_a_leader_that_resigned_for_lack_of_a_quorum_is_replaced_on_fresh_positions() -> None:
+    # n1 is alive (its node record stands) but resigned: it vouches for LSN 40 of epoch 7,
+    # n3 holds more of its term than that.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": resigned(p5=(7, 40)), "n2": node(leader_epoch=7, p5=(7, 38))},
+        partitions={5: record},
+    )
+    # n1's key is gone but n2's position predates that: one fresh of three is no majority.
+    assert plan(v).puts == {}
+    v.nodes["n3"] = node(p5=(7, 41))
+    promoted = plan(v).puts[5]
+    assert promoted.leader == "n3" and promoted.replicas == ("n1", "n2", "n3")
+
+
+def test_a_resigned_leader_loses_a_tie() -> None:
+    # n3 resigned, vouching for exactly what the followers hold: a follower leads (by node id
+    # alone n3 would win the tie and be designated again).
+    record = PartitionRecord("t", "q", 0, ("n3", "n1", "n2"), "n3")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": node(p5=(7, 40)), "n2": node(p5=(7, 40)), "n3": resigned(p5=(7, 40))},
+        partitions={5: record},
+    )
+    assert plan(v).puts[5].leader == "n2"
+
+
+def test_a_resigned_leader_holding_more_than_the_others_stays_designated() -> None:
+    # n2 is behind what n1 vouches for (it may lack an acknowledged write) and n3 is dead:
+    # nobody else may lead, so n1 stays designated and campaigns again after its hold-off.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": resigned(p5=(7, 40)), "n2": node(p5=(7, 35))},
+        partitions={5: record},
+    )
+    assert plan(v).puts == {}
+
+
+def test_a_live_leader_that_did_not_resign_is_not_replaced() -> None:
+    # Its key is gone (a lost session, say) but it did not resign: it campaigns again itself.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": node(p5=(7, 40)), "n2": node(p5=(7, 45)), "n3": node(p5=(7, 45))},
         partitions={5: record},
     )
     assert plan(v).puts == {}

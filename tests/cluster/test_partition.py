@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from backend_store.cluster import ops
 from backend_store.cluster.client import NodeClient
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
@@ -200,3 +202,89 @@ async def test_a_follower_cut_off_catches_up_after_the_heal(harness: ClusterHarn
     log = await h.read_log(pid, T, Q)
     producers.check([m.body.decode() for m in log])
     check_acknowledged_in_place(producers.results, log)
+
+
+async def test_a_leader_cut_off_from_its_followers_only_resigns_for_lack_of_a_quorum(
+    harness: ClusterHarness,
+) -> None:
+    """Check-quorum: etcd and gateways still reach the leader, so its lease lives on; it hears
+    from no follower for its window (two TTLs), resigns (deletes its key, refuses requests,
+    publishes what it vouches for), and the manager promotes a follower on the majority's fresh
+    positions. Without check-quorum nobody replaces it and no send is acknowledged until the
+    heal (this test then times out waiting for a new leader)."""
+    h = await harness.start(nodes=3, managers=1, proxied=True)
+    assert h.network is not None
+    await h.create_queue(T, Q, RF3_SYNC)
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("three replicas", lambda: has_replicas(h, pid, 3))
+    producers = Producers(h, pid)
+    producers.start()
+    await producers.more(20, "sends before the cut")
+    cut_off, _, epoch = await h.serving_leader(pid)
+
+    h.network.separate(cut_off)
+    cut_at = time.monotonic()
+
+    async def send_probe() -> tuple[SendResult, float]:
+        # What a gateway sees: one send, retried (same dedupe id) until acknowledged.
+        return await h.send_until_ok(pid, T, Q, "probe"), time.monotonic()
+
+    probe = asyncio.create_task(send_probe())
+    try:
+        await _cut_off_leader_is_replaced(h, pid, cut_off, epoch, producers, probe, cut_at)
+    finally:
+        probe.cancel()  # done unless the test failed
+        await asyncio.gather(probe, return_exceptions=True)
+
+
+async def _cut_off_leader_is_replaced(
+    h: ClusterHarness,
+    pid: int,
+    cut_off: str,
+    epoch: Epoch,
+    producers: Producers,
+    probe: asyncio.Task[tuple[SendResult, float]],
+    cut_at: float,
+) -> None:
+    assert h.network is not None
+    key_gone_at: float | None = None
+
+    async def new_leader() -> tuple[str, str, Epoch] | None:
+        nonlocal key_gone_at
+        found = await h.leader(pid)
+        if key_gone_at is None and (found is None or found[0] != cut_off):
+            key_gone_at = time.monotonic()
+        return found if found is not None and found[0] != cut_off else None
+
+    successor, _, new_epoch = await h.wait_for("a follower to take over", new_leader)
+    assert new_epoch > epoch
+    probe_result, acked_at = await probe
+    await producers.more(20, "sends to the new leader while the old one is cut off")
+    # It resigned (not lost its session: etcd was reachable all along), and refuses requests
+    # at its old epoch on its real port, as a gateway still reaching it would see.
+    assert f"resigned leadership of epoch {epoch} for lack of a quorum" in h.nodes[cut_off].log_tail(10**6)
+    old_side = NodeClient("old-side-gateway", cut_off, h.listen[cut_off], timeout_s=scaled(10))
+    try:
+        with pytest.raises(ops.NotLeader):
+            await old_side.call("get_queue", pid, epoch, tenant=TenantId(T), queue=QueueName(Q))
+    finally:
+        await old_side.close()
+
+    h.network.heal()
+    await producers.more(10, "sends after the heal")
+    await producers.stop()
+    # The old leader rejoins as a follower and ends with the new leader's log.
+    await replicated_everywhere(h, pid, list(h.nodes))
+    records = await h.node_records()
+    assert records[cut_off].replicas[pid].role == "follower"
+    log = await h.read_log(pid, T, Q)
+    bodies = [m.body.decode() for m in log]
+    producers.check(bodies)
+    assert collections.Counter(bodies).most_common(1)[0][1] == 1
+    check_acknowledged_in_place({**producers.results, "probe": probe_result}, log)
+    assert key_gone_at is not None
+    print(
+        f"\ncheck-quorum: {cut_off} cut off from its followers; its key gone after"
+        f" {key_gone_at - cut_at:.2f}s, {successor} leading at epoch {new_epoch} (was {epoch}),"
+        f" first acknowledged send {acked_at - cut_at:.2f}s after the cut"
+    )

@@ -20,7 +20,7 @@ from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db, View
 from backend_store.options import StoreOptions
-from backend_store.types import Epoch, Lsn
+from backend_store.types import Epoch, LogEntry, Lsn
 from tests.backend.harness import T1, q, send_one
 from tests.conftest import scaled
 
@@ -395,6 +395,65 @@ async def test_a_deposed_leader_with_a_longer_tail_counts_for_nothing_until_it_m
         await rejoined.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(link, scaled(5))
+
+
+class SlowLogReads(LmdbBackend):
+    """A store whose log reads take a moment, so a follower's reply lands during one (as on
+    a loaded machine)."""
+
+    async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
+        await asyncio.sleep(0.05)
+        return await super().read_replication_log(after, limit)
+
+
+async def test_a_rejoining_deposed_leader_is_stepped_back_without_a_snapshot(
+    cluster: Cluster,
+) -> None:
+    """Log matching steps the leader back one entry per reply past a deposed tail. A reply
+    that moved where to ship from while the sender was reading the log made the batch read
+    look like a trimmed log, and the follower was re-seeded from a snapshot for nothing
+    (found by the check-quorum partition test); the sender must start again instead. Small
+    batches and slow log reads make the sender read its next batch whenever a reply lands."""
+    old_leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None
+    old_store = cluster.leader
+    await old_store.create_queue(T1, q("orders"), {})
+    for i in range(3):
+        await write(cluster, f"acknowledged-{i}")
+    await cluster.cut("f1")
+    await cluster.cut("f2")
+    for i in range(5):
+        await send_one(old_store, T1, "orders", f"never-acknowledged-{i}")
+        with pytest.raises(Unavailable):
+            await old_leader.replicate(old_store.last_lsn, timeout_s=0.01)
+    # f1 leads epoch 4 (its store reopened with slow log reads) and ships two entries at a
+    # time, so after each shipment it is reading the next one when the reply comes back.
+    f1 = cluster.followers["f1"]
+    await f1.store.close()
+    new_store = SlowLogReads(f1.store.path, store_options())
+    await new_store.start()
+    f1.replication.store = new_store
+    new_leader = ReplicationLeader(
+        new_store, partition=PARTITION, epoch=Epoch(4), replicas=3, node_id="f1", batch_entries=2
+    )
+    await new_leader.start()
+    # More entries than the old leader's tail: it is stepped back entry by entry from its last.
+    for i in range(12):
+        await send_one(new_store, T1, "orders", f"epoch-4-alone-{i}")
+    assert new_store.last_lsn > old_store.last_lsn
+    rejoined = FollowerNode("old", old_store)
+    await rejoined.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", rejoined.port)
+    link = asyncio.create_task(new_leader.follow("old", reader, writer))
+    try:
+        await until(lambda: new_leader.lag() == {"old": 0}, "the old leader to catch up")
+        assert rejoined.replication.snapshots_installed == 0
+        assert await contents(old_store) == await contents(new_store)
+    finally:
+        await rejoined.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(link, scaled(5))
+        await new_store.close()
 
 
 async def test_a_maintained_link_redials_a_follower_that_restarts(cluster: Cluster) -> None:
