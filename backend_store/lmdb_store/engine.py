@@ -406,6 +406,17 @@ class LmdbBackend:
     async def truncate_after(self, lsn: Lsn, epoch: Epoch | None = None) -> int:
         return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn, epoch))
 
+    def ship_early(
+        self, offer: Callable[[LogEntry], None] | None, lost: Callable[[Lsn], None] | None
+    ) -> None:
+        """Hand each logged entry to ``offer`` just before its commit, from the writer thread
+        (a leader ships it while it fsyncs); ``lost(lsn)`` if that commit then fails. None
+        stops it."""
+        writer = self._writer
+        if writer is None:
+            raise Unavailable("store is not started")
+        writer.offer, writer.lost = offer, lost
+
     def hold_log_from(self, lsn: Lsn | None) -> None:
         self._replication_log.follower_floor = lsn
 
