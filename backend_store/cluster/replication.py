@@ -3,11 +3,13 @@
 A layer on top of the store, which knows no peers (:class:`~backend_store.backend.ReplicaStore`):
 
 - :class:`ReplicationLeader` runs on the partition's leader. For each follower it is given
-  a connection to, it ships committed log entries in order (``Replicate``, tagged with the
-  leader's epoch), keeps a bounded window in flight, and tracks the LSN each follower has
-  acknowledged after its own fsync. :meth:`ReplicationLeader.replicate` is what a write
-  waits on: in ``sync`` mode until a majority of the replica set, the leader's own fsynced
-  log included, holds the LSN; in ``async`` mode not at all (lag is measured instead).
+  a connection to, it ships log entries in order (``Replicate``, tagged with the leader's
+  epoch; the newest ones as the store's writer offers them, before the leader's own commit,
+  so both fsyncs run at once), keeps a bounded window in flight, and tracks the LSN each
+  follower has acknowledged after its own fsync. :meth:`ReplicationLeader.replicate` is what
+  a write waits on: in ``sync`` mode until a majority of the replica set (the leader's own
+  fsynced log counts, but need not be part of it) holds the LSN; in ``async`` mode not at
+  all (lag is measured instead).
 - :class:`ReplicationFollower` runs on a follower: it reports its position (its last LSN),
   applies shipments in LSN order (those queued while one commits go together in the next
   commit) and acknowledges after its fsync, or
