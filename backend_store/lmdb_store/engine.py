@@ -268,10 +268,7 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
-        check_receive(max_messages, visibility_timeout_s)
-        return await self._write(
-            lambda w, now: self._ops.receive(w, now, tenant, queue, int(max_messages), visibility_timeout_s)
-        )
+        return await self._receive(tenant, queue, max_messages, visibility_timeout_s, in_memory=False)
 
     async def receive_in_memory(
         self,
@@ -280,11 +277,21 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
+        return await self._receive(tenant, queue, max_messages, visibility_timeout_s, in_memory=True)
+
+    async def _receive(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        *,
+        in_memory: bool,
+    ) -> list[ReceivedMessage]:
         check_receive(max_messages, visibility_timeout_s)
+        count = int(max_messages)
         return await self._write(
-            lambda w, now: self._ops.receive(
-                w, now, tenant, queue, int(max_messages), visibility_timeout_s, in_memory=True
-            )
+            lambda w, now: self._ops.receive(w, now, tenant, queue, count, visibility_timeout_s, in_memory)
         )
 
     async def ack(
