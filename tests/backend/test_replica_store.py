@@ -405,9 +405,15 @@ async def test_each_entry_is_offered_before_its_commit_exactly_as_it_is_logged(
     store = await replicas.open("a")
     await store.create_queue(T1, q("orders"), {})
     await store.raise_epoch(Epoch(3))
-    offered: list[tuple[LogEntry, Lsn]] = []
-    # Called from the writer thread; the committed LSN it sees says whether the commit came first.
-    store.ship_early(lambda entry: offered.append((entry, store.last_lsn)), lambda lsn: None)
+    offered: list[tuple[LogEntry, list[LogEntry]]] = []
+    loop = asyncio.get_running_loop()
+
+    def offer(entry: LogEntry) -> None:
+        # In the writer thread: what a reader finds at this LSN now says whether it is committed.
+        read = store.read_replication_log(Lsn(entry.lsn - 1), 1)
+        offered.append((entry, asyncio.run_coroutine_threadsafe(read, loop).result(10)))
+
+    store.ship_early(offer, lambda lsn: None)
     await send_one(store, T1, "orders", "a")
     await store.send(T1, q("orders"), [msg("b"), msg("c")])
     [got] = await store.receive(T1, q("orders"), 1)
@@ -418,7 +424,7 @@ async def test_each_entry_is_offered_before_its_commit_exactly_as_it_is_logged(
     logged = await store.read_replication_log(Lsn(offered[0][0].lsn - 1))
     # One offer per logged entry while it was on, the same bytes, each before it committed here.
     assert [entry for entry, _ in offered] == logged[:-1]
-    assert all(committed == entry.lsn - 1 for entry, committed in offered)
+    assert all(readable == [] for _, readable in offered)
     assert {entry.epoch for entry, _ in offered} == {3}
     # A follower applying the offered entries ends up equal.
     follower = await replicas.open("b")
