@@ -18,8 +18,7 @@ from backend_store import Backend, Lsn
 from backend_store.backend import ReplicaStore
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch
 from backend_store.lmdb_store.engine import LmdbBackend
-from backend_store.lmdb_store.environment import Db, View
-from backend_store.lmdb_store.group_commit import Writes
+from backend_store.lmdb_store.environment import Db, View, Writes
 from backend_store.types import Epoch, LogEntry
 
 from ..conftest import ManualClock
