@@ -218,7 +218,12 @@ class GroupCommitWriter:
         offer, lost, entry = self.offer, self.lost, self._log.appended
         if offer is None or entry is None:
             return
-        offer(entry)
+        try:
+            offer(entry)
+        except Exception:
+            # Never the batch's problem: the entry ships from the log once committed.
+            log.exception("offering entry %d early failed", entry.lsn)
+            return
         if lost is not None:
             writes.on_abort.append(functools.partial(lost, entry.lsn))
 
