@@ -32,6 +32,8 @@ from .wire import (
     PROTOCOL_VERSION,
     Close,
     CloseCode,
+    Delivery,
+    Demand,
     ErrorReply,
     FrameReader,
     Hello,
@@ -43,6 +45,7 @@ from .wire import (
     Request,
     SnapshotChunk,
     WireError,
+    Withdraw,
     encode,
 )
 
@@ -163,6 +166,17 @@ class Connection:
         """Wake the peer: messages of ``tenant``/``queue`` became visible on ``partition``."""
         self._write(Notify(partition, tenant, queue))
 
+    def demand(self, demand: Demand) -> None:
+        """Register a standing receive with the peer (a gateway to a partition's leader)."""
+        self._write(demand)
+
+    def withdraw(self, demand_id: int, partition: int) -> None:
+        self._write(Withdraw(demand_id, partition))
+
+    def deliver(self, demand_id: int, partition: int, tenant: str, queue: str, messages: list[Any]) -> None:
+        """Hand the peer what a commit received for its demand ``demand_id``."""
+        self._write(Delivery(demand_id, partition, tenant, queue, tuple(messages)))
+
     def close(self, code: CloseCode = CloseCode.NORMAL, detail: str = "") -> None:
         """Send a Close frame and stop; idempotent."""
         if self.state is not State.CLOSED:
@@ -224,7 +238,7 @@ class Connection:
                     return
                 self._awaiting.discard(message.id)
                 self._events.append(message)
-            case Replicate() | Replicated() | SnapshotChunk() | Notify():
+            case Replicate() | Replicated() | SnapshotChunk() | Notify() | Demand() | Withdraw() | Delivery():
                 self._events.append(message)
             case Close():
                 self._closed(message.code, message.detail, by_peer=True)
