@@ -143,6 +143,11 @@ class NodeDemands:
         self._by_stream.setdefault(stream, {})[(message.id, message.partition)] = registered
         self.registered += 1
 
+    def waiting(self, partition: int, tenant: str, queue: str) -> bool:
+        """Whether a gateway's demand for the queue is registered on the partition now."""
+        registered = self._by_queue.get((partition, tenant, queue))
+        return registered is not None and not registered.consumed
+
     def forget(self, stream: NodeStream) -> None:
         """The connection closed: withdraw its demands."""
         for registered in list(self._by_stream.pop(stream, {}).values()):
