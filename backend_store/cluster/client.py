@@ -48,6 +48,8 @@ class NoAnswer(Unavailable):
 NotifyCallback = Callable[[str, Notify], None]
 # Called with (node_id, delivery) for each standing receive's messages; synchronous.
 DeliveryCallback = Callable[[str, Delivery], None]
+# Called with the node id when an open connection to it closes (its demands are gone).
+DisconnectCallback = Callable[[str], None]
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -68,6 +70,7 @@ class NodeClient:
         *,
         on_notify: NotifyCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
+        on_disconnect: DisconnectCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
     ) -> None:
@@ -76,6 +79,7 @@ class NodeClient:
         self.address = address
         self.on_notify = on_notify
         self.on_delivery = on_delivery
+        self.on_disconnect = on_disconnect
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._stream: NodeStream | None = None
@@ -225,6 +229,11 @@ class NodeClient:
                                 log.exception("delivery callback failed")
                     case Closed():
                         self._fail_pending(event.pending, f"{event.code}: {event.detail}")
+                        if self.on_disconnect is not None and not self._closed:
+                            try:
+                                self.on_disconnect(self.node_id)
+                            except Exception:
+                                log.exception("disconnect callback failed")
                     case Hello():
                         pass
                     case _:
@@ -267,12 +276,14 @@ class NodePool:
         *,
         on_notify: NotifyCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
+        on_disconnect: DisconnectCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
     ) -> None:
         self.client_id = client_id
         self.on_notify = on_notify
         self.on_delivery = on_delivery
+        self.on_disconnect = on_disconnect
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._clients: dict[str, NodeClient] = {}
@@ -299,6 +310,7 @@ class NodePool:
             address,
             on_notify=self.on_notify,
             on_delivery=self.on_delivery,
+            on_disconnect=self.on_disconnect,
             timeout_s=self.timeout_s,
             connect_timeout_s=self.connect_timeout_s,
         )

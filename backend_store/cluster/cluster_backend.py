@@ -172,6 +172,7 @@ class ClusterBackend:
             self.gateway_id,
             on_notify=self._notified,
             on_delivery=self._delivered,
+            on_disconnect=self._disconnected,
             timeout_s=self.settings.node_timeout_s,
         )
         self.view.add_listener(self._map_changed)
@@ -273,6 +274,15 @@ class ClusterBackend:
             log.exception("standing receive callback failed")
             return
         if self.standing.look_again(registration, delivery.partition, len(messages)):
+            self._wake(tenant, queue)
+
+    def _disconnected(self, node_id: str) -> None:
+        # The node forgot this connection's demands (and anything it was pushing into it
+        # comes back after its visibility timeout): wake their dispatchers now, so they
+        # receive (dialling again) and register anew, rather than at their safety poll.
+        if self._pool is None:
+            return  # closing
+        for tenant, queue in self.standing.sent_to(node_id):
             self._wake(tenant, queue)
 
     def _release(self, tenant: TenantId, queue: QueueName, messages: list[ReceivedMessage]) -> None:

@@ -37,7 +37,7 @@ from ..types import Epoch, QueueName, TenantId
 from .client import NodeClient
 from .wire import Delivery, Demand
 
-_Key = tuple[str, str]
+_Key = tuple[TenantId, QueueName]
 
 
 @dataclass(eq=False, slots=True)
@@ -118,7 +118,7 @@ class StandingDemands:
         self._retire(registration)
 
     def saw_notify(self, partition: int, tenant: str, queue: str) -> None:
-        for registration in self._by_key.get((tenant, queue), ()):
+        for registration in self._by_key.get((TenantId(tenant), QueueName(queue)), ()):
             registration.notified.add(partition)
 
     def delivered(self, delivery: Delivery) -> Registration | None:
@@ -139,6 +139,14 @@ class StandingDemands:
         dispatcher once more (a short delivery says nothing of the other partitions that
         notified meanwhile)."""
         return count < registration.max_messages and bool(registration.notified - {partition})
+
+    def sent_to(self, node_id: str) -> list[tuple[TenantId, QueueName]]:
+        """The queues whose waiting demand went (in part) to ``node_id``."""
+        return [
+            key
+            for key, registration in self._current.items()
+            if any(client.node_id == node_id for client in registration.sent.values())
+        ]
 
     @property
     def current(self) -> int:

@@ -166,3 +166,31 @@ async def test_each_partition_serves_the_demand_and_late_deliveries_still_arrive
             # Two messages per partition, one log entry each: every receive rode in a send.
             after = {index: host.store.last_lsn for index, (_, host) in found.items()}
             assert {index: after[index] - before[index] for index in found} == {0: 2, 1: 2}
+
+
+async def test_a_lost_connection_makes_the_dispatcher_register_again_at_once(
+    nodes: tuple[Layout, list[Node]], gateway: RunningGateway
+) -> None:
+    _, running = nodes
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
+        http = Http(client)
+        await http.queue("jobs", replication_factor=1)
+        found = leaders(running, "jobs")
+        [(leader, host)] = found.values()
+        async with ws_connect(gateway, gateway.admin_key) as ws:
+            reply = await request(ws, op="subscribe", queue="jobs", id="sub", prefetch=10)
+            assert reply["op"] == "ok"
+            await until("the dispatcher's demand", lambda: waiting(found, "jobs"))
+            # The node drops the gateway's connections: their demands go with them.
+            for stream in list(leader._clients):
+                await stream.close()
+            assert not waiting(found, "jobs")
+            # The gateway hears of it and its dispatcher registers again (over a new
+            # connection) without waiting for its safety poll (600 s here).
+            await until("the demand registered again", lambda: waiting(found, "jobs"))
+            before = host.store.last_lsn
+            await http.send("jobs", "after")
+            [message] = await deliveries(ws, 1)
+            assert message["body"] == "after"
+            assert host.store.last_lsn - before == 1
