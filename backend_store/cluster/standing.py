@@ -11,17 +11,20 @@ with a late delivery on the embedded store. Nodes push what they received as
 the partition prefix first, as ``receive`` does).
 
 Registrations withdrawn (or replaced) are kept for ``late_grace_s``: a partition may have
-served one just before the withdrawal reached it, and its delivery still goes to the
-callback that asked (the dispatcher copes with late deliveries). A delivery for an id no
-longer known is released by the caller.
+served one just before the withdrawal reached it (a node pushes once the commit is
+replicated, within its request timeout), and its delivery still goes to the callback that
+asked (the dispatcher copes with late deliveries). A delivery for an id no longer known is
+released by the caller.
 
 One more rule keeps wake-ups from being lost when several partitions are involved: a short
 delivery tells the dispatcher that the queue had nothing more *on that partition* at that
 commit, and the dispatcher then skips its next receive. If another partition's ``Notify``
 for the queue arrived since the registration was made, that wake-up is not covered by it, so
-:meth:`StandingDemands.look_again` says to wake the dispatcher once more. (A node holds its
-own later wake-ups for a queue behind a delivery it has not sent, so one partition's frames
-never contradict each other: ``node_demands.py``.)
+:meth:`StandingDemands.look_again` says to wake the dispatcher once more; after a short late
+delivery it always does (what was notified since is not tracked for withdrawn
+registrations: a cheap extra receive on a rare path). (A node holds its own later wake-ups
+for a queue behind a delivery it has not sent, so one partition's frames never contradict
+each other: ``node_demands.py``.)
 """
 
 from __future__ import annotations
@@ -66,13 +69,12 @@ class Target:
 
 
 class StandingDemands:
-    def __init__(self, *, late_grace_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, late_grace_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.late_grace_s = late_grace_s
         self._clock = clock
         self._ids = itertools.count(1)
         self._current: dict[_Key, Registration] = {}
         self._by_id: dict[int, Registration] = {}
-        self._by_key: dict[_Key, list[Registration]] = {}
         self._late: deque[Registration] = deque()
 
     def register(
@@ -105,7 +107,6 @@ class StandingDemands:
                 registration.sent[target.partition] = target.client
         self._current[key] = registration
         self._by_id[registration.id] = registration
-        self._by_key.setdefault(key, []).append(registration)
         return registration
 
     def withdraw(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> None:
@@ -118,7 +119,8 @@ class StandingDemands:
         self._retire(registration)
 
     def saw_notify(self, partition: int, tenant: str, queue: str) -> None:
-        for registration in self._by_key.get((TenantId(tenant), QueueName(queue)), ()):
+        registration = self._current.get((TenantId(tenant), QueueName(queue)))
+        if registration is not None:
             registration.notified.add(partition)
 
     def delivered(self, delivery: Delivery) -> Registration | None:
@@ -137,8 +139,10 @@ class StandingDemands:
     def look_again(registration: Registration, partition: int, count: int) -> bool:
         """After handing over ``count`` messages from ``partition``: whether to wake the
         dispatcher once more (a short delivery says nothing of the other partitions that
-        notified meanwhile)."""
-        return count < registration.max_messages and bool(registration.notified - {partition})
+        notified meanwhile; after a late delivery, always)."""
+        if count >= registration.max_messages:
+            return False
+        return registration.withdrawn_at is not None or bool(registration.notified - {partition})
 
     def sent_to(self, node_id: str) -> list[tuple[TenantId, QueueName]]:
         """The queues whose waiting demand went (in part) to ``node_id``."""
@@ -165,9 +169,3 @@ class StandingDemands:
         while self._late and (self._late[0].withdrawn_at or 0.0) <= horizon:
             registration = self._late.popleft()
             self._by_id.pop(registration.id, None)
-            key = (registration.tenant, registration.queue)
-            mine = self._by_key.get(key)
-            if mine is not None:
-                mine[:] = [r for r in mine if r is not registration]
-                if not mine:
-                    del self._by_key[key]
