@@ -275,6 +275,14 @@ class ReplicaStore(Protocol):
         entries can no longer be undone (trimmed): the replica must be re-seeded.
         """
 
+    def ship_early(
+        self, offer: Callable[[LogEntry], None] | None, lost: Callable[[Lsn], None] | None
+    ) -> None:
+        """Hand each new entry to ``offer`` before its own commit, from the thread that
+        writes it, so a leader can ship it while it fsyncs; ``lost(lsn)`` when that commit
+        then fails (the entry may be on followers: the leader must end its term). None
+        stops it."""
+
     def hold_log_from(self, lsn: Lsn | None) -> None:
         """Keep entries from ``lsn`` on (the slowest follower's need); None releases the hold."""
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
 
 
@@ -92,9 +93,22 @@ def node_main(argv: Sequence[str]) -> int:
         help="a leader that hears from no majority of its replicas for this long resigns"
         " (check-quorum; default: twice --lease-ttl; 0: never)",
     )
+    parser.add_argument(
+        "--encryption-key-file",
+        type=Path,
+        help="JSON key document: encrypt bodies at rest (the same file on every node;"
+        f" default: ${ENV_VAR} if set)",
+    )
     parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     args = parser.parse_args(argv)
+    try:
+        keyring = (
+            Keyring.from_file(args.encryption_key_file) if args.encryption_key_file else Keyring.from_env()
+        )
+    except ConfigurationError as exc:
+        print(f"pushgate node: {exc.detail}", file=sys.stderr)
+        return 2
     args.data.mkdir(parents=True, exist_ok=True)
     node_id = _node_id(args.data, args.id)
 
@@ -110,6 +124,7 @@ def node_main(argv: Sequence[str]) -> int:
             ttl_s=args.lease_ttl,
             prefix=args.prefix,
             quorum_window_s=args.quorum_window,
+            keyring=keyring,
         ),
         args.log_level,
     )

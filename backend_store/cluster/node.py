@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from ..encryption import Keyring
 from ..errors import PushgateError, StaleEpoch
 from ..options import StoreOptions
 from ..types import Epoch
@@ -76,9 +77,12 @@ class Node:
         log_keep: int = 10000,
         sweep_every_s: float = 5.0,
         quorum_window_s: float | None = None,
+        keyring: Keyring | None = None,
         layout: Layout | None = None,
     ) -> None:
-        """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off)."""
+        """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off).
+        ``keyring``: bodies are sealed at rest in every partition store (the same keys on
+        every node: a follower promoted must open what its leader sealed)."""
         self.layout = layout or Layout()
         self.node_id = node_id
         self.data_dir = data_dir
@@ -96,7 +100,7 @@ class Node:
         self.quorum_window_s = 2 * ttl_s if quorum_window_s is None else quorum_window_s
         # No sweeper in the stores: a follower's store changes only through the leader's log;
         # the leader sweeps (PartitionHost) and its deletions replicate like any write.
-        self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0)
+        self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0, keyring=keyring)
         self.sweep_every_s = sweep_every_s
         self.hosts: dict[int, PartitionHost] = {}
         # Gateways' standing receives on the partitions this node leads.
@@ -518,6 +522,7 @@ async def run_node(
     ttl_s: float = 2.0,
     prefix: str | None = None,
     quorum_window_s: float | None = None,
+    keyring: Keyring | None = None,
 ) -> None:
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
     from .client import split_address
@@ -534,6 +539,7 @@ async def run_node(
         advertise=advertise,
         ttl_s=ttl_s,
         quorum_window_s=quorum_window_s,
+        keyring=keyring,
         layout=Layout(prefix) if prefix else None,
     )
     await node.start()

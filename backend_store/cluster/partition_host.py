@@ -316,6 +316,7 @@ class PartitionHost:
             # cancellation too.
             await asyncio.wait(tasks)
         if leader is not None:
+            leader.stop()
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 
     # Serving -------------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 A layer on top of the store, which knows no peers (:class:`~backend_store.backend.ReplicaStore`):
 
 - :class:`ReplicationLeader` runs on the partition's leader. For each follower it is given
-  a connection to, it ships committed log entries in order (``Replicate``, tagged with the
-  leader's epoch), keeps a bounded window in flight, and tracks the LSN each follower has
-  acknowledged after its own fsync. :meth:`ReplicationLeader.replicate` is what a write
-  waits on: in ``sync`` mode until a majority of the replica set, the leader's own fsynced
-  log included, holds the LSN; in ``async`` mode not at all (lag is measured instead).
+  a connection to, it ships log entries in order (``Replicate``, tagged with the leader's
+  epoch; the newest ones as the store's writer offers them, before the leader's own commit,
+  so both fsyncs run at once), keeps a bounded window in flight, and tracks the LSN each
+  follower has acknowledged after its own fsync. :meth:`ReplicationLeader.replicate` is what
+  a write waits on: in ``sync`` mode until a majority of the replica set (the leader's own
+  fsynced log counts, but need not be part of it) holds the LSN; in ``async`` mode not at
+  all (lag is measured instead).
 - :class:`ReplicationFollower` runs on a follower: it reports its position (its last LSN),
   applies shipments in LSN order (those queued while one commits go together in the next
   commit) and acknowledges after its fsync, or
@@ -111,10 +113,77 @@ class ReplicationLeader:
         self._waiters: list[tuple[Lsn, asyncio.Future[None]]] = []
         # Followers being re-seeded: the LSN their snapshot was taken at (log held from there).
         self._holds: dict[str, Lsn] = {}
+        # The tip of the log as the store's writer offers it, before its own commit (oldest
+        # first): shipped from here, so followers fsync while we do, not after.
+        self._early: dict[Lsn, LogEntry] = {}
 
     async def start(self) -> None:
-        """Start this term in storage (entries written from now on carry the epoch)."""
+        """Start this term in storage (entries written from now on carry the epoch), and
+        take the store's entries as they are written, before their commit."""
         await self.store.raise_epoch(self.epoch)
+        loop = asyncio.get_running_loop()
+
+        def offer(entry: LogEntry) -> None:  # the writer thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: the node is stopping
+                loop.call_soon_threadsafe(self._offered, entry)
+
+        def lost(lsn: Lsn) -> None:  # the writer thread
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._lost, lsn)
+
+        self.store.ship_early(offer, lost)
+
+    def stop(self) -> None:
+        """This term is over here: stop taking entries from the store's writer."""
+        with contextlib.suppress(Unavailable):  # a closed store takes no more entries anyway
+            self.store.ship_early(None, None)
+        self._early.clear()
+
+    def _offered(self, entry: LogEntry) -> None:
+        if entry.epoch != self.epoch or self.deposed.is_set():
+            return
+        early = self._early
+        early[entry.lsn] = entry
+        # Keep what some follower may still be shipped from here (its ``sent`` is the prev of
+        # its next shipment), at most a window; anything older is read from the log.
+        floor = min((p.sent for p in self.followers.values()), default=entry.lsn)
+        floor = max(floor, Lsn(entry.lsn - self.window_entries))
+        while early and (first := next(iter(early))) < floor:
+            del early[first]
+        self.notify()
+
+    def _lost(self, lsn: Lsn) -> None:
+        """An entry shipped early did not commit here: followers may hold an LSN that this
+        replica will write differently. This term must end (a new one fences the old entry
+        off; followers then drop it as a deposed leader's tail)."""
+        log.error(
+            "partition %d: entry %d was shipped but did not commit here; ending term %d",
+            self.partition,
+            lsn,
+            self.epoch,
+        )
+        self._depose(self.epoch)
+
+    @property
+    def _last_lsn(self) -> Lsn:
+        """The newest entry we can ship: committed here, or offered by the writer."""
+        last = self.store.last_lsn
+        if self._early:
+            last = max(last, next(reversed(self._early)))
+        return last
+
+    def _from_memory(self, sent: Lsn) -> list[LogEntry] | None:
+        """The entry at ``sent`` (the prev) and up to a batch after it, if all are in the
+        early buffer; None: read the log."""
+        early = self._early
+        if Lsn(sent + 1) not in early or (sent > 0 and sent not in early):
+            return None
+        out = [early[sent]] if sent > 0 else []
+        lsn = Lsn(sent + 1)
+        while lsn in early and len(out) <= self.batch_entries:
+            out.append(early[lsn])
+            lsn = Lsn(lsn + 1)
+        return out
 
     # What writes wait on -------------------------------------------------------
 
@@ -254,7 +323,7 @@ class ReplicationLeader:
             # reported position may include a deposed leader's entries.
             progress.positioned = True
             self._release_hold(progress.node_id)
-            progress.sent = min(reply.lsn, self.store.last_lsn)
+            progress.sent = min(reply.lsn, self._last_lsn)
             progress.acked = min(progress.acked, progress.sent)
         elif reply.code is None:
             # Capped at what we shipped: beyond it the follower may hold a deposed tail.
@@ -275,12 +344,16 @@ class ReplicationLeader:
         conn = stream.connection
         while not conn.closed and not self.deposed.is_set():
             progress.wake.clear()
-            backlog = self.store.last_lsn - progress.sent
+            backlog = self._last_lsn - progress.sent
             in_flight = progress.sent - progress.acked
             if progress.positioned and backlog > 0 and in_flight < self.window_entries:
                 # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
                 sent = progress.sent
-                entries = await self.store.read_replication_log(Lsn(max(0, sent - 1)), self.batch_entries + 1)
+                entries = self._from_memory(sent)
+                if entries is None:
+                    entries = await self.store.read_replication_log(
+                        Lsn(max(0, sent - 1)), self.batch_entries + 1
+                    )
                 if progress.sent != sent or not progress.positioned:
                     # A reply moved where to ship from while we read (a follower stepping us
                     # back past a deposed tail): start again from there. (Read against the
@@ -325,6 +398,8 @@ class ReplicationLeader:
         """(lsn, its epoch) in our log, as a shipment's prev; unchecked if trimmed (old history)."""
         if lsn == NO_LSN:
             return NO_LSN, NO_EPOCH
+        if (early := self._early.get(lsn)) is not None:
+            return lsn, early.epoch
         entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
         if entries and entries[0].lsn == lsn:
             return lsn, entries[0].epoch

@@ -278,10 +278,7 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
-        check_receive(max_messages, visibility_timeout_s)
-        return await self._write(
-            lambda w, now: self._ops.receive(w, now, tenant, queue, int(max_messages), visibility_timeout_s)
-        )
+        return await self._receive(tenant, queue, max_messages, visibility_timeout_s, in_memory=False)
 
     async def receive_in_memory(
         self,
@@ -290,11 +287,21 @@ class LmdbBackend:
         max_messages: int,
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
+        return await self._receive(tenant, queue, max_messages, visibility_timeout_s, in_memory=True)
+
+    async def _receive(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        *,
+        in_memory: bool,
+    ) -> list[ReceivedMessage]:
         check_receive(max_messages, visibility_timeout_s)
+        count = int(max_messages)
         return await self._write(
-            lambda w, now: self._ops.receive(
-                w, now, tenant, queue, int(max_messages), visibility_timeout_s, in_memory=True
-            )
+            lambda w, now: self._ops.receive(w, now, tenant, queue, count, visibility_timeout_s, in_memory)
         )
 
     async def ack(
@@ -415,6 +422,17 @@ class LmdbBackend:
 
     async def truncate_after(self, lsn: Lsn, epoch: Epoch | None = None) -> int:
         return await self._write(lambda w, now: self._replication_log.truncate_after(w, lsn, epoch))
+
+    def ship_early(
+        self, offer: Callable[[LogEntry], None] | None, lost: Callable[[Lsn], None] | None
+    ) -> None:
+        """Hand each logged entry to ``offer`` just before its commit, from the writer thread
+        (a leader ships it while it fsyncs); ``lost(lsn)`` if that commit then fails. None
+        stops it."""
+        writer = self._writer
+        if writer is None:
+            raise Unavailable("store is not started")
+        writer.offer, writer.lost = offer, lost
 
     def hold_log_from(self, lsn: Lsn | None) -> None:
         self._replication_log.follower_floor = lsn

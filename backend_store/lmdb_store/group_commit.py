@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -24,6 +25,7 @@ import lmdb
 
 from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
+from ..types import LogEntry, Lsn
 from .environment import Db, Environment, Touched, UndoWrites, Writes, is_disk_full
 from .replication_log import ReplicationLog
 
@@ -81,6 +83,10 @@ class GroupCommitWriter:
         self._on_events = on_events
         self._events: list[dict[tuple[str, str, str], int]] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Early shipping (LmdbBackend.ship_early): each logged entry is offered just before
+        # its commit, and reported lost if that commit then fails.
+        self.offer: Callable[[LogEntry], None] | None = None
+        self.lost: Callable[[Lsn], None] | None = None
         self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
         self._closed = False
         # Commits that wrote something (idle sweeps commit nothing).
@@ -186,6 +192,7 @@ class GroupCommitWriter:
                 post = self._run_after_ops(writes, now)
             writes.flush_queues()
             lsn = self._log.append(writes) if writes.mutations else None
+            self._offer_early(writes)
             started = time.perf_counter()
             txn.commit()
             self._log.commit()
@@ -202,6 +209,23 @@ class GroupCommitWriter:
                 undo()
             raise
         return writes.touched
+
+    def _offer_early(self, writes: Writes) -> None:
+        """Hand the batch's entry to the leader's senders before the commit's fsync, so
+        followers write it while we do (Raft lets a leader persist its entry in parallel
+        with replicating it). Nothing after this point may change the entry; if the commit
+        fails, the entry is reported lost and the leader must not reuse its LSN."""
+        offer, lost, entry = self.offer, self.lost, self._log.appended
+        if offer is None or entry is None:
+            return
+        try:
+            offer(entry)
+        except Exception:
+            # Never the batch's problem: the entry ships from the log once committed.
+            log.exception("offering entry %d early failed", entry.lsn)
+            return
+        if lost is not None:
+            writes.on_abort.append(functools.partial(lost, entry.lsn))
 
     @staticmethod
     def _run_op(writes: Writes, op: Operation[Any], now: float) -> tuple[bool, Any]:

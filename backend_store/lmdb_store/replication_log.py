@@ -50,6 +50,8 @@ class ReplicationLog:
         self.follower_floor: Lsn | None = None
         # (last_lsn, epoch) as the open transaction leaves them; None when unchanged.
         self._staged: tuple[Lsn, Epoch] | None = None
+        # The entry the open transaction appended, as followers get it (None: none, or no log kept).
+        self.appended: LogEntry | None = None
 
     def load(self, txn: Any, dbs: dict[Db, Any]) -> None:
         raw = txn.get(_LAST_LSN, db=dbs[Db.META])
@@ -61,6 +63,7 @@ class ReplicationLog:
 
     def begin(self) -> None:
         self._staged = None
+        self.appended = None
 
     def commit(self) -> None:
         if self._staged is not None:
@@ -88,6 +91,7 @@ class ReplicationLog:
             record = pack([[int(db), key, value] for db, key, value in writes.mutations])
             undo = getattr(writes, "undo", None)
             writes.txn.put(u64(lsn), pack([epoch, record, undo]), db=writes.dbs[Db.REPLOG])
+            self.appended = LogEntry(lsn, epoch, record)
         self._stage(writes, lsn, epoch)
         self._trim(writes, lsn)
         return lsn

@@ -18,12 +18,11 @@ from backend_store import Backend, Lsn
 from backend_store.backend import ReplicaStore
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch
 from backend_store.lmdb_store.engine import LmdbBackend
-from backend_store.lmdb_store.environment import Db, View
-from backend_store.lmdb_store.group_commit import Writes
+from backend_store.lmdb_store.environment import Db, View, Writes
 from backend_store.types import Epoch, LogEntry
 
 from ..conftest import ManualClock
-from .harness import T1, StoreFactory, lmdb_url, q, receive_all, send_one
+from .harness import T1, StoreFactory, lmdb_url, msg, q, receive_all, send_one
 
 LOG_KEEP = 1000
 # Keys of the store's own bookkeeping, which differ between replicas by design.
@@ -392,3 +391,42 @@ async def test_a_follower_too_far_behind_is_reseeded_from_a_snapshot(
     await ship(leader, seeded)
     assert await contents(seeded) == await contents(leader)
     assert len(await receive_all(seeded, T1, "orders")) == 11
+
+
+# ---------------------------------------------------------------------------
+# Early shipping: entries handed out before their own commit
+# ---------------------------------------------------------------------------
+
+
+async def test_each_entry_is_offered_before_its_commit_exactly_as_it_is_logged(
+    replicas: Replicas,
+) -> None:
+    store = await replicas.open("a")
+    await store.create_queue(T1, q("orders"), {})
+    await store.raise_epoch(Epoch(3))
+    offered: list[tuple[LogEntry, list[LogEntry]]] = []
+    loop = asyncio.get_running_loop()
+
+    def offer(entry: LogEntry) -> None:
+        # In the writer thread: what a reader finds at this LSN now says whether it is committed.
+        read = store.read_replication_log(Lsn(entry.lsn - 1), 1)
+        offered.append((entry, asyncio.run_coroutine_threadsafe(read, loop).result(10)))
+
+    store.ship_early(offer, lambda lsn: None)
+    await send_one(store, T1, "orders", "a")
+    await store.send(T1, q("orders"), [msg("b"), msg("c")])
+    [got] = await store.receive(T1, q("orders"), 1)
+    await store.ack(T1, [got.receipt])
+    store.ship_early(None, None)
+    await send_one(store, T1, "orders", "d")
+
+    logged = await store.read_replication_log(Lsn(offered[0][0].lsn - 1))
+    # One offer per logged entry while it was on, the same bytes, each before it committed here.
+    assert [entry for entry, _ in offered] == logged[:-1]
+    assert all(readable == [] for _, readable in offered)
+    assert {entry.epoch for entry, _ in offered} == {3}
+    # A follower applying the offered entries ends up equal.
+    follower = await replicas.open("b")
+    await follower.apply_replicated(await store.read_replication_log(Lsn(0), offered[0][0].lsn - 1))
+    await follower.apply_replicated([entry for entry, _ in offered])
+    assert follower.last_lsn == offered[-1][0].lsn

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,11 +110,17 @@ class ClusterHarness:
         return Layout(self.prefix)
 
     async def start(
-        self, nodes: int = 3, managers: int = 1, *, running: int | None = None, proxied: bool = False
+        self,
+        nodes: int = 3,
+        managers: int = 1,
+        *,
+        running: int | None = None,
+        proxied: bool = False,
+        node_args: Sequence[str] = (),
     ) -> ClusterHarness:
         """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
         others are ready to ``start()`` later (a node joining). ``proxied``: each node behind
-        proxies the test controls (``self.network``)."""
+        proxies the test controls (``self.network``). ``node_args``: more options for every node."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
         etcd = ",".join(self.endpoints)
@@ -130,7 +137,7 @@ class ClusterHarness:
                 links = await self.network.add_node(name, address)
                 self.addresses[name] = links.advertise
                 argv += ["--advertise", links.advertise, "--etcd", links.etcd_endpoints]
-            argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl)]
+            argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl), *node_args]
             self.nodes[name] = ClusterProcess(name, [*argv, "--log-level", "info"], self.root / f"{name}.log")
         for i in range(managers):
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]

@@ -156,16 +156,16 @@ async def test_redelivery_after_visibility_timeout(gateway: RunningGateway, http
     await http.queue(qname)
     await http.send(qname, "x")
     async with ws_connect(gateway, gateway.admin_key) as ws:
-        # 4 s: the ping below must be heard before visibility + stall_grace_s (1 s) ends
+        # 8 s: the ping below must be heard before visibility + stall_grace_s (1 s) ends
         # (or the silent consumer is rightly closed 4008 instead), and the ack must land
-        # within the second delivery's visibility, on a loaded machine too.
-        await subscribe(ws, qname, prefetch=1, visibility_timeout_s=4)
+        # within the second delivery's visibility, which starts before the receive's own
+        # commit: on a busy disk that commit and the ack's took over 4 s together.
+        await subscribe(ws, qname, prefetch=1, visibility_timeout_s=8)
         (first,) = await deliveries(ws, 1)
         # Not acked, but the client is heard from (any frame): the credit comes back when the
         # visibility ends, and so does the message. (A silent one is a slow consumer: 4008.)
         assert await request(ws, op="ping", id="alive") == {"op": "pong", "id": "alive"}
-        # The redelivery is a receive, an fsync: seconds on a busy disk.
-        (second,) = await deliveries(ws, 1, timeout=10)
+        (second,) = await deliveries(ws, 1, timeout=15)
         assert (second["id"], second["receive_count"]) == (first["id"], 2)
         # One ack for both: the old receipt died with its visibility, the new one works.
         reply = await request(ws, op="ack", receipts=[first["receipt"], second["receipt"]], id=1)
