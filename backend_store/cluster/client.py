@@ -30,7 +30,7 @@ from ..types import Epoch
 from .connection import Closed, Connection, ConnectionClosedError
 from .ops import decode_result, encode_args, error_from_reply
 from .stream import NodeStream
-from .wire import NO_EPOCH, CloseCode, Delivery, Demand, ErrorReply, Hello, Notify, Reply
+from .wire import NO_EPOCH, CloseCode, Delivery, Demand, ErrorReply, Events, Hello, Notify, Reply
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -48,6 +48,8 @@ class NoAnswer(Unavailable):
 NotifyCallback = Callable[[str, Notify], None]
 # Called with (node_id, delivery) for each standing receive's messages; synchronous.
 DeliveryCallback = Callable[[str, Delivery], None]
+# Called with (node_id, events) for each report of dead-letter moves and expiries.
+EventsCallback = Callable[[str, Events], None]
 # Called with the node id when an open connection to it closes (its demands are gone).
 DisconnectCallback = Callable[[str], None]
 
@@ -71,6 +73,7 @@ class NodeClient:
         on_notify: NotifyCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
         on_disconnect: DisconnectCallback | None = None,
+        on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
     ) -> None:
@@ -80,6 +83,7 @@ class NodeClient:
         self.on_notify = on_notify
         self.on_delivery = on_delivery
         self.on_disconnect = on_disconnect
+        self.on_events = on_events
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._stream: NodeStream | None = None
@@ -227,6 +231,12 @@ class NodeClient:
                                 self.on_delivery(self.node_id, event)
                             except Exception:
                                 log.exception("delivery callback failed")
+                    case Events():
+                        if self.on_events is not None:
+                            try:
+                                self.on_events(self.node_id, event)
+                            except Exception:
+                                log.exception("events callback failed")
                     case Closed():
                         self._fail_pending(event.pending, f"{event.code}: {event.detail}")
                         if self.on_disconnect is not None and not self._closed:
@@ -277,6 +287,7 @@ class NodePool:
         on_notify: NotifyCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
         on_disconnect: DisconnectCallback | None = None,
+        on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
     ) -> None:
@@ -284,6 +295,7 @@ class NodePool:
         self.on_notify = on_notify
         self.on_delivery = on_delivery
         self.on_disconnect = on_disconnect
+        self.on_events = on_events
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._clients: dict[str, NodeClient] = {}
@@ -311,6 +323,7 @@ class NodePool:
             on_notify=self.on_notify,
             on_delivery=self.on_delivery,
             on_disconnect=self.on_disconnect,
+            on_events=self.on_events,
             timeout_s=self.timeout_s,
             connect_timeout_s=self.connect_timeout_s,
         )

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..attributes import check_number, check_receive
-from ..backend import ChangeListener, DeliverCallback
+from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
 from ..errors import (
     ConfigurationError,
     InvalidReceipt,
@@ -70,7 +70,7 @@ from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
 from .standing import StandingDemands, Target
-from .wire import Delivery, Notify
+from .wire import Delivery, Events, Notify
 
 log = logging.getLogger("pushgate.cluster")
 # Between retries of a partition that answered "not now".
@@ -154,6 +154,7 @@ class ClusterBackend:
         self._addresses: dict[str, str] = {}  # every node's last known address
         self.standing = StandingDemands()
         self._releases: set[asyncio.Task[None]] = set()
+        self._event_listeners: list[EventListener] = []
         self._started = False
 
     # Life cycle ---------------------------------------------------------------------
@@ -173,6 +174,7 @@ class ClusterBackend:
             on_notify=self._notified,
             on_delivery=self._delivered,
             on_disconnect=self._disconnected,
+            on_events=self._events_reported,
             timeout_s=self.settings.node_timeout_s,
         )
         self.view.add_listener(self._map_changed)
@@ -275,6 +277,25 @@ class ClusterBackend:
             return
         if self.standing.look_again(registration, delivery.partition, len(messages)):
             self._wake(tenant, queue)
+
+    # Message events (the MessageEvents capability; docs/cluster.md, section 9) ----------
+
+    def add_event_listener(self, listener: EventListener) -> None:
+        """Dead-letter moves and expiries that nodes report to this gateway: each partition's
+        leader reports a queue's events to the gateway connection that last received from
+        it there (``node_events.py``), so gateways count each once between them."""
+        self._event_listeners.append(listener)
+
+    def _events_reported(self, node_id: str, report: Events) -> None:
+        events = [
+            MessageEvent(TenantId(tenant), QueueName(queue), kind, count)
+            for tenant, queue, kind, count in report.events
+        ]
+        for listener in list(self._event_listeners):
+            try:
+                listener(events)
+            except Exception:
+                log.exception("event listener failed")
 
     def _disconnected(self, node_id: str) -> None:
         # The node forgot this connection's demands (and anything it was pushing into it

@@ -35,6 +35,7 @@ from .wire import (
     Delivery,
     Demand,
     ErrorReply,
+    Events,
     FrameReader,
     Hello,
     Message,
@@ -177,6 +178,10 @@ class Connection:
         """Hand the peer what a commit received for its demand ``demand_id``."""
         self._write(Delivery(demand_id, partition, tenant, queue, tuple(messages)))
 
+    def report_events(self, partition: int, events: list[tuple[str, str, str, int]]) -> None:
+        """Report message events of ``partition`` (dead-letter moves, expiries) to the peer."""
+        self._write(Events(partition, tuple(events)))
+
     def close(self, code: CloseCode = CloseCode.NORMAL, detail: str = "") -> None:
         """Send a Close frame and stop; idempotent."""
         if self.state is not State.CLOSED:
@@ -238,7 +243,16 @@ class Connection:
                     return
                 self._awaiting.discard(message.id)
                 self._events.append(message)
-            case Replicate() | Replicated() | SnapshotChunk() | Notify() | Demand() | Withdraw() | Delivery():
+            case (
+                Replicate()
+                | Replicated()
+                | SnapshotChunk()
+                | Notify()
+                | Demand()
+                | Withdraw()
+                | Delivery()
+                | Events()
+            ):
                 self._events.append(message)
             case Close():
                 self._closed(message.code, message.detail, by_peer=True)

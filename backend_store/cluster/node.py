@@ -53,6 +53,7 @@ from .layout import (
     unpack,
 )
 from .node_demands import NodeDemands
+from .node_events import NodeEvents
 from .partition_host import PartitionHost
 from .stream import NodeStream
 from .wire import Demand, Hello, Request, Withdraw
@@ -105,6 +106,8 @@ class Node:
         self.hosts: dict[int, PartitionHost] = {}
         # Gateways' standing receives on the partitions this node leads.
         self.demands = NodeDemands(self.hosts, timeout_s=request_timeout_s)
+        # Which gateway reports each partition's dead-letter moves and expiries.
+        self.events = NodeEvents(self.hosts)
         self.session: Session | None = None
         self._server: asyncio.Server | None = None
         self._clients: set[NodeStream] = set()
@@ -455,16 +458,23 @@ class Node:
         try:
             async for event in events:
                 if isinstance(event, Request):
+                    if event.op == "receive":
+                        self.events.received(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
                     task = asyncio.create_task(self._answer(stream, event))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 elif isinstance(event, Demand | Withdraw):
+                    if isinstance(event, Demand):
+                        self.events.received(stream, event.partition, event.tenant, event.queue)
                     self.demands.handle(stream, event)
                 elif isinstance(event, Closed):
                     break
         finally:
             self._clients.discard(stream)
             self.demands.forget(stream)
+            self.events.forget(stream)
             for task in list(running):
                 task.cancel()
             await stream.close()

@@ -28,6 +28,8 @@ Messages:
   partition (an idle push dispatcher's "receive for me in the commit of the next send"), its
   withdrawal, and the node's unsolicited answer carrying the messages that commit received.
   One-way frames: a demand is soft state, never answered (docs/cluster.md, section 9).
+- :class:`Events`: dead-letter moves and expiries a partition's commits made, reported by the
+  node to one gateway connection (the one that last received from the queue there).
 
 A frame that cannot be a message raises :class:`WireError` with the close code the
 connection must send (:class:`~backend_store.cluster.connection.Connection` does).
@@ -45,7 +47,7 @@ import msgpack
 
 from ..types import Epoch, LogEntry, Lsn
 
-# 2: Demand, Withdraw and Delivery (standing receives). Peers of another version refuse
+# 2: Demand, Withdraw and Delivery (standing receives), Events. Peers of another version refuse
 # each other at the hello (``protocol_version``): upgrade nodes and gateways together.
 PROTOCOL_VERSION = 2
 HEADER = struct.Struct(">I")
@@ -90,6 +92,7 @@ class Kind(IntEnum):
     DEMAND = 10
     WITHDRAW = 11
     DELIVERY = 12
+    EVENTS = 13
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +222,15 @@ class Delivery:
     messages: tuple[Any, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Events:
+    """Message events of commits on ``partition``: ``(tenant, queue, kind, count)`` each
+    (``kind`` as :class:`~backend_store.backend.MessageEvent` has it)."""
+
+    partition: int
+    events: tuple[tuple[str, str, str, int], ...]
+
+
 Message = (
     Hello
     | Request
@@ -232,6 +244,7 @@ Message = (
     | Demand
     | Withdraw
     | Delivery
+    | Events
 )
 
 
@@ -290,6 +303,8 @@ def _to_list(message: Message) -> list[Any]:
             ]
         case Withdraw():
             return [Kind.WITHDRAW, message.id, message.partition]
+        case Events():
+            return [Kind.EVENTS, message.partition, [list(e) for e in message.events]]
         case Delivery():
             return [
                 Kind.DELIVERY,
@@ -476,6 +491,19 @@ def _delivery(v: list[Any]) -> Delivery:
     return Delivery(_int(rid), _int(partition), _str(tenant), _str(queue), tuple(messages))
 
 
+def _events(v: list[Any]) -> Events:
+    partition, events = _fields(v, 2)
+    if not isinstance(events, list):
+        raise ValueError("events must be an array")
+    parsed = []
+    for event in events:
+        if not isinstance(event, list):
+            raise ValueError("an event must be an array")
+        tenant, queue, kind, count = _fields(event, 4)
+        parsed.append((_str(tenant), _str(queue), _str(kind), _int(count, 1)))
+    return Events(_int(partition), tuple(parsed))
+
+
 _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.HELLO: _hello,
     Kind.REQUEST: _request,
@@ -489,4 +517,5 @@ _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.DEMAND: _demand,
     Kind.WITHDRAW: _withdraw,
     Kind.DELIVERY: _delivery,
+    Kind.EVENTS: _events,
 }

@@ -82,8 +82,6 @@ class StoreKind:
 # names its attributes runs on it.
 CLUSTER_LACKS = frozenset(
     {
-        # MessageEvents: dead-letter moves and expiries are not forwarded from the nodes.
-        "test_a_dead_letter_move_is_reported_once_with_its_source_queue",
         # StorageStats: each node's disk use is its own; nothing adds them up.
         "test_storage_usage",
         # InMemoryReceive: a node holds nothing in memory for a gateway (auto-ack

@@ -13,64 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
-import pytest
 
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout
-from backend_store.cluster.manager import Manager
 from backend_store.cluster.node import Node
 from backend_store.cluster.partition_host import PartitionHost
 from backend_store.cluster.routing import stable_hash
 from tests.conftest import scaled
-from tests.fixtures.dev_cluster import StoreTarget
-from tests.fixtures.etcd_server import unique_prefix
 from tests.gateway.conftest import RunningGateway
-from tests.push.conftest import Http, deliveries, request, start_push_gateway, ws_connect
+from tests.push.conftest import Http, deliveries, request, ws_connect
 
 TENANT = "default"
-
-
-@pytest.fixture
-async def nodes(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[tuple[Layout, list[Node]]]:
-    layout = Layout(unique_prefix("standing") + "/")
-    coordinators = [await EtcdCoordinator(etcd_endpoints).connect() for _ in range(3)]
-    # No sweeper: the test counts the stores' write operations.
-    running = [
-        Node(f"n{i}", tmp_path / f"n{i}", coordinators[i], layout=layout, sweep_every_s=0) for i in range(2)
-    ]
-    manager = Manager(coordinators[2], layout=layout)
-    for node in running:
-        await node.start()
-    await manager.start()
-    try:
-        yield layout, running
-    finally:
-        await manager.stop()
-        for node in running:
-            await node.stop()
-        for coordinator in coordinators:
-            await coordinator.close()
-
-
-@pytest.fixture
-async def gateway(
-    nodes: tuple[Layout, list[Node]], etcd_endpoints: list[str], tmp_path: Path
-) -> AsyncIterator[RunningGateway]:
-    layout, _ = nodes
-    url = f"cluster://{','.join(etcd_endpoints)}{layout.prefix}"
-    # A safety poll far past the test: only sends may wake the dispatcher. Started and
-    # stopped off this loop, which runs the nodes the gateway talks to.
-    running = await asyncio.to_thread(
-        start_push_gateway, tmp_path / "gateway", target=StoreTarget(url), safety_poll_s=600.0
-    )
-    try:
-        yield running
-    finally:
-        await asyncio.to_thread(running.stop)
 
 
 async def until(what: str, check: object, timeout: float = 20) -> None:
@@ -97,9 +51,10 @@ def waiting(found: dict[int, tuple[Node, PartitionHost]], queue: str) -> bool:
 
 
 async def test_a_send_reaches_an_idle_subscriber_in_the_commit_that_stores_it(
-    nodes: tuple[Layout, list[Node]], gateway: RunningGateway
+    inprocess_nodes: tuple[Layout, list[Node]], inprocess_gateway: RunningGateway
 ) -> None:
-    _, running = nodes
+    _, running = inprocess_nodes
+    gateway = inprocess_gateway
     headers = {"Authorization": f"Bearer {gateway.admin_key}"}
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)
@@ -137,9 +92,10 @@ async def test_a_send_reaches_an_idle_subscriber_in_the_commit_that_stores_it(
 
 
 async def test_each_partition_serves_the_demand_and_late_deliveries_still_arrive(
-    nodes: tuple[Layout, list[Node]], gateway: RunningGateway
+    inprocess_nodes: tuple[Layout, list[Node]], inprocess_gateway: RunningGateway
 ) -> None:
-    _, running = nodes
+    _, running = inprocess_nodes
+    gateway = inprocess_gateway
     headers = {"Authorization": f"Bearer {gateway.admin_key}"}
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)
@@ -169,9 +125,10 @@ async def test_each_partition_serves_the_demand_and_late_deliveries_still_arrive
 
 
 async def test_a_lost_connection_makes_the_dispatcher_register_again_at_once(
-    nodes: tuple[Layout, list[Node]], gateway: RunningGateway
+    inprocess_nodes: tuple[Layout, list[Node]], inprocess_gateway: RunningGateway
 ) -> None:
-    _, running = nodes
+    _, running = inprocess_nodes
+    gateway = inprocess_gateway
     headers = {"Authorization": f"Bearer {gateway.admin_key}"}
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)

@@ -19,6 +19,7 @@ from backend_store.cluster.wire import (
     Delivery,
     Demand,
     ErrorReply,
+    Events,
     FrameReader,
     Hello,
     Kind,
@@ -60,6 +61,7 @@ EVERY_MESSAGE: list[Message] = [
         5, 3, "tenant-one", "orders", (["orders", "id-1", 4, "r1", b"\x00", False, {}, None, 1.5, 1, 31.5],)
     ),
     Delivery(6, 3, "tenant-one", "orders", ()),
+    Events(3, (("tenant-one", "orders", "dead_lettered", 2), ("tenant-one", "orders", "expired", 1))),
 ]
 
 
@@ -155,6 +157,9 @@ def test_an_oversized_frame_is_refused_from_its_header_alone() -> None:
         msgpack.packb([Kind.WITHDRAW, 1]),
         msgpack.packb([Kind.DELIVERY, 1, 0, "t", "q", "messages"]),
         msgpack.packb([Kind.DELIVERY, 1, 0, "t", "q", [b"not a record"]]),
+        msgpack.packb([Kind.EVENTS, 0, [["t", "q", "expired"]]]),  # no count
+        msgpack.packb([Kind.EVENTS, 0, [["t", "q", "expired", 0]]]),  # nothing happened
+        msgpack.packb([Kind.EVENTS, 0, "events"]),
         msgpack.packb([Kind.HELLO, "node", 1, None]) + b"trailing",
     ],
 )
