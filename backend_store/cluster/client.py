@@ -2,7 +2,8 @@
 
 :class:`NodeClient` keeps one persistent connection to one node: it dials on first use (and
 again after the connection broke), sends its hello, pipelines requests (each with its own
-deadline), hands ``Notify`` wake-ups to a callback, and fails every pending request with
+deadline), hands ``Notify`` wake-ups and ``Delivery`` frames (standing receives) to callbacks,
+sends one-way ``Demand``/``Withdraw`` frames, and fails every pending request with
 ``unavailable`` when the connection closes. It never retries a request itself: whether a
 retry is safe (a send with a dedupe id, a read) is the caller's decision.
 
@@ -29,7 +30,7 @@ from ..types import Epoch
 from .connection import Closed, Connection, ConnectionClosedError
 from .ops import decode_result, encode_args, error_from_reply
 from .stream import NodeStream
-from .wire import NO_EPOCH, CloseCode, ErrorReply, Hello, Notify, Reply
+from .wire import NO_EPOCH, CloseCode, Delivery, Demand, ErrorReply, Events, Hello, Notify, Reply
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -45,6 +46,12 @@ class NoAnswer(Unavailable):
 
 # Called with (node_id, notify) for each wake-up; cheap and synchronous.
 NotifyCallback = Callable[[str, Notify], None]
+# Called with (node_id, delivery) for each standing receive's messages; synchronous.
+DeliveryCallback = Callable[[str, Delivery], None]
+# Called with (node_id, events) for each report of dead-letter moves and expiries.
+EventsCallback = Callable[[str, Events], None]
+# Called with the node id when an open connection to it closes (its demands are gone).
+DisconnectCallback = Callable[[str], None]
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -64,6 +71,9 @@ class NodeClient:
         address: str,
         *,
         on_notify: NotifyCallback | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        on_disconnect: DisconnectCallback | None = None,
+        on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
     ) -> None:
@@ -71,6 +81,9 @@ class NodeClient:
         self.node_id = node_id
         self.address = address
         self.on_notify = on_notify
+        self.on_delivery = on_delivery
+        self.on_disconnect = on_disconnect
+        self.on_events = on_events
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._stream: NodeStream | None = None
@@ -136,6 +149,31 @@ class NodeClient:
             self._pending.pop(rid, None)
         return decode_result(op, value)
 
+    def demand(self, demand: Demand) -> bool:
+        """Send a standing receive on the open connection (no dialling, no answer); return
+        whether it went out. Demands are soft state: a node that does not lead the partition
+        ignores it, and a broken connection loses it."""
+        stream = self._open_stream()
+        if stream is None:
+            return False
+        try:
+            stream.connection.demand(demand)
+        except ConnectionClosedError:
+            return False
+        stream.flush_soon()
+        return True
+
+    def withdraw(self, demand_id: int, partition: int) -> None:
+        """Withdraw a demand sent on the current connection (nothing to do if it broke)."""
+        stream = self._open_stream()
+        if stream is None:
+            return
+        try:
+            stream.connection.withdraw(demand_id, partition)
+        except ConnectionClosedError:
+            return
+        stream.flush_soon()
+
     async def close(self) -> None:
         """Close the connection; pending requests fail with ``unavailable``. Final."""
         self._closed = True
@@ -187,8 +225,25 @@ class NodeClient:
                                 self.on_notify(self.node_id, event)
                             except Exception:  # a listener's bug must not kill the connection
                                 log.exception("notify callback failed")
+                    case Delivery():
+                        if self.on_delivery is not None:
+                            try:
+                                self.on_delivery(self.node_id, event)
+                            except Exception:
+                                log.exception("delivery callback failed")
+                    case Events():
+                        if self.on_events is not None:
+                            try:
+                                self.on_events(self.node_id, event)
+                            except Exception:
+                                log.exception("events callback failed")
                     case Closed():
                         self._fail_pending(event.pending, f"{event.code}: {event.detail}")
+                        if self.on_disconnect is not None and not self._closed:
+                            try:
+                                self.on_disconnect(self.node_id)
+                            except Exception:
+                                log.exception("disconnect callback failed")
                     case Hello():
                         pass
                     case _:
@@ -230,11 +285,17 @@ class NodePool:
         client_id: str,
         *,
         on_notify: NotifyCallback | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        on_disconnect: DisconnectCallback | None = None,
+        on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
     ) -> None:
         self.client_id = client_id
         self.on_notify = on_notify
+        self.on_delivery = on_delivery
+        self.on_disconnect = on_disconnect
+        self.on_events = on_events
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._clients: dict[str, NodeClient] = {}
@@ -260,6 +321,9 @@ class NodePool:
             node_id,
             address,
             on_notify=self.on_notify,
+            on_delivery=self.on_delivery,
+            on_disconnect=self.on_disconnect,
+            on_events=self.on_events,
             timeout_s=self.timeout_s,
             connect_timeout_s=self.connect_timeout_s,
         )

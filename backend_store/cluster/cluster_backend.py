@@ -16,7 +16,9 @@ What it does per request (docs/cluster.md, "The gateway on the cluster"):
   fate is unknown (a timeout, a lost connection) is retried only when that is safe: reads,
   and sends whose every message carries a dedupe id (the partition dedupes the retry).
 - **Push.** Nodes send ``Notify`` after commits that made messages visible; it feeds the
-  change listeners, so WebSocket delivery stays push across gateways.
+  change listeners, so WebSocket delivery stays push across gateways. An idle dispatcher's
+  standing receive (``set_demand``) goes to the partitions' leaders (:mod:`.standing`), which
+  receive for it inside the sending commit and push the messages back (``Delivery``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..attributes import check_number, check_receive
-from ..backend import ChangeListener
+from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
 from ..errors import (
     ConfigurationError,
     InvalidReceipt,
@@ -63,11 +65,12 @@ from .etcd_coordinator import EtcdCoordinator
 from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
-from .ops import NotLeader
+from .ops import NotLeader, decode_received
 from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
-from .wire import Notify
+from .standing import StandingDemands, Target
+from .wire import Delivery, Events, Notify
 
 log = logging.getLogger("pushgate.cluster")
 # Between retries of a partition that answered "not now".
@@ -149,6 +152,9 @@ class ClusterBackend:
         self._round_robin = itertools.count()
         self._leaders: dict[int, LeaderClaim | None] = {}
         self._addresses: dict[str, str] = {}  # every node's last known address
+        self.standing = StandingDemands()
+        self._releases: set[asyncio.Task[None]] = set()
+        self._event_listeners: list[EventListener] = []
         self._started = False
 
     # Life cycle ---------------------------------------------------------------------
@@ -164,13 +170,23 @@ class ClusterBackend:
             await self.close()
             raise Unavailable(f"cannot reach etcd at {self.endpoints}: {exc.detail}") from None
         self._pool = NodePool(
-            self.gateway_id, on_notify=self._notified, timeout_s=self.settings.node_timeout_s
+            self.gateway_id,
+            on_notify=self._notified,
+            on_delivery=self._delivered,
+            on_disconnect=self._disconnected,
+            on_events=self._events_reported,
+            timeout_s=self.settings.node_timeout_s,
         )
         self.view.add_listener(self._map_changed)
         self._started = True
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None  # first: a request racing close must not use it
+        releases = list(self._releases)
+        for task in releases:
+            task.cancel()  # their messages come back after their visibility timeout
+        if releases:
+            await asyncio.wait(releases)
         if pool is not None:
             await pool.close()
         await self.view.close()
@@ -201,7 +217,105 @@ class ClusterBackend:
         self.metadata.add_queue_listener(listener)
 
     def _notified(self, node_id: str, notify: Notify) -> None:
+        self.standing.saw_notify(notify.partition, notify.tenant, notify.queue)
         self._wake(TenantId(notify.tenant), QueueName(notify.queue))
+
+    # Standing receives (the StandingReceive capability; docs/cluster.md, section 9) ----
+
+    def set_demand(
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        max_messages: int,
+        visibility_timeout_s: float | None,
+        deliver: DeliverCallback,
+        in_memory: bool = False,
+    ) -> None:
+        """Ask the leaders of the queue's partitions to receive up to ``max_messages`` each
+        in the commit of the next send there. Only partitions whose leader this gateway is
+        connected to are asked (no dialling here: a dispatcher has received from every
+        partition before it idles); the others wake it with ``Notify`` as before.
+
+        ``in_memory`` is not honoured: nodes always receive durably for a remote gateway
+        (``node_demands.py`` says why); this backend offers no ``InMemoryReceive``.
+        """
+        check_receive(max_messages, visibility_timeout_s)
+        targets: list[Target] = []
+        record = self.metadata.cached_queue(tenant, queue)
+        pool = self._pool
+        if record is not None and pool is not None:
+            for part in self._holders(record):
+                leader = part.leader
+                client = pool.get(leader.node) if leader is not None else None
+                if leader is not None and client is not None and client.address == leader.address:
+                    targets.append(Target(part.id, leader.epoch, client))
+        self.standing.register(tenant, queue, max_messages, visibility_timeout_s, deliver, targets)
+
+    def clear_demand(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> None:
+        self.standing.withdraw(tenant, queue, deliver)
+
+    def _delivered(self, node_id: str, delivery: Delivery) -> None:
+        tenant, queue = TenantId(delivery.tenant), QueueName(delivery.queue)
+        try:
+            messages = [decode_received(m) for m in delivery.messages]
+        except (TypeError, ValueError) as exc:
+            log.warning("malformed delivery from node %s: %s", node_id, exc)
+            self._wake(tenant, queue)  # its messages come back after their visibility timeout
+            return
+        for message in messages:
+            message.receipt = prefix_receipt(delivery.partition, message.receipt)
+        registration = self.standing.delivered(delivery)
+        # The commit's wake-up: the node sent this gateway no Notify for it.
+        self._wake(tenant, queue)
+        if registration is None:
+            self._release(tenant, queue, messages)  # nobody asked for these any more
+            return
+        try:
+            registration.deliver(messages)
+        except Exception:
+            log.exception("standing receive callback failed")
+            return
+        if self.standing.look_again(registration, delivery.partition, len(messages)):
+            self._wake(tenant, queue)
+
+    # Message events (the MessageEvents capability; docs/cluster.md, section 9) ----------
+
+    def add_event_listener(self, listener: EventListener) -> None:
+        """Dead-letter moves and expiries that nodes report to this gateway: each partition's
+        leader reports a queue's events to the gateway connection that last received from
+        it there (``node_events.py``), so gateways count each once between them."""
+        self._event_listeners.append(listener)
+
+    def _events_reported(self, node_id: str, report: Events) -> None:
+        events = [
+            MessageEvent(TenantId(tenant), QueueName(queue), kind, count)
+            for tenant, queue, kind, count in report.events
+        ]
+        for listener in list(self._event_listeners):
+            try:
+                listener(events)
+            except Exception:
+                log.exception("event listener failed")
+
+    def _disconnected(self, node_id: str) -> None:
+        # The node forgot this connection's demands (and anything it was pushing into it
+        # comes back after its visibility timeout): wake their dispatchers now, so they
+        # receive (dialling again) and register anew, rather than at their safety poll.
+        if self._pool is None:
+            return  # closing
+        for tenant, queue in self.standing.sent_to(node_id):
+            self._wake(tenant, queue)
+
+    def _release(self, tenant: TenantId, queue: QueueName, messages: list[ReceivedMessage]) -> None:
+        async def release() -> None:
+            try:
+                await self.nack(tenant, [m.receipt for m in messages], 0, queue)
+            except PushgateError as exc:
+                log.info("releasing %d unclaimed message(s) of %s failed: %s", len(messages), queue, exc.code)
+
+        task = asyncio.create_task(release(), name=f"release {queue}")
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     def _wake(self, tenant: TenantId, queue: QueueName) -> None:
         for listener in list(self._listeners):

@@ -32,7 +32,10 @@ from .wire import (
     PROTOCOL_VERSION,
     Close,
     CloseCode,
+    Delivery,
+    Demand,
     ErrorReply,
+    Events,
     FrameReader,
     Hello,
     Message,
@@ -43,6 +46,7 @@ from .wire import (
     Request,
     SnapshotChunk,
     WireError,
+    Withdraw,
     encode,
 )
 
@@ -163,6 +167,21 @@ class Connection:
         """Wake the peer: messages of ``tenant``/``queue`` became visible on ``partition``."""
         self._write(Notify(partition, tenant, queue))
 
+    def demand(self, demand: Demand) -> None:
+        """Register a standing receive with the peer (a gateway to a partition's leader)."""
+        self._write(demand)
+
+    def withdraw(self, demand_id: int, partition: int) -> None:
+        self._write(Withdraw(demand_id, partition))
+
+    def deliver(self, demand_id: int, partition: int, tenant: str, queue: str, messages: list[Any]) -> None:
+        """Hand the peer what a commit received for its demand ``demand_id``."""
+        self._write(Delivery(demand_id, partition, tenant, queue, tuple(messages)))
+
+    def report_events(self, partition: int, events: list[tuple[str, str, str, int]]) -> None:
+        """Report message events of ``partition`` (dead-letter moves, expiries) to the peer."""
+        self._write(Events(partition, tuple(events)))
+
     def close(self, code: CloseCode = CloseCode.NORMAL, detail: str = "") -> None:
         """Send a Close frame and stop; idempotent."""
         if self.state is not State.CLOSED:
@@ -224,7 +243,16 @@ class Connection:
                     return
                 self._awaiting.discard(message.id)
                 self._events.append(message)
-            case Replicate() | Replicated() | SnapshotChunk() | Notify():
+            case (
+                Replicate()
+                | Replicated()
+                | SnapshotChunk()
+                | Notify()
+                | Demand()
+                | Withdraw()
+                | Delivery()
+                | Events()
+            ):
                 self._events.append(message)
             case Close():
                 self._closed(message.code, message.detail, by_peer=True)

@@ -52,9 +52,11 @@ from .layout import (
     parse_ids,
     unpack,
 )
+from .node_demands import NodeDemands
+from .node_events import NodeEvents
 from .partition_host import PartitionHost
 from .stream import NodeStream
-from .wire import Hello, Request
+from .wire import Demand, Hello, Request, Withdraw
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -102,6 +104,10 @@ class Node:
         self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0, keyring=keyring)
         self.sweep_every_s = sweep_every_s
         self.hosts: dict[int, PartitionHost] = {}
+        # Gateways' standing receives on the partitions this node leads.
+        self.demands = NodeDemands(self.hosts, timeout_s=request_timeout_s)
+        # Which gateway reports each partition's dead-letter moves and expiries.
+        self.events = NodeEvents(self.hosts)
         self.session: Session | None = None
         self._server: asyncio.Server | None = None
         self._clients: set[NodeStream] = set()
@@ -149,6 +155,7 @@ class Node:
             await asyncio.wait(self._tasks)
         for stream in list(self._clients):
             await stream.close()
+        await self.demands.close()
         for host in list(self.hosts.values()):
             await host.close()
         self.hosts.clear()
@@ -408,6 +415,8 @@ class Node:
 
     def _notify(self, partition: int, tenant: str, queue: str) -> None:
         for stream in list(self._clients):
+            if self.demands.hold_notify(stream, partition, tenant, queue):
+                continue  # a delivery to this gateway wakes it (node_demands.py)
             try:
                 stream.connection.notify(partition, tenant, queue)
                 stream.flush_soon()
@@ -449,13 +458,23 @@ class Node:
         try:
             async for event in events:
                 if isinstance(event, Request):
+                    if event.op == "receive":
+                        self.events.received(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
                     task = asyncio.create_task(self._answer(stream, event))
                     running.add(task)
                     task.add_done_callback(running.discard)
+                elif isinstance(event, Demand | Withdraw):
+                    if isinstance(event, Demand):
+                        self.events.received(stream, event.partition, event.tenant, event.queue)
+                    self.demands.handle(stream, event)
                 elif isinstance(event, Closed):
                     break
         finally:
             self._clients.discard(stream)
+            self.demands.forget(stream)
+            self.events.forget(stream)
             for task in list(running):
                 task.cancel()
             await stream.close()

@@ -24,6 +24,12 @@ Messages:
 - :class:`Close`: the sender is closing the connection, with a :class:`CloseCode`.
 - :class:`Notify`: a node's wake-up to a connected gateway: a commit made messages of a
   queue visible on a partition the node leads (WebSocket delivery stays push).
+- :class:`Demand` / :class:`Withdraw` / :class:`Delivery`: a gateway's standing receive on a
+  partition (an idle push dispatcher's "receive for me in the commit of the next send"), its
+  withdrawal, and the node's unsolicited answer carrying the messages that commit received.
+  One-way frames: a demand is soft state, never answered (docs/cluster.md, section 9).
+- :class:`Events`: dead-letter moves and expiries a partition's commits made, reported by the
+  node to one gateway connection (the one that last received from the queue there).
 
 A frame that cannot be a message raises :class:`WireError` with the close code the
 connection must send (:class:`~backend_store.cluster.connection.Connection` does).
@@ -41,7 +47,9 @@ import msgpack
 
 from ..types import Epoch, LogEntry, Lsn
 
-PROTOCOL_VERSION = 1
+# 2: Demand, Withdraw and Delivery (standing receives), Events. Peers of another version refuse
+# each other at the hello (``protocol_version``): upgrade nodes and gateways together.
+PROTOCOL_VERSION = 2
 HEADER = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 NO_EPOCH = Epoch(0)
@@ -81,6 +89,10 @@ class Kind(IntEnum):
     CLOSE = 7
     SNAPSHOT = 8
     NOTIFY = 9
+    DEMAND = 10
+    WITHDRAW = 11
+    DELIVERY = 12
+    EVENTS = 13
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +180,72 @@ class Notify:
     queue: str
 
 
-Message = Hello | Request | Reply | ErrorReply | Replicate | Replicated | Close | SnapshotChunk | Notify
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A gateway's standing receive on ``partition``: the next commit that makes messages of
+    ``tenant``/``queue`` visible also receives up to ``max_messages`` of them for it.
+
+    ``id`` is the gateway's (one registration may span several partitions, each its own
+    frame with the same id); ``epoch`` is the leader's term as the gateway knows it. A new
+    demand for the same queue on the same partition replaces the old one, whoever sent it.
+    """
+
+    id: int
+    partition: int
+    epoch: Epoch
+    tenant: str
+    queue: str
+    max_messages: int
+    visibility_timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """The gateway no longer wants demand ``id`` on ``partition`` (ignored if already served)."""
+
+    id: int
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What a commit received for demand ``id``, sent once that commit is replicated.
+
+    ``messages`` are received-message records as the ``receive`` op encodes them
+    (:mod:`.ops`); the receipts are the partition's own. Also a wake-up for the queue.
+    """
+
+    id: int
+    partition: int
+    tenant: str
+    queue: str
+    messages: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """Message events of commits on ``partition``: ``(tenant, queue, kind, count)`` each
+    (``kind`` as :class:`~backend_store.backend.MessageEvent` has it)."""
+
+    partition: int
+    events: tuple[tuple[str, str, str, int], ...]
+
+
+Message = (
+    Hello
+    | Request
+    | Reply
+    | ErrorReply
+    | Replicate
+    | Replicated
+    | Close
+    | SnapshotChunk
+    | Notify
+    | Demand
+    | Withdraw
+    | Delivery
+    | Events
+)
 
 
 def encode(message: Message) -> bytes:
@@ -213,6 +290,30 @@ def _to_list(message: Message) -> list[Any]:
             ]
         case Notify():
             return [Kind.NOTIFY, message.partition, message.tenant, message.queue]
+        case Demand():
+            return [
+                Kind.DEMAND,
+                message.id,
+                message.partition,
+                message.epoch,
+                message.tenant,
+                message.queue,
+                message.max_messages,
+                message.visibility_timeout_s,
+            ]
+        case Withdraw():
+            return [Kind.WITHDRAW, message.id, message.partition]
+        case Events():
+            return [Kind.EVENTS, message.partition, [list(e) for e in message.events]]
+        case Delivery():
+            return [
+                Kind.DELIVERY,
+                message.id,
+                message.partition,
+                message.tenant,
+                message.queue,
+                list(message.messages),
+            ]
 
 
 class FrameReader:
@@ -363,6 +464,46 @@ def _notify(v: list[Any]) -> Notify:
     return Notify(_int(partition), _str(tenant), _str(queue))
 
 
+def _demand(v: list[Any]) -> Demand:
+    rid, partition, epoch, tenant, queue, max_messages, timeout = _fields(v, 7)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise ValueError("a demand's visibility timeout must be a number or nil")
+    return Demand(
+        _int(rid),
+        _int(partition),
+        Epoch(_int(epoch)),
+        _str(tenant),
+        _str(queue),
+        _int(max_messages, 1),
+        None if timeout is None else float(timeout),
+    )
+
+
+def _withdraw(v: list[Any]) -> Withdraw:
+    rid, partition = _fields(v, 2)
+    return Withdraw(_int(rid), _int(partition))
+
+
+def _delivery(v: list[Any]) -> Delivery:
+    rid, partition, tenant, queue, messages = _fields(v, 5)
+    if not isinstance(messages, list) or not all(isinstance(m, list) for m in messages):
+        raise ValueError("a delivery's messages must be an array of records")
+    return Delivery(_int(rid), _int(partition), _str(tenant), _str(queue), tuple(messages))
+
+
+def _events(v: list[Any]) -> Events:
+    partition, events = _fields(v, 2)
+    if not isinstance(events, list):
+        raise ValueError("events must be an array")
+    parsed = []
+    for event in events:
+        if not isinstance(event, list):
+            raise ValueError("an event must be an array")
+        tenant, queue, kind, count = _fields(event, 4)
+        parsed.append((_str(tenant), _str(queue), _str(kind), _int(count, 1)))
+    return Events(_int(partition), tuple(parsed))
+
+
 _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.HELLO: _hello,
     Kind.REQUEST: _request,
@@ -373,4 +514,8 @@ _PARSERS: dict[Kind, Callable[[list[Any]], Message]] = {
     Kind.CLOSE: _close,
     Kind.SNAPSHOT: _snapshot,
     Kind.NOTIFY: _notify,
+    Kind.DEMAND: _demand,
+    Kind.WITHDRAW: _withdraw,
+    Kind.DELIVERY: _delivery,
+    Kind.EVENTS: _events,
 }

@@ -204,6 +204,13 @@ class LmdbBackend:
         if demand is not None and demand.deliver == deliver:
             self._demands.pop(key, None)
 
+    def demand_waiting(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> bool:
+        """Whether the demand registered with ``deliver`` is still waiting (not served, not
+        replaced, not withdrawn). Called on the event loop after a commit's wake-up, it tells a
+        backend node whether that commit served it (its delivery callback comes next)."""
+        demand = self._demands.get((tenant, queue))
+        return demand is not None and demand.deliver == deliver
+
     def _serve_demands(self, w: Writes, now: float) -> list[PostCommit]:
         """In the writer, inside a batch's transaction: receive for demands on touched queues."""
         post: list[PostCommit] = []
@@ -211,6 +218,9 @@ class LmdbBackend:
             demand = self._demands.pop(key, None)
             if demand is None:
                 continue
+            # A batch that aborts (and is redone) must not lose the demand it took; a newer
+            # registration made meanwhile wins.
+            w.on_abort.append(functools.partial(self._demands.setdefault, key, demand))
             messages = self._ops.receive(
                 w, now, key[0], key[1], demand.max_messages, demand.visibility_timeout_s, demand.in_memory
             )

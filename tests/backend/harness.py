@@ -82,13 +82,6 @@ class StoreKind:
 # names its attributes runs on it.
 CLUSTER_LACKS = frozenset(
     {
-        # StandingReceive: demands are not carried over the node protocol.
-        "test_a_nack_serves_the_demand",
-        "test_a_demand_is_not_served_by_another_tenant",
-        "test_a_fifo_demand_takes_one_message_per_group",
-        "test_a_replaced_demand_serves_only_the_new_callback",
-        # MessageEvents: dead-letter moves and expiries are not forwarded from the nodes.
-        "test_a_dead_letter_move_is_reported_once_with_its_source_queue",
         # StorageStats: each node's disk use is its own; nothing adds them up.
         "test_storage_usage",
         # InMemoryReceive: a node holds nothing in memory for a gateway (auto-ack

@@ -15,7 +15,7 @@ from backend_store.cluster import ops
 from backend_store.cluster.client import NodeClient, NodePool
 from backend_store.cluster.connection import Connection
 from backend_store.cluster.stream import NodeStream
-from backend_store.cluster.wire import Notify, Request
+from backend_store.cluster.wire import Delivery, Demand, Notify, Request, Withdraw
 from backend_store.errors import QueueNotFound, Unavailable
 from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
@@ -29,6 +29,7 @@ class ScriptedNode:
 
     def __init__(self) -> None:
         self.requests: asyncio.Queue[tuple[NodeStream, Request]] = asyncio.Queue()
+        self.one_way: asyncio.Queue[Demand | Withdraw] = asyncio.Queue()
         self.streams: list[NodeStream] = []
         self.server: asyncio.Server | None = None
         self.address = ""
@@ -45,6 +46,8 @@ class ScriptedNode:
         async for event in stream.events():
             if isinstance(event, Request):
                 await self.requests.put((stream, event))
+            elif isinstance(event, Demand | Withdraw):
+                await self.one_way.put(event)
 
     async def next_request(self) -> tuple[NodeStream, Request]:
         return await asyncio.wait_for(self.requests.get(), scaled(5))
@@ -178,3 +181,38 @@ async def test_a_pool_retargets_a_node_that_moved(node: ScriptedNode) -> None:
     finally:
         await pool.close()
         await other.stop()
+
+
+async def test_demands_go_out_only_on_an_open_connection_and_deliveries_come_back(node: ScriptedNode) -> None:
+    delivered: asyncio.Queue[tuple[str, Delivery]] = asyncio.Queue()
+    gone: asyncio.Queue[str] = asyncio.Queue()
+    pool = NodePool(
+        "gateway-1",
+        on_delivery=lambda node_id, d: delivered.put_nowait((node_id, d)),
+        on_disconnect=gone.put_nowait,
+    )
+    try:
+        client = pool.client("node-a", node.address)
+        demand = Demand(1, 3, Epoch(7), "t", "orders", 10, None)
+        # Never dials: a demand is for a connection the gateway already uses.
+        assert client.demand(demand) is False
+        call = asyncio.create_task(client.call("next_visible_at", 3, tenant=T, queue=Q))
+        stream, request = await node.next_request()
+        assert client.demand(demand) is True
+        client.withdraw(1, 3)
+        async with asyncio.timeout(scaled(5)):
+            assert [await node.one_way.get(), await node.one_way.get()] == [demand, Withdraw(1, 3)]
+        record = ["orders", "id-1", 4, "r1", b"x", False, {}, None, 1.5, 1, 31.5]
+        stream.connection.deliver(1, 3, "t", "orders", [record])
+        stream.connection.reply(request.id, None)
+        stream.flush()
+        assert await call is None
+        async with asyncio.timeout(scaled(5)):
+            assert await delivered.get() == ("node-a", Delivery(1, 3, "t", "orders", (record,)))
+            # The node closing the connection is reported (its demands are gone with it).
+            await node.drop_connections()
+            assert await gone.get() == "node-a"
+        assert client.demand(demand) is False
+    finally:
+        await pool.close()
+    assert gone.empty()  # closing the pool is not a lost connection

@@ -16,7 +16,10 @@ from backend_store.cluster.wire import (
     PROTOCOL_VERSION,
     Close,
     CloseCode,
+    Delivery,
+    Demand,
     ErrorReply,
+    Events,
     FrameReader,
     Hello,
     Kind,
@@ -28,6 +31,7 @@ from backend_store.cluster.wire import (
     Request,
     SnapshotChunk,
     WireError,
+    Withdraw,
     encode,
 )
 from backend_store.types import Epoch, LogEntry, Lsn
@@ -50,6 +54,14 @@ EVERY_MESSAGE: list[Message] = [
     SnapshotChunk(3, Epoch(12), 1 << 20, b"\x00" * 64),
     SnapshotChunk(3, Epoch(12), 2 << 20, b"", done=True),
     Notify(3, "tenant-one", "orders"),
+    Demand(5, 3, Epoch(12), "tenant-one", "orders", 10, 30.0),
+    Demand(6, 3, Epoch(0), "tenant-one", "orders", 1, None),
+    Withdraw(5, 3),
+    Delivery(
+        5, 3, "tenant-one", "orders", (["orders", "id-1", 4, "r1", b"\x00", False, {}, None, 1.5, 1, 31.5],)
+    ),
+    Delivery(6, 3, "tenant-one", "orders", ()),
+    Events(3, (("tenant-one", "orders", "dead_lettered", 2), ("tenant-one", "orders", "expired", 1))),
 ]
 
 
@@ -138,6 +150,16 @@ def test_an_oversized_frame_is_refused_from_its_header_alone() -> None:
         msgpack.packb([Kind.CLOSE, "no_such_code", ""]),
         msgpack.packb([Kind.NOTIFY, 0, "tenant"]),  # no queue
         msgpack.packb([Kind.NOTIFY, -1, "tenant", "queue"]),
+        msgpack.packb([Kind.DEMAND, 1, 0, 1, "t", "q", 10]),  # no visibility timeout
+        msgpack.packb([Kind.DEMAND, 1, 0, 1, "t", "q", 0, None]),  # a demand of nothing
+        msgpack.packb([Kind.DEMAND, 1, 0, 1, "t", "q", 10, "30"]),
+        msgpack.packb([Kind.DEMAND, 1, 0, 1, "t", "q", 10, True]),
+        msgpack.packb([Kind.WITHDRAW, 1]),
+        msgpack.packb([Kind.DELIVERY, 1, 0, "t", "q", "messages"]),
+        msgpack.packb([Kind.DELIVERY, 1, 0, "t", "q", [b"not a record"]]),
+        msgpack.packb([Kind.EVENTS, 0, [["t", "q", "expired"]]]),  # no count
+        msgpack.packb([Kind.EVENTS, 0, [["t", "q", "expired", 0]]]),  # nothing happened
+        msgpack.packb([Kind.EVENTS, 0, "events"]),
         msgpack.packb([Kind.HELLO, "node", 1, None]) + b"trailing",
     ],
 )
@@ -304,3 +326,24 @@ def test_an_oversized_frame_closes_the_connection_with_its_code() -> None:
     assert closed_event(conn).code is CloseCode.FRAME_TOO_LARGE
     [close] = sent(conn)
     assert isinstance(close, Close) and close.code is CloseCode.FRAME_TOO_LARGE
+
+
+def test_standing_receive_frames_pass_both_ways_unanswered() -> None:
+    gateway, node = opened("gateway-1"), opened("node-a")
+    gateway.demand(Demand(1, 3, Epoch(12), "t", "orders", 10, None))
+    gateway.withdraw(1, 3)
+    node.receive_data(gateway.data_to_send())
+    assert node.events_received() == [Demand(1, 3, Epoch(12), "t", "orders", 10, None), Withdraw(1, 3)]
+    record = ["orders", "id-1", 4, "r1", b"x", False, {}, None, 1.5, 1, 31.5]
+    node.deliver(1, 3, "t", "orders", [record])
+    gateway.receive_data(node.data_to_send())
+    assert gateway.events_received() == [Delivery(1, 3, "t", "orders", (record,))]
+    # One-way: nothing is pending on either side, nothing needs an answer.
+    assert gateway.pending_requests == node.pending_requests == frozenset()
+    assert not gateway.closed and not node.closed
+
+
+def test_a_peer_of_the_version_before_standing_receives_is_refused_at_the_hello() -> None:
+    conn = Connection("me")
+    conn.receive_data(encode(Hello("old-node", 1)))
+    assert closed_event(conn).code is CloseCode.PROTOCOL_VERSION

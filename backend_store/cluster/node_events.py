@@ -1,0 +1,78 @@
+"""Message events on a backend node: which gateway reports a partition's dead-letter moves
+and expiries.
+
+A partition's leader store reports its events after each commit
+(:class:`~backend_store.backend.MessageEvents`). Several gateways may be connected to the
+node, and the usage and metrics they feed must count each move once between them, so the
+node sends each commit's events to **one** gateway connection: the one that last received
+from that queue on that partition (a ``receive`` request or a standing demand), which is the
+gateway whose receive found a message past ``max_receives`` in the common case, the embedded
+store's rule. Expiries found by the leader's sweeper, which no gateway caused, go the same
+way; a queue nobody received from over an open connection since the node started has nobody
+to report to, and its events are only logged (at debug level).
+
+Events go out only from leader stores (followers make no events: they apply the leader's
+entries) and only once that store has served a receive here (the listener is attached then).
+Counting stays at most once: an event is sent to one connection or to none.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..backend import MessageEvent
+from ..lmdb_store.engine import LmdbBackend
+from .connection import ConnectionClosedError
+from .stream import NodeStream
+
+if TYPE_CHECKING:
+    from .partition_host import PartitionHost
+
+log = logging.getLogger("pushgate.cluster")
+
+
+class NodeEvents:
+    def __init__(self, hosts: Mapping[int, PartitionHost]) -> None:
+        self._hosts = hosts
+        self._receivers: dict[tuple[int, str, str], NodeStream] = {}
+        self._listening: weakref.WeakSet[LmdbBackend] = weakref.WeakSet()  # stores our listener is on
+
+    def received(self, stream: NodeStream, partition: int, tenant: object, queue: object) -> None:
+        """A gateway received (or registered a demand) on ``partition``'s ``tenant``/``queue``."""
+        if not isinstance(tenant, str) or not isinstance(queue, str):
+            return  # a malformed request: the store refuses it anyway
+        self._receivers[(partition, tenant, queue)] = stream
+        host = self._hosts.get(partition)
+        if host is None or host.follower is None:
+            return
+        store = host.store
+        if store not in self._listening:
+            self._listening.add(store)
+            store.add_event_listener(lambda events: self._committed(partition, events))
+
+    def forget(self, stream: NodeStream) -> None:
+        for key in [k for k, s in self._receivers.items() if s is stream]:
+            del self._receivers[key]
+
+    def _committed(self, partition: int, events: Sequence[MessageEvent]) -> None:
+        host = self._hosts.get(partition)
+        if host is None or not host.leading:
+            return
+        by_stream: dict[NodeStream, list[tuple[str, str, str, int]]] = {}
+        for event in events:
+            stream = self._receivers.get((partition, event.tenant, event.queue))
+            if stream is None:
+                log.debug(
+                    "partition %d: %s event of %s has nobody to report to", partition, event.kind, event.queue
+                )
+                continue
+            by_stream.setdefault(stream, []).append((event.tenant, event.queue, event.kind, event.count))
+        for stream, batch in by_stream.items():
+            try:
+                stream.connection.report_events(partition, batch)
+                stream.flush_soon()
+            except ConnectionClosedError:
+                pass  # the gateway is gone; its counts go with it

@@ -1,0 +1,67 @@
+"""Message events on ``cluster://``: a partition's dead-letter moves are reported to one
+gateway, the one whose receive found them, not to every gateway connected to the node."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+
+from backend_store.backend import MessageEvent, MessageEvents
+from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.layout import Layout
+from backend_store.cluster.node import Node
+from backend_store.options import StoreOptions
+from backend_store.types import NewMessage, QueueName, TenantId
+from tests.conftest import scaled
+
+T = TenantId("acme")
+SRC, DLQ = QueueName("src"), QueueName("dlq")
+
+
+class Recorder:
+    def __init__(self, backend: ClusterBackend) -> None:
+        assert isinstance(backend, MessageEvents)
+        self.totals: Counter[tuple[str, str]] = Counter()
+        self.changed = asyncio.Event()
+        backend.add_event_listener(self)
+
+    def __call__(self, events: Sequence[MessageEvent]) -> None:
+        for e in events:
+            self.totals[(e.queue, e.kind)] += e.count
+        self.changed.set()
+
+    async def wait_for(self, expected: Counter[tuple[str, str]]) -> None:
+        async with asyncio.timeout(scaled(10)):
+            while self.totals != expected:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def test_a_dead_letter_move_is_reported_by_the_gateway_whose_receive_found_it(
+    inprocess_nodes: tuple[Layout, list[Node]], etcd_endpoints: list[str]
+) -> None:
+    layout, _ = inprocess_nodes
+    url = f"cluster://{','.join(etcd_endpoints)}{layout.prefix}"
+    a, b = open_cluster_backend(url, StoreOptions()), open_cluster_backend(url, StoreOptions())
+    await a.start()
+    await b.start()
+    try:
+        seen_by_a, seen_by_b = Recorder(a), Recorder(b)
+        await a.create_queue(T, DLQ, {"replication_factor": 2})
+        await a.create_queue(T, SRC, {"replication_factor": 2, "max_receives": 1, "dead_letter_queue": "dlq"})
+        await a.send(T, SRC, [NewMessage(b"a"), NewMessage(b"b"), NewMessage(b"c")])
+        await b.get_queue(T, SRC)  # b is connected to the leader too
+        got = await a.receive(T, SRC, 10, visibility_timeout_s=3600)
+        assert len(got) == 3
+        await a.nack(T, [m.receipt for m in got[:2]])
+        assert await a.receive(T, SRC, 10) == []  # moved, not delivered
+        await seen_by_a.wait_for(Counter({("src", "dead_lettered"): 2}))
+        # b receives too, from the dead-letter queue: the moves were a's to report.
+        assert len(await b.receive(T, DLQ, 10)) == 2
+        await b.check_writable()
+        assert seen_by_b.totals == Counter()
+        assert seen_by_a.totals == Counter({("src", "dead_lettered"): 2})
+    finally:
+        await a.close()
+        await b.close()
