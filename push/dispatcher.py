@@ -203,7 +203,7 @@ class Dispatcher:
             return
         groups = self._wanting(time.time())
         if len(groups) != 1:
-            return  # mixed visibility timeouts: the plain receive path serves them
+            return  # mixed visibility timeouts or ack modes: the plain receive path serves them
         (((timeout, auto_ack), wanting),) = groups.items()
         want = min(self._engine.settings.max_receive, sum(credit for _, credit in wanting))
         # A callback of its own per registration, so a late delivery of an older one is
