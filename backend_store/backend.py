@@ -198,13 +198,19 @@ class StandingReceive(Protocol):
 
 @runtime_checkable
 class InMemoryReceive(Protocol):
-    """Optional capability: a receive that keeps its in-flight state in memory, writing nothing.
+    """Optional capability: a receive that keeps in-flight state in memory, writing nothing
+    for a first delivery (embedded stores only: replicas must agree, so a cluster never holds).
 
-    For at-most-once (auto-ack) consumers, which delete what they are handed at once: the
-    receive's writes and commit are saved. The messages are held as after a ``receive``
-    (other receives skip them; their receipts ack, nack and change visibility as usual)
-    until acked, released, or their visibility timeout passes. After a crash they are
-    visible again at once, with the receive count they had on disk.
+    For push subscriptions, which ack (or, with ``ack=auto``, delete) what they are handed
+    within moments: the receive's writes, and often its commit, are saved. Messages never
+    received before are held as after a ``receive`` (other receives skip them; their
+    receipts ack, nack and change visibility as usual) until acked, released, or their
+    visibility timeout passes; at most a bounded number per queue, the rest are written.
+    Redeliveries are written. Every delivery counts toward ``receive_count`` and
+    ``max_receives`` as with ``receive``; a held one's count is kept in memory until the
+    next written receive of that message. After a crash held messages are visible again at
+    once, with the receive count they had on disk: a crash loses at most the count of a
+    message's first delivery (docs/store.md, "Receives held in memory").
     """
 
     async def receive_in_memory(

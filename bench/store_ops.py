@@ -1,6 +1,7 @@
 """The store's Python cost per message, by operation: send, receive, ack.
 
-Run: ``python bench/store_ops.py [--rounds 200] [--batch 100] [--size 1024] [--repeat 3]``
+Run: ``python bench/store_ops.py [--rounds 200] [--batch 100] [--size 1024] [--repeat 3]
+[--written] [--in-flight N]``
 
 Calls :class:`~backend_store.lmdb_store.message_ops.MessageOps` directly in one thread, one
 LMDB transaction per call of ``--batch`` messages, on a RAM-backed directory
@@ -8,6 +9,11 @@ LMDB transaction per call of ``--batch`` messages, on a RAM-backed directory
 is what the group-commit writer spends per message besides the commit itself, and the
 figure that moves least with the machine's load (end-to-end benchmarks share two cores with
 their clients): use it to compare changes to the store's hot paths, run by run.
+
+Receives are held in memory (``in_memory=True``, as a push subscription's are) unless
+``--written``. ``--in-flight N`` first receives N other messages and leaves them unacked for
+the whole run (held up to the store's per-queue cap, written past it), to measure what many
+messages in flight cost each receive.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from bench.push_common import machine
 T = TypeVar("T")
 
 
-def run(rounds: int, batch: int, size: int) -> dict[str, float]:
+def run(rounds: int, batch: int, size: int, in_memory: bool, in_flight: int) -> dict[str, float]:
     """CPU microseconds per message of each operation."""
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as tmp:
@@ -42,6 +48,7 @@ def run(rounds: int, batch: int, size: int) -> dict[str, float]:
         def write(op: Callable[[Writes], T]) -> T:
             txn = env.begin_write()
             writes = Writes(txn, env.dbs)
+            writes.index_listener = ops.holds.indexed  # as the group-commit writer sets it
             result = op(writes)
             writes.flush_queues()
             txn.commit()
@@ -49,12 +56,16 @@ def run(rounds: int, batch: int, size: int) -> dict[str, float]:
 
         write(lambda w: queue_ops.create_queue(w, time.time(), "bench", "q", {}, 1))
         messages = [NewMessage(body=b"x" * size) for _ in range(batch)]
+        for start in range(0, in_flight, batch):
+            count = min(batch, in_flight - start)
+            write(lambda w: ops.send(w, time.time(), "bench", "q", messages[:count]))  # noqa: B023
+            write(lambda w: ops.receive(w, time.time(), "bench", "q", count, 3600, in_memory))  # noqa: B023
         spent = {"send": 0.0, "receive": 0.0, "ack": 0.0}
         for _ in range(rounds):
             t0 = time.thread_time()
             write(lambda w: ops.send(w, time.time(), "bench", "q", messages))
             t1 = time.thread_time()
-            got = write(lambda w: ops.receive(w, time.time(), "bench", "q", batch, 30))
+            got = write(lambda w: ops.receive(w, time.time(), "bench", "q", batch, 30, in_memory))
             receipts = [m.receipt for m in got]
             t2 = time.thread_time()
             write(functools.partial(_ack, ops, receipts))
@@ -81,12 +92,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="messages per call")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best of them is printed")
+    parser.add_argument("--written", action="store_true", help="write receives (as a plain receive)")
+    parser.add_argument("--in-flight", type=int, default=0, help="messages left unacked meanwhile")
     args = parser.parse_args()
     print(machine())
-    runs = [run(args.rounds, args.batch, args.size) for _ in range(args.repeat)]
+    runs = [
+        run(args.rounds, args.batch, args.size, not args.written, args.in_flight) for _ in range(args.repeat)
+    ]
     best = min(runs, key=lambda r: sum(r.values()))
+    mode = "written" if args.written else "held in memory"
     print(
-        f"\nstore CPU per message, {args.batch} per call, {args.size} B bodies, no fsync (best of {args.repeat}):"
+        f"\nstore CPU per message, {args.batch} per call, {args.size} B bodies, no fsync, receives {mode},"
+        f" {args.in_flight} others in flight (best of {args.repeat}):"
     )
     for name, us in best.items():
         print(f"  {name:<8} {us:5.1f} us")

@@ -203,13 +203,13 @@ class Dispatcher:
             return
         groups = self._wanting(time.time())
         if len(groups) != 1:
-            return  # mixed visibility timeouts or ack modes: the plain receive path serves them
-        (((timeout, auto_ack), wanting),) = groups.items()
+            return  # mixed visibility timeouts: the plain receive path serves them
+        ((timeout, wanting),) = groups.items()
         want = min(self._engine.settings.max_receive, sum(credit for _, credit in wanting))
         # A callback of its own per registration, so a late delivery of an older one is
         # never mistaken for the current one (and the current one is always withdrawn).
         self._standing = functools.partial(self._delivered, want)
-        in_memory = auto_ack and self._engine.in_memory is not None
+        in_memory = self._engine.in_memory is not None
         standing.set_demand(self.tenant, self.queue, want, timeout, self._standing, in_memory)
 
     def _sit(self) -> None:
@@ -231,12 +231,12 @@ class Dispatcher:
         self._deal(messages, wanting)
         self._kick.set()
 
-    def _wanting(self, now: float) -> dict[tuple[float | None, bool], list[tuple[Subscription, int]]]:
-        """Subscribers with credit by visibility timeout and ack mode, in turn from where the
+    def _wanting(self, now: float) -> dict[float | None, list[tuple[Subscription, int]]]:
+        """Subscribers with credit by visibility timeout, in turn from where the
         last pump stopped, only until there is credit for one full receive: a queue with
         thousands of subscribers costs a pump a few of them, not all, and each gets its turn."""
         limit = self._engine.settings.max_receive
-        groups: dict[tuple[float | None, bool], list[tuple[Subscription, int]]] = {}
+        groups: dict[float | None, list[tuple[Subscription, int]]] = {}
         subs = self.subs
         count = len(subs)
         start = self._next % count if count else 0
@@ -247,7 +247,7 @@ class Dispatcher:
             scanned += 1
             credit = sub.credit(now)
             if credit > 0:
-                groups.setdefault((sub.visibility_timeout_s, sub.auto_ack), []).append((sub, credit))
+                groups.setdefault(sub.visibility_timeout_s, []).append((sub, credit))
                 wanted += credit
         self._next = start + scanned
         return groups
@@ -276,10 +276,11 @@ class Dispatcher:
         full = False
         received = 0
         in_memory = self._engine.in_memory
-        for (timeout, auto_ack), wanting in groups.items():
+        for timeout, wanting in groups.items():
             want = min(limit, sum(credit for _, credit in wanting))
-            if auto_ack and in_memory is not None:
-                # Deleted once handed out: nothing to write for the receive itself.
+            if in_memory is not None:
+                # First deliveries held in memory until acked: nothing to write for them
+                # (backend_store/lmdb_store/holds.py; a cluster never offers this).
                 messages = await in_memory.receive_in_memory(self.tenant, self.queue, want, timeout)
             else:
                 messages = await self._engine.backend.receive(self.tenant, self.queue, want, timeout)

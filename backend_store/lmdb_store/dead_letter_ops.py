@@ -13,7 +13,8 @@ from collections.abc import Callable
 from ..errors import InvalidRequest, Unavailable
 from ..types import MessageId, PeekedMessage, QueueName
 from .environment import Db, View, Writes
-from .keys import message_key, u64
+from .holds import Hold, Holds
+from .keys import message_key, u64, visibility_key
 from .message_ops import _ready
 from .queue_ops import attributes_of, find_queue, save_queue
 from .records import DeliveryState, MessageRecord, QueueRecord
@@ -73,12 +74,13 @@ def peek(
     return out
 
 
-def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messages: int) -> int:
+def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messages: int, holds: Holds) -> int:
     """Move up to ``max_messages`` visible messages of ``source`` to ``to``; return how many.
 
     Each moved message keeps its id, body, attributes and group, and starts afresh in
     the target (sent now, receive count 0), as a new send would. In-flight messages of
-    the dead-letter queue stay (someone holds their receipt); a full target stops the move.
+    the dead-letter queue stay (someone holds their receipt, on disk or in ``holds``); a full
+    target stops the move.
     """
     if source == to:
         raise InvalidRequest("redrive needs a target queue other than the dead-letter queue")
@@ -90,8 +92,12 @@ def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messag
     now_ms = to_ms(now)
     moved = 0
     seen: set[int] = set()
+    holds.expire(src.qid, now_ms)
+    qh = holds.queue(src.qid)
+    held: dict[int, Hold] = {} if qh is None else qh.held
     while moved < max_messages:
-        candidates = _ready(w, src.qid, now_ms, max_messages - moved, seen)
+        start = visibility_key(src.qid, 0, 0)
+        candidates, _ = _ready(w, src.qid, now_ms, max_messages - moved, start, held, seen)
         if not candidates:
             break
         for _, seq in candidates:
@@ -102,6 +108,7 @@ def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messag
             raw = w.get(Db.MSGS, message_key(src.qid, seq))
             if state is None or raw is None:
                 continue
+            holds.forget(src.qid, seq, w.on_abort)  # a receive count kept in memory
             remove_message(w, src.qid, seq, state, src_fifo, now)
             src.count -= 1
             new_seq = dst.next_seq

@@ -41,6 +41,7 @@ from ..types import (
 from . import dead_letter_ops, queue_ops
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter, PostCommit
+from .holds import DEFAULT_MAX_HELD
 from .message_ops import MessageOps, next_visible_ms
 from .records import MessageRecord, pack, unpack
 from .replication_log import ReplicationLog
@@ -96,7 +97,7 @@ class LmdbBackend:
         self.path = path
         self.options = options
         self._clock: Callable[[], float] = options.clock or time.time
-        self._ops = MessageOps(options.keyring)
+        self._ops = MessageOps(options.keyring, int(options.extra.get("max_held", DEFAULT_MAX_HELD)))
         self._listeners: list[ChangeListener] = []
         self._event_listeners: list[EventListener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,6 +129,7 @@ class LmdbBackend:
             max_batch=self._max_batch,
             after_ops=self._serve_demands,
             on_events=self._committed_events,
+            index_listener=self._ops.holds.indexed,
         )
         self._writer.start()
         try:
@@ -244,12 +246,14 @@ class LmdbBackend:
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
         def read(v: View) -> QueueInfo:
             record = queue_ops.find_queue(v, tenant, name)
-            return queue_ops.info(tenant, name, record, queue_ops.stats(v, record, self._clock()))
+            held = self._ops.holds.held_count
+            return queue_ops.info(tenant, name, record, queue_ops.stats(v, record, self._clock(), held))
 
         return await self._read(read)
 
     async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
-        return await self._read(lambda v: queue_ops.list_queues(v, tenant, self._clock()))
+        held = self._ops.holds.held_count
+        return await self._read(lambda v: queue_ops.list_queues(v, tenant, self._clock(), held))
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         return await self._write(
@@ -259,10 +263,10 @@ class LmdbBackend:
         )
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
-        await self._write(lambda w, now: queue_ops.delete_queue(w, tenant, name))
+        await self._write(lambda w, now: self._ops.delete_queue(w, tenant, name))
 
     async def purge_queue(self, tenant: TenantId, name: QueueName) -> int:
-        return await self._write(lambda w, now: queue_ops.purge_queue(w, tenant, name))
+        return await self._write(lambda w, now: self._ops.purge_queue(w, tenant, name))
 
     # Messages -----------------------------------------------------------------
 
@@ -331,6 +335,10 @@ class LmdbBackend:
         def read(v: View) -> float | None:
             record = queue_ops.find_queue(v, tenant, queue)
             ms = next_visible_ms(v, record.qid, int(self._clock() * 1000))
+            # A message held in memory is visible again when its hold ends.
+            held_ms = self._ops.holds.next_expiry_ms(record.qid)
+            if held_ms is not None and (ms is None or held_ms < ms):
+                ms = held_ms
             return None if ms is None else ms / 1000
 
         return await self._read(read)
@@ -348,7 +356,9 @@ class LmdbBackend:
     async def redrive(self, tenant: TenantId, queue: QueueName, to: QueueName, max_messages: int) -> int:
         check_number("max", max_messages, 1, 100_000, integer=True)
         return await self._write(
-            lambda w, now: dead_letter_ops.redrive(w, now, tenant, queue, to, int(max_messages))
+            lambda w, now: dead_letter_ops.redrive(
+                w, now, tenant, queue, to, int(max_messages), self._ops.holds
+            )
         )
 
     async def storage_usage(self) -> StorageUsage:

@@ -228,6 +228,7 @@ class Writes(View):
     __slots__ = (
         "dirty_queues",
         "events",
+        "index_listener",
         "mutations",
         "on_abort",
         "queue_cache",
@@ -250,6 +251,8 @@ class Writes(View):
         self.events: dict[tuple[str, str, str], int] = {}
         # Undos of in-memory changes made with this transaction (holds.py), run if it aborts.
         self.on_abort: list[Callable[[], object]] = []
+        # Told of every visibility entry put (queue id, key): the skip hints of holds.py.
+        self.index_listener: Callable[[int, bytes], None] | None = None
 
     def note(self, tenant: str, queue: str, kind: str, count: int = 1) -> None:
         key = (tenant, queue, kind)

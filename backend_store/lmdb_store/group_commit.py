@@ -70,6 +70,7 @@ class GroupCommitWriter:
         max_batch: int = 1024,
         after_ops: AfterOps | None = None,
         on_events: Callable[[list[dict[tuple[str, str, str], int]]], None] | None = None,
+        index_listener: Callable[[int, bytes], None] | None = None,
     ) -> None:
         self._env = env
         self._log = replication_log
@@ -77,6 +78,7 @@ class GroupCommitWriter:
         self._on_commit = on_commit
         self._max_batch = max_batch
         self._after_ops = after_ops
+        self._index_listener = index_listener  # Writes.index_listener of every transaction
         self._post_commit: list[PostCommit] = []
         # Events (Writes.events) of the transactions of the current batch that committed;
         # handed to on_events from the writer thread once the batch is resolved.
@@ -184,6 +186,7 @@ class GroupCommitWriter:
         txn = self._env.begin_write()
         self._log.begin()
         writes = UndoWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
+        writes.index_listener = self._index_listener
         try:
             for pending in batch:
                 pending.outcome = self._run_op(writes, pending.op, now)

@@ -1,76 +1,263 @@
 """In-flight state kept in memory: receives that write nothing.
 
 A persisted receive rewrites the message's state (receipt, receive count) and moves its
-visibility entry, three B-tree writes per message and a commit. A receive for an
-at-most-once consumer (``ack=auto``) is deleted a moment later anyway, so
-:meth:`MessageOps.receive(in_memory=True)` leaves the message as it is on disk and
-records the hold here instead: other receives skip it until the hold ends (acked,
-released, or its visibility timeout passed), and its receipt is checked against the hold.
+visibility entry: three B-tree writes of the nine of a message's life. A receive with
+``in_memory=True`` (:meth:`MessageOps.receive`) leaves a message that was never received
+as it is on disk and records a *hold* here instead: other receives skip it until the hold
+ends (acked, released, or its visibility timeout passed), and its receipt is checked
+against the hold. The rules (docs/store.md, "Receives held in memory"):
 
-What that means, as RabbitMQ does for unacked deliveries: after a crash a held message is
-visible again at once, with the receive count it had on disk (the lost delivery is not
-counted); a released one (nack without delay) needs no write at all. Holds are used only
-from the writer thread, like everything in ``message_ops``.
+- **Only first deliveries are held.** A message whose receive count (stored plus kept
+  here) is above 0 is received as before, written, with the count kept here folded in.
+  So a crash of the process loses at most one count per message: its first delivery's.
+- **Every delivery counts.** A hold counts its receive here (``counts``) when it is made;
+  when it ends without an ack the count stays, so the next receive sees it (for
+  ``max_receives`` too) and writes it. Within one process lifetime ``receive_count`` goes
+  1, 2, 3... as if every receive had been written.
+- **At most ``max_held`` holds per queue.** Beyond it receives are written as before; that
+  bounds memory and the walk a receive may make past held entries (see ``start``).
+
+The skip hint (``QueueHolds.start``): a held message keeps its visibility entry at the front
+of the index, so a receive would walk past every held entry first. Each queue keeps a key
+below which every visibility entry is held; a receive starts there. Anything that puts an
+entry below it (a send or nack in the same millisecond, a FIFO promotion, a clock stepped
+back) or makes a held entry receivable again (release, expiry) lowers it: lowering is
+always safe, raising is done only by a receive that walked the whole way.
+
+Holds are used only from the writer thread, like everything in ``message_ops``; a batch
+that aborts undoes its changes through ``Writes.on_abort``.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .keys import visibility_key
+
+# Held messages per queue, beyond which receives are written (bounds memory, and the walk
+# a receive makes past held entries after a release lowered the queue's skip hint).
+DEFAULT_MAX_HELD = 1000
+
+Undo = list[Callable[[], object]]
 
 
 @dataclass(slots=True)
 class Hold:
     token: bytes
     until_ms: int  # the end of its visibility timeout
+    visible_ms: int  # where its visibility entry is on disk (unchanged while held)
+
+
+@dataclass(slots=True)
+class QueueHolds:
+    """One queue's holds, kept counts and skip hint."""
+
+    qid: int
+    held: dict[int, Hold] = field(default_factory=dict)
+    # (until_ms, seq) of every hold made, lazily pruned: a popped entry whose hold was
+    # dropped or moved since is ignored.
+    expiries: list[tuple[int, int]] = field(default_factory=list)
+    # seq -> receives not written (made by holds). Dropped when written, acked or removed.
+    counts: dict[int, int] = field(default_factory=dict)
+    # Every visibility entry of the queue below this key is held (None: walk from the start).
+    start: bytes | None = None
+
+    def lower(self, key: bytes) -> None:
+        if self.start is not None and key < self.start:
+            self.start = key
 
 
 class Holds:
-    """Messages received in memory, by queue id and seq.
+    """Holds and kept receive counts, by queue id and seq."""
 
-    Changes are made inside a write batch; each one appends its undo to the batch's
-    ``on_abort`` list, so a batch that aborts (and is redone) leaves the holds as they were.
-    """
+    __slots__ = ("_by_queue", "max_held")
 
-    __slots__ = ("_by_queue",)
+    def __init__(self, max_held: int = DEFAULT_MAX_HELD) -> None:
+        self._by_queue: dict[int, QueueHolds] = {}
+        self.max_held = max_held
 
-    def __init__(self) -> None:
-        self._by_queue: dict[int, dict[int, Hold]] = {}
+    # Reads ---------------------------------------------------------------------
 
-    def held(self, qid: int, now_ms: int) -> set[int]:
-        """The seqs of a queue held now (expired holds are dropped on the way)."""
-        holds = self._by_queue.get(qid)
-        if not holds:
-            return set()
-        for seq in [seq for seq, hold in holds.items() if hold.until_ms <= now_ms]:
-            del holds[seq]
-        if not holds:
-            del self._by_queue[qid]
-        return set(holds)
+    def queue(self, qid: int) -> QueueHolds | None:
+        return self._by_queue.get(qid)
 
     def get(self, qid: int, seq: int) -> Hold | None:
-        holds = self._by_queue.get(qid)
-        return None if holds is None else holds.get(seq)
+        qh = self._by_queue.get(qid)
+        return None if qh is None else qh.held.get(seq)
 
-    def put(self, qid: int, seq: int, hold: Hold, on_abort: list[Callable[[], object]]) -> None:
-        """Hold a message (or replace its hold)."""
-        previous = self._set(qid, seq, hold)
-        on_abort.append(functools.partial(self._set, qid, seq, previous))
+    def count(self, qid: int, seq: int) -> int:
+        """Receives of a message that are not written (0 when none)."""
+        qh = self._by_queue.get(qid)
+        return 0 if qh is None else qh.counts.get(seq, 0)
 
-    def drop(self, qid: int, seq: int, on_abort: list[Callable[[], object]]) -> None:
-        previous = self._set(qid, seq, None)
-        if previous is not None:
-            on_abort.append(functools.partial(self._set, qid, seq, previous))
+    def held_count(self, qid: int) -> int:
+        """How many messages of a queue are held (expired ones until a receive notices)."""
+        qh = self._by_queue.get(qid)
+        return 0 if qh is None else len(qh.held)
 
-    def _set(self, qid: int, seq: int, hold: Hold | None) -> Hold | None:
-        holds = self._by_queue.setdefault(qid, {})
-        previous = holds.pop(seq, None)
-        if hold is not None:
-            holds[seq] = hold
-        elif not holds:
-            del self._by_queue[qid]
-        return previous
+    def next_expiry_ms(self, qid: int) -> int | None:
+        """About when the first hold of a queue ends (maybe earlier: the heap keeps entries of
+        holds ended since, so a waiter may wake for nothing, never late). Read from other
+        threads too, hence no assumption that the heap stays as it was."""
+        qh = self._by_queue.get(qid)
+        if qh is None or not qh.held:
+            return None
+        try:
+            return qh.expiries[0][0]
+        except IndexError:
+            return None
+
+    def can_hold(self, qid: int) -> bool:
+        qh = self._by_queue.get(qid)
+        return qh is None or len(qh.held) < self.max_held
 
     def __len__(self) -> int:
-        return sum(len(holds) for holds in self._by_queue.values())
+        return sum(len(qh.held) for qh in self._by_queue.values())
+
+    # Changes made inside a write batch (undone if it aborts) -----------------------
+
+    def hold(self, qid: int, seq: int, hold: Hold, on_abort: Undo) -> None:
+        """Hold a message: a new delivery, counted."""
+        qh = self._queue(qid)
+        previous_count = qh.counts.get(seq)
+        qh.counts[seq] = (previous_count or 0) + 1
+        self._put(qh, seq, hold, on_abort)
+        on_abort.append(functools.partial(self._restore_count, qid, seq, previous_count))
+
+    def extend(self, qid: int, seq: int, hold: Hold, on_abort: Undo) -> None:
+        """Move a hold's end (change_visibility): the same delivery, not counted again."""
+        self._put(self._queue(qid), seq, hold, on_abort)
+
+    def release(self, qid: int, seq: int, on_abort: Undo) -> None:
+        """End a hold, leaving its message receivable where it is (nack, expiry): its count
+        stays."""
+        qh = self._by_queue.get(qid)
+        if qh is None:
+            return
+        hold = qh.held.pop(seq, None)
+        if hold is None:
+            return
+        qh.lower(visibility_key(qid, hold.visible_ms, seq))
+        on_abort.append(functools.partial(self._undo_release, qid, seq, hold))
+        self._forget_if_empty(qh)
+
+    def forget(self, qid: int, seq: int, on_abort: Undo) -> int:
+        """The message is gone (acked, moved, expired) or its receives were written: drop its
+        hold and kept count; return the count."""
+        qh = self._by_queue.get(qid)
+        if qh is None:
+            return 0
+        hold = qh.held.pop(seq, None)
+        count = qh.counts.pop(seq, None)
+        if hold is not None or count is not None:
+            on_abort.append(functools.partial(self._undo_forget, qid, seq, hold, count))
+        self._forget_if_empty(qh)
+        return count or 0
+
+    def forget_queue(self, qid: int, on_abort: Undo) -> None:
+        """Every message of a queue is gone (purge, delete)."""
+        qh = self._by_queue.pop(qid, None)
+        if qh is not None:
+            qh.start = None
+            on_abort.append(functools.partial(self._by_queue.setdefault, qid, qh))
+
+    def expire(self, qid: int, now_ms: int) -> None:
+        """End the holds of a queue whose visibility timeout has passed.
+
+        Not undone when the batch aborts: an expired hold and no hold mean the same (its
+        message is receivable, its receipt is refused), and the count stays either way."""
+        qh = self._by_queue.get(qid)
+        if qh is None:
+            return
+        expiries = qh.expiries
+        while expiries and expiries[0][0] <= now_ms:
+            _, seq = heapq.heappop(expiries)
+            hold = qh.held.get(seq)
+            if hold is not None and hold.until_ms <= now_ms:
+                del qh.held[seq]
+                qh.lower(visibility_key(qid, hold.visible_ms, seq))
+        self._forget_if_empty(qh)
+
+    def indexed(self, qid: int, key: bytes) -> None:
+        """A visibility entry was put (``Writes.index_listener``): lower the queue's hint.
+
+        Not undone when the batch aborts: a lower hint only costs a longer walk."""
+        qh = self._by_queue.get(qid)
+        if qh is not None and qh.start is not None and key < qh.start:
+            qh.start = key
+
+    def watch(self, qid: int, on_abort: Undo, *, create: bool) -> QueueHolds | None:
+        """A queue's holds for a receive that walks it (made when ``create``). The receive
+        moves the skip hint; if its batch aborts, the hint is dropped (walk from the start
+        once), since what the walk found is undone."""
+        qh = self._by_queue.get(qid)
+        if qh is None:
+            if not create:
+                return None
+            qh = self._by_queue[qid] = QueueHolds(qid)
+        on_abort.append(functools.partial(self._drop_hint, qid))
+        return qh
+
+    # Internals ------------------------------------------------------------------
+
+    def _queue(self, qid: int) -> QueueHolds:
+        qh = self._by_queue.get(qid)
+        if qh is None:
+            qh = self._by_queue[qid] = QueueHolds(qid)
+        return qh
+
+    def _put(self, qh: QueueHolds, seq: int, hold: Hold, on_abort: Undo) -> None:
+        previous = qh.held.get(seq)
+        qh.held[seq] = hold
+        if len(qh.expiries) > 2 * len(qh.held) + 64:
+            # Mostly entries of holds acked since: rebuild (amortized O(1) per hold).
+            qh.expiries = [(h.until_ms, s) for s, h in qh.held.items()]
+            heapq.heapify(qh.expiries)
+        else:
+            heapq.heappush(qh.expiries, (hold.until_ms, seq))
+        on_abort.append(functools.partial(self._undo_put, qh.qid, seq, previous))
+
+    def _forget_if_empty(self, qh: QueueHolds) -> None:
+        # A queue with a hint keeps it (the next receive starts there).
+        if not qh.held and not qh.counts and qh.start is None and self._by_queue.get(qh.qid) is qh:
+            del self._by_queue[qh.qid]
+
+    def _undo_put(self, qid: int, seq: int, previous: Hold | None) -> None:
+        qh = self._queue(qid)
+        if previous is None:
+            hold = qh.held.pop(seq, None)
+            if hold is not None:
+                qh.lower(visibility_key(qid, hold.visible_ms, seq))
+        else:
+            qh.held[seq] = previous
+            heapq.heappush(qh.expiries, (previous.until_ms, seq))
+        self._forget_if_empty(qh)
+
+    def _restore_count(self, qid: int, seq: int, count: int | None) -> None:
+        qh = self._queue(qid)
+        if count is None:
+            qh.counts.pop(seq, None)
+        else:
+            qh.counts[seq] = count
+        self._forget_if_empty(qh)
+
+    def _undo_release(self, qid: int, seq: int, hold: Hold) -> None:
+        qh = self._queue(qid)
+        qh.held[seq] = hold
+        heapq.heappush(qh.expiries, (hold.until_ms, seq))
+
+    def _undo_forget(self, qid: int, seq: int, hold: Hold | None, count: int | None) -> None:
+        qh = self._queue(qid)
+        if hold is not None:
+            qh.held[seq] = hold
+            heapq.heappush(qh.expiries, (hold.until_ms, seq))
+        if count is not None:
+            qh.counts[seq] = count
+
+    def _drop_hint(self, qid: int) -> None:
+        qh = self._by_queue.get(qid)
+        if qh is not None:
+            qh.start = None

@@ -38,8 +38,9 @@ from ..types import (
     ReceivedMessage,
     SendResult,
 )
+from . import queue_ops
 from .environment import Db, View, Writes
-from .holds import Hold, Holds
+from .holds import DEFAULT_MAX_HELD, Hold, Holds
 from .keys import (
     RECEIPT_TOKEN_BYTES,
     decode_receipt,
@@ -131,7 +132,7 @@ class _Receive:
 class MessageOps:
     """Message operations bound to a keyring (bodies are sealed when one is set)."""
 
-    def __init__(self, keyring: Keyring | None) -> None:
+    def __init__(self, keyring: Keyring | None, max_held: int = DEFAULT_MAX_HELD) -> None:
         self.keyring = keyring
         # Message ids: a random per-process prefix and a counter. Unique without a
         # syscall per message (uuid4 reads the kernel's random pool each time).
@@ -140,7 +141,11 @@ class MessageOps:
         # With encryption at rest, dedupe keys are keyed hashes: a plain hash of a body
         # would let anyone holding the file confirm a guessed body without the key.
         self._dedupe_secret = keyring.derive(b"pushgate dedupe v1") if keyring else None
-        self._holds = Holds()
+        self._holds = Holds(max_held)
+
+    @property
+    def holds(self) -> Holds:
+        return self._holds
 
     def _new_id(self) -> MessageId:
         return MessageId(f"{self._id_prefix}{next(self._id_counter):016x}")
@@ -207,23 +212,48 @@ class MessageOps:
         visibility_timeout_s: float | None,
         in_memory: bool = False,
     ) -> list[ReceivedMessage]:
-        """Receive up to ``max_messages``; ``in_memory`` keeps their in-flight state in
-        memory instead of writing it (``holds.py``)."""
+        """Receive up to ``max_messages``; ``in_memory`` keeps the in-flight state of first
+        deliveries in memory instead of writing it (``holds.py``)."""
         r = _Receive.start(w, now, tenant, queue, visibility_timeout_s, in_memory)
         out: list[ReceivedMessage] = []
-        seen = self._holds.held(r.qid, r.now_ms)
+        holds = self._holds
+        qid = r.qid
+        holds.expire(qid, r.now_ms)
+        qh = holds.watch(qid, w.on_abort, create=in_memory)
+        # Begin at the skip hint: every entry below it is held (holds.py).
+        position = end = _queue_start(qid) if qh is None or qh.start is None else qh.start
+        low = _PAST_EVERY_KEY  # the lowest entry put or released during the walk
+        seen: set[int] = set()  # taken by this receive (one made visible again stays taken)
         while len(out) < max_messages:
-            candidates = _ready(w, r.qid, r.now_ms, max_messages - len(out), seen)
-            if not candidates:
-                break
+            if qh is not None:
+                qh.start = _PAST_EVERY_KEY  # lowered by whatever is put or released meanwhile
+            held = _NOTHING_HELD if qh is None else qh.held
+            candidates, last = _ready(w, qid, r.now_ms, max_messages - len(out), position, held, seen)
             # One read of the kernel's random pool for the whole batch of receipts.
-            tokens = os.urandom(RECEIPT_TOKEN_BYTES * len(candidates))
+            tokens = os.urandom(RECEIPT_TOKEN_BYTES * len(candidates)) if candidates else b""
             for i, (visible_ms, seq) in enumerate(candidates):
                 seen.add(seq)
                 token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
                 message = self._take(r, visible_ms, seq, token)
                 if message is not None:
                     out.append(message)
+            if qh is None:
+                if not candidates:
+                    break
+                continue  # from the start again, as nothing is held
+            round_low = qh.start or _PAST_EVERY_KEY
+            low = min(low, round_low)
+            if last is None or not candidates:
+                if last is not None:
+                    end = max(end, last + b"\0")
+                break
+            end = max(end, last + b"\0")
+            # Go on past ``last``, or from an entry put or released behind it (a FIFO
+            # promotion, a receive with a zero visibility timeout).
+            position = min(last + b"\0", round_low)
+        if qh is not None:
+            # Everything walked is held or gone now, but what was put or released meanwhile.
+            qh.start = min(low, end)
         r.finish()
         return out
 
@@ -231,7 +261,7 @@ class MessageOps:
         """The verdict on one visible message: dropped (past retention), moved to the
         dead-letter queue (past max_receives), skipped (unreadable), or delivered (None
         for all but the last)."""
-        w, qid = r.w, r.qid
+        w, qid, holds = r.w, r.qid, self._holds
         key = message_key(qid, seq)
         try:
             raw_state = w.get(Db.STATE, key)
@@ -239,15 +269,21 @@ class MessageOps:
             if raw_state is None or raw is None:
                 raise Unavailable("index entry without a message")
             state = DeliveryState.decode(raw_state)
+            # Receives not written yet (a first delivery held in memory that ended unacked)
+            # count as if they had been, for max_receives too.
+            kept = holds.count(qid, seq)
+            received = state.receive_count + kept
             if state.sent_at < r.retention_cutoff:
+                holds.forget(qid, seq, w.on_abort)
                 remove_message(w, qid, seq, state, r.fifo, r.now)
                 r.record.count -= 1
                 r.changed = True
                 w.note(r.tenant, r.queue, "expired")
                 return None
-            if r.attrs.max_receives is not None and state.receive_count >= r.attrs.max_receives:
+            if r.attrs.max_receives is not None and received >= r.attrs.max_receives:
                 dlq = r.dead_letter_queue()
                 if dlq is not None:
+                    holds.forget(qid, seq, w.on_abort)
                     self._dead_letter(w, r.now, qid, seq, raw, state, r.fifo, dlq)
                     r.record.count -= 1
                     r.record.dead_lettered_total += 1
@@ -261,11 +297,14 @@ class MessageOps:
             log.error("queue %s/%s seq %d cannot be delivered: %s", r.tenant, r.queue, seq, exc.detail)
             w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
             return None
-        state.receive_count += 1
-        if r.in_memory:
-            # Left as it is on disk: visible, its count unchanged (holds.py says why).
-            self._holds.put(qid, seq, Hold(token, r.invisible_until), w.on_abort)
+        if r.in_memory and received == 0 and holds.can_hold(qid):
+            # A first delivery: left as it is on disk, counted in memory (holds.py says why).
+            holds.hold(qid, seq, Hold(token, r.invisible_until, visible_ms), w.on_abort)
+            state.receive_count = 1
         else:
+            if kept:
+                holds.forget(qid, seq, w.on_abort)  # written now, with this receive
+            state.receive_count = received + 1
             state.receipt_token = token
             set_visible_at(w, qid, seq, state, r.invisible_until, "i")
         return ReceivedMessage(
@@ -358,19 +397,22 @@ class MessageOps:
                 continue
             found = queues[qid]
             assert found is not None
-            if in_memory:
-                self._holds.drop(qid, seq, w.on_abort)
             if nack_delay_s is None:
+                self._holds.forget(qid, seq, w.on_abort)
                 remove_message(w, qid, seq, state, fifo, now)
                 found[2].count -= 1
                 found[2].acked_total += 1
                 if fifo:
                     w.touched.add((found[0], found[1]))
             else:
-                if not in_memory or nack_delay_s > 0:
+                if in_memory and nack_delay_s == 0:
+                    # Visible on disk already, where it was; its receive stays counted in memory.
+                    self._holds.release(qid, seq, w.on_abort)
+                else:
+                    # Written anyway: the receives kept in memory go with it.
+                    state.receive_count += self._holds.forget(qid, seq, w.on_abort)
                     state.receipt_token = None
                     set_visible_at(w, qid, seq, state, now_ms + to_ms(nack_delay_s), "n")
-                # (A message held in memory and released at once is visible on disk already.)
                 w.touched.add((found[0], found[1]))
             done += 1
         if nack_delay_s is None:
@@ -387,11 +429,13 @@ class MessageOps:
         qid, seq, state, _, in_memory = self._held(w, now_ms, tenant, receipt, queue, {})
         if in_memory:
             if timeout_s == 0:
-                self._holds.drop(qid, seq, w.on_abort)
+                self._holds.release(qid, seq, w.on_abort)
                 w.touched.add((tenant, queue))
             else:
-                token = decode_receipt(receipt)[2]
-                self._holds.put(qid, seq, Hold(token, now_ms + to_ms(timeout_s)), w.on_abort)
+                hold = self._holds.get(qid, seq)
+                assert hold is not None
+                moved = Hold(hold.token, now_ms + to_ms(timeout_s), hold.visible_ms)
+                self._holds.extend(qid, seq, moved, w.on_abort)
             return
         if timeout_s == 0:
             state.receipt_token = None
@@ -419,12 +463,12 @@ class MessageOps:
         hold = self._holds.get(qid, seq)
         if state is None:
             if hold is not None:
-                self._holds.drop(qid, seq, w.on_abort)  # purged or expired under it
+                self._holds.forget(qid, seq, w.on_abort)  # purged or expired under it
             raise InvalidReceipt("message already deleted")
         fifo = attributes_of(found[2]).ordering == "fifo"
         if hold is not None and hmac.compare_digest(hold.token, token):
             if hold.until_ms <= now_ms:
-                self._holds.drop(qid, seq, w.on_abort)
+                self._holds.release(qid, seq, w.on_abort)
                 raise InvalidReceipt("receipt expired: the message is visible again")
             return qid, seq, state, fifo, True
         if state.receipt_token is None or not hmac.compare_digest(state.receipt_token, token):
@@ -432,6 +476,16 @@ class MessageOps:
         if state.visible_ms <= now_ms:
             raise InvalidReceipt("receipt expired: the message is visible again")
         return qid, seq, state, fifo, False
+
+    # Queue-wide deletes (the holds of their messages go too) ----------------------
+
+    def purge_queue(self, w: Writes, tenant: str, name: str) -> int:
+        self._holds.forget_queue(find_queue(w, tenant, name).qid, w.on_abort)
+        return queue_ops.purge_queue(w, tenant, name)
+
+    def delete_queue(self, w: Writes, tenant: str, name: str) -> None:
+        self._holds.forget_queue(find_queue(w, tenant, name).qid, w.on_abort)
+        queue_ops.delete_queue(w, tenant, name)
 
     # Sweeps -----------------------------------------------------------------
 
@@ -482,6 +536,7 @@ class MessageOps:
                     if moved is not None and all(seq != s for s, _ in old):
                         old.append((seq, moved))
             for seq, state in old:
+                self._holds.forget(record.qid, seq, w.on_abort)
                 remove_message(w, record.qid, seq, state, fifo, now)
             if old:
                 record.count -= len(old)
@@ -529,22 +584,42 @@ def next_visible_ms(v: View, qid: int, now_ms: int) -> int | None:
     return visible_ms if key_qid == qid else None
 
 
-def _ready(w: Writes, qid: int, now_ms: int, limit: int, seen: set[int]) -> list[tuple[int, int]]:
-    """(visible_ms, seq) of up to ``limit`` receivable messages, in visibility order, not yet looked at."""
+_NOTHING_HELD: dict[int, Hold] = {}
+_PAST_EVERY_KEY = b"\xff" * 25  # sorts after every visibility key (24 bytes)
+
+
+def _queue_start(qid: int) -> bytes:
+    return visibility_key(qid, 0, 0)
+
+
+def _ready(
+    w: Writes,
+    qid: int,
+    now_ms: int,
+    limit: int,
+    position: bytes,
+    held: dict[int, Hold],
+    seen: set[int],
+) -> tuple[list[tuple[int, int]], bytes | None]:
+    """(visible_ms, seq) of up to ``limit`` receivable messages from ``position`` on, in
+    visibility order, skipping held ones and those already looked at; and the last
+    visibility key passed (None: no entry visible now from ``position`` on)."""
     out: list[tuple[int, int]] = []
+    last: bytes | None = None
     cursor = w.cursor(Db.VIS)
-    if not cursor.set_range(visibility_key(qid, 0, 0)):
-        return out
+    if not cursor.set_range(position):
+        return out, last
     for key in cursor.iternext(keys=True, values=False):
         key_qid, visible_ms, seq = split_visibility_key(key)
         if key_qid != qid or visible_ms > now_ms:
             break
-        if seq in seen:
+        last = key
+        if seq in held or seq in seen:
             continue
         out.append((visible_ms, seq))
         if len(out) >= limit:
             break
-    return out
+    return out, last
 
 
 def _find_duplicate(w: Writes, qid: int, token: bytes, now_ms: int) -> SendResult | None:

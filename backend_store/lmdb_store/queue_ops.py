@@ -6,7 +6,7 @@ clock reading; the engine wires them to the Backend interface.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
@@ -165,11 +165,12 @@ def purge_queue(w: Writes, tenant: str, name: str) -> int:
     return purged
 
 
-def stats(v: View, record: QueueRecord, now: float) -> QueueStats:
+def stats(v: View, record: QueueRecord, now: float, held: Callable[[int], int] | None = None) -> QueueStats:
     """Counts from the stored total and the future part of the visibility index.
 
     Only not-yet-visible entries are scanned (in flight and delayed, usually few), so
-    stats stay cheap on a deep backlog.
+    stats stay cheap on a deep backlog. ``held``: how many messages of a queue (by qid) are
+    in flight in memory (holds.py), visible on disk.
     """
     qid = record.qid
     now_ms = to_ms(now)
@@ -189,6 +190,8 @@ def stats(v: View, record: QueueRecord, now: float) -> QueueStats:
     cursor = v.cursor(Db.STATE)
     if cursor.set_range(message_key(qid, 0)) and cursor.key()[:8] == u64(qid):
         oldest = max(0.0, now - DeliveryState.decode(cursor.value()).sent_at)
+    if held is not None:
+        in_flight += held(qid)
     return QueueStats(
         visible=max(0, record.count - in_flight - delayed),
         in_flight=in_flight,
@@ -210,7 +213,9 @@ def info(tenant: str, name: str, record: QueueRecord, queue_stats: QueueStats) -
     )
 
 
-def list_queues(v: View, tenant: str, now: float) -> list[QueueInfo]:
+def list_queues(
+    v: View, tenant: str, now: float, held: Callable[[int], int] | None = None
+) -> list[QueueInfo]:
     prefix = tenant_prefix(tenant)
     out: list[QueueInfo] = []
     cursor = v.cursor(Db.QUEUES)
@@ -220,5 +225,5 @@ def list_queues(v: View, tenant: str, now: float) -> list[QueueInfo]:
         if not key.startswith(prefix):
             break
         record = QueueRecord.decode(value)
-        out.append(info(tenant, key[len(prefix) :].decode(), record, stats(v, record, now)))
+        out.append(info(tenant, key[len(prefix) :].decode(), record, stats(v, record, now, held)))
     return out

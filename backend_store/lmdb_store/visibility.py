@@ -28,7 +28,7 @@ def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_
     w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
     state.visible_ms = visible_ms
     state.kind = kind
-    w.put(Db.VIS, visibility_key(qid, visible_ms, seq), b"")
+    _index(w, qid, visibility_key(qid, visible_ms, seq))
     w.put(Db.STATE, message_key(qid, seq), state.encode())
 
 
@@ -45,7 +45,7 @@ def add_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliverySta
         w.put(Db.GROUPS, group_key(qid, group, seq), b"")
         if has_head:
             return
-    w.put(Db.VIS, visibility_key(qid, state.visible_ms, seq), b"")
+    _index(w, qid, visibility_key(qid, state.visible_ms, seq))
 
 
 def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bool, now: float) -> None:
@@ -72,7 +72,15 @@ def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bo
     # The next message becomes receivable now, or when its own delay ends.
     nxt.visible_ms = max(nxt.visible_ms, to_ms(now))
     w.put(Db.STATE, message_key(qid, next_seq), nxt.encode())
-    w.put(Db.VIS, visibility_key(qid, nxt.visible_ms, next_seq), b"")
+    _index(w, qid, visibility_key(qid, nxt.visible_ms, next_seq))
+
+
+def _index(w: Writes, qid: int, key: bytes) -> None:
+    """Put a visibility entry (every put goes through here: holds.py's skip hints hear of it)."""
+    w.put(Db.VIS, key, b"")
+    listener = w.index_listener
+    if listener is not None:
+        listener(qid, key)
 
 
 def _group_head(w: Writes, qid: int, group: str) -> int | None:

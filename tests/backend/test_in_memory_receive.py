@@ -1,8 +1,9 @@
-"""Receives held in memory (``InMemoryReceive``): what auto-ack consumers are handed.
+"""Receives held in memory (``InMemoryReceive``): what push subscriptions are handed.
 
-The messages are held like any received message (other receives skip them, their receipts
-ack, nack and change visibility), but nothing is written until they are acked: after a
-restart they are visible at once with the receive count they had on disk.
+A first delivery is held like any received message (other receives skip it, its receipt
+acks, nacks and changes visibility) and counted in memory, but nothing is written until it
+is acked: after a restart it is visible at once with the receive count it had on disk.
+The counting rules and many held messages: ``test_held_receives.py``.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ async def test_a_hold_ends_with_its_visibility_timeout(store: Backend, clock: Ma
     assert await store.receive(T1, q("jobs"), 1) == []
     clock.advance(1)
     [again] = await store.receive(T1, q("jobs"), 1)
-    # Nothing was written for the in-memory receive: this is the message's first stored one.
-    assert (again.id, again.receive_count) == (held.id, 1)
+    # Nothing was written for the in-memory receive, but it counts (kept in memory).
+    assert (again.id, again.receive_count) == (held.id, 2)
     with pytest.raises(InvalidReceipt):
         await store.change_visibility(T1, q("jobs"), held.receipt, 5)
     assert [f.code for f in (await store.ack(T1, [held.receipt])).failed] == ["invalid_receipt"]
@@ -74,12 +75,12 @@ async def test_releasing_a_hold_makes_it_visible_at_once_or_after_its_delay(
     assert (await store.nack(T1, [first.receipt])).acked == 1
     assert (await store.nack(T1, [second.receipt], delay_s=20)).acked == 1
     [a] = await store.receive(T1, q("jobs"), 10)
-    assert (a.body, a.receive_count) == (b"a", 1)
+    assert (a.body, a.receive_count) == (b"a", 2)
     clock.advance(19.5)
     assert await store.receive(T1, q("jobs"), 10) == []
     clock.advance(1)
     [b] = await store.receive(T1, q("jobs"), 10)
-    assert (b.body, b.receive_count) == (b"b", 1)
+    assert (b.body, b.receive_count) == (b"b", 2)
 
 
 async def test_change_visibility_moves_a_hold(store: Backend, clock: ManualClock) -> None:
@@ -140,16 +141,25 @@ async def test_a_standing_demand_can_hold_in_memory(store_factory: StoreFactory)
 def test_holds_undo_their_changes_when_the_batch_aborts() -> None:
     holds = Holds()
     committed: list[Callable[[], object]] = []
-    holds.put(1, 7, Hold(b"t1", 1_000), committed)
+    holds.hold(1, 7, Hold(b"t1", 1_000, 5), committed)
+    holds.hold(1, 9, Hold(b"t4", 1_000, 5), committed)
+    assert (holds.count(1, 7), holds.count(1, 9)) == (1, 1)
     aborted: list[Callable[[], object]] = []
-    holds.put(1, 7, Hold(b"t2", 2_000), aborted)  # a moved hold
-    holds.put(1, 8, Hold(b"t3", 2_000), aborted)  # a new one
-    holds.drop(2, 9, aborted)  # nothing to drop: nothing to undo
-    assert len(aborted) == 2
+    holds.extend(1, 7, Hold(b"t1", 2_000, 5), aborted)  # a moved hold: not counted again
+    holds.hold(1, 8, Hold(b"t3", 2_000, 5), aborted)  # a new one
+    holds.release(1, 9, aborted)  # nacked: its count stays
+    holds.forget(2, 9, aborted)  # nothing to forget: nothing to undo
+    assert (holds.count(1, 7), holds.count(1, 8), holds.get(1, 9), holds.count(1, 9)) == (1, 1, None, 1)
+    assert len(aborted) == 4
     for undo in reversed(aborted):
         undo()
-    assert holds.get(1, 7) == Hold(b"t1", 1_000)
-    assert holds.get(1, 8) is None
-    assert holds.held(1, 500) == {7}
-    assert holds.held(1, 1_000) == set()  # expired holds go
-    assert len(holds) == 0
+    assert holds.get(1, 7) == Hold(b"t1", 1_000, 5)
+    assert (holds.get(1, 8), holds.count(1, 8)) == (None, 0)
+    assert holds.get(1, 9) == Hold(b"t4", 1_000, 5)
+    holds.expire(1, 999)
+    assert holds.held_count(1) == 2
+    holds.expire(1, 1_000)  # expired holds end; their counts stay
+    assert (holds.held_count(1), holds.count(1, 7), holds.count(1, 9)) == (0, 1, 1)
+    assert holds.forget(1, 7, []) == 1
+    assert holds.forget(1, 9, []) == 1
+    assert len(holds) == 0 and holds.queue(1) is None
