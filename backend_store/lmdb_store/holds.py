@@ -19,13 +19,18 @@ against the hold. The rules (docs/store.md, "Receives held in memory"):
 
 The skip hint (``QueueHolds.start``): a held message keeps its visibility entry at the front
 of the index, so a receive would walk past every held entry first. Each queue keeps a key
-below which every visibility entry is held; a receive starts there. Anything that puts an
-entry below it (a send or nack in the same millisecond, a FIFO promotion, a clock stepped
-back) or makes a held entry receivable again (release, expiry) lowers it: lowering is
-always safe, raising is done only by a receive that walked the whole way.
+below which every visibility entry is held (or gone); a receive starts there. Anything that
+puts an entry below it (``Writes.index_listener``: a send or nack in the same millisecond, a
+FIFO promotion, a clock stepped back) or makes a held entry receivable again (release,
+expiry) lowers it: lowering is always safe. Only a receive raises it, to the end of what it
+walked, and not past anything put or released while it walked (``MessageOps.receive``).
+Replicas apply entries without the listener: a backend node never holds (node_demands.py).
 
-Holds are used only from the writer thread, like everything in ``message_ops``; a batch
-that aborts undoes its changes through ``Writes.on_abort``.
+Holds are used only from the writer thread, like everything in ``message_ops`` (stats and
+``next_visible_at`` read a count and a heap top from other threads); a batch that aborts
+rolls its changes back through ``Writes.on_abort``. Every delete of a message forgets its
+hold (ack, dead-letter move, retention, redrive, purge, queue delete), so a held message is
+always stored.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import functools
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from .keys import visibility_key
+from .records import DeliveryState
 
 # Held messages per queue, beyond which receives are written (bounds memory, and the walk
 # a receive makes past held entries after a release lowered the queue's skip hint).
@@ -43,12 +50,13 @@ DEFAULT_MAX_HELD = 1000
 
 Undo = list[Callable[[], object]]
 
-
-@dataclass(slots=True)
-class Hold:
-    token: bytes
-    until_ms: int  # the end of its visibility timeout
-    visible_ms: int  # where its visibility entry is on disk (unchanged while held)
+# A hold: (receipt token, end of its visibility timeout in ms, the message's state as it is
+# on disk). A plain tuple: one is made per delivery, on the writer's hot path. The state is
+# what an ack needs to delete the message (it does not change on disk while held).
+Hold = tuple[bytes, int, DeliveryState]
+TOKEN: Final = 0
+UNTIL: Final = 1
+STATE: Final = 2
 
 
 @dataclass(slots=True)
@@ -70,14 +78,24 @@ class QueueHolds:
             self.start = key
 
 
-class Holds:
-    """Holds and kept receive counts, by queue id and seq."""
+def _entry_key(qid: int, seq: int, hold: Hold) -> bytes:
+    return visibility_key(qid, hold[STATE].visible_ms, seq)
 
-    __slots__ = ("_by_queue", "max_held")
+
+class Holds:
+    """Holds and kept receive counts, by queue id and seq.
+
+    Every change made inside a write batch is journaled (the seq's hold and count before
+    it); if the batch aborts, the journal is rolled back, so the batch can be redone."""
+
+    __slots__ = ("_by_queue", "_journal", "_journal_for", "max_held")
 
     def __init__(self, max_held: int = DEFAULT_MAX_HELD) -> None:
         self._by_queue: dict[int, QueueHolds] = {}
         self.max_held = max_held
+        # The journal of the batch whose on_abort list is ``_journal_for``.
+        self._journal: list[tuple[int, int, Hold | None, int | None]] = []
+        self._journal_for: Undo | None = None
 
     # Reads ---------------------------------------------------------------------
 
@@ -110,26 +128,24 @@ class Holds:
         except IndexError:
             return None
 
-    def can_hold(self, qid: int) -> bool:
-        qh = self._by_queue.get(qid)
-        return qh is None or len(qh.held) < self.max_held
-
     def __len__(self) -> int:
         return sum(len(qh.held) for qh in self._by_queue.values())
 
-    # Changes made inside a write batch (undone if it aborts) -----------------------
+    # Changes made inside a write batch (rolled back if it aborts) ------------------
 
-    def hold(self, qid: int, seq: int, hold: Hold, on_abort: Undo) -> None:
-        """Hold a message: a new delivery, counted."""
-        qh = self._queue(qid)
-        previous_count = qh.counts.get(seq)
-        qh.counts[seq] = (previous_count or 0) + 1
-        self._put(qh, seq, hold, on_abort)
-        on_abort.append(functools.partial(self._restore_count, qid, seq, previous_count))
+    def hold_first(self, qh: QueueHolds, seq: int, hold: Hold, on_abort: Undo) -> None:
+        """Hold a first delivery (nothing held or kept for it before), counted."""
+        self._journaled(on_abort).append((qh.qid, seq, None, None))
+        qh.held[seq] = hold
+        qh.counts[seq] = 1
+        self._push_expiry(qh, seq, hold[UNTIL])
 
     def extend(self, qid: int, seq: int, hold: Hold, on_abort: Undo) -> None:
         """Move a hold's end (change_visibility): the same delivery, not counted again."""
-        self._put(self._queue(qid), seq, hold, on_abort)
+        qh = self._queue(qid)
+        self._journaled(on_abort).append((qid, seq, qh.held.get(seq), qh.counts.get(seq)))
+        qh.held[seq] = hold
+        self._push_expiry(qh, seq, hold[UNTIL])
 
     def release(self, qid: int, seq: int, on_abort: Undo) -> None:
         """End a hold, leaving its message receivable where it is (nack, expiry): its count
@@ -140,8 +156,8 @@ class Holds:
         hold = qh.held.pop(seq, None)
         if hold is None:
             return
-        qh.lower(visibility_key(qid, hold.visible_ms, seq))
-        on_abort.append(functools.partial(self._undo_release, qid, seq, hold))
+        self._journaled(on_abort).append((qid, seq, hold, qh.counts.get(seq)))
+        qh.lower(_entry_key(qid, seq, hold))
         self._forget_if_empty(qh)
 
     def forget(self, qid: int, seq: int, on_abort: Undo) -> int:
@@ -152,8 +168,9 @@ class Holds:
             return 0
         hold = qh.held.pop(seq, None)
         count = qh.counts.pop(seq, None)
-        if hold is not None or count is not None:
-            on_abort.append(functools.partial(self._undo_forget, qid, seq, hold, count))
+        if hold is None and count is None:
+            return 0
+        self._journaled(on_abort).append((qid, seq, hold, count))
         self._forget_if_empty(qh)
         return count or 0
 
@@ -167,7 +184,7 @@ class Holds:
     def expire(self, qid: int, now_ms: int) -> None:
         """End the holds of a queue whose visibility timeout has passed.
 
-        Not undone when the batch aborts: an expired hold and no hold mean the same (its
+        Not rolled back when the batch aborts: an expired hold and no hold mean the same (its
         message is receivable, its receipt is refused), and the count stays either way."""
         qh = self._by_queue.get(qid)
         if qh is None:
@@ -176,15 +193,15 @@ class Holds:
         while expiries and expiries[0][0] <= now_ms:
             _, seq = heapq.heappop(expiries)
             hold = qh.held.get(seq)
-            if hold is not None and hold.until_ms <= now_ms:
+            if hold is not None and hold[UNTIL] <= now_ms:
                 del qh.held[seq]
-                qh.lower(visibility_key(qid, hold.visible_ms, seq))
+                qh.lower(_entry_key(qid, seq, hold))
         self._forget_if_empty(qh)
 
     def indexed(self, qid: int, key: bytes) -> None:
         """A visibility entry was put (``Writes.index_listener``): lower the queue's hint.
 
-        Not undone when the batch aborts: a lower hint only costs a longer walk."""
+        Not rolled back when the batch aborts: a lower hint only costs a longer walk."""
         qh = self._by_queue.get(qid)
         if qh is not None and qh.start is not None and key < qh.start:
             qh.start = key
@@ -203,59 +220,50 @@ class Holds:
 
     # Internals ------------------------------------------------------------------
 
+    def _journaled(self, on_abort: Undo) -> list[tuple[int, int, Hold | None, int | None]]:
+        """The journal of the batch ``on_abort`` belongs to (one rollback registered per batch)."""
+        if on_abort is not self._journal_for:
+            self._journal_for = on_abort
+            self._journal = []
+            on_abort.append(functools.partial(self._roll_back, self._journal))
+        return self._journal
+
+    def _roll_back(self, journal: list[tuple[int, int, Hold | None, int | None]]) -> None:
+        for qid, seq, hold, count in reversed(journal):
+            qh = self._queue(qid)
+            if hold is None:
+                gone = qh.held.pop(seq, None)
+                if gone is not None:
+                    qh.lower(_entry_key(qid, seq, gone))
+            else:
+                qh.held[seq] = hold
+                heapq.heappush(qh.expiries, (hold[UNTIL], seq))
+            if count is None:
+                qh.counts.pop(seq, None)
+            else:
+                qh.counts[seq] = count
+            self._forget_if_empty(qh)
+        journal.clear()
+        self._journal_for = None
+
     def _queue(self, qid: int) -> QueueHolds:
         qh = self._by_queue.get(qid)
         if qh is None:
             qh = self._by_queue[qid] = QueueHolds(qid)
         return qh
 
-    def _put(self, qh: QueueHolds, seq: int, hold: Hold, on_abort: Undo) -> None:
-        previous = qh.held.get(seq)
-        qh.held[seq] = hold
+    def _push_expiry(self, qh: QueueHolds, seq: int, until_ms: int) -> None:
         if len(qh.expiries) > 2 * len(qh.held) + 64:
             # Mostly entries of holds acked since: rebuild (amortized O(1) per hold).
-            qh.expiries = [(h.until_ms, s) for s, h in qh.held.items()]
+            qh.expiries = [(h[UNTIL], s) for s, h in qh.held.items()]
             heapq.heapify(qh.expiries)
         else:
-            heapq.heappush(qh.expiries, (hold.until_ms, seq))
-        on_abort.append(functools.partial(self._undo_put, qh.qid, seq, previous))
+            heapq.heappush(qh.expiries, (until_ms, seq))
 
     def _forget_if_empty(self, qh: QueueHolds) -> None:
         # A queue with a hint keeps it (the next receive starts there).
         if not qh.held and not qh.counts and qh.start is None and self._by_queue.get(qh.qid) is qh:
             del self._by_queue[qh.qid]
-
-    def _undo_put(self, qid: int, seq: int, previous: Hold | None) -> None:
-        qh = self._queue(qid)
-        if previous is None:
-            hold = qh.held.pop(seq, None)
-            if hold is not None:
-                qh.lower(visibility_key(qid, hold.visible_ms, seq))
-        else:
-            qh.held[seq] = previous
-            heapq.heappush(qh.expiries, (previous.until_ms, seq))
-        self._forget_if_empty(qh)
-
-    def _restore_count(self, qid: int, seq: int, count: int | None) -> None:
-        qh = self._queue(qid)
-        if count is None:
-            qh.counts.pop(seq, None)
-        else:
-            qh.counts[seq] = count
-        self._forget_if_empty(qh)
-
-    def _undo_release(self, qid: int, seq: int, hold: Hold) -> None:
-        qh = self._queue(qid)
-        qh.held[seq] = hold
-        heapq.heappush(qh.expiries, (hold.until_ms, seq))
-
-    def _undo_forget(self, qid: int, seq: int, hold: Hold | None, count: int | None) -> None:
-        qh = self._queue(qid)
-        if hold is not None:
-            qh.held[seq] = hold
-            heapq.heappush(qh.expiries, (hold.until_ms, seq))
-        if count is not None:
-            qh.counts[seq] = count
 
     def _drop_hint(self, qid: int) -> None:
         qh = self._by_queue.get(qid)

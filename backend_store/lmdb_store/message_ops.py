@@ -9,6 +9,7 @@ operation per transaction: see ``group_commit.py``.)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import itertools
@@ -40,7 +41,7 @@ from ..types import (
 )
 from . import queue_ops
 from .environment import Db, View, Writes
-from .holds import DEFAULT_MAX_HELD, Hold, Holds
+from .holds import DEFAULT_MAX_HELD, STATE, TOKEN, UNTIL, Hold, Holds, QueueHolds
 from .keys import (
     RECEIPT_TOKEN_BYTES,
     decode_receipt,
@@ -78,6 +79,7 @@ class _Receive:
     visible_at: float  # invisible_until in seconds
     retention_cutoff: float
     in_memory: bool
+    qh: QueueHolds | None = None  # the queue's holds, when any (holds.py)
     changed: bool = False
     # The dead-letter queue's record, once a message has needed it (None: not looked up, or missing).
     dlq: QueueRecord | None = None
@@ -219,7 +221,7 @@ class MessageOps:
         holds = self._holds
         qid = r.qid
         holds.expire(qid, r.now_ms)
-        qh = holds.watch(qid, w.on_abort, create=in_memory)
+        qh = r.qh = holds.watch(qid, w.on_abort, create=in_memory)
         # Begin at the skip hint: every entry below it is held (holds.py).
         position = end = _queue_start(qid) if qh is None or qh.start is None else qh.start
         low = _PAST_EVERY_KEY  # the lowest entry put or released during the walk
@@ -261,7 +263,7 @@ class MessageOps:
         """The verdict on one visible message: dropped (past retention), moved to the
         dead-letter queue (past max_receives), skipped (unreadable), or delivered (None
         for all but the last)."""
-        w, qid, holds = r.w, r.qid, self._holds
+        w, qid, holds, qh = r.w, r.qid, self._holds, r.qh
         key = message_key(qid, seq)
         try:
             raw_state = w.get(Db.STATE, key)
@@ -271,7 +273,7 @@ class MessageOps:
             state = DeliveryState.decode(raw_state)
             # Receives not written yet (a first delivery held in memory that ended unacked)
             # count as if they had been, for max_receives too.
-            kept = holds.count(qid, seq)
+            kept = 0 if qh is None else qh.counts.get(seq, 0)
             received = state.receive_count + kept
             if state.sent_at < r.retention_cutoff:
                 holds.forget(qid, seq, w.on_abort)
@@ -297,10 +299,9 @@ class MessageOps:
             log.error("queue %s/%s seq %d cannot be delivered: %s", r.tenant, r.queue, seq, exc.detail)
             w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
             return None
-        if r.in_memory and received == 0 and holds.can_hold(qid):
+        if r.in_memory and received == 0 and qh is not None and len(qh.held) < holds.max_held:
             # A first delivery: left as it is on disk, counted in memory (holds.py says why).
-            holds.hold(qid, seq, Hold(token, r.invisible_until, visible_ms), w.on_abort)
-            state.receive_count = 1
+            holds.hold_first(qh, seq, (token, r.invisible_until, state), w.on_abort)
         else:
             if kept:
                 holds.forget(qid, seq, w.on_abort)  # written now, with this receive
@@ -317,7 +318,7 @@ class MessageOps:
             attributes=msg.attributes,
             group_id=state.group_id,
             sent_at=state.sent_at,
-            receive_count=state.receive_count,
+            receive_count=received + 1,
             visible_at=r.visible_at,
         )
 
@@ -409,6 +410,9 @@ class MessageOps:
                     # Visible on disk already, where it was; its receive stays counted in memory.
                     self._holds.release(qid, seq, w.on_abort)
                 else:
+                    if in_memory:
+                        # The hold's copy of the state stays as on disk, should the batch abort.
+                        state = dataclasses.replace(state)
                     # Written anyway: the receives kept in memory go with it.
                     state.receive_count += self._holds.forget(qid, seq, w.on_abort)
                     state.receipt_token = None
@@ -434,7 +438,7 @@ class MessageOps:
             else:
                 hold = self._holds.get(qid, seq)
                 assert hold is not None
-                moved = Hold(hold.token, now_ms + to_ms(timeout_s), hold.visible_ms)
+                moved: Hold = (hold[TOKEN], now_ms + to_ms(timeout_s), hold[STATE])
                 self._holds.extend(qid, seq, moved, w.on_abort)
             return
         if timeout_s == 0:
@@ -459,18 +463,21 @@ class MessageOps:
         found = queues[qid]
         if found is None or found[0] != tenant or (queue is not None and found[1] != queue):
             raise InvalidReceipt("receipt does not belong to this queue")
-        state = load_state(w, qid, seq)
-        hold = self._holds.get(qid, seq)
-        if state is None:
-            if hold is not None:
-                self._holds.forget(qid, seq, w.on_abort)  # purged or expired under it
-            raise InvalidReceipt("message already deleted")
         fifo = attributes_of(found[2]).ordering == "fifo"
-        if hold is not None and hmac.compare_digest(hold.token, token):
-            if hold.until_ms <= now_ms:
+        hold = self._holds.get(qid, seq)
+        if hold is not None and hmac.compare_digest(hold[TOKEN], token):
+            # Its state as on disk is in the hold (nothing to decode); every delete of a
+            # message forgets its hold, so one still held is stored (checked all the same).
+            if w.get(Db.STATE, message_key(qid, seq)) is None:
+                self._holds.forget(qid, seq, w.on_abort)
+                raise InvalidReceipt("message already deleted")
+            if hold[UNTIL] <= now_ms:
                 self._holds.release(qid, seq, w.on_abort)
                 raise InvalidReceipt("receipt expired: the message is visible again")
-            return qid, seq, state, fifo, True
+            return qid, seq, hold[STATE], fifo, True
+        state = load_state(w, qid, seq)
+        if state is None:
+            raise InvalidReceipt("message already deleted")
         if state.receipt_token is None or not hmac.compare_digest(state.receipt_token, token):
             raise InvalidReceipt("receipt is stale: the message was received again")
         if state.visible_ms <= now_ms:

@@ -16,7 +16,8 @@ import pytest
 from backend_store import Backend, ReceivedMessage
 from backend_store.backend import InMemoryReceive, StandingReceive
 from backend_store.errors import InvalidReceipt
-from backend_store.lmdb_store.holds import Hold, Holds
+from backend_store.lmdb_store.holds import Holds
+from backend_store.lmdb_store.records import DeliveryState
 
 from ..conftest import ManualClock
 from .harness import T1, StoreFactory, msg, ok, q, receive_all
@@ -140,26 +141,29 @@ async def test_a_standing_demand_can_hold_in_memory(store_factory: StoreFactory)
 
 def test_holds_undo_their_changes_when_the_batch_aborts() -> None:
     holds = Holds()
+    state = DeliveryState(sent_at=0.0, group_id=None, visible_ms=5)
     committed: list[Callable[[], object]] = []
-    holds.hold(1, 7, Hold(b"t1", 1_000, 5), committed)
-    holds.hold(1, 9, Hold(b"t4", 1_000, 5), committed)
+    queue = holds.watch(1, committed, create=True)
+    assert queue is not None
+    holds.hold_first(queue, 7, (b"t1", 1_000, state), committed)
+    holds.hold_first(queue, 9, (b"t4", 1_000, state), committed)
     assert (holds.count(1, 7), holds.count(1, 9)) == (1, 1)
     aborted: list[Callable[[], object]] = []
-    holds.extend(1, 7, Hold(b"t1", 2_000, 5), aborted)  # a moved hold: not counted again
-    holds.hold(1, 8, Hold(b"t3", 2_000, 5), aborted)  # a new one
+    holds.extend(1, 7, (b"t1", 2_000, state), aborted)  # a moved hold: not counted again
+    holds.hold_first(queue, 8, (b"t3", 2_000, state), aborted)  # a new one
     holds.release(1, 9, aborted)  # nacked: its count stays
     holds.forget(2, 9, aborted)  # nothing to forget: nothing to undo
     assert (holds.count(1, 7), holds.count(1, 8), holds.get(1, 9), holds.count(1, 9)) == (1, 1, None, 1)
-    assert len(aborted) == 4
+    assert len(aborted) == 1  # one rollback for the whole batch
     for undo in reversed(aborted):
         undo()
-    assert holds.get(1, 7) == Hold(b"t1", 1_000, 5)
+    assert holds.get(1, 7) == (b"t1", 1_000, state)
     assert (holds.get(1, 8), holds.count(1, 8)) == (None, 0)
-    assert holds.get(1, 9) == Hold(b"t4", 1_000, 5)
+    assert holds.get(1, 9) == (b"t4", 1_000, state)
     holds.expire(1, 999)
     assert holds.held_count(1) == 2
     holds.expire(1, 1_000)  # expired holds end; their counts stay
     assert (holds.held_count(1), holds.count(1, 7), holds.count(1, 9)) == (0, 1, 1)
     assert holds.forget(1, 7, []) == 1
     assert holds.forget(1, 9, []) == 1
-    assert len(holds) == 0 and holds.queue(1) is None
+    assert len(holds) == 0
