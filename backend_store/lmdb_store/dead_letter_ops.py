@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ..errors import InvalidRequest, Unavailable
 from ..types import MessageId, PeekedMessage, QueueName
 from .environment import Db, View, Writes
-from .holds import Hold, Holds
+from .holds import Hold
 from .keys import message_key, u64, visibility_key
 from .message_ops import _ready
 from .queue_ops import attributes_of, find_queue, save_queue
@@ -74,13 +74,21 @@ def peek(
     return out
 
 
-def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messages: int, holds: Holds) -> int:
+def redrive(
+    w: Writes,
+    now: float,
+    tenant: str,
+    source: str,
+    to: str,
+    max_messages: int,
+    held_now: Callable[[Writes, int, int], dict[int, Hold]],
+) -> int:
     """Move up to ``max_messages`` visible messages of ``source`` to ``to``; return how many.
 
     Each moved message keeps its id, body, attributes and group, and starts afresh in
     the target (sent now, receive count 0), as a new send would. In-flight messages of
-    the dead-letter queue stay (someone holds their receipt, on disk or in ``holds``); a full
-    target stops the move.
+    the dead-letter queue stay (someone holds their receipt, on disk or in memory: ``held_now``);
+    a full target stops the move.
     """
     if source == to:
         raise InvalidRequest("redrive needs a target queue other than the dead-letter queue")
@@ -92,9 +100,7 @@ def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messag
     now_ms = to_ms(now)
     moved = 0
     seen: set[int] = set()
-    holds.expire(src.qid, now_ms)
-    qh = holds.queue(src.qid)
-    held: dict[int, Hold] = {} if qh is None else qh.held
+    held = held_now(w, src.qid, now_ms)
     while moved < max_messages:
         start = visibility_key(src.qid, 0, 0)
         candidates, _ = _ready(w, src.qid, now_ms, max_messages - moved, start, held, seen)
@@ -108,7 +114,6 @@ def redrive(w: Writes, now: float, tenant: str, source: str, to: str, max_messag
             raw = w.get(Db.MSGS, message_key(src.qid, seq))
             if state is None or raw is None:
                 continue
-            holds.forget(src.qid, seq, w.on_abort)  # a receive count kept in memory
             remove_message(w, src.qid, seq, state, src_fifo, now)
             src.count -= 1
             new_seq = dst.next_seq

@@ -141,6 +141,10 @@ class LmdbBackend:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="pushgate-sweeper")
 
     async def close(self) -> None:
+        if self._writer is not None and len(self._ops.holds):
+            # Write the counts of deliveries held in memory: only a crash loses them.
+            with contextlib.suppress(PushgateError):
+                await self._write(self._ops.write_held_counts)
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.wait([self._sweeper])
@@ -357,7 +361,7 @@ class LmdbBackend:
         check_number("max", max_messages, 1, 100_000, integer=True)
         return await self._write(
             lambda w, now: dead_letter_ops.redrive(
-                w, now, tenant, queue, to, int(max_messages), self._ops.holds
+                w, now, tenant, queue, to, int(max_messages), self._ops.held_now
             )
         )
 

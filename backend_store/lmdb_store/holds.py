@@ -1,19 +1,21 @@
 """In-flight state kept in memory: receives that write nothing.
 
-A persisted receive rewrites the message's state (receipt, receive count) and moves its
+A written receive rewrites the message's state (receipt, receive count) and moves its
 visibility entry: three B-tree writes of the nine of a message's life. A receive with
 ``in_memory=True`` (:meth:`MessageOps.receive`) leaves a message that was never received
 as it is on disk and records a *hold* here instead: other receives skip it until the hold
 ends (acked, released, or its visibility timeout passed), and its receipt is checked
 against the hold. The rules (docs/store.md, "Receives held in memory"):
 
-- **Only first deliveries are held.** A message whose receive count (stored plus kept
-  here) is above 0 is received as before, written, with the count kept here folded in.
-  So a crash of the process loses at most one count per message: its first delivery's.
-- **Every delivery counts.** A hold counts its receive here (``counts``) when it is made;
-  when it ends without an ack the count stays, so the next receive sees it (for
-  ``max_receives`` too) and writes it. Within one process lifetime ``receive_count`` goes
-  1, 2, 3... as if every receive had been written.
+- **Only first deliveries are held.** A message whose stored receive count is above 0 is
+  received as before, written.
+- **Every delivery counts.** A hold stands for one receive. When it ends with an ack the
+  message is deleted; when it ends without one (nack, visibility changed to 0, visibility
+  timeout) its count is written then, by the operation that ends it (a timeout: by the next
+  receive of the queue, which notices it), so the next receive sees it, for
+  ``max_receives`` too. ``receive_count`` goes 1, 2, 3... as if every receive had been
+  written; a crash loses only the counts of the deliveries held at that moment (a clean
+  close writes them).
 - **At most ``max_held`` holds per queue.** Beyond it receives are written as before; that
   bounds memory and the walk a receive may make past held entries (see ``start``).
 
@@ -29,8 +31,8 @@ Replicas apply entries without the listener: a backend node never holds (node_de
 Holds are used only from the writer thread, like everything in ``message_ops`` (stats and
 ``next_visible_at`` read a count and a heap top from other threads); a batch that aborts
 rolls its changes back through ``Writes.on_abort``. Every delete of a message forgets its
-hold (ack, dead-letter move, retention, redrive, purge, queue delete), so a held message is
-always stored.
+hold (ack, retention sweep, purge, queue delete; dead-letter moves, drops past retention
+and redrives take only messages that are not held), so a held message is always stored.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ Undo = list[Callable[[], object]]
 
 # A hold: (receipt token, end of its visibility timeout in ms, the message's state as it is
 # on disk). A plain tuple: one is made per delivery, on the writer's hot path. The state is
-# what an ack needs to delete the message (it does not change on disk while held).
+# what an ack needs to delete the message, and what a hold that ends unacked writes back
+# with its count; it does not change on disk while the message is held.
 Hold = tuple[bytes, int, DeliveryState]
 TOKEN: Final = 0
 UNTIL: Final = 1
@@ -61,15 +64,13 @@ STATE: Final = 2
 
 @dataclass(slots=True)
 class QueueHolds:
-    """One queue's holds, kept counts and skip hint."""
+    """One queue's holds and skip hint."""
 
     qid: int
     held: dict[int, Hold] = field(default_factory=dict)
     # (until_ms, seq) of every hold made, lazily pruned: a popped entry whose hold was
     # dropped or moved since is ignored.
     expiries: list[tuple[int, int]] = field(default_factory=list)
-    # seq -> receives not written (made by holds). Dropped when written, acked or removed.
-    counts: dict[int, int] = field(default_factory=dict)
     # Every visibility entry of the queue below this key is held (None: walk from the start).
     start: bytes | None = None
 
@@ -83,10 +84,10 @@ def _entry_key(qid: int, seq: int, hold: Hold) -> bytes:
 
 
 class Holds:
-    """Holds and kept receive counts, by queue id and seq.
+    """Holds by queue id and seq.
 
-    Every change made inside a write batch is journaled (the seq's hold and count before
-    it); if the batch aborts, the journal is rolled back, so the batch can be redone."""
+    Every change made inside a write batch is journaled (the seq's hold before it); if the
+    batch aborts, the journal is rolled back, so the batch can be redone."""
 
     __slots__ = ("_by_queue", "_journal", "_journal_for", "max_held")
 
@@ -94,7 +95,7 @@ class Holds:
         self._by_queue: dict[int, QueueHolds] = {}
         self.max_held = max_held
         # The journal of the batch whose on_abort list is ``_journal_for``.
-        self._journal: list[tuple[int, int, Hold | None, int | None]] = []
+        self._journal: list[tuple[int, int, Hold | None]] = []
         self._journal_for: Undo | None = None
 
     # Reads ---------------------------------------------------------------------
@@ -105,11 +106,6 @@ class Holds:
     def get(self, qid: int, seq: int) -> Hold | None:
         qh = self._by_queue.get(qid)
         return None if qh is None else qh.held.get(seq)
-
-    def count(self, qid: int, seq: int) -> int:
-        """Receives of a message that are not written (0 when none)."""
-        qh = self._by_queue.get(qid)
-        return 0 if qh is None else qh.counts.get(seq, 0)
 
     def held_count(self, qid: int) -> int:
         """How many messages of a queue are held (expired ones until a receive notices)."""
@@ -128,51 +124,59 @@ class Holds:
         except IndexError:
             return None
 
+    def all_held(self) -> list[tuple[int, int, Hold]]:
+        """Every hold, as (qid, seq, hold)."""
+        return [(qid, seq, hold) for qid, qh in self._by_queue.items() for seq, hold in qh.held.items()]
+
     def __len__(self) -> int:
         return sum(len(qh.held) for qh in self._by_queue.values())
 
     # Changes made inside a write batch (rolled back if it aborts) ------------------
 
     def hold_first(self, qh: QueueHolds, seq: int, hold: Hold, on_abort: Undo) -> None:
-        """Hold a first delivery (nothing held or kept for it before), counted."""
-        self._journaled(on_abort).append((qh.qid, seq, None, None))
+        """Hold a first delivery (nothing held for it before)."""
+        self._journaled(on_abort).append((qh.qid, seq, None))
         qh.held[seq] = hold
-        qh.counts[seq] = 1
         self._push_expiry(qh, seq, hold[UNTIL])
 
     def extend(self, qid: int, seq: int, hold: Hold, on_abort: Undo) -> None:
-        """Move a hold's end (change_visibility): the same delivery, not counted again."""
+        """Move a hold's end (change_visibility): the same delivery."""
         qh = self._queue(qid)
-        self._journaled(on_abort).append((qid, seq, qh.held.get(seq), qh.counts.get(seq)))
+        self._journaled(on_abort).append((qid, seq, qh.held.get(seq)))
         qh.held[seq] = hold
         self._push_expiry(qh, seq, hold[UNTIL])
 
-    def release(self, qid: int, seq: int, on_abort: Undo) -> None:
-        """End a hold, leaving its message receivable where it is (nack, expiry): its count
-        stays."""
+    def end(self, qid: int, seq: int, on_abort: Undo, *, receivable: bool) -> Hold | None:
+        """End a hold and return it (None: none). ``receivable``: its message is visible again
+        where it is (nack, visibility 0), so the skip hint comes down to it; otherwise the
+        message is gone or its visibility entry moves (ack, delete, nack with a delay)."""
         qh = self._by_queue.get(qid)
         if qh is None:
-            return
+            return None
         hold = qh.held.pop(seq, None)
         if hold is None:
-            return
-        self._journaled(on_abort).append((qid, seq, hold, qh.counts.get(seq)))
-        qh.lower(_entry_key(qid, seq, hold))
+            return None
+        self._journaled(on_abort).append((qid, seq, hold))
+        if receivable:
+            qh.lower(_entry_key(qid, seq, hold))
         self._forget_if_empty(qh)
+        return hold
 
-    def forget(self, qid: int, seq: int, on_abort: Undo) -> int:
-        """The message is gone (acked, moved, expired) or its receives were written: drop its
-        hold and kept count; return the count."""
+    def expire(self, qid: int, now_ms: int, on_abort: Undo) -> list[tuple[int, Hold]]:
+        """End the holds of a queue whose visibility timeout has passed; return them
+        (their counts are the caller's to write)."""
         qh = self._by_queue.get(qid)
         if qh is None:
-            return 0
-        hold = qh.held.pop(seq, None)
-        count = qh.counts.pop(seq, None)
-        if hold is None and count is None:
-            return 0
-        self._journaled(on_abort).append((qid, seq, hold, count))
-        self._forget_if_empty(qh)
-        return count or 0
+            return []
+        ended: list[tuple[int, Hold]] = []
+        expiries = qh.expiries
+        while expiries and expiries[0][0] <= now_ms:
+            _, seq = heapq.heappop(expiries)
+            hold = qh.held.get(seq)
+            if hold is not None and hold[UNTIL] <= now_ms:
+                self.end(qid, seq, on_abort, receivable=True)
+                ended.append((seq, hold))
+        return ended
 
     def forget_queue(self, qid: int, on_abort: Undo) -> None:
         """Every message of a queue is gone (purge, delete)."""
@@ -180,23 +184,6 @@ class Holds:
         if qh is not None:
             qh.start = None
             on_abort.append(functools.partial(self._by_queue.setdefault, qid, qh))
-
-    def expire(self, qid: int, now_ms: int) -> None:
-        """End the holds of a queue whose visibility timeout has passed.
-
-        Not rolled back when the batch aborts: an expired hold and no hold mean the same (its
-        message is receivable, its receipt is refused), and the count stays either way."""
-        qh = self._by_queue.get(qid)
-        if qh is None:
-            return
-        expiries = qh.expiries
-        while expiries and expiries[0][0] <= now_ms:
-            _, seq = heapq.heappop(expiries)
-            hold = qh.held.get(seq)
-            if hold is not None and hold[UNTIL] <= now_ms:
-                del qh.held[seq]
-                qh.lower(_entry_key(qid, seq, hold))
-        self._forget_if_empty(qh)
 
     def indexed(self, qid: int, key: bytes) -> None:
         """A visibility entry was put (``Writes.index_listener``): lower the queue's hint.
@@ -220,7 +207,7 @@ class Holds:
 
     # Internals ------------------------------------------------------------------
 
-    def _journaled(self, on_abort: Undo) -> list[tuple[int, int, Hold | None, int | None]]:
+    def _journaled(self, on_abort: Undo) -> list[tuple[int, int, Hold | None]]:
         """The journal of the batch ``on_abort`` belongs to (one rollback registered per batch)."""
         if on_abort is not self._journal_for:
             self._journal_for = on_abort
@@ -228,8 +215,8 @@ class Holds:
             on_abort.append(functools.partial(self._roll_back, self._journal))
         return self._journal
 
-    def _roll_back(self, journal: list[tuple[int, int, Hold | None, int | None]]) -> None:
-        for qid, seq, hold, count in reversed(journal):
+    def _roll_back(self, journal: list[tuple[int, int, Hold | None]]) -> None:
+        for qid, seq, hold in reversed(journal):
             qh = self._queue(qid)
             if hold is None:
                 gone = qh.held.pop(seq, None)
@@ -238,10 +225,6 @@ class Holds:
             else:
                 qh.held[seq] = hold
                 heapq.heappush(qh.expiries, (hold[UNTIL], seq))
-            if count is None:
-                qh.counts.pop(seq, None)
-            else:
-                qh.counts[seq] = count
             self._forget_if_empty(qh)
         journal.clear()
         self._journal_for = None
@@ -262,7 +245,7 @@ class Holds:
 
     def _forget_if_empty(self, qh: QueueHolds) -> None:
         # A queue with a hint keeps it (the next receive starts there).
-        if not qh.held and not qh.counts and qh.start is None and self._by_queue.get(qh.qid) is qh:
+        if not qh.held and qh.start is None and self._by_queue.get(qh.qid) is qh:
             del self._by_queue[qh.qid]
 
     def _drop_hint(self, qid: int) -> None:

@@ -220,7 +220,7 @@ class MessageOps:
         out: list[ReceivedMessage] = []
         holds = self._holds
         qid = r.qid
-        holds.expire(qid, r.now_ms)
+        self._end_expired_holds(w, qid, r.now_ms)
         qh = r.qh = holds.watch(qid, w.on_abort, create=in_memory)
         # Begin at the skip hint: every entry below it is held (holds.py).
         position = end = _queue_start(qid) if qh is None or qh.start is None else qh.start
@@ -271,12 +271,10 @@ class MessageOps:
             if raw_state is None or raw is None:
                 raise Unavailable("index entry without a message")
             state = DeliveryState.decode(raw_state)
-            # Receives not written yet (a first delivery held in memory that ended unacked)
-            # count as if they had been, for max_receives too.
-            kept = 0 if qh is None else qh.counts.get(seq, 0)
-            received = state.receive_count + kept
+            # (Never held: held messages are not candidates. Holds that ended unacked have
+            # had their count written.)
+            received = state.receive_count
             if state.sent_at < r.retention_cutoff:
-                holds.forget(qid, seq, w.on_abort)
                 remove_message(w, qid, seq, state, r.fifo, r.now)
                 r.record.count -= 1
                 r.changed = True
@@ -285,7 +283,6 @@ class MessageOps:
             if r.attrs.max_receives is not None and received >= r.attrs.max_receives:
                 dlq = r.dead_letter_queue()
                 if dlq is not None:
-                    holds.forget(qid, seq, w.on_abort)
                     self._dead_letter(w, r.now, qid, seq, raw, state, r.fifo, dlq)
                     r.record.count -= 1
                     r.record.dead_lettered_total += 1
@@ -300,11 +297,9 @@ class MessageOps:
             w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
             return None
         if r.in_memory and received == 0 and qh is not None and len(qh.held) < holds.max_held:
-            # A first delivery: left as it is on disk, counted in memory (holds.py says why).
+            # A first delivery: left as it is on disk, held in memory (holds.py says why).
             holds.hold_first(qh, seq, (token, r.invisible_until, state), w.on_abort)
         else:
-            if kept:
-                holds.forget(qid, seq, w.on_abort)  # written now, with this receive
             state.receive_count = received + 1
             state.receipt_token = token
             set_visible_at(w, qid, seq, state, r.invisible_until, "i")
@@ -399,7 +394,8 @@ class MessageOps:
             found = queues[qid]
             assert found is not None
             if nack_delay_s is None:
-                self._holds.forget(qid, seq, w.on_abort)
+                if in_memory:
+                    self._holds.end(qid, seq, w.on_abort, receivable=False)
                 remove_message(w, qid, seq, state, fifo, now)
                 found[2].count -= 1
                 found[2].acked_total += 1
@@ -407,14 +403,13 @@ class MessageOps:
                     w.touched.add((found[0], found[1]))
             else:
                 if in_memory and nack_delay_s == 0:
-                    # Visible on disk already, where it was; its receive stays counted in memory.
-                    self._holds.release(qid, seq, w.on_abort)
+                    # Visible on disk already, where it was: only its count is written.
+                    self._end_hold(w, qid, seq, receivable=True)
                 else:
                     if in_memory:
-                        # The hold's copy of the state stays as on disk, should the batch abort.
-                        state = dataclasses.replace(state)
-                    # Written anyway: the receives kept in memory go with it.
-                    state.receive_count += self._holds.forget(qid, seq, w.on_abort)
+                        self._holds.end(qid, seq, w.on_abort, receivable=False)
+                        # A copy: the hold keeps its state as on disk, should the batch abort.
+                        state = dataclasses.replace(state, receive_count=state.receive_count + 1)
                     state.receipt_token = None
                     set_visible_at(w, qid, seq, state, now_ms + to_ms(nack_delay_s), "n")
                 w.touched.add((found[0], found[1]))
@@ -433,7 +428,7 @@ class MessageOps:
         qid, seq, state, _, in_memory = self._held(w, now_ms, tenant, receipt, queue, {})
         if in_memory:
             if timeout_s == 0:
-                self._holds.release(qid, seq, w.on_abort)
+                self._end_hold(w, qid, seq, receivable=True)
                 w.touched.add((tenant, queue))
             else:
                 hold = self._holds.get(qid, seq)
@@ -469,10 +464,10 @@ class MessageOps:
             # Its state as on disk is in the hold (nothing to decode); every delete of a
             # message forgets its hold, so one still held is stored (checked all the same).
             if w.get(Db.STATE, message_key(qid, seq)) is None:
-                self._holds.forget(qid, seq, w.on_abort)
                 raise InvalidReceipt("message already deleted")
             if hold[UNTIL] <= now_ms:
-                self._holds.release(qid, seq, w.on_abort)
+                # Ended: the next receive of the queue writes its count (nothing is written
+                # before an error).
                 raise InvalidReceipt("receipt expired: the message is visible again")
             return qid, seq, hold[STATE], fifo, True
         state = load_state(w, qid, seq)
@@ -483,6 +478,30 @@ class MessageOps:
         if state.visible_ms <= now_ms:
             raise InvalidReceipt("receipt expired: the message is visible again")
         return qid, seq, state, fifo, False
+
+    # Holds that end unacked: their count is written then ---------------------------
+
+    def _end_hold(self, w: Writes, qid: int, seq: int, *, receivable: bool) -> None:
+        hold = self._holds.end(qid, seq, w.on_abort, receivable=receivable)
+        if hold is not None:
+            _write_count(w, qid, seq, hold)
+
+    def _end_expired_holds(self, w: Writes, qid: int, now_ms: int) -> None:
+        for seq, hold in self._holds.expire(qid, now_ms, w.on_abort):
+            _write_count(w, qid, seq, hold)
+
+    def held_now(self, w: Writes, qid: int, now_ms: int) -> dict[int, Hold]:
+        """The messages of a queue held now (holds that ended are counted on the way)."""
+        self._end_expired_holds(w, qid, now_ms)
+        qh = self._holds.queue(qid)
+        return {} if qh is None else qh.held
+
+    def write_held_counts(self, w: Writes, now: float) -> int:
+        """End every hold, writing its count (a clean close: only a crash loses counts)."""
+        held = self._holds.all_held()
+        for qid, seq, _ in held:
+            self._end_hold(w, qid, seq, receivable=True)
+        return len(held)
 
     # Queue-wide deletes (the holds of their messages go too) ----------------------
 
@@ -543,7 +562,7 @@ class MessageOps:
                     if moved is not None and all(seq != s for s, _ in old):
                         old.append((seq, moved))
             for seq, state in old:
-                self._holds.forget(record.qid, seq, w.on_abort)
+                self._holds.end(record.qid, seq, w.on_abort, receivable=False)
                 remove_message(w, record.qid, seq, state, fifo, now)
             if old:
                 record.count -= len(old)
@@ -551,6 +570,13 @@ class MessageOps:
                 done += len(old)
                 w.note(tenant, name, "expired", len(old))
         return done
+
+
+def _write_count(w: Writes, qid: int, seq: int, hold: Hold) -> None:
+    """A held delivery ended without an ack: store its receive, in place (the visibility
+    entry stays where it is; the hold's state is a copy of what is on disk)."""
+    state = dataclasses.replace(hold[STATE], receive_count=hold[STATE].receive_count + 1)
+    w.put(Db.STATE, message_key(qid, seq), state.encode())
 
 
 def sealing_context(tenant: str, message_id: str) -> bytes:

@@ -1,10 +1,10 @@
 """Receives held in memory: the counting rules, the cap, and many messages in flight.
 
 docs/store.md, "Receives held in memory": only a first delivery is held; every delivery
-counts, the held ones in memory, so ``receive_count`` goes 1, 2, 3... and ``max_receives``
-dead-letters a message consumers keep failing on exactly as with written receives; at most
-``max_held`` messages per queue are held. A crash loses the count of a first delivery only
-(``test_crash.py``, ``test_in_memory_receive.py``).
+counts (a held one's count is written when it ends unacked), so ``receive_count`` goes 1, 2,
+3... and ``max_receives`` dead-letters a message consumers keep failing on exactly as with
+written receives; at most ``max_held`` messages per queue are held. A crash loses the counts
+of the deliveries held at that moment (``test_crash.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import pytest
 from backend_store import Backend, ReceivedMessage
 from backend_store.backend import InMemoryReceive
 from backend_store.errors import InvalidReceipt
+from backend_store.lmdb_store import queue_ops
+from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.lmdb_store.environment import View
+from backend_store.lmdb_store.visibility import load_state
 
 from ..conftest import ManualClock
 from .harness import T1, StoreFactory, msg, ok, q
@@ -103,18 +107,35 @@ async def test_a_stale_receipt_never_settles_the_redelivery(store: Backend, cloc
     assert (await store.ack(T1, [second.receipt])).acked == 1
 
 
-async def test_a_nack_with_a_delay_writes_the_count_kept_in_memory(
-    store_factory: StoreFactory, clock: ManualClock
+async def stored_counts(store: Backend, queue: str, messages: list[ReceivedMessage]) -> list[int | None]:
+    """The receive counts on disk (what a crash would leave), by reading the store's records."""
+    assert isinstance(store, LmdbBackend)
+
+    def read(v: View) -> list[int | None]:
+        qid = queue_ops.find_queue(v, T1, queue).qid
+        states = [load_state(v, qid, m.seq) for m in messages]  # type: ignore[arg-type]
+        return [None if state is None else state.receive_count for state in states]
+
+    return await store._read(read)
+
+
+async def test_a_held_delivery_that_ends_unacked_has_its_count_written(
+    store: Backend, clock: ManualClock
 ) -> None:
-    store = await store_factory.open()
+    """Nack, visibility changed to 0, nack with a delay, visibility timeout: each writes the
+    ended delivery's count then, so a crash afterwards loses none of them."""
     await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300})
-    await store.send(T1, q("jobs"), [msg("a")])
-    [first] = await held(store).receive_in_memory(T1, q("jobs"), 1)
-    assert (await store.nack(T1, [first.receipt], delay_s=5)).acked == 1
-    store = await store_factory.reopen(store)  # the count went to disk with the delay
-    clock.advance(6)
-    [again] = await store.receive(T1, q("jobs"), 10)
-    assert again.receive_count == 2
+    await store.send(T1, q("jobs"), [msg("a"), msg("b"), msg("c"), msg("d")])
+    got = await held(store).receive_in_memory(T1, q("jobs"), 4, visibility_timeout_s=1)
+    assert await stored_counts(store, "jobs", got) == [0, 0, 0, 0]  # held: nothing written
+    assert (await store.nack(T1, [got[0].receipt])).acked == 1
+    await store.change_visibility(T1, q("jobs"), got[1].receipt, 0)
+    assert (await store.nack(T1, [got[2].receipt], delay_s=5)).acked == 1
+    assert await stored_counts(store, "jobs", got) == [1, 1, 1, 0]
+    clock.advance(2)  # "d"'s visibility timeout ends: the next receive notices and writes it
+    again = await store.receive(T1, q("jobs"), 10)
+    assert [(m.body, m.receive_count) for m in again] == [(b"a", 2), (b"b", 2), (b"d", 2)]
+    assert await stored_counts(store, "jobs", got) == [2, 2, 1, 2]
 
 
 async def test_at_most_max_held_per_queue_are_held_the_rest_are_written(
