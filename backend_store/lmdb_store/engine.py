@@ -41,6 +41,7 @@ from ..types import (
 from . import dead_letter_ops, queue_ops
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter, PostCommit
+from .hold_lock import HoldLock
 from .holds import DEFAULT_MAX_HELD
 from .message_ops import MessageOps, next_visible_ms
 from .records import MessageRecord, pack, unpack
@@ -53,6 +54,11 @@ _KEY_CHECKS = b"\0sys\0key_checks"
 _HEARTBEAT = b"\0sys\0heartbeat"
 _KEY_CHECK_PLAINTEXT = b"pushgate key check"
 _SWEEP_BUDGET = 1000
+# How often the holder looks for another process opening the store (that one's start waits
+# for it, at most _HAND_OVER_WAIT_S), and how many looks between a sharer's tries to hold.
+_HOLD_PROBE_S = 0.25
+_REELECT_EVERY = 4
+_HAND_OVER_WAIT_S = 30.0
 _MAX_KEY_BYTES = 400
 
 
@@ -105,6 +111,8 @@ class LmdbBackend:
         self._writer: GroupCommitWriter | None = None
         self._replication_log = ReplicationLog(options.replication_log_keep)
         self._sweeper: asyncio.Task[None] | None = None
+        self._hold_lock: HoldLock | None = None
+        self._hold_watch: asyncio.Task[None] | None = None
         self._max_batch = int(options.extra.get("max_batch", "1024"))
         # Standing receives by (tenant, queue); set and cleared on the event loop, taken by
         # the writer thread (single dict operations, atomic under the GIL).
@@ -119,6 +127,20 @@ class LmdbBackend:
             Environment, self.path, self.options.map_size, self.options.max_map_size
         )
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
+        # Hold in memory only while no other process has this store open (hold_lock.py). A
+        # store that keeps a replication log is a node's partition replica: it never holds.
+        self._ops.allow_holds = False
+        if not self._replication_log.keep:
+            lock = HoldLock(self.path)
+            try:
+                self._ops.allow_holds = await asyncio.to_thread(lock.elect)
+                if not self._ops.allow_holds:
+                    await asyncio.to_thread(lock.share, _HAND_OVER_WAIT_S)
+            except BaseException:
+                lock.close()
+                await asyncio.to_thread(env.close)
+                raise
+            self._hold_lock = lock
         self._env = env
         self._loop = asyncio.get_running_loop()
         self._writer = GroupCommitWriter(
@@ -139,8 +161,14 @@ class LmdbBackend:
             raise
         if self.options.sweep_interval_s > 0:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="pushgate-sweeper")
+        if self._hold_lock is not None:
+            self._hold_watch = asyncio.create_task(self._watch_hold_lock(), name="pushgate-hold-lock")
 
     async def close(self) -> None:
+        if self._hold_watch is not None:
+            self._hold_watch.cancel()
+            await asyncio.wait([self._hold_watch])
+            self._hold_watch = None
         if self._writer is not None and len(self._ops.holds):
             # Write the counts of deliveries held in memory: only a crash loses them.
             with contextlib.suppress(PushgateError):
@@ -156,6 +184,9 @@ class LmdbBackend:
             env, self._env = self._env, None
             # Off the event loop: it waits for reads still running on worker threads.
             await asyncio.to_thread(env.close)
+        if self._hold_lock is not None:
+            self._hold_lock.close()
+            self._hold_lock = None
 
     async def check_writable(self) -> None:
         await self._write(lambda w, now: w.put(Db.META, _HEARTBEAT, pack(now)))
@@ -538,6 +569,27 @@ class LmdbBackend:
             if count < _SWEEP_BUDGET:
                 break
         return done
+
+    async def _watch_hold_lock(self) -> None:
+        """Hand the right to hold over when another process opens the store (its start waits
+        for it), and take it back once this process is alone again (hold_lock.py)."""
+        lock = self._hold_lock
+        assert lock is not None
+        ticks = 0
+        while True:
+            await asyncio.sleep(_HOLD_PROBE_S)
+            ticks += 1
+            try:
+                if lock.holding:
+                    if lock.others_present():  # two non-blocking flock calls
+                        self._ops.allow_holds = False  # no receive holds from here on
+                        written = await self._write(self._ops.write_held_as_received)
+                        await asyncio.to_thread(lock.hand_over)
+                        log.info("another process opened the store: %d held messages written", written)
+                elif ticks % _REELECT_EVERY == 0 and await asyncio.to_thread(lock.reelect):
+                    self._ops.allow_holds = True
+            except PushgateError as exc:
+                log.warning("hold lock: %s", exc.detail)
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -144,6 +144,9 @@ class MessageOps:
         # would let anyone holding the file confirm a guessed body without the key.
         self._dedupe_secret = keyring.derive(b"pushgate dedupe v1") if keyring else None
         self._holds = Holds(max_held)
+        # Whether receives may hold in memory now: only while no other process has the store
+        # open (hold_lock.py); set on the event loop, read by the writer.
+        self.allow_holds = True
 
     @property
     def holds(self) -> Holds:
@@ -296,7 +299,13 @@ class MessageOps:
             log.error("queue %s/%s seq %d cannot be delivered: %s", r.tenant, r.queue, seq, exc.detail)
             w.delete(Db.VIS, visibility_key(qid, visible_ms, seq))
             return None
-        if r.in_memory and received == 0 and qh is not None and len(qh.held) < holds.max_held:
+        if (
+            r.in_memory
+            and received == 0
+            and qh is not None
+            and len(qh.held) < holds.max_held
+            and self.allow_holds
+        ):
             # A first delivery: left as it is on disk, held in memory (holds.py says why).
             holds.hold_first(qh, seq, (token, r.invisible_until, state), w.on_abort)
         else:
@@ -501,6 +510,19 @@ class MessageOps:
         held = self._holds.all_held()
         for qid, seq, _ in held:
             self._end_hold(w, qid, seq, receivable=True)
+        return len(held)
+
+    def write_held_as_received(self, w: Writes, now: float) -> int:
+        """Write every hold as the in-flight receive it stands for (same receipt, same end):
+        what another process opening the store must see (hold_lock.py)."""
+        held = self._holds.all_held()
+        for qid, seq, _ in held:
+            hold = self._holds.end(qid, seq, w.on_abort, receivable=False)
+            assert hold is not None
+            state = dataclasses.replace(
+                hold[STATE], receive_count=hold[STATE].receive_count + 1, receipt_token=hold[TOKEN]
+            )
+            set_visible_at(w, qid, seq, state, hold[UNTIL], "i")
         return len(held)
 
     # Queue-wide deletes (the holds of their messages go too) ----------------------

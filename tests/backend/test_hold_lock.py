@@ -1,0 +1,72 @@
+"""Holds when another process opens the store (``hold_lock.py``): a real second process.
+
+A message held in one process's memory looks visible on disk, so a process holds only while
+it is alone with the store: when another one opens it, the holder writes what it holds as
+ordinary in-flight receives (receipts stay valid) before the newcomer's start returns, and
+holds nothing while the other process lives; alone again, it holds again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from backend_store import Backend
+from backend_store.backend import InMemoryReceive
+from backend_store.lmdb_store.engine import LmdbBackend
+
+from ..conftest import scaled
+from .harness import T1, StoreFactory, msg, q
+from .test_held_receives import stored_counts
+
+CHILD = Path(__file__).with_name("share_child.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def run_child(store_dir: Path) -> list[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, str(CHILD), str(store_dir), T1, "jobs",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(child.communicate(), scaled(60))
+    assert child.returncode == 0, err.decode()
+    bodies: list[str] = json.loads(out)
+    return bodies
+
+
+async def holding_again(store: Backend) -> None:
+    assert isinstance(store, LmdbBackend)
+    deadline = time.monotonic() + scaled(10)
+    while not store._ops.allow_holds:
+        assert time.monotonic() < deadline, "the store never held again once alone"
+        await asyncio.sleep(0.05)
+
+
+async def test_another_process_never_gets_a_held_message(store_factory: StoreFactory, tmp_path: Path) -> None:
+    # Real time: the child process keeps it too.
+    store = await store_factory.open(clock=time.time)
+    assert isinstance(store, InMemoryReceive)
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300})
+    await store.send(T1, q("jobs"), [msg("a"), msg("b"), msg("c")])
+    held = await store.receive_in_memory(T1, q("jobs"), 2)
+    assert await stored_counts(store, "jobs", held) == [0, 0]
+
+    # The child's start waits until the holder wrote its holds: it gets only "c".
+    assert await run_child(tmp_path / "store") == ["c"]
+    assert await stored_counts(store, "jobs", held) == [1, 1]
+    # The receipts handed out while held still work.
+    assert (await store.ack(T1, [m.receipt for m in held])).acked == 2
+
+    # Alone again: first deliveries are held (nothing written) once more.
+    await holding_again(store)
+    await store.send(T1, q("jobs"), [msg("d")])
+    [d] = await store.receive_in_memory(T1, q("jobs"), 1)
+    assert await stored_counts(store, "jobs", [d]) == [0]
