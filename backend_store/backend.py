@@ -245,6 +245,10 @@ class ReplicaStore(Protocol):
     def epoch(self) -> Epoch:
         """The highest epoch this replica has seen (0: none)."""
 
+    @property
+    def last_entry_epoch(self) -> Epoch | None:
+        """The epoch of the entry at :attr:`last_lsn` (None: no such entry is logged)."""
+
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries with LSN > ``after``, oldest first, at most ``limit``."""
 

@@ -40,13 +40,23 @@ def machine() -> str:
 _profilers: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
-    """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets)."""
+def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+    """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets);
+    ``store``: its ``--store`` URL (default: the embedded store in ``data_dir``)."""
     # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
     profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
     prefix = ["-m", "cProfile", "-o", profile, "-m", "gateway.cli"] if profile else []
     proc = subprocess.Popen(
-        [sys.executable, *(prefix or ["-m", "gateway.cli"]), "serve", "--data", str(data_dir), "--port", "0"],
+        [
+            sys.executable,
+            *(prefix or ["-m", "gateway.cli"]),
+            "serve",
+            "--data",
+            str(data_dir),
+            "--port",
+            "0",
+            *(["--store", store] if store else []),
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,

@@ -406,6 +406,10 @@ class LmdbBackend:
     def epoch(self) -> Epoch:
         return self._replication_log.epoch
 
+    @property
+    def last_entry_epoch(self) -> Epoch | None:
+        return self._replication_log.last_entry_epoch
+
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries after ``after``, oldest first."""
         return await self._read(lambda v: ReplicationLog.read(v.txn, v.dbs, after, limit))
