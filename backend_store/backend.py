@@ -246,8 +246,9 @@ class ReplicaStore(Protocol):
         """The highest epoch this replica has seen (0: none)."""
 
     @property
-    def last_entry_epoch(self) -> Epoch | None:
-        """The epoch of the entry at :attr:`last_lsn` (None: no such entry is logged)."""
+    def last_entry(self) -> tuple[Lsn, Epoch | None]:
+        """:attr:`last_lsn` and the epoch of its entry (None: no such entry is logged), read
+        together: consistent even while a commit is being made current."""
 
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries with LSN > ``after``, oldest first, at most ``limit``."""

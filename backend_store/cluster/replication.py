@@ -592,9 +592,9 @@ class ReplicationFollower:
 
     async def _epoch_at(self, lsn: Lsn) -> Epoch | None:
         """The epoch of our entry at ``lsn`` (None: trimmed from our log)."""
-        store = self.store
-        if lsn == store.last_lsn and store.last_entry_epoch is not None:
-            return store.last_entry_epoch  # the usual case, a shipment continuing our tail
+        last, epoch = self.store.last_entry
+        if lsn == last and epoch is not None:
+            return epoch  # the usual case, a shipment continuing our tail
         entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
         return entries[0].epoch if entries and entries[0].lsn == lsn else None
 

@@ -407,8 +407,9 @@ class LmdbBackend:
         return self._replication_log.epoch
 
     @property
-    def last_entry_epoch(self) -> Epoch | None:
-        return self._replication_log.last_entry_epoch
+    def last_entry(self) -> tuple[Lsn, Epoch | None]:
+        last, _, entry_epoch = self._replication_log.committed
+        return last, entry_epoch
 
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries after ``after``, oldest first."""

@@ -44,11 +44,11 @@ _DB_NUMBERS = frozenset(int(db) for db in Db if db != Db.REPLOG)
 class ReplicationLog:
     def __init__(self, keep: int) -> None:
         self.keep = max(0, keep)
-        self.last_lsn = Lsn(0)
-        self.epoch = Epoch(0)
-        # The epoch of the entry at ``last_lsn`` (None: no such entry, or not known here).
-        # Lets a follower check a shipment's prev against its own tail without a read.
-        self.last_entry_epoch: Epoch | None = None
+        # (last LSN, fence, epoch of the entry at that LSN or None), committed. One tuple
+        # replaced whole by the writer thread, so the event loop never reads a torn mix.
+        # The entry's epoch lets a follower check a shipment's prev against its own tail,
+        # and a node publish its position, without reading the log.
+        self.committed: tuple[Lsn, Epoch, Epoch | None] = (Lsn(0), Epoch(0), None)
         # The lowest LSN any follower still needs (None: no followers registered).
         self.follower_floor: Lsn | None = None
         # (last_lsn, epoch, last_entry_epoch) as the open transaction leaves them; None
@@ -59,11 +59,19 @@ class ReplicationLog:
 
     def load(self, txn: Any, dbs: dict[Db, Any]) -> None:
         raw = txn.get(_LAST_LSN, db=dbs[Db.META])
-        self.last_lsn = Lsn(read_u64(raw) if raw else 0)
+        last = Lsn(read_u64(raw) if raw else 0)
         raw = txn.get(_EPOCH, db=dbs[Db.META])
-        self.epoch = Epoch(read_u64(raw) if raw else 0)
-        raw = txn.get(u64(self.last_lsn), db=dbs[Db.REPLOG]) if self.last_lsn else None
-        self.last_entry_epoch = Epoch(unpack(raw)[0]) if raw is not None else None
+        fence = Epoch(read_u64(raw) if raw else 0)
+        raw = txn.get(u64(last), db=dbs[Db.REPLOG]) if last else None
+        self.committed = (last, fence, Epoch(unpack(raw)[0]) if raw is not None else None)
+
+    @property
+    def last_lsn(self) -> Lsn:
+        return self.committed[0]
+
+    @property
+    def epoch(self) -> Epoch:
+        return self.committed[1]
 
     # Transaction boundaries (the writer thread calls these) ------------------
 
@@ -73,12 +81,12 @@ class ReplicationLog:
 
     def commit(self) -> None:
         if self._staged is not None:
-            self.last_lsn, self.epoch, self.last_entry_epoch = self._staged
+            self.committed = self._staged
             self._staged = None
 
     def _current(self) -> tuple[Lsn, Epoch]:
-        staged = self._staged
-        return (staged[0], staged[1]) if staged is not None else (self.last_lsn, self.epoch)
+        last, fence, _ = self._staged or self.committed
+        return last, fence
 
     def _stage(self, writes: Writes, lsn: Lsn, epoch: Epoch, entry_epoch: Epoch | None) -> None:
         last, fence = self._current()
@@ -89,7 +97,7 @@ class ReplicationLog:
         self._staged = (lsn, epoch, entry_epoch)
 
     def _entry_epoch(self) -> Epoch | None:
-        return self._staged[2] if self._staged is not None else self.last_entry_epoch
+        return (self._staged or self.committed)[2]
 
     # The leader's side ---------------------------------------------------------
 

@@ -298,33 +298,33 @@ async def test_the_last_entry_epoch_is_the_logs_through_every_change(replicas: R
 
     async def check(*stores: LmdbBackend) -> None:
         for store in stores:
-            assert store.last_entry_epoch == await logged_tail_epoch(store)
+            assert store.last_entry == (store.last_lsn, await logged_tail_epoch(store))
 
     await check(old, new)
-    assert old.last_entry_epoch is None, "an empty log has no tail"
+    assert old.last_entry == (0, None), "an empty log has no tail"
     await old.raise_epoch(Epoch(3))
     await busy_workload(old, "a")
     await ship(old, new)
     await check(old, new)
-    assert new.last_entry_epoch == 3
+    assert new.last_entry[1] == 3
     keep = old.last_lsn
     await old.raise_epoch(Epoch(4))
     await check(old)
-    assert old.last_entry_epoch == 3, "a new term writes no entry"
+    assert old.last_entry[1] == 3, "a new term writes no entry"
     await send_one(old, T1, "w-a", "b")
     await check(old)
-    assert old.last_entry_epoch == 4
+    assert old.last_entry[1] == 4
     await new.raise_epoch(Epoch(5))
     await old.truncate_after(keep, Epoch(5))
     await check(old)
-    assert old.last_entry_epoch == 3
+    assert old.last_entry[1] == 3
     old = engine(await replicas.factory("old").reopen(old, replication_log_keep=LOG_KEEP))
     await check(old)
-    assert old.last_entry_epoch == 3
+    assert old.last_entry[1] == 3
     await send_one(new, T1, "w-a", "c")
     await ship(new, old)
     await check(old, new)
-    assert old.last_entry_epoch == 5
+    assert old.last_entry[1] == 5
 
 
 async def test_a_batch_that_changes_a_key_twice_is_undone_to_its_first_value(replicas: Replicas) -> None:
