@@ -207,10 +207,11 @@ class InMemoryReceive(Protocol):
     receipts ack, nack and change visibility as usual) until acked, released, or their
     visibility timeout passes; at most a bounded number per queue, the rest are written.
     Redeliveries are written. Every delivery counts toward ``receive_count`` and
-    ``max_receives`` as with ``receive``; a held one's count is kept in memory until the
-    next written receive of that message. After a crash held messages are visible again at
-    once, with the receive count they had on disk: a crash loses at most the count of a
-    message's first delivery (docs/store.md, "Receives held in memory").
+    ``max_receives`` as with ``receive``: a held one's count is written when it ends without
+    an ack. After a crash, messages held at that moment are visible again at once, with the
+    receive count they had on disk (that delivery is not counted); a clean ``close`` writes
+    those counts too. A process holds only while no other process has the store open
+    (docs/store.md, "Receives held in memory").
     """
 
     async def receive_in_memory(

@@ -83,7 +83,7 @@ async def test_only_first_deliveries_are_held_and_a_redelivery_writes_the_count(
     assert (await store.nack(T1, [first.receipt])).acked == 1
     [second] = await held(store).receive_in_memory(T1, q("jobs"), 1)
     assert second.receive_count == 2
-    # The redelivery was written, with the count kept in memory: it survives a restart
+    # The redelivery was written, with the first delivery's count: it survives a restart
     # still in flight, and its receipt still works.
     store = await store_factory.reopen(store)
     assert await store.receive(T1, q("jobs"), 10) == []

@@ -59,7 +59,7 @@ async def test_a_hold_ends_with_its_visibility_timeout(store: Backend, clock: Ma
     assert await store.receive(T1, q("jobs"), 1) == []
     clock.advance(1)
     [again] = await store.receive(T1, q("jobs"), 1)
-    # Nothing was written for the in-memory receive, but it counts (kept in memory).
+    # Nothing was written for the in-memory receive, but it counts (written when it ended).
     assert (again.id, again.receive_count) == (held.id, 2)
     with pytest.raises(InvalidReceipt):
         await store.change_visibility(T1, q("jobs"), held.receipt, 5)
