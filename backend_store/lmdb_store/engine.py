@@ -595,6 +595,9 @@ class LmdbBackend:
                     self._ops.allow_holds = True
             except PushgateError as exc:
                 log.warning("hold lock: %s", exc.detail)
+            except Exception:
+                # Keep watching: a holder that stops looking would keep a newcomer waiting.
+                log.exception("hold lock watch failed")
 
     async def _sweep_forever(self) -> None:
         while True:
