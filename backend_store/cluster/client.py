@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +77,10 @@ class NodeClient:
         on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: dial over TLS with this client context (nodes that serve TLS refuse anything else)."""
+        self.tls = tls
         self.client_id = client_id
         self.node_id = node_id
         self.address = address
@@ -195,7 +199,7 @@ class NodeClient:
             host, port = split_address(self.address)
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await asyncio.open_connection(host, port, ssl=self.tls)
             except (OSError, TimeoutError) as exc:
                 raise NodeUnreachable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
             stream = NodeStream(Connection(self.client_id), reader, writer)
@@ -295,7 +299,9 @@ class NodePool:
         on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        self.tls = tls
         self.client_id = client_id
         self.on_notify = on_notify
         self.on_delivery = on_delivery
@@ -331,6 +337,7 @@ class NodePool:
             on_events=self.on_events,
             timeout_s=self.timeout_s,
             connect_timeout_s=self.connect_timeout_s,
+            tls=self.tls,
         )
         self._clients[node_id] = client
         return client

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..attributes import check_number, check_receive
 from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
@@ -70,6 +70,7 @@ from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
 from .standing import StandingDemands, Target
+from .tls import NodeTls, TlsFiles
 from .wire import Delivery, Events, Notify
 
 log = logging.getLogger("pushgate.cluster")
@@ -92,6 +93,15 @@ class ClusterSettings:
     etcd_timeout_s: float = 2.0
     # The replication factor of a queue created without one (docs/api.md's default is 1).
     replication_factor: int = 1
+    # Mutual TLS to the nodes (all three PEM paths, or none): tls.py.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+
+    def tls_files(self) -> TlsFiles | None:
+        return TlsFiles.from_options(
+            self.tls_cert, self.tls_key, self.tls_ca, names="tls_cert, tls_key and tls_ca"
+        )
 
 
 def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
@@ -109,11 +119,16 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         name, _, raw = item.partition("=")
         if name not in known or name == "root":
             raise ConfigurationError(f"unknown cluster URL option {name!r}")
+        if name.startswith("tls_"):
+            values[name] = unquote(raw)  # a path
+            continue
         try:
             values[name] = int(raw) if name == "replication_factor" else float(raw)
         except ValueError:
             raise ConfigurationError(f"cluster URL option {name} must be a number") from None
-    return parts.netloc, ClusterSettings(**values)
+    settings = ClusterSettings(**values)
+    settings.tls_files()  # all three or none, said now rather than at the first dial
+    return parts.netloc, settings
 
 
 def _sum_stats(parts: Sequence[QueueStats]) -> QueueStats:
@@ -147,6 +162,8 @@ class ClusterBackend:
         )
         self.view = ClusterView(self._coordinator, self.paths, reread_every_s=settings.reread_every_s)
         self.health = NodeHealth(BreakerSettings())
+        tls_files = settings.tls_files()
+        self.tls = NodeTls.load(tls_files) if tls_files is not None else None
         self._pool: NodePool | None = None
         self._listeners: list[ChangeListener] = []
         self._round_robin = itertools.count()
@@ -176,6 +193,7 @@ class ClusterBackend:
             on_disconnect=self._disconnected,
             on_events=self._events_reported,
             timeout_s=self.settings.node_timeout_s,
+            tls=self.tls.client if self.tls is not None else None,
         )
         self.view.add_listener(self._map_changed)
         self._started = True

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import ssl
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -59,8 +60,11 @@ class PartitionHost:
         wake: Wake,
         *,
         sweep_every_s: float = 5.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: the client context leader links to followers dial with (None: plaintext)."""
         self.partition = partition
+        self.tls = tls
         self.sweep_every_s = sweep_every_s
         self._sweeper: asyncio.Task[None] | None = None
         self.path = path
@@ -196,7 +200,7 @@ class PartitionHost:
             if node_id not in self._links:
                 host, port = split_address(address)
                 task = asyncio.create_task(
-                    leader.maintain(node_id, host, port, retry_s=0.1),
+                    leader.maintain(node_id, host, port, retry_s=0.1, tls=self.tls),
                     name=f"link p{self.partition}->{node_id}",
                 )
                 self._links[node_id] = (address, task)
