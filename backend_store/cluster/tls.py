@@ -74,13 +74,12 @@ class NodeTls:
 
     server: ssl.SSLContext
     client: ssl.SSLContext
-    files: TlsFiles
 
     @classmethod
     def load(cls, files: TlsFiles) -> NodeTls:
         """Build both contexts; :class:`ConfigurationError` names the file that is wrong."""
         _check_signed_by_ca(files)
-        return cls(server_context(files), client_context(files), files)
+        return cls(server_context(files), client_context(files))
 
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:
@@ -222,3 +221,10 @@ class _HandshakeFirst(asyncio.StreamReaderProtocol):
         assert isinstance(transport, asyncio.ReadTransport)
         transport.pause_reading()  # start_tls resumes it under its TLS protocol
         super().connection_made(transport)
+
+    def eof_received(self) -> bool:
+        # Every byte comes through asyncio's TLS layer, which closes the transport itself (and
+        # warns at a True here). The base class would answer True for a peer whose EOF
+        # arrives before ``start_tls`` returned: it decides by the transport it first saw.
+        super().eof_received()
+        return False

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
+import threading
 from pathlib import Path
 
 import pytest
 
 from backend_store.cluster.cluster_backend import parse_cluster_url
 from backend_store.cluster.commands import node_main
+from backend_store.cluster.connection import Connection
+from backend_store.cluster.stream import NodeStream
 from backend_store.cluster.tls import NodeTls, RefusalLog, TlsFiles, client_context, serve_node_protocol
 from backend_store.cluster.tls_certs import make_cluster_certificates
 from backend_store.errors import ConfigurationError
@@ -139,8 +143,14 @@ async def test_the_listener_serves_members_and_refuses_strangers(
     stranger = client_context(TlsFiles(certs["stranger"].cert, certs["stranger"].key, certs["node"].ca))
     served: list[bytes] = []
 
+    hung_up = asyncio.Event()
+
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        served.append(await reader.readexactly(4))
+        try:
+            served.append(await reader.readexactly(4))
+        except asyncio.IncompleteReadError:
+            hung_up.set()  # a member that connected and left at once
+            return
         writer.write(b"pong")
         await writer.drain()
         writer.close()
@@ -171,6 +181,13 @@ async def test_the_listener_serves_members_and_refuses_strangers(
     try:
         with caplog.at_level(logging.DEBUG):
             assert await exchange(NodeTls.load(certs["gateway"]).client) == b"pong"
+            # A member that leaves right after its handshake (a health check): no warning
+            # from asyncio either (its EOF can arrive before start_tls returned).
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=NodeTls.load(certs["gateway"]).client
+            )
+            writer.close()
+            await asyncio.wait_for(hung_up.wait(), scaled(5))
             assert await exchange(stranger) == b""  # refused: a certificate of another CA
             # Refused: plaintext (longer than a TLS record header, as any node-protocol hello).
             assert await exchange(None, b"ping, in plaintext") == b""
@@ -183,3 +200,38 @@ async def test_the_listener_serves_members_and_refuses_strangers(
     assert [r.name for r in warnings] == ["pushgate.cluster", "pushgate.cluster"]
     assert all("refused a TLS connection from 127.0.0.1:" in r.getMessage() for r in warnings)
     assert not any(r.exc_info for r in caplog.records)  # no traceback, from us or from asyncio
+
+
+async def test_closing_a_tls_connection_to_a_frozen_peer_does_not_wait_for_it(
+    certs: dict[str, TlsFiles],
+) -> None:
+    """asyncio waits up to 30 s for a TLS peer's close_notify; a node-protocol stream drops a
+    peer that does not answer (frozen, SIGSTOPped) after ``CLOSE_TIMEOUT_S``."""
+    node, gateway = NodeTls.load(certs["node"]), NodeTls.load(certs["gateway"])
+    closed = asyncio.Event()
+
+    async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = NodeStream(Connection("node"), reader, writer)
+        await reader.readexactly(4)
+        await stream.close()
+        closed.set()
+
+    server = await serve_node_protocol(close_at_once, "127.0.0.1", 0, node.server)
+    port = server.sockets[0].getsockname()[1]
+    release = threading.Event()
+
+    def frozen_peer() -> None:
+        with gateway.client.wrap_socket(socket.create_connection(("127.0.0.1", port))) as tls:
+            tls.sendall(b"ping")
+            release.wait(60)  # reads nothing, answers nothing, as a stopped process
+
+    peer = threading.Thread(target=frozen_peer)
+    peer.start()
+    try:
+        # Far below asyncio's own 30 s, far above CLOSE_TIMEOUT_S on a loaded machine.
+        await asyncio.wait_for(closed.wait(), 10)
+    finally:
+        release.set()
+        await asyncio.to_thread(peer.join)
+        server.close()
+        await server.wait_closed()
