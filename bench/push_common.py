@@ -80,6 +80,10 @@ def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.
         # py-spy attached to the gateway (all threads, collapsed stacks), written when stop() ends it.
         py_spy = str(Path(sys.executable).with_name("py-spy"))
         command = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200", "-o", spy]
+        if os.environ.get("PUSHGATE_BENCH_PYSPY_GIL"):
+            # Only samples holding the GIL: where the CPU goes (otherwise waits in C, such as
+            # fsync or a thread waiting for work, show as busy).
+            command.append("--gil")
         _profilers[proc.pid] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, url, key
 
