@@ -303,10 +303,8 @@ class ReplicationLeader:
             except ssl.SSLError as exc:
                 if not warned:
                     warned = True
-                    log.warning(
-                        "partition %d: TLS handshake with %s at %s:%d failed: %s",
-                        *(self.partition, follower_id, host, port, exc),
-                    )
+                    what = "partition %d: TLS handshake with %s at %s:%d failed: %s"
+                    log.warning(what, self.partition, follower_id, host, port, exc)
                 await asyncio.sleep(retry_s)
                 continue
             except (OSError, TimeoutError):
