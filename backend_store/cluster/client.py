@@ -81,6 +81,7 @@ class NodeClient:
     ) -> None:
         """``tls``: dial over TLS with this client context (nodes that serve TLS refuse anything else)."""
         self.tls = tls
+        self._handshake_failing = False  # warned about a failing TLS handshake (once per run)
         self.client_id = client_id
         self.node_id = node_id
         self.address = address
@@ -201,7 +202,11 @@ class NodeClient:
                 async with asyncio.timeout(self.connect_timeout_s):
                     reader, writer = await asyncio.open_connection(host, port, ssl=self.tls)
             except (OSError, TimeoutError) as exc:
+                if isinstance(exc, ssl.SSLError) and not self._handshake_failing:
+                    log.warning("node %s at %s: TLS handshake failed: %s", self.node_id, self.address, exc)
+                self._handshake_failing = isinstance(exc, ssl.SSLError)
                 raise NodeUnreachable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
+            self._handshake_failing = False
             stream = NodeStream(Connection(self.client_id), reader, writer)
             if self._closed:  # closed while we dialled: nobody would ever end this stream
                 await stream.close(CloseCode.NORMAL, "client closing")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from backend_store.cluster.client import NodeClient, NodeUnreachable
 from backend_store.cluster.cluster_backend import parse_cluster_url
 from backend_store.cluster.commands import node_main
 from backend_store.cluster.connection import Connection
@@ -235,3 +236,27 @@ async def test_closing_a_tls_connection_to_a_frozen_peer_does_not_wait_for_it(
         await asyncio.to_thread(peer.join)
         server.close()
         await server.wait_closed()
+
+
+async def test_a_gateway_that_cannot_verify_a_node_fails_fast_and_warns_once(
+    certs: dict[str, TlsFiles], caplog: pytest.LogCaptureFixture
+) -> None:
+    node = NodeTls.load(certs["node"])
+    stranger = NodeTls.load(certs["stranger"])  # trusts another CA only
+
+    async def never_reached(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise AssertionError("the handshake should have failed")
+
+    server = await serve_node_protocol(never_reached, "127.0.0.1", 0, node.server)
+    port = server.sockets[0].getsockname()[1]
+    client = NodeClient("gateway", "node-a", f"127.0.0.1:{port}", tls=stranger.client, timeout_s=scaled(5))
+    try:
+        for _ in range(3):
+            with pytest.raises(NodeUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.call("get_queue", 0, tenant="t", name="q")  # never sent: safe to retry
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+    warned = [r for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
