@@ -104,8 +104,14 @@ def _configure(context: ssl.SSLContext, files: TlsFiles) -> None:
     for what, path in (("certificate", files.cert), ("key", files.key), ("CA", files.ca)):
         if not path.is_file():
             raise ConfigurationError(f"TLS {what} file {path} does not exist")
+
+    def no_passphrase() -> str:
+        # Called only for an encrypted key: OpenSSL would otherwise ask on the terminal, and
+        # nodes start unattended.
+        raise ConfigurationError(f"TLS key {files.key} is encrypted: give the key without a passphrase")
+
     try:
-        context.load_cert_chain(files.cert, files.key)
+        context.load_cert_chain(files.cert, files.key, password=no_passphrase)
     except ssl.SSLError as exc:
         if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc):
             raise ConfigurationError(

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from backend_store.cluster.client import NodeClient, NodeUnreachable
 from backend_store.cluster.cluster_backend import parse_cluster_url
@@ -73,6 +74,23 @@ def test_a_certificate_the_ca_did_not_sign_is_refused(certs: dict[str, TlsFiles]
     stranger, node = certs["stranger"], certs["node"]
     with pytest.raises(ConfigurationError, match="is not signed by the CA"):
         NodeTls.load(TlsFiles(stranger.cert, stranger.key, node.ca))
+
+
+def test_an_encrypted_key_is_refused_without_asking_for_a_passphrase(
+    certs: dict[str, TlsFiles], tmp_path: Path
+) -> None:
+    node = certs["node"]
+    key = serialization.load_pem_private_key(node.key.read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted-key.pem"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    with pytest.raises(ConfigurationError, match="is encrypted"):
+        NodeTls.load(TlsFiles(node.cert, encrypted, node.ca))
 
 
 def test_files_that_are_not_pem_are_refused(certs: dict[str, TlsFiles], tmp_path: Path) -> None:
