@@ -266,3 +266,22 @@ async def test_a_leader_link_with_another_cas_certificate_replicates_nothing(
     await h.send_until_ok(pid, T, Q, "after-the-rogues")
     await replicated_everywhere(h, pid, NODES)
     assert (await h.serving_leader(pid))[2] == epoch
+
+
+async def test_a_failover_re_dials_everything_over_tls(cluster: TlsCluster) -> None:
+    """The leader SIGKILLed: the new leader's links, the gateway's new connection and the
+    restarted node's rejoining all go through TLS handshakes again."""
+    h, backend, pid = cluster.h, cluster.backend, cluster.partition
+    victim, _, epoch = await h.serving_leader(pid)
+    h.nodes[victim].kill()
+    _, _, new_epoch = await h.serving_leader(pid, not_node=victim)
+    assert new_epoch > epoch
+    [sent] = await backend.send(TenantId(T), QueueName(Q), [NewMessage(b"after-failover", dedupe_id="tls-2")])
+    assert isinstance(sent, SendResult), sent  # sync: the one surviving follower holds it
+    logged_before = h.nodes[victim].log_path.stat().st_size
+    h.nodes[victim].start()  # rejoins as a follower, caught up over a TLS link
+    await replicated_everywhere(h, pid, NODES)
+    assert "after-failover" in await h.read_queue(pid, T, Q)
+    since_restart = h.nodes[victim].log_path.read_text(errors="replace")[logged_before:]
+    assert "(mutual TLS)" in since_restart
+    assert "refused a TLS connection" not in since_restart
