@@ -7,7 +7,9 @@ TCP. One cluster for the module.
 - a client with no certificate, with one from another CA, or speaking plaintext gets no
   answer at all from a node (refused at the handshake, logged once with its address);
 - a leader link from a node with another CA's certificate replicates nothing into a follower,
-  where the same link with a certificate of the cluster's CA is answered.
+  where the same link with a certificate of the cluster's CA is answered;
+- after the leader's SIGKILL everything re-dials over TLS: the new leader's links, the
+  gateway, the restarted node.
 """
 
 from __future__ import annotations
