@@ -696,6 +696,18 @@ class ClusterBackend:
         """The partition as the newest map has it (its leader may have moved)."""
         return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
 
+    async def _check_still_placed(self, part: PartitionInfo) -> None:
+        """Raise if ``part`` (placed once, now gone from the map) will not come back: its
+        queue was deleted (``QueueNotFound``, as for a queue deleted before the request), or
+        deleted and created again (its partitions are new ones), or it was past a lowered
+        partition count. Returns if the queue is the same incarnation and still has that
+        index (the map was re-read without it in between: wait for it as before)."""
+        record = await self.metadata.queue(part.tenant, part.queue)
+        if part.queue_revision is not None and record.create_revision != part.queue_revision:
+            raise QueueNotFound(f"queue {part.queue!r} was deleted")
+        if part.index >= record.attributes.partitions:
+            raise Unavailable(f"partition {part.index} of {part.queue!r} was dropped; retry")
+
     async def _partition_call(
         self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> Any:
@@ -712,7 +724,14 @@ class ClusterBackend:
                 raise last
             current = self._current(part)
             if current is None or current.leader is None:
-                await self.view.wait_for(functools.partial(_has_leader, part=part), remaining)
+                condition = _has_leader_or_gone
+                if current is None and part.id >= 0:
+                    # Placed once, gone from the map now: the manager dropped it, mostly
+                    # because its queue was deleted. Raise at once then, rather than wait out
+                    # the deadline for a leader that never comes.
+                    await self._check_still_placed(part)
+                    condition = _has_leader
+                await self.view.wait_for(functools.partial(condition, part=part), remaining)
                 if self._current(part) is None:
                     # A queue deleted meanwhile (raises), or not placed yet.
                     await self.metadata.queue(part.tenant, part.queue)
@@ -798,6 +817,14 @@ def _unencodable(message: NewMessage) -> InvalidRequest | None:
 def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
     found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
     return found is not None and found.leader is not None
+
+
+def _has_leader_or_gone(current: PartitionMap, part: PartitionInfo) -> bool:
+    """The partition has a leader, or (placed once) it left the map: either ends a wait."""
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    if found is None:
+        return part.id >= 0
+    return found.leader is not None
 
 
 def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
+from backend_store.cluster.cluster_backend import ClusterSettings
 from tests.fixtures.dev_cluster import StoreTarget
 
 from .conftest import Api, RunningGateway, api_for, problem_code
@@ -242,6 +244,33 @@ def test_deleted_queue_can_be_recreated_empty(admin: Api, qname: str) -> None:
     assert admin.put_queue(qname).status_code == 201
     assert admin.receive(qname).json()["messages"] == []
     assert problem_code(admin.send(f"{qname}-never"), 404) == "queue_not_found"
+
+
+def test_delete_answers_at_once_and_kills_receipts(gateway: RunningGateway, qname: str) -> None:
+    """An operator deleting a queue gets an answer, the in-flight receipts die with it, and a
+    queue of the same name made right after works from scratch. On a cluster the delete used
+    to wait out the gateway's whole request deadline (10 s) for the dropped partitions to get
+    a leader again; a client timing out before that deadline catches it."""
+    deadline_s = ClusterSettings().request_deadline_s
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=deadline_s * 0.8) as client:
+        admin = Api(client)
+        admin.put_queue(qname)
+        for body in ("a", "b"):
+            assert admin.send(qname, body).status_code == 201
+        (old,) = admin.receive(qname).json()["messages"]
+        assert client.delete(f"/v1/queues/{qname}").status_code == 204
+        assert problem_code(admin.ack(qname, [old["receipt"]]), 404) == "queue_not_found"
+
+        assert admin.put_queue(qname).status_code == 201
+        r = admin.ack(qname, [old["receipt"]])  # the deleted queue's receipt means nothing here
+        assert r.status_code == 200 and r.json()["acked"] == 0
+        assert [f["code"] for f in r.json()["failed"]] == ["invalid_receipt"]
+        assert admin.send(qname, "new").status_code == 201
+        (new,) = admin.receive(qname, max=10).json()["messages"]
+        assert new["body"] == "new"
+        assert admin.ack(qname, [new["receipt"]]).json()["acked"] == 1
+        assert client.delete(f"/v1/queues/{qname}").status_code == 204
 
 
 def test_purge_needs_admin_and_counts(gateway: RunningGateway, admin: Api, qname: str) -> None:
