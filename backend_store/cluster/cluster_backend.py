@@ -75,6 +75,8 @@ from .wire import Delivery, Events, Notify
 log = logging.getLogger("pushgate.cluster")
 # Between retries of a partition that answered "not now".
 _RETRY_PAUSE_S = 0.05
+# While a partition is not in the map: how often to check that its queue still exists.
+_PLACEMENT_CHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,14 +380,15 @@ class ClusterBackend:
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
         record = await self.metadata.queue(tenant, name)
+        # Its partitions before the record goes: the manager drops them as soon as it sees
+        # that, and our map may lose them before the next line runs. Unplaced ones hold nothing.
+        placed = [p for p in self._parts(record) if p.id >= 0]
         await self.metadata.delete_queue(tenant, name)
         # The manager drops the partitions; deleting the queue in them now makes its
-        # receipts stop working at once. Best effort: a partition being dropped anyway.
+        # receipts stop working at once. Best effort: a partition being dropped anyway
+        # answers queue_not_found (_check_still_placed), at once.
         results = await asyncio.gather(
-            *(
-                self._partition_call(p, "delete_queue", retry_unknown=True, name=name)
-                for p in self._parts(record)
-            ),
+            *(self._partition_call(p, "delete_queue", retry_unknown=True, name=name) for p in placed),
             return_exceptions=True,
         )
         for result in results:
@@ -697,11 +700,11 @@ class ClusterBackend:
         return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
 
     async def _check_still_placed(self, part: PartitionInfo) -> None:
-        """Raise if ``part`` (placed once, now gone from the map) will not come back: its
-        queue was deleted (``QueueNotFound``, as for a queue deleted before the request), or
-        deleted and created again (its partitions are new ones), or it was past a lowered
-        partition count. Returns if the queue is the same incarnation and still has that
-        index (the map was re-read without it in between: wait for it as before)."""
+        """Raise if ``part`` (not in the map: not placed yet, or dropped) will never have a
+        leader: its queue was deleted (``QueueNotFound``, as for a queue deleted before the
+        request), or deleted and created again (its partitions are new ones), or the index is
+        past a lowered partition count. Returns if the queue is the same incarnation and has
+        that index (the manager has yet to place it: wait for it)."""
         record = await self.metadata.queue(part.tenant, part.queue)
         if part.queue_revision is not None and record.create_revision != part.queue_revision:
             raise QueueNotFound(f"queue {part.queue!r} was deleted")
@@ -725,16 +728,16 @@ class ClusterBackend:
             current = self._current(part)
             if current is None or current.leader is None:
                 condition = _has_leader_or_gone
-                if current is None and part.id >= 0:
-                    # Placed once, gone from the map now: the manager dropped it, mostly
-                    # because its queue was deleted. Raise at once then, rather than wait out
-                    # the deadline for a leader that never comes.
+                if current is None:
+                    # Not placed yet, or placed once and gone from the map now (the manager
+                    # dropped it, mostly because its queue was deleted): raise at once if it
+                    # will not come, rather than wait out the deadline for a leader.
                     await self._check_still_placed(part)
                     condition = _has_leader
-                await self.view.wait_for(functools.partial(condition, part=part), remaining)
-                if self._current(part) is None:
-                    # A queue deleted meanwhile (raises), or not placed yet.
-                    await self.metadata.queue(part.tenant, part.queue)
+                # In slices: a queue deleted while we wait is seen within one.
+                await self.view.wait_for(
+                    functools.partial(condition, part=part), min(remaining, _PLACEMENT_CHECK_S)
+                )
                 continue
             leader = current.leader
             assert leader is not None

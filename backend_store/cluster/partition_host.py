@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..attributes import BOUNDS
-from ..errors import PushgateError, QueueExists, StaleEpoch
+from ..errors import PushgateError, QueueExists, StaleEpoch, Unavailable
 from ..lmdb_store.engine import LmdbBackend
 from ..options import StoreOptions
 from ..types import Epoch, Lsn, QueueName, TenantId
@@ -317,6 +317,9 @@ class PartitionHost:
             await asyncio.wait(tasks)
         if leader is not None:
             leader.stop()
+            # Its links are cancelled: writes waiting for a majority would only time out (a
+            # deleted queue's partition made its delete wait out the gateway's node timeout).
+            leader.abandon_waiters(f"the leader stepped down ({why})")
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 
     # Serving -------------------------------------------------------------------------------
@@ -346,6 +349,10 @@ class PartitionHost:
         self._writes_in_flight += 1
         try:
             result = await ops.call(store, op, args)
+            if self.leader is not leader:
+                # Stepped down while the write committed (its partition dropped, say): the
+                # links are gone, no majority can come; say so now, not at the timeout.
+                raise Unavailable(f"partition {self.partition}: the leader stepped down before replicating")
             await leader.replicate(store.last_lsn, timeout_s)
         except StaleEpoch:
             raise ops.NotLeader(f"partition {self.partition}: deposed while replicating") from None

@@ -249,6 +249,16 @@ class ReplicationLeader:
             if not future.done():
                 future.set_exception(self._resigned_error(lsn))
 
+    def abandon_waiters(self, why: str) -> None:
+        """This term stopped here (its links are gone, so no acknowledgement can come): fail
+        every write still waiting for a majority with ``unavailable`` (outcome unknown) at
+        once, rather than at its timeout."""
+        for lsn, future in self._waiters:
+            if not future.done():
+                future.set_exception(
+                    Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
+                )
+
     def _resigned_error(self, lsn: Lsn) -> Unavailable:
         return Unavailable(
             f"partition {self.partition}: LSN {lsn} not on a majority; the leader resigned (no quorum)"
