@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from ..attributes import check_number, check_receive
 from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
+from ..commit_stats import CommitStats
 from ..errors import (
     ConfigurationError,
     InvalidReceipt,
@@ -57,6 +58,7 @@ from ..types import (
     ReceiptFailure,
     ReceivedMessage,
     SendResult,
+    StorageUsage,
     TenantId,
 )
 from .client import NoAnswer, NodePool, NodeUnreachable
@@ -65,6 +67,7 @@ from .etcd_coordinator import EtcdCoordinator
 from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
+from .node_storage import NodeStorage
 from .ops import NotLeader, decode_received
 from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
@@ -622,13 +625,21 @@ class ClusterBackend:
                 head = leader.replicas.get(pid) if leader is not None else None
                 if head is not None:
                     lag += max(0, head.lsn - position.lsn)
-            nodes.append({"id": node.id, "address": node.address, "state": node.state, "lag": lag})
+            nodes.append(
+                {
+                    "id": node.id,
+                    "address": node.address,
+                    "state": node.state,
+                    "lag": lag,
+                    "storage": _storage_document(node.storage),
+                }
+            )
         # A node whose lease expired is gone from nodes/; while partitions still name it, it
         # is shown as down (the console's node_down alert fires on it).
         named = {n for part in current.partitions.values() for n in part.replicas}
         for missing in sorted(named - current.nodes.keys()):
             address = self._addresses.get(missing, "")
-            nodes.append({"id": missing, "address": address, "state": "down", "lag": 0})
+            nodes.append({"id": missing, "address": address, "state": "down", "lag": 0, "storage": None})
         partitions = []
         for part in sorted(current.partitions.values(), key=lambda p: (p.tenant, p.queue, p.index)):
             claim = part.leader
@@ -649,6 +660,21 @@ class ClusterBackend:
                 }
             )
         return {"nodes": nodes, "partitions": partitions}
+
+    # Storage use (the StorageStats capability) ------------------------------------
+
+    async def storage_usage(self) -> StorageUsage:
+        """The fullest partition environment of any node in the map (the one nearest "map
+        full"), from what nodes publish every few seconds; no node is asked. Zeros before
+        any node published. Each node's own figures (disk free among them) are in
+        :meth:`cluster_status`."""
+        published = [n.storage.fullest for n in self.view.map.nodes.values() if n.storage is not None]
+        fullest = max((u for u in published if u is not None), key=lambda u: u.used_ratio, default=None)
+        return fullest if fullest is not None else StorageUsage(0, 0, 0)
+
+    def commit_stats(self) -> CommitStats | None:
+        """None: commits happen on the nodes, not in the gateway."""
+        return None
 
     # Routing ------------------------------------------------------------------------
 
@@ -802,6 +828,21 @@ class ClusterBackend:
                 raise
             breaker.succeeded()
             return result
+
+
+def _storage_document(storage: NodeStorage | None) -> dict[str, Any] | None:
+    """A node's ``storage`` in ``GET /v1/cluster`` (None until it published one)."""
+    if storage is None:
+        return None
+    return {
+        "used_bytes": storage.used_bytes,
+        "map_size": storage.map_size,
+        "max_map_size": storage.max_map_size,
+        "environments": storage.environments,
+        "map_used_ratio": round(storage.map_used_ratio, 6),
+        "disk_free_bytes": storage.disk_free_bytes,
+        "disk_total_bytes": storage.disk_total_bytes,
+    }
 
 
 def _unencodable(message: NewMessage) -> InvalidRequest | None:
