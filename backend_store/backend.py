@@ -245,6 +245,11 @@ class ReplicaStore(Protocol):
     def epoch(self) -> Epoch:
         """The highest epoch this replica has seen (0: none)."""
 
+    @property
+    def last_entry(self) -> tuple[Lsn, Epoch | None]:
+        """:attr:`last_lsn` and the epoch of its entry (None: no such entry is logged), read
+        together: consistent even while a commit is being made current."""
+
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries with LSN > ``after``, oldest first, at most ``limit``."""
 

@@ -13,6 +13,11 @@ manager`` (the test harness in ``tests/cluster/processes.py``), then measures:
    client sends, and time from the kill to the first acknowledged send on that partition.
 3. Async loss: SIGKILL the async partition's leader during a stream of sends and count the
    acknowledged messages the new leader does not have.
+4. Through a gateway (``--gateway-rounds``, 0 to skip): ``POST /v1/queues/bench/messages``
+   of one message each from ``--producers`` keep-alive connections (http_bench.py's load
+   generator, in its own process) to a ``pushgate serve`` on the embedded store and to one on
+   ``cluster://`` (RF 3, sync), alternating, as a ratio: what a user choosing between the two
+   sees per gateway.
 
     .venv/bin/python bench/cluster_bench.py --seconds 5 --producers 32 --kills 3
 """
@@ -31,6 +36,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx
+from http_bench import _load as http_load
+from push_common import start_gateway
 
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
@@ -175,6 +185,45 @@ async def async_loss(h: ClusterHarness, pid: int, queue: str) -> tuple[int, int]
     return len(acknowledged), len(set(acknowledged) - received)
 
 
+def through_gateways(h: ClusterHarness, root: Path, args: argparse.Namespace) -> None:
+    """HTTP sends to a gateway on the embedded store and to one on the cluster, alternating."""
+    cluster_url = f"cluster://{','.join(h.endpoints)}{h.prefix}?replication_factor=3"
+    gateways = {
+        "embedded": start_gateway(root / "gw-embedded"),
+        "cluster": start_gateway(root / "gw-cluster", cluster_url),
+    }
+    try:
+        for _, url, key in gateways.values():
+            response = httpx.put(
+                f"{url}/v1/queues/bench",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"replication_mode": "sync"} if "cluster" in url else {},
+                timeout=60,
+            )
+            response.raise_for_status()
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in gateways}
+        for _ in range(args.gateway_rounds):
+            for name, (_, url, key) in gateways.items():
+                runs[name].append(http_load(url, key, "send", args.seconds, args.producers, args.size))
+    finally:
+        for proc, _, _ in gateways.values():
+            proc.terminate()
+            proc.wait()
+    for name, results in runs.items():
+        rates = ", ".join(f"{r['req_per_s']:,.0f}" for r in results)
+        p50 = statistics.median(r["p50_ms"] for r in results)
+        p99 = statistics.median(r["p99_ms"] for r in results)
+        errors = sum(int(r["errors"]) for r in results)
+        print(
+            f"gateway on {name:<9} sends/s by round: {rates}   p50 {p50:.2f} ms  p99 {p99:.2f} ms  errors {errors}"
+        )
+    ratios = [c["req_per_s"] / e["req_per_s"] for e, c in zip(runs["embedded"], runs["cluster"], strict=True)]
+    print(
+        "gateway on cluster:// (RF 3, sync) / gateway on the embedded store: "
+        + ", ".join(f"{r:.2f}x" for r in ratios)
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
     body = b"x" * args.size
     with tempfile.TemporaryDirectory(prefix="pushgate-cluster-bench-") as tmp:
@@ -212,8 +261,11 @@ async def main(args: argparse.Namespace) -> None:
                         + ", ".join(f"{t:.2f} s" for t in times)
                         + f"; median {statistics.median(times):.2f} s"
                     )
-                sent, lost = await async_loss(h, pids["async"], "async")
-                print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
+                if args.kills:
+                    sent, lost = await async_loss(h, pids["async"], "async")
+                    print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
+                if args.gateway_rounds:
+                    await asyncio.to_thread(through_gateways, h, root, args)
             finally:
                 await h.close()
 
@@ -225,5 +277,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--producers", type=int, default=32)
     parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument(
+        "--kills", type=int, default=3, help="failovers to time (0: none, and no async loss run)"
+    )
+    parser.add_argument("--gateway-rounds", type=int, default=3, help="alternating rounds through gateways")
     asyncio.run(main(parser.parse_args()))

@@ -40,13 +40,23 @@ def machine() -> str:
 _profilers: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
-    """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets)."""
+def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+    """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets);
+    ``store``: its ``--store`` URL (default: the embedded store in ``data_dir``)."""
     # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
     profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
     prefix = ["-m", "cProfile", "-o", profile, "-m", "gateway.cli"] if profile else []
     proc = subprocess.Popen(
-        [sys.executable, *(prefix or ["-m", "gateway.cli"]), "serve", "--data", str(data_dir), "--port", "0"],
+        [
+            sys.executable,
+            *(prefix or ["-m", "gateway.cli"]),
+            "serve",
+            "--data",
+            str(data_dir),
+            "--port",
+            "0",
+            *(["--store", store] if store else []),
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
@@ -70,6 +80,10 @@ def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
         # py-spy attached to the gateway (all threads, collapsed stacks), written when stop() ends it.
         py_spy = str(Path(sys.executable).with_name("py-spy"))
         command = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200", "-o", spy]
+        if os.environ.get("PUSHGATE_BENCH_PYSPY_GIL"):
+            # Only samples holding the GIL: where the CPU goes (otherwise waits in C, such as
+            # fsync or a thread waiting for work, show as busy).
+            command.append("--gil")
         _profilers[proc.pid] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, url, key
 

@@ -37,6 +37,7 @@ from .wire import (
     ErrorReply,
     Events,
     FrameReader,
+    FrameWriter,
     Hello,
     Message,
     Notify,
@@ -47,7 +48,6 @@ from .wire import (
     SnapshotChunk,
     WireError,
     Withdraw,
-    encode,
 )
 
 
@@ -84,6 +84,7 @@ class Connection:
         self.peer: Hello | None = None
         self.close_code: CloseCode | None = None
         self._reader = FrameReader(max_frame)
+        self._writer = FrameWriter()
         self._out = bytearray()
         self._events: list[Event] = []
         self._next_id = 1
@@ -208,7 +209,7 @@ class Connection:
     def _write(self, message: Message) -> None:
         if self.state is State.CLOSED:
             raise ConnectionClosedError(f"connection closed ({self.close_code})")
-        self._out += encode(message)
+        self._out += self._writer.encode(message)
 
     def _handle(self, message: Message) -> None:
         if self.state is State.HANDSHAKE:

@@ -87,6 +87,8 @@ class ClusterMetadata:
         self.queues = WatchedPrefix(coordinator, paths.queues, reread_every_s=reread_every_s)
         self._meta_listeners: list[MetaListener] = []
         self._queue_listeners: list[QueueListener] = []
+        # Watched queue records, decoded: every request looks its queue up here.
+        self._decoded: dict[str, QueueRecord] = {}
         self.meta.add_listener(self._meta_changed)
         self.queues.add_listener(self._queues_changed)
 
@@ -134,8 +136,19 @@ class ClusterMetadata:
 
     def cached_queue(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
         """The watched copy of a queue record (may lag another gateway's change briefly)."""
-        entry = self.queues.get(f"{tenant}/{name}")
-        return None if entry is None else QueueRecord.from_entry(tenant, name, entry)
+        key = f"{tenant}/{name}"
+        entry = self.queues.get(key)
+        if entry is None:
+            self._decoded.pop(key, None)
+            return None
+        record = self._decoded.get(key)
+        if (
+            record is None
+            or record.mod_revision != entry.mod_revision
+            or record.create_revision != entry.create_revision
+        ):
+            record = self._decoded[key] = QueueRecord.from_entry(tenant, name, entry)
+        return record
 
     def cached_queues(self, tenant: TenantId) -> list[QueueRecord]:
         """Every queue record of a tenant in the watched copy."""
@@ -230,5 +243,6 @@ class ClusterMetadata:
         for key in sorted(keys):
             split = self.paths.split_queue_key(key)
             if split is not None:
+                self._decoded.pop(f"{split[0]}/{split[1]}", None)
                 for listener in list(self._queue_listeners):
                     listener(*split)

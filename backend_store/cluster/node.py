@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..encryption import Keyring
-from ..errors import PushgateError, StaleEpoch
+from ..errors import PushgateError, StaleEpoch, Unavailable
 from ..options import StoreOptions
 from ..types import Epoch
 from . import ops
@@ -516,6 +516,12 @@ class Node:
         # A reply is a promise: only while our claim is surely alive (a frozen leader that
         # woke up past its lease must not acknowledge; a successor may already exist).
         if self.session is not session or not session.valid():
+            if ops.OPS[request.op].writes:
+                # Applied here (and perhaps on a majority): the outcome is unknown, which
+                # not_leader would deny.
+                raise Unavailable(
+                    f"node {self.node_id} lost its etcd session; the write may have been applied"
+                )
             raise ops.NotLeader(f"node {self.node_id} lost its etcd session")
         return result
 

@@ -110,7 +110,7 @@ class PartitionHost:
 
     async def position(self, leader_epoch: int) -> ReplicaPosition:
         store = self.store
-        self.last_epoch, last = await self._last_entry()
+        self.last_epoch, last = self._last_entry()
         resigned = self.resigned
         if resigned is not None:
             # Not our last entry: what we vouch for (see quorum.vouched_position).
@@ -118,15 +118,13 @@ class PartitionHost:
         role = "leader" if self.leading else "follower"
         return ReplicaPosition(role, store.epoch, last, self.last_epoch, leader_epoch)
 
-    async def _last_entry(self) -> tuple[Epoch, Lsn]:
-        """(epoch of the last entry, last LSN); the epoch as last seen if it was trimmed."""
-        store = self.store
-        last = store.last_lsn
-        if last:
-            entries = await store.read_replication_log(Lsn(last - 1), 1)
-            if entries and entries[0].lsn == last:
-                return entries[0].epoch, last
-        return self.last_epoch, last
+    def _last_entry(self) -> tuple[Epoch, Lsn]:
+        """(epoch of the last entry, last LSN); the epoch as last seen if it was trimmed.
+
+        From the store's memory, not a log read: no thread hop, and nothing to trip over
+        while a re-seed swaps the store."""
+        last, epoch = self.store.last_entry
+        return (epoch if last and epoch is not None else self.last_epoch), last
 
     # Leading -------------------------------------------------------------------------------
 
@@ -157,7 +155,7 @@ class PartitionHost:
             quorum=QuorumCheck(self.node_id, record.replicas, window_s=quorum_window_s, now=time.monotonic()),
         )
         await leader.start()  # raises StaleEpoch if this replica saw a newer term
-        self._term_start = await self._last_entry()
+        self._term_start = self._last_entry()
         self.resigned = None
         self.leader = leader
         self.record = record
@@ -348,14 +346,23 @@ class PartitionHost:
             return await ops.call(store, op, args)
         self._writes_in_flight += 1
         try:
-            result = await ops.call(store, op, args)
+            try:
+                result = await ops.call(store, op, args)
+            except StaleEpoch:  # refused before it was written
+                raise ops.NotLeader(f"partition {self.partition}: deposed") from None
             if self.leader is not leader:
                 # Stepped down while the write committed (its partition dropped, say): the
                 # links are gone, no majority can come; say so now, not at the timeout.
                 raise Unavailable(f"partition {self.partition}: the leader stepped down before replicating")
-            await leader.replicate(store.last_lsn, timeout_s)
-        except StaleEpoch:
-            raise ops.NotLeader(f"partition {self.partition}: deposed while replicating") from None
+            try:
+                await leader.replicate(store.last_lsn, timeout_s)
+            except StaleEpoch:
+                # Written here, maybe held by followers: not "not_leader", which promises
+                # nothing was applied and lets the gateway retry any request.
+                raise Unavailable(
+                    f"partition {self.partition}: the leader was deposed before a majority held "
+                    "this write; it may or may not have been applied"
+                ) from None
         finally:
             self._writes_in_flight -= 1
         return result

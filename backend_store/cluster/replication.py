@@ -43,6 +43,7 @@ from typing import BinaryIO
 from ..backend import ReplicaStore
 from ..errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
+from .commit_waiters import CommitWaiters
 from .connection import Closed, Connection, ConnectionClosedError, Event
 from .quorum import QuorumCheck
 from .stream import NodeStream
@@ -110,7 +111,7 @@ class ReplicationLeader:
         self.newer_epoch: Epoch | None = None
         # Set when this leader resigned for lack of a quorum: writes are no longer promised.
         self.resigned = False
-        self._waiters: list[tuple[Lsn, asyncio.Future[None]]] = []
+        self._waiters = CommitWaiters(self._not_replicated)
         # Followers being re-seeded: the LSN their snapshot was taken at (log held from there).
         self._holds: dict[str, Lsn] = {}
         # The tip of the log as the store's writer offers it, before its own commit (oldest
@@ -216,18 +217,10 @@ class ReplicationLeader:
         self.notify()
         if self.mode is ReplicationMode.ASYNC or self.committed_lsn >= lsn:
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((lsn, future))
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.shield(future)
-        except TimeoutError:
-            raise Unavailable(
-                f"partition {self.partition}: LSN {lsn} not on a majority within {timeout_s:g}s"
-            ) from None
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove((lsn, future))
+        await self._waiters.wait(lsn, timeout_s)
+
+    def _not_replicated(self, lsn: Lsn, timeout_s: float) -> Unavailable:
+        return Unavailable(f"partition {self.partition}: LSN {lsn} not on a majority within {timeout_s:g}s")
 
     def notify(self) -> None:
         """New entries were committed locally: wake every follower's sender."""
@@ -235,29 +228,22 @@ class ReplicationLeader:
             progress.wake.set()
 
     def _settle_waiters(self) -> None:
-        committed = self.committed_lsn
-        for lsn, future in self._waiters:
-            if lsn <= committed and not future.done():
-                future.set_result(None)
+        self._waiters.settle(self.committed_lsn)
 
     def resign(self) -> None:
         """Check-quorum gave up this term: fail every write still waiting for a majority
         with ``unavailable`` (its outcome is unknown: a follower may hold it and be promoted),
         at once rather than at its timeout, and every later one."""
         self.resigned = True
-        for lsn, future in self._waiters:
-            if not future.done():
-                future.set_exception(self._resigned_error(lsn))
+        self._waiters.fail(self._resigned_error)
 
     def abandon_waiters(self, why: str) -> None:
         """This term stopped here (its links are gone, so no acknowledgement can come): fail
         every write still waiting for a majority with ``unavailable`` (outcome unknown) at
         once, rather than at its timeout."""
-        for lsn, future in self._waiters:
-            if not future.done():
-                future.set_exception(
-                    Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
-                )
+        self._waiters.fail(
+            lambda lsn: Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
+        )
 
     def _resigned_error(self, lsn: Lsn) -> Unavailable:
         return Unavailable(
@@ -274,9 +260,7 @@ class ReplicationLeader:
         self.newer_epoch = epoch
         self.deposed.set()
         error = StaleEpoch(f"partition {self.partition}: epoch {self.epoch} was superseded by {epoch}")
-        for _, future in self._waiters:
-            if not future.done():
-                future.set_exception(error)
+        self._waiters.fail(lambda lsn: error)
 
     # One follower's link ---------------------------------------------------------
 
@@ -616,6 +600,9 @@ class ReplicationFollower:
 
     async def _epoch_at(self, lsn: Lsn) -> Epoch | None:
         """The epoch of our entry at ``lsn`` (None: trimmed from our log)."""
+        last, epoch = self.store.last_entry
+        if lsn == last and epoch is not None:
+            return epoch  # the usual case, a shipment continuing our tail
         entries = await self.store.read_replication_log(Lsn(lsn - 1), 1)
         return entries[0].epoch if entries and entries[0].lsn == lsn else None
 

@@ -250,8 +250,19 @@ Message = (
 
 def encode(message: Message) -> bytes:
     """One frame: the length header and the message as a msgpack array."""
-    body: bytes = msgpack.packb(_to_list(message), use_bin_type=True)
-    return HEADER.pack(len(body)) + body
+    return FrameWriter().encode(message)
+
+
+class FrameWriter:
+    """Messages in, frames out; one per connection (it reuses its msgpack packer, which
+    costs about half of what ``packb``'s new packer per frame does)."""
+
+    def __init__(self) -> None:
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    def encode(self, message: Message) -> bytes:
+        body: bytes = self._packer.pack(_to_list(message))
+        return HEADER.pack(len(body)) + body
 
 
 def _to_list(message: Message) -> list[Any]:

@@ -406,6 +406,11 @@ class LmdbBackend:
     def epoch(self) -> Epoch:
         return self._replication_log.epoch
 
+    @property
+    def last_entry(self) -> tuple[Lsn, Epoch | None]:
+        last, _, entry_epoch = self._replication_log.committed
+        return last, entry_epoch
+
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
         """Committed entries after ``after``, oldest first."""
         return await self._read(lambda v: ReplicationLog.read(v.txn, v.dbs, after, limit))

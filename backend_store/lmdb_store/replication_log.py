@@ -44,20 +44,34 @@ _DB_NUMBERS = frozenset(int(db) for db in Db if db != Db.REPLOG)
 class ReplicationLog:
     def __init__(self, keep: int) -> None:
         self.keep = max(0, keep)
-        self.last_lsn = Lsn(0)
-        self.epoch = Epoch(0)
+        # (last LSN, fence, epoch of the entry at that LSN or None), committed. One tuple
+        # replaced whole by the writer thread, so the event loop never reads a torn mix.
+        # The entry's epoch lets a follower check a shipment's prev against its own tail,
+        # and a node publish its position, without reading the log.
+        self.committed: tuple[Lsn, Epoch, Epoch | None] = (Lsn(0), Epoch(0), None)
         # The lowest LSN any follower still needs (None: no followers registered).
         self.follower_floor: Lsn | None = None
-        # (last_lsn, epoch) as the open transaction leaves them; None when unchanged.
-        self._staged: tuple[Lsn, Epoch] | None = None
+        # (last_lsn, epoch, last_entry_epoch) as the open transaction leaves them; None
+        # when unchanged.
+        self._staged: tuple[Lsn, Epoch, Epoch | None] | None = None
         # The entry the open transaction appended, as followers get it (None: none, or no log kept).
         self.appended: LogEntry | None = None
 
     def load(self, txn: Any, dbs: dict[Db, Any]) -> None:
         raw = txn.get(_LAST_LSN, db=dbs[Db.META])
-        self.last_lsn = Lsn(read_u64(raw) if raw else 0)
+        last = Lsn(read_u64(raw) if raw else 0)
         raw = txn.get(_EPOCH, db=dbs[Db.META])
-        self.epoch = Epoch(read_u64(raw) if raw else 0)
+        fence = Epoch(read_u64(raw) if raw else 0)
+        raw = txn.get(u64(last), db=dbs[Db.REPLOG]) if last else None
+        self.committed = (last, fence, Epoch(unpack(raw)[0]) if raw is not None else None)
+
+    @property
+    def last_lsn(self) -> Lsn:
+        return self.committed[0]
+
+    @property
+    def epoch(self) -> Epoch:
+        return self.committed[1]
 
     # Transaction boundaries (the writer thread calls these) ------------------
 
@@ -67,19 +81,23 @@ class ReplicationLog:
 
     def commit(self) -> None:
         if self._staged is not None:
-            self.last_lsn, self.epoch = self._staged
+            self.committed = self._staged
             self._staged = None
 
     def _current(self) -> tuple[Lsn, Epoch]:
-        return self._staged or (self.last_lsn, self.epoch)
+        last, fence, _ = self._staged or self.committed
+        return last, fence
 
-    def _stage(self, writes: Writes, lsn: Lsn, epoch: Epoch) -> None:
+    def _stage(self, writes: Writes, lsn: Lsn, epoch: Epoch, entry_epoch: Epoch | None) -> None:
         last, fence = self._current()
         if lsn != last:
             writes.txn.put(_LAST_LSN, u64(lsn), db=writes.dbs[Db.META])
         if epoch != fence:
             writes.txn.put(_EPOCH, u64(epoch), db=writes.dbs[Db.META])
-        self._staged = (lsn, epoch)
+        self._staged = (lsn, epoch, entry_epoch)
+
+    def _entry_epoch(self) -> Epoch | None:
+        return (self._staged or self.committed)[2]
 
     # The leader's side ---------------------------------------------------------
 
@@ -92,7 +110,7 @@ class ReplicationLog:
             undo = getattr(writes, "undo", None)
             writes.txn.put(u64(lsn), pack([epoch, record, undo]), db=writes.dbs[Db.REPLOG])
             self.appended = LogEntry(lsn, epoch, record)
-        self._stage(writes, lsn, epoch)
+        self._stage(writes, lsn, epoch, epoch if self.keep else None)
         self._trim(writes, lsn)
         return lsn
 
@@ -101,7 +119,7 @@ class ReplicationLog:
         last, fence = self._current()
         if epoch < fence:
             raise StaleEpoch(f"epoch {epoch} is older than {fence}")
-        self._stage(writes, last, epoch)
+        self._stage(writes, last, epoch, self._entry_epoch())
         return epoch
 
     def _trim(self, writes: Writes, lsn: Lsn) -> None:
@@ -173,7 +191,7 @@ class ReplicationLog:
             undo = [_apply_mutation(writes, db, key, value) for db, key, value in mutations]
             writes.txn.put(u64(entry.lsn), pack([entry.epoch, entry.record, undo]), db=writes.dbs[Db.REPLOG])
         if entries or sender > fence:
-            self._stage(writes, last, max(fence, sender))
+            self._stage(writes, last, max(fence, sender), previous if entries else self._entry_epoch())
         if entries:
             self._trim(writes, last)
         return last
@@ -211,7 +229,9 @@ class ReplicationLog:
                 else:
                     writes.txn.put(key, old, db=writes.dbs[Db(db)])
             writes.txn.delete(u64(n), db=writes.dbs[Db.REPLOG])
-        self._stage(writes, lsn, max(fence, epoch or fence))
+        raw = writes.txn.get(u64(lsn), db=writes.dbs[Db.REPLOG]) if lsn else None
+        entry_epoch = Epoch(unpack(raw)[0]) if raw is not None else None
+        self._stage(writes, lsn, max(fence, epoch or fence), entry_epoch)
         return len(undos)
 
 

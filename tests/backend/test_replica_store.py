@@ -285,6 +285,48 @@ async def test_a_deposed_leader_truncates_its_unacknowledged_tail_and_rejoins(re
     assert b"new term" in bodies and b"also lost" not in bodies
 
 
+async def logged_tail_epoch(store: LmdbBackend) -> Epoch | None:
+    entries = await store.read_replication_log(Lsn(store.last_lsn - 1), 1)
+    return entries[0].epoch if entries and entries[0].lsn == store.last_lsn else None
+
+
+async def test_the_last_entry_epoch_is_the_logs_through_every_change(replicas: Replicas) -> None:
+    # A follower checks a shipment's prev against it instead of reading its log: it must
+    # be exactly what the log says after appends, applies, new terms, truncation, restart.
+    old = await replicas.open("old")
+    new = await replicas.open("new")
+
+    async def check(*stores: LmdbBackend) -> None:
+        for store in stores:
+            assert store.last_entry == (store.last_lsn, await logged_tail_epoch(store))
+
+    await check(old, new)
+    assert old.last_entry == (0, None), "an empty log has no tail"
+    await old.raise_epoch(Epoch(3))
+    await busy_workload(old, "a")
+    await ship(old, new)
+    await check(old, new)
+    assert new.last_entry[1] == 3
+    keep = old.last_lsn
+    await old.raise_epoch(Epoch(4))
+    await check(old)
+    assert old.last_entry[1] == 3, "a new term writes no entry"
+    await send_one(old, T1, "w-a", "b")
+    await check(old)
+    assert old.last_entry[1] == 4
+    await new.raise_epoch(Epoch(5))
+    await old.truncate_after(keep, Epoch(5))
+    await check(old)
+    assert old.last_entry[1] == 3
+    old = engine(await replicas.factory("old").reopen(old, replication_log_keep=LOG_KEEP))
+    await check(old)
+    assert old.last_entry[1] == 3
+    await send_one(new, T1, "w-a", "c")
+    await ship(new, old)
+    await check(old, new)
+    assert old.last_entry[1] == 5
+
+
 async def test_a_batch_that_changes_a_key_twice_is_undone_to_its_first_value(replicas: Replicas) -> None:
     store = await replicas.open("a")
     await store.meta_put("ns", "k", b"original")

@@ -142,6 +142,9 @@ async def test_another_gateways_changes_arrive_through_the_watch(
         assert metadata.cached_queue(T, QueueName("jobs")) is not None
         await elsewhere.update_queue(T, QueueName("jobs"), {"delay_s": 2})
         assert await asyncio.wait_for(seen_queues.get(), scaled(5)) == (T, "jobs")
+        # The decoded copy requests route by is the new one, not the one decoded before.
+        updated = metadata.cached_queue(T, QueueName("jobs"))
+        assert updated is not None and updated.attributes.delay_s == 2
         await elsewhere.meta_delete("api_keys", "k9")
         assert await asyncio.wait_for(seen_meta.get(), scaled(5)) == ("api_keys", "k9")
         await elsewhere.delete_queue(T, QueueName("jobs"))

@@ -16,7 +16,8 @@ from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout, LeaderRecord, pack
 from backend_store.cluster.manager import Manager
 from backend_store.cluster.node import Node
-from backend_store.errors import PushgateError
+from backend_store.cluster.ops import NotLeader
+from backend_store.errors import PushgateError, Unavailable
 from backend_store.lmdb_store.environment import Db
 from backend_store.types import Epoch, NewMessage, QueueName, TenantId
 from tests.cluster.test_replication import contents
@@ -106,3 +107,45 @@ async def test_only_the_leader_sweeps_and_replicas_stay_equal(
     await until("the sweep to reach both replicas", swept_everywhere)
     assert await contents(follower.store) == await contents(leader.store)
     assert follower.store.options.sweep_interval_s == 0
+
+
+async def test_a_write_cut_off_by_a_deposition_is_answered_as_outcome_unknown(
+    cluster: tuple[Layout, list[Node], NodePool],
+) -> None:
+    # The leader wrote it to its own log but learned of a newer term before a majority held
+    # it. "not_leader" would tell the gateway nothing was applied, and it retries any
+    # request after not_leader; this one may have been applied (the leader's log has it, and
+    # a follower might), so the answer must be "unavailable": retried only when that is safe.
+    layout, nodes, pool = cluster
+    coordinator = nodes[0].coordinator
+    await coordinator.put(layout.queue(T, Q), pack({"replication_factor": 2}))
+
+    async def leader_known() -> bool:
+        return await coordinator.get(layout.leader(1)) is not None and all(1 in n.hosts for n in nodes)
+
+    await until("a leader and two replicas", leader_known)
+    entry = await coordinator.get(layout.leader(1))
+    assert entry is not None
+    record = LeaderRecord.unpack(entry.value)
+    client = pool.client(record.node, record.address)
+    epoch = Epoch(entry.create_revision)
+
+    async def sent() -> bool:
+        try:
+            await client.call("send", 1, epoch, tenant=T, queue=Q, messages=[NewMessage(b"first")])
+        except PushgateError:  # not ready yet (the queue's attributes on their way)
+            return False
+        return True
+
+    await until("a first send", sent)
+    leader = next(n for n in nodes if n.node_id == record.node).hosts[1]
+    follower = next(n for n in nodes if n.node_id != record.node).hosts[1]
+    # A newer term began elsewhere and reached the follower's storage, not the leader yet.
+    await follower.store.raise_epoch(Epoch(epoch + 1000))
+    before = leader.store.last_lsn
+
+    with pytest.raises(Unavailable) as raised:
+        await client.call("send", 1, epoch, tenant=T, queue=Q, messages=[NewMessage(b"cut off")])
+    assert not isinstance(raised.value, NotLeader), "not_leader promises nothing was applied"
+    assert raised.value.code == "unavailable"
+    assert leader.store.last_lsn > before, "the write is in the deposed leader's log"
