@@ -7,16 +7,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from backend_store.cluster.client import NodePool
+from backend_store.cluster.client import NodeClient, NodePool
 from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout, LeaderRecord, pack
 from backend_store.cluster.manager import Manager
 from backend_store.cluster.node import Node
 from backend_store.cluster.ops import NotLeader
+from backend_store.cluster.partition_host import PartitionHost
 from backend_store.errors import PushgateError, Unavailable
 from backend_store.lmdb_store.environment import Db
 from backend_store.types import Epoch, NewMessage, QueueName, TenantId
@@ -61,12 +64,23 @@ async def until(what: str, check: object, timeout: float = 15) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_only_the_leader_sweeps_and_replicas_stay_equal(
-    cluster: tuple[Layout, list[Node], NodePool],
-) -> None:
+@dataclass
+class Led:
+    """Partition 1 of queue Q, served: a client on its leader, the term, both replicas."""
+
+    client: NodeClient
+    epoch: Epoch
+    leader: PartitionHost
+    follower: PartitionHost
+
+
+async def first_send(
+    cluster: tuple[Layout, list[Node], NodePool], attributes: dict[str, Any], messages: list[NewMessage]
+) -> Led:
+    """Create Q with ``attributes``, wait for its leader and replicas, send ``messages`` there."""
     layout, nodes, pool = cluster
     coordinator = nodes[0].coordinator
-    await coordinator.put(layout.queue(T, Q), pack({"replication_factor": 2, "dedupe_window_s": 1}))
+    await coordinator.put(layout.queue(T, Q), pack(attributes))
 
     async def leader_known() -> bool:
         return await coordinator.get(layout.leader(1)) is not None and all(1 in n.hosts for n in nodes)
@@ -76,7 +90,6 @@ async def test_only_the_leader_sweeps_and_replicas_stay_equal(
     assert entry is not None
     record = LeaderRecord.unpack(entry.value)
     client = pool.client(record.node, record.address)
-    messages = [NewMessage(f"m{i}".encode(), dedupe_id=f"d{i}") for i in range(5)]
     epoch = Epoch(entry.create_revision)
 
     async def sent() -> bool:
@@ -86,9 +99,18 @@ async def test_only_the_leader_sweeps_and_replicas_stay_equal(
             return False
         return True
 
-    await until("the send", sent)
+    await until("the first send", sent)
     leader = next(n for n in nodes if n.node_id == record.node).hosts[1]
     follower = next(n for n in nodes if n.node_id != record.node).hosts[1]
+    return Led(client, epoch, leader, follower)
+
+
+async def test_only_the_leader_sweeps_and_replicas_stay_equal(
+    cluster: tuple[Layout, list[Node], NodePool],
+) -> None:
+    messages = [NewMessage(f"m{i}".encode(), dedupe_id=f"d{i}") for i in range(5)]
+    led = await first_send(cluster, {"replication_factor": 2, "dedupe_window_s": 1}, messages)
+    leader, follower = led.leader, led.follower
 
     async def dedupe_entries(node_store: object) -> int:
         return len((await contents(node_store))[Db.DEDUPE.name])  # type: ignore[arg-type]
@@ -116,30 +138,8 @@ async def test_a_write_cut_off_by_a_deposition_is_answered_as_outcome_unknown(
     # it. "not_leader" would tell the gateway nothing was applied, and it retries any
     # request after not_leader; this one may have been applied (the leader's log has it, and
     # a follower might), so the answer must be "unavailable": retried only when that is safe.
-    layout, nodes, pool = cluster
-    coordinator = nodes[0].coordinator
-    await coordinator.put(layout.queue(T, Q), pack({"replication_factor": 2}))
-
-    async def leader_known() -> bool:
-        return await coordinator.get(layout.leader(1)) is not None and all(1 in n.hosts for n in nodes)
-
-    await until("a leader and two replicas", leader_known)
-    entry = await coordinator.get(layout.leader(1))
-    assert entry is not None
-    record = LeaderRecord.unpack(entry.value)
-    client = pool.client(record.node, record.address)
-    epoch = Epoch(entry.create_revision)
-
-    async def sent() -> bool:
-        try:
-            await client.call("send", 1, epoch, tenant=T, queue=Q, messages=[NewMessage(b"first")])
-        except PushgateError:  # not ready yet (the queue's attributes on their way)
-            return False
-        return True
-
-    await until("a first send", sent)
-    leader = next(n for n in nodes if n.node_id == record.node).hosts[1]
-    follower = next(n for n in nodes if n.node_id != record.node).hosts[1]
+    led = await first_send(cluster, {"replication_factor": 2}, [NewMessage(b"first")])
+    leader, follower, client, epoch = led.leader, led.follower, led.client, led.epoch
     # A newer term began elsewhere and reached the follower's storage, not the leader yet.
     await follower.store.raise_epoch(Epoch(epoch + 1000))
     before = leader.store.last_lsn
