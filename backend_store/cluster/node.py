@@ -54,6 +54,7 @@ from .layout import (
 )
 from .node_demands import NodeDemands
 from .node_events import NodeEvents
+from .node_storage import StorageGauge
 from .partition_host import PartitionHost
 from .stream import NodeStream
 from .tls import NodeTls, serve_node_protocol
@@ -112,6 +113,8 @@ class Node:
         self.demands = NodeDemands(self.hosts, timeout_s=request_timeout_s)
         # Which gateway reports each partition's dead-letter moves and expiries.
         self.events = NodeEvents(self.hosts)
+        # Disk and map use, published with the positions (node_storage.py).
+        self.storage = StorageGauge(self.data_dir)
         self.session: Session | None = None
         self._server: asyncio.Server | None = None
         self._clients: set[NodeStream] = set()
@@ -411,7 +414,8 @@ class Node:
         for pid, host in self.hosts.items():
             claim = self._leaders.get(pid)
             replicas[pid] = await host.position(claim[1] if claim is not None else 0)
-        record = NodeRecord(self.address, "up", replicas)
+        storage = await self.storage.current(h.store for h in list(self.hosts.values()))
+        record = NodeRecord(self.address, "up", replicas, storage)
         if record == self._published and not force:
             return
         await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

@@ -319,6 +319,9 @@ class PartitionHost:
             await asyncio.wait(tasks)
         if leader is not None:
             leader.stop()
+            # Its links are cancelled: writes waiting for a majority would only time out (a
+            # deleted queue's partition made its delete wait out the gateway's node timeout).
+            leader.abandon_waiters(f"the leader stepped down ({why})")
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 
     # Serving -------------------------------------------------------------------------------
@@ -351,6 +354,10 @@ class PartitionHost:
                 result = await ops.call(store, op, args)
             except StaleEpoch:  # refused before it was written
                 raise ops.NotLeader(f"partition {self.partition}: deposed") from None
+            if self.leader is not leader:
+                # Stepped down while the write committed (its partition dropped, say): the
+                # links are gone, no majority can come; say so now, not at the timeout.
+                raise Unavailable(f"partition {self.partition}: the leader stepped down before replicating")
             try:
                 await leader.replicate(store.last_lsn, timeout_s)
             except StaleEpoch:

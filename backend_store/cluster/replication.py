@@ -238,6 +238,14 @@ class ReplicationLeader:
         self.resigned = True
         self._waiters.fail(self._resigned_error)
 
+    def abandon_waiters(self, why: str) -> None:
+        """This term stopped here (its links are gone, so no acknowledgement can come): fail
+        every write still waiting for a majority with ``unavailable`` (outcome unknown) at
+        once, rather than at its timeout."""
+        self._waiters.fail(
+            lambda lsn: Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
+        )
+
     def _resigned_error(self, lsn: Lsn) -> Unavailable:
         return Unavailable(
             f"partition {self.partition}: LSN {lsn} not on a majority; the leader resigned (no quorum)"
