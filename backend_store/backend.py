@@ -319,7 +319,8 @@ class DeadLetters(Protocol):
 
 @runtime_checkable
 class StorageStats(Protocol):
-    """Optional capability: how full the local store is (embedded stores)."""
+    """Optional capability: how full the store is. Embedded stores: their own file, at once.
+    The cluster: the fullest partition environment any node published (seconds old)."""
 
     async def storage_usage(self) -> StorageUsage:
         """Bytes used, the current map size and the largest it may grow to."""

@@ -19,6 +19,10 @@ manager`` (the test harness in ``tests/cluster/processes.py``), then measures:
    ``cluster://`` (RF 3, sync), alternating, as a ratio: what a user choosing between the two
    sees per gateway.
 
+With ``--tls`` every node-protocol connection (node ports, leader links, the clients and the
+gateway on ``cluster://``) runs mutual TLS with certificates made for the run: run it with
+and without to see what TLS costs (each run has its own embedded baseline to compare with).
+
     .venv/bin/python bench/cluster_bench.py --seconds 5 --producers 32 --kills 3
 """
 
@@ -42,6 +46,8 @@ import httpx
 from http_bench import _load as http_load
 from push_common import start_gateway
 
+from backend_store.cluster.tls import NodeTls, TlsFiles
+from backend_store.cluster.tls_certs import make_cluster_certificates
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
@@ -75,6 +81,16 @@ def describe(name: str, rate: float, latencies: list[float], base: float | None)
     p99 = statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) > 100 else float("nan")
     ratio = f"{rate / base:5.2f}x" if base else "  1.00x"
     return f"{name:<28} {rate:8.0f} sends/s  {ratio}   p50 {p50:6.2f} ms   p99 {p99:7.2f} ms"
+
+
+def nodes_cpu_s(h: ClusterHarness) -> float:
+    """CPU seconds (user + system) the node processes have used so far (Linux /proc)."""
+    total = 0
+    for proc in h.nodes.values():
+        if proc.process is not None and proc.running:
+            fields = Path(f"/proc/{proc.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 async def embedded(root: Path, producers: int, seconds: float, body: bytes) -> tuple[float, list[float]]:
@@ -185,9 +201,13 @@ async def async_loss(h: ClusterHarness, pid: int, queue: str) -> tuple[int, int]
     return len(acknowledged), len(set(acknowledged) - received)
 
 
-def through_gateways(h: ClusterHarness, root: Path, args: argparse.Namespace) -> None:
+def through_gateways(
+    h: ClusterHarness, root: Path, args: argparse.Namespace, tls: TlsFiles | None = None
+) -> None:
     """HTTP sends to a gateway on the embedded store and to one on the cluster, alternating."""
     cluster_url = f"cluster://{','.join(h.endpoints)}{h.prefix}?replication_factor=3"
+    if tls is not None:
+        cluster_url += f"&tls_cert={tls.cert}&tls_key={tls.key}&tls_ca={tls.ca}"
     gateways = {
         "embedded": start_gateway(root / "gw-embedded"),
         "cluster": start_gateway(root / "gw-cluster", cluster_url),
@@ -231,11 +251,26 @@ async def main(args: argparse.Namespace) -> None:
         print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cpus")
         print(
             f"{args.producers} producers, {args.seconds:g} s each, {args.size}-byte bodies, 3 nodes on loopback"
+            + (", mutual TLS on the node protocol" if args.tls else "")
         )
+        certs = make_cluster_certificates(root / "tls", ["n0", "n1", "n2", "client"]) if args.tls else {}
+
+        def node_tls(name: str) -> list[str]:
+            files = certs.get(name)
+            return (
+                []
+                if files is None
+                else ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
+            )
+
+        client = certs.get("client")
         base_rate, base_lat = await embedded(root, args.producers, args.seconds, body)
         print(describe("embedded store", base_rate, base_lat, None))
         with etcd_cluster(root / "etcd") as etcd:
-            h = await ClusterHarness(etcd.endpoints, root, "/bench/").start(nodes=3, managers=1)
+            client_tls = NodeTls.load(client).client if client is not None else None
+            h = await ClusterHarness(etcd.endpoints, root, "/bench/").start(
+                nodes=3, managers=1, node_args=node_tls, client_tls=client_tls
+            )
             try:
                 pids = {}
                 for mode in ("sync", "async"):
@@ -249,8 +284,11 @@ async def main(args: argparse.Namespace) -> None:
                     await h.wait_for("three replicas", three)
                     await h.send_until_ok(pids[mode], TENANT, mode, "warm-up")
                 for mode in ("sync", "async"):
+                    cpu_before = nodes_cpu_s(h)
                     rate, lat = await cluster_sends(h, pids[mode], mode, args.producers, args.seconds, body)
-                    print(describe(f"cluster, RF 3, {mode}", rate, lat, base_rate))
+                    cpu_per_send = (nodes_cpu_s(h) - cpu_before) / max(1, len(lat)) * 1e6
+                    print(describe(f"cluster, RF 3, {mode}", rate, lat, base_rate), end="")
+                    print(f"   nodes' CPU {cpu_per_send:4.0f} us/send")
                 times = []
                 for _ in range(args.kills):
                     times.append(await failover_time(h, pids["sync"], "sync"))
@@ -265,7 +303,7 @@ async def main(args: argparse.Namespace) -> None:
                     sent, lost = await async_loss(h, pids["async"], "async")
                     print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
                 if args.gateway_rounds:
-                    await asyncio.to_thread(through_gateways, h, root, args)
+                    await asyncio.to_thread(through_gateways, h, root, args, client)
             finally:
                 await h.close()
 
@@ -281,4 +319,5 @@ if __name__ == "__main__":
         "--kills", type=int, default=3, help="failovers to time (0: none, and no async loss run)"
     )
     parser.add_argument("--gateway-rounds", type=int, default=3, help="alternating rounds through gateways")
+    parser.add_argument("--tls", action="store_true", help="mutual TLS on every node-protocol connection")
     asyncio.run(main(parser.parse_args()))

@@ -6,6 +6,10 @@ by) and a gateway on ``cluster://``. Each child runs in its own process group; C
 SIGTERM) stops them all, gateway first and etcd last, by process group, then exits.
 Every address and PID is printed, so one can kill a node and watch the cluster fail over.
 
+With ``--tls`` it first makes a throwaway CA and a certificate per node and one for the
+gateway in ``DIR/tls`` (``backend_store/cluster/tls_certs.py``), and every node-protocol
+connection (node ports, leader links, the gateway's node clients) runs mutual TLS with them.
+
 etcd's state lives only as long as the run, so the nodes' partitions do too: a new run on
 the same ``DIR`` starts from an empty cluster (it clears what an earlier run left in
 ``DIR``, and refuses a non-empty ``DIR`` that no dev cluster made). Logs of the nodes,
@@ -26,8 +30,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
+
+from backend_store.cluster.tls import TlsFiles
+from backend_store.cluster.tls_certs import make_cluster_certificates
 
 from .local_ports import free_port, free_ports
 
@@ -93,6 +101,7 @@ class DevCluster:
     port: int = 8080
     host: str = "127.0.0.1"
     lease_ttl_s: float = 2.0
+    tls: bool = False
     children: list[Child] = field(default_factory=list)
     etcd_dir: Path | None = None
 
@@ -106,7 +115,7 @@ class DevCluster:
             raise SystemExit(
                 f"pushgate dev-cluster: --data {self.data} is not empty and was not made by dev-cluster"
             )
-        for name in ("nodes", "gateway", "logs"):
+        for name in ("nodes", "gateway", "logs", "tls"):
             if (self.data / name).exists():
                 shutil.rmtree(self.data / name)
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -145,11 +154,21 @@ class DevCluster:
         self._launch(etcd)
         self._wait(etcd, f"http://{endpoint}/health", lambda r: r.json().get("health") == "true")
         node_ports = free_ports(self.nodes)
+        certificates = self._certificates()
         for i in range(1, self.nodes + 1):
             address = f"127.0.0.1:{node_ports[i - 1]}"
             node_dir = self.data / "nodes" / f"node-{i}"
             argv = self.pushgate("node", "--data", str(node_dir), "--listen", address, "--etcd", endpoint)
             argv += ["--lease-ttl", str(self.lease_ttl_s)]
+            if (files := certificates.get(f"node-{i}")) is not None:
+                argv += [
+                    "--tls-cert",
+                    str(files.cert),
+                    "--tls-key",
+                    str(files.key),
+                    "--tls-ca",
+                    str(files.ca),
+                ]
             self._launch(
                 Child(f"node-{i}", [*argv, "--id", f"node-{i}"], address, self.logs / f"node-{i}.log")
             )
@@ -159,15 +178,29 @@ class DevCluster:
             self._launch(Child(f"manager-{i}", argv, "", self.logs / f"manager-{i}.log"))
         port = self.port or free_port(self.host)
         url = f"http://{self.host}:{port}"
+        store = f"cluster://{endpoint}"
+        if (files := certificates.get("gateway")) is not None:
+            paths = {"tls_cert": files.cert, "tls_key": files.key, "tls_ca": files.ca}
+            store += "?" + "&".join(f"{name}={quote(str(path), safe='/')}" for name, path in paths.items())
         argv = self.pushgate(
             "serve", "--data", str(self.data / "gateway"), "--host", self.host, "--port", str(port),
-            "--store", f"cluster://{endpoint}",
+            "--store", store,
         )  # fmt: skip
         gateway = Child("gateway", argv, url)
         self._launch(gateway)
         self._wait(gateway, f"{url}/readyz", lambda r: r.status_code == 200)
-        print(f"store URL  cluster://{endpoint}", flush=True)
+        print(f"store URL  {store}", flush=True)
         print(f"ready: the gateway serves {url} (Ctrl-C stops the cluster)", flush=True)
+
+    def _certificates(self) -> dict[str, TlsFiles]:
+        """With ``--tls``: a CA and certificates for every node and the gateway, in DIR/tls."""
+        if not self.tls:
+            return {}
+        members = [*(f"node-{i}" for i in range(1, self.nodes + 1)), "gateway"]
+        made = make_cluster_certificates(self.data / "tls", members, hosts=("127.0.0.1", "localhost"))
+        ca = made["gateway"].ca
+        print(f"{'tls':<10} {'mutual TLS':<24} CA {ca}; certificates and keys in {ca.parent}", flush=True)
+        return made
 
     def _launch(self, child: Child) -> None:
         self.children.append(child)
@@ -225,10 +258,15 @@ def main(argv: Sequence[str]) -> int:
         default=2.0,
         help="etcd lease TTL of nodes and managers in seconds: how long a dead leader goes unnoticed (default 2)",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="make a throwaway CA and certificates in DIR/tls and run the node protocol over mutual TLS",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 9:
         parser.error("--nodes must be between 1 and 9")
-    cluster = DevCluster(args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl)
+    cluster = DevCluster(args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl, args.tls)
     stop: list[int] = []
 
     def request_stop(signum: int, _frame: object) -> None:

@@ -288,12 +288,21 @@ def _cluster(snapshot: Snapshot) -> Iterator[Metric]:
     up = _gauge("pushgate_cluster_node_up", ["node"])
     lag = _gauge("pushgate_cluster_node_replication_lag", ["node"])
     epoch = _gauge("pushgate_cluster_leader_epoch", ["node"])
+    used = _gauge("pushgate_cluster_node_storage_used_bytes", ["node"])
+    map_ratio = _gauge("pushgate_cluster_node_map_used_ratio", ["node"])
+    disk_free = _gauge("pushgate_cluster_node_disk_free_bytes", ["node"])
+    disk_total = _gauge("pushgate_cluster_node_disk_total_bytes", ["node"])
     for node in snapshot.nodes:
         up.add_metric([node.id], 1.0 if node.healthy else 0.0)
         lag.add_metric([node.id], node.lag)
         if node.epoch is not None:
             epoch.add_metric([node.id], node.epoch)
-    yield from (up, lag, epoch)
+        if (storage := node.storage) is not None:
+            used.add_metric([node.id], storage.used_bytes)
+            map_ratio.add_metric([node.id], storage.map_used_ratio)
+            disk_free.add_metric([node.id], storage.disk_free_bytes)
+            disk_total.add_metric([node.id], storage.disk_total_bytes)
+    yield from (up, lag, epoch, used, map_ratio, disk_free, disk_total)
 
 
 def _alerts(engine: AlertEngine) -> Iterator[Metric]:

@@ -193,28 +193,32 @@ CATALOG: tuple[MetricDoc, ...] = (
         "embedded store",
     ),
     MetricDoc(
-        "pushgate_store_map_used_bytes", "gauge", (), "Bytes of the LMDB map in use.", "embedded store"
+        "pushgate_store_map_used_bytes",
+        "gauge",
+        (),
+        "Bytes of the LMDB map in use (on a cluster: of the fullest partition environment on any node).",
+        "embedded store, cluster",
     ),
     MetricDoc(
         "pushgate_store_map_size_bytes",
         "gauge",
         (),
         "Current LMDB map size (it doubles on demand up to the maximum).",
-        "embedded store",
+        "embedded store, cluster",
     ),
     MetricDoc(
         "pushgate_store_map_max_bytes",
         "gauge",
         (),
         "Largest map the store may grow to; past it, sends fail with 503.",
-        "embedded store",
+        "embedded store, cluster",
     ),
     MetricDoc(
         "pushgate_store_map_used_ratio",
         "gauge",
         (),
         "Used bytes over the maximum map size (0..1): what a map-full alert watches.",
-        "embedded store",
+        "embedded store, cluster",
     ),
     # Alerts ----------------------------------------------------------------
     MetricDoc(
@@ -255,6 +259,34 @@ CATALOG: tuple[MetricDoc, ...] = (
         "gauge",
         ("node",),
         "Highest epoch among the partitions a node leads; `changes()` of it counts leader changes.",
+        "cluster",
+    ),
+    MetricDoc(
+        "pushgate_cluster_node_storage_used_bytes",
+        "gauge",
+        ("node",),
+        "Bytes in use in a node's partition environments (LMDB pages, summed), as it last published.",
+        "cluster",
+    ),
+    MetricDoc(
+        "pushgate_cluster_node_map_used_ratio",
+        "gauge",
+        ("node",),
+        "Use of its maximum map size by a node's fullest partition environment (0..1); writes to it fail at 1.",
+        "cluster",
+    ),
+    MetricDoc(
+        "pushgate_cluster_node_disk_free_bytes",
+        "gauge",
+        ("node",),
+        "Free bytes on the file system of a node's data directory (whole MiB).",
+        "cluster",
+    ),
+    MetricDoc(
+        "pushgate_cluster_node_disk_total_bytes",
+        "gauge",
+        ("node",),
+        "Size of the file system of a node's data directory (whole MiB).",
         "cluster",
     ),
     # Process (prometheus_client's own collectors) -----------------------------

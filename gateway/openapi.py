@@ -373,6 +373,37 @@ SCHEMAS: dict[str, Schema] = {
                             "type": "integer",
                             "description": "log entries its follower replicas lack behind their leaders",
                         },
+                        "storage": {
+                            "oneOf": [
+                                {"type": "null"},
+                                _obj(
+                                    {
+                                        "used_bytes": {"type": "integer"},
+                                        "map_size": {"type": "integer"},
+                                        "max_map_size": {"type": "integer"},
+                                        "environments": {"type": "integer"},
+                                        "map_used_ratio": {
+                                            "type": "number",
+                                            "description": "its fullest partition environment's use "
+                                            "of its maximum map (0..1)",
+                                        },
+                                        "disk_free_bytes": {"type": "integer"},
+                                        "disk_total_bytes": {"type": "integer"},
+                                    },
+                                    (
+                                        "used_bytes",
+                                        "map_size",
+                                        "max_map_size",
+                                        "environments",
+                                        "map_used_ratio",
+                                        "disk_free_bytes",
+                                        "disk_total_bytes",
+                                    ),
+                                ),
+                            ],
+                            "description": "disk and map use as the node last published it; "
+                            "null: not yet, or down",
+                        },
                     },
                     ("id", "address", "state", "lag"),
                 ),

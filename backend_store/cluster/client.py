@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +77,11 @@ class NodeClient:
         on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: dial over TLS with this client context (nodes that serve TLS refuse anything else)."""
+        self.tls = tls
+        self._handshake_failing = False  # warned about a failing TLS handshake (once per run)
         self.client_id = client_id
         self.node_id = node_id
         self.address = address
@@ -195,9 +200,13 @@ class NodeClient:
             host, port = split_address(self.address)
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await asyncio.open_connection(host, port, ssl=self.tls)
             except (OSError, TimeoutError) as exc:
+                if isinstance(exc, ssl.SSLError) and not self._handshake_failing:
+                    log.warning("node %s at %s: TLS handshake failed: %s", self.node_id, self.address, exc)
+                self._handshake_failing = isinstance(exc, ssl.SSLError)
                 raise NodeUnreachable(f"cannot reach node {self.node_id} at {self.address}: {exc}") from None
+            self._handshake_failing = False
             stream = NodeStream(Connection(self.client_id), reader, writer)
             if self._closed:  # closed while we dialled: nobody would ever end this stream
                 await stream.close(CloseCode.NORMAL, "client closing")
@@ -295,7 +304,9 @@ class NodePool:
         on_events: EventsCallback | None = None,
         timeout_s: float = 5.0,
         connect_timeout_s: float = 2.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        self.tls = tls
         self.client_id = client_id
         self.on_notify = on_notify
         self.on_delivery = on_delivery
@@ -331,6 +342,7 @@ class NodePool:
             on_events=self.on_events,
             timeout_s=self.timeout_s,
             connect_timeout_s=self.connect_timeout_s,
+            tls=self.tls,
         )
         self._clients[node_id] = client
         return client

@@ -32,10 +32,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..attributes import check_number, check_receive
 from ..backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
+from ..commit_stats import CommitStats
 from ..errors import (
     ConfigurationError,
     InvalidReceipt,
@@ -57,6 +58,7 @@ from ..types import (
     ReceiptFailure,
     ReceivedMessage,
     SendResult,
+    StorageUsage,
     TenantId,
 )
 from .client import NoAnswer, NodePool, NodeUnreachable
@@ -65,16 +67,20 @@ from .etcd_coordinator import EtcdCoordinator
 from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
+from .node_storage import NodeStorage
 from .ops import NotLeader, decode_received
 from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
 from .standing import StandingDemands, Target
+from .tls import NodeTls, TlsFiles
 from .wire import Delivery, Events, Notify
 
 log = logging.getLogger("pushgate.cluster")
 # Between retries of a partition that answered "not now".
 _RETRY_PAUSE_S = 0.05
+# While a partition is not in the map: how often to check that its queue still exists.
+_PLACEMENT_CHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,15 @@ class ClusterSettings:
     etcd_timeout_s: float = 2.0
     # The replication factor of a queue created without one (docs/api.md's default is 1).
     replication_factor: int = 1
+    # Mutual TLS to the nodes (all three PEM paths, or none): tls.py.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+
+    def tls_files(self) -> TlsFiles | None:
+        return TlsFiles.from_options(
+            self.tls_cert, self.tls_key, self.tls_ca, names="tls_cert, tls_key and tls_ca"
+        )
 
 
 def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
@@ -109,11 +124,16 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         name, _, raw = item.partition("=")
         if name not in known or name == "root":
             raise ConfigurationError(f"unknown cluster URL option {name!r}")
+        if name.startswith("tls_"):
+            values[name] = unquote(raw)  # a path
+            continue
         try:
             values[name] = int(raw) if name == "replication_factor" else float(raw)
         except ValueError:
             raise ConfigurationError(f"cluster URL option {name} must be a number") from None
-    return parts.netloc, ClusterSettings(**values)
+    settings = ClusterSettings(**values)
+    settings.tls_files()  # all three or none, said now rather than at the first dial
+    return parts.netloc, settings
 
 
 def _sum_stats(parts: Sequence[QueueStats]) -> QueueStats:
@@ -147,6 +167,8 @@ class ClusterBackend:
         )
         self.view = ClusterView(self._coordinator, self.paths, reread_every_s=settings.reread_every_s)
         self.health = NodeHealth(BreakerSettings())
+        tls_files = settings.tls_files()
+        self.tls = NodeTls.load(tls_files) if tls_files is not None else None
         self._pool: NodePool | None = None
         self._listeners: list[ChangeListener] = []
         self._round_robin = itertools.count()
@@ -176,6 +198,7 @@ class ClusterBackend:
             on_disconnect=self._disconnected,
             on_events=self._events_reported,
             timeout_s=self.settings.node_timeout_s,
+            tls=self.tls.client if self.tls is not None else None,
         )
         self.view.add_listener(self._map_changed)
         self._started = True
@@ -378,14 +401,15 @@ class ClusterBackend:
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
         record = await self.metadata.queue(tenant, name)
+        # Its partitions before the record goes: the manager drops them as soon as it sees
+        # that, and our map may lose them before the next line runs. Unplaced ones hold nothing.
+        placed = [p for p in self._parts(record) if p.id >= 0]
         await self.metadata.delete_queue(tenant, name)
         # The manager drops the partitions; deleting the queue in them now makes its
-        # receipts stop working at once. Best effort: a partition being dropped anyway.
+        # receipts stop working at once. Best effort: a partition being dropped anyway
+        # answers queue_not_found (_check_still_placed), at once.
         results = await asyncio.gather(
-            *(
-                self._partition_call(p, "delete_queue", retry_unknown=True, name=name)
-                for p in self._parts(record)
-            ),
+            *(self._partition_call(p, "delete_queue", retry_unknown=True, name=name) for p in placed),
             return_exceptions=True,
         )
         for result in results:
@@ -619,13 +643,21 @@ class ClusterBackend:
                 head = leader.replicas.get(pid) if leader is not None else None
                 if head is not None:
                     lag += max(0, head.lsn - position.lsn)
-            nodes.append({"id": node.id, "address": node.address, "state": node.state, "lag": lag})
+            nodes.append(
+                {
+                    "id": node.id,
+                    "address": node.address,
+                    "state": node.state,
+                    "lag": lag,
+                    "storage": _storage_document(node.storage),
+                }
+            )
         # A node whose lease expired is gone from nodes/; while partitions still name it, it
         # is shown as down (the console's node_down alert fires on it).
         named = {n for part in current.partitions.values() for n in part.replicas}
         for missing in sorted(named - current.nodes.keys()):
             address = self._addresses.get(missing, "")
-            nodes.append({"id": missing, "address": address, "state": "down", "lag": 0})
+            nodes.append({"id": missing, "address": address, "state": "down", "lag": 0, "storage": None})
         partitions = []
         for part in sorted(current.partitions.values(), key=lambda p: (p.tenant, p.queue, p.index)):
             claim = part.leader
@@ -646,6 +678,21 @@ class ClusterBackend:
                 }
             )
         return {"nodes": nodes, "partitions": partitions}
+
+    # Storage use (the StorageStats capability) ------------------------------------
+
+    async def storage_usage(self) -> StorageUsage:
+        """The fullest partition environment of any node in the map (the one nearest "map
+        full"), from what nodes publish every few seconds; no node is asked. Zeros before
+        any node published. Each node's own figures (disk free among them) are in
+        :meth:`cluster_status`."""
+        published = [n.storage.fullest for n in self.view.map.nodes.values() if n.storage is not None]
+        fullest = max((u for u in published if u is not None), key=lambda u: u.used_ratio, default=None)
+        return fullest if fullest is not None else StorageUsage(0, 0, 0)
+
+    def commit_stats(self) -> CommitStats | None:
+        """None: commits happen on the nodes, not in the gateway."""
+        return None
 
     # Routing ------------------------------------------------------------------------
 
@@ -696,6 +743,18 @@ class ClusterBackend:
         """The partition as the newest map has it (its leader may have moved)."""
         return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
 
+    async def _check_still_placed(self, part: PartitionInfo) -> None:
+        """Raise if ``part`` (not in the map: not placed yet, or dropped) will never have a
+        leader: its queue was deleted (``QueueNotFound``, as for a queue deleted before the
+        request), or deleted and created again (its partitions are new ones), or the index is
+        past a lowered partition count. Returns if the queue is the same incarnation and has
+        that index (the manager has yet to place it: wait for it)."""
+        record = await self.metadata.queue(part.tenant, part.queue)
+        if part.queue_revision is not None and record.create_revision != part.queue_revision:
+            raise QueueNotFound(f"queue {part.queue!r} was deleted")
+        if part.index >= record.attributes.partitions:
+            raise Unavailable(f"partition {part.index} of {part.queue!r} was dropped; retry")
+
     async def _partition_call(
         self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> Any:
@@ -712,10 +771,17 @@ class ClusterBackend:
                 raise last
             current = self._current(part)
             if current is None or current.leader is None:
-                await self.view.wait_for(functools.partial(_has_leader, part=part), remaining)
-                if self._current(part) is None:
-                    # A queue deleted meanwhile (raises), or not placed yet.
-                    await self.metadata.queue(part.tenant, part.queue)
+                condition = _has_leader_or_gone
+                if current is None:
+                    # Not placed yet, or placed once and gone from the map now (the manager
+                    # dropped it, mostly because its queue was deleted): raise at once if it
+                    # will not come, rather than wait out the deadline for a leader.
+                    await self._check_still_placed(part)
+                    condition = _has_leader
+                # In slices: a queue deleted while we wait is seen within one.
+                await self.view.wait_for(
+                    functools.partial(condition, part=part), min(remaining, _PLACEMENT_CHECK_S)
+                )
                 continue
             leader = current.leader
             assert leader is not None
@@ -782,6 +848,21 @@ class ClusterBackend:
             return result
 
 
+def _storage_document(storage: NodeStorage | None) -> dict[str, Any] | None:
+    """A node's ``storage`` in ``GET /v1/cluster`` (None until it published one)."""
+    if storage is None:
+        return None
+    return {
+        "used_bytes": storage.used_bytes,
+        "map_size": storage.map_size,
+        "max_map_size": storage.max_map_size,
+        "environments": storage.environments,
+        "map_used_ratio": round(storage.map_used_ratio, 6),
+        "disk_free_bytes": storage.disk_free_bytes,
+        "disk_total_bytes": storage.disk_total_bytes,
+    }
+
+
 def _unencodable(message: NewMessage) -> InvalidRequest | None:
     """An error for a message whose text cannot travel (a lone surrogate is a Python str but
     not UTF-8); None if it can."""
@@ -798,6 +879,14 @@ def _unencodable(message: NewMessage) -> InvalidRequest | None:
 def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
     found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
     return found is not None and found.leader is not None
+
+
+def _has_leader_or_gone(current: PartitionMap, part: PartitionInfo) -> bool:
+    """The partition has a leader, or (placed once) it left the map: either ends a wait."""
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    if found is None:
+        return part.id >= 0
+    return found.leader is not None
 
 
 def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
+from .tls import NodeTls, TlsFiles
 
 
 def _node_id(data_dir: Path, given: str | None) -> str:
@@ -99,6 +100,14 @@ def node_main(argv: Sequence[str]) -> int:
         help="JSON key document: encrypt bodies at rest (the same file on every node;"
         f" default: ${ENV_VAR} if set)",
     )
+    tls = parser.add_argument_group(
+        "mutual TLS on the node protocol (all three or none; docs/cluster.md)",
+        "the port then serves TLS only, to peers with a certificate signed by the CA;"
+        " leader links to followers present --tls-cert",
+    )
+    tls.add_argument("--tls-cert", type=Path, metavar="PEM", help="this node's certificate (chain)")
+    tls.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
+    tls.add_argument("--tls-ca", type=Path, metavar="PEM", help="the cluster's CA certificate(s)")
     parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     args = parser.parse_args(argv)
@@ -106,6 +115,10 @@ def node_main(argv: Sequence[str]) -> int:
         keyring = (
             Keyring.from_file(args.encryption_key_file) if args.encryption_key_file else Keyring.from_env()
         )
+        files = TlsFiles.from_options(
+            args.tls_cert, args.tls_key, args.tls_ca, names="--tls-cert, --tls-key and --tls-ca"
+        )
+        node_tls = NodeTls.load(files) if files is not None else None
     except ConfigurationError as exc:
         print(f"pushgate node: {exc.detail}", file=sys.stderr)
         return 2
@@ -125,6 +138,7 @@ def node_main(argv: Sequence[str]) -> int:
             prefix=args.prefix,
             quorum_window_s=args.quorum_window,
             keyring=keyring,
+            tls=node_tls,
         ),
         args.log_level,
     )

@@ -21,6 +21,7 @@ import msgpack
 
 from ..errors import InvalidRequest, Unavailable
 from ..types import QueueName, TenantId
+from .node_storage import NodeStorage
 
 DEFAULT_PREFIX = "/pushgate/"
 # The embedded store's limit on ``namespace \0 key`` (and on tenant + queue): the same here,
@@ -149,24 +150,27 @@ class NodeRecord:
     address: str
     state: str = "up"  # "up" | "draining"
     replicas: dict[int, ReplicaPosition] = field(default_factory=dict)
+    # Disk and map use (None: not measured yet, or a node of a version that does not publish it).
+    storage: NodeStorage | None = None
 
     def pack(self) -> bytes:
-        return pack(
-            {
-                "address": self.address,
-                "state": self.state,
-                "replicas": {
-                    str(p): {
-                        "role": r.role,
-                        "epoch": r.epoch,
-                        "lsn": r.lsn,
-                        "last_epoch": r.last_epoch,
-                        "leader_epoch": r.leader_epoch,
-                    }
-                    for p, r in self.replicas.items()
-                },
-            }
-        )
+        doc: dict[str, Any] = {
+            "address": self.address,
+            "state": self.state,
+            "replicas": {
+                str(p): {
+                    "role": r.role,
+                    "epoch": r.epoch,
+                    "lsn": r.lsn,
+                    "last_epoch": r.last_epoch,
+                    "leader_epoch": r.leader_epoch,
+                }
+                for p, r in self.replicas.items()
+            },
+        }
+        if self.storage is not None:
+            doc["storage"] = self.storage.to_dict()
+        return pack(doc)
 
     @classmethod
     def unpack(cls, data: bytes) -> NodeRecord:
@@ -178,7 +182,8 @@ class NodeRecord:
                 )
                 for p, r in v.get("replicas", {}).items()
             }
-            return cls(v["address"], v.get("state", "up"), replicas)
+            storage = NodeStorage.from_dict(v.get("storage"))
+            return cls(v["address"], v.get("state", "up"), replicas, storage)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise Unavailable(f"malformed node record: {exc}") from None
 

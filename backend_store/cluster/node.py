@@ -54,8 +54,10 @@ from .layout import (
 )
 from .node_demands import NodeDemands
 from .node_events import NodeEvents
+from .node_storage import StorageGauge
 from .partition_host import PartitionHost
 from .stream import NodeStream
+from .tls import NodeTls, serve_node_protocol
 from .wire import Demand, Hello, Request, Withdraw
 
 log = logging.getLogger("pushgate.cluster")
@@ -80,10 +82,13 @@ class Node:
         quorum_window_s: float | None = None,
         keyring: Keyring | None = None,
         layout: Layout | None = None,
+        tls: NodeTls | None = None,
     ) -> None:
         """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off).
         ``keyring``: bodies are sealed at rest in every partition store (the same keys on
-        every node: a follower promoted must open what its leader sealed)."""
+        every node: a follower promoted must open what its leader sealed).
+        ``tls``: the port serves mutual TLS only, and leader links dial with it (tls.py)."""
+        self.tls = tls
         self.layout = layout or Layout()
         self.node_id = node_id
         self.data_dir = data_dir
@@ -108,6 +113,8 @@ class Node:
         self.demands = NodeDemands(self.hosts, timeout_s=request_timeout_s)
         # Which gateway reports each partition's dead-letter moves and expiries.
         self.events = NodeEvents(self.hosts)
+        # Disk and map use, published with the positions (node_storage.py).
+        self.storage = StorageGauge(self.data_dir)
         self.session: Session | None = None
         self._server: asyncio.Server | None = None
         self._clients: set[NodeStream] = set()
@@ -133,7 +140,8 @@ class Node:
 
     async def start(self) -> None:
         """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        server_tls = self.tls.server if self.tls is not None else None
+        self._server = await serve_node_protocol(self._accept, self.host, self.port, server_tls)
         self.port = self._server.sockets[0].getsockname()[1]
         for prefix, handler in (
             (self.layout.partitions, self._on_partitions),
@@ -285,6 +293,7 @@ class Node:
                     self.options,
                     self._notify,
                     sweep_every_s=self.sweep_every_s,
+                    tls=self.tls.client if self.tls is not None else None,
                 )
                 await host.open()
                 self.hosts[pid] = host
@@ -405,7 +414,8 @@ class Node:
         for pid, host in self.hosts.items():
             claim = self._leaders.get(pid)
             replicas[pid] = await host.position(claim[1] if claim is not None else 0)
-        record = NodeRecord(self.address, "up", replicas)
+        storage = await self.storage.current(h.store for h in list(self.hosts.values()))
+        record = NodeRecord(self.address, "up", replicas, storage)
         if record == self._published and not force:
             return
         await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
@@ -539,6 +549,7 @@ async def run_node(
     prefix: str | None = None,
     quorum_window_s: float | None = None,
     keyring: Keyring | None = None,
+    tls: NodeTls | None = None,
 ) -> None:
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
     from .client import split_address
@@ -557,9 +568,11 @@ async def run_node(
         quorum_window_s=quorum_window_s,
         keyring=keyring,
         layout=Layout(prefix) if prefix else None,
+        tls=tls,
     )
     await node.start()
-    print(f"pushgate node {node_id} listening on {node.address}", flush=True)
+    secured = " (mutual TLS)" if tls is not None else ""
+    print(f"pushgate node {node_id} listening on {node.address}{secured}", flush=True)
     try:
         await asyncio.Event().wait()
     finally:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import ssl
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -59,8 +60,11 @@ class PartitionHost:
         wake: Wake,
         *,
         sweep_every_s: float = 5.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: the client context leader links to followers dial with (None: plaintext)."""
         self.partition = partition
+        self.tls = tls
         self.sweep_every_s = sweep_every_s
         self._sweeper: asyncio.Task[None] | None = None
         self.path = path
@@ -196,7 +200,7 @@ class PartitionHost:
             if node_id not in self._links:
                 host, port = split_address(address)
                 task = asyncio.create_task(
-                    leader.maintain(node_id, host, port, retry_s=0.1),
+                    leader.maintain(node_id, host, port, retry_s=0.1, tls=self.tls),
                     name=f"link p{self.partition}->{node_id}",
                 )
                 self._links[node_id] = (address, task)
@@ -315,6 +319,9 @@ class PartitionHost:
             await asyncio.wait(tasks)
         if leader is not None:
             leader.stop()
+            # Its links are cancelled: writes waiting for a majority would only time out (a
+            # deleted queue's partition made its delete wait out the gateway's node timeout).
+            leader.abandon_waiters(f"the leader stepped down ({why})")
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 
     # Serving -------------------------------------------------------------------------------
@@ -347,6 +354,10 @@ class PartitionHost:
                 result = await ops.call(store, op, args)
             except StaleEpoch:  # refused before it was written
                 raise ops.NotLeader(f"partition {self.partition}: deposed") from None
+            if self.leader is not leader:
+                # Stepped down while the write committed (its partition dropped, say): the
+                # links are gone, no majority can come; say so now, not at the timeout.
+                raise Unavailable(f"partition {self.partition}: the leader stepped down before replicating")
             try:
                 await leader.replicate(store.last_lsn, timeout_s)
             except StaleEpoch:

@@ -21,6 +21,7 @@ import msgpack
 from ..types import Epoch, Lsn, QueueName, TenantId
 from .coordinator import Coordinator, Entry, PrefixState
 from .layout import Layout
+from .node_storage import NodeStorage
 from .watched_prefix import WatchedPrefix
 
 log = logging.getLogger("pushgate.cluster")
@@ -43,6 +44,7 @@ class NodeInfo:
     address: str
     state: str
     replicas: dict[PartitionId, ReplicaPosition] = field(default_factory=dict)
+    storage: NodeStorage | None = None  # what it last published (node_storage.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,8 @@ def _node(node_id: str, entry: Entry) -> NodeInfo | None:
             )
         except (AttributeError, TypeError, ValueError):
             continue
-    return NodeInfo(node_id, doc["address"], str(doc.get("state", "up")), replicas)
+    storage = NodeStorage.from_dict(doc.get("storage"))
+    return NodeInfo(node_id, doc["address"], str(doc.get("state", "up")), replicas, storage)
 
 
 def _leader(entry: Entry) -> LeaderClaim | None:

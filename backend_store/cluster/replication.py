@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import shutil
+import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -237,6 +238,14 @@ class ReplicationLeader:
         self.resigned = True
         self._waiters.fail(self._resigned_error)
 
+    def abandon_waiters(self, why: str) -> None:
+        """This term stopped here (its links are gone, so no acknowledgement can come): fail
+        every write still waiting for a majority with ``unavailable`` (outcome unknown) at
+        once, rather than at its timeout."""
+        self._waiters.fail(
+            lambda lsn: Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
+        )
+
     def _resigned_error(self, lsn: Lsn) -> Unavailable:
         return Unavailable(
             f"partition {self.partition}: LSN {lsn} not on a majority; the leader resigned (no quorum)"
@@ -280,20 +289,36 @@ class ReplicationLeader:
                 await stream.close()
 
     async def maintain(
-        self, follower_id: str, host: str, port: int, *, retry_s: float = 0.2, connect_timeout_s: float = 2.0
+        self,
+        follower_id: str,
+        host: str,
+        port: int,
+        *,
+        retry_s: float = 0.2,
+        connect_timeout_s: float = 2.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """Keep a link to one follower: dial, replicate until the link breaks, dial again.
 
         Runs until cancelled or deposed. A follower that restarts is caught up from the
-        position it reports on the new connection.
+        position it reports on the new connection. ``tls``: dial with this client context.
         """
+        warned = False  # a refused TLS handshake is logged once per run of failures
         while not self.deposed.is_set():
             try:
                 async with asyncio.timeout(connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+            except ssl.SSLError as exc:
+                if not warned:
+                    warned = True
+                    what = "partition %d: TLS handshake with %s at %s:%d failed: %s"
+                    log.warning(what, self.partition, follower_id, host, port, exc)
+                await asyncio.sleep(retry_s)
+                continue
             except (OSError, TimeoutError):
                 await asyncio.sleep(retry_s)
                 continue
+            warned = False
             await self.follow(follower_id, reader, writer)
             await asyncio.sleep(retry_s)
 

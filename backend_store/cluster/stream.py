@@ -14,6 +14,11 @@ from .connection import Connection, Event
 from .wire import CloseCode
 
 _READ_CHUNK = 256 * 1024
+# How long closing waits for the peer before dropping the connection: over TLS, asyncio waits
+# for the peer's close_notify (up to 30 s), which a frozen or dead peer never sends; a full
+# send buffer to such a peer would wait as long. A node's stop, a gateway's shutdown or a
+# leader's re-dial must not wait on it.
+CLOSE_TIMEOUT_S = 1.0
 
 
 class NodeStream:
@@ -68,5 +73,9 @@ class NodeStream:
             self.connection.close(code, detail)
             self.flush()
         self._writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self._writer.wait_closed()
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                with contextlib.suppress(ConnectionError, OSError):
+                    await self._writer.wait_closed()
+        except TimeoutError:
+            self._writer.transport.abort()

@@ -82,7 +82,8 @@ class StoreKind:
 # names its attributes runs on it.
 CLUSTER_LACKS = frozenset(
     {
-        # StorageStats: each node's disk use is its own; nothing adds them up.
+        # StorageStats: nodes publish their use every few seconds, so a write does not show
+        # at once (tests/cluster/test_node_storage.py checks it on real node processes).
         "test_storage_usage",
         # InMemoryReceive: a node holds nothing in memory for a gateway (auto-ack
         # subscriptions on a cluster receive as usual, then ack).

@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,13 +117,16 @@ class ClusterHarness:
         *,
         running: int | None = None,
         proxied: bool = False,
-        node_args: Sequence[str] = (),
+        node_args: Sequence[str] | Callable[[str], Sequence[str]] = (),
+        client_tls: ssl.SSLContext | None = None,
     ) -> ClusterHarness:
         """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
         others are ready to ``start()`` later (a node joining). ``proxied``: each node behind
-        proxies the test controls (``self.network``). ``node_args``: more options for every node."""
+        proxies the test controls (``self.network``). ``node_args``: more options for every node
+        (or a function of the node's name giving them). ``client_tls``: ``self.pool`` dials
+        the nodes with it."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
-        self.pool = NodePool("test-gateway", timeout_s=3 * _scale())
+        self.pool = NodePool("test-gateway", timeout_s=3 * _scale(), tls=client_tls)
         etcd = ",".join(self.endpoints)
         ports = free_ports(nodes)
         if proxied:
@@ -137,7 +141,8 @@ class ClusterHarness:
                 links = await self.network.add_node(name, address)
                 self.addresses[name] = links.advertise
                 argv += ["--advertise", links.advertise, "--etcd", links.etcd_endpoints]
-            argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl), *node_args]
+            extra = node_args(name) if callable(node_args) else node_args
+            argv += ["--id", name, "--prefix", self.prefix, "--lease-ttl", str(self.lease_ttl), *extra]
             self.nodes[name] = ClusterProcess(name, [*argv, "--log-level", "info"], self.root / f"{name}.log")
         for i in range(managers):
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]

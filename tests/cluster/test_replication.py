@@ -216,6 +216,27 @@ async def test_one_follower_down_still_makes_a_majority_two_do_not(cluster: Clus
         await cluster.replication.replicate(cluster.leader.last_lsn, timeout_s=0.3)
 
 
+async def test_a_leader_that_stops_fails_its_waiting_writes_at_once(cluster: Cluster) -> None:
+    """A node stepping down (its partition dropped, say) cancels its links, so no majority can
+    come: the writes waiting for one fail ``unavailable`` now, not at their timeout (a queue
+    delete used to wait out a whole node timeout this way)."""
+    await cluster.start(ReplicationMode.SYNC)
+    assert cluster.leader is not None and cluster.replication is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    for name in ("f1", "f2"):
+        await cluster.cut(name)
+    await send_one(cluster.leader, T1, "orders", "nobody to replicate to")
+    waiting = asyncio.create_task(
+        cluster.replication.replicate(cluster.leader.last_lsn, timeout_s=scaled(60))
+    )
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    cluster.replication.stop()
+    cluster.replication.abandon_waiters("the leader stepped down (closing)")
+    with pytest.raises(Unavailable, match="stepped down"):
+        await asyncio.wait_for(waiting, scaled(5))
+
+
 async def test_async_writes_do_not_wait_and_lag_is_measured(cluster: Cluster) -> None:
     leader = await cluster.start(ReplicationMode.ASYNC)
     assert cluster.leader is not None

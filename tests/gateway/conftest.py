@@ -6,8 +6,8 @@ Tenants and keys are made through the gateway's own authenticator, on its event 
 
 With ``PUSHGATE_TEST_STORE=cluster`` the ``gateway`` fixtures (here and in tests/push) serve
 on the session's dev cluster instead (``cluster://``, queues replicated three times, sync;
-the admin key is the one the dev cluster's gateway bootstrapped). ``scripts/test`` runs a
-representative part of the gateway and push suites that way.
+the admin key is the one the dev cluster's gateway bootstrapped). ``scripts/test`` runs the
+whole gateway and push suites that way, but for tests marked ``embedded_only``.
 """
 
 from __future__ import annotations

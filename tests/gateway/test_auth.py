@@ -11,6 +11,8 @@ import httpx
 import jwt
 import pytest
 
+from tests.fixtures.dev_cluster import StoreTarget
+
 from .conftest import Api, RunningGateway, api_for, problem_code, start_gateway
 
 
@@ -164,8 +166,8 @@ def test_jwt_scope_limits_what_it_can_do(gateway: RunningGateway, hs_key: tuple[
         assert problem_code(api.client.delete("/v1/queues/jobs-1"), 403) == "forbidden"
 
 
-def test_jwt_audience_setting(tmp_path: Path) -> None:
-    gateway = start_gateway(tmp_path / "aud", jwt_audience="pushgate-prod")
+def test_jwt_audience_setting(tmp_path: Path, store_target: StoreTarget) -> None:
+    gateway = start_gateway(tmp_path / "aud", target=store_target, jwt_audience="pushgate-prod")
     try:
         tenant = gateway.make_tenant()
         secret = secrets.token_bytes(32)

@@ -25,6 +25,9 @@ from tests.conftest import scaled
 
 from .processes import REPO, ServeProcess
 
+# The embedded store's own disk filling up (a cluster node's disk use: tests/cluster/test_node_storage.py).
+pytestmark = pytest.mark.embedded_only
+
 DISK_BYTES = 3 * 1024 * 1024
 _TMPFS = 'mount -t tmpfs -o size={size} tmpfs "$1" && shift && exec "$@"'
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
+from backend_store.cluster.cluster_backend import ClusterSettings
 from tests.fixtures.dev_cluster import StoreTarget
 
 from .conftest import Api, RunningGateway, api_for, problem_code
@@ -242,6 +244,39 @@ def test_deleted_queue_can_be_recreated_empty(admin: Api, qname: str) -> None:
     assert admin.put_queue(qname).status_code == 201
     assert admin.receive(qname).json()["messages"] == []
     assert problem_code(admin.send(f"{qname}-never"), 404) == "queue_not_found"
+
+
+def test_delete_answers_at_once_and_kills_receipts(gateway: RunningGateway, admin: Api, qname: str) -> None:
+    """An operator deleting a queue gets an answer, the in-flight receipts die with it, and a
+    queue of the same name made right after works from scratch. On a cluster a delete used to
+    wait out the gateway's request deadline (10 s) for the dropped partitions to get a leader
+    again, or one node timeout (5 s) for a majority that its stepped-down leader could no
+    longer get; a delete that cannot answer before one node timeout is that bug."""
+    # Generous: a healthy delete takes milliseconds on either store.
+    delete_timeout_s = ClusterSettings().node_timeout_s * 0.6
+
+    def delete() -> httpx.Response:
+        return admin.client.delete(f"/v1/queues/{qname}", timeout=delete_timeout_s)
+
+    old: dict[str, Any] | None = None
+    for _ in range(2):
+        assert admin.put_queue(qname).status_code == 201
+        if old is not None:  # a receipt of the deleted queue means nothing in the new one
+            r = admin.ack(qname, [old["receipt"]])
+            assert r.status_code == 200 and r.json()["acked"] == 0
+            assert [f["code"] for f in r.json()["failed"]] == ["invalid_receipt"]
+        for body in ("a", "b"):
+            assert admin.send(qname, body).status_code == 201
+        (old,) = admin.receive(qname).json()["messages"]
+        assert delete().status_code == 204
+        assert problem_code(admin.ack(qname, [old["receipt"]]), 404) == "queue_not_found"
+
+    assert admin.put_queue(qname).status_code == 201
+    assert admin.send(qname, "new").status_code == 201
+    (new,) = admin.receive(qname, max=10).json()["messages"]
+    assert new["body"] == "new"
+    assert admin.ack(qname, [new["receipt"]]).json()["acked"] == 1
+    assert delete().status_code == 204
 
 
 def test_purge_needs_admin_and_counts(gateway: RunningGateway, admin: Api, qname: str) -> None:

@@ -31,6 +31,10 @@ from tests.conftest import scaled
 from .conftest import start_gateway
 from .processes import REPO, ServeProcess, serve
 
+# The gateway process itself and the embedded store's files: no test here takes a store URL,
+# so the cluster pass of scripts/test would only run them again unchanged.
+pytestmark = pytest.mark.embedded_only
+
 
 def test_settings_flags_win_over_environment(tmp_path: Path) -> None:
     env = {"PUSHGATE_DATA_DIR": str(tmp_path), "PUSHGATE_PORT": "9001", "PUSHGATE_HOST": "0.0.0.0"}

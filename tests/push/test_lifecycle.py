@@ -13,6 +13,7 @@ from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
 from tests.conftest import scaled
+from tests.fixtures.dev_cluster import StoreTarget
 from tests.gateway.conftest import RunningGateway, start_gateway
 
 from .conftest import (
@@ -128,8 +129,10 @@ async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
     assert [await client.close_code() for client in stalled] == [4008] * len(stalled)
 
 
-async def test_a_peer_that_never_answers_pings_is_closed_1011(tmp_path: Path) -> None:
-    gateway = start_gateway(tmp_path, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3)
+async def test_a_peer_that_never_answers_pings_is_closed_1011(
+    tmp_path: Path, store_target: StoreTarget
+) -> None:
+    gateway = start_gateway(tmp_path, target=store_target, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3)
     try:
         silent = await StalledClient.open(gateway)
         # It reads what comes (the ping too) but never sends the pong its protocol queues.
@@ -138,8 +141,8 @@ async def test_a_peer_that_never_answers_pings_is_closed_1011(tmp_path: Path) ->
         gateway.stop()
 
 
-async def test_shutdown_drain(tmp_path: Path) -> None:
-    gateway = start_push_gateway(tmp_path)
+async def test_shutdown_drain(tmp_path: Path, store_target: StoreTarget) -> None:
+    gateway = start_push_gateway(tmp_path, target=store_target)
     try:
         await _drain_scenario(gateway)
     finally:

@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import scaled
 
@@ -17,6 +18,8 @@ from .conftest import Http, recv_frame, send_frame, start_push_gateway, ws_conne
 from .store_lock import StoreWriteLock
 
 BOUND = 4
+# Stalls writes by holding the embedded store's LMDB write lock from another process.
+pytestmark = pytest.mark.embedded_only
 
 
 async def test_a_connection_past_the_pending_bound_is_not_read(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import scaled, wait_for
+from tests.fixtures.dev_cluster import StoreTarget
 from tests.gateway.conftest import RunningGateway
 
 from .conftest import (
@@ -321,8 +322,8 @@ async def test_queue_deleted_under_a_subscription(gateway: RunningGateway, http:
         await subscribe(ws, qname)  # the old subscription is gone, so this is allowed
 
 
-async def test_pipelining_past_the_pending_bound(tmp_path: Path) -> None:
-    gateway = start_push_gateway(tmp_path, max_pending_requests=4)
+async def test_pipelining_past_the_pending_bound(tmp_path: Path, store_target: StoreTarget) -> None:
+    gateway = start_push_gateway(tmp_path, target=store_target, max_pending_requests=4)
     try:
         headers = {"Authorization": f"Bearer {gateway.admin_key}"}
         async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:

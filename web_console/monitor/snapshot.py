@@ -68,10 +68,44 @@ class NodeSample:
     partitions_led: int
     epoch: int | None
     lsn: int | None
+    # What the node published of its storage (None: nothing yet, or a node that is down).
+    storage: NodeStorageSample | None = None
 
     @property
     def healthy(self) -> bool:
         return self.state in ("up", "alive", "healthy", "ok")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStorageSample:
+    """A node's ``storage`` in API.md's ``GET /v1/cluster`` document (bytes)."""
+
+    used_bytes: int  # pages in use over its partition environments
+    map_size: int
+    map_used_ratio: float  # its fullest environment's use of its maximum map (0..1)
+    disk_free_bytes: int
+    disk_total_bytes: int
+
+    @property
+    def disk_used_ratio(self) -> float:
+        """Of the file system under the node's data directory (0..1; 0 if unknown)."""
+        total = self.disk_total_bytes
+        return (total - self.disk_free_bytes) / total if total > 0 else 0.0
+
+    @classmethod
+    def of(cls, doc: Any) -> NodeStorageSample | None:
+        if not isinstance(doc, Mapping):
+            return None
+        try:
+            return cls(
+                used_bytes=int(doc["used_bytes"]),
+                map_size=int(doc.get("map_size") or 0),
+                map_used_ratio=float(doc.get("map_used_ratio") or 0.0),
+                disk_free_bytes=int(doc.get("disk_free_bytes") or 0),
+                disk_total_bytes=int(doc.get("disk_total_bytes") or 0),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 def nodes_from_cluster(doc: Mapping[str, Any] | None) -> tuple[NodeSample, ...]:
@@ -95,6 +129,7 @@ def nodes_from_cluster(doc: Mapping[str, Any] | None) -> tuple[NodeSample, ...]:
                 partitions_led=len(parts),
                 epoch=max((int(p.get("epoch", 0)) for p in parts), default=None),
                 lsn=max((int(p.get("lsn", 0)) for p in parts), default=None),
+                storage=NodeStorageSample.of(node.get("storage")),
             )
         )
     return tuple(out)
