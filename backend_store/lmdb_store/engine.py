@@ -274,7 +274,14 @@ class LmdbBackend:
     ) -> tuple[QueueInfo, bool]:
         return await self._write(
             lambda w, now: queue_ops.create_queue(
-                w, now, tenant, name, attributes, self.max_replication_factor, self.max_partitions
+                w,
+                now,
+                tenant,
+                name,
+                attributes,
+                self.max_replication_factor,
+                self.max_partitions,
+                self._ops.holds.held_count,
             )
         )
 
@@ -293,7 +300,14 @@ class LmdbBackend:
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         return await self._write(
             lambda w, now: queue_ops.update_queue(
-                w, now, tenant, name, changes, self.max_replication_factor, self.max_partitions
+                w,
+                now,
+                tenant,
+                name,
+                changes,
+                self.max_replication_factor,
+                self.max_partitions,
+                self._ops.holds.held_count,
             )
         )
 

@@ -86,6 +86,7 @@ def create_queue(
     raw_attributes: Mapping[str, Any],
     max_replication: int,
     max_partitions: int = 1,
+    held: Callable[[int], int] | None = None,
 ) -> tuple[QueueInfo, bool]:
     check_queue_name(name)
     attrs = parse_attributes(raw_attributes)
@@ -96,7 +97,7 @@ def create_queue(
     else:
         if attributes_of(record) != attrs:
             raise QueueExists(f"queue {name!r} exists with different attributes")
-        return info(tenant, name, record, stats(w, record, now)), False
+        return info(tenant, name, record, stats(w, record, now, held)), False
     _check_links(w, tenant, name, attrs, max_replication, max_partitions)
     raw_next = w.get(Db.META, _NEXT_QID)
     qid = read_u64(raw_next) if raw_next else 1
@@ -115,6 +116,7 @@ def update_queue(
     changes: Mapping[str, Any],
     max_replication: int,
     max_partitions: int = 1,
+    held: Callable[[int], int] | None = None,
 ) -> QueueInfo:
     record = find_queue(w, tenant, name)
     attrs = apply_patch(attributes_of(record), changes)
@@ -124,7 +126,7 @@ def update_queue(
     save_queue(w, tenant, name, record)
     # New limits or delays may make messages receivable: wake consumers to look again.
     w.touched.add((tenant, name))
-    return info(tenant, name, record, stats(w, record, now))
+    return info(tenant, name, record, stats(w, record, now, held))
 
 
 def _delete_prefix(w: Writes, db: Db, prefix: bytes) -> int:

@@ -155,6 +155,23 @@ async def test_at_most_max_held_per_queue_are_held_the_rest_are_written(
     assert (await store.ack(T1, [got[3].receipt, got[4].receipt])).acked == 2
 
 
+async def test_every_call_that_answers_stats_counts_held_messages_in_flight(
+    store_factory: StoreFactory,
+) -> None:
+    store = await store_factory.open()
+    await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300})
+    await store.send(T1, q("jobs"), [msg(str(i)) for i in range(3)])
+    await held(store).receive_in_memory(T1, q("jobs"), 2)
+    answers = {
+        "get_queue": await store.get_queue(T1, q("jobs")),
+        "list_queues": next(i for i in await store.list_queues(T1) if i.name == "jobs"),
+        "create_queue (exists)": (await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300}))[0],
+        "update_queue": await store.update_queue(T1, q("jobs"), {"delay_s": 0}),
+    }
+    for call, answer in answers.items():
+        assert (answer.stats.visible, answer.stats.in_flight) == (1, 2), call
+
+
 async def test_many_in_flight_each_receive_gets_the_next_and_releases_come_back_in_order(
     store: Backend, clock: ManualClock
 ) -> None:
