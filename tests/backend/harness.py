@@ -28,6 +28,7 @@ from backend_store import (
     TenantId,
     open_backend,
 )
+from backend_store.backend import InMemoryReceive
 from backend_store.encryption import Keyring
 
 from ..conftest import ManualClock
@@ -188,3 +189,9 @@ async def receive_all(
             break
         got.extend(batch)
     return got
+
+
+def in_memory(store: Backend) -> InMemoryReceive:
+    """The store's in-memory receive (the embedded store; the cluster kind lacks it)."""
+    assert isinstance(store, InMemoryReceive)
+    return store

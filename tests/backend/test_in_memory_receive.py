@@ -14,18 +14,13 @@ from collections.abc import Callable
 import pytest
 
 from backend_store import Backend, ReceivedMessage
-from backend_store.backend import InMemoryReceive, StandingReceive
+from backend_store.backend import StandingReceive
 from backend_store.errors import InvalidReceipt
 from backend_store.lmdb_store.holds import Holds
 from backend_store.lmdb_store.records import DeliveryState
 
 from ..conftest import ManualClock
-from .harness import T1, StoreFactory, msg, ok, q, receive_all
-
-
-def in_memory(store: Backend) -> InMemoryReceive:
-    assert isinstance(store, InMemoryReceive)
-    return store
+from .harness import T1, StoreFactory, in_memory, msg, ok, q, receive_all
 
 
 async def test_a_held_message_is_skipped_by_others_and_its_ack_deletes_it(

@@ -1,12 +1,15 @@
-"""Fixtures of the cluster tests that look inside node stores: two nodes and a manager in
-the test process (real etcd, real TCP), and a real gateway on ``cluster://`` in front of them
-(its own thread and loop)."""
+"""Fixtures of the cluster tests: three real node processes and a manager with a real gateway
+on ``cluster://`` in front of them (``harness``, ``cluster_gateway``); and, for tests that look
+inside node stores, two nodes and a manager in the test process (real etcd, real TCP) with a
+real gateway in front of them (its own thread and loop)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,10 +17,48 @@ from backend_store.cluster.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.layout import Layout
 from backend_store.cluster.manager import Manager
 from backend_store.cluster.node import Node
+from gateway.settings import Settings
 from tests.fixtures.dev_cluster import StoreTarget
 from tests.fixtures.etcd_server import unique_prefix
 from tests.gateway.conftest import RunningGateway
 from tests.push.conftest import start_push_gateway
+
+from .processes import ClusterHarness
+
+
+@pytest.fixture
+async def harness(
+    etcd_endpoints: list[str], tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[ClusterHarness]:
+    """Three ``pushgate node`` processes and a manager, under a prefix of their own."""
+    name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix(name) + "/")
+    (tmp_path / "cluster").mkdir()
+    try:
+        yield await h.start(nodes=3, managers=1)
+    finally:
+        await h.close()
+
+
+@contextlib.contextmanager
+def running_cluster_gateway(
+    harness: ClusterHarness, data_dir: Path, **settings: Any
+) -> Iterator[RunningGateway]:
+    """A gateway on ``cluster://`` in front of ``harness`` (its own thread and loop)."""
+    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}"
+    running = RunningGateway(
+        Settings(data_dir=data_dir, store_url=url, log_level="warning", graceful_timeout_s=5, **settings)
+    ).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def cluster_gateway(harness: ClusterHarness, tmp_path: Path) -> Iterator[RunningGateway]:
+    with running_cluster_gateway(harness, tmp_path / "gateway") as running:
+        yield running
 
 
 @pytest.fixture

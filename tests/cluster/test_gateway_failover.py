@@ -15,48 +15,20 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 
 from backend_store import StoreOptions
 from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.routing import partition_index
 from backend_store.errors import Unavailable
 from backend_store.types import NewMessage, QueueAttributes, QueueName, SendResult, TenantId
-from gateway.settings import Settings
 from tests.conftest import scaled
-from tests.fixtures.etcd_server import unique_prefix
 from tests.gateway.conftest import RunningGateway
 
 from .processes import ClusterHarness
 
 QUEUE = "orders"
-
-
-@pytest.fixture
-async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
-    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("gwfail") + "/")
-    (tmp_path / "cluster").mkdir()
-    try:
-        yield await h.start(nodes=3, managers=1)
-    finally:
-        await h.close()
-
-
-@pytest.fixture
-def cluster_gateway(harness: ClusterHarness, tmp_path: Path) -> Iterator[RunningGateway]:
-    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}"
-    settings = Settings(
-        data_dir=tmp_path / "gateway", store_url=url, log_level="warning", graceful_timeout_s=5
-    )
-    running = RunningGateway(settings).start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 class Producer:

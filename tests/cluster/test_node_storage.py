@@ -10,7 +10,7 @@ import os
 import random
 import string
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from backend_store.cluster.layout import NodeRecord
 from backend_store.cluster.node_storage import summarise
 from backend_store.types import StorageUsage
-from gateway.settings import Settings
 from tests.conftest import scaled
 from tests.console.conftest import scrape
 from tests.console.test_console_http import logged_in
-from tests.fixtures.etcd_server import unique_prefix
 from tests.gateway.conftest import RunningGateway
 
+from .conftest import running_cluster_gateway
 from .processes import ClusterHarness
 
 QUEUE = "big"
@@ -37,30 +36,10 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
-    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("storage") + "/")
-    (tmp_path / "cluster").mkdir()
-    try:
-        yield await h.start(nodes=3, managers=1)
-    finally:
-        await h.close()
-
-
-@pytest.fixture
 def cluster_gateway(harness: ClusterHarness, tmp_path: Path) -> Iterator[RunningGateway]:
-    url = f"cluster://{','.join(harness.endpoints)}{harness.prefix}"
-    settings = Settings(
-        data_dir=tmp_path / "gateway",
-        store_url=url,
-        log_level="warning",
-        graceful_timeout_s=5,
-        monitor_interval_s=0.2,
-    )
-    running = RunningGateway(settings).start()
-    try:
+    # Samples often: the test waits for the console's figures and an alert.
+    with running_cluster_gateway(harness, tmp_path / "gateway", monitor_interval_s=0.2) as running:
         yield running
-    finally:
-        running.stop()
 
 
 async def test_each_node_publishes_its_storage_use(
