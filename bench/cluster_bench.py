@@ -213,11 +213,11 @@ def through_gateways(
         "cluster": start_gateway(root / "gw-cluster", cluster_url),
     }
     try:
-        for _, url, key in gateways.values():
+        for name, (_, url, key) in gateways.items():
             response = httpx.put(
                 f"{url}/v1/queues/bench",
                 headers={"Authorization": f"Bearer {key}"},
-                json={"replication_mode": "sync"} if "cluster" in url else {},
+                json={"replication_mode": "sync"} if name == "cluster" else {},
                 timeout=60,
             )
             response.raise_for_status()

@@ -229,30 +229,15 @@ class NodeClient:
                         error = error_from_reply(event.code, event.detail, event.epoch, event.leader)
                         self._settle(event.id, error=error)
                     case Notify():
-                        if self.on_notify is not None:
-                            try:
-                                self.on_notify(self.node_id, event)
-                            except Exception:  # a listener's bug must not kill the connection
-                                log.exception("notify callback failed")
+                        _call_back("notify", self.on_notify, self.node_id, event)
                     case Delivery():
-                        if self.on_delivery is not None:
-                            try:
-                                self.on_delivery(self.node_id, event)
-                            except Exception:
-                                log.exception("delivery callback failed")
+                        _call_back("delivery", self.on_delivery, self.node_id, event)
                     case Events():
-                        if self.on_events is not None:
-                            try:
-                                self.on_events(self.node_id, event)
-                            except Exception:
-                                log.exception("events callback failed")
+                        _call_back("events", self.on_events, self.node_id, event)
                     case Closed():
                         self._fail_pending(event.pending, f"{event.code}: {event.detail}")
-                        if self.on_disconnect is not None and not self._closed:
-                            try:
-                                self.on_disconnect(self.node_id)
-                            except Exception:
-                                log.exception("disconnect callback failed")
+                        if not self._closed:
+                            _call_back("disconnect", self.on_disconnect, self.node_id)
                     case Hello():
                         pass
                     case _:
@@ -284,6 +269,16 @@ class NodeClient:
             self._fail_pending(pending, "closed by the client")
         if task is not None:
             await asyncio.wait([task])
+
+
+def _call_back(what: str, callback: Callable[..., object] | None, *args: Any) -> None:
+    """Tell a listener; its bug is logged and must not kill the connection."""
+    if callback is None:
+        return
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("%s callback failed", what)
 
 
 def _no_answer(future: asyncio.Future[Any], node_id: str, op: str, partition: int) -> None:

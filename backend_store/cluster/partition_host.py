@@ -318,10 +318,9 @@ class PartitionHost:
             # cancellation too.
             await asyncio.wait(tasks)
         if leader is not None:
-            leader.stop()
-            # Its links are cancelled: writes waiting for a majority would only time out (a
-            # deleted queue's partition made its delete wait out the gateway's node timeout).
-            leader.abandon_waiters(f"the leader stepped down ({why})")
+            # Its links are cancelled: writes waiting for a majority fail now (a deleted
+            # queue's partition made its delete wait out the gateway's node timeout).
+            leader.stop(f"the leader stepped down ({why})")
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 
     # Serving -------------------------------------------------------------------------------

@@ -135,11 +135,17 @@ class ReplicationLeader:
 
         self.store.ship_early(offer, lost)
 
-    def stop(self) -> None:
-        """This term is over here: stop taking entries from the store's writer."""
+    def stop(self, why: str = "the term ended here") -> None:
+        """This term is over here: stop taking entries from the store's writer, and fail every
+        write still waiting for a majority with ``unavailable`` (outcome unknown) at once:
+        with its links gone no acknowledgement can come, so it would only wait out its
+        timeout."""
         with contextlib.suppress(Unavailable):  # a closed store takes no more entries anyway
             self.store.ship_early(None, None)
         self._early.clear()
+        self._waiters.fail(
+            lambda lsn: Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
+        )
 
     def _offered(self, entry: LogEntry) -> None:
         if entry.epoch != self.epoch or self.deposed.is_set():
@@ -237,14 +243,6 @@ class ReplicationLeader:
         at once rather than at its timeout, and every later one."""
         self.resigned = True
         self._waiters.fail(self._resigned_error)
-
-    def abandon_waiters(self, why: str) -> None:
-        """This term stopped here (its links are gone, so no acknowledgement can come): fail
-        every write still waiting for a majority with ``unavailable`` (outcome unknown) at
-        once, rather than at its timeout."""
-        self._waiters.fail(
-            lambda lsn: Unavailable(f"partition {self.partition}: LSN {lsn} not known on a majority; {why}")
-        )
 
     def _resigned_error(self, lsn: Lsn) -> Unavailable:
         return Unavailable(

@@ -10,6 +10,7 @@ import pytest
 from backend_store.cluster.commit_waiters import CommitWaiters
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Lsn
+from tests.conftest import scaled
 
 
 def timed_out(lsn: Lsn, timeout_s: float) -> PushgateError:
@@ -31,11 +32,11 @@ async def test_writes_are_woken_once_a_majority_holds_their_lsn() -> None:
 
 async def test_a_write_not_on_a_majority_in_time_gets_the_timeout_error_alone() -> None:
     waiters = CommitWaiters(timed_out)
-    slow = asyncio.create_task(waiters.wait(Lsn(1), 5))
+    slow = asyncio.create_task(waiters.wait(Lsn(1), 600))
     await asyncio.sleep(0)
     # A later write with a shorter timeout is not held up by the earlier one's timer.
-    with pytest.raises(Unavailable, match=r"2 after 0\.05"):
-        await asyncio.wait_for(waiters.wait(Lsn(2), 0.05), 2)
+    with pytest.raises(Unavailable, match=r"2 after 1\b"):
+        await asyncio.wait_for(waiters.wait(Lsn(2), 1), scaled(30))
     assert not slow.done()
     waiters.settle(Lsn(1))
     await slow
@@ -43,12 +44,13 @@ async def test_a_write_not_on_a_majority_in_time_gets_the_timeout_error_alone() 
 
 async def test_timeouts_fire_for_writes_that_arrive_after_others_settled() -> None:
     waiters = CommitWaiters(timed_out)
-    first = asyncio.create_task(waiters.wait(Lsn(1), 0.05))
+    # Seconds, not milliseconds: the first must be settled before its own timer fires.
+    first = asyncio.create_task(waiters.wait(Lsn(1), 1))
     await asyncio.sleep(0)
     waiters.settle(Lsn(1))
     await first
-    with pytest.raises(Unavailable, match=r"2 after 0\.05"):
-        await asyncio.wait_for(waiters.wait(Lsn(2), 0.05), 2)
+    with pytest.raises(Unavailable, match=r"2 after 1\b"):
+        await asyncio.wait_for(waiters.wait(Lsn(2), 1), scaled(30))
 
 
 async def test_a_cancelled_write_leaves_the_others_waiting() -> None:

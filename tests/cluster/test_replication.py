@@ -231,8 +231,7 @@ async def test_a_leader_that_stops_fails_its_waiting_writes_at_once(cluster: Clu
     )
     await asyncio.sleep(0.05)
     assert not waiting.done()
-    cluster.replication.stop()
-    cluster.replication.abandon_waiters("the leader stepped down (closing)")
+    cluster.replication.stop("the leader stepped down (closing)")
     with pytest.raises(Unavailable, match="stepped down"):
         await asyncio.wait_for(waiting, scaled(5))
 
