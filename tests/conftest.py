@@ -26,7 +26,6 @@ pytest_plugins = [
 ]
 
 
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for ``pytest -n N --dist loadgroup`` (scripts/test): a file's tests run in one
     worker, so its module fixtures start once; every Spark test runs in one worker, so the
