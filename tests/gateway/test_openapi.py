@@ -79,8 +79,7 @@ def test_document_is_openapi_31_and_covers_every_route(gateway: RunningGateway) 
 
 
 def _routes(gateway: RunningGateway) -> list[Route]:
-    app = gateway.server.config.app
-    return [r for r in app.routes if isinstance(r, Route)]
+    return [r for r in gateway.app.routes if isinstance(r, Route)]
 
 
 # Routes that describe the API rather than being part of it (tests/browser covers them).
