@@ -72,7 +72,8 @@ async def test_sends_bring_samples_forward_only_while_watched(store: Backend, cl
             await store.send(T1, QueueName("q"), [NewMessage(b"y")])
             second = await sampler.next_sample(first.at, scaled(10))
         assert second is not None and second.at == clock.now
-        assert second.queue("one", "q").visible == 2  # type: ignore[union-attr]
+        q1 = second.queue("one", "q")
+        assert q1 is not None and q1.visible == 2
         assert sampler.watchers == 0
     finally:
         await sampler.drain()
