@@ -167,7 +167,9 @@ def purge_queue(w: Writes, tenant: str, name: str) -> int:
     return purged
 
 
-def stats(v: View, record: QueueRecord, now: float, held: Callable[[int, int], int] | None = None) -> QueueStats:
+def stats(
+    v: View, record: QueueRecord, now: float, held: Callable[[int, int], int] | None = None
+) -> QueueStats:
     """Counts from the stored total and the future part of the visibility index.
 
     Only not-yet-visible entries are scanned (in flight and delayed, usually few), so
