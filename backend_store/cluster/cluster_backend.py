@@ -72,6 +72,7 @@ from .ops import NotLeader, decode_received
 from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
+from .send_batcher import SendBatcher
 from .standing import StandingDemands, Target
 from .tls import NodeTls, TlsFiles
 from .wire import Delivery, Events, Notify
@@ -102,6 +103,8 @@ class ClusterSettings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # 1: sends to a partition wait while one is in flight and go together (send_batcher.py).
+    send_batching: int = 1
 
     def tls_files(self) -> TlsFiles | None:
         return TlsFiles.from_options(
@@ -128,7 +131,7 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
             values[name] = unquote(raw)  # a path
             continue
         try:
-            values[name] = int(raw) if name == "replication_factor" else float(raw)
+            values[name] = int(raw) if name in ("replication_factor", "send_batching") else float(raw)
         except ValueError:
             raise ConfigurationError(f"cluster URL option {name} must be a number") from None
     settings = ClusterSettings(**values)
@@ -167,6 +170,7 @@ class ClusterBackend:
         )
         self.view = ClusterView(self._coordinator, self.paths, reread_every_s=settings.reread_every_s)
         self.health = NodeHealth(BreakerSettings())
+        self.send_batcher = SendBatcher(self._partition_call, enabled=settings.send_batching != 0)
         tls_files = settings.tls_files()
         self.tls = NodeTls.load(tls_files) if tls_files is not None else None
         self._pool: NodePool | None = None
@@ -442,9 +446,7 @@ class ClusterBackend:
             batch = [messages[valid[i]] for i in plan.by_index[index]]
             # Safe to repeat only if the partition dedupes every message of the batch.
             safe = record.attributes.content_dedupe or all(m.dedupe_id is not None for m in batch)
-            results = await self._partition_call(
-                parts[index], "send", retry_unknown=safe, queue=queue, messages=batch
-            )
+            results = await self.send_batcher.send(parts[index], queue, batch, safe=safe)
             for position, result in zip(plan.by_index[index], results, strict=True):
                 out[valid[position]] = result
 
