@@ -1,0 +1,245 @@
+"""The send batcher on its own (no I/O): a stand-in for ``ClusterBackend._partition_call``
+that the test answers by hand, so which requests go out, with what, and when, is exact."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from backend_store.cluster.partition_map import PartitionInfo
+from backend_store.cluster.send_batcher import SendBatcher
+from backend_store.errors import InvalidRequest, MessageTooLarge, PushgateError, QueueNotFound
+from backend_store.types import MessageId, NewMessage, QueueName, SendResult, TenantId
+
+Results = list[SendResult | PushgateError]
+
+
+@dataclass
+class Request:
+    part: PartitionInfo
+    retry_unknown: bool
+    messages: list[NewMessage]
+    answer: asyncio.Future[Results]
+
+
+@dataclass
+class FakeLeader:
+    """Records each request and holds it until the test answers it."""
+
+    requests: list[Request] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(
+        self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
+    ) -> Any:
+        assert op == "send" and kwargs["queue"] == part.queue
+        request = Request(
+            part, retry_unknown, list(kwargs["messages"]), asyncio.get_running_loop().create_future()
+        )
+        self.requests.append(request)
+        self.arrived.set()
+        return await request.answer
+
+    async def next_request(self, count: int) -> Request:
+        while len(self.requests) < count:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 5)
+        return self.requests[count - 1]
+
+
+def stored(request: Request) -> Results:
+    """What a node answers: a result per message, the oversized refused alone."""
+    out: Results = []
+    for i, m in enumerate(request.messages):
+        out.append(
+            MessageTooLarge("too big") if m.body == b"huge" else SendResult(MessageId(m.body.decode()), i)
+        )
+    return out
+
+
+def part(index: int = 0, queue: str = "q") -> PartitionInfo:
+    return PartitionInfo(10 + index, TenantId("t"), QueueName(queue), index, ("n0",), "n0", "sync")
+
+
+def msgs(*bodies: str, dedupe: bool = False) -> list[NewMessage]:
+    return [NewMessage(b.encode(), dedupe_id=b if dedupe else None) for b in bodies]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_sends_wait_while_one_is_in_flight_and_go_together_in_arrival_order() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader)
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a1"), safe=False))
+    r1 = await leader.next_request(1)
+    assert [m.body for m in r1.messages] == [b"a1"]  # the first goes at once, alone
+    later = [
+        asyncio.create_task(
+            batcher.send(part(), QueueName("q"), msgs(f"{c}1", f"{c}2", "huge", f"{c}3"), safe=False)
+        )
+        for c in "bcd"
+    ]
+    await settle()
+    assert len(leader.requests) == 1  # they wait while a1 is in flight
+    r1.answer.set_result(stored(r1))
+    assert [r.id for r in await first if isinstance(r, SendResult)] == ["a1"]
+    r2 = await leader.next_request(2)
+    # One request: each caller's entries contiguous, callers in arrival order.
+    assert [m.body.decode() for m in r2.messages] == [
+        "b1", "b2", "huge", "b3", "c1", "c2", "huge", "c3", "d1", "d2", "huge", "d3"
+    ]  # fmt: skip
+    r2.answer.set_result(stored(r2))
+    for c, task in zip("bcd", later, strict=True):
+        results = await task
+        assert [r.id if isinstance(r, SendResult) else r.code for r in results] == [
+            f"{c}1", f"{c}2", "message_too_large", f"{c}3"
+        ]  # fmt: skip
+    assert batcher.counters.requests == 2 and batcher.counters.calls == 4 and batcher.counters.merged == 1
+    await settle()
+    assert not batcher._lanes  # idle lanes are dropped
+
+
+async def test_safe_and_unsafe_sends_never_share_a_request() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader)
+    tasks = [
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("u1"), safe=False)),
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("s1", dedupe=True), safe=True)),
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("u2"), safe=False)),
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("s2", dedupe=True), safe=True)),
+    ]
+    await leader.next_request(2)  # one lane each: both first sends go at once
+    for request in list(leader.requests):
+        request.answer.set_result(stored(request))
+    await leader.next_request(4)
+    for request in leader.requests[2:]:
+        request.answer.set_result(stored(request))
+    await asyncio.gather(*tasks)
+    lanes = {(r.retry_unknown, tuple(m.body for m in r.messages)) for r in leader.requests}
+    assert lanes == {(False, (b"u1",)), (True, (b"s1",)), (False, (b"u2",)), (True, (b"s2",))}
+
+
+async def test_a_request_level_failure_reaches_every_caller_of_that_request_only() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader)
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    r1 = await leader.next_request(1)
+    waiting = [asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(b), safe=False)) for b in "bc"]
+    await settle()
+    r1.answer.set_result(stored(r1))
+    r2 = await leader.next_request(2)
+    r2.answer.set_exception(QueueNotFound("gone"))
+    assert isinstance((await first)[0], SendResult)
+    for task in waiting:
+        with pytest.raises(QueueNotFound):
+            await task
+
+
+async def test_a_malformed_entry_fails_only_its_caller() -> None:
+    """The node refuses a whole request it cannot decode: the batch is sent again caller by
+    caller, so only the caller with the bad entry gets the error, as it did alone."""
+    leader = FakeLeader()
+    batcher = SendBatcher(leader)
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    r1 = await leader.next_request(1)
+    bad = [NewMessage(b"x", delay_s=cast(float, "soon"))]
+    tasks = [
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("b"), safe=False)),
+        asyncio.create_task(batcher.send(part(), QueueName("q"), bad, safe=False)),
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("c"), safe=False)),
+    ]
+    await settle()
+    r1.answer.set_result(stored(r1))
+    await first
+    merged = await leader.next_request(2)
+    merged.answer.set_exception(InvalidRequest("a message's delay_s must be a number"))
+    for n in (3, 4, 5):  # each caller alone, in order
+        alone = await leader.next_request(n)
+        if any(m.delay_s is not None for m in alone.messages):
+            alone.answer.set_exception(InvalidRequest("a message's delay_s must be a number"))
+        else:
+            alone.answer.set_result(stored(alone))
+    assert [r.id for r in await tasks[0] if isinstance(r, SendResult)] == ["b"]
+    with pytest.raises(InvalidRequest):
+        await tasks[1]
+    assert [r.id for r in await tasks[2] if isinstance(r, SendResult)] == ["c"]
+    assert batcher.counters.split == 1
+
+
+async def test_bounds_keep_callers_whole_and_the_waiting_queue_bounded() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_messages=4, max_waiting=3)
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    r1 = await leader.next_request(1)
+    waiting = [
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("b1", "b2", "b3"), safe=False)),
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("c1", "c2"), safe=False)),
+        asyncio.create_task(
+            batcher.send(part(), QueueName("q"), msgs("d1", "d2", "d3", "d4", "d5"), safe=False)
+        ),
+    ]
+    await settle()
+    # A fourth waiter is one too many: it goes at once, on its own.
+    bypass = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("e"), safe=False))
+    r2 = await leader.next_request(2)
+    assert [m.body for m in r2.messages] == [b"e"] and batcher.counters.bypassed == 1
+    r2.answer.set_result(stored(r2))
+    r1.answer.set_result(stored(r1))
+    sizes = []
+    for n in (3, 4, 5):
+        request = await leader.next_request(n)
+        sizes.append([m.body.decode() for m in request.messages])
+        request.answer.set_result(stored(request))
+    # b (3) and c (2) exceed 4 together: each its own request; d (5) is over alone, never split.
+    assert sizes == [["b1", "b2", "b3"], ["c1", "c2"], ["d1", "d2", "d3", "d4", "d5"]]
+    await asyncio.gather(first, bypass, *waiting)
+
+
+async def test_a_cancelled_caller_does_not_break_the_others() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader)
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    r1 = await leader.next_request(1)
+    b, c, d = (asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(x), safe=False)) for x in "bcd")
+    await settle()
+    c.cancel()  # cancelled while waiting: never sent
+    first.cancel()  # the first caller's request is cancelled: the lane moves on
+    await settle()
+    r2 = await leader.next_request(2)
+    assert [m.body for m in r2.messages] == [b"b", b"d"]
+    d.cancel()  # cancelled while in flight: the request goes on for b
+    await settle()
+    r2.answer.set_result(stored(r2))
+    assert [r.id for r in await b if isinstance(r, SendResult)] == ["b"]
+    for task in (first, c, d):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert r1.answer.cancelled()
+
+
+async def test_partitions_are_batched_apart_and_disabled_means_one_request_per_send() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader)
+    tasks = [
+        asyncio.create_task(batcher.send(part(i), QueueName("q"), msgs(f"p{i}"), safe=False))
+        for i in range(3)
+    ]
+    await leader.next_request(3)  # each partition's first send goes at once
+    for request in leader.requests:
+        request.answer.set_result(stored(request))
+    await asyncio.gather(*tasks)
+    off = SendBatcher(leader, enabled=False)
+    tasks = [
+        asyncio.create_task(off.send(part(), QueueName("q"), msgs(f"x{i}"), safe=False)) for i in range(3)
+    ]
+    await leader.next_request(6)
+    for request in leader.requests[3:]:
+        request.answer.set_result(stored(request))
+    await asyncio.gather(*tasks)
+    assert off.counters.requests == 3
