@@ -33,6 +33,7 @@ import asyncio
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,8 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 from http_bench import _load as http_load
-from push_common import start_gateway
+from push_common import cpu_seconds, start_gateway
 
+from backend_store.cluster.cluster_backend import open_cluster_backend
 from backend_store.cluster.tls import NodeTls, TlsFiles
 from backend_store.cluster.tls_certs import make_cluster_certificates
 from backend_store.errors import StaleEpoch, Unavailable
@@ -201,47 +203,137 @@ async def async_loss(h: ClusterHarness, pid: int, queue: str) -> tuple[int, int]
     return len(acknowledged), len(set(acknowledged) - received)
 
 
+def start_another_gateway(data_dir: Path, store: str) -> tuple[subprocess.Popen[str], str]:
+    """``pushgate serve`` on a cluster another gateway serves already (start_gateway waits for
+    a bootstrap admin key, which only the first gateway on a cluster prints)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--data",
+            str(data_dir),
+            "--port",
+            "0",
+            "--store",
+            store,
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "serving on" in line:
+            return proc, line.rsplit(" ", 1)[1].strip()
+    proc.kill()
+    raise SystemExit("the second cluster gateway did not start")
+
+
 def through_gateways(
     h: ClusterHarness, root: Path, args: argparse.Namespace, tls: TlsFiles | None = None
 ) -> None:
-    """HTTP sends to a gateway on the embedded store and to one on the cluster, alternating."""
+    """HTTP sends to a gateway on the embedded store and to gateways on the cluster (sends
+    batched per partition, and with ``--compare-batching`` also one without), alternating;
+    each round's CPU per send of the gateway and of the three nodes."""
     cluster_url = f"cluster://{','.join(h.endpoints)}{h.prefix}?replication_factor=3"
     if tls is not None:
         cluster_url += f"&tls_cert={tls.cert}&tls_key={tls.key}&tls_ca={tls.ca}"
-    gateways = {
-        "embedded": start_gateway(root / "gw-embedded"),
-        "cluster": start_gateway(root / "gw-cluster", cluster_url),
-    }
+    gateways: dict[str, tuple[subprocess.Popen[str], str, str]] = {}
     try:
+        gateways["embedded"] = start_gateway(root / "gw-embedded")
+        gateways["cluster"] = start_gateway(root / "gw-cluster", cluster_url)
+        if args.compare_batching:
+            # Same cluster, so the same tenants: it prints no bootstrap key of its own.
+            proc, url = start_another_gateway(root / "gw-unbatched", cluster_url + "&send_batching=0")
+            gateways["unbatched"] = (proc, url, gateways["cluster"][2])
         for name, (_, url, key) in gateways.items():
             response = httpx.put(
                 f"{url}/v1/queues/bench",
                 headers={"Authorization": f"Bearer {key}"},
-                json={"replication_mode": "sync"} if name == "cluster" else {},
+                json={"replication_mode": "sync"} if name != "embedded" else {},
                 timeout=60,
             )
             response.raise_for_status()
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in gateways}
-        for _ in range(args.gateway_rounds):
-            for name, (_, url, key) in gateways.items():
-                runs[name].append(http_load(url, key, "send", args.seconds, args.producers, args.size))
+        for round_ in range(args.gateway_rounds):
+            # The cluster gateways share a queue that grows: alternate which goes first.
+            order = list(gateways.items())
+            if round_ % 2:
+                order = [order[0], *reversed(order[1:])]
+            for name, (proc, url, key) in order:
+                gateway_before, nodes_before = cpu_seconds(proc.pid), nodes_cpu_s(h)
+                result = http_load(url, key, "send", args.seconds, args.producers, args.size)
+                sends = max(1.0, result["req_per_s"] * result["seconds"])
+                result["gateway_us"] = (cpu_seconds(proc.pid) - gateway_before) / sends * 1e6
+                result["nodes_us"] = (nodes_cpu_s(h) - nodes_before) / sends * 1e6
+                runs[name].append(result)
     finally:
         for proc, _, _ in gateways.values():
             proc.terminate()
             proc.wait()
+    labels = {"embedded": "embedded store", "cluster": "cluster://", "unbatched": "cluster:// unbatched"}
     for name, results in runs.items():
         rates = ", ".join(f"{r['req_per_s']:,.0f}" for r in results)
         p50 = statistics.median(r["p50_ms"] for r in results)
         p99 = statistics.median(r["p99_ms"] for r in results)
         errors = sum(int(r["errors"]) for r in results)
+        cpu = ", ".join(f"{r['gateway_us']:.0f}" for r in results)
+        nodes = ", ".join(f"{r['nodes_us']:.0f}" for r in results)
         print(
-            f"gateway on {name:<9} sends/s by round: {rates}   p50 {p50:.2f} ms  p99 {p99:.2f} ms  errors {errors}"
+            f"gateway on {labels[name]:<20} sends/s by round: {rates}   p50 {p50:.2f} ms  p99 {p99:.2f} ms"
+            f"  errors {errors}\n    CPU us/send, gateway: {cpu}"
+            + (f"; nodes: {nodes}" if name != "embedded" else "")
         )
-    ratios = [c["req_per_s"] / e["req_per_s"] for e, c in zip(runs["embedded"], runs["cluster"], strict=True)]
-    print(
-        "gateway on cluster:// (RF 3, sync) / gateway on the embedded store: "
-        + ", ".join(f"{r:.2f}x" for r in ratios)
-    )
+    for name in runs:
+        if name == "embedded":
+            continue
+        ratios = [c["req_per_s"] / e["req_per_s"] for e, c in zip(runs["embedded"], runs[name], strict=True)]
+        print(
+            f"gateway on {labels[name]} (RF 3, sync) / gateway on the embedded store: "
+            + ", ".join(f"{r:.2f}x" for r in ratios)
+        )
+
+
+async def through_backend(h: ClusterHarness, args: argparse.Namespace, body: bytes) -> None:
+    """``ClusterBackend.send`` in this process from ``--producers`` tasks, one message each,
+    alternating batched and unbatched rounds: node requests per send and nodes' CPU."""
+    url = f"cluster://{','.join(h.endpoints)}{h.prefix}?replication_factor=3"
+    backend = open_cluster_backend(url, StoreOptions())
+    await backend.start()
+    try:
+        queue = QueueName("direct")
+        await backend.create_queue(TenantId(TENANT), queue, {"replication_mode": "sync"})
+        await backend.send(TenantId(TENANT), queue, [NewMessage(b"warm-up")])
+        batcher = backend.send_batcher
+
+        async def send(i: int) -> None:
+            await backend.send(TenantId(TENANT), queue, [NewMessage(body)])
+
+        configs = [(False, 1), (True, 1), (True, 2), (True, 4)]
+        for round_ in range(args.gateway_rounds):
+            # Rotated, and each on an emptied queue: a queue that grew over earlier phases
+            # (deeper B-trees, a grown map) would make whichever runs later look dearer.
+            for enabled, in_flight in configs[round_ % 4 :] + configs[: round_ % 4]:
+                await backend.purge_queue(TenantId(TENANT), queue)
+                batcher.enabled, batcher.max_in_flight = enabled, in_flight
+                requests_before, cpu_before = batcher.counters.requests, nodes_cpu_s(h)
+                rate, lat = await measure(send, args.producers, args.seconds)
+                requests = (batcher.counters.requests - requests_before) / max(1, len(lat))
+                cpu = (nodes_cpu_s(h) - cpu_before) / max(1, len(lat)) * 1e6
+                name = f"ClusterBackend, {in_flight} in flight" if enabled else "ClusterBackend, unbatched"
+                print(
+                    f"{name:<28} {rate:8.0f} sends/s   p50 {statistics.median(lat) * 1000:6.2f} ms"
+                    f"   {requests:.3f} requests/send   nodes' CPU {cpu:4.0f} us/send"
+                )
+    finally:
+        await backend.close()
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -302,6 +394,8 @@ async def main(args: argparse.Namespace) -> None:
                 if args.kills:
                     sent, lost = await async_loss(h, pids["async"], "async")
                     print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
+                if args.gateway_rounds and args.compare_batching and client is None:
+                    await through_backend(h, args, body)
                 if args.gateway_rounds:
                     await asyncio.to_thread(through_gateways, h, root, args, client)
             finally:
@@ -319,5 +413,10 @@ if __name__ == "__main__":
         "--kills", type=int, default=3, help="failovers to time (0: none, and no async loss run)"
     )
     parser.add_argument("--gateway-rounds", type=int, default=3, help="alternating rounds through gateways")
+    parser.add_argument(
+        "--compare-batching",
+        action="store_true",
+        help="also a cluster gateway (and in-process rounds) without send batching",
+    )
     parser.add_argument("--tls", action="store_true", help="mutual TLS on every node-protocol connection")
     asyncio.run(main(parser.parse_args()))

@@ -65,6 +65,10 @@ DEFAULT_MAX_MESSAGES = 4 * MAX_BATCH
 # Estimated bytes per batched request, well under the wire's 16 MiB frame limit
 # (wire.DEFAULT_MAX_FRAME) and the largest single message (1 MiB, max_message_bytes).
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
+# Requests under way per lane: while fewer are, a send goes at once. More than one keeps the
+# leader's pipeline busy (its commit of one request overlaps the replication of the other),
+# measured in docs/cluster.md section 8.
+DEFAULT_MAX_IN_FLIGHT = 2
 # Callers waiting per lane before new ones bypass the batcher.
 DEFAULT_MAX_WAITING = 4096
 # Per entry on the wire beyond body and attributes (the list, flags, delay), a rough figure.
@@ -94,7 +98,7 @@ class _Lane:
     queue: QueueName
     safe: bool
     waiting: deque[_Waiter] = field(default_factory=deque)
-    busy: bool = False  # a request of this lane is in flight (or about to be)
+    in_flight: int = 0  # requests of this lane under way (a caller's own, or a drain task's)
 
 
 @dataclass(slots=True)
@@ -123,12 +127,14 @@ class SendBatcher:
         max_messages: int = DEFAULT_MAX_MESSAGES,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_waiting: int = DEFAULT_MAX_WAITING,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         self._call = call
         self.enabled = enabled
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.max_waiting = max_waiting
+        self.max_in_flight = max_in_flight
         self.counters = BatchCounters()
         self._lanes: dict[_LaneKey, _Lane] = {}
         self._drains: set[asyncio.Task[None]] = set()
@@ -146,9 +152,10 @@ class SendBatcher:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane(part, queue, safe)
-        if not lane.busy:
-            # Nothing in flight: go at once, in this task (no task or timer for a lone sender).
-            lane.busy = True
+        if lane.in_flight < self.max_in_flight:
+            # A free slot (then nobody waits): go at once, in this task (no task or timer
+            # for a lone sender).
+            lane.in_flight += 1
             try:
                 return await self._request(part, queue, messages, safe)
             finally:
@@ -173,15 +180,15 @@ class SendBatcher:
         return results
 
     def _next(self, key: _LaneKey, lane: _Lane) -> None:
-        """The lane's request returned: send what waits, or let the lane go idle."""
+        """One of the lane's requests returned: its slot sends what waits, or is freed."""
         _drop_cancelled(lane.waiting)
         if lane.waiting:
             task = asyncio.get_running_loop().create_task(self._drain(key, lane))
             self._drains.add(task)
             task.add_done_callback(self._drains.discard)
             return
-        lane.busy = False
-        if self._lanes.get(key) is lane:
+        lane.in_flight -= 1
+        if lane.in_flight == 0 and self._lanes.get(key) is lane:
             del self._lanes[key]  # a lane lives while it has work: no map of every partition ever sent to
 
     async def _drain(self, key: _LaneKey, lane: _Lane) -> None:
@@ -192,12 +199,8 @@ class SendBatcher:
                     break
                 await self._flush(lane, self._take(lane))
         finally:
-            lane.busy = False
-            if lane.waiting:  # only if this task was cancelled: nobody is left behind
-                lane.busy = True
-                self._next(key, lane)
-            elif self._lanes.get(key) is lane:
-                del self._lanes[key]
+            # Only if this task was cancelled do callers still wait: _next hands them on.
+            self._next(key, lane)
 
     def _take(self, lane: _Lane) -> list[_Waiter]:
         """The waiters of the next request: whole callers in arrival order, within the bounds

@@ -75,7 +75,7 @@ async def settle() -> None:
 
 async def test_sends_wait_while_one_is_in_flight_and_go_together_in_arrival_order() -> None:
     leader = FakeLeader()
-    batcher = SendBatcher(leader)
+    batcher = SendBatcher(leader, max_in_flight=1)
     first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a1"), safe=False))
     r1 = await leader.next_request(1)
     assert [m.body for m in r1.messages] == [b"a1"]  # the first goes at once, alone
@@ -107,7 +107,7 @@ async def test_sends_wait_while_one_is_in_flight_and_go_together_in_arrival_orde
 
 async def test_safe_and_unsafe_sends_never_share_a_request() -> None:
     leader = FakeLeader()
-    batcher = SendBatcher(leader)
+    batcher = SendBatcher(leader, max_in_flight=1)
     tasks = [
         asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("u1"), safe=False)),
         asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("s1", dedupe=True), safe=True)),
@@ -127,7 +127,7 @@ async def test_safe_and_unsafe_sends_never_share_a_request() -> None:
 
 async def test_a_request_level_failure_reaches_every_caller_of_that_request_only() -> None:
     leader = FakeLeader()
-    batcher = SendBatcher(leader)
+    batcher = SendBatcher(leader, max_in_flight=1)
     first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
     r1 = await leader.next_request(1)
     waiting = [asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(b), safe=False)) for b in "bc"]
@@ -145,7 +145,7 @@ async def test_a_malformed_entry_fails_only_its_caller() -> None:
     """The node refuses a whole request it cannot decode: the batch is sent again caller by
     caller, so only the caller with the bad entry gets the error, as it did alone."""
     leader = FakeLeader()
-    batcher = SendBatcher(leader)
+    batcher = SendBatcher(leader, max_in_flight=1)
     first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
     r1 = await leader.next_request(1)
     bad = [NewMessage(b"x", delay_s=cast(float, "soon"))]
@@ -174,7 +174,7 @@ async def test_a_malformed_entry_fails_only_its_caller() -> None:
 
 async def test_bounds_keep_callers_whole_and_the_waiting_queue_bounded() -> None:
     leader = FakeLeader()
-    batcher = SendBatcher(leader, max_messages=4, max_waiting=3)
+    batcher = SendBatcher(leader, max_messages=4, max_waiting=3, max_in_flight=1)
     first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
     r1 = await leader.next_request(1)
     waiting = [
@@ -203,7 +203,7 @@ async def test_bounds_keep_callers_whole_and_the_waiting_queue_bounded() -> None
 
 async def test_a_cancelled_caller_does_not_break_the_others() -> None:
     leader = FakeLeader()
-    batcher = SendBatcher(leader)
+    batcher = SendBatcher(leader, max_in_flight=1)
     first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
     r1 = await leader.next_request(1)
     b, c, d = (asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(x), safe=False)) for x in "bcd")
@@ -225,7 +225,7 @@ async def test_a_cancelled_caller_does_not_break_the_others() -> None:
 
 async def test_partitions_are_batched_apart_and_disabled_means_one_request_per_send() -> None:
     leader = FakeLeader()
-    batcher = SendBatcher(leader)
+    batcher = SendBatcher(leader, max_in_flight=1)
     tasks = [
         asyncio.create_task(batcher.send(part(i), QueueName("q"), msgs(f"p{i}"), safe=False))
         for i in range(3)
@@ -243,3 +243,23 @@ async def test_partitions_are_batched_apart_and_disabled_means_one_request_per_s
         request.answer.set_result(stored(request))
     await asyncio.gather(*tasks)
     assert off.counters.requests == 3
+
+
+async def test_with_two_in_flight_the_second_send_goes_at_once_and_the_rest_wait() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=2)
+    tasks = [
+        asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(f"m{i}"), safe=False)) for i in range(6)
+    ]
+    await leader.next_request(2)
+    await settle()
+    assert [[m.body for m in r.messages] for r in leader.requests] == [[b"m0"], [b"m1"]]
+    leader.requests[1].answer.set_result(stored(leader.requests[1]))  # the second returns first
+    r3 = await leader.next_request(3)
+    assert [m.body for m in r3.messages] == [b"m2", b"m3", b"m4", b"m5"]  # all that waited, in order
+    leader.requests[0].answer.set_result(stored(leader.requests[0]))
+    r3.answer.set_result(stored(r3))
+    seqs = [0, 0, 0, 1, 2, 3]  # the fake numbers each request's entries from 0
+    assert [(await t)[0] for t in tasks] == [SendResult(MessageId(f"m{i}"), seqs[i]) for i in range(6)]
+    await settle()
+    assert len(leader.requests) == 3 and not batcher._lanes
