@@ -65,10 +65,10 @@ DEFAULT_MAX_MESSAGES = 4 * MAX_BATCH
 # Estimated bytes per batched request, well under the wire's 16 MiB frame limit
 # (wire.DEFAULT_MAX_FRAME) and the largest single message (1 MiB, max_message_bytes).
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
-# Requests under way per lane: while fewer are, a send goes at once. More than one keeps the
-# leader's pipeline busy (its commit of one request overlaps the replication of the other),
-# measured in docs/cluster.md section 8.
-DEFAULT_MAX_IN_FLIGHT = 2
+# Requests under way per lane: while fewer are, a send goes at once. Measured (docs/cluster.md
+# section 8): 2 or 4 cost the nodes more CPU per send than 1, as each request then carries
+# fewer messages and the nodes' cost follows messages per commit.
+DEFAULT_MAX_IN_FLIGHT = 1
 # Callers waiting per lane before new ones bypass the batcher.
 DEFAULT_MAX_WAITING = 4096
 # Per entry on the wire beyond body and attributes (the list, flags, delay), a rough figure.
