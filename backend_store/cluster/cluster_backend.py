@@ -403,7 +403,10 @@ class ClusterBackend:
         record = await self.metadata.queue(tenant, name)
         # Its partitions before the record goes: the manager drops them as soon as it sees
         # that, and our map may lose them before the next line runs. Unplaced ones hold nothing.
-        placed = [p for p in self._parts(record) if p.id >= 0]
+        # A dead-letter queue also has a copy in each partition of the queues feeding it
+        # (_holders): deleted there too, or their poison messages would keep moving into a
+        # queue nobody can read any more (the embedded store keeps them in the source).
+        placed = [p for p in self._holders(record) if p.id >= 0]
         await self.metadata.delete_queue(tenant, name)
         # The manager drops the partitions; deleting the queue in them now makes its
         # receipts stop working at once. Best effort: a partition being dropped anyway
