@@ -818,8 +818,11 @@ class ClusterBackend:
                 continue
             except QueueNotFound:
                 breaker.succeeded()
-                # A new leader may not have created the queue in its store yet.
-                await self.metadata.queue(part.tenant, part.queue)  # raises if really gone
+                # A new leader may not have created the queue in its store yet. The queue
+                # asked about, which on a partition feeding a dead-letter queue is that
+                # queue, not the partition's own: raises if it is really gone.
+                asked = kwargs.get("name", kwargs.get("queue", part.queue))
+                await self.metadata.queue(part.tenant, QueueName(str(asked)))
                 last = Unavailable(f"partition {current.id} is not ready yet; retry")
                 await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
                 continue
