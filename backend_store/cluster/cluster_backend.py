@@ -772,6 +772,10 @@ class ClusterBackend:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise last
+            if self._pool is None:
+                # Closed while this request waited (a retry after the closed pool failed it
+                # would otherwise wait out the deadline behind the breaker it opened).
+                raise Unavailable("the cluster backend is not running")
             current = self._current(part)
             if current is None or current.leader is None:
                 condition = _has_leader_or_gone
