@@ -59,12 +59,13 @@ class ClockFile:
         """The value in the file (0.0: nobody holds the clock, real time)."""
         return float(self._unpack(self._map, 0)[0])
 
-    async def moves(self, poll_s: float = 0.01) -> AsyncIterator[float]:
-        """Yield the file's value each time it changes (polled: a writer can be any process).
+    async def moves(self, since: float, poll_s: float = 0.01) -> AsyncIterator[float]:
+        """Yield the file's value each time it differs from the last one (``since`` first);
+        polled, since the writer is another process.
 
         What waits on time in a node (the leader's retention sweeps) waits on this too, as
         an embedded store's sweeper runs often under a test's ManualClock."""
-        last = self.held()
+        last = since
         while True:
             await asyncio.sleep(poll_s)
             value = self.held()

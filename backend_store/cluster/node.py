@@ -237,7 +237,7 @@ class Node:
     async def _follow_clock(self, clock: ClockFile) -> None:
         """Tests only: when the test moves the clock, leaders sweep at once (retention and
         dedupe expiry), as an embedded store's frequent sweeper would under a ManualClock."""
-        async for _ in clock.moves():
+        async for _ in clock.moves(since=clock.held()):
             for host in self.hosts.values():
                 host.sweep_soon()
 
