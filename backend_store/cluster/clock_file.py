@@ -27,7 +27,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 # The environment variable the node reads (test harnesses only: docs/cluster.md).
@@ -59,7 +59,7 @@ class ClockFile:
         """The value in the file (0.0: nobody holds the clock, real time)."""
         return float(self._unpack(self._map, 0)[0])
 
-    async def moves(self, since: float, poll_s: float = 0.01) -> AsyncIterator[float]:
+    async def moves(self, since: float, poll_s: float = 0.01) -> AsyncGenerator[float, None]:
         """Yield the file's value each time it differs from the last one (``since`` first);
         polled, since the writer is another process.
 

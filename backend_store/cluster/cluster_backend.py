@@ -772,9 +772,8 @@ class ClusterBackend:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise last
-            if self._pool is None:
-                # Closed while this request waited (a retry after the closed pool failed it
-                # would otherwise wait out the deadline behind the breaker it opened).
+            pool = self._pool
+            if pool is None:  # not started, or closed while this request waited
                 raise Unavailable("the cluster backend is not running")
             current = self._current(part)
             if current is None or current.leader is None:
@@ -802,9 +801,6 @@ class ClusterBackend:
                     functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
                 )
                 continue
-            pool = self._pool
-            if pool is None:  # not started, or closed while this request waited
-                raise Unavailable("the cluster backend is not running")
             client = pool.client(leader.node, leader.address)
             try:
                 result = await client.call_with(
