@@ -16,8 +16,7 @@ Ordering: the writer stores the value in the shared mapping before it sends the 
 that must see it; the node reads it after that request arrived (a socket write and read lie
 between, and each is a system call), so a store call made right after ``advance`` sees the
 new time on the leader. Followers never read it for data: they apply the leader's records.
-A reading costs about a microsecond (a struct unpack from the mapping), as ``time.time``'s
-few hundred nanoseconds plus one Python call.
+A reading costs 0.3-0.5 us here (a struct unpack from the mapping; ``time.time`` 0.1 us).
 """
 
 from __future__ import annotations

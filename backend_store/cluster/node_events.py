@@ -15,7 +15,8 @@ since the node started has nobody to report to, and its events are only logged (
 level).
 
 Events go out only from leader stores (followers make no events: they apply the leader's
-entries) and only once that store has served a receive here (the listener is attached then).
+entries) and only once that store has served a send or receive here (the listener is
+attached then).
 Counting stays at most once: an event is sent to one connection or to none.
 """
 
