@@ -17,7 +17,10 @@ manager`` (the test harness in ``tests/cluster/processes.py``), then measures:
    of one message each from ``--producers`` keep-alive connections (http_bench.py's load
    generator, in its own process) to a ``pushgate serve`` on the embedded store and to one on
    ``cluster://`` (RF 3, sync), alternating, as a ratio: what a user choosing between the two
-   sees per gateway.
+   sees per gateway, with each round's CPU per send of the gateway and of the nodes.
+   ``--compare-batching`` adds a cluster gateway with ``send_batching=0`` and rounds of
+   ``ClusterBackend.send`` in this process (unbatched, 1, 2 and 4 requests in flight per
+   partition) with node requests per send.
 
 With ``--tls`` every node-protocol connection (node ports, leader links, the clients and the
 gateway on ``cluster://``) runs mutual TLS with certificates made for the run: run it with
