@@ -25,7 +25,7 @@ from backend_store.types import AckResult, QueueName, SendResult
 from .close_codes import CloseCode, close_code_for
 from .engine import Connection, PushEngine
 from .principal import Authenticate, CheckOrigin, Operation, RateCheck
-from .transport import WsTransport
+from .transport import FRAME_SINK, WsTransport
 from .ws_protocol import (
     AckRequest,
     AuthRequest,
@@ -159,7 +159,7 @@ class WebSocketHandler:
                 "subprotocol": settings.subprotocol if settings.subprotocol in offered else None,
             }
         )
-        transport = WsTransport(send, settings.send_buffer_bytes)
+        transport = WsTransport(send, settings.send_buffer_bytes, scope.get("extensions", {}).get(FRAME_SINK))
         session = WebSocketSession(self.engine, transport)
         writer = asyncio.get_running_loop().create_task(transport.run())
         try:
