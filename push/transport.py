@@ -16,7 +16,7 @@ Two implementations: :class:`WsTransport` (text frames of ``pushgate.v1``) and
 
 A WebSocket's frames go through ASGI ``websocket.send`` messages, one per frame, unless
 the server offers a :class:`FrameSink` in the scope's extensions (:data:`FRAME_SINK`,
-``gateway/ws_coalescing.py`` does): then the writer hands the sink everything buffered in
+``gateway/ws_server_protocol.py`` does): then the writer hands the sink everything buffered in
 one call, as the frames' bytes, without an ASGI message, an await or a re-encode per
 frame. Flow control is the same either way: the writer waits while the socket is not
 writable, and that wait is what :attr:`~BufferedTransport.blocked_since` records.

@@ -241,7 +241,8 @@ class WebSocketHandler:
         if session.conn is None:
             if self.rate_check is not None:
                 try:
-                    await self.rate_check(principal, "connect", None)
+                    if (pending := self.rate_check(principal, "connect", None)) is not None:
+                        await pending
                 except PushgateError as exc:
                     # The handshake is accepted already: a refused connect is a close (4008).
                     protocol.fail(close_code_for(exc, CloseCode.POLICY), exc.detail)
@@ -314,7 +315,8 @@ class WebSocketHandler:
         if self.rate_check is None:
             return True
         try:
-            await self.rate_check(conn.principal, op, queue)
+            if (pending := self.rate_check(conn.principal, op, queue)) is not None:
+                await pending
         except PushgateError as exc:
             if exc.code == "rate_limited":
                 session.protocol.refused(request_id, exc)
