@@ -42,33 +42,17 @@ def text_frame_header(length: int) -> bytes:
     return _LONG_HEADER.pack(_FINAL_TEXT, 127, length)
 
 
-def _payload_at(frame: bytes | bytearray, start: int) -> tuple[int, int] | None:
-    """(offset of the payload after the length fields, payload length) of the frame at
-    ``start``, or None when its header is not complete yet."""
-    available = len(frame) - start
-    if available < 2:
-        return None
-    length = frame[start + 1] & 0x7F
-    if length == 126:
-        if available < 4:
-            return None
-        return start + 4, int.from_bytes(frame[start + 2 : start + 4], "big")
-    if length == 127:
-        if available < 10:
-            return None
-        return start + 10, int.from_bytes(frame[start + 2 : start + 10], "big")
-    return start + 2, length
-
-
 def text_payload(frame: bytes) -> bytes | None:
     """The unmasked payload of a whole frame that is a complete client text message; None
     for any other frame (control, fragment, binary, unmasked, reserved bits)."""
-    if frame[0] != _FINAL_TEXT or not frame[1] & _MASKED:
+    if frame[0] != _FINAL_TEXT:
         return None
-    at = _payload_at(frame, 0)
-    assert at is not None  # a whole frame
-    offset = at[0]
-    return apply_mask(frame[offset + 4 :], frame[offset : offset + 4])
+    code = frame[1]
+    if not code & _MASKED:
+        return None
+    code &= 0x7F
+    mask_at = 2 if code < 126 else 4 if code == 126 else 10
+    return apply_mask(frame[mask_at + 4 :], frame[mask_at : mask_at + 4])
 
 
 class FrameSplitter:
@@ -98,18 +82,25 @@ class FrameSplitter:
             self._buffer.clear()
         frames: list[bytes] = []
         pos, end_of_data = 0, len(data)
-        while pos < end_of_data:
-            at = _payload_at(data, pos)
-            if at is None:
-                break
-            offset, length = at
-            if self.max_size is not None and length > self.max_size:
+        max_size = self.max_size
+        while end_of_data - pos >= 2:
+            code = data[pos + 1]
+            length = code & 0x7F
+            if length < 126:
+                offset = pos + 2
+            elif length == 126:
+                if end_of_data - pos < 4:
+                    break
+                offset, length = pos + 4, int.from_bytes(data[pos + 2 : pos + 4], "big")
+            else:
+                if end_of_data - pos < 10:
+                    break
+                offset, length = pos + 10, int.from_bytes(data[pos + 2 : pos + 10], "big")
+            if max_size is not None and length > max_size:
                 self.passthrough = True
                 frames.append(data[pos:])
                 return frames
-            if data[pos + 1] & _MASKED:
-                offset += 4
-            end = offset + length
+            end = offset + length + (4 if code & _MASKED else 0)
             if end > end_of_data:
                 break
             frames.append(data[pos:end])
