@@ -14,7 +14,9 @@ keepalive, closing handshake and ASGI interface for every path, and adds:
 - in: once the connection is open, the client's bytes are cut into whole frames
   (:class:`~gateway.ws_frames.FrameSplitter`); a frame that is a whole text message becomes
   the same ``websocket.receive`` event uvicorn would queue, unmasked and decoded here; any
-  other frame goes, whole, through uvicorn's and ``websockets``' own path, in order.
+  other frame goes, whole, through uvicorn's and ``websockets``' own path, in order;
+- the app's events wait in an :class:`Inbox` (a deque and a waiter) instead of an
+  ``asyncio.Queue``, whose ``get`` is a coroutine and a few calls per frame.
 
 Both paths are taken only while no extension (permessage-deflate) is negotiated, when a
 frame's bytes are its payload. What the app sees is unchanged: the same ASGI events in the
@@ -25,9 +27,11 @@ to ``websockets`` and uvicorn, which answer 1009, 1007 and 1002 as before).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, cast
 
+from uvicorn._types import ASGIReceiveEvent
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 from websockets.protocol import State
@@ -40,6 +44,35 @@ from .ws_frames import FrameSplitter, text_frame_header, text_payload
 
 # The generator websockets' parser waits in between two frames.
 _BETWEEN_FRAMES = StreamReader.at_eof.__code__
+
+
+class Inbox:
+    """The ASGI events waiting for the app: what uvicorn's protocol uses of ``asyncio.Queue``
+    (``put_nowait``, ``get``, ``empty``), with one waiter at most (the app's receive)."""
+
+    __slots__ = ("_waiter", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[ASGIReceiveEvent] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, event: ASGIReceiveEvent) -> None:
+        self.items.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> ASGIReceiveEvent:
+        while not self.items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self.items.popleft()
+
+    def empty(self) -> bool:
+        return not self.items
 
 
 class DirectFrames:
@@ -82,6 +115,21 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
     coalescing: CoalescingTransport
     # Set once websockets' parser was seen between two frames of an open connection.
     splitter: FrameSplitter | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.inbox = Inbox()
+        # uvicorn's protocol puts every event through self.queue.
+        self.queue = cast("asyncio.Queue[ASGIReceiveEvent]", self.inbox)
+
+    async def receive(self) -> ASGIReceiveEvent:
+        items = self.inbox.items
+        # An event already waiting needs no coroutine of the inbox's.
+        event = items.popleft() if items else await self.inbox.get()
+        if self.read_paused and not items:
+            self.read_paused = False
+            self.transport.resume_reading()
+        return event
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
