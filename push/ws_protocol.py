@@ -325,9 +325,12 @@ class WsProtocol:
         """End the connection for an error, with its close code."""
         self.fail(close_code_for(exc), exc.detail)
 
-    def data_to_send(self) -> list[bytes]:
+    def data_to_send(self) -> Sequence[bytes]:
         """The frames queued since the last call, in order (UTF-8 JSON text frames)."""
-        frames, self._outgoing = self._outgoing, []
+        frames = self._outgoing
+        if not frames:
+            return ()  # most client frames queue nothing (a send's ok comes later)
+        self._outgoing = []
         return frames
 
     # Parsers ----------------------------------------------------------------------
