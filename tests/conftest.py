@@ -25,6 +25,17 @@ pytest_plugins = [
     "tests.fixtures.spark",
 ]
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test): a file's tests run in one
+    worker, so its module fixtures start once; every Spark test runs in one worker, so the
+    run starts one SparkSession (about 10 s and 1 GB each). Without xdist the marks do nothing."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        group = "spark" if "spark" in fixtures else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 # A fixed, recognisable epoch (2023-11-14T22:13:20Z): a store time that comes from the
 # wall clock instead of the injected one stands out in a failure message.
 CLOCK_START = 1_700_000_000.0

@@ -769,6 +769,9 @@ class ClusterBackend:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise last
+            pool = self._pool
+            if pool is None:  # not started, or closed while this request waited
+                raise Unavailable("the cluster backend is not running")
             current = self._current(part)
             if current is None or current.leader is None:
                 condition = _has_leader_or_gone
@@ -795,9 +798,6 @@ class ClusterBackend:
                     functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
                 )
                 continue
-            pool = self._pool
-            if pool is None:  # not started, or closed while this request waited
-                raise Unavailable("the cluster backend is not running")
             client = pool.client(leader.node, leader.address)
             try:
                 result = await client.call_with(

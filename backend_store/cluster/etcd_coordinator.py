@@ -346,6 +346,9 @@ class _PrefixFollower:
         while not self._stopping.is_set():
             try:
                 self._watch = await self.coordinator._call(lambda c: c.watch_prefix(key))
+                if self._stopping.is_set():
+                    # stop() ran while the watch was opening and found none to cancel.
+                    break
                 # A (re)opened watch may have missed events while it was down.
                 self.nudged.set()
                 async for _event in self._watch:
@@ -356,6 +359,7 @@ class _PrefixFollower:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_WATCH_RETRY_S):
                     await self._stopping.wait()
+        await self._cancel_watch()
 
     async def _cancel_watch(self) -> None:
         watch, self._watch = self._watch, None

@@ -193,6 +193,7 @@ class ClusterView:
         self.leaders = WatchedPrefix(coordinator, paths.leaders, reread_every_s=reread_every_s)
         self.map = PartitionMap()
         self._changed = asyncio.Event()
+        self._closed = False
         self._listeners: list[Callable[[PartitionMap], None]] = []
         for watched in (self.nodes, self.partitions, self.leaders):
             watched.add_listener(self._rebuild)
@@ -207,6 +208,9 @@ class ClusterView:
         self._rebuild(self.nodes.state, set())
 
     async def close(self) -> None:
+        # Waiters give up at once: a closed view never changes again.
+        self._closed = True
+        self._changed.set()
         for watched in (self.leaders, self.partitions, self.nodes):
             await watched.close()
 
@@ -222,9 +226,12 @@ class ClusterView:
             listener(self.map)
 
     async def wait_for(self, condition: Callable[[PartitionMap], bool], timeout_s: float) -> bool:
-        """Wait until ``condition(map)`` holds; False if it did not within ``timeout_s``."""
+        """Wait until ``condition(map)`` holds; False if it did not within ``timeout_s``, or
+        the view is closed."""
         deadline = time.monotonic() + timeout_s
         while not condition(self.map):
+            if self._closed:
+                return False
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False

@@ -301,7 +301,9 @@ async def test_calls_racing_close_end_in_results_or_store_errors(store_factory: 
         readers = [asyncio.ensure_future(_read_forever(store)) for _ in range(8)]
         await asyncio.sleep(0.01)  # let the readers get going, mid-read, on worker threads
         await store_factory.close(store)
-        outcomes = await asyncio.gather(*readers, return_exceptions=True)
+        # They end with the store, not at their request deadline (10 s on the cluster).
+        async with asyncio.timeout(scaled(5)):
+            outcomes = await asyncio.gather(*readers, return_exceptions=True)
         strays = [o for o in outcomes if not isinstance(o, PushgateError)]
         assert not strays, f"not a PushgateError after close: {strays[0]!r}"
 

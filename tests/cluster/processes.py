@@ -148,9 +148,21 @@ class ClusterHarness:
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]
             argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info"]
             self.managers.append(ClusterProcess(f"m{i}", argv, self.root / f"m{i}.log"))
-        for proc in [*list(self.nodes.values())[:running], *self.managers]:
+        started = list(self.nodes.values())[:running]
+        for proc in [*started, *self.managers]:
             proc.start()
+        # A test's first queue is placed on the nodes live at that moment: wait for them all,
+        # or a slow start (a loaded machine) leaves it with fewer replicas than it asked for.
+        await self.wait_registered([proc.name for proc in started])
         return self
+
+    async def wait_registered(self, names: Sequence[str]) -> None:
+        """Until each named node has registered itself in etcd."""
+
+        async def registered() -> bool:
+            return set(names) <= (await self.node_records()).keys()
+
+        await self.wait_for(f"nodes {', '.join(names)} to register", registered)
 
     async def close(self) -> None:
         for proc in [*self.managers, *self.nodes.values()]:

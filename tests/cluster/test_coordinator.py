@@ -242,6 +242,21 @@ async def test_a_watch_hands_out_each_new_state(coordinator: EtcdCoordinator) ->
         await states.aclose()
 
 
+async def test_a_watch_closed_as_it_opens_stops_without_being_cancelled(
+    coordinator: EtcdCoordinator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A gateway or test that closes its store right after start() closes watches whose
+    # etcd stream may still be opening: the follower must see that it was told to stop once
+    # the stream is open, not run until its stop deadline (twice the etcd timeout) and be
+    # cancelled (which gRPC's stream machinery can lose).
+    prefix = unique_prefix("watch-close") + "/"
+    for _ in range(5):  # the first state and the stream's opening race: try the race a few times
+        states = coordinator.watch_prefix(prefix, reread_every_s=60)
+        await next_state(states)
+        await states.aclose()
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+
+
 async def test_a_watch_and_a_session_survive_an_etcd_restart(tmp_path: Path) -> None:
     with etcd_cluster(tmp_path / "etcd") as cluster:
         async with EtcdCoordinator(cluster.endpoints) as coordinator:
