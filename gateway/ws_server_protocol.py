@@ -151,7 +151,8 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
                 super().data_received(data)
                 return
             conn = self.conn
-            limits = [n for n in (conn.max_message_size, conn.max_fragment_size) if n is not None]
+            sizes = (conn.max_message_size, getattr(conn, "max_fragment_size", None))
+            limits = [n for n in sizes if n is not None]
             splitter = self.splitter = FrameSplitter(min(limits) if limits else None)
         if splitter.passthrough:
             super().data_received(data)
@@ -181,10 +182,13 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
             or conn.parser_exc is not None
         ):
             return False
+        # The parser is a generator waiting in a chain of sub-generators; between frames the
+        # innermost is StreamReader.at_eof. Anything else (another websockets version's
+        # internals included) keeps websockets' own path.
         waiting: Any = conn.parser
-        while waiting.gi_yieldfrom is not None:
-            waiting = waiting.gi_yieldfrom
-        return waiting.gi_code is _BETWEEN_FRAMES
+        while (inner := getattr(waiting, "gi_yieldfrom", None)) is not None:
+            waiting = inner
+        return getattr(waiting, "gi_code", None) is _BETWEEN_FRAMES
 
     def _take_text(self, frame: bytes) -> bool:
         """Queue a whole text message for the app, as uvicorn's handle_text would; False
