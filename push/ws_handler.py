@@ -31,7 +31,6 @@ from .ws_protocol import (
     AuthRequest,
     NackRequest,
     PingRequest,
-    Request,
     RequestId,
     SendRequest,
     State,
@@ -263,7 +262,13 @@ class WebSocketHandler:
         else:
             session.conn.principal = principal  # a refresh: new expiry, maybe new scopes
 
-    async def _handle(self, session: WebSocketSession, scope: Scope, request: Request) -> None:
+    async def _handle(
+        self,
+        session: WebSocketSession,
+        scope: Scope,
+        request: PingRequest | AuthRequest | SubscribeRequest | UnsubscribeRequest,
+    ) -> None:
+        """Every request but sends, acks and nacks (see :meth:`_handle_now`)."""
         protocol = session.protocol
         if isinstance(request, PingRequest):
             protocol.pong(request.id)
@@ -273,10 +278,7 @@ class WebSocketHandler:
             return
         conn, engine = session.conn, self.engine
         assert conn is not None  # the protocol let nothing else through before auth
-        if isinstance(request, SendRequest | AckRequest | NackRequest):
-            if (pending := self._handle_now(session, request)) is not None:
-                await pending
-        elif isinstance(request, SubscribeRequest):
+        if isinstance(request, SubscribeRequest):
             queue = QueueName(request.queue)
             if not await self._admitted(session, self._admission(conn, "receive", queue), queue, request.id):
                 return
