@@ -19,7 +19,7 @@ from backend_store.limits import MAX_ID_CHARS, MAX_RECEIPTS, MAX_VISIBILITY_S
 from push.close_codes import CloseCode
 from push.settings import PushSettings
 
-from .openapi import SCHEMAS
+from .openapi_schemas import SCHEMAS
 
 Schema = dict[str, Any]
 ASYNCAPI_VERSION = "3.0.0"

@@ -24,7 +24,7 @@ Errors are :class:`CoordinatorUnavailable` (code ``unavailable``: etcd unreachab
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -123,13 +123,14 @@ class Coordinator(Protocol):
 
     def watch_prefix(
         self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
-    ) -> AsyncIterator[PrefixState]:
+    ) -> AsyncGenerator[PrefixState, None]:
         """The prefix's state now, then again each time it changes.
 
         Watch events trigger a re-read; a re-read also runs every ``reread_every_s``, so a
         broken watch delays news by at most that. Only changed states are yielded. Setting
         ``stop`` ends the iteration (after a read in flight): the way to stop a watch from
-        another task, since a cancellation can be lost inside the etcd client.
+        another task, since a cancellation can be lost inside the etcd client; the task that
+        iterates ends it with ``aclose()`` (an async generator).
         """
 
     async def fenced_commit(

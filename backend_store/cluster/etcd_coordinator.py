@@ -13,7 +13,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import aetcd
@@ -268,7 +268,7 @@ class EtcdCoordinator:
 
     async def watch_prefix(
         self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
-    ) -> AsyncIterator[PrefixState]:
+    ) -> AsyncGenerator[PrefixState, None]:
         follower = _PrefixFollower(self, prefix)
         task = asyncio.create_task(follower.run(), name=f"etcd-watch {prefix}")
         stop = stop or asyncio.Event()

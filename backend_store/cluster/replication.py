@@ -373,6 +373,14 @@ class ReplicationLeader:
                 if progress.sent > 0 and entries and entries[0].lsn == progress.sent:
                     prev = (entries[0].lsn, entries[0].epoch)
                     entries = entries[1:]
+                if not entries and self.store.last_lsn <= progress.sent:
+                    # What follows ``sent`` is offered but not committed here yet, and ``sent``
+                    # is older than the early buffer (a new term's first entry): its commit
+                    # wakes us. Not a trimmed log: re-seeding would copy the whole store.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.heartbeat_s):
+                            await progress.wake.wait()
+                    continue
                 # (A prev that is no longer in the log is old, committed history: sent unchecked.)
                 if not entries or entries[0].lsn != progress.sent + 1:
                     log.warning(

@@ -107,10 +107,15 @@ class Holds:
         qh = self._by_queue.get(qid)
         return None if qh is None else qh.held.get(seq)
 
-    def held_count(self, qid: int) -> int:
-        """How many messages of a queue are held (expired ones until a receive notices)."""
+    def held_count(self, qid: int, now_ms: int) -> int:
+        """How many messages of a queue are held at ``now_ms``: a hold past its visibility
+        timeout is receivable again, though only the next receive ends it."""
         qh = self._by_queue.get(qid)
-        return 0 if qh is None else len(qh.held)
+        if qh is None:
+            return 0
+        # A copy taken in one C call: the writer thread may change the dict meanwhile.
+        holds = list(qh.held.values())
+        return sum(1 for hold in holds if hold[UNTIL] > now_ms)
 
     def next_expiry_ms(self, qid: int) -> int | None:
         """About when the first hold of a queue ends (maybe earlier: the heap keeps entries of

@@ -86,7 +86,7 @@ def create_queue(
     raw_attributes: Mapping[str, Any],
     max_replication: int,
     max_partitions: int = 1,
-    held: Callable[[int], int] | None = None,
+    held: Callable[[int, int], int] | None = None,
 ) -> tuple[QueueInfo, bool]:
     check_queue_name(name)
     attrs = parse_attributes(raw_attributes)
@@ -116,7 +116,7 @@ def update_queue(
     changes: Mapping[str, Any],
     max_replication: int,
     max_partitions: int = 1,
-    held: Callable[[int], int] | None = None,
+    held: Callable[[int, int], int] | None = None,
 ) -> QueueInfo:
     record = find_queue(w, tenant, name)
     attrs = apply_patch(attributes_of(record), changes)
@@ -167,12 +167,14 @@ def purge_queue(w: Writes, tenant: str, name: str) -> int:
     return purged
 
 
-def stats(v: View, record: QueueRecord, now: float, held: Callable[[int], int] | None = None) -> QueueStats:
+def stats(
+    v: View, record: QueueRecord, now: float, held: Callable[[int, int], int] | None = None
+) -> QueueStats:
     """Counts from the stored total and the future part of the visibility index.
 
     Only not-yet-visible entries are scanned (in flight and delayed, usually few), so
     stats stay cheap on a deep backlog. ``held``: how many messages of a queue (by qid) are
-    in flight in memory (holds.py), visible on disk.
+    in flight in memory at a time in ms (holds.py), visible on disk.
     """
     qid = record.qid
     now_ms = to_ms(now)
@@ -193,7 +195,7 @@ def stats(v: View, record: QueueRecord, now: float, held: Callable[[int], int] |
     if cursor.set_range(message_key(qid, 0)) and cursor.key()[:8] == u64(qid):
         oldest = max(0.0, now - DeliveryState.decode(cursor.value()).sent_at)
     if held is not None:
-        in_flight += held(qid)
+        in_flight += held(qid, now_ms)
     return QueueStats(
         visible=max(0, record.count - in_flight - delayed),
         in_flight=in_flight,
@@ -216,7 +218,7 @@ def info(tenant: str, name: str, record: QueueRecord, queue_stats: QueueStats) -
 
 
 def list_queues(
-    v: View, tenant: str, now: float, held: Callable[[int], int] | None = None
+    v: View, tenant: str, now: float, held: Callable[[int, int], int] | None = None
 ) -> list[QueueInfo]:
     prefix = tenant_prefix(tenant)
     out: list[QueueInfo] = []

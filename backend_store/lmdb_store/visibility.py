@@ -9,7 +9,7 @@ at most one message in flight.
 
 from __future__ import annotations
 
-from .environment import Db, Writes
+from .environment import Db, View, Writes
 from .keys import expiry_key, group_key, group_prefix, message_key, read_u64, visibility_key
 from .records import DeliveryState
 
@@ -18,8 +18,9 @@ def to_ms(t: float) -> int:
     return int(t * 1000)
 
 
-def load_state(w: Writes, qid: int, seq: int) -> DeliveryState | None:
-    raw = w.get(Db.STATE, message_key(qid, seq))
+def load_state(v: View, qid: int, seq: int) -> DeliveryState | None:
+    """A message's delivery state (a read: any transaction will do)."""
+    raw = v.get(Db.STATE, message_key(qid, seq))
     return None if raw is None else DeliveryState.decode(raw)
 
 

@@ -10,14 +10,14 @@ import pytest
 
 from backend_store.errors import Unauthorized
 from backend_store.types import TenantId
-from gateway.auth.jwt_keys import JwtKey, load_verification_key
+from gateway.auth.jwt_keys import Algorithm, JwtKey, load_verification_key
 from gateway.auth.jwt_verify import principal_from_claims, read_header, verify_claims
 
 from .keys import HS_SECRET, OTHER_HS_SECRET, ec_pair, ed25519_pair, rsa_pair
 
 
-def make_key(alg: str, material: bytes, tenant: str = "acme", kid: str = "k1") -> JwtKey:
-    return JwtKey(TenantId(tenant), kid, alg, material, time.time())  # type: ignore[arg-type]
+def make_key(alg: Algorithm, material: bytes, tenant: str = "acme", kid: str = "k1") -> JwtKey:
+    return JwtKey(TenantId(tenant), kid, alg, material, time.time())
 
 
 def claims(**overrides: Any) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def expect_unauthorized(token: str, key: JwtKey, match: str, **kwargs: Any) -> N
     ("alg", "pair"),
     [("RS256", "rsa"), ("ES256", "ec"), ("EdDSA", "ed25519")],
 )
-def test_asymmetric_algorithms_verify(alg: str, pair: str) -> None:
+def test_asymmetric_algorithms_verify(alg: Algorithm, pair: str) -> None:
     keys = {"rsa": rsa_pair, "ec": ec_pair, "ed25519": ed25519_pair}[pair]()
     key = make_key(alg, keys.public_pem)
     token = sign(claims(), keys.private, alg)

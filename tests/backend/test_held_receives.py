@@ -107,7 +107,7 @@ async def stored_counts(store: Backend, queue: str, messages: list[ReceivedMessa
 
     def read(v: View) -> list[int | None]:
         qid = queue_ops.find_queue(v, T1, queue).qid
-        states = [load_state(v, qid, m.seq) for m in messages]  # type: ignore[arg-type]
+        states = [load_state(v, qid, m.seq) for m in messages]
         return [None if state is None else state.receive_count for state in states]
 
     return await store._read(read)

@@ -52,7 +52,12 @@ async def test_a_hold_ends_with_its_visibility_timeout(store: Backend, clock: Ma
     [held] = await in_memory(store).receive_in_memory(T1, q("jobs"), 1, visibility_timeout_s=10)
     clock.advance(9.5)
     assert await store.receive(T1, q("jobs"), 1) == []
+    stats = (await store.get_queue(T1, q("jobs"))).stats
+    assert (stats.visible, stats.in_flight) == (0, 1)
     clock.advance(1)
+    # Receivable again, so counted visible, before any receive ends the hold.
+    stats = (await store.get_queue(T1, q("jobs"))).stats
+    assert (stats.visible, stats.in_flight) == (1, 0)
     [again] = await store.receive(T1, q("jobs"), 1)
     # Nothing was written for the in-memory receive, but it counts (written when it ended).
     assert (again.id, again.receive_count) == (held.id, 2)
@@ -148,7 +153,7 @@ def test_holds_undo_their_changes_when_the_batch_aborts() -> None:
     holds.hold_first(queue, 8, (b"t3", 2_000, state), aborted)  # a new one
     assert holds.end(1, 9, aborted, receivable=True) == (b"t4", 1_000, state)  # nacked
     assert holds.end(2, 9, aborted, receivable=True) is None  # nothing to end: nothing to undo
-    assert holds.held_count(1) == 2
+    assert holds.held_count(1, 0) == 2
     assert len(aborted) == 1  # one rollback for the whole batch
     for undo in reversed(aborted):
         undo()
@@ -156,7 +161,9 @@ def test_holds_undo_their_changes_when_the_batch_aborts() -> None:
     assert holds.get(1, 8) is None
     assert holds.get(1, 9) == (b"t4", 1_000, state)
     assert holds.expire(1, 999, []) == []
-    assert holds.held_count(1) == 2
+    assert holds.held_count(1, 999) == 2
+    # At their end the two are receivable again (not counted), before anything expires them.
+    assert holds.held_count(1, 1_000) == 0
     # Expired holds end and are returned (their counts are the caller's to write).
     assert sorted(seq for seq, _ in holds.expire(1, 1_000, [])) == [7, 9]
     assert len(holds) == 0

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Origin, Subprotocol
 
 from gateway.cors import ALLOWED_HEADERS, ALLOWED_METHODS, EXPOSED_HEADERS, PREFLIGHT_MAX_AGE_S
 from gateway.origins import same_origin
@@ -177,7 +178,7 @@ def test_websocket_uses_the_same_rule(web: WebGateway, page_server: PageServer) 
     ws_url = web.url.replace("http://", "ws://") + "/v1/ws"
 
     async def close_code(origin: str, key: str) -> int | None:
-        async with connect(ws_url, subprotocols=["pushgate.v1"], origin=origin) as ws:  # type: ignore[arg-type]
+        async with connect(ws_url, subprotocols=[Subprotocol("pushgate.v1")], origin=Origin(origin)) as ws:
             await ws.send(f'{{"op": "auth", "token": "{key}", "id": 1}}')
             try:
                 reply = await asyncio.wait_for(ws.recv(), scaled(10))

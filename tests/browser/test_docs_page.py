@@ -30,9 +30,10 @@ def test_docs_is_an_offline_interactive_api_browser(
     chromium: Browser, web: WebGateway, artifacts_dir: Path
 ) -> None:
     admin_key = web.gateway.admin_key
-    assert httpx.put(
+    created = httpx.put(
         f"{web.url}/v1/queues/docs-demo", json={}, headers={"Authorization": f"Bearer {admin_key}"}
     )
+    assert created.status_code == 201, created.text  # a Response is always truthy: check the status
     outside: list[str] = []
 
     def only_the_gateway(route: Route) -> None:

@@ -12,7 +12,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ BLOCK_WEBSOCKET = """window.WebSocket = class BlockedWebSocket {
 };"""
 
 
-def open_page(chromium: Browser, origin: str, init_script: str | None = None) -> Iterator[Page]:
+def open_page(chromium: Browser, origin: str, init_script: str | None = None) -> Generator[Page, None, None]:
     context = chromium.new_context()
     if init_script:
         context.add_init_script(init_script)

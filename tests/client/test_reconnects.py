@@ -14,7 +14,7 @@ from tests.conftest import scaled
 from tests.fixtures.tcp_proxy import TcpProxy
 from tests.push.conftest import TEST_SETTINGS, start_push_gateway
 
-from .conftest import RunningGateway
+from .conftest import RunningGateway, text
 
 GRACE_S = TEST_SETTINGS.sse_resume_grace_s
 
@@ -57,23 +57,23 @@ async def test_subscriptions_come_back_after_a_gateway_restart(tmp_path: Path) -
         async with AsyncClient(first.url, key) as client:
             await client.create_queue("restart", visibility_timeout_s=600)
             await client.send_batch("restart", ["before-ws", "before-sse"])
-            backoff = {"backoff": Backoff(0.05, 0.5)}
+            backoff = Backoff(0.05, 0.5)
             async with (
-                client.subscribe("restart", prefetch=1, **backoff) as ws_sub,
-                client.subscribe("restart", transport="sse", prefetch=1, **backoff) as sse_sub,
+                client.subscribe("restart", prefetch=1, backoff=backoff) as ws_sub,
+                client.subscribe("restart", transport="sse", prefetch=1, backoff=backoff) as sse_sub,
             ):
                 async with asyncio.timeout(scaled(10)):
                     got = [await ws_sub.__anext__(), await sse_sub.__anext__()]
                     await ws_sub.ack(got[0])
                     await sse_sub.ack(got[1])
-                assert sorted(m.body for m in got) == ["before-sse", "before-ws"]
+                assert sorted(text(m) for m in got) == ["before-sse", "before-ws"]
 
                 running.pop().stop()  # drains: WebSocket 1001, SSE close event, store closed
                 running.append(start_push_gateway(tmp_path, port=port))
                 await client.send_batch("restart", ["after-1", "after-2"])
                 async with asyncio.timeout(scaled(20)):
                     after = [await ws_sub.__anext__(), await sse_sub.__anext__()]
-                assert sorted(m.body for m in after) == ["after-1", "after-2"]
+                assert sorted(text(m) for m in after) == ["after-1", "after-2"]
                 assert ws_sub.connects >= 2 and sse_sub.connects >= 2
                 # The new gateway's receipts work: both are acked on the restarted store.
                 assert (await client.ack("restart", [m.receipt for m in after]))["acked"] == 2

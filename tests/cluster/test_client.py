@@ -17,7 +17,7 @@ from backend_store.cluster.connection import Connection
 from backend_store.cluster.stream import NodeStream
 from backend_store.cluster.wire import Delivery, Demand, Notify, Request, Withdraw
 from backend_store.errors import QueueNotFound, Unavailable
-from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
+from backend_store.types import Epoch, MessageId, NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
 
 T = TenantId("t")
@@ -94,7 +94,7 @@ async def test_pipelined_requests_are_matched_to_their_answers(
     s2.flush()
     s1.connection.reply(r1.id, [["id-1", 1, False]])
     s1.flush()
-    assert await first == [SendResult("id-1", 1, False)]  # type: ignore[arg-type]
+    assert await first == [SendResult(MessageId("id-1"), 1, False)]
     with pytest.raises(QueueNotFound):
         await second
 

@@ -21,6 +21,7 @@ from backend_store.cluster.node import Node
 from backend_store.cluster.ops import NotLeader
 from backend_store.cluster.partition_host import PartitionHost
 from backend_store.errors import PushgateError, Unavailable
+from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db
 from backend_store.types import Epoch, NewMessage, QueueName, TenantId
 from tests.cluster.test_replication import contents
@@ -112,8 +113,8 @@ async def test_only_the_leader_sweeps_and_replicas_stay_equal(
     led = await first_send(cluster, {"replication_factor": 2, "dedupe_window_s": 1}, messages)
     leader, follower = led.leader, led.follower
 
-    async def dedupe_entries(node_store: object) -> int:
-        return len((await contents(node_store))[Db.DEDUPE.name])  # type: ignore[arg-type]
+    async def dedupe_entries(node_store: LmdbBackend) -> int:
+        return len((await contents(node_store))[Db.DEDUPE.name])
 
     assert await dedupe_entries(leader.store) == 5
 

@@ -104,7 +104,7 @@ def ops_gateway(
 
 
 def operations(gateway: RunningGateway) -> Operations:
-    ops: Operations = gateway.server.config.app.state.operations  # type: ignore[attr-defined]
+    ops: Operations = gateway.app.state.operations
     return ops
 
 

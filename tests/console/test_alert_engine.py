@@ -11,12 +11,15 @@ import pytest
 
 from backend_store.errors import InvalidRequest
 from backend_store.types import StorageUsage
-from web_console.alerts import AlertEngine, AlertRule, parse_rule
+from web_console.alerts import AlertEngine, AlertRule, RuleStore, parse_rule
 from web_console.monitor import DepthHistory, NodeSample, QueueSample, Snapshot
 
 
-class NoStore:
-    """The engine's rule store is not used by evaluate()."""
+class NoStore(RuleStore):
+    """A rule store without a backend: evaluate() reads ``engine.rules``, never the store."""
+
+    def __init__(self) -> None:  # nothing to hold: a call to the store would fail loudly
+        pass
 
 
 def q(
@@ -27,7 +30,7 @@ def q(
 
 def engine(*rules: AlertRule) -> tuple[AlertEngine, DepthHistory]:
     history = DepthHistory(step_s=1)
-    e = AlertEngine(NoStore(), history)  # type: ignore[arg-type]
+    e = AlertEngine(NoStore(), history)
     e.rules = list(rules)
     return e, history
 

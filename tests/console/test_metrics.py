@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics_catalog import BY_NAME, CATALOG, markdown_table
@@ -16,7 +17,7 @@ from .conftest import QUEUE_SERIES, operations, scrape, wait_sampled, wait_until
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
-def families(text: str) -> dict[str, object]:
+def families(text: str) -> dict[str, Metric]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -50,8 +51,8 @@ def test_every_exported_family_is_documented_and_no_created_series(
     assert not undocumented, f"exported but not in gateway/metrics_catalog.py: {undocumented}"
     for name, family in parsed.items():
         doc = BY_NAME[name]
-        assert family.type == doc.type, name  # type: ignore[attr-defined]
-        for sample in family.samples:  # type: ignore[attr-defined]
+        assert family.type == doc.type, name
+        for sample in family.samples:
             assert not sample.name.endswith("_created"), sample.name
             labels = set(sample.labels) - {"le"}
             assert labels == set(doc.labels), (name, labels)
@@ -86,16 +87,16 @@ def test_queue_series_are_bounded_and_sums_are_kept(
         what="the sampler to see every send",
     )
     parsed = families(scrape(ops_gateway.url, ops_gateway.admin_key).text)
-    series = {(s.labels["tenant"], s.labels["queue"]) for s in parsed["pushgate_queue_sent"].samples}  # type: ignore[attr-defined]
-    queues = int(parsed["pushgate_queues"].samples[0].value)  # type: ignore[attr-defined]
-    folded = int(parsed["pushgate_queue_series_folded"].samples[0].value)  # type: ignore[attr-defined]
+    series = {(s.labels["tenant"], s.labels["queue"]) for s in parsed["pushgate_queue_sent"].samples}
+    queues = int(parsed["pushgate_queues"].samples[0].value)
+    folded = int(parsed["pushgate_queue_series_folded"].samples[0].value)
     assert queues >= len(names)
     assert ("_other", "_other") in series
     assert len(series) == QUEUE_SERIES + 1
     assert folded == queues - QUEUE_SERIES
     # Nothing is lost by folding: the series add up to every queue's total (sends only
     # happen in this test now, so the sampler's figures are the scrape's).
-    exported = sum(s.value for s in parsed["pushgate_queue_sent"].samples)  # type: ignore[attr-defined]
+    exported = sum(s.value for s in parsed["pushgate_queue_sent"].samples)
     assert exported == sum(q.sent_total for q in sampler.latest.queues)
 
 
@@ -105,17 +106,17 @@ def test_store_and_request_figures(ops_gateway: RunningGateway, admin: Api, qnam
     httpx.get(f"{ops_gateway.url}/v1/queues", timeout=scaled(10))  # a 401
     parsed = families(scrape(ops_gateway.url, ops_gateway.admin_key).text)
     batch = parsed["pushgate_store_commit_batch_size"]
-    count = next(s for s in batch.samples if s.name.endswith("_count")).value  # type: ignore[attr-defined]
+    count = next(s for s in batch.samples if s.name.endswith("_count")).value
     assert count >= 2
     duration = parsed["pushgate_store_commit_duration_seconds"]
-    assert next(s for s in duration.samples if s.name.endswith("_sum")).value > 0  # type: ignore[attr-defined]
-    ratio = parsed["pushgate_store_map_used_ratio"].samples[0].value  # type: ignore[attr-defined]
+    assert next(s for s in duration.samples if s.name.endswith("_sum")).value > 0
+    ratio = parsed["pushgate_store_map_used_ratio"].samples[0].value
     assert 0 < ratio < 1
-    requests = parsed["pushgate_http_requests"].samples  # type: ignore[attr-defined]
+    requests = parsed["pushgate_http_requests"].samples
     assert any(
         s.labels["route"] == "/v1/queues/{queue}/messages" and s.labels["code"] == "201" for s in requests
     )
-    failures = parsed["pushgate_http_auth_failures"].samples  # type: ignore[attr-defined]
+    failures = parsed["pushgate_http_auth_failures"].samples
     assert any(s.labels["code"] == "401" and s.value >= 1 for s in failures)
 
 

@@ -7,6 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 from tests.conftest import scaled
 from tests.gateway.conftest import Api, RunningGateway
@@ -20,8 +21,8 @@ def test_consumers_by_transport(ops_gateway: RunningGateway, admin: Api, qname: 
     url = ops_gateway.url.replace("http", "ws", 1) + "/v1/ws"
     headers = {"Authorization": f"Bearer {ops_gateway.admin_key}"}
     with connect(
-        url, subprotocols=["pushgate.v1"], additional_headers=headers, open_timeout=scaled(10)
-    ) as ws:  # type: ignore[list-item]
+        url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers, open_timeout=scaled(10)
+    ) as ws:
         ws.send(orjson.dumps({"op": "subscribe", "queue": qname, "prefetch": 5, "id": 1}).decode())
         assert orjson.loads(ws.recv(timeout=scaled(10)))["op"] == "ok"
         admin.send(qname, "a")
@@ -60,8 +61,8 @@ def test_closes_are_counted_by_transport_and_code(ops_gateway: RunningGateway) -
     url = ops_gateway.url.replace("http", "ws", 1) + "/v1/ws"
     headers = {"Authorization": f"Bearer {ops_gateway.admin_key}"}
     with connect(
-        url, subprotocols=["pushgate.v1"], additional_headers=headers, open_timeout=scaled(10)
-    ) as ws:  # type: ignore[list-item]
+        url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers, open_timeout=scaled(10)
+    ) as ws:
         ws.send("this is not a frame")
         with pytest.raises(ConnectionClosed) as closed:
             while True:

@@ -26,11 +26,11 @@ async def store(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Backend]:
         await backend.close()
 
 
-def sampler_for(store: Backend, clock: ManualClock, **kwargs: float) -> QueueSampler:
+def sources_for(store: Backend, clock: ManualClock) -> MonitorSources:
     async def tenants() -> list[str]:
         return [T1, T2]
 
-    return QueueSampler(MonitorSources(store, tenants, consumers=lambda t, q: 2, clock=clock), **kwargs)
+    return MonitorSources(store, tenants, consumers=lambda t, q: 2, clock=clock)
 
 
 async def test_a_sample_covers_every_tenant_with_rates_and_history(
@@ -38,7 +38,7 @@ async def test_a_sample_covers_every_tenant_with_rates_and_history(
 ) -> None:
     for tenant in (T1, T2):
         await store.create_queue(tenant, QueueName("q"), {})
-    sampler = sampler_for(store, clock)
+    sampler = QueueSampler(sources_for(store, clock))
     first = await sampler.sample()
     assert sorted(q.key for q in first.queues) == [("one", "q"), ("two", "q")]
     assert first.storage is not None and first.storage.used_bytes > 0
@@ -58,7 +58,7 @@ async def test_a_sample_covers_every_tenant_with_rates_and_history(
 
 async def test_sends_bring_samples_forward_only_while_watched(store: Backend, clock: ManualClock) -> None:
     await store.create_queue(T1, QueueName("q"), {})
-    sampler = sampler_for(store, clock, interval_s=3600, min_gap_s=0)
+    sampler = QueueSampler(sources_for(store, clock), interval_s=3600, min_gap_s=0)
     await sampler.start()
     try:
         first = await sampler.next_sample(0.0, scaled(10))
@@ -72,7 +72,8 @@ async def test_sends_bring_samples_forward_only_while_watched(store: Backend, cl
             await store.send(T1, QueueName("q"), [NewMessage(b"y")])
             second = await sampler.next_sample(first.at, scaled(10))
         assert second is not None and second.at == clock.now
-        assert second.queue("one", "q").visible == 2  # type: ignore[union-attr]
+        q1 = second.queue("one", "q")
+        assert q1 is not None and q1.visible == 2
         assert sampler.watchers == 0
     finally:
         await sampler.drain()

@@ -18,18 +18,19 @@ import pytest
 from backend_store.backend import Backend
 from backend_store.options import StoreOptions
 from backend_store.url import open_backend
-from web_console.alerts import AlertEngine, AlertRule, RuleStore, SharedAlerts
+from web_console.alerts import AlertEngine, AlertRule, RuleStore, SharedAlerts, WebhookNotifier
 from web_console.monitor import DepthHistory, QueueSample, Snapshot
 
 
-class Notifications:
-    """Stands in for the webhook's queue: what each gateway would POST."""
+class Notifications(WebhookNotifier):
+    """A webhook notifier that records what each gateway would POST (never started: sends nothing)."""
 
     def __init__(self) -> None:
+        super().__init__("http://127.0.0.1:9/never-called")
         self.sent: list[dict[str, Any]] = []
 
-    def enqueue(self, doc: dict[str, Any]) -> None:
-        self.sent.append(doc["alert"])
+    def enqueue(self, event: dict[str, Any]) -> None:
+        self.sent.append(event["alert"])
 
 
 def sample(at: float, depth: int) -> Snapshot:
@@ -50,7 +51,7 @@ def gateway(store: Backend, notes: Notifications) -> AlertEngine:
     return AlertEngine(
         RuleStore(store),
         DepthHistory(),
-        notifier=notes,  # type: ignore[arg-type]
+        notifier=notes,
         shared=SharedAlerts(store),
     )
 

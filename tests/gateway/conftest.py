@@ -46,6 +46,7 @@ class RunningGateway:
         self.settings = settings
         self._admin_key = admin_key
         app = create_app(settings, backend=backend)
+        self.app = app  # the Starlette app, typed (uvicorn's config holds any ASGI app)
         self.services: GatewayServices = app.state.services
         self.server = GatewayServer(uvicorn_config(settings, app), self.services)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

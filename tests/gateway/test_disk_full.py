@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -51,7 +52,7 @@ def serve_on_a_small_disk(data: Path) -> tuple[ServeProcess, str]:
 
 
 def test_a_full_disk_refuses_sends_and_keeps_receives_and_acks(
-    tmp_path: Path, record_property: pytest.RecordProperty
+    tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     proc, how = serve_on_a_small_disk(tmp_path / "data")
     record_property("full_disk", how)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -280,6 +281,7 @@ def test_ack_by_body(admin: Api, qname: str) -> None:
     assert admin.ack(qname, receipts).json()["acked"] == 0
     stats = admin.client.get(f"/v1/queues/{qname}").json()["stats"]
     assert stats["visible"] == 0 and stats["in_flight"] == 0 and stats["acked_total"] == 2
+    doc: Mapping[str, object]
     for doc in (
         {"receipts": []},
         {"receipts": "x"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import orjson
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from push.settings import PushSettings
 from tests.conftest import scaled
@@ -31,8 +32,8 @@ async def test_shipped_push_defaults_deliver_over_websocket_sse_and_long_poll(
         await send(*(f"w{i}" for i in range(12)))
         async with connect(
             ws_url(gateway),
-            subprotocols=["pushgate.v1"],
-            additional_headers=headers,  # type: ignore[list-item]
+            subprotocols=[Subprotocol("pushgate.v1")],
+            additional_headers=headers,
         ) as ws:
             assert (await request(ws, op="subscribe", queue=qname, id=1))["op"] == "ok"
             first = await deliveries(ws, PushSettings().default_prefetch)

@@ -134,8 +134,8 @@ def test_encryption_at_rest(tmp_path: Path) -> None:
     marker = "plaintext-marker-7f3a9c"
     for encrypted in (False, True):
         data_dir = tmp_path / f"enc-{encrypted}"
-        changes = {"encryption_keys": Keyring.generate_document()} if encrypted else {}
-        gw = start_gateway(data_dir, **changes)
+        keys = Keyring.generate_document() if encrypted else None  # None: the default, unencrypted
+        gw = start_gateway(data_dir, encryption_keys=keys)
         try:
             headers = {"Authorization": f"Bearer {gw.admin_key}"}
             with httpx.Client(base_url=gw.url, headers=headers) as client:

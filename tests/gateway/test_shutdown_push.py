@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import orjson
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from tests.conftest import scaled
 
@@ -25,7 +26,9 @@ async def test_sigterm_closes_websockets_with_1001_and_releases_their_messages(t
             await http.put("/v1/queues/jobs", json={"visibility_timeout_s": 600})
             assert (await http.post("/v1/queues/jobs/messages", json={"body": "held"})).status_code == 201
         ws_url = proc.url.replace("http://", "ws://") + "/v1/ws"
-        async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+        async with connect(
+            ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers
+        ) as ws:
             await ws.send(orjson.dumps({"op": "subscribe", "queue": "jobs", "id": 1}).decode())
             frames = [orjson.loads(await asyncio.wait_for(ws.recv(), scaled(10))) for _ in range(2)]
             assert {f["op"] for f in frames} == {"ok", "message"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from backend_store.types import QueueName, TenantId
 from tests.gateway.conftest import RunningGateway
 
 from .conftest import TEST_SETTINGS, Http, engine_of, poll, sse_stream
@@ -99,7 +100,7 @@ async def test_errors_are_problem_documents(gateway: RunningGateway, http: Http,
         (gateway.admin_key, qname, {"ack": "never"}, 400, "invalid_request"),
     ]
     for token, queue, params, status, code in cases:
-        async with sse_stream(gateway, queue, token, **params) as sse:
+        async with sse_stream(gateway, queue, token, None, **params) as sse:
             assert sse.response.status_code == status
             await sse.response.aread()
             doc = orjson.loads(sse.response.content)
@@ -119,7 +120,7 @@ async def test_access_token_query_and_consumer_count(gateway: RunningGateway, ht
 
     # The stream is gone once the gateway notices its client hung up.
     async def no_consumers() -> bool:
-        return engine_of(gateway).consumers("default", qname) == 0
+        return engine_of(gateway).consumers(TenantId("default"), QueueName(qname)) == 0
 
     await poll(no_consumers, what="the closed stream to be forgotten")
 

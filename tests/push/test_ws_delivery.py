@@ -68,7 +68,7 @@ async def test_consumers_count_in_queue_stats(gateway: RunningGateway, http: Htt
         assert (await http.stats(qname))["consumers"] == 1
 
     async def none_left() -> bool:
-        return (await http.stats(qname))["consumers"] == 0
+        return bool((await http.stats(qname))["consumers"] == 0)
 
     await poll(none_left, what="consumers to drop to 0")
 
@@ -203,7 +203,7 @@ async def test_send_over_ws(gateway: RunningGateway, http: Http, qname: str) -> 
         # Pipelined without waiting: every reply comes back, matched by id.
         for i in range(50):
             await send_frame(ws, op="send", queue=qname, body=f"p{i}", id=f"p{i}")
-        ids = set()
+        ids: set[str] = set()
         while len(ids) < 50:
             frame = await recv_frame(ws)
             assert frame["op"] == "ok"
@@ -334,7 +334,7 @@ async def test_pipelining_past_the_pending_bound(tmp_path: Path, store_target: S
                 for i in range(200):
                     await send_frame(ws, op="send", queue=qname, body=f"p{i}", id=i)
                 await send_frame(ws, op="send", queue=qname, body="no id")
-                answered = set()
+                answered: set[int] = set()
                 while len(answered) < 200:
                     frame = await recv_frame(ws)
                     answered.add(frame["id"])
@@ -342,7 +342,7 @@ async def test_pipelining_past_the_pending_bound(tmp_path: Path, store_target: S
 
             # The unanswered send commits on its own time: a later ping's pong does not wait for it.
             async def all_stored() -> bool:
-                return (await http.stats(qname))["visible"] == 201
+                return bool((await http.stats(qname))["visible"] == 201)
 
             await wait_for(all_stored, what="the fire-and-forget send to be stored")
     finally:

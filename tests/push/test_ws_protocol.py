@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,7 @@ import orjson
 import pytest
 
 from backend_store.errors import InvalidRequest, RateLimited, Unauthorized
-from backend_store.types import NewMessage
+from backend_store.types import NewMessage, TenantId
 from push.close_codes import CloseCode, close_code_for, should_reconnect
 from push.settings import PushSettings
 from push.ws_protocol import (
@@ -25,12 +26,14 @@ from push.ws_protocol import (
     delivery_encoder,
 )
 
+TENANT = TenantId("t")
+
 
 @dataclass(frozen=True)
 class Caller:
     """A principal with explicit rights: ``send``/``receive`` queue names, or "*"."""
 
-    tenant: str = "t"
+    tenant: TenantId = TENANT
     expires_at: float | None = None
     send: str = "*"
     receive: str = "*"
@@ -53,6 +56,11 @@ def proto() -> WsProtocol:
     p = WsProtocol(PushSettings(max_frame_bytes=1000))
     p.authenticated(Caller())
     return p
+
+
+def state_of(proto: WsProtocol) -> State:
+    """The state read afresh: mypy would keep an earlier ``assert proto.state is ...`` narrowing."""
+    return proto.state
 
 
 def fails_with(proto: WsProtocol, text: str) -> CloseCode:
@@ -109,7 +117,7 @@ def test_before_auth_only_auth_and_ping() -> None:
     assert isinstance(proto.receive_text(frame(op="ping")), PingRequest)
     assert proto.receive_text(frame(op="auth", token="t", id=1)) == AuthRequest(1, "t")
     assert proto.authenticated(Caller(), 1)
-    assert proto.state is State.OPEN
+    assert state_of(proto) is State.OPEN
     assert sent(proto) == [{"op": "ok", "id": 1, "expires_at": None}]
     assert isinstance(proto.receive_text(frame(op="subscribe", queue="q")), SubscribeRequest)
     unauthenticated = WsProtocol(PushSettings())
@@ -138,7 +146,7 @@ def test_a_refresh_keeps_the_tenant_and_every_subscribed_queue(proto: WsProtocol
     assert proto.close_code is CloseCode.FORBIDDEN
     other = WsProtocol(PushSettings())
     other.authenticated(Caller())
-    assert not other.authenticated(Caller(tenant="u"), "r3")
+    assert not other.authenticated(Caller(tenant=TenantId("u")), "r3")
     assert other.close_code is CloseCode.AUTH_FAILED
 
 
@@ -161,6 +169,7 @@ def test_subscribe_defaults_and_bounds(proto: WsProtocol) -> None:
         frame(op="subscribe", queue="q", prefetch=50, ack="auto", visibility_timeout_s=5, batch=20)
     )
     assert request == SubscribeRequest(None, "q", 50, True, 5.0, 20)
+    bad: Mapping[str, object]
     for bad in (
         {"prefetch": 0},
         {"prefetch": 100_000},
@@ -181,6 +190,7 @@ def test_ack_nack_unsubscribe(proto: WsProtocol) -> None:
     assert proto.receive_text(frame(op="ack", receipts=["a", "b"])) == AckRequest(None, ["a", "b"])
     assert proto.receive_text(frame(op="nack", receipts=["a"], delay_s=2, id=3)) == NackRequest(3, ["a"], 2.0)
     assert proto.receive_text(frame(op="unsubscribe", queue="q")) == UnsubscribeRequest(None, "q")
+    bad: Mapping[str, object]
     for bad in ({"receipts": []}, {"receipts": "a"}, {"receipts": [1]}, {"receipts": [""]}):
         assert answered_with(proto, frame(op="ack", **bad))["code"] == "invalid_request"
     assert answered_with(proto, frame(op="nack", receipts=["a"], delay_s=-1))["code"] == "invalid_request"

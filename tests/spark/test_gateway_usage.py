@@ -25,6 +25,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from gateway.cli import main as cli_main
 from gateway.usage.audit import read_audit
@@ -53,7 +54,9 @@ async def _traffic(url: str, key: str) -> None:
         assert missing.status_code == 404 and missing.json()["code"] == "queue_not_found"
 
         ws_url = url.replace("http", "ws", 1) + "/v1/ws"
-        async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+        async with connect(
+            ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers
+        ) as ws:
             sent = await request(ws, op="send", id="s", queue="orders", body=WS_BODY)
             assert sent["op"] == "ok", sent
             reply = await request(ws, op="subscribe", id="sub", queue="orders", prefetch=10)

@@ -14,11 +14,12 @@ from tests.conftest import scaled
 from tests.fixtures.redis_server import RedisServer
 from tests.gateway.conftest import Api, RunningGateway, api_for, problem_code, start_gateway
 
-NO_LIMITS = {
+NO_KEY_LIMITS: dict[str, str | None] = {"send": None, "receive": None, "connect": None}
+NO_LIMITS: dict[str, object] = {
     "send": None,
     "receive": None,
     "connect": None,
-    "per_key": {"send": None, "receive": None, "connect": None},
+    "per_key": NO_KEY_LIMITS,
     "per_queue": {"send": None, "receive": None},
     "max_queues": None,
     "max_stored_messages": None,
@@ -73,11 +74,11 @@ def test_limits_start_empty_and_a_put_merges(admin: Api) -> None:
     assert admin.client.get("/v1/limits").json() == NO_LIMITS
     r = put_limits(admin, {"send": "10 per second; 100/minute", "per_key": {"send": "5/second"}})
     assert r.status_code == 200
-    expected = NO_LIMITS | {"send": "10/second;100/minute"}
-    expected["per_key"] = NO_LIMITS["per_key"] | {"send": "5/second"}  # type: ignore[operator]
+    per_key = NO_KEY_LIMITS | {"send": "5/second"}
+    expected = NO_LIMITS | {"send": "10/second;100/minute", "per_key": per_key}
     assert r.json() == expected
     r = put_limits(admin, {"max_queues": 10, "per_key": {"receive": "1/second"}})
-    expected["per_key"] = expected["per_key"] | {"receive": "1/second"}  # type: ignore[operator]
+    expected["per_key"] = per_key | {"receive": "1/second"}
     assert r.json() == expected | {"max_queues": 10}
     r = put_limits(admin, {"send": None, "per_key": None, "max_queues": None})
     assert r.json() == NO_LIMITS

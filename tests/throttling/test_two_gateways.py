@@ -26,6 +26,7 @@ import httpx
 import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
 from tests.conftest import scaled, wait_for
 from tests.fixtures.redis_server import RedisServer
@@ -101,7 +102,7 @@ async def admin_cli(pair: Pair, *args: str) -> dict[str, Any]:
 async def subscribed(url: str, key: str, queue: str) -> ClientConnection:
     ws = await connect(
         url.replace("http", "ws", 1) + "/v1/ws",
-        subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+        subprotocols=[Subprotocol("pushgate.v1")],
         additional_headers={"Authorization": f"Bearer {key}"},
     )
     await ws.send(orjson.dumps({"op": "subscribe", "id": 1, "queue": queue, "prefetch": 10}).decode())
@@ -129,7 +130,7 @@ async def test_rate_limits_are_counted_across_gateways(
     assert r.status_code == 200
 
     async def b_sees_it() -> bool:
-        return (await b.get("/v1/limits")).json()["per_queue"]["send"] == "4/hour"
+        return bool((await b.get("/v1/limits")).json()["per_queue"]["send"] == "4/hour")
 
     await wait_for(b_sees_it, timeout=1.0, what="gateway B to apply A's limit change")
     statuses = [(await gw.post(f"/v1/queues/{queue}/messages", json={"body": "x"})) for gw in (a, b, a, b)]
@@ -234,7 +235,7 @@ async def test_admin_cli_changes_reach_every_gateway_within_a_second(
         for client in clients:
 
             async def applied(client: httpx.AsyncClient = client) -> bool:
-                return (await client.get("/v1/limits")).json()["receive"] == "9/minute"
+                return bool((await client.get("/v1/limits")).json()["receive"] == "9/minute")
 
             await wait_for(applied, timeout=1.0, what="the limit change to apply")
         revoked = await admin_cli(pair, "--redis", pair.redis.url, "key", "revoke", created["key_id"])

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
 
 from push.settings import PushSettings
 from tests.conftest import scaled
@@ -51,7 +52,7 @@ class Tenant:
     async def ws(self) -> ClientConnection:
         return await connect(
             self.gateway.url.replace("http", "ws", 1) + "/v1/ws",
-            subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+            subprotocols=[Subprotocol("pushgate.v1")],
             additional_headers={"Authorization": f"Bearer {self.key}"},
         )
 

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
 
 from gateway.usage.audit import read_audit
 from gateway.usage.record import UsageRecord
@@ -91,7 +92,9 @@ async def _websocket_and_sse(gateway: RunningGateway) -> None:
     ws_url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
         assert (await http.put("/v1/queues/w", json={})).status_code == 201
-        async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+        async with connect(
+            ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers
+        ) as ws:
             batch = [{"body": "aa"}, {"body": "bbbb"}]
             assert (await request(ws, op="send", id="s", queue="w", messages=batch))["op"] == "ok"
             assert (await request(ws, op="subscribe", id="sub", queue="w", prefetch=10))["op"] == "ok"
@@ -172,9 +175,9 @@ async def _connect_twice(url: str, key: str) -> int | None:
     """Open two WebSockets in turn; return the close code the second one got."""
     headers = {"Authorization": f"Bearer {key}"}
     ws_url = url.replace("http", "ws", 1) + "/v1/ws"
-    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+    async with connect(ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers) as ws:
         assert (await request(ws, op="ping", id="p"))["op"] == "pong"
-    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+    async with connect(ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers) as ws:
         try:
             await ws.recv()
         except ConnectionClosed as closed:
@@ -225,7 +228,7 @@ def scraped_errors(gateway: RunningGateway) -> dict[tuple[str, str, str], float]
 async def _auto_ack_stream(gateway: RunningGateway, queue: str, bodies: list[str]) -> None:
     headers = {"Authorization": f"Bearer {gateway.admin_key}"}
     ws_url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
-    async with connect(ws_url, subprotocols=["pushgate.v1"], additional_headers=headers) as ws:  # type: ignore[list-item]
+    async with connect(ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers) as ws:
         reply = await request(ws, op="subscribe", id="sub", queue=queue, prefetch=10, ack="auto")
         assert reply["op"] == "ok"
         messages = [{"body": b} for b in bodies]

@@ -9,7 +9,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from gateway.usage import writer as writer_module
 from gateway.usage.aggregator import UsageAggregator
 from gateway.usage.record import SCHEMA, UsageRecord
 from gateway.usage.writer import UsageWriter
@@ -49,7 +48,7 @@ def test_a_crash_mid_write_leaves_no_file_a_reader_would_read(
     def crash(src: object, dst: object) -> None:
         raise KeyboardInterrupt  # stands for SIGKILL: nothing after this line runs
 
-    monkeypatch.setattr(writer_module.os, "rename", crash)
+    monkeypatch.setattr(os, "rename", crash)  # the writer renames through os.rename
     with pytest.raises(KeyboardInterrupt):
         writer.write(_records(clock), 0)
     monkeypatch.undo()
