@@ -10,9 +10,10 @@ stretches on slow machines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -47,17 +48,41 @@ def scaled(seconds: float) -> float:
 
 
 class ManualClock:
-    """A clock that moves only when told to; pass it as ``StoreOptions.clock``."""
+    """A clock that moves only when told to; pass it as ``StoreOptions.clock``.
+
+    ``publish_to`` hands every reading to another place as well (a cluster's node processes
+    read the contract suite's clock from a file: backend_store/cluster/clock_file.py)."""
 
     def __init__(self, start: float = CLOCK_START) -> None:
-        self.now = start
+        self._now = start
+        self._sinks: list[Callable[[float], None]] = []
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
+        for sink in self._sinks:
+            sink(value)
 
     def __call__(self) -> float:
-        return self.now
+        return self._now
 
     def advance(self, seconds: float) -> float:
         self.now += seconds
         return self.now
+
+    @contextlib.contextmanager
+    def publish_to(self, sink: Callable[[float], None]) -> Iterator[None]:
+        """While inside: ``sink`` gets the time now and after every move."""
+        sink(self._now)
+        self._sinks.append(sink)
+        try:
+            yield
+        finally:
+            self._sinks.remove(sink)
 
 
 @pytest.fixture

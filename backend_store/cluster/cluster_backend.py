@@ -67,12 +67,12 @@ from .etcd_coordinator import EtcdCoordinator
 from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
-from .node_storage import NodeStorage
 from .ops import NotLeader, decode_received
 from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
 from .standing import StandingDemands, Target
+from .status_document import cluster_document
 from .tls import NodeTls, TlsFiles
 from .wire import Delivery, Events, Notify
 
@@ -403,7 +403,10 @@ class ClusterBackend:
         record = await self.metadata.queue(tenant, name)
         # Its partitions before the record goes: the manager drops them as soon as it sees
         # that, and our map may lose them before the next line runs. Unplaced ones hold nothing.
-        placed = [p for p in self._parts(record) if p.id >= 0]
+        # A dead-letter queue also has a copy in each partition of the queues feeding it
+        # (_holders): deleted there too, or their poison messages would keep moving into a
+        # queue nobody can read any more (the embedded store keeps them in the source).
+        placed = [p for p in self._holders(record) if p.id >= 0]
         await self.metadata.delete_queue(tenant, name)
         # The manager drops the partitions; deleting the queue in them now makes its
         # receipts stop working at once. Best effort: a partition being dropped anyway
@@ -631,53 +634,7 @@ class ClusterBackend:
 
     async def cluster_status(self) -> Mapping[str, Any]:
         """API.md's ``GET /v1/cluster`` document, from the watched map (no node is asked)."""
-        current = self.view.map
-        nodes = []
-        for node in sorted(current.nodes.values(), key=lambda n: n.id):
-            lag = 0
-            for pid, position in node.replicas.items():
-                part = current.partitions.get(pid)
-                if part is None or part.leader is None or part.leader.node == node.id:
-                    continue
-                leader = current.nodes.get(part.leader.node)
-                head = leader.replicas.get(pid) if leader is not None else None
-                if head is not None:
-                    lag += max(0, head.lsn - position.lsn)
-            nodes.append(
-                {
-                    "id": node.id,
-                    "address": node.address,
-                    "state": node.state,
-                    "lag": lag,
-                    "storage": _storage_document(node.storage),
-                }
-            )
-        # A node whose lease expired is gone from nodes/; while partitions still name it, it
-        # is shown as down (the console's node_down alert fires on it).
-        named = {n for part in current.partitions.values() for n in part.replicas}
-        for missing in sorted(named - current.nodes.keys()):
-            address = self._addresses.get(missing, "")
-            nodes.append({"id": missing, "address": address, "state": "down", "lag": 0, "storage": None})
-        partitions = []
-        for part in sorted(current.partitions.values(), key=lambda p: (p.tenant, p.queue, p.index)):
-            claim = part.leader
-            head = None
-            if claim is not None and (holder := current.nodes.get(claim.node)) is not None:
-                head = holder.replicas.get(part.id)
-            partitions.append(
-                {
-                    "id": part.id,
-                    "tenant": part.tenant,
-                    "queue": part.queue,
-                    "index": part.index,
-                    "leader": None if claim is None else claim.node,
-                    "followers": [n for n in part.replicas if claim is None or n != claim.node],
-                    "epoch": 0 if claim is None else claim.epoch,
-                    "lsn": 0 if head is None else head.lsn,
-                    "mode": part.mode,
-                }
-            )
-        return {"nodes": nodes, "partitions": partitions}
+        return cluster_document(self.view.map, self._addresses)
 
     # Storage use (the StorageStats capability) ------------------------------------
 
@@ -815,8 +772,11 @@ class ClusterBackend:
                 continue
             except QueueNotFound:
                 breaker.succeeded()
-                # A new leader may not have created the queue in its store yet.
-                await self.metadata.queue(part.tenant, part.queue)  # raises if really gone
+                # A new leader may not have created the queue in its store yet. The queue
+                # asked about, which on a partition feeding a dead-letter queue is that
+                # queue, not the partition's own: raises if it is really gone.
+                asked = kwargs.get("name", kwargs.get("queue", part.queue))
+                await self.metadata.queue(part.tenant, QueueName(str(asked)))
                 last = Unavailable(f"partition {current.id} is not ready yet; retry")
                 await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
                 continue
@@ -846,21 +806,6 @@ class ClusterBackend:
                 raise
             breaker.succeeded()
             return result
-
-
-def _storage_document(storage: NodeStorage | None) -> dict[str, Any] | None:
-    """A node's ``storage`` in ``GET /v1/cluster`` (None until it published one)."""
-    if storage is None:
-        return None
-    return {
-        "used_bytes": storage.used_bytes,
-        "map_size": storage.map_size,
-        "max_map_size": storage.max_map_size,
-        "environments": storage.environments,
-        "map_used_ratio": round(storage.map_used_ratio, 6),
-        "disk_free_bytes": storage.disk_free_bytes,
-        "disk_total_bytes": storage.disk_total_bytes,
-    }
 
 
 def _unencodable(message: NewMessage) -> InvalidRequest | None:

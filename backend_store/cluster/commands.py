@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -19,6 +20,8 @@ from typing import Any
 
 from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
+from .clock_file import ENV_VAR as CLOCK_FILE_ENV
+from .clock_file import ClockFile
 from .tls import NodeTls, TlsFiles
 
 
@@ -124,6 +127,9 @@ def node_main(argv: Sequence[str]) -> int:
         return 2
     args.data.mkdir(parents=True, exist_ok=True)
     node_id = _node_id(args.data, args.id)
+    # Tests only, never in --help: the contract suite's clock (clock_file.py, docs/cluster.md).
+    clock_path = os.environ.get(CLOCK_FILE_ENV)
+    clock = ClockFile(Path(clock_path)) if clock_path else None
 
     from .node import run_node
 
@@ -139,6 +145,7 @@ def node_main(argv: Sequence[str]) -> int:
             quorum_window_s=args.quorum_window,
             keyring=keyring,
             tls=node_tls,
+            clock=clock,
         ),
         args.log_level,
     )

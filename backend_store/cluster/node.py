@@ -41,6 +41,7 @@ from ..errors import PushgateError, StaleEpoch, Unavailable
 from ..options import StoreOptions
 from ..types import Epoch
 from . import ops
+from .clock_file import ClockFile
 from .connection import Closed, Connection, ConnectionClosedError, Event
 from .coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
 from .layout import (
@@ -83,11 +84,15 @@ class Node:
         keyring: Keyring | None = None,
         layout: Layout | None = None,
         tls: NodeTls | None = None,
+        clock: ClockFile | None = None,
     ) -> None:
         """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off).
         ``keyring``: bodies are sealed at rest in every partition store (the same keys on
         every node: a follower promoted must open what its leader sealed).
-        ``tls``: the port serves mutual TLS only, and leader links dial with it (tls.py)."""
+        ``tls``: the port serves mutual TLS only, and leader links dial with it (tls.py).
+        ``clock``: tests only (clock_file.py): the stores' time comes from a file a test
+        moves, and leaders sweep whenever it moves; None (production): ``time.time``."""
+        self.clock = clock
         self.tls = tls
         self.layout = layout or Layout()
         self.node_id = node_id
@@ -106,7 +111,9 @@ class Node:
         self.quorum_window_s = 2 * ttl_s if quorum_window_s is None else quorum_window_s
         # No sweeper in the stores: a follower's store changes only through the leader's log;
         # the leader sweeps (PartitionHost) and its deletions replicate like any write.
-        self.options = StoreOptions(replication_log_keep=log_keep, sweep_interval_s=0, keyring=keyring)
+        self.options = StoreOptions(
+            replication_log_keep=log_keep, sweep_interval_s=0, keyring=keyring, clock=clock
+        )
         self.sweep_every_s = sweep_every_s
         self.hosts: dict[int, PartitionHost] = {}
         # Gateways' standing receives on the partitions this node leads.
@@ -151,6 +158,8 @@ class Node:
         ):
             self._tasks.append(asyncio.create_task(self._watch(prefix, handler), name=f"watch {prefix}"))
         self._tasks.append(asyncio.create_task(self._run(), name=f"node {self.node_id}"))
+        if self.clock is not None:
+            self._tasks.append(asyncio.create_task(self._follow_clock(self.clock), name="test clock"))
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -224,6 +233,13 @@ class Node:
                 if isinstance(attributes, dict):
                     out[(tenant, queue)] = attributes
         self._queues = out
+
+    async def _follow_clock(self, clock: ClockFile) -> None:
+        """Tests only: when the test moves the clock, leaders sweep at once (retention and
+        dedupe expiry), as an embedded store's frequent sweeper would under a ManualClock."""
+        async for _ in clock.moves(since=clock.held()):
+            for host in self.hosts.values():
+                host.sweep_soon()
 
     # The main loop ---------------------------------------------------------------------------
 
@@ -472,6 +488,10 @@ class Node:
                         self.events.received(
                             stream, event.partition, event.args.get("tenant"), event.args.get("queue")
                         )
+                    elif event.op == "send":
+                        self.events.sent(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
                     task = asyncio.create_task(self._answer(stream, event))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -550,8 +570,9 @@ async def run_node(
     quorum_window_s: float | None = None,
     keyring: Keyring | None = None,
     tls: NodeTls | None = None,
+    clock: ClockFile | None = None,
 ) -> None:
-    """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
+    """``pushgate node``: run until cancelled (SIGINT/SIGTERM). ``clock``: tests only."""
     from .client import split_address
     from .etcd_coordinator import EtcdCoordinator
 
@@ -569,6 +590,7 @@ async def run_node(
         keyring=keyring,
         layout=Layout(prefix) if prefix else None,
         tls=tls,
+        clock=clock,
     )
     await node.start()
     secured = " (mutual TLS)" if tls is not None else ""

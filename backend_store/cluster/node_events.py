@@ -8,11 +8,15 @@ node sends each commit's events to **one** gateway connection: the one that last
 from that queue on that partition (a ``receive`` request or a standing demand), which is the
 gateway whose receive found a message past ``max_receives`` in the common case, the embedded
 store's rule. Expiries found by the leader's sweeper, which no gateway caused, go the same
-way; a queue nobody received from over an open connection since the node started has nobody
-to report to, and its events are only logged (at debug level).
+way. A queue nobody received from over an open connection reports to the connection that last
+sent to it there instead: messages expiring in a queue without consumers are the expiries a
+user most wants counted. A queue nobody sent to or received from over an open connection
+since the node started has nobody to report to, and its events are only logged (at debug
+level).
 
 Events go out only from leader stores (followers make no events: they apply the leader's
-entries) and only once that store has served a receive here (the listener is attached then).
+entries) and only once that store has served a send or receive here (the listener is
+attached then).
 Counting stays at most once: an event is sent to one connection or to none.
 """
 
@@ -38,13 +42,28 @@ class NodeEvents:
     def __init__(self, hosts: Mapping[int, PartitionHost]) -> None:
         self._hosts = hosts
         self._receivers: dict[tuple[int, str, str], NodeStream] = {}
+        self._senders: dict[tuple[int, str, str], NodeStream] = {}  # asked when nobody received
         self._listening: weakref.WeakSet[LmdbBackend] = weakref.WeakSet()  # stores our listener is on
 
     def received(self, stream: NodeStream, partition: int, tenant: object, queue: object) -> None:
         """A gateway received (or registered a demand) on ``partition``'s ``tenant``/``queue``."""
+        self._note(self._receivers, stream, partition, tenant, queue)
+
+    def sent(self, stream: NodeStream, partition: int, tenant: object, queue: object) -> None:
+        """A gateway sent to ``partition``'s ``tenant``/``queue`` (reports when nobody received)."""
+        self._note(self._senders, stream, partition, tenant, queue)
+
+    def _note(
+        self,
+        streams: dict[tuple[int, str, str], NodeStream],
+        stream: NodeStream,
+        partition: int,
+        tenant: object,
+        queue: object,
+    ) -> None:
         if not isinstance(tenant, str) or not isinstance(queue, str):
             return  # a malformed request: the store refuses it anyway
-        self._receivers[(partition, tenant, queue)] = stream
+        streams[(partition, tenant, queue)] = stream
         host = self._hosts.get(partition)
         if host is None or host.follower is None:
             return
@@ -54,8 +73,9 @@ class NodeEvents:
             store.add_event_listener(lambda events: self._committed(partition, events))
 
     def forget(self, stream: NodeStream) -> None:
-        for key in [k for k, s in self._receivers.items() if s is stream]:
-            del self._receivers[key]
+        for streams in (self._receivers, self._senders):
+            for key in [k for k, s in streams.items() if s is stream]:
+                del streams[key]
 
     def _committed(self, partition: int, events: Sequence[MessageEvent]) -> None:
         host = self._hosts.get(partition)
@@ -63,7 +83,8 @@ class NodeEvents:
             return
         by_stream: dict[NodeStream, list[tuple[str, str, str, int]]] = {}
         for event in events:
-            stream = self._receivers.get((partition, event.tenant, event.queue))
+            key = (partition, event.tenant, event.queue)
+            stream = self._receivers.get(key) or self._senders.get(key)
             if stream is None:
                 log.debug(
                     "partition %d: %s event of %s has nobody to report to", partition, event.kind, event.queue

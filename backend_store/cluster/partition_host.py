@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..attributes import BOUNDS
-from ..errors import PushgateError, QueueExists, StaleEpoch, Unavailable
+from ..errors import PushgateError, QueueExists, QueueNotFound, StaleEpoch, Unavailable
 from ..lmdb_store.engine import LmdbBackend
 from ..options import StoreOptions
 from ..types import Epoch, Lsn, QueueName, TenantId
@@ -67,6 +67,7 @@ class PartitionHost:
         self.tls = tls
         self.sweep_every_s = sweep_every_s
         self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_due = asyncio.Event()
         self.path = path
         self.node_id = node_id
         self.options = options
@@ -217,6 +218,14 @@ class PartitionHost:
         wanted = [(name, attributes)]
         if isinstance(dlq, str) and (tenant, dlq) in queues:
             wanted.insert(0, (dlq, queues[(tenant, dlq)]))  # first: the queue's link needs it
+        elif (
+            isinstance(dlq, str)
+            and (tenant, dlq) in self._applied_attributes
+            and await self._drop_queue(TenantId(tenant), QueueName(dlq))
+        ):
+            # The dead-letter queue was deleted: so is our copy, so poison messages stay in
+            # the queue (as on the embedded store) rather than move where nobody reads.
+            del self._applied_attributes[(tenant, dlq)]
         for queue, attrs in wanted:
             plain = store_attributes(attrs)
             if self._applied_attributes.get((tenant, queue)) == plain:
@@ -239,10 +248,26 @@ class PartitionHost:
                 await self.leader.replicate(store.last_lsn)
         return True
 
+    async def _drop_queue(self, tenant: TenantId, queue: QueueName) -> bool:
+        store = self.store
+        try:
+            with contextlib.suppress(QueueNotFound):  # the gateway deleting it got there first
+                await store.delete_queue(tenant, queue)
+        except PushgateError as exc:
+            log.warning("partition %d: cannot delete %s/%s: %s", self.partition, tenant, queue, exc)
+            return False
+        if self.leader is not None:
+            with contextlib.suppress(PushgateError):
+                await self.leader.replicate(store.last_lsn)
+        return True
+
     async def _sweep(self, leader: ReplicationLeader) -> None:
         """Retention and dedupe expiry, on the leader only; the deletions replicate."""
         while True:
-            await asyncio.sleep(self.sweep_every_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.sweep_every_s):
+                    await self._sweep_due.wait()
+            self._sweep_due.clear()
             if self.leader is not leader or leader.deposed.is_set():
                 return
             try:
@@ -250,6 +275,10 @@ class PartitionHost:
                     await leader.replicate(self.store.last_lsn)
             except PushgateError as exc:
                 log.warning("partition %d: sweep failed: %s", self.partition, exc.detail)
+
+    def sweep_soon(self) -> None:
+        """Sweep now rather than at the next interval (a test moved the node's clock)."""
+        self._sweep_due.set()
 
     def hand_over(self, successor: str) -> bool:
         """Move leadership to a live follower without losing a write: refuse new requests,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
-from backend_store import StoreOptions, TenantId
+from backend_store import StoreOptions
 from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.errors import QueueNotFound
 
@@ -13,20 +13,26 @@ from ..conftest import scaled
 
 
 @contextlib.asynccontextmanager
-async def isolated_cluster_test(store_url: str, tenants: Sequence[TenantId]) -> AsyncIterator[None]:
-    """Around one test: snapshot the metadata values; afterwards delete the tenants' queues,
-    wait until the manager dropped their partitions, and put the metadata back."""
+async def isolated_cluster_test(store_url: str) -> AsyncIterator[None]:
+    """Around one test: snapshot the queue records and metadata values; afterwards delete
+    every queue the test created (whatever its tenant), wait until the manager dropped their
+    partitions, and put the metadata back."""
     backend = open_cluster_backend(store_url, StoreOptions())
     await backend.start()
     try:
+        queues_before = await _queues(backend)
         before = await _meta(backend)
         yield
-        for tenant in tenants:
-            for record in await backend.metadata.list_queues(tenant):
+        after_queues = await _queues(backend)
+        for key, revision in after_queues.items():
+            split = backend.paths.split_queue_key(key)
+            if split is not None and queues_before.get(key) != revision:
                 with contextlib.suppress(QueueNotFound):
-                    await backend.metadata.delete_queue(tenant, record.name)
+                    await backend.metadata.delete_queue(*split)
+        # Partitions of every queue the test made are gone (those it deleted itself too).
+        kept = set(queues_before.values())
         gone = await backend.view.wait_for(
-            lambda m: not any(p.tenant in tenants for p in m.partitions.values()), scaled(30)
+            lambda m: all(p.queue_revision in kept for p in m.partitions.values()), scaled(30)
         )
         assert gone, "the manager did not drop the test's partitions"
         after = await _meta(backend)
@@ -38,6 +44,12 @@ async def isolated_cluster_test(store_url: str, tenants: Sequence[TenantId]) -> 
                 await coordinator.put(key, value)
     finally:
         await backend.close()
+
+
+async def _queues(backend: ClusterBackend) -> dict[str, int]:
+    """Each queue record's key and create_revision (a queue made again is another queue)."""
+    state = await backend.metadata.coordinator.read_prefix(backend.paths.queues)
+    return {key: entry.create_revision for key, entry in state.entries.items()}
 
 
 async def _meta(backend: ClusterBackend) -> dict[str, bytes]:

@@ -51,11 +51,20 @@ async def lmdb_store(root: Path) -> AsyncIterator[str]:
 async def cluster_store(request: pytest.FixtureRequest, root: Path) -> AsyncIterator[str]:
     """The session's dev cluster (three nodes; queues replicated three times, sync).
 
-    Tests share it, so each leaves it as it found it: its tenants' queues are deleted (and
-    their partitions gone from the map) and the metadata values it wrote are undone."""
+    Its nodes keep the test's clock (``clock`` publishes every move to the cluster's clock
+    file, backend_store/cluster/clock_file.py) while the test runs and while its queues are
+    deleted, and real time again after it. Tests share the cluster, so each leaves it as it
+    found it: every queue it made is deleted (and its partitions gone from the map) and the
+    metadata values it wrote are undone."""
     cluster = request.getfixturevalue("dev_cluster")
-    async with isolated_cluster_test(f"{cluster.store_url}?etcd_timeout_s=5", (T1, T2)):
-        yield f"{cluster.store_url}?replication_factor=3&etcd_timeout_s=5"
+    clock: ManualClock = request.getfixturevalue("clock")
+    assert cluster.clock is not None, "the session's dev cluster runs on a clock file"
+    try:
+        with clock.publish_to(cluster.clock.publish):
+            async with isolated_cluster_test(f"{cluster.store_url}?etcd_timeout_s=5"):
+                yield f"{cluster.store_url}?replication_factor=3&etcd_timeout_s=5"
+    finally:
+        cluster.clock.publish(0.0)
 
 
 @dataclass(frozen=True)
@@ -63,39 +72,28 @@ class StoreKind:
     """A backend kind the contract suite runs against.
 
     ``open``: given the test's request and a scratch directory, bring up what the kind
-    needs, yield its store URL, and clean up after the test. ``follows_clock``: whether the
-    store runs on the injected ``StoreOptions.clock``; a cluster's node processes keep real
-    time, so tests that move a ManualClock (or compare with CLOCK_START) run only on kinds
-    that follow it. ``plain_defaults``: whether a queue created without attributes has
-    docs/api.md's defaults exactly (the cluster kind creates replicated queues by default).
-    ``lacks``: the tests of capabilities this kind does not have (named, so a new test runs
-    on every kind by default).
+    needs, yield its store URL, and clean up after the test. Every kind runs on the
+    injected ``StoreOptions.clock`` (a cluster's node processes read it from a file the
+    test's ManualClock writes). ``plain_defaults``: whether a queue created without
+    attributes has docs/api.md's defaults exactly (the cluster kind creates replicated
+    queues by default). ``holds_in_memory``: whether the store has ``InMemoryReceive``
+    (tests that use it say so in their source). ``lacks``: the tests of other capabilities
+    this kind does not have (named, so a new test runs on every kind by default).
     """
 
     open: Callable[[pytest.FixtureRequest, Path], AbstractAsyncContextManager[str]]
-    follows_clock: bool = True
     plain_defaults: bool = True
+    holds_in_memory: bool = True
     lacks: frozenset[str] = frozenset()
 
 
-# What the cluster kind leaves out: capabilities ClusterBackend does not have yet
-# (docs/cluster.md, "Not built yet"). Every other contract test that keeps real time and
-# names its attributes runs on it.
+# What the cluster kind leaves out besides holds in memory (a node holds nothing in memory
+# for a gateway: auto-ack subscriptions on a cluster receive as usual, then ack).
 CLUSTER_LACKS = frozenset(
     {
         # StorageStats: nodes publish their use every few seconds, so a write does not show
         # at once (tests/cluster/test_node_storage.py checks it on real node processes).
         "test_storage_usage",
-        # InMemoryReceive: a node holds nothing in memory for a gateway (auto-ack
-        # subscriptions on a cluster receive as usual, then ack).
-        "test_a_held_message_is_skipped_by_others_and_its_ack_deletes_it",
-        "test_a_hold_ends_with_its_visibility_timeout",
-        "test_releasing_a_hold_makes_it_visible_at_once_or_after_its_delay",
-        "test_change_visibility_moves_a_hold",
-        "test_a_held_fifo_head_blocks_its_group_until_acked",
-        "test_held_messages_are_visible_at_once_after_a_restart",
-        "test_a_standing_demand_can_hold_in_memory",
-        "test_every_call_that_answers_stats_counts_held_messages_in_flight",
     }
 )
 
@@ -103,20 +101,20 @@ CLUSTER_LACKS = frozenset(
 # No test is copied: a kind joins by adding one entry here.
 STORE_KINDS: dict[str, StoreKind] = {
     "lmdb": StoreKind(lambda request, root: lmdb_store(root)),
-    "cluster": StoreKind(cluster_store, follows_clock=False, plain_defaults=False, lacks=CLUSTER_LACKS),
+    "cluster": StoreKind(cluster_store, plain_defaults=False, holds_in_memory=False, lacks=CLUSTER_LACKS),
 }
 
 
 def kinds_for(test: Callable[..., Any]) -> list[str]:
     """The kinds a contract test can run on, judged from what its source uses."""
     source = inspect.getsource(test)
-    uses_clock = "clock" in source or "CLOCK_START" in source
     uses_defaults = "QueueAttributes(" in source
+    holds = any(word in source for word in ("in_memory(", "InMemoryReceive", "receive_in_memory"))
     return sorted(
         name
         for name, kind in STORE_KINDS.items()
-        if (kind.follows_clock or not uses_clock)
-        and (kind.plain_defaults or not uses_defaults)
+        if (kind.plain_defaults or not uses_defaults)
+        and (kind.holds_in_memory or not holds)
         and test.__name__ not in kind.lacks
     )
 

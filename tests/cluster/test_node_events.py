@@ -1,5 +1,6 @@
 """Message events on ``cluster://``: a partition's dead-letter moves are reported to one
-gateway, the one whose receive found them, not to every gateway connected to the node."""
+gateway, the one whose receive found them, not to every gateway connected to the node (nor
+to the one that sent the messages)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ async def test_a_dead_letter_move_is_reported_by_the_gateway_whose_receive_found
         seen_by_a, seen_by_b = Recorder(a), Recorder(b)
         await a.create_queue(T, DLQ, {"replication_factor": 2})
         await a.create_queue(T, SRC, {"replication_factor": 2, "max_receives": 1, "dead_letter_queue": "dlq"})
-        await a.send(T, SRC, [NewMessage(b"a"), NewMessage(b"b"), NewMessage(b"c")])
-        await b.get_queue(T, SRC)  # b is connected to the leader too
+        # b sends (so it is connected to the leader too): a receiver comes before a sender.
+        await b.send(T, SRC, [NewMessage(b"a"), NewMessage(b"b"), NewMessage(b"c")])
         got = await a.receive(T, SRC, 10, visibility_timeout_s=3600)
         assert len(got) == 3
         await a.nack(T, [m.receipt for m in got[:2]])
