@@ -109,6 +109,7 @@ def serve(argv: Sequence[str]) -> int:
         return 2
 
     from .app import create_app
+    from .collector import tune_for_serving
     from .server import GatewayServer, bind_socket, uvicorn_config
 
     try:
@@ -125,6 +126,7 @@ def serve(argv: Sequence[str]) -> int:
     )
     app = create_app(settings)
     server = GatewayServer(uvicorn_config(settings, app), app.state.services, announce=True)
+    tune_for_serving()  # the process is a server from here on (see collector.py)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from . import client_noise
 from .services import GatewayServices
 from .settings import Settings
-from .ws_coalescing import CoalescingWebSocketProtocol
+from .ws_server_protocol import PushWebSocketProtocol
 
 
 def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
@@ -35,8 +35,9 @@ def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
         # permessage-deflate cost ~7% of the gateway's CPU on 1 KiB JSON frames and a zlib
         # state per idle connection; off, as Centrifugo ships it (see docs/push.md).
         ws_per_message_deflate=False,
-        # One socket write per event-loop round, not one per frame (see ws_coalescing.py).
-        ws=CoalescingWebSocketProtocol,
+        # uvicorn's sans-I/O protocol, writing once per event-loop round, with a fast path
+        # for push's text frames (see ws_server_protocol.py).
+        ws=PushWebSocketProtocol,
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )

@@ -1,4 +1,4 @@
-"""uvicorn's sans-I/O WebSocket protocol, writing to the socket once per event-loop round.
+"""A transport for uvicorn's sans-I/O WebSocket protocol, writing once per event-loop round.
 
 uvicorn hands every frame to the transport as it is sent, and uvloop writes it to the
 socket at once: a syscall per frame. A producer pipelining sends gets its ``ok`` replies
@@ -11,14 +11,14 @@ Redis server answers a pipeline.
 Nothing else changes: the bytes and their order are the protocol's, a close writes what is
 pending first, and the real transport's flow control (``pause_writing``) applies when the
 gathered bytes reach it, in the same round.
+
+The protocol that uses it is :class:`gateway.ws_server_protocol.PushWebSocketProtocol`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 
 class CoalescingTransport(asyncio.Transport):
@@ -36,6 +36,12 @@ class CoalescingTransport(asyncio.Transport):
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data if isinstance(data, bytes) else bytes(data))
+
+    def write_many(self, parts: list[bytes]) -> None:
+        """Gather ``parts`` (non-empty bytes) for this round's write, in order."""
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.extend(parts)
 
     def flush(self) -> None:
         """Write what this round gathered (a no-op when it was flushed already)."""
@@ -72,11 +78,3 @@ class CoalescingTransport(asyncio.Transport):
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
-
-
-class CoalescingWebSocketProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's ``websockets-sansio`` protocol over a :class:`CoalescingTransport`."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.transport = CoalescingTransport(self.transport)

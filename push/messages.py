@@ -33,8 +33,8 @@ def parse_message(raw: Any, dedupe_id: str | None = None) -> NewMessage:
     """Validate one message object; ``dedupe_id`` (from ``Idempotency-Key``) fills a missing one."""
     if not isinstance(raw, dict):
         raise InvalidRequest("a message must be an object")
-    unknown = set(raw) - _MESSAGE_FIELDS
-    if unknown:
+    if not raw.keys() <= _MESSAGE_FIELDS:
+        unknown = set(raw) - _MESSAGE_FIELDS
         raise InvalidRequest(f"unknown message field: {', '.join(sorted(unknown))}")
     if ("body" in raw) == ("body_base64" in raw):
         raise InvalidRequest("a message needs exactly one of body and body_base64")

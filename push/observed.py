@@ -35,7 +35,8 @@ def record_sends(
     count as ``send`` (with the request's latency), duplicates as ``deduplicated``, refused
     entries as ``send`` with their error code. Returns how many were stored."""
     sent = sent_bytes = duplicates = duplicate_bytes = 0
-    errors: Counter[str] = Counter()
+    # Built only when an entry failed: a send per WebSocket frame passes here per message.
+    errors: dict[str, int] | None = None
     for entry, result in zip(entries, results, strict=True):
         if isinstance(result, SendResult):
             size = len(entry.body) if isinstance(entry, NewMessage) else 0
@@ -46,13 +47,16 @@ def record_sends(
                 sent += 1
                 sent_bytes += size
         else:
-            errors[result.code] += 1
+            if errors is None:
+                errors = {}
+            errors[result.code] = errors.get(result.code, 0) + 1
     if sent:
         observer.observe(tenant, queue, SEND, transport, OK, sent, sent_bytes, latency_s)
     if duplicates:
         observer.observe(tenant, queue, DEDUPLICATED, transport, OK, duplicates, duplicate_bytes)
-    for code, n in errors.items():
-        observer.observe(tenant, queue, SEND, transport, code, n)
+    if errors is not None:
+        for code, n in errors.items():
+            observer.observe(tenant, queue, SEND, transport, code, n)
     return sent
 
 

@@ -38,8 +38,10 @@ Operation = Literal["send", "receive", "connect"]
 
 # Counts one request of a principal against its rate limits (``queue``: None for a
 # connection): returns when allowed, raises a PushgateError (``rate_limited`` with
-# ``retry_after_s``) when refused. The gateway's throttling provides it.
-RateCheck = Callable[[PrincipalLike, Operation, str | None], Awaitable[None]]
+# ``retry_after_s``) when refused. The gateway's throttling provides it. It returns None
+# when no rule counts the request (decided from cached limits, without awaiting: the
+# common case, checked once per WebSocket frame), else an awaitable that does the counting.
+RateCheck = Callable[[PrincipalLike, Operation, str | None], Awaitable[object] | None]
 
 # Checks the credentials of open connections again (a revoked API key, a removed JWT
 # key): for each principal, the principal as it now stands, or the error that ends it.

@@ -138,8 +138,10 @@ class SseHandler:
 
         if self.rate_check is not None:
             # A stream is a connection and a receive (refused: 429 before the stream starts).
-            await self.rate_check(principal, "connect", None)
-            await self.rate_check(principal, "receive", queue)
+            if (pending := self.rate_check(principal, "connect", None)) is not None:
+                await pending
+            if (pending := self.rate_check(principal, "receive", queue)) is not None:
+                await pending
         stream_id = new_stream_id()
         encoder = SseEncoder(stream_id)
         transport = SseTransport(settings.send_buffer_bytes, settings.ping_interval_s)

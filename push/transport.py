@@ -13,6 +13,13 @@ On close, unsent deliveries are dropped and the owner releases their messages.
 
 Two implementations: :class:`WsTransport` (text frames of ``pushgate.v1``) and
 :class:`SseTransport` (events of one SSE stream).
+
+A WebSocket's frames go through ASGI ``websocket.send`` messages, one per frame, unless
+the server offers a :class:`FrameSink` in the scope's extensions (:data:`FRAME_SINK`,
+``gateway/ws_server_protocol.py`` does): then the writer hands the sink everything buffered in
+one call, as the frames' bytes, without an ASGI message, an await or a re-encode per
+frame. Flow control is the same either way: the writer waits while the socket is not
+writable, and that wait is what :attr:`~BufferedTransport.blocked_since` records.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from .close_codes import CloseCode
 from .sse_protocol import PING, SseEncoder
 
 OnClose = Callable[[CloseCode, str], None]
+
+# The ASGI scope extension under which a server offers a FrameSink for a WebSocket.
+FRAME_SINK = "pushgate.websocket.frame_sink"
 
 # The most an SSE stream hands to the server in one piece.
 SSE_CHUNK_BYTES = 64 * 1024
@@ -59,6 +69,21 @@ class Transport(Protocol):
 
     def bind(self, on_close: OnClose, on_drain: Callable[[], None] | None = None) -> None:
         """Set who hears about closes (to release messages) and drains (to send more)."""
+
+
+class FrameSink(Protocol):
+    """A server's direct way to write text frames to one accepted WebSocket (an ASGI
+    extension, :data:`FRAME_SINK`): what ``websocket.send`` does, for many frames at once."""
+
+    def writable(self) -> bool:
+        """Whether the socket takes more now (the transport is not paused)."""
+
+    async def wait_writable(self) -> None:
+        """Return once the socket takes more (or the connection is lost)."""
+
+    def send_text_frames(self, frames: Sequence[bytes]) -> bool:
+        """Write each of ``frames`` (UTF-8 JSON) as one text frame, in order; False when the
+        connection is closing or lost and nothing was written."""
 
 
 class BufferedTransport:
@@ -142,35 +167,60 @@ class BufferedTransport:
 
 
 class WsTransport(BufferedTransport):
-    """Text frames to one WebSocket through the ASGI ``send`` callable."""
+    """Text frames to one WebSocket: through ``sink`` when the server offers one, else one
+    ASGI ``websocket.send`` per frame. Frames are UTF-8 JSON, as bytes (or str)."""
 
-    __slots__ = ("_send",)
+    __slots__ = ("_send", "_sink")
     kind = "ws"
 
-    def __init__(self, send: Send, limit: int) -> None:
+    def __init__(self, send: Send, limit: int, sink: FrameSink | None = None) -> None:
         super().__init__(limit)
         self._send = send
+        self._sink = sink
 
     async def run(self) -> None:
         """Drain the buffer to the socket until closed, then send the close frame."""
         frames = self._frames
-        send = self._send
         while True:
             if not frames:
                 if self.close_code is not None:
                     break
                 await self._wait()
                 continue
-            while frames:
-                frame = frames.popleft()
-                self._bytes -= len(frame)
-                self.blocked_since = time.monotonic()
-                await send({"type": "websocket.send", "text": frame})
-                self.blocked_since = None
+            if self._sink is not None:
+                await self._drain_to_sink(self._sink)
+            else:
+                await self._drain_to_asgi()
             if self._on_drain is not None:
                 self._on_drain()
         code = self.close_code or CloseCode.NORMAL
-        await send({"type": "websocket.close", "code": int(code), "reason": self.close_reason[:120]})
+        await self._send({"type": "websocket.close", "code": int(code), "reason": self.close_reason[:120]})
+
+    async def _drain_to_sink(self, sink: FrameSink) -> None:
+        frames = self._frames
+        while frames:
+            if not sink.writable():
+                self.blocked_since = time.monotonic()
+                await sink.wait_writable()
+                self.blocked_since = None
+                continue
+            batch = [frame if isinstance(frame, bytes) else frame.encode() for frame in frames]
+            frames.clear()
+            self._bytes = 0
+            # False: the connection is going away; the handler hears of it from receive().
+            sink.send_text_frames(batch)
+
+    async def _drain_to_asgi(self) -> None:
+        frames = self._frames
+        send = self._send
+        while frames:
+            frame = frames.popleft()
+            self._bytes -= len(frame)
+            self.blocked_since = time.monotonic()
+            await send(
+                {"type": "websocket.send", "text": frame if isinstance(frame, str) else frame.decode()}
+            )
+            self.blocked_since = None
 
 
 class SseTransport(BufferedTransport):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -25,13 +25,12 @@ from backend_store.types import AckResult, QueueName, SendResult
 from .close_codes import CloseCode, close_code_for
 from .engine import Connection, PushEngine
 from .principal import Authenticate, CheckOrigin, Operation, RateCheck
-from .transport import WsTransport
+from .transport import FRAME_SINK, WsTransport
 from .ws_protocol import (
     AckRequest,
     AuthRequest,
     NackRequest,
     PingRequest,
-    Request,
     RequestId,
     SendRequest,
     State,
@@ -159,7 +158,7 @@ class WebSocketHandler:
                 "subprotocol": settings.subprotocol if settings.subprotocol in offered else None,
             }
         )
-        transport = WsTransport(send, settings.send_buffer_bytes)
+        transport = WsTransport(send, settings.send_buffer_bytes, scope.get("extensions", {}).get(FRAME_SINK))
         session = WebSocketSession(self.engine, transport)
         writer = asyncio.get_running_loop().create_task(transport.run())
         try:
@@ -208,7 +207,11 @@ class WebSocketHandler:
                 request = None
             else:
                 request = protocol.receive_text(text)
-            if request is not None:
+            if isinstance(request, SendRequest | AckRequest | NackRequest):
+                # Most frames: handed to the engine without a coroutine of their own.
+                if (pending := self._handle_now(session, request)) is not None:
+                    await pending
+            elif request is not None:
                 await self._handle(session, scope, request)
             session.flush()
             if session.pending >= self.engine.settings.max_pending_requests:
@@ -241,7 +244,8 @@ class WebSocketHandler:
         if session.conn is None:
             if self.rate_check is not None:
                 try:
-                    await self.rate_check(principal, "connect", None)
+                    if (pending := self.rate_check(principal, "connect", None)) is not None:
+                        await pending
                 except PushgateError as exc:
                     # The handshake is accepted already: a refused connect is a close (4008).
                     protocol.fail(close_code_for(exc, CloseCode.POLICY), exc.detail)
@@ -258,7 +262,13 @@ class WebSocketHandler:
         else:
             session.conn.principal = principal  # a refresh: new expiry, maybe new scopes
 
-    async def _handle(self, session: WebSocketSession, scope: Scope, request: Request) -> None:
+    async def _handle(
+        self,
+        session: WebSocketSession,
+        scope: Scope,
+        request: PingRequest | AuthRequest | SubscribeRequest | UnsubscribeRequest,
+    ) -> None:
+        """Every request but sends, acks and nacks (see :meth:`_handle_now`)."""
         protocol = session.protocol
         if isinstance(request, PingRequest):
             protocol.pong(request.id)
@@ -268,23 +278,9 @@ class WebSocketHandler:
             return
         conn, engine = session.conn, self.engine
         assert conn is not None  # the protocol let nothing else through before auth
-        if isinstance(request, AckRequest | NackRequest):
-            session.pending += 1
-            reply = self._ack_reply(session, request.id)
-            if isinstance(request, AckRequest):
-                engine.ack(conn.tenant, request.receipts, reply)
-            else:
-                engine.nack(conn.tenant, request.receipts, request.delay_s, reply)
-        elif isinstance(request, SendRequest):
-            if not await self._admitted(session, conn, "send", request.queue, request.id):
-                return
-            session.pending += 1
-            engine.send(
-                conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
-            )
-        elif isinstance(request, SubscribeRequest):
+        if isinstance(request, SubscribeRequest):
             queue = QueueName(request.queue)
-            if not await self._admitted(session, conn, "receive", queue, request.id):
+            if not await self._admitted(session, self._admission(conn, "receive", queue), queue, request.id):
                 return
             try:
                 await engine.subscribe(
@@ -307,20 +303,57 @@ class WebSocketHandler:
             if request.id is not None:
                 protocol.ok(request.id, {"queue": request.queue})
 
+    def _handle_now(
+        self, session: WebSocketSession, request: SendRequest | AckRequest | NackRequest
+    ) -> Awaitable[None] | None:
+        """Hand a send, ack or nack to the engine; a send that a rate limit must count first
+        comes back as the awaitable that counts it and then sends."""
+        conn, engine = session.conn, self.engine
+        assert conn is not None  # the protocol let nothing else through before auth
+        if isinstance(request, SendRequest):
+            pending = self._admission(conn, "send", request.queue)
+            if pending is not None:
+                return self._send_when_admitted(session, conn, request, pending)
+            session.protocol.admitted()
+            self._send(session, conn, request)
+            return None
+        session.pending += 1
+        reply = self._ack_reply(session, request.id)
+        if isinstance(request, AckRequest):
+            engine.ack(conn.tenant, request.receipts, reply)
+        else:
+            engine.nack(conn.tenant, request.receipts, request.delay_s, reply)
+        return None
+
+    def _send(self, session: WebSocketSession, conn: Connection, request: SendRequest) -> None:
+        session.pending += 1
+        self.engine.send(
+            conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
+        )
+
+    async def _send_when_admitted(
+        self, session: WebSocketSession, conn: Connection, request: SendRequest, pending: Awaitable[object]
+    ) -> None:
+        if await self._admitted(session, pending, request.queue, request.id):
+            self._send(session, conn, request)
+
+    def _admission(self, conn: Connection, op: Operation, queue: str) -> Awaitable[object] | None:
+        """The rate limits' count of a send or subscribe (None: nothing to count)."""
+        return None if self.rate_check is None else self.rate_check(conn.principal, op, queue)
+
     async def _admitted(
-        self, session: WebSocketSession, conn: Connection, op: Operation, queue: str, request_id: RequestId
+        self, session: WebSocketSession, pending: Awaitable[object] | None, queue: str, request_id: RequestId
     ) -> bool:
-        """Count a send or subscribe against the rate limits; a refusal is answered here."""
-        if self.rate_check is None:
-            return True
-        try:
-            await self.rate_check(conn.principal, op, queue)
-        except PushgateError as exc:
-            if exc.code == "rate_limited":
-                session.protocol.refused(request_id, exc)
-            else:
-                session.protocol.error(request_id, exc, queue)
-            return False
+        """Wait for a rate limit's count of a request; a refusal is answered here."""
+        if pending is not None:
+            try:
+                await pending
+            except PushgateError as exc:
+                if exc.code == "rate_limited":
+                    session.protocol.refused(request_id, exc)
+                else:
+                    session.protocol.error(request_id, exc, queue)
+                return False
         session.protocol.admitted()
         return True
 

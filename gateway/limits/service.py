@@ -7,6 +7,7 @@ with the app, after the backend.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
@@ -77,15 +78,18 @@ class Throttling:
             self.limits.on_change = self.signals.limits_changed
             authenticator.on_change = self.signals.auth_changed
 
-    async def rate_check(self, principal: PrincipalLike, op: Operation, queue: str | None) -> None:
-        """push's :data:`~push.principal.RateCheck`: returns, or raises a 429 error."""
+    def rate_check(
+        self, principal: PrincipalLike, op: Operation, queue: str | None
+    ) -> Awaitable[object] | None:
+        """push's :data:`~push.principal.RateCheck`: None when no rule counts the request,
+        else the enforcer's check (which returns, or raises a 429 error)."""
         # Every principal push holds came from this gateway's authenticator.
         subject = principal.subject if isinstance(principal, Principal) else ""
         name = None if queue is None else QueueName(queue)
         limits = self.limits.cached(principal.tenant)
         if limits is not None and not rules_for(limits, principal.tenant, subject, op, name):
-            return  # no rule counts this request: skip the enforcer's awaits (one per WS frame)
-        await self.enforcer.check(principal.tenant, subject, op, name)
+            return None  # no rule counts this request: no coroutine, no await (one per WS frame)
+        return self.enforcer.check(principal.tenant, subject, op, name)
 
     @property
     def fail_closed_and_down(self) -> bool:

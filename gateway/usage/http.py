@@ -9,6 +9,8 @@ has nobody to bill: it is only in the Prometheus metrics.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.types import Scope
 
 from backend_store.errors import RateLimited
@@ -40,11 +42,15 @@ def observed_rate_check(rate_check: RateCheck, observer: Observer, transport: st
     """push's rate check that also records each refusal as ``throttled`` (WebSocket frames
     and connections, SSE streams)."""
 
-    async def check(principal: PrincipalLike, op: Operation, queue: str | None) -> None:
+    async def counted(pending: Awaitable[object], principal: PrincipalLike, queue: str | None) -> None:
         try:
-            await rate_check(principal, op, queue)
+            await pending
         except RateLimited as exc:
             observer.observe(principal.tenant, queue or "", UsageOperation.THROTTLED, transport, exc.code, 1)
             raise
+
+    def check(principal: PrincipalLike, op: Operation, queue: str | None) -> Awaitable[object] | None:
+        pending = rate_check(principal, op, queue)
+        return None if pending is None else counted(pending, principal, queue)
 
     return check

@@ -1,0 +1,116 @@
+"""WebSocket framing for the push fast path, without I/O (RFC 6455, section 5.2).
+
+Two small pieces that :mod:`gateway.ws_server_protocol` uses to move the common frames of
+an open ``/v1/ws`` connection without ``websockets``' general parser and serializer:
+
+- :func:`text_frame_header`: the header of a server text frame (final, not masked), so a
+  frame to the client is ``header + payload`` with no ``Frame`` object in between;
+- :class:`FrameSplitter`: cuts the bytes a client sends into whole frames (a partial frame
+  waits in its buffer for the rest); :func:`text_payload` unmasks the payload of a frame
+  that is a whole text message (final, masked, no reserved bits, opcode 1).
+
+Everything else (control frames, fragments, binary frames, anything malformed) is handed
+on as whole frames to ``websockets``, which keeps the protocol's state and its errors: a
+frame it sees is always complete, so its parser is always between frames. A frame
+announcing more than ``max_size`` bytes turns the splitter into a pass-through at once, so
+it never buffers more than ``websockets`` itself would before refusing (1009).
+"""
+
+from __future__ import annotations
+
+import struct
+
+try:  # the C implementation, as websockets uses it
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover (pure-Python websockets builds)
+    from websockets.utils import apply_mask
+
+_SHORT_HEADERS = [bytes((0x81, n)) for n in range(126)]
+_MEDIUM_HEADER = struct.Struct("!BBH")
+_LONG_HEADER = struct.Struct("!BBQ")
+# FIN set, no reserved bits, opcode 1 (text).
+_FINAL_TEXT = 0x81
+_MASKED = 0x80
+
+
+def text_frame_header(length: int) -> bytes:
+    """The header of an unmasked, final text frame with a payload of ``length`` bytes."""
+    if length < 126:
+        return _SHORT_HEADERS[length]
+    if length < 1 << 16:
+        return _MEDIUM_HEADER.pack(_FINAL_TEXT, 126, length)
+    return _LONG_HEADER.pack(_FINAL_TEXT, 127, length)
+
+
+def text_payload(frame: bytes) -> bytes | None:
+    """The unmasked payload of a whole frame that is a complete client text message; None
+    for any other frame (control, fragment, binary, unmasked, reserved bits)."""
+    if frame[0] != _FINAL_TEXT:
+        return None
+    code = frame[1]
+    if not code & _MASKED:
+        return None
+    code &= 0x7F
+    mask_at = 2 if code < 126 else 4 if code == 126 else 10
+    return apply_mask(frame[mask_at + 4 :], frame[mask_at : mask_at + 4])
+
+
+class FrameSplitter:
+    """Cuts a client's byte stream into whole frames."""
+
+    __slots__ = ("_buffer", "max_size", "passthrough")
+
+    def __init__(self, max_size: int | None) -> None:
+        self._buffer = bytearray()
+        # The largest payload a frame may announce before the splitter stops splitting.
+        self.max_size = max_size
+        # True once a frame was too large: from then on data is handed on as it comes.
+        self.passthrough = False
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The whole frames that ``data`` completes, in order (in pass-through: everything
+        not handed on yet, as one piece)."""
+        if self.passthrough:
+            return [data] if data else []
+        if self._buffer:
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
+        frames: list[bytes] = []
+        pos, end_of_data = 0, len(data)
+        max_size = self.max_size
+        while end_of_data - pos >= 2:
+            code = data[pos + 1]
+            length = code & 0x7F
+            if length < 126:
+                offset = pos + 2
+            elif length == 126:
+                if end_of_data - pos < 4:
+                    break
+                offset, length = pos + 4, int.from_bytes(data[pos + 2 : pos + 4], "big")
+            else:
+                if end_of_data - pos < 10:
+                    break
+                offset, length = pos + 10, int.from_bytes(data[pos + 2 : pos + 10], "big")
+            if max_size is not None and length > max_size:
+                self.passthrough = True
+                frames.append(data[pos:])
+                return frames
+            end = offset + length + (4 if code & _MASKED else 0)
+            if end > end_of_data:
+                break
+            frames.append(data[pos:end])
+            pos = end
+        if pos < end_of_data:
+            self._buffer += data[pos:]
+        return frames
+
+    def take_buffer(self) -> bytes:
+        """What waits for the rest of a frame (handed on when splitting stops)."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest

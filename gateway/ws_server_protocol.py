@@ -1,0 +1,212 @@
+"""uvicorn's ``websockets-sansio`` protocol with a fast path for the frames push moves most.
+
+With a frame per message, a message crosses the WebSocket layer four times (the producer's
+``send``, its ``ok``, the consumer's ``message``, a share of an ``ack``), and profiles put
+the general machinery around each frame (``websockets``' generator parser and ``Frame``
+objects, an ASGI message, an await and a re-encode per outgoing frame) above the work of
+the frame itself. :class:`PushWebSocketProtocol` keeps uvicorn's protocol, its handshake,
+keepalive, closing handshake and ASGI interface for every path, and adds:
+
+- writes gathered per event-loop round (:class:`~gateway.ws_coalescing.CoalescingTransport`);
+- out: a :class:`~push.transport.FrameSink` in the scope's extensions
+  (``push.transport.FRAME_SINK``) that writes many text frames at once, each as a header
+  and its bytes (:class:`DirectFrames`);
+- in: once the connection is open, the client's bytes are cut into whole frames
+  (:class:`~gateway.ws_frames.FrameSplitter`); a frame that is a whole text message becomes
+  the same ``websocket.receive`` event uvicorn would queue, unmasked and decoded here; any
+  other frame goes, whole, through uvicorn's and ``websockets``' own path, in order;
+- the app's events wait in an :class:`Inbox` (a deque and a waiter) instead of an
+  ``asyncio.Queue``, whose ``get`` is a coroutine and a few calls per frame.
+
+Both paths are taken only while no extension (permessage-deflate) is negotiated, when a
+frame's bytes are its payload. What the app sees is unchanged: the same ASGI events in the
+same order, the same close codes (a frame too large, bad UTF-8, a protocol error are left
+to ``websockets`` and uvicorn, which answer 1009, 1007 and 1002 as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, cast
+
+from uvicorn._types import ASGIReceiveEvent
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
+from websockets.protocol import State
+from websockets.streams import StreamReader
+
+from push.transport import FRAME_SINK
+
+from .ws_coalescing import CoalescingTransport
+from .ws_frames import FrameSplitter, text_frame_header, text_payload
+
+# The generator websockets' parser waits in between two frames.
+_BETWEEN_FRAMES = StreamReader.at_eof.__code__
+
+
+class Inbox:
+    """The ASGI events waiting for the app: what uvicorn's protocol uses of ``asyncio.Queue``
+    (``put_nowait``, ``get``, ``empty``), with one waiter at most (the app's receive)."""
+
+    __slots__ = ("_waiter", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[ASGIReceiveEvent] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, event: ASGIReceiveEvent) -> None:
+        self.items.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> ASGIReceiveEvent:
+        while not self.items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self.items.popleft()
+
+    def empty(self) -> bool:
+        return not self.items
+
+
+class DirectFrames:
+    """The :class:`~push.transport.FrameSink` of one :class:`PushWebSocketProtocol` connection."""
+
+    __slots__ = ("_protocol",)
+
+    def __init__(self, protocol: PushWebSocketProtocol) -> None:
+        self._protocol = protocol
+
+    def writable(self) -> bool:
+        return self._protocol.writable.is_set()
+
+    async def wait_writable(self) -> None:
+        await self._protocol.writable.wait()
+
+    def send_text_frames(self, frames: Sequence[bytes]) -> bool:
+        protocol = self._protocol
+        # What uvicorn's send() checks before a websocket.send (and websockets' send_text).
+        if (
+            protocol.disconnected
+            or protocol.close_sent
+            or not protocol.handshake_complete
+            or protocol.initial_response is not None
+            or protocol.conn.state is not State.OPEN
+        ):
+            return False
+        parts: list[bytes] = []
+        for frame in frames:
+            parts.append(text_frame_header(len(frame)))
+            if frame:
+                parts.append(frame)
+        protocol.coalescing.write_many(parts)
+        return True
+
+
+class PushWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol with push's fast paths (see the module)."""
+
+    coalescing: CoalescingTransport
+    # Set once websockets' parser was seen between two frames of an open connection.
+    splitter: FrameSplitter | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.inbox = Inbox()
+        # uvicorn's protocol puts every event through self.queue.
+        self.queue = cast("asyncio.Queue[ASGIReceiveEvent]", self.inbox)
+
+    async def receive(self) -> ASGIReceiveEvent:
+        items = self.inbox.items
+        # An event already waiting needs no coroutine of the inbox's.
+        event = items.popleft() if items else await self.inbox.get()
+        if self.read_paused and not items:
+            self.read_paused = False
+            self.transport.resume_reading()
+        return event
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.coalescing = CoalescingTransport(self.transport)
+        self.transport = self.coalescing
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        # The scope exists once the request is a WebSocket upgrade (not a rejected one).
+        if self.response.status_code == 101 and not self.conn.extensions and hasattr(self, "scope"):
+            # ASGI types extensions as dicts of dicts; an extension may be any object.
+            extensions = cast(dict[str, Any], self.scope["extensions"])
+            extensions[FRAME_SINK] = DirectFrames(self)
+
+    def data_received(self, data: bytes) -> None:
+        splitter = self.splitter
+        if splitter is None:
+            if not self._between_frames():
+                super().data_received(data)
+                return
+            conn = self.conn
+            sizes = (conn.max_message_size, getattr(conn, "max_fragment_size", None))
+            limits = [n for n in sizes if n is not None]
+            splitter = self.splitter = FrameSplitter(min(limits) if limits else None)
+        if splitter.passthrough:
+            super().data_received(data)
+            return
+        frames = splitter.feed(data)
+        for index, frame in enumerate(frames):
+            if self._take_text(frame):
+                continue
+            super().data_received(frame)
+            if self.conn.state is not State.OPEN or self.conn.parser_exc is not None:
+                # Closing or failed: what follows is websockets' to discard (or nobody's).
+                splitter.passthrough = True
+                rest = b"".join(frames[index + 1 :]) + splitter.take_buffer()
+                if rest and self.conn.parser_exc is None:
+                    super().data_received(rest)
+                return
+
+    def _between_frames(self) -> bool:
+        """Whether websockets' parser has consumed every byte and waits for a new frame of an
+        open connection (so cutting the stream into frames here loses nothing)."""
+        conn = self.conn
+        if (
+            conn.state is not State.OPEN
+            or conn.extensions
+            or conn.reader.buffer
+            or conn.current_size is not None
+            or conn.parser_exc is not None
+        ):
+            return False
+        # The parser is a generator waiting in a chain of sub-generators; between frames the
+        # innermost is StreamReader.at_eof. Anything else (another websockets version's
+        # internals included) keeps websockets' own path.
+        waiting: Any = conn.parser
+        while (inner := getattr(waiting, "gi_yieldfrom", None)) is not None:
+            waiting = inner
+        return getattr(waiting, "gi_code", None) is _BETWEEN_FRAMES
+
+    def _take_text(self, frame: bytes) -> bool:
+        """Queue a whole text message for the app, as uvicorn's handle_text would; False
+        when ``frame`` is anything else (websockets must see it)."""
+        conn = self.conn
+        if conn.state is not State.OPEN or conn.current_size is not None:
+            return False
+        payload = text_payload(frame)
+        if payload is None:
+            return False
+        try:
+            text = payload.decode()
+        except UnicodeDecodeError:
+            return False  # uvicorn's path answers it (1007)
+        if self.close_sent:
+            return True  # past websocket.close: discarded, as uvicorn does
+        self.queue.put_nowait({"type": "websocket.receive", "text": text})
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+        return True
