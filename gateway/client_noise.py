@@ -25,6 +25,12 @@ class ClientNoiseFilter(logging.Filter):
         self._clock = clock
         self._next_at = 0.0
         self._suppressed = 0
+        self.users = 0  # servers that installed it (install())
+
+    def reset(self) -> None:
+        """Report the next client fault at once (a new interval starts with it)."""
+        self._next_at = 0.0
+        self._suppressed = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg not in CLIENT_FAULTS:
@@ -45,8 +51,29 @@ class ClientNoiseFilter(logging.Filter):
 
 
 def install(logger_name: str = "uvicorn.error") -> Callable[[], None]:
-    """Attach a filter to uvicorn's error logger; return the function that detaches it."""
+    """Attach the filter to uvicorn's error logger; return the function that detaches it.
+
+    The logger is the process's, so servers in one process (tests, embedding apps) share one
+    filter, attached while any of them runs: a filter per server would let one server's
+    interval silence another's reports, since every record passes every filter."""
     logger = logging.getLogger(logger_name)
-    noise = ClientNoiseFilter()
-    logger.addFilter(noise)
-    return lambda: logger.removeFilter(noise)
+    noise = installed(logger_name)
+    if noise is None:
+        noise = ClientNoiseFilter()
+        logger.addFilter(noise)
+    noise.users += 1
+
+    def detach() -> None:
+        noise.users -= 1
+        if noise.users == 0:
+            logger.removeFilter(noise)
+
+    return detach
+
+
+def installed(logger_name: str = "uvicorn.error") -> ClientNoiseFilter | None:
+    """The filter attached to the logger, if a server runs."""
+    for existing in logging.getLogger(logger_name).filters:
+        if isinstance(existing, ClientNoiseFilter):
+            return existing
+    return None

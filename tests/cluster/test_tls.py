@@ -28,6 +28,7 @@ import pytest_asyncio
 from backend_store.cluster.client import NodeClient, split_address
 from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.connection import Connection, Event
+from backend_store.cluster.layout import ReplicaPosition
 from backend_store.cluster.replication import ReplicationLeader
 from backend_store.cluster.tls import NodeTls, TlsFiles
 from backend_store.cluster.tls_certs import make_cluster_certificates
@@ -211,7 +212,13 @@ async def test_a_leader_link_with_another_cas_certificate_replicates_nothing(
     h, pid = cluster.h, cluster.partition
     leader, _, epoch = await h.serving_leader(pid)
     follower = next(n for n in NODES if n != leader)
-    before = (await h.node_records())[follower].replicas[pid]
+
+    async def follower_position() -> ReplicaPosition | None:
+        # Positions are published every 0.5 s: wait for one taken in the leader's term.
+        position = (await h.node_records())[follower].replicas.get(pid)
+        return position if position is not None and position.epoch == epoch else None
+
+    before = await h.wait_for("the follower's position in the current term", follower_position)
     host, port = split_address(h.addresses[follower])
 
     async def rogue_leader(name: str, term: Epoch) -> ReplicationLeader:
