@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 from http_bench import _load as http_load
-from push_common import cpu_seconds, start_gateway
+from push_common import cpu_seconds, serve, start_gateway
 
 from backend_store.cluster.cluster_backend import open_cluster_backend
 from backend_store.cluster.tls import NodeTls, TlsFiles
@@ -206,39 +206,6 @@ async def async_loss(h: ClusterHarness, pid: int, queue: str) -> tuple[int, int]
     return len(acknowledged), len(set(acknowledged) - received)
 
 
-def start_another_gateway(data_dir: Path, store: str) -> tuple[subprocess.Popen[str], str]:
-    """``pushgate serve`` on a cluster another gateway serves already (start_gateway waits for
-    a bootstrap admin key, which only the first gateway on a cluster prints)."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "serve",
-            "--data",
-            str(data_dir),
-            "--port",
-            "0",
-            "--store",
-            store,
-        ],
-        cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if "serving on" in line:
-            return proc, line.rsplit(" ", 1)[1].strip()
-    proc.kill()
-    raise SystemExit("the second cluster gateway did not start")
-
-
 def through_gateways(
     h: ClusterHarness, root: Path, args: argparse.Namespace, tls: TlsFiles | None = None
 ) -> None:
@@ -254,7 +221,7 @@ def through_gateways(
         gateways["cluster"] = start_gateway(root / "gw-cluster", cluster_url)
         if args.compare_batching:
             # Same cluster, so the same tenants: it prints no bootstrap key of its own.
-            proc, url = start_another_gateway(root / "gw-unbatched", cluster_url + "&send_batching=0")
+            proc, url = serve(root / "gw-unbatched", "--store", cluster_url + "&send_batching=0")
             gateways["unbatched"] = (proc, url, gateways["cluster"][2])
         for name, (_, url, key) in gateways.items():
             response = httpx.put(

@@ -88,6 +88,30 @@ def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.
     return proc, url, key
 
 
+def serve(
+    data_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``pushgate serve --data DIR --port 0 EXTRA...``: the process and its URL, once it serves
+    (no bootstrap key awaited: for a second gateway on a store, or one that needs none)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0", *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "serving on" in line:
+            return proc, line.rsplit(" ", 1)[1].strip()
+    proc.kill()
+    raise SystemExit(f"pushgate serve {' '.join(extra)} did not start")
+
+
 def start_script(script: str, *args: str) -> subprocess.Popen[str]:
     """Run ``python <script> <args>`` from the repository (a baseline server, a client)."""
     return subprocess.Popen([sys.executable, script, *args], cwd=REPO, text=True)

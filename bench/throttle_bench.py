@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-from push_common import REPO, free_port, machine  # bench/ is on sys.path when run as a script
+from push_common import REPO, free_port, machine, serve  # bench/ is on sys.path when run as a script
 
 GATEWAYS = ("none", "memory swc", "memory mw", "redis swc", "redis mw")
 HIGH = "1000000/second"
@@ -68,28 +68,6 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
         time.sleep(0.05)
     proc.kill()
     raise SystemExit("redis-server did not start")
-
-
-def start_gateway(
-    data_dir: Path, *extra: str, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0", *extra],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if "serving on" in line:
-            return proc, line.rsplit(" ", 1)[1].strip()
-    proc.kill()
-    raise SystemExit("the gateway did not start")
 
 
 # The load generator (its own process) -------------------------------------------------
@@ -265,7 +243,7 @@ def main() -> None:
             for name in GATEWAYS:
                 extra = ["--redis", redis_url] if name.startswith("redis") else []
                 strategy = "moving-window" if name.endswith("mw") else "sliding-window-counter"
-                proc, url = start_gateway(
+                proc, url = serve(
                     tmp / name.replace(" ", "-"), *extra, env={"PUSHGATE_RATE_LIMIT_STRATEGY": strategy}
                 )
                 procs.append(proc)
@@ -299,9 +277,9 @@ def main() -> None:
 
             # Part 2: two gateways on one data directory, sharing the Redis.
             shared = tmp / "shared"
-            a_proc, a_url = start_gateway(shared, "--redis", redis_url)
+            a_proc, a_url = serve(shared, "--redis", redis_url)
             procs.append(a_proc)
-            b_proc, b_url = start_gateway(shared, "--redis", redis_url)
+            b_proc, b_url = serve(shared, "--redis", redis_url)
             procs.append(b_proc)
             key = (shared / "bootstrap-admin-key").read_text().strip()
             same = asyncio.run(push_latency(a_url, a_url, key, "same", args.messages))
