@@ -358,6 +358,8 @@ class ReplicationLeader:
             if progress.positioned and backlog > 0 and in_flight < self.window_entries:
                 # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
                 sent = progress.sent
+                # Committed before the read starts, so the read sees at least this far.
+                committed = self.store.last_lsn
                 entries = self._from_memory(sent)
                 if entries is None:
                     entries = await self.store.read_replication_log(
@@ -373,10 +375,12 @@ class ReplicationLeader:
                 if progress.sent > 0 and entries and entries[0].lsn == progress.sent:
                     prev = (entries[0].lsn, entries[0].epoch)
                     entries = entries[1:]
-                if not entries and self.store.last_lsn <= progress.sent:
-                    # What follows ``sent`` is offered but not committed here yet, and ``sent``
-                    # is older than the early buffer (a new term's first entry): its commit
-                    # wakes us. Not a trimmed log: re-seeding would copy the whole store.
+                if not entries and committed <= progress.sent:
+                    # What follows ``sent`` was offered but not committed here when the read
+                    # began, and ``sent`` is older than the early buffer (a new term's first
+                    # entry): its commit wakes us. Not a trimmed log: re-seeding would copy the
+                    # whole store. (Judged by what was committed before the read: the commit
+                    # may land while it runs, and the read would not show it.)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self.heartbeat_s):
                             await progress.wake.wait()

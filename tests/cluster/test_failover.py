@@ -86,8 +86,13 @@ async def test_sync_sends_survive_repeated_leader_kills_and_the_manager_failing_
     producers.check(await h.read_queue(pid, T, Q))
     # Every follower caught up from the log, which keeps far more than this test writes: a
     # re-seed (a copy of the whole store) would be a new leader taking its log for trimmed.
-    reseeded = [n for n, p in h.nodes.items() if "from a snapshot" in p.log_path.read_text()]
-    assert not reseeded, f"re-seeded for nothing: {reseeded}"
+    reseeds = [
+        f"{name}: {line}"
+        for name, proc in h.nodes.items()
+        for line in proc.log_path.read_text().splitlines()
+        if "snapshot" in line
+    ]
+    assert not reseeds, "re-seeded for nothing:\n" + "\n".join(reseeds)
 
 
 async def test_a_frozen_leader_is_fenced_and_loses_nothing_acknowledged(harness: ClusterHarness) -> None:
