@@ -243,9 +243,7 @@ class PartitionHost:
         except PushgateError as exc:
             log.warning("partition %d: cannot apply %s/%s attributes: %s", self.partition, tenant, queue, exc)
             return False
-        if self.leader is not None:
-            with contextlib.suppress(PushgateError):
-                await self.leader.replicate(store.last_lsn)
+        await self._replicate_local_change()
         return True
 
     async def _drop_queue(self, tenant: TenantId, queue: QueueName) -> bool:
@@ -256,10 +254,14 @@ class PartitionHost:
         except PushgateError as exc:
             log.warning("partition %d: cannot delete %s/%s: %s", self.partition, tenant, queue, exc)
             return False
+        await self._replicate_local_change()
+        return True
+
+    async def _replicate_local_change(self) -> None:
+        """Ship what a change made here wrote (a failed majority only delays followers)."""
         if self.leader is not None:
             with contextlib.suppress(PushgateError):
-                await self.leader.replicate(store.last_lsn)
-        return True
+                await self.leader.replicate(self.store.last_lsn)
 
     async def _sweep(self, leader: ReplicationLeader) -> None:
         """Retention and dedupe expiry, on the leader only; the deletions replicate."""
