@@ -16,7 +16,13 @@ Both sides do the same work with Python clients in separate processes: one produ
 Phases: ``max`` (``--messages`` as fast as they go) and ``paced`` (``--rate`` msg/s for
 ``--paced-seconds``, for send -> push latency). Prints msg/s, p50/p99, the server's CPU per
 message (and the two client processes' together), and each Pushgate figure as a ratio to
-Redis measured in the same run.
+Redis measured in the same run. The server's CPU is also split into its main thread ("loop":
+Pushgate's event loop) and its other threads ("threads": Pushgate's store writer).
+
+``--pin`` runs each server on CPU 0 and this script with its clients on CPU 1: the server's
+CPU per message and its split then measure the server alone, without the preemptions and GIL
+hand-offs that two shared cores add (use it to compare changes; the issue's targets are
+without it).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -45,8 +52,10 @@ from bench.push_common import (
     free_port,
     machine,
     percentiles,
+    pin,
     start_gateway,
     stop,
+    thread_cpu_seconds,
     wait_for_port,
 )
 
@@ -248,11 +257,16 @@ def phase(consumer_cmd: list[str], producer_cmd: list[str], server_pid: int, tot
     clients = children_cpu_seconds()
     consumer = run(consumer_cmd)
     cpu = cpu_seconds(server_pid)
+    threads = thread_cpu_seconds(server_pid)
     producer = subprocess.run([sys.executable, __file__, *producer_cmd], check=True)
     assert producer.returncode == 0 and consumer.stdout is not None
     result: dict[str, Any] = json.loads(consumer.stdout.readline())
     consumer.wait(30)
     result["cpu_us_per_msg"] = (cpu_seconds(server_pid) - cpu) / max(total, 1) * 1e6
+    spent = {tid: t - threads.get(tid, 0.0) for tid, t in thread_cpu_seconds(server_pid).items()}
+    loop = spent.pop(server_pid, 0.0)
+    result["loop_us_per_msg"] = loop / max(total, 1) * 1e6
+    result["threads_us_per_msg"] = sum(spent.values()) / max(total, 1) * 1e6
     # The producer and the consumer together (both waited for by now): on 2 cores the
     # clients' CPU bounds the rate as much as the server's does.
     result["client_cpu_us_per_msg"] = (children_cpu_seconds() - clients) / max(total, 1) * 1e6
@@ -281,7 +295,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--phases", default="max,paced", type=_names({"max", "paced"}))
     parser.add_argument("--frames", default="batch,single", type=_names(set(MODES)))
+    parser.add_argument("--pin", action="store_true", help="servers on CPU 0, clients on CPU 1")
     args = parser.parse_args()
+    if args.pin:
+        pin(os.getpid(), {1})  # the clients started from here inherit it
     modes = [MODES[name] for name in args.frames]
     phases = args.phases
     paced_total = int(args.rate * args.paced_seconds)
@@ -311,6 +328,9 @@ def main() -> None:
         )
         gateway, url, key = start_gateway(Path(tmp) / "gateway")
         try:
+            if args.pin:
+                for server in (redis_proc, gateway):
+                    pin(server.pid, {0})
             wait_for_port(port)
             for name in phases:
                 total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
@@ -345,11 +365,15 @@ def main() -> None:
     print(
         f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack\n"
     )
-    print(f"{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9} {'clients':>9}")
+    print(
+        f"{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9} {'loop':>7} {'threads':>8}"
+        f" {'clients':>9}"
+    )
     for name, r in results.items():
         print(
             f"{name:<36} {r['msg_per_s']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-            f"{r['cpu_us_per_msg']:>7.0f}us {r['client_cpu_us_per_msg']:>7.0f}us"
+            f"{r['cpu_us_per_msg']:>7.0f}us {r['loop_us_per_msg']:>5.0f}us {r['threads_us_per_msg']:>6.0f}us"
+            f" {r['client_cpu_us_per_msg']:>7.0f}us"
         )
     print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
     for name in phases:
