@@ -18,7 +18,7 @@ from .keys import message_key, u64, visibility_key
 from .message_ops import _ready
 from .queue_ops import attributes_of, find_queue, save_queue
 from .records import DeliveryState, MessageRecord, QueueRecord
-from .visibility import add_message, load_state, remove_message, to_ms
+from .visibility import add_moved_message, load_state, remove_message, to_ms
 
 # Opens a stored (maybe sealed) body: (record, tenant) -> plain bytes.
 Opener = Callable[[MessageRecord, str], bytes]
@@ -35,22 +35,21 @@ def peek(
     qid = record.qid
     prefix = u64(qid)
     out: list[PeekedMessage] = []
-    cursor = v.cursor(Db.STATE)
+    cursor = v.cursor(Db.MSGS)
     if not cursor.set_range(message_key(qid, 0)):
         return out
     now_ms = to_ms(now)
-    for key, raw_state in cursor:
+    for key, raw in cursor:
         if not key.startswith(prefix) or len(out) >= max_messages:
             break
-        raw = v.get(Db.MSGS, key)
-        if raw is None:
-            continue
-        state = DeliveryState.decode(raw_state)
-        msg = MessageRecord.decode(raw)
         try:
+            msg = MessageRecord.decode(raw)
+            raw_state = v.get(Db.STATE, key)
+            # No state record: the message is as its send left it (records.py).
+            state = msg.initial_state() if raw_state is None else DeliveryState.decode(raw_state)
             body = opener(msg, tenant)
         except Unavailable:
-            continue  # unreadable without its key: receive skips it too
+            continue  # unreadable (damaged, or without its key): receive skips it too
         if state.kind == "i" and state.visible_ms > now_ms:
             where = "in_flight"
         elif state.visible_ms > now_ms:
@@ -123,7 +122,7 @@ def redrive(
             fresh = DeliveryState(sent_at=now, group_id=state.group_id, visible_ms=now_ms)
             # The record's bytes move as they are: a sealed body is bound to its tenant and
             # id, both unchanged, so it stays readable without re-sealing.
-            add_message(w, dst.qid, new_seq, raw, fresh, dst_fifo)
+            add_moved_message(w, dst.qid, new_seq, raw, fresh, dst_fifo)
             moved += 1
             if moved >= max_messages:
                 break

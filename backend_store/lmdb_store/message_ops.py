@@ -57,7 +57,16 @@ from .keys import (
 )
 from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue
 from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
-from .visibility import add_message, load_state, remove_message, set_visible_at, to_ms
+from .visibility import (
+    add_message,
+    add_moved_message,
+    initial_state_of,
+    load_state,
+    remove_message,
+    save_state,
+    set_visible_at,
+    to_ms,
+)
 
 log = logging.getLogger("pushgate.store")
 
@@ -191,11 +200,18 @@ class MessageOps:
             delay = attrs.delay_s if message.delay_s is None else message.delay_s
             msg_id = self._new_id()
             body = keyring.seal(message.body, sealing_context(tenant, msg_id)) if keyring else message.body
+            visible_ms = now_ms + to_ms(delay)
             stored = MessageRecord.pack(
-                msg_id, body, keyring is not None, message.is_text, message.attributes
+                msg_id,
+                body,
+                keyring is not None,
+                message.is_text,
+                message.attributes,
+                now,
+                message.group_id,
+                visible_ms,
             )
-            state = DeliveryState(sent_at=now, group_id=message.group_id, visible_ms=now_ms + to_ms(delay))
-            add_message(w, record.qid, seq, stored, state, fifo)
+            add_message(w, record.qid, seq, stored, message.group_id, visible_ms, fifo)
             if token is not None:
                 expires_ms = now_ms + to_ms(attrs.dedupe_window_s)
                 w.put(Db.DEDUPE, dedupe_key(record.qid, token), pack([seq, msg_id, expires_ms]))
@@ -269,11 +285,16 @@ class MessageOps:
         w, qid, holds, qh = r.w, r.qid, self._holds, r.qh
         key = message_key(qid, seq)
         try:
-            raw_state = w.get(Db.STATE, key)
             raw = w.get(Db.MSGS, key)
-            if raw_state is None or raw is None:
+            if raw is None:
                 raise Unavailable("index entry without a message")
-            state = DeliveryState.decode(raw_state)
+            msg = MessageRecord.decode(raw)
+            raw_state = w.get(Db.STATE, key)
+            # No state record: the message is as its send left it (records.py).
+            state = msg.initial_state() if raw_state is None else DeliveryState.decode(raw_state)
+            # Where its index entry is (the same, unless a damaged record says otherwise: then
+            # the entry found is the one a receive must move, or it would stay behind).
+            state.visible_ms = visible_ms
             # (Never held: held messages are not candidates. Holds that ended unacked have
             # had their count written.)
             received = state.receive_count
@@ -292,7 +313,6 @@ class MessageOps:
                     r.changed = True
                     w.note(r.tenant, r.queue, "dead_lettered")
                     return None
-            msg = MessageRecord.decode(raw)
             body = self._open(msg, r.tenant) if msg.sealed else msg.body
         except Unavailable as exc:
             # Skip it rather than stall the queue; the record stays for an operator.
@@ -347,7 +367,7 @@ class MessageOps:
             sent_at=state.sent_at, group_id=state.group_id, visible_ms=to_ms(now), moved=True
         )
         # The record is immutable, so its bytes move as they are (sealed bodies stay sealed).
-        add_message(w, target.qid, new_seq, raw, moved, attributes_of(target).ordering == "fifo")
+        add_moved_message(w, target.qid, new_seq, raw, moved, attributes_of(target).ordering == "fifo")
 
     def _dedupe_token(self, message: NewMessage, content_dedupe: bool) -> bytes | None:
         if message.dedupe_id is not None:
@@ -396,7 +416,9 @@ class MessageOps:
         done = 0
         for receipt in receipts:
             try:
-                qid, seq, state, fifo, in_memory = self._held(w, now_ms, tenant, receipt, queue, queues)
+                qid, seq, state, fifo, in_memory = self._held(
+                    w, now_ms, tenant, receipt, queue, queues, check_stored=nack_delay_s is not None
+                )
             except PushgateError as exc:
                 failed.append(ReceiptFailure(receipt=str(receipt), code=exc.code))
                 continue
@@ -405,7 +427,10 @@ class MessageOps:
             if nack_delay_s is None:
                 if in_memory:
                     self._holds.end(qid, seq, w.on_abort, receivable=False)
-                remove_message(w, qid, seq, state, fifo, now)
+                if not remove_message(w, qid, seq, state, fifo, now):
+                    # (Held, so checked here: the delete itself tells, and wrote nothing.)
+                    failed.append(ReceiptFailure(receipt=str(receipt), code=InvalidReceipt.code))
+                    continue
                 found[2].count -= 1
                 found[2].acked_total += 1
                 if fifo:
@@ -458,9 +483,12 @@ class MessageOps:
         receipt: str,
         queue: str | None,
         queues: dict[int, tuple[str, str, QueueRecord] | None],
+        *,
+        check_stored: bool = True,
     ) -> tuple[int, int, DeliveryState, bool, bool]:
         """The message a receipt holds, if the receipt is still valid for this caller, and
-        whether it is held in memory."""
+        whether it is held in memory. ``check_stored=False``: the caller deletes the message
+        and learns from the delete whether it was still stored (an ack)."""
         qid, seq, token = decode_receipt(receipt)
         if qid not in queues:
             queues[qid] = queue_by_qid(w, qid)
@@ -472,16 +500,21 @@ class MessageOps:
         if hold is not None and hmac.compare_digest(hold[TOKEN], token):
             # Its state as on disk is in the hold (nothing to decode); every delete of a
             # message forgets its hold, so one still held is stored (checked all the same).
-            if w.get(Db.STATE, message_key(qid, seq)) is None:
+            if check_stored and w.get(Db.MSGS, message_key(qid, seq)) is None:
                 raise InvalidReceipt("message already deleted")
             if hold[UNTIL] <= now_ms:
                 # Ended: the next receive of the queue writes its count (nothing is written
                 # before an error).
                 raise InvalidReceipt("receipt expired: the message is visible again")
             return qid, seq, hold[STATE], fifo, True
-        state = load_state(w, qid, seq)
-        if state is None:
-            raise InvalidReceipt("message already deleted")
+        # A receipt that is not a hold's was written with the receive: in the state record.
+        raw_state = w.get(Db.STATE, message_key(qid, seq))
+        if raw_state is None:
+            if w.get(Db.MSGS, message_key(qid, seq)) is None:
+                raise InvalidReceipt("message already deleted")
+            # Never received with a written receive: a hold of a process that is gone.
+            raise InvalidReceipt("receipt is stale: the message is visible again")
+        state = DeliveryState.decode(raw_state)
         if state.receipt_token is None or not hmac.compare_digest(state.receipt_token, token):
             raise InvalidReceipt("receipt is stale: the message was received again")
         if state.visible_ms <= now_ms:
@@ -563,16 +596,7 @@ class MessageOps:
             attrs = attributes_of(record)
             cutoff = now - attrs.retention_s
             fifo = attrs.ordering == "fifo"
-            cursor = w.cursor(Db.STATE)
-            old: list[tuple[int, DeliveryState]] = []
-            if cursor.set_range(message_key(record.qid, 0)):
-                for mkey, value in cursor:
-                    if mkey[:8] != u64(record.qid) or done + len(old) >= budget:
-                        break
-                    state = DeliveryState.decode(value)
-                    if state.sent_at >= cutoff:
-                        break
-                    old.append((read_u64(mkey, 8), state))
+            old = _past_retention(w, record.qid, cutoff, budget - done)
             # Dead-lettered messages keep their original sent_at, out of seq order.
             cursor = w.cursor(Db.EXPIRY)
             if cursor.set_range(expiry_key(record.qid, 0, 0)):
@@ -594,11 +618,34 @@ class MessageOps:
         return done
 
 
+def _past_retention(w: Writes, qid: int, cutoff: float, limit: int) -> list[tuple[int, DeliveryState]]:
+    """Up to ``limit`` messages of a queue sent before ``cutoff``, walking in seq order (send
+    order, so the walk ends at the first younger one; dead-lettered messages, whose
+    ``sent_at`` breaks that order, are found through ``expiry``). A message's state is its
+    state record's, or the initial one its record carries."""
+    old: list[tuple[int, DeliveryState]] = []
+    prefix = u64(qid)
+    cursor = w.cursor(Db.MSGS)
+    if not cursor.set_range(message_key(qid, 0)) or limit <= 0:
+        return old
+    for key, raw in cursor:
+        if key[:8] != prefix or len(old) >= limit:
+            break
+        raw_state = w.get(Db.STATE, key)
+        state = initial_state_of(raw) if raw_state is None else DeliveryState.decode(raw_state)
+        if state is None:
+            continue  # an unreadable record: left for an operator (docs/store.md)
+        if state.sent_at >= cutoff:
+            break
+        old.append((read_u64(key, 8), state))
+    return old
+
+
 def _write_count(w: Writes, qid: int, seq: int, hold: Hold) -> None:
     """A held delivery ended without an ack: store its receive, in place (the visibility
     entry stays where it is; the hold's state is a copy of what is on disk)."""
     state = dataclasses.replace(hold[STATE], receive_count=hold[STATE].receive_count + 1)
-    w.put(Db.STATE, message_key(qid, seq), state.encode())
+    save_state(w, qid, seq, state)
 
 
 def sealing_context(tenant: str, message_id: str) -> bytes:

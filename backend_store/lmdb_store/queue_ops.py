@@ -15,7 +15,7 @@ from ..types import QueueAttributes, QueueInfo, QueueName, QueueStats, TenantId
 from .environment import Db, View, Writes
 from .keys import message_key, queue_key, read_u64, split_visibility_key, tenant_prefix, u64, visibility_key
 from .records import DeliveryState, QueueRecord
-from .visibility import to_ms
+from .visibility import initial_state_of, to_ms
 
 _NEXT_QID = b"\0sys\0next_qid"
 
@@ -191,9 +191,9 @@ def stats(
             else:
                 delayed += 1
     oldest: float | None = None
-    cursor = v.cursor(Db.STATE)
-    if cursor.set_range(message_key(qid, 0)) and cursor.key()[:8] == u64(qid):
-        oldest = max(0.0, now - DeliveryState.decode(cursor.value()).sent_at)
+    sent_at = _first_sent_at(v, qid)
+    if sent_at is not None:
+        oldest = max(0.0, now - sent_at)
     if held is not None:
         in_flight += held(qid, now_ms)
     return QueueStats(
@@ -205,6 +205,25 @@ def stats(
         acked_total=record.acked_total,
         dead_lettered_total=record.dead_lettered_total,
     )
+
+
+def _first_sent_at(v: View, qid: int) -> float | None:
+    """When the queue's first stored message (in seq order) was sent; None: no message (a
+    damaged record is passed over: it is left for an operator)."""
+    prefix = u64(qid)
+    cursor = v.cursor(Db.MSGS)
+    if not cursor.set_range(message_key(qid, 0)):
+        return None
+    for key, raw in cursor:
+        if key[:8] != prefix:
+            return None
+        raw_state = v.get(Db.STATE, key)
+        if raw_state is not None:
+            return DeliveryState.decode(raw_state).sent_at
+        state = initial_state_of(raw)
+        if state is not None:
+            return state.sent_at
+    return None
 
 
 def info(tenant: str, name: str, record: QueueRecord, queue_stats: QueueStats) -> QueueInfo:

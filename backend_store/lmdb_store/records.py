@@ -47,25 +47,62 @@ class QueueRecord:
 
 @dataclass(slots=True)
 class MessageRecord:
-    """What a producer sent; written once, never rewritten (receives touch only the state)."""
+    """What a producer sent; written once, never rewritten (receives touch only the state).
+
+    It also carries the message's *initial* delivery state (``sent_at``, ``group_id``,
+    ``visible_ms``): a message has no ``state`` record until its state first changes (a
+    written receive, a nack, a FIFO promotion, a move), and until then its state is the one
+    :meth:`initial_state` builds from these. Records written before 2026-11-23 lack them
+    (None) and always have a ``state`` record. docs/store.md, "How a message is stored".
+    """
 
     id: MessageId
     body: bytes  # sealed when ``sealed``
     sealed: bool
     is_text: bool
     attributes: dict[str, str] = field(default_factory=dict)
+    sent_at: float | None = None
+    group_id: str | None = None
+    visible_ms: int | None = None
 
     def encode(self) -> bytes:
-        return MessageRecord.pack(self.id, self.body, self.sealed, self.is_text, self.attributes)
+        return pack(
+            [
+                self.id,
+                self.body,
+                self.sealed,
+                self.is_text,
+                self.attributes,
+                self.sent_at,
+                self.group_id,
+                self.visible_ms,
+            ]
+        )
 
     @staticmethod
-    def pack(id: str, body: bytes, sealed: bool, is_text: bool, attributes: dict[str, str]) -> bytes:
+    def pack(
+        id: str,
+        body: bytes,
+        sealed: bool,
+        is_text: bool,
+        attributes: dict[str, str],
+        sent_at: float,
+        group_id: str | None,
+        visible_ms: int,
+    ) -> bytes:
         """The encoding of a record, without building one (the send path writes many)."""
-        return pack([id, body, sealed, is_text, attributes])
+        return pack([id, body, sealed, is_text, attributes, sent_at, group_id, visible_ms])
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
         return _decode(cls, raw, "message record")
+
+    def initial_state(self) -> DeliveryState:
+        """The state of a message that has no ``state`` record: as its send left it."""
+        if self.sent_at is None or self.visible_ms is None:
+            # Written before records carried it: such a message always has a state record.
+            raise Unavailable("message record without its initial state has no state record")
+        return DeliveryState(self.sent_at, self.group_id, self.visible_ms, stored=False)
 
 
 @dataclass(slots=True)
@@ -81,6 +118,9 @@ class DeliveryState:
     kind: str = "n"
     # Moved here from another queue (dead-lettered): indexed in ``expiry`` for retention.
     moved: bool = False
+    # Whether the message has a ``state`` record (not stored: a decoded state has one; the
+    # initial state built from a message record has none, so deleting it is a write saved).
+    stored: bool = field(default=True, compare=False)
 
     def encode(self) -> bytes:
         return pack(

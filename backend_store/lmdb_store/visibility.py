@@ -9,9 +9,10 @@ at most one message in flight.
 
 from __future__ import annotations
 
+from ..errors import Unavailable
 from .environment import Db, View, Writes
 from .keys import expiry_key, group_key, group_prefix, message_key, read_u64, visibility_key
-from .records import DeliveryState
+from .records import DeliveryState, MessageRecord
 
 
 def to_ms(t: float) -> int:
@@ -19,9 +20,23 @@ def to_ms(t: float) -> int:
 
 
 def load_state(v: View, qid: int, seq: int) -> DeliveryState | None:
-    """A message's delivery state (a read: any transaction will do)."""
-    raw = v.get(Db.STATE, message_key(qid, seq))
-    return None if raw is None else DeliveryState.decode(raw)
+    """A message's delivery state (a read: any transaction will do): its ``state`` record, or
+    while it has none the initial state its message record carries. None: no such message
+    (or an old record without a state record, which only damage leaves behind)."""
+    key = message_key(qid, seq)
+    raw = v.get(Db.STATE, key)
+    if raw is not None:
+        return DeliveryState.decode(raw)
+    raw = v.get(Db.MSGS, key)
+    return None if raw is None else initial_state_of(raw)
+
+
+def initial_state_of(raw_record: bytes) -> DeliveryState | None:
+    """The initial state a stored message record carries (None: it carries none)."""
+    try:
+        return MessageRecord.decode(raw_record).initial_state()
+    except Unavailable:
+        return None
 
 
 def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_ms: int, kind: str) -> None:
@@ -30,50 +45,74 @@ def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_
     state.visible_ms = visible_ms
     state.kind = kind
     _index(w, qid, visibility_key(qid, visible_ms, seq))
+    save_state(w, qid, seq, state)
+
+
+def save_state(w: Writes, qid: int, seq: int, state: DeliveryState) -> None:
+    """Write a message's ``state`` record (it has one from now on)."""
     w.put(Db.STATE, message_key(qid, seq), state.encode())
+    state.stored = True
 
 
-def add_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliveryState, fifo: bool) -> None:
-    """Store a new message and index it (a FIFO message is receivable only as its group's head)."""
-    key = message_key(qid, seq)
-    w.put(Db.MSGS, key, record)
-    w.put(Db.STATE, key, state.encode())
+def add_message(
+    w: Writes, qid: int, seq: int, record: bytes, group_id: str | None, visible_ms: int, fifo: bool
+) -> None:
+    """Store a sent message and index it; ``record`` carries its initial state (sent now,
+    ``group_id``, visible at ``visible_ms``), so it gets no ``state`` record."""
+    w.put(Db.MSGS, message_key(qid, seq), record)
+    _add_to_index(w, qid, seq, group_id, visible_ms, fifo)
+
+
+def add_moved_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliveryState, fifo: bool) -> None:
+    """Store a message moved here from another queue (dead-lettered, redriven) under its own
+    ``state``, since its record carries the initial state of the queue it was sent to."""
+    w.put(Db.MSGS, message_key(qid, seq), record)
+    save_state(w, qid, seq, state)
     if state.moved:
         w.put(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq), b"")
+    _add_to_index(w, qid, seq, state.group_id, state.visible_ms, fifo)
+
+
+def _add_to_index(w: Writes, qid: int, seq: int, group_id: str | None, visible_ms: int, fifo: bool) -> None:
+    """Index a new message (a FIFO message is receivable only as its group's head)."""
     if fifo:
-        group = state.group_id or ""
+        group = group_id or ""
         has_head = _group_head(w, qid, group) is not None
         w.put(Db.GROUPS, group_key(qid, group, seq), b"")
         if has_head:
             return
-    _index(w, qid, visibility_key(qid, state.visible_ms, seq))
+    _index(w, qid, visibility_key(qid, visible_ms, seq))
 
 
-def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bool, now: float) -> None:
-    """Delete a message everywhere; in a FIFO queue promote its group's next message."""
+def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bool, now: float) -> bool:
+    """Delete a message everywhere; in a FIFO queue promote its group's next message.
+    False, with nothing written: it was not stored (already deleted)."""
     key = message_key(qid, seq)
-    w.delete(Db.MSGS, key)
-    w.delete(Db.STATE, key)
+    if not w.delete(Db.MSGS, key):
+        return False
+    if state.stored:
+        w.delete(Db.STATE, key)
     w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
     if state.moved:
         w.delete(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq))
     if not fifo:
-        return
+        return True
     group = state.group_id or ""
     was_head = _group_head(w, qid, group) == seq
     w.delete(Db.GROUPS, group_key(qid, group, seq))
     if not was_head:
-        return
+        return True
     next_seq = _group_head(w, qid, group)
     if next_seq is None:
-        return
+        return True
     nxt = load_state(w, qid, next_seq)
     if nxt is None:
-        return
+        return True
     # The next message becomes receivable now, or when its own delay ends.
     nxt.visible_ms = max(nxt.visible_ms, to_ms(now))
-    w.put(Db.STATE, message_key(qid, next_seq), nxt.encode())
+    save_state(w, qid, next_seq, nxt)
     _index(w, qid, visibility_key(qid, nxt.visible_ms, next_seq))
+    return True
 
 
 def _index(w: Writes, qid: int, key: bytes) -> None:

@@ -510,6 +510,14 @@ def corrupt_message(root: Path, nth: int, damage: Callable[[bytes], bytes]) -> N
         env.close()
 
 
+def flip_last_body_bit(raw: bytes) -> bytes:
+    from backend_store.lmdb_store.records import MessageRecord
+
+    record = MessageRecord.decode(raw)
+    record.body = record.body[:-1] + bytes([record.body[-1] ^ 1])
+    return record.encode()
+
+
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
 async def test_a_corrupt_record_is_skipped_and_the_queue_keeps_working(
     lmdb_factory: StoreFactory, tmp_path: Path, sealed: bool
@@ -521,7 +529,7 @@ async def test_a_corrupt_record_is_skipped_and_the_queue_keeps_working(
     await lmdb_factory.close(store)
     if sealed:
         # Flip one bit of the sealed body: the record still decodes, authentication fails.
-        corrupt_message(tmp_path, 1, lambda v: v[:-1] + bytes([v[-1] ^ 1]))
+        corrupt_message(tmp_path, 1, flip_last_body_bit)
     else:
         corrupt_message(tmp_path, 1, lambda v: b"\xc1garbage")
 
