@@ -223,22 +223,26 @@ Touched = set[tuple[str, str]]
 
 
 class Writes(View):
-    """The write side of a transaction; records every mutation so followers can replay them."""
+    """The write side of a transaction; counts its writes (:class:`LoggedWrites` also records
+    them, for a store that keeps a replication log)."""
 
     __slots__ = (
         "dirty_queues",
         "events",
         "index_listener",
-        "mutations",
         "on_abort",
         "queue_cache",
         "queue_saves",
         "touched",
+        "write_count",
     )
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)
-        self.mutations: list[tuple[int, bytes, bytes | None]] = []
+        # Puts and deletes that changed something (the writer checks whether an operation
+        # wrote, and whether a batch did). A count, not a list: nobody reads a standalone
+        # store's mutations, and recording each showed in profiles.
+        self.write_count = 0
         # (tenant, queue) pairs whose messages became visible now or later: listeners wake them.
         self.touched: Touched = set()
         # Decoded queue records for the whole batch (most operations of a batch hit the
@@ -265,29 +269,32 @@ class Writes(View):
 
     def put(self, db: Db, key: bytes, value: bytes) -> None:
         self.txn.put(key, value, db=self.dbs[db])
-        self.mutations.append((db, key, value))
+        self.write_count += 1
 
     def delete(self, db: Db, key: bytes) -> bool:
         deleted: bool = self.txn.delete(key, db=self.dbs[db])
         if deleted:
-            self.mutations.append((db, key, None))
+            self.write_count += 1
         return deleted
 
 
-class UndoWrites(Writes):
-    """Writes that also keep each changed key's before-image, so the replication log can undo
-    the batch later (a deposed leader truncating what nobody acknowledged). Used when the
-    store keeps a log; ``replace``/``pop`` cost the same B-tree walk as ``put``/``delete``."""
+class LoggedWrites(Writes):
+    """Writes that record every mutation, so followers can replay them, and keep each changed
+    key's before-image, so the replication log can undo the batch later (a deposed leader
+    truncating what nobody acknowledged). Used when the store keeps a log;
+    ``replace``/``pop`` cost the same B-tree walk as ``put``/``delete``."""
 
-    __slots__ = ("undo",)
+    __slots__ = ("mutations", "undo")
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)
+        self.mutations: list[tuple[int, bytes, bytes | None]] = []
         self.undo: list[list[Any]] = []
 
     def put(self, db: Db, key: bytes, value: bytes) -> None:
         self.undo.append([int(db), key, self.txn.replace(key, value, db=self.dbs[db])])
         self.mutations.append((db, key, value))
+        self.write_count += 1
 
     def delete(self, db: Db, key: bytes) -> bool:
         old = self.txn.pop(key, db=self.dbs[db])
@@ -295,4 +302,5 @@ class UndoWrites(Writes):
             return False
         self.undo.append([int(db), key, old])
         self.mutations.append((db, key, None))
+        self.write_count += 1
         return True

@@ -26,7 +26,7 @@ import lmdb
 from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import LogEntry, Lsn
-from .environment import Db, Environment, Touched, UndoWrites, Writes, is_disk_full
+from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
 from .replication_log import ReplicationLog
 
 log = logging.getLogger("pushgate.store")
@@ -185,7 +185,7 @@ class GroupCommitWriter:
         now = self._clock()
         txn = self._env.begin_write()
         self._log.begin()
-        writes = UndoWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
+        writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
         try:
             for pending in batch:
@@ -194,12 +194,12 @@ class GroupCommitWriter:
             if after_ops and self._after_ops is not None and writes.touched:
                 post = self._run_after_ops(writes, now)
             writes.flush_queues()
-            lsn = self._log.append(writes) if writes.mutations else None
+            lsn = self._log.append(writes) if writes.write_count else None
             self._offer_early(writes)
             started = time.perf_counter()
             txn.commit()
             self._log.commit()
-            if writes.mutations:
+            if writes.write_count:
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
             if lsn is not None:
                 self.batches += 1
@@ -239,11 +239,11 @@ class GroupCommitWriter:
         only before its first write or queue-record change. Anything else aborts the
         batch (``_BrokenOperation``).
         """
-        written, saves = len(writes.mutations), writes.queue_saves
+        written, saves = writes.write_count, writes.queue_saves
         try:
             result = op(writes, now)
         except PushgateError as exc:
-            if len(writes.mutations) != written or writes.queue_saves != saves:
+            if writes.write_count != written or writes.queue_saves != saves:
                 raise _BrokenOperation(exc) from exc
             return (False, exc)
         except lmdb.BadValsizeError as exc:

@@ -102,7 +102,7 @@ class MessageRecord:
         if self.sent_at is None or self.visible_ms is None:
             # Written before records carried it: such a message always has a state record.
             raise Unavailable("message record without its initial state has no state record")
-        return DeliveryState(self.sent_at, self.group_id, self.visible_ms, stored=False)
+        return DeliveryState(self.sent_at, self.group_id, self.visible_ms, 0, None, "n", False, False)
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
-from .environment import Db, Writes
+from .environment import Db, LoggedWrites, Writes
 from .keys import read_u64, u64
 from .records import pack, unpack
 
@@ -106,9 +106,10 @@ class ReplicationLog:
         last, epoch = self._current()
         lsn = Lsn(last + 1)
         if self.keep:
+            if not isinstance(writes, LoggedWrites):
+                raise TypeError("a store that keeps a log writes through LoggedWrites")
             record = pack([[int(db), key, value] for db, key, value in writes.mutations])
-            undo = getattr(writes, "undo", None)
-            writes.txn.put(u64(lsn), pack([epoch, record, undo]), db=writes.dbs[Db.REPLOG])
+            writes.txn.put(u64(lsn), pack([epoch, record, writes.undo]), db=writes.dbs[Db.REPLOG])
             self.appended = LogEntry(lsn, epoch, record)
         self._stage(writes, lsn, epoch, epoch if self.keep else None)
         self._trim(writes, lsn)

@@ -14,6 +14,11 @@ from .environment import Db, View, Writes
 from .keys import expiry_key, group_key, group_prefix, message_key, read_u64, visibility_key
 from .records import DeliveryState, MessageRecord
 
+# The databases of the hot paths, looked up once: on Python 3.11 reading an Enum member off
+# its class costs ~0.1 us (the metaclass's __getattr__ slows every class attribute lookup),
+# and a message's life reads them a dozen times.
+_MSGS, _STATE, _VIS, _GROUPS = Db.MSGS, Db.STATE, Db.VIS, Db.GROUPS
+
 
 def to_ms(t: float) -> int:
     return int(t * 1000)
@@ -24,10 +29,10 @@ def load_state(v: View, qid: int, seq: int) -> DeliveryState | None:
     while it has none the initial state its message record carries. None: no such message
     (or an old record without a state record, which only damage leaves behind)."""
     key = message_key(qid, seq)
-    raw = v.get(Db.STATE, key)
+    raw = v.get(_STATE, key)
     if raw is not None:
         return DeliveryState.decode(raw)
-    raw = v.get(Db.MSGS, key)
+    raw = v.get(_MSGS, key)
     return None if raw is None else initial_state_of(raw)
 
 
@@ -41,7 +46,7 @@ def initial_state_of(raw_record: bytes) -> DeliveryState | None:
 
 def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_ms: int, kind: str) -> None:
     """Move a receivable message's index entry and save its state."""
-    w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
+    w.delete(_VIS, visibility_key(qid, state.visible_ms, seq))
     state.visible_ms = visible_ms
     state.kind = kind
     _index(w, qid, visibility_key(qid, visible_ms, seq))
@@ -50,7 +55,7 @@ def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_
 
 def save_state(w: Writes, qid: int, seq: int, state: DeliveryState) -> None:
     """Write a message's ``state`` record (it has one from now on)."""
-    w.put(Db.STATE, message_key(qid, seq), state.encode())
+    w.put(_STATE, message_key(qid, seq), state.encode())
     state.stored = True
 
 
@@ -59,14 +64,14 @@ def add_message(
 ) -> None:
     """Store a sent message and index it; ``record`` carries its initial state (sent now,
     ``group_id``, visible at ``visible_ms``), so it gets no ``state`` record."""
-    w.put(Db.MSGS, message_key(qid, seq), record)
+    w.put(_MSGS, message_key(qid, seq), record)
     _add_to_index(w, qid, seq, group_id, visible_ms, fifo)
 
 
 def add_moved_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliveryState, fifo: bool) -> None:
     """Store a message moved here from another queue (dead-lettered, redriven) under its own
     ``state``, since its record carries the initial state of the queue it was sent to."""
-    w.put(Db.MSGS, message_key(qid, seq), record)
+    w.put(_MSGS, message_key(qid, seq), record)
     save_state(w, qid, seq, state)
     if state.moved:
         w.put(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq), b"")
@@ -78,7 +83,7 @@ def _add_to_index(w: Writes, qid: int, seq: int, group_id: str | None, visible_m
     if fifo:
         group = group_id or ""
         has_head = _group_head(w, qid, group) is not None
-        w.put(Db.GROUPS, group_key(qid, group, seq), b"")
+        w.put(_GROUPS, group_key(qid, group, seq), b"")
         if has_head:
             return
     _index(w, qid, visibility_key(qid, visible_ms, seq))
@@ -88,18 +93,18 @@ def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bo
     """Delete a message everywhere; in a FIFO queue promote its group's next message.
     False, with nothing written: it was not stored (already deleted)."""
     key = message_key(qid, seq)
-    if not w.delete(Db.MSGS, key):
+    if not w.delete(_MSGS, key):
         return False
     if state.stored:
-        w.delete(Db.STATE, key)
-    w.delete(Db.VIS, visibility_key(qid, state.visible_ms, seq))
+        w.delete(_STATE, key)
+    w.delete(_VIS, visibility_key(qid, state.visible_ms, seq))
     if state.moved:
         w.delete(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq))
     if not fifo:
         return True
     group = state.group_id or ""
     was_head = _group_head(w, qid, group) == seq
-    w.delete(Db.GROUPS, group_key(qid, group, seq))
+    w.delete(_GROUPS, group_key(qid, group, seq))
     if not was_head:
         return True
     next_seq = _group_head(w, qid, group)
@@ -117,7 +122,7 @@ def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bo
 
 def _index(w: Writes, qid: int, key: bytes) -> None:
     """Put a visibility entry (every put goes through here: holds.py's skip hints hear of it)."""
-    w.put(Db.VIS, key, b"")
+    w.put(_VIS, key, b"")
     listener = w.index_listener
     if listener is not None:
         listener(qid, key)
@@ -125,7 +130,7 @@ def _index(w: Writes, qid: int, key: bytes) -> None:
 
 def _group_head(w: Writes, qid: int, group: str) -> int | None:
     prefix = group_prefix(qid, group)
-    cursor = w.cursor(Db.GROUPS)
+    cursor = w.cursor(_GROUPS)
     if not cursor.set_range(prefix):
         return None
     key = cursor.key()
