@@ -18,6 +18,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgpack
+
 from ..encryption import Keyring
 from ..errors import (
     InvalidReceipt,
@@ -158,6 +160,8 @@ class MessageOps:
         # Whether receives may hold in memory now: only while no other process has the store
         # open (hold_lock.py); set on the event loop, read by the writer.
         self.allow_holds = True
+        # Message records are packed by the writer thread only (records.py: MessageRecord.pack).
+        self._packer = msgpack.Packer()
 
     @property
     def holds(self) -> Holds:
@@ -176,7 +180,7 @@ class MessageOps:
         fifo = attrs.ordering == "fifo"
         now_ms = to_ms(now)
         results: list[SendResult | PushgateError] = []
-        keyring = self.keyring
+        keyring, packer = self.keyring, self._packer
         dedupe = attrs.dedupe_window_s > 0
         for message in messages:
             problem = _entry_problem(message)
@@ -204,6 +208,7 @@ class MessageOps:
             body = keyring.seal(message.body, sealing_context(tenant, msg_id)) if keyring else message.body
             visible_ms = now_ms + to_ms(delay)
             stored = MessageRecord.pack(
+                packer,
                 msg_id,
                 body,
                 keyring is not None,
@@ -218,7 +223,7 @@ class MessageOps:
                 expires_ms = now_ms + to_ms(attrs.dedupe_window_s)
                 w.put(Db.DEDUPE, dedupe_key(record.qid, token), pack([seq, msg_id, expires_ms]))
                 w.put(Db.DEDUPE_EXP, dedupe_expiry_key(expires_ms, record.qid, token), b"")
-            results.append(SendResult(id=msg_id, seq=seq))
+            results.append(SendResult(msg_id, seq))  # positional: keywords cost 0.2 us here
         save_queue(w, tenant, queue, record)
         w.touched.add((tenant, queue))
         return results
@@ -334,18 +339,20 @@ class MessageOps:
             state.receive_count = received + 1
             state.receipt_token = token
             set_visible_at(w, qid, seq, state, r.invisible_until, "i")
+        # Positional (keywords cost 0.5 us per message here), in field order: queue, id, seq,
+        # receipt, body, is_text, attributes, group_id, sent_at, receive_count, visible_at.
         return ReceivedMessage(
-            queue=r.queue,
-            id=msg.id,
-            seq=seq,
-            receipt=encode_receipt(qid, seq, token),
-            body=body,
-            is_text=msg.is_text,
-            attributes=msg.attributes,
-            group_id=state.group_id,
-            sent_at=state.sent_at,
-            receive_count=received + 1,
-            visible_at=r.visible_at,
+            r.queue,
+            msg.id,
+            seq,
+            encode_receipt(qid, seq, token),
+            body,
+            msg.is_text,
+            msg.attributes,
+            state.group_id,
+            state.sent_at,
+            received + 1,
+            r.visible_at,
         )
 
     def _dead_letter(

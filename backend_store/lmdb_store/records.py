@@ -81,6 +81,7 @@ class MessageRecord:
 
     @staticmethod
     def pack(
+        packer: msgpack.Packer,
         id: str,
         body: bytes,
         sealed: bool,
@@ -90,8 +91,13 @@ class MessageRecord:
         group_id: str | None,
         visible_ms: int,
     ) -> bytes:
-        """The encoding of a record, without building one (the send path writes many)."""
-        return pack([id, body, sealed, is_text, attributes, sent_at, group_id, visible_ms])
+        """The encoding of a record, without building one (the send path writes many).
+
+        ``packer``: one the calling thread keeps for itself (a Packer used again packs in
+        about half the time of ``msgpack.packb``, which makes one per call; it is not
+        thread-safe)."""
+        out: bytes = packer.pack([id, body, sealed, is_text, attributes, sent_at, group_id, visible_ms])
+        return out
 
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
