@@ -105,7 +105,7 @@ def redrive(
         candidates, _ = _ready(w, src.qid, now_ms, max_messages - moved, start, held, seen)
         if not candidates:
             break
-        for _, seq in candidates:
+        for _, seq, _ in candidates:
             seen.add(seq)
             if dst_attrs.max_messages is not None and dst.count >= dst_attrs.max_messages:
                 return _finish(w, tenant, source, src, to, dst, moved)

@@ -60,8 +60,10 @@ from .keys import (
 from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue
 from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
 from .visibility import (
+    INITIAL,
     add_message,
     add_moved_message,
+    index,
     initial_state_of,
     load_state,
     remove_message,
@@ -259,10 +261,10 @@ class MessageOps:
             candidates, last = _ready(w, qid, r.now_ms, max_messages - len(out), position, held, seen)
             # One read of the kernel's random pool for the whole batch of receipts.
             tokens = os.urandom(RECEIPT_TOKEN_BYTES * len(candidates)) if candidates else b""
-            for i, (visible_ms, seq) in enumerate(candidates):
+            for i, (visible_ms, seq, initial) in enumerate(candidates):
                 seen.add(seq)
                 token = tokens[i * RECEIPT_TOKEN_BYTES : (i + 1) * RECEIPT_TOKEN_BYTES]
-                message = self._take(r, visible_ms, seq, token)
+                message = self._take(r, visible_ms, seq, initial, token)
                 if message is not None:
                     out.append(message)
             if qh is None:
@@ -285,10 +287,12 @@ class MessageOps:
         r.finish()
         return out
 
-    def _take(self, r: _Receive, visible_ms: int, seq: int, token: bytes) -> ReceivedMessage | None:
+    def _take(
+        self, r: _Receive, visible_ms: int, seq: int, initial: bool, token: bytes
+    ) -> ReceivedMessage | None:
         """The verdict on one visible message: dropped (past retention), moved to the
         dead-letter queue (past max_receives), skipped (unreadable), or delivered (None
-        for all but the last)."""
+        for all but the last). ``initial``: its index entry says it has no state record."""
         w, qid, holds, qh = r.w, r.qid, self._holds, r.qh
         key = message_key(qid, seq)
         try:
@@ -296,7 +300,7 @@ class MessageOps:
             if raw is None:
                 raise Unavailable("index entry without a message")
             msg = MessageRecord.decode(raw)
-            raw_state = w.get(_STATE, key)
+            raw_state = None if initial else w.get(_STATE, key)
             # No state record: the message is as its send left it (records.py).
             state = msg.initial_state() if raw_state is None else DeliveryState.decode(raw_state)
             # Where its index entry is (the same, unless a damaged record says otherwise: then
@@ -655,6 +659,8 @@ def _write_count(w: Writes, qid: int, seq: int, hold: Hold) -> None:
     entry stays where it is; the hold's state is a copy of what is on disk)."""
     state = dataclasses.replace(hold[STATE], receive_count=hold[STATE].receive_count + 1)
     save_state(w, qid, seq, state)
+    # Its entry, where it is, now says it has a state record (visibility.py).
+    index(w, qid, visibility_key(qid, state.visible_ms, seq), b"")
 
 
 def sealing_context(tenant: str, message_id: str) -> bytes:
@@ -711,23 +717,24 @@ def _ready(
     position: bytes,
     held: dict[int, Hold],
     seen: set[int],
-) -> tuple[list[tuple[int, int]], bytes | None]:
-    """(visible_ms, seq) of up to ``limit`` receivable messages from ``position`` on, in
-    visibility order, skipping held ones and those already looked at; and the last
-    visibility key passed (None: no entry visible now from ``position`` on)."""
-    out: list[tuple[int, int]] = []
+) -> tuple[list[tuple[int, int, bool]], bytes | None]:
+    """(visible_ms, seq, whether it has no state record) of up to ``limit`` receivable
+    messages from ``position`` on, in visibility order, skipping held ones and those already
+    looked at; and the last visibility key passed (None: no entry visible now from
+    ``position`` on)."""
+    out: list[tuple[int, int, bool]] = []
     last: bytes | None = None
     cursor = w.cursor(_VIS)
     if not cursor.set_range(position):
         return out, last
-    for key in cursor.iternext(keys=True, values=False):
+    for key, value in cursor:
         key_qid, visible_ms, seq = split_visibility_key(key)
         if key_qid != qid or visible_ms > now_ms:
             break
         last = key
         if seq in held or seq in seen:
             continue
-        out.append((visible_ms, seq))
+        out.append((visible_ms, seq, value == INITIAL))
         if len(out) >= limit:
             break
     return out, last

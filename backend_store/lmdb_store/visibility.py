@@ -5,6 +5,12 @@ In a FIFO queue only the head of each group is receivable; the rest wait in ``gr
 and the next one is promoted when the head is acked or dead-lettered. A head that is
 in flight or nacked stays the head, which is what keeps a group strictly ordered with
 at most one message in flight.
+
+An entry's value tells whether its message has a ``state`` record: :data:`INITIAL` none (its
+state is the initial one its message record carries, records.py), empty: look it up (every
+entry written before 2026-11-23 is empty). So a receive of a message as sent reads only its
+record. The rule that keeps it true: whatever writes a ``state`` record for an indexed
+message puts its entry again (:func:`save_state` writes the record only; its callers do).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from .records import DeliveryState, MessageRecord
 # its class costs ~0.1 us (the metaclass's __getattr__ slows every class attribute lookup),
 # and a message's life reads them a dozen times.
 _MSGS, _STATE, _VIS, _GROUPS = Db.MSGS, Db.STATE, Db.VIS, Db.GROUPS
+
+# The value of an index entry whose message has no state record (module docstring).
+INITIAL = b"i"
 
 
 def to_ms(t: float) -> int:
@@ -49,12 +58,14 @@ def set_visible_at(w: Writes, qid: int, seq: int, state: DeliveryState, visible_
     w.delete(_VIS, visibility_key(qid, state.visible_ms, seq))
     state.visible_ms = visible_ms
     state.kind = kind
-    _index(w, qid, visibility_key(qid, visible_ms, seq))
+    index(w, qid, visibility_key(qid, visible_ms, seq), b"")
     save_state(w, qid, seq, state)
 
 
 def save_state(w: Writes, qid: int, seq: int, state: DeliveryState) -> None:
-    """Write a message's ``state`` record (it has one from now on)."""
+    """Write a message's ``state`` record (it has one from now on). Only the record: an
+    indexed message's caller puts its entry again (:func:`index`), as that says whether
+    there is one."""
     w.put(_STATE, message_key(qid, seq), state.encode())
     state.stored = True
 
@@ -65,7 +76,7 @@ def add_message(
     """Store a sent message and index it; ``record`` carries its initial state (sent now,
     ``group_id``, visible at ``visible_ms``), so it gets no ``state`` record."""
     w.put(_MSGS, message_key(qid, seq), record)
-    _add_to_index(w, qid, seq, group_id, visible_ms, fifo)
+    _add_to_index(w, qid, seq, group_id, visible_ms, fifo, INITIAL)
 
 
 def add_moved_message(w: Writes, qid: int, seq: int, record: bytes, state: DeliveryState, fifo: bool) -> None:
@@ -75,18 +86,21 @@ def add_moved_message(w: Writes, qid: int, seq: int, record: bytes, state: Deliv
     save_state(w, qid, seq, state)
     if state.moved:
         w.put(Db.EXPIRY, expiry_key(qid, to_ms(state.sent_at), seq), b"")
-    _add_to_index(w, qid, seq, state.group_id, state.visible_ms, fifo)
+    _add_to_index(w, qid, seq, state.group_id, state.visible_ms, fifo, b"")
 
 
-def _add_to_index(w: Writes, qid: int, seq: int, group_id: str | None, visible_ms: int, fifo: bool) -> None:
-    """Index a new message (a FIFO message is receivable only as its group's head)."""
+def _add_to_index(
+    w: Writes, qid: int, seq: int, group_id: str | None, visible_ms: int, fifo: bool, value: bytes
+) -> None:
+    """Index a new message (a FIFO message is receivable only as its group's head: the others
+    get a state record when promoted)."""
     if fifo:
         group = group_id or ""
         has_head = _group_head(w, qid, group) is not None
         w.put(_GROUPS, group_key(qid, group, seq), b"")
         if has_head:
             return
-    _index(w, qid, visibility_key(qid, visible_ms, seq))
+    index(w, qid, visibility_key(qid, visible_ms, seq), value)
 
 
 def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bool, now: float) -> bool:
@@ -116,13 +130,14 @@ def remove_message(w: Writes, qid: int, seq: int, state: DeliveryState, fifo: bo
     # The next message becomes receivable now, or when its own delay ends.
     nxt.visible_ms = max(nxt.visible_ms, to_ms(now))
     save_state(w, qid, next_seq, nxt)
-    _index(w, qid, visibility_key(qid, nxt.visible_ms, next_seq))
+    index(w, qid, visibility_key(qid, nxt.visible_ms, next_seq), b"")
     return True
 
 
-def _index(w: Writes, qid: int, key: bytes) -> None:
-    """Put a visibility entry (every put goes through here: holds.py's skip hints hear of it)."""
-    w.put(_VIS, key, b"")
+def index(w: Writes, qid: int, key: bytes, value: bytes) -> None:
+    """Put a visibility entry (every put goes through here: holds.py's skip hints hear of it);
+    ``value``: :data:`INITIAL` if its message has no state record, else empty."""
+    w.put(_VIS, key, value)
     listener = w.index_listener
     if listener is not None:
         listener(qid, key)

@@ -56,13 +56,15 @@ def state_records(root: Path) -> dict[bytes, list[Any]]:
 
 def rewrite_as_written_before(root: Path) -> int:
     """Rewrite a closed store the way the store wrote messages before 2026-11-23: message
-    records of five fields, and a state record for every message. Returns how many
-    messages had no state record."""
+    records of five fields, a state record for every message, and index entries with empty
+    values. Returns how many messages had no state record."""
     env = _open_env(root)
     added = 0
     try:
-        msgs, states = _db(env, Db.MSGS), _db(env, Db.STATE)
+        msgs, states, index = _db(env, Db.MSGS), _db(env, Db.STATE), _db(env, Db.VIS)
         with env.begin(write=True) as txn:
+            for key, _ in list(txn.cursor(db=index)):
+                txn.put(key, b"", db=index)
             for key, raw in list(txn.cursor(db=msgs)):
                 fields: list[Any] = msgpack.unpackb(raw)
                 assert len(fields) == 8, "a record of this version carries its initial state"
