@@ -13,6 +13,9 @@ Both sides do the same work with Python clients in separate processes: one produ
 - Pushgate, one frame per message: a ``send`` frame per message (100 outstanding); the
   consumer gets a ``message`` frame each and acks every 20.
 
+Paced, Redis and Pushgate's batch frames send what is due every millisecond in one pipeline
+or frame; one frame per message sends each message when it is due.
+
 Phases: ``max`` (``--messages`` as fast as they go) and ``paced`` (``--rate`` msg/s for
 ``--paced-seconds``, for send -> push latency). Prints msg/s, p50/p99, the server's CPU per
 message (and the two client processes' together), and each Pushgate figure as a ratio to
@@ -207,17 +210,37 @@ async def pushgate_produce(
         request_id = 0
         start = time.perf_counter()
 
-        async def read_replies(until: int) -> None:
+        async def read_reply() -> None:
             nonlocal outstanding
-            while outstanding > until:
-                reply = orjson.loads(await ws.recv())
-                if reply["op"] != "ok":
-                    raise SystemExit(f"send failed: {reply}")
-                outstanding -= int(reply["id"].split(":")[1])  # the id says how many messages it had
+            reply = orjson.loads(await ws.recv())
+            if reply["op"] != "ok":
+                raise SystemExit(f"send failed: {reply}")
+            outstanding -= int(reply["id"].split(":")[1])  # the id says how many messages it had
 
+        async def read_replies(until: int) -> None:
+            while outstanding > until:
+                await read_reply()
+
+        async def read_all() -> None:
+            while sent < total or outstanding > 0:
+                await read_reply()
+
+        if rate is not None and batch > 1:
+            # Paced batch frames: a frame of what is due each millisecond, as the Redis
+            # producer pipelines it, with the replies read alongside.
+            reader = asyncio.create_task(read_all())
         while sent < total:
-            n = min(batch, total - sent) if rate is None else 1
-            await pace(start, sent, rate)
+            if rate is None:
+                n = min(batch, total - sent)
+            elif batch == 1:
+                n = 1
+                await pace(start, sent, rate)
+            else:
+                await asyncio.sleep(0.001)
+                due = int((time.perf_counter() - start) * rate) - sent
+                n = min(due, batch, WINDOW - outstanding, total - sent)
+                if n <= 0:
+                    continue
             request_id += 1
             if n == 1:
                 frame = {"op": "send", "queue": queue, "body": body_of(size), "id": f"{request_id}:1"}
@@ -231,8 +254,12 @@ async def pushgate_produce(
             await ws.send(orjson.dumps(frame).decode())
             outstanding += n
             sent += n
-            await read_replies(WINDOW - n)
-        await read_replies(0)
+            if rate is None or batch == 1:
+                await read_replies(WINDOW - n)
+        if rate is not None and batch > 1:
+            await reader
+        else:
+            await read_replies(0)
 
 
 # Phases -------------------------------------------------------------------------------
