@@ -19,8 +19,8 @@ Semantics (docs/cluster.md, "Batched sends"):
   refused as malformed (``InvalidRequest``: an entry it cannot decode) or one the gateway
   could not encode is sent again caller by caller, so one caller's bad entry fails only that
   caller, as it did alone.
-- **Retries.** ``_partition_call`` retries a request whose outcome is unknown only when every
-  message in it is safe to repeat (a dedupe id, or a ``content_dedupe`` queue). Safe and
+- **Retries.** ``PartitionCalls.call`` (partition_calls.py) retries a request whose outcome
+  is unknown only when every message in it is safe to repeat (a dedupe id, or a ``content_dedupe`` queue). Safe and
   unsafe sends are batched in separate lanes, so merging never changes whether a send is
   retried.
 - **Order.** A caller's entries stay contiguous and callers go in arrival order, so a FIFO
