@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -100,7 +101,8 @@ async def redis_consume(port: int, total: int) -> None:
     first = last = 0.0
     print("ready", flush=True)
     while len(latencies) < total:
-        got = await r.xreadgroup(GROUP, "c1", {STREAM: ">"}, count=100, block=5000)
+        # (redis-py types replies loosely: a list of [stream, [(id, fields), ...]])
+        got: Any = await r.xreadgroup(GROUP, "c1", {STREAM: ">"}, count=100, block=5000)
         if not got:
             break
         now = time.time()
@@ -165,8 +167,12 @@ def ws_url(url: str) -> str:
 async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: int) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     async with connect(
-        ws_url(url), subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
-    ) as ws:  # type: ignore[list-item]
+        ws_url(url),
+        subprotocols=[Subprotocol("pushgate.v1")],
+        additional_headers=headers,
+        max_size=None,
+        compression=None,
+    ) as ws:
         await ws.send(
             orjson.dumps({"op": "subscribe", "queue": queue, "prefetch": 100, "batch": batch}).decode()
         )
@@ -203,8 +209,12 @@ async def pushgate_produce(
 ) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     async with connect(
-        ws_url(url), subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
-    ) as ws:  # type: ignore[list-item]
+        ws_url(url),
+        subprotocols=[Subprotocol("pushgate.v1")],
+        additional_headers=headers,
+        max_size=None,
+        compression=None,
+    ) as ws:
         outstanding = 0
         sent = 0
         request_id = 0
@@ -242,6 +252,7 @@ async def pushgate_produce(
                 if n <= 0:
                     continue
             request_id += 1
+            frame: dict[str, Any]
             if n == 1:
                 frame = {"op": "send", "queue": queue, "body": body_of(size), "id": f"{request_id}:1"}
             else:
@@ -388,7 +399,7 @@ def main() -> None:
                     )
         finally:
             stop(gateway)
-            stop(redis_proc)
+            stop(redis_proc)  # type: ignore[arg-type]
     print(
         f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack\n"
     )
