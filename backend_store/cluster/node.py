@@ -295,6 +295,7 @@ class Node:
             await asyncio.to_thread(self._sweep_orphans, set(mine))
         for pid in [p for p in self.hosts if p not in mine]:
             host = self.hosts.pop(pid)
+            self.events.forget_partition(pid)
             log.info("node %s: partition %d left this node; deleting its replica", self.node_id, pid)
             await self._resign(host)
             await host.destroy()
@@ -491,6 +492,10 @@ class Node:
                     elif event.op == "send":
                         self.events.sent(
                             stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
+                    elif event.op == "delete_queue":
+                        self.events.forget_queue(
+                            event.partition, event.args.get("tenant"), event.args.get("name")
                         )
                     task = asyncio.create_task(self._answer(stream, event))
                     running.add(task)

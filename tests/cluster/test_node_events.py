@@ -66,3 +66,29 @@ async def test_a_dead_letter_move_is_reported_by_the_gateway_whose_receive_found
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_deleted_queue_leaves_no_record_of_who_reports_its_events(
+    inprocess_nodes: tuple[Layout, list[Node]], etcd_endpoints: list[str]
+) -> None:
+    """Each node remembers, per queue and partition, the gateway connection that reports its
+    events; a gateway that lives long and deletes many queues must not leave one behind per
+    queue (they stayed until the connection closed)."""
+    layout, nodes = inprocess_nodes
+    url = f"cluster://{','.join(etcd_endpoints)}{layout.prefix}"
+    gateway = open_cluster_backend(url, StoreOptions())
+    await gateway.start()
+    gone = QueueName("gone")
+
+    def reporters() -> int:
+        return sum(node.events.reporter(pid, T, gone) is not None for node in nodes for pid in node.hosts)
+
+    try:
+        await gateway.create_queue(T, gone, {"replication_factor": 2, "partitions": 2})
+        await gateway.send(T, gone, [NewMessage(b"a"), NewMessage(b"b")])
+        await gateway.receive(T, gone, 10)
+        assert reporters() >= 1
+        await gateway.delete_queue(T, gone)
+        assert reporters() == 0
+    finally:
+        await gateway.close()
