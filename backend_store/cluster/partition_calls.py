@@ -65,13 +65,27 @@ class PartitionCalls:
         if part.index >= record.attributes.partitions:
             raise Unavailable(f"partition {part.index} of {part.queue!r} was dropped; retry")
 
-    async def call(self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any) -> Any:
+    async def call(
+        self,
+        part: PartitionInfo,
+        op: str,
+        *,
+        retry_unknown: bool = False,
+        since: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``op`` on the partition's leader, following it through moves and failovers.
 
         ``retry_unknown``: also retry after a failure that leaves the outcome unknown (the
-        request may have been applied): only for reads and deduplicated sends.
+        request may have been applied): only for reads and deduplicated sends. ``since``:
+        the ``time.monotonic()`` the request's deadline counts from (a send that waited in
+        the send batcher); None: now.
         """
-        deadline = time.monotonic() + self.deadline_s
+        now = time.monotonic()
+        deadline = (now if since is None else since) + self.deadline_s
+        if deadline <= now:
+            # Nothing was sent: safe for any request.
+            raise Unavailable(f"the request waited out its deadline before it went to {part.queue!r}; retry")
         last: PushgateError = Unavailable(f"no leader for partition {part.index} of {part.queue!r}")
         while True:
             remaining = deadline - time.monotonic()
