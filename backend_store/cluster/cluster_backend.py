@@ -672,10 +672,11 @@ class ClusterBackend:
 
     def _holders(self, record: QueueRecord) -> list[PartitionInfo]:
         """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
-        those of the queues that dead-letter into it, whose stores keep their dead letters."""
+        those of the queues that dead-letter into it or did before their ``dead_letter_queue``
+        changed, whose stores keep their dead letters."""
         parts = self._parts(record)
         for source in self.metadata.cached_queues(record.tenant):
-            if source.attributes.dead_letter_queue == record.name and source.name != record.name:
+            if source.holds_dead_letters_of(record):
                 parts.extend(self.view.map.of_queue(source.tenant, source.name, source.create_revision))
         return parts
 
