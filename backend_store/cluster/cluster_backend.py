@@ -62,6 +62,7 @@ from ..types import (
 from .client import NodePool
 from .coordinator import CoordinatorUnavailable
 from .etcd_coordinator import EtcdCoordinator
+from .etcd_tls import EtcdTls
 from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
@@ -98,12 +99,22 @@ class ClusterSettings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # TLS to etcd (etcd_tls.py): the CA that signed etcd's certificate; a client certificate
+    # and key (together) for an etcd that asks for one.
+    etcd_ca: str = ""
+    etcd_cert: str = ""
+    etcd_key: str = ""
     # 1: sends to a partition wait while one is in flight and go together (send_batcher.py).
     send_batching: int = 1
 
     def tls_files(self) -> TlsFiles | None:
         return TlsFiles.from_options(
             self.tls_cert, self.tls_key, self.tls_ca, names="tls_cert, tls_key and tls_ca"
+        )
+
+    def etcd_tls(self) -> EtcdTls | None:
+        return EtcdTls.from_options(
+            self.etcd_ca, self.etcd_cert, self.etcd_key, names="etcd_ca, etcd_cert and etcd_key"
         )
 
 
@@ -122,7 +133,7 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         name, _, raw = item.partition("=")
         if name not in known or name == "root":
             raise ConfigurationError(f"unknown cluster URL option {name!r}")
-        if name.startswith("tls_"):
+        if name.startswith(("tls_", "etcd_")) and name != "etcd_timeout_s":
             values[name] = unquote(raw)  # a path
             continue
         try:
@@ -130,7 +141,9 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         except ValueError:
             raise ConfigurationError(f"cluster URL option {name} must be a number") from None
     settings = ClusterSettings(**values)
-    settings.tls_files()  # all three or none, said now rather than at the first dial
+    # Said now rather than at the first dial: TLS options that do not go together.
+    settings.tls_files()
+    settings.etcd_tls()
     return parts.netloc, settings
 
 
@@ -156,7 +169,9 @@ class ClusterBackend:
         self.paths = Layout(settings.root)
         self.gateway_id = f"gw-{uuid.uuid4().hex[:8]}"
         self._options = options
-        self._coordinator = EtcdCoordinator(endpoints, timeout_s=settings.etcd_timeout_s)
+        self._coordinator = EtcdCoordinator(
+            endpoints, timeout_s=settings.etcd_timeout_s, tls=settings.etcd_tls()
+        )
         self.metadata = ClusterMetadata(
             self._coordinator,
             self.paths,

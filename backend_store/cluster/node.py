@@ -44,6 +44,7 @@ from . import ops
 from .clock_file import ClockFile
 from .connection import Closed, Connection, ConnectionClosedError, Event
 from .coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
+from .etcd_tls import EtcdTls
 from .layout import (
     Layout,
     LeaderRecord,
@@ -576,13 +577,14 @@ async def run_node(
     keyring: Keyring | None = None,
     tls: NodeTls | None = None,
     clock: ClockFile | None = None,
+    etcd_tls: EtcdTls | None = None,
 ) -> None:
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM). ``clock``: tests only."""
     from .client import split_address
     from .etcd_coordinator import EtcdCoordinator
 
     host, port = split_address(listen)
-    coordinator = await EtcdCoordinator(etcd).connect()
+    coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
     node = Node(
         node_id,
         data_dir,
