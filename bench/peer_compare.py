@@ -22,6 +22,9 @@ message (and the two client processes' together), and each Pushgate figure as a 
 Redis measured in the same run. The server's CPU is also split into its main thread ("loop":
 Pushgate's event loop) and its other threads ("threads": Pushgate's store writer).
 
+``--rounds N`` repeats every case N times against the same servers and ends with the median
+of each ratio (and the rounds' own), the figure to quote on a machine whose load moves.
+
 ``--pin`` runs each server on CPU 0 and this script with its clients on CPU 1: the server's
 CPU per message and its split then measure the server alone, without the preemptions and GIL
 hand-offs that two shared cores add (use it to compare changes; the issue's targets are
@@ -35,6 +38,7 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -334,13 +338,14 @@ def main() -> None:
     parser.add_argument("--phases", default="max,paced", type=_names({"max", "paced"}))
     parser.add_argument("--frames", default="batch,single", type=_names(set(MODES)))
     parser.add_argument("--pin", action="store_true", help="servers on CPU 0, clients on CPU 1")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every case; medians of the ratios")
     args = parser.parse_args()
     if args.pin:
         pin(os.getpid(), {1})  # the clients started from here inherit it
     modes = [MODES[name] for name in args.frames]
     phases = args.phases
     paced_total = int(args.rate * args.paced_seconds)
-    results: dict[str, dict[str, Any]] = {}
+    rounds: list[dict[str, dict[str, Any]]] = []
     print(machine())
     with tempfile.TemporaryDirectory(prefix="pushgate-peers-") as tmp:
         port = free_port()
@@ -370,41 +375,70 @@ def main() -> None:
                 for server in (redis_proc, gateway):
                     pin(server.pid, {0})
             wait_for_port(port)
-            for name in phases:
-                total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
-                asyncio.run(_redis_reset(port))
-                results[f"redis {name}"] = phase(
-                    ["_redis_consume", str(port), str(total)],
-                    ["_redis_produce", str(port), str(total), str(args.size), str(rate or 0)],
-                    redis_proc.pid,
-                    total,
-                )
-                for mode, batch in modes:
-                    queue = f"peer-{name}-{batch}"
-                    create_queue(url, key, queue)
-                    results[f"pushgate {mode} {name}"] = phase(
-                        ["_pg_consume", url, key, queue, str(total), str(batch)],
-                        [
-                            "_pg_produce",
-                            url,
-                            key,
-                            queue,
-                            str(total),
-                            str(args.size),
-                            str(rate or 0),
-                            str(batch),
-                        ],
-                        gateway.pid,
+            for round_no in range(args.rounds):
+                results: dict[str, dict[str, Any]] = {}
+                rounds.append(results)
+                for name in phases:
+                    total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
+                    asyncio.run(_redis_reset(port))
+                    results[f"redis {name}"] = phase(
+                        ["_redis_consume", str(port), str(total)],
+                        ["_redis_produce", str(port), str(total), str(args.size), str(rate or 0)],
+                        redis_proc.pid,
                         total,
                     )
+                    for mode, batch in modes:
+                        queue = f"peer-{name}-{batch}-{round_no}"
+                        create_queue(url, key, queue)
+                        results[f"pushgate {mode} {name}"] = phase(
+                            ["_pg_consume", url, key, queue, str(total), str(batch)],
+                            [
+                                "_pg_produce",
+                                url,
+                                key,
+                                queue,
+                                str(total),
+                                str(args.size),
+                                str(rate or 0),
+                                str(batch),
+                            ],
+                            gateway.pid,
+                            total,
+                        )
         finally:
             stop(gateway)
             stop(redis_proc)  # type: ignore[arg-type]
     print(
-        f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack\n"
+        f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack"
     )
+    for round_no, results in enumerate(rounds, 1):
+        if len(rounds) > 1:
+            print(f"\nround {round_no} of {len(rounds)}")
+        print_round(results, phases, [mode for mode, _ in modes])
+    if len(rounds) > 1:
+        print(f"\nmedians of {len(rounds)} rounds")
+        for name in phases:
+            for mode, _ in modes:
+                each = [ratios(r, name, mode) for r in rounds]
+                print(
+                    f"  {name:<5} {mode:<18} throughput {statistics.median(t for t, _ in each):.2f}x"
+                    f" ({', '.join(f'{t:.2f}' for t, _ in each)}), server CPU/msg"
+                    f" {statistics.median(r[f'pushgate {mode} {name}']['cpu_us_per_msg'] for r in rounds):.0f} us"
+                    f" ({statistics.median(c for _, c in each):.1f}x Redis's), p99"
+                    f" {statistics.median(r[f'pushgate {mode} {name}']['p99_ms'] for r in rounds):.1f} ms"
+                    f" (Redis {statistics.median(r[f'redis {name}']['p99_ms'] for r in rounds):.1f} ms)"
+                )
+
+
+def ratios(results: dict[str, dict[str, Any]], phase_name: str, mode: str) -> tuple[float, float]:
+    """(throughput, server CPU per message) of a Pushgate case as ratios to Redis's."""
+    base, r = results[f"redis {phase_name}"], results[f"pushgate {mode} {phase_name}"]
+    return r["msg_per_s"] / base["msg_per_s"], r["cpu_us_per_msg"] / max(base["cpu_us_per_msg"], 1e-9)
+
+
+def print_round(results: dict[str, dict[str, Any]], phases: list[str], modes: list[str]) -> None:
     print(
-        f"{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9} {'loop':>7} {'threads':>8}"
+        f"\n{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9} {'loop':>7} {'threads':>8}"
         f" {'clients':>9}"
     )
     for name, r in results.items():
@@ -416,11 +450,11 @@ def main() -> None:
     print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
     for name in phases:
         base = results[f"redis {name}"]
-        for mode, _ in modes:
+        for mode in modes:
             r = results[f"pushgate {mode} {name}"]
+            throughput, cpu = ratios(results, name, mode)
             print(
-                f"  {name:<5} {mode:<18} throughput {r['msg_per_s'] / base['msg_per_s']:.2f}x, "
-                f"server CPU/msg {r['cpu_us_per_msg'] / max(base['cpu_us_per_msg'], 1e-9):.1f}x, "
+                f"  {name:<5} {mode:<18} throughput {throughput:.2f}x, server CPU/msg {cpu:.1f}x, "
                 f"p99 {r['p99_ms']:.1f} ms vs {base['p99_ms']:.1f} ms"
             )
 
