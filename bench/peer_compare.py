@@ -164,19 +164,19 @@ async def redis_produce(port: int, total: int, size: int, rate: float | None) ->
 # Pushgate ---------------------------------------------------------------------------
 
 
-def ws_url(url: str) -> str:
-    return url.replace("http", "ws", 1) + "/v1/ws"
+def open_ws(url: str, key: str) -> connect:
+    """A client connection to the gateway's ``/v1/ws`` (no compression, no size limit)."""
+    return connect(
+        url.replace("http", "ws", 1) + "/v1/ws",
+        subprotocols=[Subprotocol("pushgate.v1")],
+        additional_headers={"Authorization": f"Bearer {key}"},
+        max_size=None,
+        compression=None,
+    )
 
 
 async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: int) -> None:
-    headers = {"Authorization": f"Bearer {key}"}
-    async with connect(
-        ws_url(url),
-        subprotocols=[Subprotocol("pushgate.v1")],
-        additional_headers=headers,
-        max_size=None,
-        compression=None,
-    ) as ws:
+    async with open_ws(url, key) as ws:
         await ws.send(
             orjson.dumps({"op": "subscribe", "queue": queue, "prefetch": 100, "batch": batch}).decode()
         )
@@ -211,14 +211,7 @@ async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: in
 async def pushgate_produce(
     url: str, key: str, queue: str, total: int, size: int, rate: float | None, batch: int
 ) -> None:
-    headers = {"Authorization": f"Bearer {key}"}
-    async with connect(
-        ws_url(url),
-        subprotocols=[Subprotocol("pushgate.v1")],
-        additional_headers=headers,
-        max_size=None,
-        compression=None,
-    ) as ws:
+    async with open_ws(url, key) as ws:
         outstanding = 0
         sent = 0
         request_id = 0
