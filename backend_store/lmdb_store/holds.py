@@ -1,7 +1,8 @@
 """In-flight state kept in memory: receives that write nothing.
 
-A written receive rewrites the message's state (receipt, receive count) and moves its
-visibility entry: three B-tree writes of the nine of a message's life. A receive with
+A written receive writes the message's state (receipt, receive count) and moves its
+visibility entry: three B-tree writes, where a message received in memory and acked costs
+four in its whole life (docs/store.md, "How a message is stored"). A receive with
 ``in_memory=True`` (:meth:`MessageOps.receive`) leaves a message that was never received
 as it is on disk and records a *hold* here instead: other receives skip it until the hold
 ends (acked, released, or its visibility timeout passed), and its receipt is checked
