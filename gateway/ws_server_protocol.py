@@ -38,6 +38,7 @@ from websockets.protocol import State
 from websockets.streams import StreamReader
 
 from push.transport import FRAME_SINK
+from push.ws_handler import TEXT_SOURCE
 
 from .ws_coalescing import CoalescingTransport
 from .ws_frames import FrameSplitter, text_frame_header, text_payload
@@ -48,31 +49,44 @@ _BETWEEN_FRAMES = StreamReader.at_eof.__code__
 
 class Inbox:
     """The ASGI events waiting for the app: what uvicorn's protocol uses of ``asyncio.Queue``
-    (``put_nowait``, ``get``, ``empty``), with one waiter at most (the app's receive)."""
+    (``put_nowait``, ``get``, ``empty``), with one waiter at most (the app's receive).
+
+    A text message taken by the fast path waits as its ``str`` alone: it becomes a
+    ``websocket.receive`` event only if the app asks through ASGI ``receive``; the push
+    handler takes it as it is (:meth:`PushWebSocketProtocol.take_text`)."""
 
     __slots__ = ("_waiter", "items")
 
     def __init__(self) -> None:
-        self.items: deque[ASGIReceiveEvent] = deque()
+        self.items: deque[ASGIReceiveEvent | str] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
-    def put_nowait(self, event: ASGIReceiveEvent) -> None:
+    def put_nowait(self, event: ASGIReceiveEvent | str) -> None:
         self.items.append(event)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def get(self) -> ASGIReceiveEvent:
+    async def wait(self) -> None:
+        """Return once something waits."""
         while not self.items:
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter
             finally:
                 self._waiter = None
-        return self.items.popleft()
+
+    async def get(self) -> ASGIReceiveEvent:
+        await self.wait()
+        return as_event(self.items.popleft())
 
     def empty(self) -> bool:
         return not self.items
+
+
+def as_event(item: ASGIReceiveEvent | str) -> ASGIReceiveEvent:
+    """An inbox item as the ASGI event it stands for."""
+    return {"type": "websocket.receive", "text": item} if isinstance(item, str) else item
 
 
 class DirectFrames:
@@ -124,12 +138,26 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
 
     async def receive(self) -> ASGIReceiveEvent:
         items = self.inbox.items
-        # An event already waiting needs no coroutine of the inbox's.
-        event = items.popleft() if items else await self.inbox.get()
+        if not items:
+            await self.inbox.wait()
+        item = items.popleft()
         if self.read_paused and not items:
             self.read_paused = False
             self.transport.resume_reading()
-        return event
+        return as_event(item)
+
+    def take_text(self) -> str | None:
+        """The next event's text if it is a text message taken by the fast path, else None
+        (nothing waits, or the next event is another kind: ``receive`` has it). The
+        :class:`~push.ws_handler.TextSource` offered to the push handler."""
+        items = self.inbox.items
+        if not items or not isinstance(items[0], str):
+            return None
+        text = cast(str, items.popleft())
+        if self.read_paused and not items:
+            self.read_paused = False
+            self.transport.resume_reading()
+        return text
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -143,6 +171,7 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
             # ASGI types extensions as dicts of dicts; an extension may be any object.
             extensions = cast(dict[str, Any], self.scope["extensions"])
             extensions[FRAME_SINK] = DirectFrames(self)
+            extensions[TEXT_SOURCE] = self.take_text
 
     def data_received(self, data: bytes) -> None:
         splitter = self.splitter
@@ -205,7 +234,7 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
             return False  # uvicorn's path answers it (1007)
         if self.close_sent:
             return True  # past websocket.close: discarded, as uvicorn does
-        self.queue.put_nowait({"type": "websocket.receive", "text": text})
+        self.inbox.put_nowait(text)  # a websocket.receive event, as the Inbox keeps them
         if not self.read_paused:
             self.read_paused = True
             self.transport.pause_reading()

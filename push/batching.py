@@ -84,6 +84,8 @@ class KeyedBatcher(Generic[K, I]):
 
 
 def _split_ack(receipts: Sequence[str], failed: dict[str, str]) -> AckResult:
+    if not failed:
+        return AckResult(acked=len(receipts), failed=[])
     mine = [ReceiptFailure(r, failed[r]) for r in receipts if r in failed]
     return AckResult(acked=len(receipts) - len(mine), failed=mine)
 
@@ -129,9 +131,23 @@ class AckBatcher(KeyedBatcher[tuple[TenantId, float | None], tuple[Sequence[str]
                 reply(_split_ack(rs, failed))
 
 
-class SendBatcher(
-    KeyedBatcher[tuple[TenantId, QueueName], tuple[list[NewMessage | InvalidRequest], SendReply]]
-):
+class SendItem:
+    """One share of a batched send: its entries and who hears their results.
+
+    Open until the batcher takes it into a store call (:attr:`taken`): until then a
+    connection may add entries to it (consecutive single-message sends, see
+    :class:`push.send_group.SendGroup`), which then ride in the same call as the first.
+    """
+
+    __slots__ = ("entries", "reply", "taken")
+
+    def __init__(self, entries: list[NewMessage | InvalidRequest], reply: SendReply) -> None:
+        self.entries = entries
+        self.reply = reply
+        self.taken = False
+
+
+class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
     """Sends per queue; a bad entry keeps its own error and the others still go."""
 
     def __init__(self, backend: Backend) -> None:
@@ -145,15 +161,18 @@ class SendBatcher(
         entries: list[NewMessage | InvalidRequest],
         reply: SendReply,
     ) -> None:
-        self.add((tenant, queue), (entries, reply))
+        self.submit(tenant, queue, SendItem(entries, reply))
 
-    async def flush(
-        self,
-        key: tuple[TenantId, QueueName],
-        items: list[tuple[list[NewMessage | InvalidRequest], SendReply]],
-    ) -> None:
+    def submit(self, tenant: TenantId, queue: QueueName, item: SendItem) -> None:
+        """Queue an item (its entries may grow until :attr:`SendItem.taken`)."""
+        self.add((tenant, queue), item)
+
+    async def flush(self, key: tuple[TenantId, QueueName], items: list[SendItem]) -> None:
         tenant, queue = key
-        valid = [e for entries, _ in items for e in entries if isinstance(e, NewMessage)]
+        valid: list[NewMessage] = []
+        for item in items:
+            item.taken = True  # nothing joins it from here on: its entries are in this call
+            valid.extend(e for e in item.entries if isinstance(e, NewMessage))
         results: list[SendResult | PushgateError] = []
         try:
             for start in range(0, len(valid), MAX_MESSAGES_PER_CALL):
@@ -163,11 +182,18 @@ class SendBatcher(
         except Exception as exc:
             if not isinstance(exc, PushgateError):
                 logger.exception("send failed")
-            for _, reply in items:
-                reply(exc)
+            for item in items:
+                item.reply(exc)
             return
         position = 0
-        for entries, reply in items:
+        for item in items:
+            entries = item.entries
+            if all(isinstance(e, NewMessage) for e in entries):
+                # Every entry stored or answered by the store: its results in one slice.
+                end = position + len(entries)
+                item.reply(results[position:end])
+                position = end
+                continue
             mine: list[SendResult | PushgateError] = []
             for entry in entries:
                 if isinstance(entry, NewMessage):
@@ -175,4 +201,4 @@ class SendBatcher(
                     position += 1
                 else:
                     mine.append(entry)
-            reply(mine)
+            item.reply(mine)

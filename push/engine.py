@@ -33,9 +33,10 @@ from .batching import AckBatcher, AckReply, SendBatcher, SendReply
 from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
 from .long_poll import LongPolls
-from .observed import observed_ack_reply, observed_auto_ack, observed_send_reply
+from .observed import observed_ack_reply, observed_auto_ack, observed_group_reply, observed_send_reply
 from .observer import Observer, Observers
 from .principal import PrincipalLike, Recheck
+from .send_group import SendGroup
 from .settings import PushSettings
 from .subscription import Connection, EncodeFrames, Subscription
 from .transport import SseTransport, Transport
@@ -360,6 +361,12 @@ class PushEngine:
         self.sends.send(
             tenant, queue, entries, observed_send_reply(self.observer, tenant, queue, "ws", entries, reply)
         )
+
+    def send_group(self, tenant: TenantId, group: SendGroup) -> None:
+        """Queue a WebSocket connection's single-message sends to one queue as one item;
+        more join it until the batcher takes it (see :mod:`push.send_group`)."""
+        group.reply = observed_group_reply(self.observer, tenant, "ws", group)
+        self.sends.submit(tenant, group.queue, group)
 
     async def receive(
         self,

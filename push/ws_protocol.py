@@ -31,16 +31,20 @@ import orjson
 from backend_store.attributes import check_queue_name
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError
 from backend_store.limits import MAX_ID_CHARS, MAX_RECEIPT_CHARS, MAX_RECEIPTS, MAX_VISIBILITY_S
-from backend_store.types import NewMessage
+from backend_store.types import NewMessage, SendResult
 
 from .close_codes import CloseCode, close_code_for
-from .messages import parse_send_body
+from .messages import MESSAGE_FIELDS, parse_message, parse_send_body
 from .principal import PrincipalLike
 from .settings import PushSettings
 from .subscription import EncodeFrames
 
 RequestId = str | int | None
 _SEND_ENVELOPE = frozenset({"op", "id", "queue"})
+# A single-message send frame: the message object and its envelope side by side.
+_SINGLE_SEND_FIELDS = MESSAGE_FIELDS | _SEND_ENVELOPE
+# How many queue names a connection remembers as checked for sending (see WsProtocol._sendable).
+MAX_SENDABLE = 64
 
 
 class State(Enum):
@@ -159,7 +163,16 @@ def _receipts(raw: dict[str, Any]) -> list[str]:
 class WsProtocol:
     """One connection's protocol state: who it is, what it may do, what to send next."""
 
-    __slots__ = ("_outgoing", "close_code", "close_reason", "principal", "refusals", "settings", "state")
+    __slots__ = (
+        "_outgoing",
+        "_sendable",
+        "close_code",
+        "close_reason",
+        "principal",
+        "refusals",
+        "settings",
+        "state",
+    )
 
     def __init__(self, settings: PushSettings) -> None:
         self.settings = settings
@@ -170,6 +183,9 @@ class WsProtocol:
         self.close_reason = ""
         # Requests refused by a rate limit in a row (see refused()).
         self.refusals = 0
+        # Queue names this principal was found allowed to send to, name checked too: a
+        # producer sending a frame per message to one queue is checked once, not per frame.
+        self._sendable: set[str] = set()
 
     # In ----------------------------------------------------------------------
 
@@ -235,8 +251,14 @@ class WsProtocol:
         if principal is None:
             return  # auth and ping only, checked above
         if isinstance(request, SendRequest):
-            if not principal.can("send", request.queue):
-                raise Forbidden(f"forbidden: the token cannot send to {request.queue}")
+            queue = request.queue
+            if queue in self._sendable:
+                return
+            if not principal.can("send", queue):
+                raise Forbidden(f"forbidden: the token cannot send to {queue}")
+            if len(self._sendable) >= MAX_SENDABLE:
+                self._sendable.clear()
+            self._sendable.add(queue)
         elif isinstance(request, SubscribeRequest):
             if not principal.can("receive", request.queue):
                 raise Forbidden(f"forbidden: the token cannot receive from {request.queue}")
@@ -260,6 +282,7 @@ class WsProtocol:
                 self.fail(CloseCode.FORBIDDEN, f"forbidden: the new token cannot receive from {lost[0]}")
                 return False
         self.principal = principal
+        self._sendable.clear()  # new scopes: checked again
         if self.state is State.AWAITING_AUTH:
             self.state = State.OPEN
         if request_id is not None or refresh:
@@ -283,6 +306,20 @@ class WsProtocol:
         if extra:
             frame.update(extra)
         self._outgoing.append(orjson.dumps(frame))
+
+    def sent(self, request_id: RequestId, result: SendResult) -> None:
+        """The ``ok`` of a single-message send."""
+        if self.state is State.CLOSING:
+            return
+        self._outgoing.append(
+            orjson.dumps(
+                {
+                    "op": "ok",
+                    "id": request_id,
+                    "result": {"id": result.id, "seq": result.seq, "duplicate": result.duplicate},
+                }
+            )
+        )
 
     def error(self, request_id: RequestId, exc: PushgateError, queue: str | None = None) -> None:
         """One request failed (or, with ``queue``, a subscription ended); the connection goes on."""
@@ -368,16 +405,17 @@ class WsProtocol:
         return NackRequest(request_id, _receipts(raw), delay or 0.0)
 
     def _send(self, raw: dict[str, Any], request_id: RequestId) -> Request:
-        queue = _queue(raw)
+        queue = raw.get("queue")
+        if not (isinstance(queue, str) and queue in self._sendable):
+            queue = _queue(raw)  # a name seen before passed this check already
         if "messages" in raw:
-            body: dict[str, Any] = {"messages": raw["messages"]}
             extra = set(raw) - _SEND_ENVELOPE - {"messages"}
             if extra:
                 raise InvalidRequest(f"a batch send has no field {', '.join(sorted(extra))}")
-        else:
-            body = {k: v for k, v in raw.items() if k not in _SEND_ENVELOPE}
-        entries, is_batch = parse_send_body(body)
-        return SendRequest(request_id, queue, entries, is_batch)
+            entries, is_batch = parse_send_body({"messages": raw["messages"]})
+            return SendRequest(request_id, queue, entries, is_batch)
+        # The frame is the message with its envelope: parsed as it is, without a copy.
+        return SendRequest(request_id, queue, [parse_message(raw, None, _SINGLE_SEND_FIELDS)], False)
 
     def _ping(self, raw: dict[str, Any], request_id: RequestId) -> Request:
         return PingRequest(request_id)
