@@ -82,6 +82,10 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+# Requests handed to the engine without a coroutine (a tuple: isinstance is quicker with one).
+_NOW = (SendRequest, AckRequest, NackRequest)
+
+
 def _no_reply(results: list[SendResult | PushgateError] | BaseException) -> None:
     """A placeholder until a group's own reply is built (it needs the group)."""
 
@@ -212,6 +216,7 @@ class WebSocketHandler:
         protocol = session.protocol
         transport = session.transport
         take_text: TextSource | None = scope.get("extensions", {}).get(TEXT_SOURCE)
+        max_pending = self.engine.settings.max_pending_requests
         while not transport.closed:
             text = None if take_text is None else take_text()
             if text is None:
@@ -229,14 +234,14 @@ class WebSocketHandler:
                 request = None
             else:
                 request = protocol.receive_text(text)
-            if isinstance(request, SendRequest | AckRequest | NackRequest):
+            if isinstance(request, _NOW):
                 # Most frames: handed to the engine without a coroutine of their own.
                 if (pending := self._handle_now(session, request)) is not None:
                     await pending
             elif request is not None:
                 await self._handle(session, scope, request)
             session.flush()
-            if session.pending >= self.engine.settings.max_pending_requests:
+            if session.pending >= max_pending:
                 await session.wait_for_room()
 
     async def _authenticate(

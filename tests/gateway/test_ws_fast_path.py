@@ -21,7 +21,7 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from gateway.ws_frames import FrameSplitter, text_frame_header, text_payload
-from gateway.ws_server_protocol import PushWebSocketProtocol
+from gateway.ws_server_protocol import Inbox, PushWebSocketProtocol
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 
@@ -167,3 +167,14 @@ async def test_a_text_frame_that_is_not_utf8_closes_with_1007(gateway: RunningGa
     assert [orjson.loads(f.data)["id"] for f in client.frames if f.opcode is OP_TEXT] == [1]
     assert client.protocol.close_rcvd is not None
     assert client.protocol.close_rcvd.code == 1007
+
+
+async def test_texts_the_fast_path_queued_reach_asgi_receive_as_events() -> None:
+    # The push handler takes them as strings (TextSource); any other app's receive() gets
+    # the websocket.receive events uvicorn would have queued, in order with the others.
+    inbox = Inbox()
+    inbox.put_nowait("hello")
+    inbox.put_nowait({"type": "websocket.disconnect", "code": 1000})
+    assert await inbox.get() == {"type": "websocket.receive", "text": "hello"}
+    assert await inbox.get() == {"type": "websocket.disconnect", "code": 1000}
+    assert inbox.empty()
