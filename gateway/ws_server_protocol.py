@@ -63,6 +63,10 @@ class Inbox:
 
     def put_nowait(self, event: ASGIReceiveEvent | str) -> None:
         self.items.append(event)
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the waiting receive (after items were appended to :attr:`items` directly)."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -187,17 +191,39 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
             super().data_received(data)
             return
         frames = splitter.feed(data)
-        for index, frame in enumerate(frames):
-            if self._take_text(frame):
-                continue
-            super().data_received(frame)
-            if self.conn.state is not State.OPEN or self.conn.parser_exc is not None:
-                # Closing or failed: what follows is websockets' to discard (or nobody's).
-                splitter.passthrough = True
-                rest = b"".join(frames[index + 1 :]) + splitter.take_buffer()
-                if rest and self.conn.parser_exc is None:
-                    super().data_received(rest)
-                return
+        conn = self.conn
+        items = self.inbox.items
+        queued = len(items)
+        try:
+            for index, frame in enumerate(frames):
+                # A whole text message of an open connection is queued here, as uvicorn's
+                # handle_text would queue it (inlined: most frames are these).
+                if conn.state is State.OPEN and conn.current_size is None:
+                    payload = text_payload(frame)
+                    if payload is not None:
+                        try:
+                            text: str | None = payload.decode()
+                        except UnicodeDecodeError:
+                            text = None  # uvicorn's path answers it (1007)
+                        if text is not None:
+                            if not self.close_sent:  # past websocket.close: discarded, as uvicorn does
+                                items.append(text)  # a websocket.receive event, as the Inbox keeps them
+                            continue
+                super().data_received(frame)
+                if conn.state is not State.OPEN or conn.parser_exc is not None:
+                    # Closing or failed: what follows is websockets' to discard (or nobody's).
+                    splitter.passthrough = True
+                    rest = b"".join(frames[index + 1 :]) + splitter.take_buffer()
+                    if rest and conn.parser_exc is None:
+                        super().data_received(rest)
+                    return
+        finally:
+            if len(items) > queued:
+                # Once per read, not per frame: wake the app, and read no more until it took them.
+                self.inbox.wake()
+                if not self.read_paused:
+                    self.read_paused = True
+                    self.transport.pause_reading()
 
     def _between_frames(self) -> bool:
         """Whether websockets' parser has consumed every byte and waits for a new frame of an
@@ -218,24 +244,3 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
         while (inner := getattr(waiting, "gi_yieldfrom", None)) is not None:
             waiting = inner
         return getattr(waiting, "gi_code", None) is _BETWEEN_FRAMES
-
-    def _take_text(self, frame: bytes) -> bool:
-        """Queue a whole text message for the app, as uvicorn's handle_text would; False
-        when ``frame`` is anything else (websockets must see it)."""
-        conn = self.conn
-        if conn.state is not State.OPEN or conn.current_size is not None:
-            return False
-        payload = text_payload(frame)
-        if payload is None:
-            return False
-        try:
-            text = payload.decode()
-        except UnicodeDecodeError:
-            return False  # uvicorn's path answers it (1007)
-        if self.close_sent:
-            return True  # past websocket.close: discarded, as uvicorn does
-        self.inbox.put_nowait(text)  # a websocket.receive event, as the Inbox keeps them
-        if not self.read_paused:
-            self.read_paused = True
-            self.transport.pause_reading()
-        return True

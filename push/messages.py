@@ -70,7 +70,7 @@ def parse_message(
     delay = raw.get("delay_s")
     if delay is not None and (
         isinstance(delay, bool)
-        or not isinstance(delay, int | float)
+        or not isinstance(delay, (int, float))
         or not math.isfinite(delay)
         or not 0 <= delay <= MAX_DELAY_S
     ):

@@ -341,7 +341,8 @@ class WebSocketHandler:
             pending = self._admission(conn, "send", request.queue)
             if pending is not None:
                 return self._send_when_admitted(session, conn, request, pending)
-            session.protocol.admitted()
+            if session.protocol.refusals:
+                session.protocol.admitted()
             self._send(session, conn, request)
             return None
         session.pending += 1

@@ -123,7 +123,7 @@ def _number(raw: dict[str, Any], name: str, low: float, high: float, default: fl
     value = raw.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidRequest(f"{name} must be a number")
     if not low <= value <= high:
         raise InvalidRequest(f"{name} must be between {low:g} and {high:g}")
@@ -229,7 +229,7 @@ class WsProtocol:
         request_id = raw.get("id")
         if request_id is not None and (
             isinstance(request_id, bool)
-            or not isinstance(request_id, str | int)
+            or not isinstance(request_id, (str, int))
             or (isinstance(request_id, str) and len(request_id) > MAX_ID_CHARS)
         ):
             raise _Violation(CloseCode.MALFORMED, "id must be a short string or an integer")
@@ -262,7 +262,7 @@ class WsProtocol:
         elif isinstance(request, SubscribeRequest):
             if not principal.can("receive", request.queue):
                 raise Forbidden(f"forbidden: the token cannot receive from {request.queue}")
-        elif isinstance(request, AckRequest | NackRequest) and not principal.can("receive"):
+        elif isinstance(request, (AckRequest, NackRequest)) and not principal.can("receive"):
             raise Forbidden("forbidden: the token has no receive scope")
 
     # Authentication ----------------------------------------------------------------
