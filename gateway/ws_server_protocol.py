@@ -41,7 +41,7 @@ from push.transport import FRAME_SINK
 from push.ws_handler import TEXT_SOURCE
 
 from .ws_coalescing import CoalescingTransport
-from .ws_frames import FrameSplitter, text_frame_header, text_payload
+from .ws_frames import FrameSplitter, text_frame_header, unmask
 
 # The generator websockets' parser waits in between two frames.
 _BETWEEN_FRAMES = StreamReader.at_eof.__code__
@@ -190,30 +190,29 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
         if splitter.passthrough:
             super().data_received(data)
             return
-        frames = splitter.feed(data)
+        data, spans = splitter.cut(data)
         conn = self.conn
         items = self.inbox.items
         queued = len(items)
         try:
-            for index, frame in enumerate(frames):
+            for start, mask_at, end in spans:
                 # A whole text message of an open connection is queued here, as uvicorn's
                 # handle_text would queue it (inlined: most frames are these).
-                if conn.state is State.OPEN and conn.current_size is None:
-                    payload = text_payload(frame)
-                    if payload is not None:
-                        try:
-                            text: str | None = payload.decode()
-                        except UnicodeDecodeError:
-                            text = None  # uvicorn's path answers it (1007)
-                        if text is not None:
-                            if not self.close_sent:  # past websocket.close: discarded, as uvicorn does
-                                items.append(text)  # a websocket.receive event, as the Inbox keeps them
-                            continue
-                super().data_received(frame)
+                if mask_at >= 0 and conn.state is State.OPEN and conn.current_size is None:
+                    try:
+                        text: str | None = unmask(data, mask_at, end).decode()
+                    except UnicodeDecodeError:
+                        text = None  # uvicorn's path answers it (1007)
+                    if text is not None:
+                        if not self.close_sent:  # past websocket.close: discarded, as uvicorn does
+                            items.append(text)  # a websocket.receive event, as the Inbox keeps them
+                        continue
+                super().data_received(data[start:end])
                 if conn.state is not State.OPEN or conn.parser_exc is not None:
                     # Closing or failed: what follows is websockets' to discard (or nobody's).
                     splitter.passthrough = True
-                    rest = b"".join(frames[index + 1 :]) + splitter.take_buffer()
+                    splitter.take_buffer()  # the end of data: handed on with the rest
+                    rest = data[end:]
                     if rest and conn.parser_exc is None:
                         super().data_received(rest)
                     return
