@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from backend_store.backend import Backend
 from backend_store.errors import InvalidRequest, PushgateError
@@ -139,12 +139,14 @@ class SendItem:
     :class:`push.send_group.SendGroup`), which then ride in the same call as the first.
     """
 
-    __slots__ = ("entries", "reply", "taken")
+    __slots__ = ("entries", "reply", "taken", "valid")
 
-    def __init__(self, entries: list[NewMessage | InvalidRequest], reply: SendReply) -> None:
+    def __init__(self, entries: list[NewMessage | InvalidRequest], reply: SendReply, valid: bool) -> None:
         self.entries = entries
         self.reply = reply
         self.taken = False
+        # Every entry is a NewMessage (none was refused by parsing): its results are one slice.
+        self.valid = valid
 
 
 class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
@@ -161,7 +163,7 @@ class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
         entries: list[NewMessage | InvalidRequest],
         reply: SendReply,
     ) -> None:
-        self.submit(tenant, queue, SendItem(entries, reply))
+        self.submit(tenant, queue, SendItem(entries, reply, all(isinstance(e, NewMessage) for e in entries)))
 
     def submit(self, tenant: TenantId, queue: QueueName, item: SendItem) -> None:
         """Queue an item (its entries may grow until :attr:`SendItem.taken`)."""
@@ -172,7 +174,10 @@ class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
         valid: list[NewMessage] = []
         for item in items:
             item.taken = True  # nothing joins it from here on: its entries are in this call
-            valid.extend(e for e in item.entries if isinstance(e, NewMessage))
+            if item.valid:
+                valid.extend(cast(list[NewMessage], item.entries))
+            else:
+                valid.extend(e for e in item.entries if isinstance(e, NewMessage))
         results: list[SendResult | PushgateError] = []
         try:
             for start in range(0, len(valid), MAX_MESSAGES_PER_CALL):
@@ -188,8 +193,8 @@ class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
         position = 0
         for item in items:
             entries = item.entries
-            if all(isinstance(e, NewMessage) for e in entries):
-                # Every entry stored or answered by the store: its results in one slice.
+            if item.valid:
+                # Every entry went to the store: its results are one slice.
                 end = position + len(entries)
                 item.reply(results[position:end])
                 position = end

@@ -39,7 +39,7 @@ class SendGroup(SendItem):
         self, queue: QueueName, entry: NewMessage, request_id: RequestTag, started: float, reply: SendReply
     ) -> None:
         entries: list[NewMessage | InvalidRequest] = [entry]
-        super().__init__(entries, reply)
+        super().__init__(entries, reply, valid=True)  # a single send that does not parse never gets here
         self.queue = queue
         self.ids: list[RequestTag] = [request_id]
         self.started = [started]

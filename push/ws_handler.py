@@ -433,13 +433,7 @@ class WebSocketHandler:
                     if request_id is not None:
                         protocol.error(request_id, error)
             else:
-                for request_id, result in zip(ids, results, strict=True):
-                    if request_id is None:
-                        continue  # fire and forget
-                    if isinstance(result, SendResult):
-                        protocol.sent(request_id, result)
-                    else:
-                        protocol.error(request_id, result)
+                protocol.sent_many(ids, results)
             session.flush()
 
         return reply

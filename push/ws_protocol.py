@@ -307,19 +307,27 @@ class WsProtocol:
             frame.update(extra)
         self._outgoing.append(orjson.dumps(frame))
 
-    def sent(self, request_id: RequestId, result: SendResult) -> None:
-        """The ``ok`` of a single-message send."""
+    def sent_many(self, ids: Sequence[RequestId], results: Sequence[SendResult | PushgateError]) -> None:
+        """The replies of single-message sends, ``results[i]`` answering ``ids[i]``, in order;
+        a send without an id gets none."""
         if self.state is State.CLOSING:
             return
-        self._outgoing.append(
-            orjson.dumps(
-                {
-                    "op": "ok",
-                    "id": request_id,
-                    "result": {"id": result.id, "seq": result.seq, "duplicate": result.duplicate},
-                }
-            )
-        )
+        outgoing = self._outgoing
+        for request_id, result in zip(ids, results, strict=True):
+            if request_id is None:
+                continue  # fire and forget
+            if isinstance(result, SendResult):
+                outgoing.append(
+                    orjson.dumps(
+                        {
+                            "op": "ok",
+                            "id": request_id,
+                            "result": {"id": result.id, "seq": result.seq, "duplicate": result.duplicate},
+                        }
+                    )
+                )
+            else:
+                self.error(request_id, result)
 
     def error(self, request_id: RequestId, exc: PushgateError, queue: str | None = None) -> None:
         """One request failed (or, with ``queue``, a subscription ended); the connection goes on."""

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from backend_store.errors import InvalidRequest, RateLimited, Unauthorized
+from backend_store.errors import InvalidRequest, MessageTooLarge, RateLimited, Unauthorized
 from backend_store.types import MessageId, NewMessage, SendResult, TenantId
 from push.close_codes import CloseCode, close_code_for, should_reconnect
 from push.settings import PushSettings
@@ -283,10 +283,18 @@ def test_a_remembered_queue_still_gets_its_message_checked(proto: WsProtocol) ->
     assert (reply["id"], reply["code"]) == (3, "invalid_request")
 
 
-def test_a_single_send_ok_is_the_api_shape(proto: WsProtocol) -> None:
-    proto.sent("a:1", SendResult(MessageId("m1"), 7, False))
-    proto.sent(8, SendResult(MessageId("m2"), 8, True))
+def test_single_send_replies_are_the_api_shapes_in_order(proto: WsProtocol) -> None:
+    proto.sent_many(
+        ["a:1", None, 8, 9],
+        [
+            SendResult(MessageId("m1"), 7, False),
+            SendResult(MessageId("m0"), 8, False),
+            SendResult(MessageId("m2"), 9, True),
+            MessageTooLarge("body is larger than 8 bytes"),
+        ],
+    )
     assert sent(proto) == [
         {"op": "ok", "id": "a:1", "result": {"id": "m1", "seq": 7, "duplicate": False}},
-        {"op": "ok", "id": 8, "result": {"id": "m2", "seq": 8, "duplicate": True}},
+        {"op": "ok", "id": 8, "result": {"id": "m2", "seq": 9, "duplicate": True}},
+        {"op": "error", "id": 9, "code": "message_too_large", "message": "body is larger than 8 bytes"},
     ]
