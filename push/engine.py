@@ -293,16 +293,22 @@ class PushEngine:
 
     # Acks, nacks, sends, receives -----------------------------------------------------
 
-    def settle(self, receipts: Sequence[str]) -> None:
-        """Receipts were acked or nacked (by any path): free their subscriptions' credit."""
+    def settle(self, receipts: Sequence[str]) -> dict[str, str]:
+        """Receipts were acked or nacked (by any path): free their subscriptions' credit.
+        Returns the queue of each receipt this gateway delivered (for usage records)."""
         owners = self.owners
+        queue_of: dict[str, str] = {}
         kicked: Subscription | None = None
         for receipt in receipts:
             sub = owners.get(receipt)
-            if sub is not None and sub.settle(receipt) and sub is not kicked:
+            if sub is None:
+                continue
+            queue_of[receipt] = sub.queue
+            if sub.settle(receipt) and sub is not kicked:
                 kicked = sub
                 sub.conn.heard()
                 self._kick(sub)
+        return queue_of
 
     def release(self, tenant: TenantId, receipts: list[str]) -> None:
         """Make messages visible again at once (nack without delay)."""
@@ -316,25 +322,19 @@ class PushEngine:
 
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
         """The WebSocket ack: coalesced with other acks of the tenant into one store call."""
-        observed = observed_ack_reply(
-            self.observer, tenant, "ack", "ws", receipts, self._queues_of(receipts), reply
+        queue_of = self.settle(receipts)
+        self.acks.ack(
+            tenant,
+            receipts,
+            observed_ack_reply(self.observer, tenant, "ack", "ws", receipts, queue_of, reply),
         )
-        self.settle(receipts)
-        self.acks.ack(tenant, receipts, observed)
 
     def nack(
         self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
     ) -> None:
-        observed = observed_ack_reply(
-            self.observer, tenant, "nack", "ws", receipts, self._queues_of(receipts), reply
-        )
-        self.settle(receipts)
+        queue_of = self.settle(receipts)
+        observed = observed_ack_reply(self.observer, tenant, "nack", "ws", receipts, queue_of, reply)
         self.acks.nack(tenant, receipts, delay_s, observed)
-
-    def _queues_of(self, receipts: Sequence[str]) -> dict[str, str]:
-        """The queue of each receipt this gateway delivered (before settle forgets them)."""
-        owners = self.owners
-        return {r: sub.queue for r in receipts if (sub := owners.get(r)) is not None}
 
     async def ack_now(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName) -> AckResult:
         """The HTTP ack: through the store now, freeing the credit of the streams that held them."""
