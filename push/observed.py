@@ -178,14 +178,12 @@ def record_delivered(
     now: float,
 ) -> None:
     """Messages pushed to one subscriber: one ``push`` latency (sent -> now) per message."""
-    observer.observe_latencies(
-        tenant,
-        queue,
-        PUSH,
-        transport,
-        sum(len(m.body) for m in messages),
-        [max(0.0, now - m.sent_at) for m in messages],
-    )
+    nbytes = 0
+    latencies: list[float] = []
+    for m in messages:
+        nbytes += len(m.body)
+        latencies.append(max(0.0, now - m.sent_at))
+    observer.observe_latencies(tenant, queue, PUSH, transport, nbytes, latencies)
 
 
 def observed_auto_ack(

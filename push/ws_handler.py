@@ -227,8 +227,8 @@ class WebSocketHandler:
                 if kind != "websocket.receive":
                     continue
                 text = message.get("text")
-            if session.conn is not None:
-                session.conn.heard()
+            if (conn := session.conn) is not None:
+                conn.heard_at = time.time()  # Connection.heard, inlined: once per frame
             if text is None:
                 protocol.receive_bytes(message["bytes"])
                 request = None
@@ -240,7 +240,8 @@ class WebSocketHandler:
                     await pending
             elif request is not None:
                 await self._handle(session, scope, request)
-            session.flush()
+            if protocol.outgoing or protocol.state is State.CLOSING:
+                session.flush()
             if session.pending >= max_pending:
                 await session.wait_for_room()
 

@@ -164,10 +164,10 @@ class WsProtocol:
     """One connection's protocol state: who it is, what it may do, what to send next."""
 
     __slots__ = (
-        "_outgoing",
         "_sendable",
         "close_code",
         "close_reason",
+        "outgoing",
         "principal",
         "refusals",
         "settings",
@@ -178,7 +178,8 @@ class WsProtocol:
         self.settings = settings
         self.state = State.AWAITING_AUTH
         self.principal: PrincipalLike | None = None
-        self._outgoing: list[bytes] = []
+        # Frames queued and not handed out yet (data_to_send); most client frames queue none.
+        self.outgoing: list[bytes] = []
         self.close_code: CloseCode | None = None
         self.close_reason = ""
         # Requests refused by a rate limit in a row (see refused()).
@@ -305,14 +306,14 @@ class WsProtocol:
         frame: dict[str, Any] = {"op": "ok", "id": request_id}
         if extra:
             frame.update(extra)
-        self._outgoing.append(orjson.dumps(frame))
+        self.outgoing.append(orjson.dumps(frame))
 
     def sent_many(self, ids: Sequence[RequestId], results: Sequence[SendResult | PushgateError]) -> None:
         """The replies of single-message sends, ``results[i]`` answering ``ids[i]``, in order;
         a send without an id gets none."""
         if self.state is State.CLOSING:
             return
-        outgoing = self._outgoing
+        outgoing = self.outgoing
         for request_id, result in zip(ids, results, strict=True):
             if request_id is None:
                 continue  # fire and forget
@@ -338,7 +339,7 @@ class WsProtocol:
             frame["queue"] = queue
         if exc.retry_after_s is not None:
             frame["retry_after_s"] = exc.retry_after_s
-        self._outgoing.append(orjson.dumps(frame))
+        self.outgoing.append(orjson.dumps(frame))
 
     def refused(self, request_id: RequestId, exc: PushgateError) -> None:
         """A rate limit refused a request: an error frame with ``retry_after_s``, and once
@@ -356,7 +357,7 @@ class WsProtocol:
     def pong(self, request_id: RequestId) -> None:
         if self.state is State.CLOSING:
             return
-        self._outgoing.append(
+        self.outgoing.append(
             b'{"op":"pong"}' if request_id is None else orjson.dumps({"op": "pong", "id": request_id})
         )
 
@@ -374,10 +375,10 @@ class WsProtocol:
 
     def data_to_send(self) -> Sequence[bytes]:
         """The frames queued since the last call, in order (UTF-8 JSON text frames)."""
-        frames = self._outgoing
+        frames = self.outgoing
         if not frames:
             return ()  # most client frames queue nothing (a send's ok comes later)
-        self._outgoing = []
+        self.outgoing = []
         return frames
 
     # Parsers ----------------------------------------------------------------------
