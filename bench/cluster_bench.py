@@ -44,11 +44,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
-from http_bench import _load as http_load
-from push_common import cpu_seconds, serve, start_gateway
 
 from backend_store.cluster.cluster_backend import open_cluster_backend
 from backend_store.cluster.tls import NodeTls, TlsFiles
@@ -57,6 +54,8 @@ from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, TenantId
+from bench.http_bench import _load as http_load
+from bench.push_common import cpu_seconds, serve, start_gateway
 from tests.cluster.processes import ClusterHarness
 from tests.fixtures.etcd_server import etcd_cluster
 

@@ -19,12 +19,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from push_common import machine, start_gateway  # bench/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+from bench.push_common import machine, start_gateway
 
 
 async def create_queues(url: str, key: str, count: int) -> None:

@@ -34,7 +34,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-from push_common import machine, start_gateway  # bench/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+from bench.push_common import machine, start_gateway
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -234,8 +237,8 @@ def load_main(argv: list[str]) -> None:
         data_dir, duration, connections, size = argv[1], float(argv[2]), int(argv[3]), int(argv[4])
         result = asyncio.run(_store_load(data_dir, duration, connections, size))
     else:
-        url, token, mode, duration, connections, size = argv[:6]
-        result = asyncio.run(_run_load(url, token, mode, float(duration), int(connections), int(size)))
+        url, token, mode = argv[:3]
+        result = asyncio.run(_run_load(url, token, mode, float(argv[3]), int(argv[4]), int(argv[5])))
     print(json.dumps(result))
 
 
@@ -249,7 +252,7 @@ def _load(*args: object) -> dict[str, Any]:
         check=True,
         stdout=subprocess.PIPE,
         text=True,
-        timeout=float(args[3] if args[0] != "store" else args[2]) + 60,
+        timeout=float(str(args[3] if args[0] != "store" else args[2])) + 60,
     ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -316,7 +319,7 @@ def main() -> None:
         runs["store send"].append(_load("store", tmp / "store", d, c, s))
 
     def median(name: str, field: str) -> float:
-        return statistics.median(r[field] for r in runs[name])
+        return float(statistics.median(r[field] for r in runs[name]))
 
     print(f"\n{machine()}")
     print(f"{c} connections, {s} B bodies, one uvicorn worker per server, load from another process,")

@@ -13,11 +13,17 @@ Both sides do the same work with Python clients in separate processes: one produ
 - Pushgate, one frame per message: a ``send`` frame per message (100 outstanding); the
   consumer gets a ``message`` frame each and acks every 20.
 
+Paced, Redis and Pushgate's batch frames send what is due every millisecond in one pipeline
+or frame; one frame per message sends each message when it is due.
+
 Phases: ``max`` (``--messages`` as fast as they go) and ``paced`` (``--rate`` msg/s for
 ``--paced-seconds``, for send -> push latency). Prints msg/s, p50/p99, the server's CPU per
 message (and the two client processes' together), and each Pushgate figure as a ratio to
 Redis measured in the same run. The server's CPU is also split into its main thread ("loop":
 Pushgate's event loop) and its other threads ("threads": Pushgate's store writer).
+
+``--rounds N`` repeats every case N times against the same servers and ends with the median
+of each ratio (and the rounds' own), the figure to quote on a machine whose load moves.
 
 ``--pin`` runs each server on CPU 0 and this script with its clients on CPU 1: the server's
 CPU per message and its split then measure the server alone, without the preemptions and GIL
@@ -32,6 +38,7 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +50,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -97,7 +105,8 @@ async def redis_consume(port: int, total: int) -> None:
     first = last = 0.0
     print("ready", flush=True)
     while len(latencies) < total:
-        got = await r.xreadgroup(GROUP, "c1", {STREAM: ">"}, count=100, block=5000)
+        # (redis-py types replies loosely: a list of [stream, [(id, fields), ...]])
+        got: Any = await r.xreadgroup(GROUP, "c1", {STREAM: ">"}, count=100, block=5000)
         if not got:
             break
         now = time.time()
@@ -155,15 +164,19 @@ async def redis_produce(port: int, total: int, size: int, rate: float | None) ->
 # Pushgate ---------------------------------------------------------------------------
 
 
-def ws_url(url: str) -> str:
-    return url.replace("http", "ws", 1) + "/v1/ws"
+def open_ws(url: str, key: str) -> connect:
+    """A client connection to the gateway's ``/v1/ws`` (no compression, no size limit)."""
+    return connect(
+        url.replace("http", "ws", 1) + "/v1/ws",
+        subprotocols=[Subprotocol("pushgate.v1")],
+        additional_headers={"Authorization": f"Bearer {key}"},
+        max_size=None,
+        compression=None,
+    )
 
 
 async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: int) -> None:
-    headers = {"Authorization": f"Bearer {key}"}
-    async with connect(
-        ws_url(url), subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
-    ) as ws:  # type: ignore[list-item]
+    async with open_ws(url, key) as ws:
         await ws.send(
             orjson.dumps({"op": "subscribe", "queue": queue, "prefetch": 100, "batch": batch}).decode()
         )
@@ -198,27 +211,45 @@ async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: in
 async def pushgate_produce(
     url: str, key: str, queue: str, total: int, size: int, rate: float | None, batch: int
 ) -> None:
-    headers = {"Authorization": f"Bearer {key}"}
-    async with connect(
-        ws_url(url), subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
-    ) as ws:  # type: ignore[list-item]
+    async with open_ws(url, key) as ws:
         outstanding = 0
         sent = 0
         request_id = 0
         start = time.perf_counter()
 
-        async def read_replies(until: int) -> None:
+        async def read_reply() -> None:
             nonlocal outstanding
-            while outstanding > until:
-                reply = orjson.loads(await ws.recv())
-                if reply["op"] != "ok":
-                    raise SystemExit(f"send failed: {reply}")
-                outstanding -= int(reply["id"].split(":")[1])  # the id says how many messages it had
+            reply = orjson.loads(await ws.recv())
+            if reply["op"] != "ok":
+                raise SystemExit(f"send failed: {reply}")
+            outstanding -= int(reply["id"].split(":")[1])  # the id says how many messages it had
 
+        async def read_replies(until: int) -> None:
+            while outstanding > until:
+                await read_reply()
+
+        async def read_all() -> None:
+            while sent < total or outstanding > 0:
+                await read_reply()
+
+        if rate is not None and batch > 1:
+            # Paced batch frames: a frame of what is due each millisecond, as the Redis
+            # producer pipelines it, with the replies read alongside.
+            reader = asyncio.create_task(read_all())
         while sent < total:
-            n = min(batch, total - sent) if rate is None else 1
-            await pace(start, sent, rate)
+            if rate is None:
+                n = min(batch, total - sent)
+            elif batch == 1:
+                n = 1
+                await pace(start, sent, rate)
+            else:
+                await asyncio.sleep(0.001)
+                due = int((time.perf_counter() - start) * rate) - sent
+                n = min(due, batch, WINDOW - outstanding, total - sent)
+                if n <= 0:
+                    continue
             request_id += 1
+            frame: dict[str, Any]
             if n == 1:
                 frame = {"op": "send", "queue": queue, "body": body_of(size), "id": f"{request_id}:1"}
             else:
@@ -231,8 +262,12 @@ async def pushgate_produce(
             await ws.send(orjson.dumps(frame).decode())
             outstanding += n
             sent += n
-            await read_replies(WINDOW - n)
-        await read_replies(0)
+            if rate is None or batch == 1:
+                await read_replies(WINDOW - n)
+        if rate is not None and batch > 1:
+            await reader
+        else:
+            await read_replies(0)
 
 
 # Phases -------------------------------------------------------------------------------
@@ -296,13 +331,14 @@ def main() -> None:
     parser.add_argument("--phases", default="max,paced", type=_names({"max", "paced"}))
     parser.add_argument("--frames", default="batch,single", type=_names(set(MODES)))
     parser.add_argument("--pin", action="store_true", help="servers on CPU 0, clients on CPU 1")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every case; medians of the ratios")
     args = parser.parse_args()
     if args.pin:
         pin(os.getpid(), {1})  # the clients started from here inherit it
     modes = [MODES[name] for name in args.frames]
     phases = args.phases
     paced_total = int(args.rate * args.paced_seconds)
-    results: dict[str, dict[str, Any]] = {}
+    rounds: list[dict[str, dict[str, Any]]] = []
     print(machine())
     with tempfile.TemporaryDirectory(prefix="pushgate-peers-") as tmp:
         port = free_port()
@@ -332,41 +368,70 @@ def main() -> None:
                 for server in (redis_proc, gateway):
                     pin(server.pid, {0})
             wait_for_port(port)
-            for name in phases:
-                total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
-                asyncio.run(_redis_reset(port))
-                results[f"redis {name}"] = phase(
-                    ["_redis_consume", str(port), str(total)],
-                    ["_redis_produce", str(port), str(total), str(args.size), str(rate or 0)],
-                    redis_proc.pid,
-                    total,
-                )
-                for mode, batch in modes:
-                    queue = f"peer-{name}-{batch}"
-                    create_queue(url, key, queue)
-                    results[f"pushgate {mode} {name}"] = phase(
-                        ["_pg_consume", url, key, queue, str(total), str(batch)],
-                        [
-                            "_pg_produce",
-                            url,
-                            key,
-                            queue,
-                            str(total),
-                            str(args.size),
-                            str(rate or 0),
-                            str(batch),
-                        ],
-                        gateway.pid,
+            for round_no in range(args.rounds):
+                results: dict[str, dict[str, Any]] = {}
+                rounds.append(results)
+                for name in phases:
+                    total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
+                    asyncio.run(_redis_reset(port))
+                    results[f"redis {name}"] = phase(
+                        ["_redis_consume", str(port), str(total)],
+                        ["_redis_produce", str(port), str(total), str(args.size), str(rate or 0)],
+                        redis_proc.pid,
                         total,
                     )
+                    for mode, batch in modes:
+                        queue = f"peer-{name}-{batch}-{round_no}"
+                        create_queue(url, key, queue)
+                        results[f"pushgate {mode} {name}"] = phase(
+                            ["_pg_consume", url, key, queue, str(total), str(batch)],
+                            [
+                                "_pg_produce",
+                                url,
+                                key,
+                                queue,
+                                str(total),
+                                str(args.size),
+                                str(rate or 0),
+                                str(batch),
+                            ],
+                            gateway.pid,
+                            total,
+                        )
         finally:
             stop(gateway)
-            stop(redis_proc)
+            stop(redis_proc)  # type: ignore[arg-type]
     print(
-        f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack\n"
+        f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack"
     )
+    for round_no, results in enumerate(rounds, 1):
+        if len(rounds) > 1:
+            print(f"\nround {round_no} of {len(rounds)}")
+        print_round(results, phases, [mode for mode, _ in modes])
+    if len(rounds) > 1:
+        print(f"\nmedians of {len(rounds)} rounds")
+        for name in phases:
+            for mode, _ in modes:
+                each = [ratios(r, name, mode) for r in rounds]
+                print(
+                    f"  {name:<5} {mode:<18} throughput {statistics.median(t for t, _ in each):.2f}x"
+                    f" ({', '.join(f'{t:.2f}' for t, _ in each)}), server CPU/msg"
+                    f" {statistics.median(r[f'pushgate {mode} {name}']['cpu_us_per_msg'] for r in rounds):.0f} us"
+                    f" ({statistics.median(c for _, c in each):.1f}x Redis's), p99"
+                    f" {statistics.median(r[f'pushgate {mode} {name}']['p99_ms'] for r in rounds):.1f} ms"
+                    f" (Redis {statistics.median(r[f'redis {name}']['p99_ms'] for r in rounds):.1f} ms)"
+                )
+
+
+def ratios(results: dict[str, dict[str, Any]], phase_name: str, mode: str) -> tuple[float, float]:
+    """(throughput, server CPU per message) of a Pushgate case as ratios to Redis's."""
+    base, r = results[f"redis {phase_name}"], results[f"pushgate {mode} {phase_name}"]
+    return r["msg_per_s"] / base["msg_per_s"], r["cpu_us_per_msg"] / max(base["cpu_us_per_msg"], 1e-9)
+
+
+def print_round(results: dict[str, dict[str, Any]], phases: list[str], modes: list[str]) -> None:
     print(
-        f"{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9} {'loop':>7} {'threads':>8}"
+        f"\n{'case':<36} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU/msg':>9} {'loop':>7} {'threads':>8}"
         f" {'clients':>9}"
     )
     for name, r in results.items():
@@ -378,11 +443,11 @@ def main() -> None:
     print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
     for name in phases:
         base = results[f"redis {name}"]
-        for mode, _ in modes:
+        for mode in modes:
             r = results[f"pushgate {mode} {name}"]
+            throughput, cpu = ratios(results, name, mode)
             print(
-                f"  {name:<5} {mode:<18} throughput {r['msg_per_s'] / base['msg_per_s']:.2f}x, "
-                f"server CPU/msg {r['cpu_us_per_msg'] / max(base['cpu_us_per_msg'], 1e-9):.1f}x, "
+                f"  {name:<5} {mode:<18} throughput {throughput:.2f}x, server CPU/msg {cpu:.1f}x, "
                 f"p99 {r['p99_ms']:.1f} ms vs {base['p99_ms']:.1f} ms"
             )
 

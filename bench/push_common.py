@@ -18,7 +18,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gateway.local_ports import free_port  # noqa: E402, F401  (a script from a checkout; re-exported)
+from gateway.local_ports import free_port as free_port  # noqa: E402  (a script from a checkout; re-exported)
 
 
 def machine() -> str:

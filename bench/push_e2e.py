@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,7 +45,7 @@ async def consume(url: str, key: str, queue: str, prefetch: int) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     async with connect(
         ws_url,
-        subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+        subprotocols=[Subprotocol("pushgate.v1")],
         additional_headers=headers,
         max_size=None,
         compression=None,

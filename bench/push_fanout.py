@@ -25,6 +25,7 @@ from pathlib import Path
 
 import orjson
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -86,8 +87,12 @@ async def consume(url: str, key: str | None, queues: list[str], per_queue: int, 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     connections = [
         await connect(
-            url, subprotocols=["pushgate.v1"], additional_headers=headers, max_size=None, compression=None
-        )  # type: ignore[list-item]
+            url,
+            subprotocols=[Subprotocol("pushgate.v1")],
+            additional_headers=headers,
+            max_size=None,
+            compression=None,
+        )
         for _ in queues
     ]
 

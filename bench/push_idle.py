@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -65,7 +66,7 @@ async def open_ws(url: str, key: str | None, queue: str | None, count: int) -> l
         async with gate:
             ws = await connect(
                 url,
-                subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+                subprotocols=[Subprotocol("pushgate.v1")],
                 additional_headers=headers,
                 ping_interval=None,
                 # No permessage-deflate: its zlib state per connection would swamp the figure.

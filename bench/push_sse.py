@@ -18,7 +18,9 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -35,6 +37,9 @@ from bench.push_common import (
     wait_for_port,
 )
 
+if TYPE_CHECKING:
+    from push.sse_handler import PushEventStream
+
 
 def event_of(size: int, n: int) -> bytes:
     message = {
@@ -50,7 +55,7 @@ def event_of(size: int, n: int) -> bytes:
     return b"id: stream.%d\nevent: message\ndata: %s\n\n" % (n, orjson.dumps(message))
 
 
-def push_stream(per_stream: int, size: int) -> object:
+def push_stream(per_stream: int, size: int) -> PushEventStream:
     """The gateway's SSE transport and response, fed from memory 100 events at a time
     (the dispatcher's largest deal), refilled when the transport drained: no store."""
     from push.close_codes import CloseCode
@@ -76,7 +81,7 @@ def push_stream(per_stream: int, size: int) -> object:
 
     feeder = asyncio.get_running_loop().create_task(feed())
 
-    async def body():  # type: ignore[no-untyped-def]
+    async def body() -> AsyncIterator[bytes]:
         async for chunk in transport.body(encoder.opening(2000)):
             yield chunk
         await feeder
@@ -94,7 +99,7 @@ def bare_server(port: int, kind: str, per_stream: int, size: int) -> None:
 
     events = [event_of(size, n) for n in range(256)]
 
-    async def body():  # type: ignore[no-untyped-def]
+    async def body() -> AsyncIterator[bytes]:
         for n in range(per_stream):
             yield events[n & 255]
 
@@ -102,7 +107,7 @@ def bare_server(port: int, kind: str, per_stream: int, size: int) -> None:
         if kind == "streaming":
             return StreamingResponse(body(), media_type="text/event-stream")
         if kind == "push":
-            return push_stream(per_stream, size)
+            return push_stream(per_stream, size)  # a Response
         return EventSourceResponse(body())
 
     app = Starlette(routes=[Route("/events", endpoint)])

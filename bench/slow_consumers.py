@@ -14,16 +14,21 @@ import argparse
 import asyncio
 import collections
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import orjson
-from push_common import create_queue, machine, rss_kib, start_gateway, stop
 from websockets.asyncio.client import connect
 from websockets.client import ClientProtocol
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+from bench.push_common import create_queue, machine, rss_kib, start_gateway, stop
 
 QUEUE = "slow-bench"
 BODY = "x" * 1024
@@ -43,7 +48,7 @@ class Stalled:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
         sock.setblocking(False)
         await loop.sock_connect(sock, ("127.0.0.1", port))
-        protocol = ClientProtocol(parse_uri(ws_url), subprotocols=["pushgate.v1"], max_size=None)  # type: ignore[list-item]
+        protocol = ClientProtocol(parse_uri(ws_url), subprotocols=[Subprotocol("pushgate.v1")], max_size=None)
         request = protocol.connect()
         request.headers["Authorization"] = f"Bearer {key}"
         protocol.send_request(request)
@@ -74,8 +79,10 @@ class Stalled:
 
 async def healthy(ws_url: str, key: str, got: list[float], ready: asyncio.Event) -> None:
     async with connect(
-        ws_url, subprotocols=["pushgate.v1"], additional_headers={"Authorization": f"Bearer {key}"}
-    ) as ws:  # type: ignore[list-item]
+        ws_url,
+        subprotocols=[Subprotocol("pushgate.v1")],
+        additional_headers={"Authorization": f"Bearer {key}"},
+    ) as ws:
         await ws.send(orjson.dumps({"op": "subscribe", "queue": QUEUE, "prefetch": 10, "id": 1}).decode())
         ready.set()
         async for raw in ws:

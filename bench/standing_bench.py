@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import orjson
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -96,7 +97,7 @@ async def settled_lsn(client: httpx.AsyncClient) -> int:
     previous = -1
     while True:
         doc = (await client.get("/v1/cluster")).json()
-        total = sum(p["lsn"] for p in doc["partitions"] if p["queue"] == QUEUE)
+        total = int(sum(p["lsn"] for p in doc["partitions"] if p["queue"] == QUEUE))
         if total == previous:
             return total
         previous = total
@@ -131,7 +132,7 @@ async def main(args: argparse.Namespace) -> None:
                     assert response.status_code == 201, response.text
                     ws_url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
                     async with connect(
-                        ws_url, subprotocols=["pushgate.v1"], additional_headers=headers
+                        ws_url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers
                     ) as ws:
                         await ws.send(
                             orjson.dumps(

@@ -25,7 +25,7 @@ import functools
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -86,7 +86,7 @@ def run(rounds: int, batch: int, size: int, in_memory: bool, in_flight: int, chu
     return {name: seconds / count * 1e6 for name, seconds in spent.items()}
 
 
-def _ack(ops: MessageOps, receipts: list[str], w: Writes) -> None:
+def _ack(ops: MessageOps, receipts: Sequence[str], w: Writes) -> None:
     ops.settle(w, time.time(), "bench", receipts, None, None)
 
 

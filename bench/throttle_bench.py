@@ -42,7 +42,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-from push_common import REPO, free_port, machine, serve  # bench/ is on sys.path when run as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+from bench.push_common import REPO, free_port, machine, serve
 
 GATEWAYS = ("none", "memory swc", "memory mw", "redis swc", "redis mw")
 HIGH = "1000000/second"
@@ -167,6 +170,7 @@ def load(url: str, token: str, mode: str, duration: float, connections: int) -> 
 
 async def push_latency(producer_url: str, consumer_url: str, key: str, queue: str, count: int) -> list[float]:
     from websockets.asyncio.client import connect
+    from websockets.typing import Subprotocol
 
     headers = {"Authorization": f"Bearer {key}"}
     latencies: list[float] = []
@@ -174,7 +178,7 @@ async def push_latency(producer_url: str, consumer_url: str, key: str, queue: st
         httpx.AsyncClient(base_url=producer_url, headers=headers) as http,
         connect(
             consumer_url.replace("http", "ws", 1) + "/v1/ws",
-            subprotocols=["pushgate.v1"],  # type: ignore[list-item]
+            subprotocols=[Subprotocol("pushgate.v1")],
             additional_headers=headers,
             compression=None,
         ) as ws,

@@ -26,6 +26,7 @@ several percent, so read ratios within ~5% of 1 as noise).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -33,11 +34,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from http_bench import _load  # bench/ is on sys.path
-
+from bench.http_bench import _load
 from bench.push_common import cpu_seconds, create_queue, machine, start_gateway, stop
 from bench.push_e2e import run_phase
 
@@ -104,13 +103,14 @@ def micro() -> None:
     )
     for name, observer in sinks:
         send = timeit.timeit(
-            lambda o=observer: record_sends(o, "t", "q", "http", [message], [result], 0.001), number=n
+            functools.partial(record_sends, observer, "t", "q", "http", [message], [result], 0.001), number=n
         )
         push = timeit.timeit(
-            lambda o=observer: record_delivered(o, "t", "q", "ws", batch, now), number=n // 10
+            functools.partial(record_delivered, observer, "t", "q", "ws", batch, now), number=n // 10
         )
         ack = timeit.timeit(
-            lambda o=observer: record_settled(o, "t", "ack", "ws", receipts, queue_of, acked), number=n // 10
+            functools.partial(record_settled, observer, "t", "ack", "ws", receipts, queue_of, acked),
+            number=n // 10,
         )
         print(
             f"  {name:<14} send {send / n * 1e6:.2f}/request, push {push / n * 1e6:.2f}/message, "

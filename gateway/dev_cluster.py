@@ -6,9 +6,11 @@ by) and a gateway on ``cluster://``. Each child runs in its own process group; C
 SIGTERM) stops them all, gateway first and etcd last, by process group, then exits.
 Every address and PID is printed, so one can kill a node and watch the cluster fail over.
 
-With ``--tls`` it first makes a throwaway CA and a certificate per node and one for the
-gateway in ``DIR/tls`` (``backend_store/cluster/tls_certs.py``), and every node-protocol
-connection (node ports, leader links, the gateway's node clients) runs mutual TLS with them.
+With ``--tls`` it first makes a throwaway CA and a certificate for etcd, each node, each
+manager and the gateway in ``DIR/tls`` (``backend_store/cluster/tls_certs.py``), and every
+connection runs mutual TLS with them: the node protocol (node ports, leader links, the
+gateway's node clients) and etcd's (etcd serves TLS only, to clients with a certificate of
+that CA).
 
 etcd's state lives only as long as the run, so the nodes' partitions do too: a new run on
 the same ``DIR`` starts from an empty cluster (it clears what an earlier run left in
@@ -23,6 +25,7 @@ import contextlib
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -135,26 +138,37 @@ class DevCluster:
         self.etcd_dir = Path(tempfile.mkdtemp(prefix="pushgate-etcd-", dir=shm if in_memory else None))
         client, peer = free_ports(2)
         endpoint = f"127.0.0.1:{client}"
+        certificates = self._certificates()
+        etcd_files = certificates.get("etcd")
+        scheme = "https" if etcd_files else "http"
+        etcd_tls = (
+            []
+            if etcd_files is None
+            else ["--cert-file", str(etcd_files.cert), "--key-file", str(etcd_files.key),
+                  "--trusted-ca-file", str(etcd_files.ca), "--client-cert-auth"]
+        )  # fmt: skip
         etcd = Child(
             "etcd",
             [
                 "etcd",
                 "--name", "dev",
                 "--data-dir", str(self.etcd_dir / "member"),
-                "--listen-client-urls", f"http://{endpoint}",
-                "--advertise-client-urls", f"http://{endpoint}",
+                "--listen-client-urls", f"{scheme}://{endpoint}",
+                "--advertise-client-urls", f"{scheme}://{endpoint}",
                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-cluster", f"dev=http://127.0.0.1:{peer}",
                 "--log-level", "warn",
+                *etcd_tls,
             ],
             endpoint,
             self.logs / "etcd.log",
         )  # fmt: skip
         self._launch(etcd)
-        self._wait(etcd, f"http://{endpoint}/health", lambda r: r.json().get("health") == "true")
+        self._wait(
+            etcd, f"{scheme}://{endpoint}/health", lambda r: r.json().get("health") == "true", etcd_files
+        )
         node_ports = free_ports(self.nodes)
-        certificates = self._certificates()
         for i in range(1, self.nodes + 1):
             address = f"127.0.0.1:{node_ports[i - 1]}"
             node_dir = self.data / "nodes" / f"node-{i}"
@@ -168,6 +182,7 @@ class DevCluster:
                     str(files.key),
                     "--tls-ca",
                     str(files.ca),
+                    *_etcd_tls_flags(files),
                 ]
             self._launch(
                 Child(f"node-{i}", [*argv, "--id", f"node-{i}"], address, self.logs / f"node-{i}.log")
@@ -175,12 +190,15 @@ class DevCluster:
         for i in (1, 2):
             argv = self.pushgate("manager", "--etcd", endpoint, "--id", f"manager-{i}")
             argv += ["--lease-ttl", str(self.lease_ttl_s)]
+            if (files := certificates.get(f"manager-{i}")) is not None:
+                argv += _etcd_tls_flags(files)
             self._launch(Child(f"manager-{i}", argv, "", self.logs / f"manager-{i}.log"))
         port = self.port or free_port(self.host)
         url = f"http://{self.host}:{port}"
         store = f"cluster://{endpoint}"
         if (files := certificates.get("gateway")) is not None:
             paths = {"tls_cert": files.cert, "tls_key": files.key, "tls_ca": files.ca}
+            paths |= {"etcd_cert": files.cert, "etcd_key": files.key, "etcd_ca": files.ca}
             store += "?" + "&".join(f"{name}={quote(str(path), safe='/')}" for name, path in paths.items())
         argv = self.pushgate(
             "serve", "--data", str(self.data / "gateway"), "--host", self.host, "--port", str(port),
@@ -193,10 +211,17 @@ class DevCluster:
         print(f"ready: the gateway serves {url} (Ctrl-C stops the cluster)", flush=True)
 
     def _certificates(self) -> dict[str, TlsFiles]:
-        """With ``--tls``: a CA and certificates for every node and the gateway, in DIR/tls."""
+        """With ``--tls``: a CA and certificates for etcd, every node and manager and the
+        gateway, in DIR/tls."""
         if not self.tls:
             return {}
-        members = [*(f"node-{i}" for i in range(1, self.nodes + 1)), "gateway"]
+        members = [
+            "etcd",
+            *(f"node-{i}" for i in range(1, self.nodes + 1)),
+            "manager-1",
+            "manager-2",
+            "gateway",
+        ]
         made = make_cluster_certificates(self.data / "tls", members, hosts=("127.0.0.1", "localhost"))
         ca = made["gateway"].ca
         print(f"{'tls':<10} {'mutual TLS':<24} CA {ca}; certificates and keys in {ca.parent}", flush=True)
@@ -209,14 +234,19 @@ class DevCluster:
         log = f"  log {child.log_path}" if child.log_path else ""
         print(f"{child.name:<10} {where:<24} pid {child.pid}{log}", flush=True)
 
-    def _wait(self, child: Child, url: str, ok: object) -> None:
+    def _wait(self, child: Child, url: str, ok: object, tls: TlsFiles | None = None) -> None:
+        """Until ``ok(GET url)``; ``tls``: over TLS, with that client certificate."""
         assert callable(ok)
+        verify: ssl.SSLContext | bool = True
+        if tls is not None:
+            verify = ssl.create_default_context(cafile=tls.ca)
+            verify.load_cert_chain(tls.cert, tls.key)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if not child.running():
                 raise SystemExit(f"pushgate dev-cluster: {child.name} exited during start-up (see its log)")
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                if ok(httpx.get(url, timeout=1)):
+                if ok(httpx.get(url, timeout=1, verify=verify)):
                     return
             time.sleep(0.1)
         raise SystemExit(f"pushgate dev-cluster: {child.name} not ready after {START_TIMEOUT_S:g}s")
@@ -239,6 +269,11 @@ class DevCluster:
             child.stop()
         if self.etcd_dir is not None:
             shutil.rmtree(self.etcd_dir, ignore_errors=True)
+
+
+def _etcd_tls_flags(files: TlsFiles) -> list[str]:
+    """A node's or manager's flags for etcd over mutual TLS, with its own certificate."""
+    return ["--etcd-ca", str(files.ca), "--etcd-cert", str(files.cert), "--etcd-key", str(files.key)]
 
 
 def main(argv: Sequence[str]) -> int:

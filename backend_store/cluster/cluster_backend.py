@@ -24,7 +24,6 @@ What it does per request (docs/cluster.md, "The gateway on the cluster"):
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import time
@@ -43,7 +42,6 @@ from ..errors import (
     InvalidRequest,
     PushgateError,
     QueueNotFound,
-    StaleEpoch,
     Unavailable,
 )
 from ..limits import MAX_RECEIVE_PER_CALL
@@ -61,13 +59,15 @@ from ..types import (
     StorageUsage,
     TenantId,
 )
-from .client import NoAnswer, NodePool, NodeUnreachable
+from .client import NodePool
 from .coordinator import CoordinatorUnavailable
 from .etcd_coordinator import EtcdCoordinator
+from .etcd_tls import EtcdTls
 from .layout import DEFAULT_PREFIX, Layout
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
-from .ops import NotLeader, decode_received
+from .ops import decode_received
+from .partition_calls import PartitionCalls
 from .partition_host import store_attributes
 from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
 from .routing import plan_sends, prefix_receipt, split_receipt
@@ -78,10 +78,6 @@ from .tls import NodeTls, TlsFiles
 from .wire import Delivery, Events, Notify
 
 log = logging.getLogger("pushgate.cluster")
-# Between retries of a partition that answered "not now".
-_RETRY_PAUSE_S = 0.05
-# While a partition is not in the map: how often to check that its queue still exists.
-_PLACEMENT_CHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +99,22 @@ class ClusterSettings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # TLS to etcd (etcd_tls.py): the CA that signed etcd's certificate; a client certificate
+    # and key (together) for an etcd that asks for one.
+    etcd_ca: str = ""
+    etcd_cert: str = ""
+    etcd_key: str = ""
     # 1: sends to a partition wait while one is in flight and go together (send_batcher.py).
     send_batching: int = 1
 
     def tls_files(self) -> TlsFiles | None:
         return TlsFiles.from_options(
             self.tls_cert, self.tls_key, self.tls_ca, names="tls_cert, tls_key and tls_ca"
+        )
+
+    def etcd_tls(self) -> EtcdTls | None:
+        return EtcdTls.from_options(
+            self.etcd_ca, self.etcd_cert, self.etcd_key, names="etcd_ca, etcd_cert and etcd_key"
         )
 
 
@@ -127,7 +133,7 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         name, _, raw = item.partition("=")
         if name not in known or name == "root":
             raise ConfigurationError(f"unknown cluster URL option {name!r}")
-        if name.startswith("tls_"):
+        if name.startswith(("tls_", "etcd_")) and name != "etcd_timeout_s":
             values[name] = unquote(raw)  # a path
             continue
         try:
@@ -135,7 +141,9 @@ def parse_cluster_url(url: str) -> tuple[str, ClusterSettings]:
         except ValueError:
             raise ConfigurationError(f"cluster URL option {name} must be a number") from None
     settings = ClusterSettings(**values)
-    settings.tls_files()  # all three or none, said now rather than at the first dial
+    # Said now rather than at the first dial: TLS options that do not go together.
+    settings.tls_files()
+    settings.etcd_tls()
     return parts.netloc, settings
 
 
@@ -161,7 +169,9 @@ class ClusterBackend:
         self.paths = Layout(settings.root)
         self.gateway_id = f"gw-{uuid.uuid4().hex[:8]}"
         self._options = options
-        self._coordinator = EtcdCoordinator(endpoints, timeout_s=settings.etcd_timeout_s)
+        self._coordinator = EtcdCoordinator(
+            endpoints, timeout_s=settings.etcd_timeout_s, tls=settings.etcd_tls()
+        )
         self.metadata = ClusterMetadata(
             self._coordinator,
             self.paths,
@@ -170,10 +180,16 @@ class ClusterBackend:
         )
         self.view = ClusterView(self._coordinator, self.paths, reread_every_s=settings.reread_every_s)
         self.health = NodeHealth(BreakerSettings())
-        self.send_batcher = SendBatcher(self._partition_call, enabled=settings.send_batching != 0)
+        self.calls = PartitionCalls(
+            self.view,
+            self.metadata,
+            self.health,
+            deadline_s=settings.request_deadline_s,
+            node_timeout_s=settings.node_timeout_s,
+        )
+        self.send_batcher = SendBatcher(self.calls.call, enabled=settings.send_batching != 0)
         tls_files = settings.tls_files()
         self.tls = NodeTls.load(tls_files) if tls_files is not None else None
-        self._pool: NodePool | None = None
         self._listeners: list[ChangeListener] = []
         self._round_robin = itertools.count()
         self._leaders: dict[int, LeaderClaim | None] = {}
@@ -195,7 +211,7 @@ class ClusterBackend:
         except CoordinatorUnavailable as exc:
             await self.close()
             raise Unavailable(f"cannot reach etcd at {self.endpoints}: {exc.detail}") from None
-        self._pool = NodePool(
+        self.calls.pool = NodePool(
             self.gateway_id,
             on_notify=self._notified,
             on_delivery=self._delivered,
@@ -208,7 +224,7 @@ class ClusterBackend:
         self._started = True
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None  # first: a request racing close must not use it
+        pool, self.calls.pool = self.calls.pool, None  # first: a request racing close must not use it
         releases = list(self._releases)
         for task in releases:
             task.cancel()  # their messages come back after their visibility timeout
@@ -269,7 +285,7 @@ class ClusterBackend:
         check_receive(max_messages, visibility_timeout_s)
         targets: list[Target] = []
         record = self.metadata.cached_queue(tenant, queue)
-        pool = self._pool
+        pool = self.calls.pool
         if record is not None and pool is not None:
             for part in self._holders(record):
                 leader = part.leader
@@ -328,7 +344,7 @@ class ClusterBackend:
         # The node forgot this connection's demands (and anything it was pushing into it
         # comes back after its visibility timeout): wake their dispatchers now, so they
         # receive (dialling again) and register anew, rather than at their safety poll.
-        if self._pool is None:
+        if self.calls.pool is None:
             return  # closing
         for tenant, queue in self.standing.sent_to(node_id):
             self._wake(tenant, queue)
@@ -416,7 +432,7 @@ class ClusterBackend:
         # receipts stop working at once. Best effort: a partition being dropped anyway
         # answers queue_not_found (_check_still_placed), at once.
         results = await asyncio.gather(
-            *(self._partition_call(p, "delete_queue", retry_unknown=True, name=name) for p in placed),
+            *(self.calls.call(p, "delete_queue", retry_unknown=True, name=name) for p in placed),
             return_exceptions=True,
         )
         for result in results:
@@ -475,7 +491,7 @@ class ClusterBackend:
             if len(got) >= max_messages:
                 break
             try:
-                batch = await self._partition_call(
+                batch = await self.calls.call(
                     part,
                     "receive",
                     queue=queue,
@@ -533,7 +549,7 @@ class ClusterBackend:
             if part is None:  # dropped from the map since the receipts were checked
                 return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
             try:
-                result: AckResult = await self._partition_call(part, op, receipts=inner, queue=queue, **extra)
+                result: AckResult = await self.calls.call(part, op, receipts=inner, queue=queue, **extra)
             except QueueNotFound:
                 # The partition's queue went away: its receipts are dead.
                 return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
@@ -576,9 +592,7 @@ class ClusterBackend:
         part = self.view.map.partitions.get(split[0])
         if part is None:
             raise InvalidReceipt("receipt is not valid for this queue")
-        await self._partition_call(
-            part, "change_visibility", queue=queue, receipt=split[1], timeout_s=timeout_s
-        )
+        await self.calls.call(part, "change_visibility", queue=queue, receipt=split[1], timeout_s=timeout_s)
 
     async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
         record = await self._record(tenant, queue)
@@ -612,9 +626,7 @@ class ClusterBackend:
             if moved >= max_messages:
                 break
             moved += int(
-                await self._partition_call(
-                    part, "redrive", queue=queue, to=to, max_messages=max_messages - moved
-                )
+                await self.calls.call(part, "redrive", queue=queue, to=to, max_messages=max_messages - moved)
             )
         return moved
 
@@ -675,139 +687,25 @@ class ClusterBackend:
 
     def _holders(self, record: QueueRecord) -> list[PartitionInfo]:
         """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
-        those of the queues that dead-letter into it, whose stores keep their dead letters."""
+        those of the queues that dead-letter into it or did before their ``dead_letter_queue``
+        changed, whose stores keep their dead letters."""
         parts = self._parts(record)
         for source in self.metadata.cached_queues(record.tenant):
-            if source.attributes.dead_letter_queue == record.name and source.name != record.name:
+            if source.holds_dead_letters_of(record):
                 parts.extend(self.view.map.of_queue(source.tenant, source.name, source.create_revision))
         return parts
 
     async def _each_partition(
         self, record: QueueRecord, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> list[Any]:
-        calls = (
-            self._partition_call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self._parts(record)
-        )
+        calls = (self.calls.call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self._parts(record))
         return list(await asyncio.gather(*calls))
 
     async def _each_holder(
         self, record: QueueRecord, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> list[Any]:
-        calls = (
-            self._partition_call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self._holders(record)
-        )
+        calls = (self.calls.call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self._holders(record))
         return list(await asyncio.gather(*calls))
-
-    def _current(self, part: PartitionInfo) -> PartitionInfo | None:
-        """The partition as the newest map has it (its leader may have moved)."""
-        return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
-
-    async def _check_still_placed(self, part: PartitionInfo) -> None:
-        """Raise if ``part`` (not in the map: not placed yet, or dropped) will never have a
-        leader: its queue was deleted (``QueueNotFound``, as for a queue deleted before the
-        request), or deleted and created again (its partitions are new ones), or the index is
-        past a lowered partition count. Returns if the queue is the same incarnation and has
-        that index (the manager has yet to place it: wait for it)."""
-        record = await self.metadata.queue(part.tenant, part.queue)
-        if part.queue_revision is not None and record.create_revision != part.queue_revision:
-            raise QueueNotFound(f"queue {part.queue!r} was deleted")
-        if part.index >= record.attributes.partitions:
-            raise Unavailable(f"partition {part.index} of {part.queue!r} was dropped; retry")
-
-    async def _partition_call(
-        self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
-    ) -> Any:
-        """Run ``op`` on the partition's leader, following it through moves and failovers.
-
-        ``retry_unknown``: also retry after a failure that leaves the outcome unknown (the
-        request may have been applied): only for reads and deduplicated sends.
-        """
-        deadline = time.monotonic() + self.settings.request_deadline_s
-        last: PushgateError = Unavailable(f"no leader for partition {part.index} of {part.queue!r}")
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise last
-            pool = self._pool
-            if pool is None:  # not started, or closed while this request waited
-                raise Unavailable("the cluster backend is not running")
-            current = self._current(part)
-            if current is None or current.leader is None:
-                condition = _has_leader_or_gone
-                if current is None:
-                    # Not placed yet, or placed once and gone from the map now (the manager
-                    # dropped it, mostly because its queue was deleted): raise at once if it
-                    # will not come, rather than wait out the deadline for a leader.
-                    await self._check_still_placed(part)
-                    condition = _has_leader
-                # In slices: a queue deleted while we wait is seen within one.
-                await self.view.wait_for(
-                    functools.partial(condition, part=part), min(remaining, _PLACEMENT_CHECK_S)
-                )
-                continue
-            leader = current.leader
-            assert leader is not None
-            breaker = self.health.breaker(leader.node)
-            try:
-                breaker.before_request(leader.node)
-            except Unavailable as exc:
-                last = exc
-                # Wait for the map to move the leader away from the failing node.
-                await self.view.wait_for(
-                    functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
-                )
-                continue
-            client = pool.client(leader.node, leader.address)
-            try:
-                result = await client.call_with(
-                    op,
-                    current.id,
-                    leader.epoch,
-                    {"tenant": part.tenant, **kwargs},
-                    timeout_s=min(remaining, self.settings.node_timeout_s),
-                )
-            except (NotLeader, StaleEpoch):
-                breaker.succeeded()  # the node answered; only our map was stale
-                last = Unavailable(f"partition {current.id} is changing leader; retry")
-                await self.view.refresh()
-                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.5))
-                continue
-            except QueueNotFound:
-                breaker.succeeded()
-                # A new leader may not have created the queue in its store yet. The queue
-                # asked about, which on a partition feeding a dead-letter queue is that
-                # queue, not the partition's own: raises if it is really gone.
-                asked = kwargs.get("name", kwargs.get("queue", part.queue))
-                await self.metadata.queue(part.tenant, QueueName(str(asked)))
-                last = Unavailable(f"partition {current.id} is not ready yet; retry")
-                await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
-                continue
-            except NodeUnreachable as exc:
-                breaker.failed()  # not sent: safe to retry whatever it was
-                last = exc
-                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
-                continue
-            except NoAnswer as exc:
-                breaker.failed()
-                if not retry_unknown:
-                    raise
-                last = exc
-                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
-                continue
-            except Unavailable as exc:
-                # The node answered "not now" (not ready yet, no replication majority in
-                # time): it is alive, and the request may or may not have been applied.
-                breaker.succeeded()
-                if not retry_unknown:
-                    raise
-                last = exc
-                await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
-                continue
-            except PushgateError:
-                breaker.succeeded()
-                raise
-            breaker.succeeded()
-            return result
 
 
 def _unencodable(message: NewMessage) -> InvalidRequest | None:
@@ -821,24 +719,6 @@ def _unencodable(message: NewMessage) -> InvalidRequest | None:
     except UnicodeEncodeError:
         return InvalidRequest("group_id, dedupe_id and attributes must be valid Unicode text")
     return None
-
-
-def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
-    return found is not None and found.leader is not None
-
-
-def _has_leader_or_gone(current: PartitionMap, part: PartitionInfo) -> bool:
-    """The partition has a leader, or (placed once) it left the map: either ends a wait."""
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
-    if found is None:
-        return part.id >= 0
-    return found.leader is not None
-
-
-def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
-    return found is None or (found.leader is not None and found.leader != part.leader)
 
 
 def open_cluster_backend(url: str, options: StoreOptions) -> ClusterBackend:

@@ -22,6 +22,7 @@ from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
 from .clock_file import ENV_VAR as CLOCK_FILE_ENV
 from .clock_file import ClockFile
+from .etcd_tls import EtcdTls
 from .tls import NodeTls, TlsFiles
 
 
@@ -113,8 +114,10 @@ def node_main(argv: Sequence[str]) -> int:
     tls.add_argument("--tls-ca", type=Path, metavar="PEM", help="the cluster's CA certificate(s)")
     parser.add_argument("--prefix", default="/pushgate/", help="etcd key prefix (default /pushgate/)")
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
+    _add_etcd_tls(parser)
     args = parser.parse_args(argv)
     try:
+        etcd_tls = _etcd_tls(args)
         keyring = (
             Keyring.from_file(args.encryption_key_file) if args.encryption_key_file else Keyring.from_env()
         )
@@ -146,6 +149,7 @@ def node_main(argv: Sequence[str]) -> int:
             keyring=keyring,
             tls=node_tls,
             clock=clock,
+            etcd_tls=etcd_tls,
         ),
         args.log_level,
     )
@@ -171,13 +175,22 @@ def manager_main(argv: Sequence[str]) -> int:
         "--drain", metavar="NODE", help="ask the managers to move every replica off NODE, and exit"
     )
     once.add_argument("--undrain", metavar="NODE", help="withdraw a drain request, and exit")
+    _add_etcd_tls(parser)
     args = parser.parse_args(argv)
+    try:
+        etcd_tls = _etcd_tls(args)
+    except ConfigurationError as exc:
+        print(f"pushgate manager: {exc.detail}", file=sys.stderr)
+        return 2
 
     from .manager import run_manager, set_drain
 
     if args.drain or args.undrain:
         node = args.drain or args.undrain
-        return _run(lambda: set_drain(args.etcd, node, drain=bool(args.drain), prefix=args.prefix), "warning")
+        return _run(
+            lambda: set_drain(args.etcd, node, drain=bool(args.drain), prefix=args.prefix, etcd_tls=etcd_tls),
+            "warning",
+        )
 
     return _run(
         lambda: run_manager(
@@ -186,6 +199,27 @@ def manager_main(argv: Sequence[str]) -> int:
             ttl_s=args.lease_ttl,
             prefix=args.prefix,
             rebalance=not args.no_rebalance,
+            etcd_tls=etcd_tls,
         ),
         args.log_level,
     )
+
+
+def _add_etcd_tls(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "TLS to etcd (docs/cluster.md)",
+        "with --etcd-ca, etcd is dialled over TLS and its certificate checked against the CA;"
+        " --etcd-cert and --etcd-key (together) answer an etcd that asks for a client certificate",
+    )
+    group.add_argument("--etcd-ca", type=Path, metavar="PEM", help="the CA that signed etcd's certificate")
+    group.add_argument("--etcd-cert", type=Path, metavar="PEM", help="this process's certificate for etcd")
+    group.add_argument("--etcd-key", type=Path, metavar="PEM", help="that certificate's private key")
+
+
+def _etcd_tls(args: argparse.Namespace) -> EtcdTls | None:
+    tls = EtcdTls.from_options(
+        args.etcd_ca, args.etcd_cert, args.etcd_key, names="--etcd-ca, --etcd-cert and --etcd-key"
+    )
+    if tls is not None:
+        tls.credentials()  # a missing file is said now, not at the first call
+    return tls

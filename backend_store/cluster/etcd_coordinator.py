@@ -22,6 +22,7 @@ import aetcd.exceptions
 from ..errors import ConfigurationError, InvalidRequest
 from ..types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
+from .etcd_tls import EtcdTls, TlsClient
 
 log = logging.getLogger("pushgate.cluster")
 T = TypeVar("T")
@@ -123,26 +124,38 @@ class EtcdSession:
 class EtcdCoordinator:
     """The cluster's view of etcd. Build with endpoints, then ``await connect()``."""
 
-    def __init__(self, endpoints: str | Sequence[str], *, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, endpoints: str | Sequence[str], *, timeout_s: float = 2.0, tls: EtcdTls | None = None
+    ) -> None:
+        """``tls``: dial etcd over TLS (plaintext without)."""
         self.endpoints = parse_endpoints(endpoints)
         self.timeout_s = timeout_s
+        self.tls = tls
         self._client: Any = None
 
     async def connect(self) -> EtcdCoordinator:
         host, port = await asyncio.to_thread(_grpc_target, self.endpoints)
-        self._client = aetcd.Client(
-            host=host,
-            port=port,
-            timeout=self.timeout_s,
-            options={
-                "grpc.lb_policy_name": "round_robin",
-                # A member back from a restart is used again within a second, not after
-                # gRPC's default back-off (up to two minutes).
-                "grpc.initial_reconnect_backoff_ms": 100,
-                "grpc.min_reconnect_backoff_ms": 100,
-                "grpc.max_reconnect_backoff_ms": 1000,
-            },
-        )
+        options: dict[str, Any] = {
+            "grpc.lb_policy_name": "round_robin",
+            # A member back from a restart is used again within a second, not after
+            # gRPC's default back-off (up to two minutes).
+            "grpc.initial_reconnect_backoff_ms": 100,
+            "grpc.min_reconnect_backoff_ms": 100,
+            "grpc.max_reconnect_backoff_ms": 1000,
+        }
+        if self.tls is None:
+            self._client = aetcd.Client(host=host, port=port, timeout=self.timeout_s, options=options)
+        else:
+            # Several members are one ``ipv4:`` target: check every member's certificate
+            # against the name the operator wrote first (each member's should carry it).
+            options["grpc.ssl_target_name_override"] = self.endpoints[0][0]
+            self._client = TlsClient(
+                host=host,
+                port=port,
+                timeout=self.timeout_s,
+                options=options,
+                credentials=self.tls.credentials(),
+            )
         await self._call(lambda c: c.connect())
         return self
 

@@ -40,6 +40,7 @@ from typing import Any
 from ..errors import PushgateError
 from ..types import Epoch
 from .coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
+from .etcd_tls import EtcdTls
 from .layout import (
     Layout,
     NodeRecord,
@@ -407,12 +408,14 @@ class Manager:
                 self.view.partitions.pop(pid, None)
 
 
-async def set_drain(etcd: str, node_id: str, *, drain: bool, prefix: str | None = None) -> None:
+async def set_drain(
+    etcd: str, node_id: str, *, drain: bool, prefix: str | None = None, etcd_tls: EtcdTls | None = None
+) -> None:
     """Ask the managers to move every replica off ``node_id`` (or stop asking)."""
     from .etcd_coordinator import EtcdCoordinator
 
     layout = Layout(prefix) if prefix else Layout()
-    async with EtcdCoordinator(etcd) as coordinator:
+    async with EtcdCoordinator(etcd, tls=etcd_tls) as coordinator:
         if drain:
             await coordinator.put(layout.drain + node_id, b"")
         else:
@@ -429,11 +432,12 @@ async def run_manager(
     ttl_s: float = 2.0,
     prefix: str | None = None,
     rebalance: bool = True,
+    etcd_tls: EtcdTls | None = None,
 ) -> None:
     """``pushgate manager``: run until cancelled."""
     from .etcd_coordinator import EtcdCoordinator
 
-    coordinator = await EtcdCoordinator(etcd).connect()
+    coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
     manager = Manager(
         coordinator,
         manager_id=manager_id,

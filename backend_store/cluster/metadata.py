@@ -5,7 +5,11 @@ Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msg
 - ``meta/{namespace}/{key}``: raw bytes (tenants, API keys, JWT keys, limits, alert rules);
 - ``queues/{tenant}/{queue}``: the queue's attributes and ``created_at`` (float); the
   manager watches this prefix and gives each queue its partitions, each partition's leader
-  applies the attributes to its store.
+  applies the attributes to its store. ``former_dead_letter_queues`` (``[[name,
+  create_revision], ...]``, only when not empty): dead-letter queues the queue moved
+  messages to before its ``dead_letter_queue`` changed. Its partitions keep those messages
+  (a dead-letter queue's messages live in the partitions of the queues feeding it), so the
+  old dead-letter queue still reads them there.
 
 Queue writes go to etcd and, when they succeed, into the local copy at once, so this
 gateway's router sees its own changes; other gateways' writes arrive through the watch (``on_meta_change``
@@ -17,6 +21,7 @@ caches on the listeners' word. The router reads queue attributes from the watche
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ from .watched_prefix import WatchedPrefix
 
 # Read-modify-write of a queue record is retried this often when another writer got in first.
 _CAS_ATTEMPTS = 20
+FORMER_DLQS = "former_dead_letter_queues"
 
 MetaListener = Callable[[str, str], None]
 QueueListener = Callable[[TenantId, QueueName], None]
@@ -49,11 +55,17 @@ class QueueRecord:
     mod_revision: int = 0
     # Tells a queue from one deleted and re-created under its name (partitions name it).
     create_revision: int = 0
+    # (name, create_revision) of each dead-letter queue this one fed before its
+    # ``dead_letter_queue`` changed: their messages moved so far stay in our partitions.
+    former_dead_letter_queues: tuple[tuple[QueueName, int], ...] = ()
 
     def to_bytes(self) -> bytes:
         # Flat: nodes and the manager read the attributes straight from the map (they
         # ignore ``created_at``, which is not an attribute).
-        packed: bytes = msgpack.packb({**self.attributes.to_dict(), "created_at": self.created_at})
+        doc: dict[str, Any] = {**self.attributes.to_dict(), "created_at": self.created_at}
+        if self.former_dead_letter_queues:
+            doc[FORMER_DLQS] = [list(pair) for pair in self.former_dead_letter_queues]
+        packed: bytes = msgpack.packb(doc)
         return packed
 
     @classmethod
@@ -66,7 +78,22 @@ class QueueRecord:
             float(doc.get("created_at") or 0.0),
             entry.mod_revision,
             entry.create_revision,
+            former_dead_letter_queues(doc),
         )
+
+    def holds_dead_letters_of(self, dlq: QueueRecord) -> bool:
+        """Whether this queue's partitions keep messages of dead-letter queue ``dlq``."""
+        if dlq.name == self.name:
+            return False
+        if self.attributes.dead_letter_queue == dlq.name:
+            return True
+        return (dlq.name, dlq.create_revision) in self.former_dead_letter_queues
+
+
+def former_dead_letter_queues(doc: Mapping[str, Any]) -> tuple[tuple[QueueName, int], ...]:
+    """The ``former_dead_letter_queues`` of a queue record's document (nodes read it too)."""
+    raw = doc.get(FORMER_DLQS) or ()
+    return tuple((QueueName(str(name)), int(revision)) for name, revision in raw)
 
 
 class ClusterMetadata:
@@ -203,7 +230,8 @@ class ClusterMetadata:
             current = await self.queue(tenant, name)
             attrs = apply_patch(current.attributes, changes)
             await self._check_dead_letter_queue(tenant, name, attrs)
-            record = QueueRecord(tenant, name, attrs, current.created_at)
+            former = await self._former_dead_letter_queues(current, attrs)
+            record = QueueRecord(tenant, name, attrs, current.created_at, former_dead_letter_queues=former)
             key = self.paths.queue(tenant, name)
             if await self.coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
                 await self._settle(self.queues)
@@ -214,6 +242,27 @@ class ClusterMetadata:
         if not await self.coordinator.delete(self.paths.queue(tenant, name)):
             raise QueueNotFound(f"queue {name!r} does not exist")
         await self._settle(self.queues)
+
+    async def _former_dead_letter_queues(
+        self, current: QueueRecord, attrs: QueueAttributes
+    ) -> tuple[tuple[QueueName, int], ...]:
+        """The record's former dead-letter queues after ``attrs`` replace its attributes: the
+        one it leaves is added, the one it (re)joins dropped, and those deleted since (or
+        deleted and made again: another queue) forgotten."""
+        old, new = current.attributes.dead_letter_queue, attrs.dead_letter_queue
+        pairs = list(current.former_dead_letter_queues)
+        if old is not None and old != new:
+            with contextlib.suppress(QueueNotFound):
+                left = await self.queue(current.tenant, QueueName(old))
+                pairs.append((left.name, left.create_revision))
+        kept: list[tuple[QueueName, int]] = []
+        for pair in pairs:
+            if pair[0] == new or pair in kept:
+                continue
+            entry = await self.coordinator.get(self.paths.queue(current.tenant, pair[0]))
+            if entry is not None and entry.create_revision == pair[1]:
+                kept.append(pair)
+        return tuple(kept)
 
     async def _check_dead_letter_queue(
         self, tenant: TenantId, name: QueueName, attrs: QueueAttributes

@@ -44,6 +44,7 @@ from . import ops
 from .clock_file import ClockFile
 from .connection import Closed, Connection, ConnectionClosedError, Event
 from .coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
+from .etcd_tls import EtcdTls
 from .layout import (
     Layout,
     LeaderRecord,
@@ -295,6 +296,7 @@ class Node:
             await asyncio.to_thread(self._sweep_orphans, set(mine))
         for pid in [p for p in self.hosts if p not in mine]:
             host = self.hosts.pop(pid)
+            self.events.forget_partition(pid)
             log.info("node %s: partition %d left this node; deleting its replica", self.node_id, pid)
             await self._resign(host)
             await host.destroy()
@@ -492,6 +494,10 @@ class Node:
                         self.events.sent(
                             stream, event.partition, event.args.get("tenant"), event.args.get("queue")
                         )
+                    elif event.op == "delete_queue":
+                        self.events.forget_queue(
+                            event.partition, event.args.get("tenant"), event.args.get("name")
+                        )
                     task = asyncio.create_task(self._answer(stream, event))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -571,13 +577,14 @@ async def run_node(
     keyring: Keyring | None = None,
     tls: NodeTls | None = None,
     clock: ClockFile | None = None,
+    etcd_tls: EtcdTls | None = None,
 ) -> None:
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM). ``clock``: tests only."""
     from .client import split_address
     from .etcd_coordinator import EtcdCoordinator
 
     host, port = split_address(listen)
-    coordinator = await EtcdCoordinator(etcd).connect()
+    coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
     node = Node(
         node_id,
         data_dir,

@@ -17,7 +17,8 @@ level).
 Events go out only from leader stores (followers make no events: they apply the leader's
 entries) and only once that store has served a send or receive here (the listener is
 attached then).
-Counting stays at most once: an event is sent to one connection or to none.
+Counting stays at most once: an event is sent to one connection or to none. What a node
+remembers goes with the connection, the queue (deleted) or the partition (gone from the node).
 """
 
 from __future__ import annotations
@@ -73,9 +74,27 @@ class NodeEvents:
             store.add_event_listener(lambda events: self._committed(partition, events))
 
     def forget(self, stream: NodeStream) -> None:
+        """A gateway connection closed."""
         for streams in (self._receivers, self._senders):
             for key in [k for k, s in streams.items() if s is stream]:
                 del streams[key]
+
+    def forget_queue(self, partition: int, tenant: object, queue: object) -> None:
+        """A queue was deleted on ``partition`` (a new one of that name starts with nobody)."""
+        if isinstance(tenant, str) and isinstance(queue, str):
+            for streams in (self._receivers, self._senders):
+                streams.pop((partition, tenant, queue), None)
+
+    def forget_partition(self, partition: int) -> None:
+        """``partition`` left this node."""
+        for streams in (self._receivers, self._senders):
+            for key in [k for k in streams if k[0] == partition]:
+                del streams[key]
+
+    def reporter(self, partition: int, tenant: str, queue: str) -> NodeStream | None:
+        """The gateway connection that reports this queue's events on ``partition``, if any."""
+        key = (partition, tenant, queue)
+        return self._receivers.get(key) or self._senders.get(key)
 
     def _committed(self, partition: int, events: Sequence[MessageEvent]) -> None:
         host = self._hosts.get(partition)
@@ -83,8 +102,7 @@ class NodeEvents:
             return
         by_stream: dict[NodeStream, list[tuple[str, str, str, int]]] = {}
         for event in events:
-            key = (partition, event.tenant, event.queue)
-            stream = self._receivers.get(key) or self._senders.get(key)
+            stream = self.reporter(partition, event.tenant, event.queue)
             if stream is None:
                 log.debug(
                     "partition %d: %s event of %s has nobody to report to", partition, event.kind, event.queue

@@ -33,6 +33,7 @@ from ..types import Epoch, Lsn, QueueName, TenantId
 from . import ops
 from .client import split_address
 from .layout import PartitionRecord, ReplicaPosition
+from .metadata import former_dead_letter_queues
 from .quorum import QuorumCheck, Resignation, vouched_position
 from .replication import ReplicationFollower, ReplicationLeader, ReplicationMode
 from .reseed import LmdbReseeder
@@ -226,6 +227,15 @@ class PartitionHost:
             # The dead-letter queue was deleted: so is our copy, so poison messages stay in
             # the queue (as on the embedded store) rather than move where nobody reads.
             del self._applied_attributes[(tenant, dlq)]
+        for former, _ in former_dead_letter_queues(attributes):
+            # One this queue fed before: our copy keeps what moved there, until that queue
+            # is deleted (the deleting gateway drops it too; this catches a call it missed).
+            if (
+                (tenant, former) not in queues
+                and (tenant, former) in self._applied_attributes
+                and await self._drop_queue(TenantId(tenant), former)
+            ):
+                del self._applied_attributes[(tenant, former)]
         for queue, attrs in wanted:
             plain = store_attributes(attrs)
             if self._applied_attributes.get((tenant, queue)) == plain:
@@ -256,6 +266,20 @@ class PartitionHost:
             return False
         await self._replicate_local_change()
         return True
+
+    async def _check_dead_letter_copy(self, store: LmdbBackend, args: Mapping[str, Any]) -> None:
+        """A gateway's update that names a dead-letter queue this store has no copy of yet:
+        the copy comes with etcd's record (``apply_queue_attributes``), which may not have
+        reached us. Answered as not_leader (nothing applied), so the gateway retries."""
+        changes = args.get("changes")
+        dlq = changes.get("dead_letter_queue") if isinstance(changes, Mapping) else None
+        if isinstance(dlq, str) and isinstance(args.get("tenant"), str):
+            try:
+                await store.get_queue(TenantId(args["tenant"]), QueueName(dlq))
+            except QueueNotFound:
+                raise ops.NotLeader(
+                    f"partition {self.partition} is not ready yet: no copy of {dlq!r}"
+                ) from None
 
     async def _replicate_local_change(self) -> None:
         """Ship what a change made here wrote (a failed majority only delays followers)."""
@@ -376,6 +400,8 @@ class PartitionHost:
             # as not_leader: nothing was applied, so the gateway may retry any request.
             raise ops.NotLeader(f"partition {self.partition} is not ready yet")
         store = self.store
+        if op == "update_queue":
+            await self._check_dead_letter_copy(store, args)
         if not ops.OPS[op].writes:
             return await ops.call(store, op, args)
         self._writes_in_flight += 1

@@ -19,8 +19,8 @@ Semantics (docs/cluster.md, "Batched sends"):
   refused as malformed (``InvalidRequest``: an entry it cannot decode) or one the gateway
   could not encode is sent again caller by caller, so one caller's bad entry fails only that
   caller, as it did alone.
-- **Retries.** ``_partition_call`` retries a request whose outcome is unknown only when every
-  message in it is safe to repeat (a dedupe id, or a ``content_dedupe`` queue). Safe and
+- **Retries.** ``PartitionCalls.call`` (partition_calls.py) retries a request whose outcome
+  is unknown only when every message in it is safe to repeat (a dedupe id, or a ``content_dedupe`` queue). Safe and
   unsafe sends are batched in separate lanes, so merging never changes whether a send is
   retried.
 - **Order.** A caller's entries stay contiguous and callers go in arrival order, so a FIFO
@@ -36,15 +36,16 @@ Semantics (docs/cluster.md, "Batched sends"):
   is cancelled after its own request was written). The first caller's request runs in that
   caller's task, as before batching: cancelling it cancels that request only (the others
   wait in the lane, not in it), and the lane moves on.
-- **Deadline.** A waiting caller's request starts when the one in flight returns, with the
-  full ``request_deadline_s``: a send can take up to one in-flight request longer than
-  alone (that request is itself bounded by the deadline).
+- **Deadline.** A request's ``request_deadline_s`` counts from when its earliest caller
+  called, not from when the request starts: waiting behind the one in flight spends the
+  same budget a caller has alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,10 +77,17 @@ _ENTRY_OVERHEAD = 16
 
 
 class PartitionCall(Protocol):
-    """``ClusterBackend._partition_call``: one operation on a partition's leader."""
+    """``PartitionCalls.call``: one operation on a partition's leader; ``since``: the
+    monotonic time its deadline counts from (None: now)."""
 
     async def __call__(
-        self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
+        self,
+        part: PartitionInfo,
+        op: str,
+        *,
+        retry_unknown: bool = False,
+        since: float | None = None,
+        **kwargs: Any,
     ) -> Any: ...
 
 
@@ -88,6 +96,7 @@ class _Waiter:
     messages: Sequence[NewMessage]
     size: int
     future: asyncio.Future[Results]
+    since: float  # when its caller called (time.monotonic): its deadline counts from here
 
 
 @dataclass(eq=False, slots=True)
@@ -164,7 +173,7 @@ class SendBatcher:
             counters.bypassed += 1
             return await self._request(part, queue, messages, safe)
         future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
-        lane.waiting.append(_Waiter(messages, _size(messages), future))
+        lane.waiting.append(_Waiter(messages, _size(messages), future, time.monotonic()))
         # Cancelling the caller cancels the future: a waiter not taken yet is skipped, one
         # in flight has its results dropped.
         return await future
@@ -172,11 +181,18 @@ class SendBatcher:
     # Internals ----------------------------------------------------------------------
 
     async def _request(
-        self, part: PartitionInfo, queue: QueueName, messages: Sequence[NewMessage], safe: bool
+        self,
+        part: PartitionInfo,
+        queue: QueueName,
+        messages: Sequence[NewMessage],
+        safe: bool,
+        since: float | None = None,
     ) -> Results:
         self.counters.requests += 1
         self.counters.messages += len(messages)
-        results: Results = await self._call(part, "send", retry_unknown=safe, queue=queue, messages=messages)
+        results: Results = await self._call(
+            part, "send", retry_unknown=safe, since=since, queue=queue, messages=messages
+        )
         return results
 
     def _next(self, key: _LaneKey, lane: _Lane) -> None:
@@ -225,7 +241,7 @@ class SendBatcher:
         if len(batch) > 1:
             self.counters.merged += 1
         try:
-            results = await self._request(lane.part, lane.queue, messages, lane.safe)
+            results = await self._request(lane.part, lane.queue, messages, lane.safe, batch[0].since)
         except (InvalidRequest, TypeError, ValueError) as exc:
             if len(batch) == 1:
                 _fail(batch[0], exc)
@@ -237,7 +253,7 @@ class SendBatcher:
                 if waiter.future.done():
                     continue
                 try:
-                    own = await self._request(lane.part, lane.queue, waiter.messages, lane.safe)
+                    own = await self._request(lane.part, lane.queue, waiter.messages, lane.safe, waiter.since)
                 except Exception as alone:
                     _fail(waiter, alone)
                 else:

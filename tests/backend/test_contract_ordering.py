@@ -133,6 +133,50 @@ async def test_deleting_a_dead_letter_queue_in_use_is_refused_or_detaches(
     assert [m.body for m in got] == [b"poison"]
 
 
+async def test_dead_letters_stay_readable_where_they_went_when_the_source_changes_its_dlq(
+    store: Backend, clock: ManualClock
+) -> None:
+    # SQS: a message moved to a dead-letter queue is that queue's; pointing the source at
+    # another queue later (or at none) does not take it away from there.
+    for name in ("old-dlq", "new-dlq"):
+        await store.create_queue(T1, q(name), {})
+    poison = {"visibility_timeout_s": 1, "max_receives": 1}
+    await store.create_queue(T1, q("orders"), {**poison, "dead_letter_queue": "old-dlq"})
+
+    async def dead_letter(body: str) -> None:
+        await send_one(store, T1, "orders", body)
+        assert len(await store.receive(T1, q("orders"), 1)) == 1
+        clock.advance(2)
+        assert await store.receive(T1, q("orders"), 1) == []  # moved, not delivered
+
+    await dead_letter("first")
+    await store.update_queue(T1, q("orders"), {"dead_letter_queue": "new-dlq"})
+    await dead_letter("second")
+    assert (await store.get_queue(T1, q("old-dlq"))).stats.visible == 1
+    [old] = await store.receive(T1, q("old-dlq"), 10, visibility_timeout_s=60)
+    [new] = await store.receive(T1, q("new-dlq"), 10)
+    assert (old.body, new.body) == (b"first", b"second")
+
+    # Without a dead-letter queue at all: still there, and still settles where it is.
+    await store.update_queue(T1, q("orders"), {"dead_letter_queue": None, "max_receives": None})
+    await store.nack(T1, [old.receipt])
+    [again] = await store.receive(T1, q("old-dlq"), 10)
+    assert again.body == b"first" and again.receive_count == 2
+    await store.ack(T1, [again.receipt])
+    assert (await store.get_queue(T1, q("old-dlq"))).stats.visible == 0
+
+    # Deleted and made again under the same name: a new, empty queue that answers at once.
+    await store.nack(T1, [new.receipt])
+    await store.update_queue(T1, q("orders"), {**poison, "dead_letter_queue": "old-dlq"})
+    await dead_letter("third")
+    await store.update_queue(T1, q("orders"), {"dead_letter_queue": "new-dlq"})
+    await store.delete_queue(T1, q("old-dlq"))
+    await store.create_queue(T1, q("old-dlq"), {})
+    assert await store.receive(T1, q("old-dlq"), 10) == []
+    assert (await store.get_queue(T1, q("old-dlq"))).stats.visible == 0
+    assert [m.body for m in await store.receive(T1, q("new-dlq"), 10)] == [b"second"]
+
+
 # ---------------------------------------------------------------------------
 # FIFO
 # ---------------------------------------------------------------------------

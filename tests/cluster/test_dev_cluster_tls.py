@@ -1,5 +1,6 @@
 """``pushgate dev-cluster --tls`` as a user runs it: certificates made in ``DIR/tls`` and
-printed, a gateway serving through mutual TLS to its node, a node refusing plaintext, and
+printed, a gateway serving through mutual TLS to its node and to etcd, a node and etcd
+refusing plaintext, and
 ``pushgate admin --store`` with the printed store URL reaching the node.
 
 One node (the leader links' TLS is tests/cluster/test_tls.py's): etcd, a node, two
@@ -9,6 +10,7 @@ managers and a gateway, stopped with SIGINT as Ctrl-C would.
 from __future__ import annotations
 
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from backend_store.cluster.client import split_address
 from backend_store.cluster.connection import Connection
@@ -35,7 +38,7 @@ def _plaintext_answer(address: str) -> list[object]:
         return [e for e in peer.events_received() if isinstance(e, Hello)]
 
 
-def test_dev_cluster_with_tls_runs_the_node_protocol_over_mutual_tls(tmp_path: Path) -> None:
+def test_dev_cluster_with_tls_runs_the_node_protocol_and_etcd_over_mutual_tls(tmp_path: Path) -> None:
     data = tmp_path / "data"
     cluster = start_dev_cluster(data, nodes=1, extra=["--tls"])
     try:
@@ -61,6 +64,15 @@ def test_dev_cluster_with_tls_runs_the_node_protocol_over_mutual_tls(tmp_path: P
         while "refused a TLS connection from 127.0.0.1:" not in node_log.read_text(errors="replace"):
             assert time.monotonic() < deadline, node_log.read_text(errors="replace")[-2000:]
             time.sleep(0.05)
+
+        # etcd is TLS only too, and wants a certificate of the cluster's CA: plain HTTP to its
+        # port is refused, and so is TLS without a client certificate.
+        etcd = cluster.addresses["etcd"]
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://{etcd}/health", timeout=scaled(10))
+        anonymous = ssl.create_default_context(cafile=tls / "ca.pem")
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"https://{etcd}/health", verify=anonymous, timeout=scaled(10))
 
         # The admin CLI with the printed URL reaches the node too (a delete goes to the leader).
         admin = [sys.executable, "-m", "gateway.cli", "admin", "--data", str(data / "gateway")]

@@ -150,3 +150,32 @@ async def test_another_gateways_changes_arrive_through_the_watch(
         await elsewhere.delete_queue(T, QueueName("jobs"))
         assert await asyncio.wait_for(seen_queues.get(), scaled(5)) == (T, "jobs")
         assert metadata.cached_queue(T, QueueName("jobs")) is None
+
+
+async def test_a_queue_remembers_the_dead_letter_queues_it_fed_while_they_last(
+    metadata: ClusterMetadata,
+) -> None:
+    """A queue that changes its dead-letter queue keeps the old one's dead letters in its
+    partitions: its record names that queue (and which incarnation) until it is deleted."""
+    for name in ("old", "new"):
+        await metadata.create_queue(T, QueueName(name), {})
+    await metadata.create_queue(T, QueueName("src"), {"max_receives": 1, "dead_letter_queue": "old"})
+    old = await metadata.queue(T, QueueName("old"))
+    src = await metadata.update_queue(T, QueueName("src"), {"dead_letter_queue": "new"})
+    assert src.former_dead_letter_queues == ((QueueName("old"), old.create_revision),)
+    assert src.holds_dead_letters_of(old) and src.holds_dead_letters_of(
+        await metadata.queue(T, QueueName("new"))
+    )
+    # Back to the old one: it is current again, not former.
+    src = await metadata.update_queue(T, QueueName("src"), {"dead_letter_queue": "old"})
+    assert src.former_dead_letter_queues == (
+        (QueueName("new"), (await metadata.queue(T, QueueName("new"))).create_revision),
+    )
+    src = await metadata.update_queue(T, QueueName("src"), {"dead_letter_queue": None, "max_receives": None})
+    assert {name for name, _ in src.former_dead_letter_queues} == {"old", "new"}
+    # Deleted and made again under the name: another queue, which holds nothing here.
+    await metadata.delete_queue(T, QueueName("old"))
+    again, _ = await metadata.create_queue(T, QueueName("old"), {})
+    assert not src.holds_dead_letters_of(again)
+    src = await metadata.update_queue(T, QueueName("src"), {"visibility_timeout_s": 5})
+    assert [name for name, _ in src.former_dead_letter_queues] == ["new"]  # the gone one forgotten

@@ -12,6 +12,7 @@ from backend_store.backend import MessageEvent, MessageEvents
 from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.layout import Layout
 from backend_store.cluster.node import Node
+from backend_store.errors import QueueNotFound
 from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, TenantId
 from tests.conftest import scaled
@@ -66,3 +67,69 @@ async def test_a_dead_letter_move_is_reported_by_the_gateway_whose_receive_found
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_deleted_queue_leaves_no_record_of_who_reports_its_events(
+    inprocess_nodes: tuple[Layout, list[Node]], etcd_endpoints: list[str]
+) -> None:
+    """Each node remembers, per queue and partition, the gateway connection that reports its
+    events; a gateway that lives long and deletes many queues must not leave one behind per
+    queue (they stayed until the connection closed)."""
+    layout, nodes = inprocess_nodes
+    url = f"cluster://{','.join(etcd_endpoints)}{layout.prefix}"
+    gateway = open_cluster_backend(url, StoreOptions())
+    await gateway.start()
+    gone = QueueName("gone")
+
+    def reporters() -> int:
+        return sum(node.events.reporter(pid, T, gone) is not None for node in nodes for pid in node.hosts)
+
+    try:
+        await gateway.create_queue(T, gone, {"replication_factor": 2, "partitions": 2})
+        await gateway.send(T, gone, [NewMessage(b"a"), NewMessage(b"b")])
+        await gateway.receive(T, gone, 10)
+        assert reporters() >= 1
+        await gateway.delete_queue(T, gone)
+        assert reporters() == 0
+    finally:
+        await gateway.close()
+
+
+async def test_a_node_drops_its_copy_of_a_former_dead_letter_queue_once_that_queue_is_deleted(
+    inprocess_nodes: tuple[Layout, list[Node]], etcd_endpoints: list[str]
+) -> None:
+    """A queue that changed its dead-letter queue keeps the old one's dead letters in its
+    partitions (still read through the old queue). When the old queue goes, the deleting
+    gateway deletes those copies; if that call is lost (here: the record is deleted in etcd
+    alone), the partition's leader drops its copy when it sees the record gone."""
+    layout, nodes = inprocess_nodes
+    url = f"cluster://{','.join(etcd_endpoints)}{layout.prefix}"
+    gateway = open_cluster_backend(url, StoreOptions())
+    await gateway.start()
+    old, new, src = QueueName("old-dlq"), QueueName("new-dlq"), QueueName("feeds")
+    try:
+        for name in (old, new):
+            await gateway.create_queue(T, name, {"replication_factor": 2})
+        await gateway.create_queue(
+            T, src, {"replication_factor": 2, "max_receives": 1, "dead_letter_queue": old}
+        )
+        await gateway.send(T, src, [NewMessage(b"poison")])
+        assert len(await gateway.receive(T, src, 1, visibility_timeout_s=0)) == 1
+        assert await gateway.receive(T, src, 1) == []  # moved to old-dlq's copy in src's partition
+        await gateway.update_queue(T, src, {"dead_letter_queue": new})
+        assert [m.body for m in await gateway.receive(T, old, 10, visibility_timeout_s=60)] == [b"poison"]
+        record = await gateway.metadata.queue(T, src)
+        [part] = gateway.view.map.of_queue(T, src, record.create_revision)
+        [leader] = [node for node in nodes if part.leader is not None and node.node_id == part.leader.node]
+        store = leader.hosts[part.id].store
+        await store.get_queue(T, old)  # the copy is there
+        await gateway.metadata.delete_queue(T, old)
+        async with asyncio.timeout(scaled(10)):
+            while True:
+                try:
+                    await store.get_queue(T, old)
+                except QueueNotFound:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await gateway.close()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -473,6 +474,108 @@ async def test_a_rejoining_deposed_leader_is_stepped_back_without_a_snapshot(
         await rejoined.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(link, scaled(5))
+        await new_store.close()
+
+
+class CommitHeldAfterOffer(LmdbBackend):
+    """A store whose writer, once ``hold_next`` is called, stops after offering the next
+    entry to the leader and before committing it, until ``release``: the moment a new
+    term's first entry is shipped early but not yet in the log."""
+
+    def __init__(self, path: Path, options: StoreOptions) -> None:
+        super().__init__(path, options)
+        self._hold = threading.Event()
+        self._go = threading.Event()
+        self.offered_and_held = asyncio.Event()
+        self.reads_while_held = 0
+
+    def hold_next(self) -> None:
+        self._hold.set()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def ship_early(
+        self, offer: Callable[[LogEntry], None] | None, lost: Callable[[Lsn], None] | None
+    ) -> None:
+        if offer is None:
+            super().ship_early(None, lost)
+            return
+        loop = asyncio.get_running_loop()
+        wrapped = offer
+
+        def offer_then_hold(entry: LogEntry) -> None:  # the writer thread
+            wrapped(entry)
+            if self._hold.is_set():
+                self._hold.clear()
+                loop.call_soon_threadsafe(self.offered_and_held.set)
+                self._go.wait(scaled(10))
+
+        super().ship_early(offer_then_hold, lost)
+
+    async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:
+        entries = await super().read_replication_log(after, limit)
+        if self.offered_and_held.is_set() and not self._go.is_set():
+            self.reads_while_held += 1
+        return entries
+
+
+async def test_a_new_terms_first_entry_shipped_before_its_commit_is_not_taken_for_a_trimmed_log(
+    cluster: Cluster,
+) -> None:
+    """A new leader offers its term's first entry before committing it, and its followers'
+    position (the last entry of the old term) is older than the early buffer: the sender
+    reads the log, finds nothing after that position yet, and must wait for the commit.
+    It took that for a trimmed log and re-seeded every in-sync follower from a snapshot on
+    every failover (the repeated-kills test showed it in most runs; this pins the moment)."""
+    await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None and cluster.replication is not None
+    old_store = cluster.leader
+    await old_store.create_queue(T1, q("orders"), {})
+    for i in range(3):
+        await write(cluster, f"old-term-{i}")
+    cluster.replication.stop()
+    await cluster.cut("f1")
+    await cluster.cut("f2")
+    # f1 leads epoch 4; the old leader and f2 follow it from where they are (all in sync).
+    f1 = cluster.followers["f1"]
+    await f1.store.close()
+    new_store = CommitHeldAfterOffer(f1.store.path, store_options())
+    await new_store.start()
+    new_leader = ReplicationLeader(new_store, partition=PARTITION, epoch=Epoch(4), replicas=3, node_id="f1")
+    await new_leader.start()
+    old = FollowerNode("old", old_store)
+    await old.start()
+    await cluster.followers["f2"].start()
+    links = []
+    for node in (old, cluster.followers["f2"]):
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        links.append(asyncio.create_task(new_leader.follow(node.name, reader, writer)))
+    try:
+        await until(
+            lambda: (
+                len(new_leader.followers) == 2 and all(p.positioned for p in new_leader.followers.values())
+            ),
+            "both followers to report their positions",
+        )
+        new_store.hold_next()
+        first = asyncio.create_task(send_one(new_store, T1, "orders", "new-term-first"))
+        await asyncio.wait_for(new_store.offered_and_held.wait(), scaled(10))
+        await until(lambda: new_store.reads_while_held >= 2, "both senders to read the log meanwhile")
+        new_store.release()
+        await first
+        await new_leader.replicate(new_store.last_lsn, timeout_s=scaled(5))
+        await until(lambda: new_leader.lag() == {"old": 0, "f2": 0}, "both followers to catch up")
+        assert {name: p.snapshots_sent for name, p in new_leader.followers.items()} == {"old": 0, "f2": 0}
+        assert await contents(old_store) == await contents(new_store)
+    finally:
+        new_store.release()
+        new_leader.stop()
+        await old.stop()
+        await cluster.followers["f2"].stop()
+        for link in links:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(link, scaled(5))
         await new_store.close()
 
 

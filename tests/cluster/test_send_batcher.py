@@ -4,6 +4,7 @@ that the test answers by hand, so which requests go out, with what, and when, is
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ class Request:
     retry_unknown: bool
     messages: list[NewMessage]
     answer: asyncio.Future[Results]
+    since: float | None
 
 
 @dataclass
@@ -37,7 +39,11 @@ class FakeLeader:
     ) -> Any:
         assert op == "send" and kwargs["queue"] == part.queue
         request = Request(
-            part, retry_unknown, list(kwargs["messages"]), asyncio.get_running_loop().create_future()
+            part,
+            retry_unknown,
+            list(kwargs["messages"]),
+            asyncio.get_running_loop().create_future(),
+            kwargs.get("since"),
         )
         self.requests.append(request)
         self.arrived.set()
@@ -103,6 +109,28 @@ async def test_sends_wait_while_one_is_in_flight_and_go_together_in_arrival_orde
     assert batcher.counters.requests == 2 and batcher.counters.calls == 4 and batcher.counters.merged == 1
     await settle()
     assert not batcher._lanes  # idle lanes are dropped
+
+
+async def test_a_send_that_waited_keeps_the_deadline_it_had_when_it_was_called() -> None:
+    """The request deadline of a merged request counts from its earliest caller's call, so
+    waiting behind the request in flight spends the caller's budget (it used to start
+    afresh when the merged request left)."""
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1)
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    r1 = await leader.next_request(1)
+    assert r1.since is None  # went at once: its deadline counts from the call itself
+    called = time.monotonic()
+    waiting = [asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(b), safe=False)) for b in "bc"]
+    await settle()
+    queued = time.monotonic()
+    await asyncio.sleep(0.05)  # the request in flight takes a while
+    r1.answer.set_result(stored(r1))
+    await first
+    r2 = await leader.next_request(2)
+    assert r2.since is not None and called <= r2.since <= queued
+    r2.answer.set_result(stored(r2))
+    await asyncio.gather(*waiting)
 
 
 async def test_safe_and_unsafe_sends_never_share_a_request() -> None:

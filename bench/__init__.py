@@ -1,0 +1,1 @@
+"""Benchmarks: scripts run from a checkout (``python bench/<name>.py``); see bench/README.md."""
