@@ -28,6 +28,8 @@ except ImportError:  # pragma: no cover (pure-Python websockets builds)
 _SHORT_HEADERS = [bytes((0x81, n)) for n in range(126)]
 _MEDIUM_HEADER = struct.Struct("!BBH")
 _LONG_HEADER = struct.Struct("!BBQ")
+_LENGTH16 = struct.Struct("!H").unpack_from
+_LENGTH64 = struct.Struct("!Q").unpack_from
 # FIN set, no reserved bits, opcode 1 (text).
 _FINAL_TEXT = 0x81
 _MASKED = 0x80
@@ -55,6 +57,11 @@ def text_payload(frame: bytes) -> bytes | None:
     return apply_mask(frame[mask_at + 4 :], frame[mask_at : mask_at + 4])
 
 
+def unmask(data: bytes, mask_at: int, end: int) -> bytes:
+    """The payload of a client text frame cut by :meth:`FrameSplitter.cut`, unmasked."""
+    return apply_mask(data[mask_at + 4 : end], data[mask_at : mask_at + 4])
+
+
 class FrameSplitter:
     """Cuts a client's byte stream into whole frames."""
 
@@ -74,13 +81,21 @@ class FrameSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         """The whole frames that ``data`` completes, in order (in pass-through: everything
         not handed on yet, as one piece)."""
+        data, spans = self.cut(data)
+        return [data[start:end] for start, _, end in spans]
+
+    def cut(self, data: bytes) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """:meth:`feed` without the copies: the bytes the frames are in, and each frame as
+        ``(start, mask_at, end)`` in them, ``mask_at`` the offset of the mask of a frame that is
+        a whole client text message (final, masked, no reserved bits, opcode 1; its payload
+        follows the mask up to ``end``), -1 for any other frame."""
         if self.passthrough:
-            return [data] if data else []
+            return data, [(0, -1, len(data))] if data else []
         if self._buffer:
             self._buffer += data
             data = bytes(self._buffer)
             self._buffer.clear()
-        frames: list[bytes] = []
+        spans: list[tuple[int, int, int]] = []
         pos, end_of_data = 0, len(data)
         max_size = self.max_size
         while end_of_data - pos >= 2:
@@ -91,23 +106,28 @@ class FrameSplitter:
             elif length == 126:
                 if end_of_data - pos < 4:
                     break
-                offset, length = pos + 4, int.from_bytes(data[pos + 2 : pos + 4], "big")
+                offset, length = pos + 4, _LENGTH16(data, pos + 2)[0]
             else:
                 if end_of_data - pos < 10:
                     break
-                offset, length = pos + 10, int.from_bytes(data[pos + 2 : pos + 10], "big")
+                offset, length = pos + 10, _LENGTH64(data, pos + 2)[0]
             if max_size is not None and length > max_size:
                 self.passthrough = True
-                frames.append(data[pos:])
-                return frames
-            end = offset + length + (4 if code & _MASKED else 0)
+                spans.append((pos, -1, end_of_data))
+                return data, spans
+            if code & _MASKED:
+                end = offset + 4 + length
+                mask_at = offset if data[pos] == _FINAL_TEXT else -1
+            else:
+                end = offset + length
+                mask_at = -1
             if end > end_of_data:
                 break
-            frames.append(data[pos:end])
+            spans.append((pos, mask_at, end))
             pos = end
         if pos < end_of_data:
             self._buffer += data[pos:]
-        return frames
+        return data, spans
 
     def take_buffer(self) -> bytes:
         """What waits for the rest of a frame (handed on when splitting stops)."""

@@ -38,9 +38,10 @@ from websockets.protocol import State
 from websockets.streams import StreamReader
 
 from push.transport import FRAME_SINK
+from push.ws_handler import TEXT_SOURCE
 
 from .ws_coalescing import CoalescingTransport
-from .ws_frames import FrameSplitter, text_frame_header, text_payload
+from .ws_frames import FrameSplitter, text_frame_header, unmask
 
 # The generator websockets' parser waits in between two frames.
 _BETWEEN_FRAMES = StreamReader.at_eof.__code__
@@ -48,31 +49,48 @@ _BETWEEN_FRAMES = StreamReader.at_eof.__code__
 
 class Inbox:
     """The ASGI events waiting for the app: what uvicorn's protocol uses of ``asyncio.Queue``
-    (``put_nowait``, ``get``, ``empty``), with one waiter at most (the app's receive)."""
+    (``put_nowait``, ``get``, ``empty``), with one waiter at most (the app's receive).
+
+    A text message taken by the fast path waits as its ``str`` alone: it becomes a
+    ``websocket.receive`` event only if the app asks through ASGI ``receive``; the push
+    handler takes it as it is (:meth:`PushWebSocketProtocol.take_text`)."""
 
     __slots__ = ("_waiter", "items")
 
     def __init__(self) -> None:
-        self.items: deque[ASGIReceiveEvent] = deque()
+        self.items: deque[ASGIReceiveEvent | str] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
-    def put_nowait(self, event: ASGIReceiveEvent) -> None:
+    def put_nowait(self, event: ASGIReceiveEvent | str) -> None:
         self.items.append(event)
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the waiting receive (after items were appended to :attr:`items` directly)."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def get(self) -> ASGIReceiveEvent:
+    async def wait(self) -> None:
+        """Return once something waits."""
         while not self.items:
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter
             finally:
                 self._waiter = None
-        return self.items.popleft()
+
+    async def get(self) -> ASGIReceiveEvent:
+        await self.wait()
+        return as_event(self.items.popleft())
 
     def empty(self) -> bool:
         return not self.items
+
+
+def as_event(item: ASGIReceiveEvent | str) -> ASGIReceiveEvent:
+    """An inbox item as the ASGI event it stands for."""
+    return {"type": "websocket.receive", "text": item} if isinstance(item, str) else item
 
 
 class DirectFrames:
@@ -124,12 +142,26 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
 
     async def receive(self) -> ASGIReceiveEvent:
         items = self.inbox.items
-        # An event already waiting needs no coroutine of the inbox's.
-        event = items.popleft() if items else await self.inbox.get()
+        if not items:
+            await self.inbox.wait()
+        item = items.popleft()
         if self.read_paused and not items:
             self.read_paused = False
             self.transport.resume_reading()
-        return event
+        return as_event(item)
+
+    def take_text(self) -> str | None:
+        """The next event's text if it is a text message taken by the fast path, else None
+        (nothing waits, or the next event is another kind: ``receive`` has it). The
+        :class:`~push.ws_handler.TextSource` offered to the push handler."""
+        items = self.inbox.items
+        if not items or not isinstance(items[0], str):
+            return None
+        text = cast(str, items.popleft())
+        if self.read_paused and not items:
+            self.read_paused = False
+            self.transport.resume_reading()
+        return text
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -143,6 +175,7 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
             # ASGI types extensions as dicts of dicts; an extension may be any object.
             extensions = cast(dict[str, Any], self.scope["extensions"])
             extensions[FRAME_SINK] = DirectFrames(self)
+            extensions[TEXT_SOURCE] = self.take_text
 
     def data_received(self, data: bytes) -> None:
         splitter = self.splitter
@@ -157,18 +190,42 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
         if splitter.passthrough:
             super().data_received(data)
             return
-        frames = splitter.feed(data)
-        for index, frame in enumerate(frames):
-            if self._take_text(frame):
-                continue
-            super().data_received(frame)
-            if self.conn.state is not State.OPEN or self.conn.parser_exc is not None:
-                # Closing or failed: what follows is websockets' to discard (or nobody's).
-                splitter.passthrough = True
-                rest = b"".join(frames[index + 1 :]) + splitter.take_buffer()
-                if rest and self.conn.parser_exc is None:
-                    super().data_received(rest)
-                return
+        data, spans = splitter.cut(data)
+        conn = self.conn
+        items = self.inbox.items
+        queued = len(items)
+        try:
+            for start, mask_at, end in spans:
+                # A whole text message of an open connection is queued here, as uvicorn's
+                # handle_text would queue it (inlined: most frames are these).
+                if mask_at >= 0 and conn.state is State.OPEN and conn.current_size is None:
+                    try:
+                        text: str | None = unmask(data, mask_at, end).decode()
+                    except UnicodeDecodeError:
+                        text = None  # uvicorn's path answers it (1007)
+                    if text is not None:
+                        if not self.close_sent:  # past websocket.close: discarded, as uvicorn does
+                            items.append(text)  # a websocket.receive event, as the Inbox keeps them
+                        continue
+                super().data_received(data[start:end])
+                if conn.state is not State.OPEN or conn.parser_exc is not None:
+                    # Closing or failed: what follows is websockets' to discard (or nobody's).
+                    splitter.passthrough = True
+                    splitter.take_buffer()  # the end of data: handed on with the rest
+                    rest = data[end:]
+                    if rest and conn.parser_exc is None:
+                        super().data_received(rest)
+                    return
+        finally:
+            if len(items) > queued:
+                # Once per read, not per frame: wake the app. Flow control: reading goes on
+                # while the app keeps up and stops once it has not yet taken what an earlier
+                # read queued (so at most two reads' worth wait here; uvicorn stops after each
+                # read, and resuming costs two epoll_ctl calls per read, 2-3 frames a read here).
+                self.inbox.wake()
+                if queued and not self.read_paused:
+                    self.read_paused = True
+                    self.transport.pause_reading()
 
     def _between_frames(self) -> bool:
         """Whether websockets' parser has consumed every byte and waits for a new frame of an
@@ -189,24 +246,3 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
         while (inner := getattr(waiting, "gi_yieldfrom", None)) is not None:
             waiting = inner
         return getattr(waiting, "gi_code", None) is _BETWEEN_FRAMES
-
-    def _take_text(self, frame: bytes) -> bool:
-        """Queue a whole text message for the app, as uvicorn's handle_text would; False
-        when ``frame`` is anything else (websockets must see it)."""
-        conn = self.conn
-        if conn.state is not State.OPEN or conn.current_size is not None:
-            return False
-        payload = text_payload(frame)
-        if payload is None:
-            return False
-        try:
-            text = payload.decode()
-        except UnicodeDecodeError:
-            return False  # uvicorn's path answers it (1007)
-        if self.close_sent:
-            return True  # past websocket.close: discarded, as uvicorn does
-        self.queue.put_nowait({"type": "websocket.receive", "text": text})
-        if not self.read_paused:
-            self.read_paused = True
-            self.transport.pause_reading()
-        return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from backend_store.backend import Backend
 from backend_store.errors import InvalidRequest, PushgateError
@@ -84,6 +84,8 @@ class KeyedBatcher(Generic[K, I]):
 
 
 def _split_ack(receipts: Sequence[str], failed: dict[str, str]) -> AckResult:
+    if not failed:
+        return AckResult(acked=len(receipts), failed=[])
     mine = [ReceiptFailure(r, failed[r]) for r in receipts if r in failed]
     return AckResult(acked=len(receipts) - len(mine), failed=mine)
 
@@ -129,9 +131,25 @@ class AckBatcher(KeyedBatcher[tuple[TenantId, float | None], tuple[Sequence[str]
                 reply(_split_ack(rs, failed))
 
 
-class SendBatcher(
-    KeyedBatcher[tuple[TenantId, QueueName], tuple[list[NewMessage | InvalidRequest], SendReply]]
-):
+class SendItem:
+    """One share of a batched send: its entries and who hears their results.
+
+    Open until the batcher takes it into a store call (:attr:`taken`): until then a
+    connection may add entries to it (consecutive single-message sends, see
+    :class:`push.send_group.SendGroup`), which then ride in the same call as the first.
+    """
+
+    __slots__ = ("entries", "reply", "taken", "valid")
+
+    def __init__(self, entries: list[NewMessage | InvalidRequest], reply: SendReply, valid: bool) -> None:
+        self.entries = entries
+        self.reply = reply
+        self.taken = False
+        # Every entry is a NewMessage (none was refused by parsing): its results are one slice.
+        self.valid = valid
+
+
+class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
     """Sends per queue; a bad entry keeps its own error and the others still go."""
 
     def __init__(self, backend: Backend) -> None:
@@ -145,15 +163,21 @@ class SendBatcher(
         entries: list[NewMessage | InvalidRequest],
         reply: SendReply,
     ) -> None:
-        self.add((tenant, queue), (entries, reply))
+        self.submit(tenant, queue, SendItem(entries, reply, all(isinstance(e, NewMessage) for e in entries)))
 
-    async def flush(
-        self,
-        key: tuple[TenantId, QueueName],
-        items: list[tuple[list[NewMessage | InvalidRequest], SendReply]],
-    ) -> None:
+    def submit(self, tenant: TenantId, queue: QueueName, item: SendItem) -> None:
+        """Queue an item (its entries may grow until :attr:`SendItem.taken`)."""
+        self.add((tenant, queue), item)
+
+    async def flush(self, key: tuple[TenantId, QueueName], items: list[SendItem]) -> None:
         tenant, queue = key
-        valid = [e for entries, _ in items for e in entries if isinstance(e, NewMessage)]
+        valid: list[NewMessage] = []
+        for item in items:
+            item.taken = True  # nothing joins it from here on: its entries are in this call
+            if item.valid:
+                valid.extend(cast(list[NewMessage], item.entries))
+            else:
+                valid.extend(e for e in item.entries if isinstance(e, NewMessage))
         results: list[SendResult | PushgateError] = []
         try:
             for start in range(0, len(valid), MAX_MESSAGES_PER_CALL):
@@ -163,11 +187,18 @@ class SendBatcher(
         except Exception as exc:
             if not isinstance(exc, PushgateError):
                 logger.exception("send failed")
-            for _, reply in items:
-                reply(exc)
+            for item in items:
+                item.reply(exc)
             return
         position = 0
-        for entries, reply in items:
+        for item in items:
+            entries = item.entries
+            if item.valid:
+                # Every entry went to the store: its results are one slice.
+                end = position + len(entries)
+                item.reply(results[position:end])
+                position = end
+                continue
             mine: list[SendResult | PushgateError] = []
             for entry in entries:
                 if isinstance(entry, NewMessage):
@@ -175,4 +206,4 @@ class SendBatcher(
                     position += 1
                 else:
                     mine.append(entry)
-            reply(mine)
+            item.reply(mine)

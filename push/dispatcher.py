@@ -299,23 +299,30 @@ class Dispatcher:
             self._engine.release(self.tenant, [m.receipt for m in messages])
             return
         count = len(open_subs)
-        hands: list[list[ReceivedMessage]] = [[] for _ in range(count)]
-        credits = [credit for _, credit in open_subs]
-        # Round-robin, one message at a time, while credit lasts; whatever is left over
-        # (credit shrank meanwhile) goes back to the queue at once.
-        leftover: list[ReceivedMessage] = []
-        i = 0
-        for message in messages:
-            for _ in range(count):
-                if credits[i] > 0:
-                    break
+        hands: list[list[ReceivedMessage]]
+        leftover: list[ReceivedMessage]
+        if count == 1:
+            # One subscriber (the common case): its credit's worth, in order; no dealing.
+            credit = max(0, open_subs[0][1])
+            hands, leftover = [messages[:credit]], messages[credit:]
+        else:
+            hands = [[] for _ in range(count)]
+            credits = [credit for _, credit in open_subs]
+            # Round-robin, one message at a time, while credit lasts; whatever is left over
+            # (credit shrank meanwhile) goes back to the queue at once.
+            leftover = []
+            i = 0
+            for message in messages:
+                for _ in range(count):
+                    if credits[i] > 0:
+                        break
+                    i = (i + 1) % count
+                if credits[i] <= 0:
+                    leftover.append(message)
+                    continue
+                hands[i].append(message)
+                credits[i] -= 1
                 i = (i + 1) % count
-            if credits[i] <= 0:
-                leftover.append(message)
-                continue
-            hands[i].append(message)
-            credits[i] -= 1
-            i = (i + 1) % count
         now = time.time()
         for (sub, _), hand in zip(open_subs, hands, strict=True):
             if hand:

@@ -33,9 +33,10 @@ from .batching import AckBatcher, AckReply, SendBatcher, SendReply
 from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
 from .long_poll import LongPolls
-from .observed import observed_ack_reply, observed_auto_ack, observed_send_reply
+from .observed import observed_ack_reply, observed_auto_ack, observed_group_reply, observed_send_reply
 from .observer import Observer, Observers
 from .principal import PrincipalLike, Recheck
+from .send_group import SendGroup
 from .settings import PushSettings
 from .subscription import Connection, EncodeFrames, Subscription
 from .transport import SseTransport, Transport
@@ -292,16 +293,22 @@ class PushEngine:
 
     # Acks, nacks, sends, receives -----------------------------------------------------
 
-    def settle(self, receipts: Sequence[str]) -> None:
-        """Receipts were acked or nacked (by any path): free their subscriptions' credit."""
+    def settle(self, receipts: Sequence[str]) -> dict[str, str]:
+        """Receipts were acked or nacked (by any path): free their subscriptions' credit.
+        Returns the queue of each receipt this gateway delivered (for usage records)."""
         owners = self.owners
+        queue_of: dict[str, str] = {}
         kicked: Subscription | None = None
         for receipt in receipts:
             sub = owners.get(receipt)
-            if sub is not None and sub.settle(receipt) and sub is not kicked:
+            if sub is None:
+                continue
+            queue_of[receipt] = sub.queue
+            if sub.settle(receipt) and sub is not kicked:
                 kicked = sub
                 sub.conn.heard()
                 self._kick(sub)
+        return queue_of
 
     def release(self, tenant: TenantId, receipts: list[str]) -> None:
         """Make messages visible again at once (nack without delay)."""
@@ -315,25 +322,19 @@ class PushEngine:
 
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
         """The WebSocket ack: coalesced with other acks of the tenant into one store call."""
-        observed = observed_ack_reply(
-            self.observer, tenant, "ack", "ws", receipts, self._queues_of(receipts), reply
+        queue_of = self.settle(receipts)
+        self.acks.ack(
+            tenant,
+            receipts,
+            observed_ack_reply(self.observer, tenant, "ack", "ws", receipts, queue_of, reply),
         )
-        self.settle(receipts)
-        self.acks.ack(tenant, receipts, observed)
 
     def nack(
         self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
     ) -> None:
-        observed = observed_ack_reply(
-            self.observer, tenant, "nack", "ws", receipts, self._queues_of(receipts), reply
-        )
-        self.settle(receipts)
+        queue_of = self.settle(receipts)
+        observed = observed_ack_reply(self.observer, tenant, "nack", "ws", receipts, queue_of, reply)
         self.acks.nack(tenant, receipts, delay_s, observed)
-
-    def _queues_of(self, receipts: Sequence[str]) -> dict[str, str]:
-        """The queue of each receipt this gateway delivered (before settle forgets them)."""
-        owners = self.owners
-        return {r: sub.queue for r in receipts if (sub := owners.get(r)) is not None}
 
     async def ack_now(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName) -> AckResult:
         """The HTTP ack: through the store now, freeing the credit of the streams that held them."""
@@ -360,6 +361,12 @@ class PushEngine:
         self.sends.send(
             tenant, queue, entries, observed_send_reply(self.observer, tenant, queue, "ws", entries, reply)
         )
+
+    def send_group(self, tenant: TenantId, group: SendGroup) -> None:
+        """Queue a WebSocket connection's single-message sends to one queue as one item;
+        more join it until the batcher takes it (see :mod:`push.send_group`)."""
+        group.reply = observed_group_reply(self.observer, tenant, "ws", group)
+        self.sends.submit(tenant, group.queue, group)
 
     async def receive(
         self,

@@ -17,7 +17,7 @@ from backend_store.errors import InvalidRequest
 from backend_store.limits import MAX_ATTRIBUTE_CHARS, MAX_ATTRIBUTES, MAX_BATCH, MAX_DELAY_S, MAX_ID_CHARS
 from backend_store.types import NewMessage, ReceivedMessage
 
-_MESSAGE_FIELDS = frozenset({"body", "body_base64", "attributes", "group_id", "dedupe_id", "delay_s"})
+MESSAGE_FIELDS = frozenset({"body", "body_base64", "attributes", "group_id", "dedupe_id", "delay_s"})
 
 
 def _optional_id(raw: dict[str, Any], name: str) -> str | None:
@@ -29,20 +29,26 @@ def _optional_id(raw: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def parse_message(raw: Any, dedupe_id: str | None = None) -> NewMessage:
-    """Validate one message object; ``dedupe_id`` (from ``Idempotency-Key``) fills a missing one."""
+def parse_message(
+    raw: Any, dedupe_id: str | None = None, allowed: frozenset[str] = MESSAGE_FIELDS
+) -> NewMessage:
+    """Validate one message object; ``dedupe_id`` (from ``Idempotency-Key``) fills a missing one.
+
+    ``allowed``: the fields the object may have (a WebSocket ``send`` frame is the message
+    object and its envelope, ``op``, ``id`` and ``queue``, which the caller reads)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("a message must be an object")
-    if not raw.keys() <= _MESSAGE_FIELDS:
-        unknown = set(raw) - _MESSAGE_FIELDS
+    if not raw.keys() <= allowed:
+        unknown = set(raw) - allowed
         raise InvalidRequest(f"unknown message field: {', '.join(sorted(unknown))}")
-    if ("body" in raw) == ("body_base64" in raw):
-        raise InvalidRequest("a message needs exactly one of body and body_base64")
     if "body" in raw:
-        if not isinstance(raw["body"], str):
+        if "body_base64" in raw:
+            raise InvalidRequest("a message needs exactly one of body and body_base64")
+        text = raw["body"]
+        if not isinstance(text, str):
             raise InvalidRequest("body must be a string (use body_base64 for binary)")
-        body, is_text = raw["body"].encode(), True
-    else:
+        body, is_text = text.encode(), True
+    elif "body_base64" in raw:
         if not isinstance(raw["body_base64"], str):
             raise InvalidRequest("body_base64 must be a base64 string")
         try:
@@ -50,30 +56,29 @@ def parse_message(raw: Any, dedupe_id: str | None = None) -> NewMessage:
         except (binascii.Error, ValueError):
             raise InvalidRequest("body_base64 is not valid base64") from None
         is_text = False
+    else:
+        raise InvalidRequest("a message needs exactly one of body and body_base64")
     attributes = raw.get("attributes") or {}
     if not isinstance(attributes, dict):
         raise InvalidRequest("attributes must be an object of strings")
-    if len(attributes) > MAX_ATTRIBUTES:
-        raise InvalidRequest(f"at most {MAX_ATTRIBUTES} attributes")
-    for key, value in attributes.items():
-        if not isinstance(value, str) or not key or len(key) > 256 or len(value) > MAX_ATTRIBUTE_CHARS:
-            raise InvalidRequest("attributes must map short non-empty names to strings")
+    if attributes:
+        if len(attributes) > MAX_ATTRIBUTES:
+            raise InvalidRequest(f"at most {MAX_ATTRIBUTES} attributes")
+        for key, value in attributes.items():
+            if not isinstance(value, str) or not key or len(key) > 256 or len(value) > MAX_ATTRIBUTE_CHARS:
+                raise InvalidRequest("attributes must map short non-empty names to strings")
     delay = raw.get("delay_s")
     if delay is not None and (
         isinstance(delay, bool)
-        or not isinstance(delay, int | float)
+        or not isinstance(delay, (int, float))
         or not math.isfinite(delay)
         or not 0 <= delay <= MAX_DELAY_S
     ):
         raise InvalidRequest(f"delay_s must be between 0 and {MAX_DELAY_S}")
-    return NewMessage(
-        body=body,
-        is_text=is_text,
-        attributes=attributes,
-        group_id=_optional_id(raw, "group_id"),
-        dedupe_id=_optional_id(raw, "dedupe_id") or dedupe_id,
-        delay_s=delay,
-    )
+    # Most messages have neither id: no call for them.
+    group_id = None if raw.get("group_id") is None else _optional_id(raw, "group_id")
+    own_dedupe_id = None if raw.get("dedupe_id") is None else _optional_id(raw, "dedupe_id")
+    return NewMessage(body, is_text, attributes, group_id, own_dedupe_id or dedupe_id, delay)
 
 
 def parse_send_body(

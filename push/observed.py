@@ -16,6 +16,7 @@ from backend_store.types import AckResult, NewMessage, ReceivedMessage, SendResu
 
 from .batching import AckReply, SendReply
 from .observer import ACK, DEDUPLICATED, OK, PUSH, SEND, Observer
+from .send_group import SendGroup
 
 
 def error_code(exc: BaseException) -> str:
@@ -81,6 +82,49 @@ def observed_send_reply(
     return observed
 
 
+def observed_group_reply(observer: Observer, tenant: str, transport: str, group: SendGroup) -> SendReply:
+    """``group.reply`` that first records each of its requests as a request of its own would
+    (see :mod:`push.send_group`): stored messages through one ``observe_latencies`` call, one
+    latency each, and duplicates and refusals as :func:`record_sends` counts them."""
+    reply = group.reply
+
+    def observed(results: list[SendResult | PushgateError] | BaseException) -> None:
+        if isinstance(results, BaseException):
+            observer.observe(tenant, group.queue, SEND, transport, error_code(results), len(group.entries))
+        else:
+            record_group_sends(observer, tenant, transport, group, results, time.perf_counter())
+        reply(results)
+
+    return observed
+
+
+def record_group_sends(
+    observer: Observer,
+    tenant: str,
+    transport: str,
+    group: SendGroup,
+    results: Sequence[SendResult | PushgateError],
+    now: float,
+) -> None:
+    """A :class:`SendGroup`'s outcome: ``results[i]`` answers the request that came at ``group.started[i]``."""
+    latencies: list[float] = []
+    sent_bytes = 0
+    others: list[NewMessage | PushgateError] = []
+    other_results: list[SendResult | PushgateError] = []
+    for entry, result, started in zip(group.entries, results, group.started, strict=True):
+        if isinstance(result, SendResult) and not result.duplicate and isinstance(entry, NewMessage):
+            latencies.append(now - started)
+            sent_bytes += len(entry.body)
+        else:
+            others.append(entry)
+            other_results.append(result)
+    if latencies:
+        observer.observe_latencies(tenant, group.queue, SEND, transport, sent_bytes, latencies)
+    if others:
+        # Duplicates and refusals carry no latency: counted as record_sends counts them.
+        record_sends(observer, tenant, group.queue, transport, others, other_results, None)
+
+
 def record_settled(
     observer: Observer,
     tenant: str,
@@ -96,6 +140,11 @@ def record_settled(
         code = error_code(result)
         for queue, n in Counter(queue_of.get(r, "") for r in receipts).items():
             observer.observe(tenant, queue, operation, transport, code, n)
+        return
+    if not result.failed:
+        # Every receipt settled: counts per queue only (an ack frame per 20 messages passes here).
+        for queue, n in Counter([queue_of.get(r, "") for r in receipts]).items():
+            observer.observe(tenant, queue, operation, transport, OK, n)
         return
     failed = {f.receipt: f.code for f in result.failed}
     counts: Counter[tuple[str, str]] = Counter((queue_of.get(r, ""), failed.get(r, OK)) for r in receipts)
@@ -129,14 +178,12 @@ def record_delivered(
     now: float,
 ) -> None:
     """Messages pushed to one subscriber: one ``push`` latency (sent -> now) per message."""
-    observer.observe_latencies(
-        tenant,
-        queue,
-        PUSH,
-        transport,
-        sum(len(m.body) for m in messages),
-        [max(0.0, now - m.sent_at) for m in messages],
-    )
+    nbytes = 0
+    latencies: list[float] = []
+    for m in messages:
+        nbytes += len(m.body)
+        latencies.append(max(0.0, now - m.sent_at))
+    observer.observe_latencies(tenant, queue, PUSH, transport, nbytes, latencies)
 
 
 def observed_auto_ack(

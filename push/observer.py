@@ -63,7 +63,8 @@ class Observer(Protocol):
         nbytes: int,
         latencies_s: Sequence[float],
     ) -> None:
-        """Record one successful unit per latency (a batch of pushed messages, each with its age)."""
+        """Record one successful unit per latency (a batch of pushed messages, each with its
+        age; single-message sends, each with its request's latency)."""
 
 
 class Observers:

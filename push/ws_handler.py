@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -20,11 +21,13 @@ from urllib.parse import parse_qs
 from starlette.types import Receive, Scope, Send
 
 from backend_store.errors import Forbidden, PushgateError
-from backend_store.types import AckResult, QueueName, SendResult
+from backend_store.types import AckResult, NewMessage, QueueName, SendResult
 
+from .batching import SendReply
 from .close_codes import CloseCode, close_code_for
 from .engine import Connection, PushEngine
 from .principal import Authenticate, CheckOrigin, Operation, RateCheck
+from .send_group import SendGroup
 from .transport import FRAME_SINK, WsTransport
 from .ws_protocol import (
     AckRequest,
@@ -44,6 +47,15 @@ logger = logging.getLogger("pushgate.push")
 
 # How long a closing connection's writer may take to flush before it is abandoned.
 CLOSE_FLUSH_S = 5.0
+
+# The ASGI scope extension under which a server offers a TextSource for a WebSocket.
+TEXT_SOURCE = "pushgate.websocket.text_source"
+
+# A server's direct way to take the client's next text message: its text when the next
+# event is a text ``websocket.receive``, else None (then ASGI ``receive`` has the event).
+# It spares each frame the event dict and the coroutine of ``await receive()``
+# (``gateway/ws_server_protocol.py`` offers one).
+TextSource = Callable[[], str | None]
 
 
 def bearer_token(scope: Scope) -> str | None:
@@ -70,6 +82,14 @@ def header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+# Requests handed to the engine without a coroutine (a tuple: isinstance is quicker with one).
+_NOW = (SendRequest, AckRequest, NackRequest)
+
+
+def _no_reply(results: list[SendResult | PushgateError] | BaseException) -> None:
+    """A placeholder until a group's own reply is built (it needs the group)."""
+
+
 def _result_json(result: SendResult | PushgateError) -> dict[str, Any]:
     if isinstance(result, SendResult):
         return {"id": result.id, "seq": result.seq, "duplicate": result.duplicate}
@@ -79,7 +99,7 @@ def _result_json(result: SendResult | PushgateError) -> dict[str, Any]:
 class WebSocketSession:
     """One connection: its protocol, transport, engine connection and the pending bound."""
 
-    __slots__ = ("auth_timer", "conn", "engine", "pending", "protocol", "room", "transport")
+    __slots__ = ("auth_timer", "conn", "engine", "pending", "protocol", "room", "sends", "transport")
 
     def __init__(self, engine: PushEngine, transport: WsTransport) -> None:
         self.engine = engine
@@ -93,6 +113,9 @@ class WebSocketSession:
         # instead of growing the server's queues.
         self.pending = 0
         self.room: asyncio.Event | None = None
+        # The last group of single-message sends handed to the engine: the next single send
+        # to its queue joins it while the batcher has not taken it (push/send_group.py).
+        self.sends: SendGroup | None = None
 
     def flush(self) -> None:
         """Hand what the protocol queued to the transport: frames, then the close."""
@@ -112,8 +135,8 @@ class WebSocketSession:
         self.protocol.error(None, exc, queue)
         self.flush()
 
-    def request_done(self) -> None:
-        self.pending -= 1
+    def request_done(self, count: int = 1) -> None:
+        self.pending -= count
         if self.room is not None and self.pending < self.engine.settings.max_pending_requests:
             self.room.set()
 
@@ -192,29 +215,34 @@ class WebSocketHandler:
     async def _read(self, session: WebSocketSession, scope: Scope, receive: Receive) -> None:
         protocol = session.protocol
         transport = session.transport
+        take_text: TextSource | None = scope.get("extensions", {}).get(TEXT_SOURCE)
+        max_pending = self.engine.settings.max_pending_requests
         while not transport.closed:
-            message = await receive()
-            kind = message["type"]
-            if kind == "websocket.disconnect":
-                break
-            if kind != "websocket.receive":
-                continue
-            if session.conn is not None:
-                session.conn.heard()
-            text = message.get("text")
+            text = None if take_text is None else take_text()
+            if text is None:
+                message = await receive()
+                kind = message["type"]
+                if kind == "websocket.disconnect":
+                    break
+                if kind != "websocket.receive":
+                    continue
+                text = message.get("text")
+            if (conn := session.conn) is not None:
+                conn.heard_at = time.time()  # Connection.heard, inlined: once per frame
             if text is None:
                 protocol.receive_bytes(message["bytes"])
                 request = None
             else:
                 request = protocol.receive_text(text)
-            if isinstance(request, SendRequest | AckRequest | NackRequest):
+            if isinstance(request, _NOW):
                 # Most frames: handed to the engine without a coroutine of their own.
                 if (pending := self._handle_now(session, request)) is not None:
                     await pending
             elif request is not None:
                 await self._handle(session, scope, request)
-            session.flush()
-            if session.pending >= self.engine.settings.max_pending_requests:
+            if protocol.outgoing or protocol.state is State.CLOSING:
+                session.flush()
+            if session.pending >= max_pending:
                 await session.wait_for_room()
 
     async def _authenticate(
@@ -314,7 +342,8 @@ class WebSocketHandler:
             pending = self._admission(conn, "send", request.queue)
             if pending is not None:
                 return self._send_when_admitted(session, conn, request, pending)
-            session.protocol.admitted()
+            if session.protocol.refusals:
+                session.protocol.admitted()
             self._send(session, conn, request)
             return None
         session.pending += 1
@@ -327,9 +356,22 @@ class WebSocketHandler:
 
     def _send(self, session: WebSocketSession, conn: Connection, request: SendRequest) -> None:
         session.pending += 1
-        self.engine.send(
-            conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
-        )
+        if request.is_batch:
+            session.sends = None  # later single sends queue after this batch, not before it
+            self.engine.send(
+                conn.tenant, QueueName(request.queue), request.entries, self._send_reply(session, request)
+            )
+            return
+        entry = request.entries[0]
+        assert isinstance(entry, NewMessage)  # a bad single message is refused by the protocol
+        group = session.sends
+        if group is not None and not group.taken and group.queue == request.queue:
+            group.add(entry, request.id, time.perf_counter())
+            return
+        group = SendGroup(QueueName(request.queue), entry, request.id, time.perf_counter(), _no_reply)
+        group.reply = self._group_reply(session, group)
+        session.sends = group
+        self.engine.send_group(conn.tenant, group)
 
     async def _send_when_admitted(
         self, session: WebSocketSession, conn: Connection, request: SendRequest, pending: Awaitable[object]
@@ -374,6 +416,25 @@ class WebSocketHandler:
                 protocol.ok(request_id, {"acked": result.acked, "failed": failed})
             else:
                 protocol.error(request_id, PushgateError("internal error"))
+            session.flush()
+
+        return reply
+
+    @staticmethod
+    def _group_reply(session: WebSocketSession, group: SendGroup) -> SendReply:
+        """Each request of a group answered under its own id, in order (push/send_group.py)."""
+        protocol = session.protocol
+
+        def reply(results: list[SendResult | PushgateError] | BaseException) -> None:
+            ids = group.ids
+            session.request_done(len(ids))
+            if isinstance(results, BaseException):
+                error = results if isinstance(results, PushgateError) else PushgateError("internal error")
+                for request_id in ids:
+                    if request_id is not None:
+                        protocol.error(request_id, error)
+            else:
+                protocol.sent_many(ids, results)
             session.flush()
 
         return reply

@@ -31,16 +31,20 @@ import orjson
 from backend_store.attributes import check_queue_name
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError
 from backend_store.limits import MAX_ID_CHARS, MAX_RECEIPT_CHARS, MAX_RECEIPTS, MAX_VISIBILITY_S
-from backend_store.types import NewMessage
+from backend_store.types import NewMessage, SendResult
 
 from .close_codes import CloseCode, close_code_for
-from .messages import parse_send_body
+from .messages import MESSAGE_FIELDS, parse_message, parse_send_body
 from .principal import PrincipalLike
 from .settings import PushSettings
 from .subscription import EncodeFrames
 
 RequestId = str | int | None
 _SEND_ENVELOPE = frozenset({"op", "id", "queue"})
+# A single-message send frame: the message object and its envelope side by side.
+_SINGLE_SEND_FIELDS = MESSAGE_FIELDS | _SEND_ENVELOPE
+# How many queue names a connection remembers as checked for sending (see WsProtocol._sendable).
+MAX_SENDABLE = 64
 
 
 class State(Enum):
@@ -119,7 +123,7 @@ def _number(raw: dict[str, Any], name: str, low: float, high: float, default: fl
     value = raw.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidRequest(f"{name} must be a number")
     if not low <= value <= high:
         raise InvalidRequest(f"{name} must be between {low:g} and {high:g}")
@@ -159,17 +163,30 @@ def _receipts(raw: dict[str, Any]) -> list[str]:
 class WsProtocol:
     """One connection's protocol state: who it is, what it may do, what to send next."""
 
-    __slots__ = ("_outgoing", "close_code", "close_reason", "principal", "refusals", "settings", "state")
+    __slots__ = (
+        "_sendable",
+        "close_code",
+        "close_reason",
+        "outgoing",
+        "principal",
+        "refusals",
+        "settings",
+        "state",
+    )
 
     def __init__(self, settings: PushSettings) -> None:
         self.settings = settings
         self.state = State.AWAITING_AUTH
         self.principal: PrincipalLike | None = None
-        self._outgoing: list[bytes] = []
+        # Frames queued and not handed out yet (data_to_send); most client frames queue none.
+        self.outgoing: list[bytes] = []
         self.close_code: CloseCode | None = None
         self.close_reason = ""
         # Requests refused by a rate limit in a row (see refused()).
         self.refusals = 0
+        # Queue names this principal was found allowed to send to, name checked too: a
+        # producer sending a frame per message to one queue is checked once, not per frame.
+        self._sendable: set[str] = set()
 
     # In ----------------------------------------------------------------------
 
@@ -213,7 +230,7 @@ class WsProtocol:
         request_id = raw.get("id")
         if request_id is not None and (
             isinstance(request_id, bool)
-            or not isinstance(request_id, str | int)
+            or not isinstance(request_id, (str, int))
             or (isinstance(request_id, str) and len(request_id) > MAX_ID_CHARS)
         ):
             raise _Violation(CloseCode.MALFORMED, "id must be a short string or an integer")
@@ -235,12 +252,18 @@ class WsProtocol:
         if principal is None:
             return  # auth and ping only, checked above
         if isinstance(request, SendRequest):
-            if not principal.can("send", request.queue):
-                raise Forbidden(f"forbidden: the token cannot send to {request.queue}")
+            queue = request.queue
+            if queue in self._sendable:
+                return
+            if not principal.can("send", queue):
+                raise Forbidden(f"forbidden: the token cannot send to {queue}")
+            if len(self._sendable) >= MAX_SENDABLE:
+                self._sendable.clear()
+            self._sendable.add(queue)
         elif isinstance(request, SubscribeRequest):
             if not principal.can("receive", request.queue):
                 raise Forbidden(f"forbidden: the token cannot receive from {request.queue}")
-        elif isinstance(request, AckRequest | NackRequest) and not principal.can("receive"):
+        elif isinstance(request, (AckRequest, NackRequest)) and not principal.can("receive"):
             raise Forbidden("forbidden: the token has no receive scope")
 
     # Authentication ----------------------------------------------------------------
@@ -260,6 +283,7 @@ class WsProtocol:
                 self.fail(CloseCode.FORBIDDEN, f"forbidden: the new token cannot receive from {lost[0]}")
                 return False
         self.principal = principal
+        self._sendable.clear()  # new scopes: checked again
         if self.state is State.AWAITING_AUTH:
             self.state = State.OPEN
         if request_id is not None or refresh:
@@ -282,7 +306,29 @@ class WsProtocol:
         frame: dict[str, Any] = {"op": "ok", "id": request_id}
         if extra:
             frame.update(extra)
-        self._outgoing.append(orjson.dumps(frame))
+        self.outgoing.append(orjson.dumps(frame))
+
+    def sent_many(self, ids: Sequence[RequestId], results: Sequence[SendResult | PushgateError]) -> None:
+        """The replies of single-message sends, ``results[i]`` answering ``ids[i]``, in order;
+        a send without an id gets none."""
+        if self.state is State.CLOSING:
+            return
+        outgoing = self.outgoing
+        for request_id, result in zip(ids, results, strict=True):
+            if request_id is None:
+                continue  # fire and forget
+            if isinstance(result, SendResult):
+                outgoing.append(
+                    orjson.dumps(
+                        {
+                            "op": "ok",
+                            "id": request_id,
+                            "result": {"id": result.id, "seq": result.seq, "duplicate": result.duplicate},
+                        }
+                    )
+                )
+            else:
+                self.error(request_id, result)
 
     def error(self, request_id: RequestId, exc: PushgateError, queue: str | None = None) -> None:
         """One request failed (or, with ``queue``, a subscription ended); the connection goes on."""
@@ -293,7 +339,7 @@ class WsProtocol:
             frame["queue"] = queue
         if exc.retry_after_s is not None:
             frame["retry_after_s"] = exc.retry_after_s
-        self._outgoing.append(orjson.dumps(frame))
+        self.outgoing.append(orjson.dumps(frame))
 
     def refused(self, request_id: RequestId, exc: PushgateError) -> None:
         """A rate limit refused a request: an error frame with ``retry_after_s``, and once
@@ -311,7 +357,7 @@ class WsProtocol:
     def pong(self, request_id: RequestId) -> None:
         if self.state is State.CLOSING:
             return
-        self._outgoing.append(
+        self.outgoing.append(
             b'{"op":"pong"}' if request_id is None else orjson.dumps({"op": "pong", "id": request_id})
         )
 
@@ -329,10 +375,10 @@ class WsProtocol:
 
     def data_to_send(self) -> Sequence[bytes]:
         """The frames queued since the last call, in order (UTF-8 JSON text frames)."""
-        frames = self._outgoing
+        frames = self.outgoing
         if not frames:
             return ()  # most client frames queue nothing (a send's ok comes later)
-        self._outgoing = []
+        self.outgoing = []
         return frames
 
     # Parsers ----------------------------------------------------------------------
@@ -368,16 +414,17 @@ class WsProtocol:
         return NackRequest(request_id, _receipts(raw), delay or 0.0)
 
     def _send(self, raw: dict[str, Any], request_id: RequestId) -> Request:
-        queue = _queue(raw)
+        queue = raw.get("queue")
+        if not (isinstance(queue, str) and queue in self._sendable):
+            queue = _queue(raw)  # a name seen before passed this check already
         if "messages" in raw:
-            body: dict[str, Any] = {"messages": raw["messages"]}
             extra = set(raw) - _SEND_ENVELOPE - {"messages"}
             if extra:
                 raise InvalidRequest(f"a batch send has no field {', '.join(sorted(extra))}")
-        else:
-            body = {k: v for k, v in raw.items() if k not in _SEND_ENVELOPE}
-        entries, is_batch = parse_send_body(body)
-        return SendRequest(request_id, queue, entries, is_batch)
+            entries, is_batch = parse_send_body({"messages": raw["messages"]})
+            return SendRequest(request_id, queue, entries, is_batch)
+        # The frame is the message with its envelope: parsed as it is, without a copy.
+        return SendRequest(request_id, queue, [parse_message(raw, None, _SINGLE_SEND_FIELDS)], False)
 
     def _ping(self, raw: dict[str, Any], request_id: RequestId) -> Request:
         return PingRequest(request_id)

@@ -22,7 +22,7 @@ from ..auth.principal import Principal
 from ..metrics_catalog import help_of
 from ..queue_cache import QueueCache
 from .dedupe_front import DedupeFront
-from .enforcer import Enforcer, rules_for
+from .enforcer import Enforcer
 from .shared import SharedSignals
 from .store import LimitsStore
 
@@ -83,12 +83,19 @@ class Throttling:
     ) -> Awaitable[object] | None:
         """push's :data:`~push.principal.RateCheck`: None when no rule counts the request,
         else the enforcer's check (which returns, or raises a 429 error)."""
+        limits = self.limits.cached(principal.tenant)
+        if (
+            limits is not None
+            and limits.tenant.get(op) is None
+            and limits.per_key.get(op) is None
+            and (queue is None or limits.per_queue.get(op) is None)
+        ):
+            # No rule counts this request (rules_for would find none): no coroutine, no
+            # await, nothing built (it runs once per WebSocket send frame).
+            return None
         # Every principal push holds came from this gateway's authenticator.
         subject = principal.subject if isinstance(principal, Principal) else ""
         name = None if queue is None else QueueName(queue)
-        limits = self.limits.cached(principal.tenant)
-        if limits is not None and not rules_for(limits, principal.tenant, subject, op, name):
-            return None  # no rule counts this request: no coroutine, no await (one per WS frame)
         return self.enforcer.check(principal.tenant, subject, op, name)
 
     @property

@@ -27,12 +27,12 @@ LATENCY_BOUNDS_MS: tuple[float, ...] = (
     0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
 )  # fmt: skip
 BUCKETS = len(LATENCY_BOUNDS_MS) + 1
-_BOUNDS_S = tuple(b / 1000 for b in LATENCY_BOUNDS_MS)
+LATENCY_BOUNDS_S = tuple(b / 1000 for b in LATENCY_BOUNDS_MS)
 
 
 def latency_bucket(seconds: float) -> int:
     """The index of the bucket ``seconds`` falls in (bounds are inclusive upper bounds)."""
-    return bisect.bisect_left(_BOUNDS_S, seconds)
+    return bisect.bisect_left(LATENCY_BOUNDS_S, seconds)
 
 
 class Operation(enum.StrEnum):

@@ -20,8 +20,8 @@ from websockets.frames import Frame, Opcode
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from gateway.ws_frames import FrameSplitter, text_frame_header, text_payload
-from gateway.ws_server_protocol import PushWebSocketProtocol
+from gateway.ws_frames import FrameSplitter, text_frame_header, text_payload, unmask
+from gateway.ws_server_protocol import Inbox, PushWebSocketProtocol
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 
@@ -65,6 +65,16 @@ def test_the_splitter_cuts_any_cutting_of_a_stream_into_the_same_frames(chunk: i
     assert cut == frames and splitter.buffered == 0
     # Whole text messages are unmasked here; a ping, a fragment, a binary frame are not.
     assert [text_payload(frame) for frame in cut] == [*texts, None, None, None, None]
+    # cut() (what the protocol uses) finds the same frames and the same text messages.
+    splitter = FrameSplitter(max_size=1 << 20)
+    spans_cut: list[bytes] = []
+    payloads: list[bytes | None] = []
+    for start in range(0, len(stream), chunk):
+        data, spans = splitter.cut(stream[start : start + chunk])
+        for first, mask_at, end in spans:
+            spans_cut.append(data[first:end])
+            payloads.append(unmask(data, mask_at, end) if mask_at >= 0 else None)
+    assert spans_cut == frames and payloads == [*texts, None, None, None, None]
 
 
 def test_a_frame_announcing_too_much_turns_the_splitter_into_a_pass_through() -> None:
@@ -167,3 +177,14 @@ async def test_a_text_frame_that_is_not_utf8_closes_with_1007(gateway: RunningGa
     assert [orjson.loads(f.data)["id"] for f in client.frames if f.opcode is OP_TEXT] == [1]
     assert client.protocol.close_rcvd is not None
     assert client.protocol.close_rcvd.code == 1007
+
+
+async def test_texts_the_fast_path_queued_reach_asgi_receive_as_events() -> None:
+    # The push handler takes them as strings (TextSource); any other app's receive() gets
+    # the websocket.receive events uvicorn would have queued, in order with the others.
+    inbox = Inbox()
+    inbox.put_nowait("hello")
+    inbox.put_nowait({"type": "websocket.disconnect", "code": 1000})
+    assert await inbox.get() == {"type": "websocket.receive", "text": "hello"}
+    assert await inbox.get() == {"type": "websocket.disconnect", "code": 1000}
+    assert inbox.empty()

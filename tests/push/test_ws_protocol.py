@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from backend_store.errors import InvalidRequest, RateLimited, Unauthorized
-from backend_store.types import NewMessage, TenantId
+from backend_store.errors import InvalidRequest, MessageTooLarge, RateLimited, Unauthorized
+from backend_store.types import MessageId, NewMessage, SendResult, TenantId
 from push.close_codes import CloseCode, close_code_for, should_reconnect
 from push.settings import PushSettings
 from push.ws_protocol import (
@@ -263,3 +263,38 @@ def test_close_codes_say_whether_to_reconnect() -> None:
     assert all(code.description for code in CloseCode)
     assert close_code_for(Unauthorized()) is CloseCode.AUTH_FAILED
     assert close_code_for(RateLimited()) is CloseCode.POLICY
+
+
+def test_a_refresh_checks_send_scopes_again() -> None:
+    # A queue once found sendable is remembered per connection; new credentials forget it.
+    proto = WsProtocol(PushSettings())
+    proto.authenticated(Caller())
+    assert isinstance(proto.receive_text(frame(op="send", queue="q", body="x")), SendRequest)
+    assert isinstance(proto.receive_text(frame(op="send", queue="q", body="y")), SendRequest)
+    assert proto.authenticated(Caller(send="other"), "r")
+    assert fails_with(proto, frame(op="send", queue="q", body="z")) is CloseCode.FORBIDDEN
+
+
+def test_a_remembered_queue_still_gets_its_message_checked(proto: WsProtocol) -> None:
+    assert isinstance(proto.receive_text(frame(op="send", queue="q", body="x")), SendRequest)
+    reply = answered_with(proto, frame(op="send", queue="q", body="x", colour="red", id=2))
+    assert (reply["op"], reply["id"], reply["code"]) == ("error", 2, "invalid_request")
+    reply = answered_with(proto, frame(op="send", queue="bad name!", body="x", id=3))
+    assert (reply["id"], reply["code"]) == (3, "invalid_request")
+
+
+def test_single_send_replies_are_the_api_shapes_in_order(proto: WsProtocol) -> None:
+    proto.sent_many(
+        ["a:1", None, 8, 9],
+        [
+            SendResult(MessageId("m1"), 7, False),
+            SendResult(MessageId("m0"), 8, False),
+            SendResult(MessageId("m2"), 9, True),
+            MessageTooLarge("body is larger than 8 bytes"),
+        ],
+    )
+    assert sent(proto) == [
+        {"op": "ok", "id": "a:1", "result": {"id": "m1", "seq": 7, "duplicate": False}},
+        {"op": "ok", "id": 8, "result": {"id": "m2", "seq": 9, "duplicate": True}},
+        {"op": "error", "id": 9, "code": "message_too_large", "message": "body is larger than 8 bytes"},
+    ]
