@@ -43,6 +43,7 @@ from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter, PostCommit
 from .hold_lock import HoldLock
 from .holds import DEFAULT_MAX_HELD
+from .keys import read_u64, u64
 from .message_ops import MessageOps, next_visible_ms
 from .records import MessageRecord, pack, unpack
 from .replication_log import ReplicationLog
@@ -51,6 +52,12 @@ log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
 
 _KEY_CHECKS = b"\0sys\0key_checks"
+# The layout this version writes (docs/store.md, "How a message is stored"): 1, every message
+# with a state record (no marker); 2, a state record only once the state changed. A store
+# marked newer than this is refused at start, so a rollback cannot strand what a newer
+# version wrote (versions before the marker cannot check it).
+STORE_FORMAT = 2
+_FORMAT = b"\0sys\0format"
 _HEARTBEAT = b"\0sys\0heartbeat"
 _KEY_CHECK_PLAINTEXT = b"pushgate key check"
 _SWEEP_BUDGET = 1000
@@ -155,6 +162,7 @@ class LmdbBackend:
         )
         self._writer.start()
         try:
+            await self._write(self._check_format)
             await self._write(self._check_keys)
         except PushgateError:
             await self.close()
@@ -539,6 +547,21 @@ class LmdbBackend:
                     listener(TenantId(tenant), QueueName(queue))
                 except Exception:
                     log.exception("store listener failed")
+
+    def _check_format(self, w: Writes, now: float) -> None:
+        """Refuse a store a newer version wrote; mark an older (or new) one as this version's.
+        The mark goes outside the logged writes: each replica keeps its own, and a re-seed
+        copies the leader's."""
+        meta = w.dbs[Db.META]
+        raw = w.txn.get(_FORMAT, db=meta)
+        found = read_u64(raw) if raw else 1
+        if found > STORE_FORMAT:
+            raise ConfigurationError(
+                f"store {self.path} was written by a newer Pushgate (store format {found}); this "
+                f"version reads formats up to {STORE_FORMAT}: run the newer version"
+            )
+        if found < STORE_FORMAT:
+            w.txn.put(_FORMAT, u64(STORE_FORMAT), db=meta)
 
     def _check_keys(self, w: Writes, now: float) -> None:
         """Refuse to start without every key that sealed data here, or with a wrong one."""

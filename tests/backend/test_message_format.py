@@ -19,7 +19,8 @@ import msgpack
 import pytest
 
 from backend_store import Backend
-from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.errors import ConfigurationError
+from backend_store.lmdb_store.engine import STORE_FORMAT, LmdbBackend
 from backend_store.lmdb_store.environment import Db
 
 from ..conftest import ManualClock
@@ -192,3 +193,46 @@ async def test_a_sweep_stops_at_the_first_young_message_whichever_layout_it_has(
     clock.advance(50)
     assert await store.sweep() == 1
     assert await store.peek(T1, q("jobs"), 10) == []
+
+
+def _format_mark(root: Path) -> int | None:
+    env = _open_env(root)
+    try:
+        with env.begin(db=_db(env, Db.META)) as txn:
+            raw = txn.get(b"\0sys\0format")
+    finally:
+        env.close()
+    return None if raw is None else int.from_bytes(raw, "big")
+
+
+def _mark_format(root: Path, version: int | None) -> None:
+    env = _open_env(root)
+    try:
+        with env.begin(write=True, db=_db(env, Db.META)) as txn:
+            if version is None:
+                txn.delete(b"\0sys\0format")
+            else:
+                txn.put(b"\0sys\0format", version.to_bytes(8, "big"))
+    finally:
+        env.close()
+
+
+async def test_a_store_is_marked_with_its_format_and_one_from_a_newer_version_is_refused(
+    factory: StoreFactory, tmp_path: Path
+) -> None:
+    """A version that cannot read what a newer one wrote must not open its store (it would
+    take new messages for damaged ones and strand them): the store says its format, and a
+    store of an older layout (no mark) is marked when this version opens it."""
+    store = lmdb_store(await factory.open())
+    await store.create_queue(T1, q("jobs"), {})
+    await factory.close(store)
+    assert _format_mark(tmp_path) == STORE_FORMAT
+    _mark_format(tmp_path, None)  # as every store written before the mark
+    store = lmdb_store(await factory.open())
+    await factory.close(store)
+    assert _format_mark(tmp_path) == STORE_FORMAT
+
+    _mark_format(tmp_path, STORE_FORMAT + 1)
+    with pytest.raises(ConfigurationError, match="written by a newer Pushgate"):
+        await factory.open()
+    assert _format_mark(tmp_path) == STORE_FORMAT + 1  # left as it was
