@@ -11,9 +11,10 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route, WebSocketRoute
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend_store.backend import Backend
+from backend_store.errors import PushgateError
 from push import PrincipalLike, SseHandler, WebSocketHandler
 
 from .cors import CorsMiddleware
@@ -68,7 +69,13 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await services.start()
+        try:
+            await services.start()
+        except PushgateError as exc:
+            # A store it cannot open, a missing key: said in one line (GatewayApp), not a traceback.
+            if isinstance(app, GatewayApp):
+                app.start_error = exc
+            raise
         try:
             yield
         finally:
@@ -107,6 +114,21 @@ class GatewayApp(Starlette):
 
     metrics: GatewayMetrics
     services: GatewayServices
+    # Why the services did not start, when they said (uvicorn then logs this, not a traceback).
+    start_error: PushgateError | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            send = self._reporting_start_errors(send)
+        await super().__call__(scope, receive, send)
+
+    def _reporting_start_errors(self, send: Send) -> Send:
+        async def reporting(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed" and self.start_error is not None:
+                message = {**message, "message": f"cannot start: {self.start_error.detail}"}
+            await send(message)
+
+        return reporting
 
     def build_middleware_stack(self) -> ASGIApp:
         # CORS outermost, so that the router's 404 and 405 get CORS headers too.

@@ -11,11 +11,13 @@ import socket
 import ssl
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import lmdb
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,6 +26,8 @@ from cryptography.x509.oid import NameOID
 
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError
+from backend_store.lmdb_store.engine import STORE_FORMAT
+from backend_store.lmdb_store.environment import Db
 from gateway.cli import main
 from gateway.settings import Settings
 from tests.conftest import scaled
@@ -76,6 +80,20 @@ def test_cli_usage_and_bad_key_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     (tmp_path / "bad.json").write_text("{}")
     assert main(["serve", "--data", str(tmp_path), "--encryption-key-file", str(tmp_path / "bad.json")]) == 2
     assert "bad encryption key document" in capsys.readouterr().err
+
+
+def test_a_store_that_cannot_be_opened_is_said_in_one_line(tmp_path: Path) -> None:
+    """An operator whose gateway cannot open its store (here: one a newer version wrote)
+    reads why in one line, not in a traceback, and the exit status says start-up failed."""
+    env = lmdb.open(str(tmp_path / "store"), max_dbs=len(Db))
+    with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+        txn.put(b"\0sys\0format", (STORE_FORMAT + 1).to_bytes(8, "big"))
+    env.close()
+    args = [sys.executable, "-m", "gateway.cli", "serve", "--data", str(tmp_path), "--port", "0"]
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=scaled(60), check=False)
+    assert done.returncode == 3
+    assert f"cannot start: store {tmp_path / 'store'} was written by a newer Pushgate" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
 
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
