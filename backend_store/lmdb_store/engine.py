@@ -162,8 +162,7 @@ class LmdbBackend:
         )
         self._writer.start()
         try:
-            await self._write(self._check_format)
-            await self._write(self._check_keys)
+            await self._write(self._check_store)
         except PushgateError:
             await self.close()
             raise
@@ -548,7 +547,12 @@ class LmdbBackend:
                 except Exception:
                     log.exception("store listener failed")
 
-    def _check_format(self, w: Writes, now: float) -> None:
+    def _check_store(self, w: Writes, now: float) -> None:
+        """At start, one write for both checks: the store's format, then its keys."""
+        self._check_format(w)
+        self._check_keys(w)
+
+    def _check_format(self, w: Writes) -> None:
         """Refuse a store a newer version wrote; mark an older (or new) one as this version's.
         The mark goes outside the logged writes: each replica keeps its own, and a re-seed
         copies the leader's."""
@@ -563,7 +567,7 @@ class LmdbBackend:
         if found < STORE_FORMAT:
             w.txn.put(_FORMAT, u64(STORE_FORMAT), db=meta)
 
-    def _check_keys(self, w: Writes, now: float) -> None:
+    def _check_keys(self, w: Writes) -> None:
         """Refuse to start without every key that sealed data here, or with a wrong one."""
         raw = w.get(Db.META, _KEY_CHECKS)
         checks: dict[str, bytes] = unpack(raw) if raw else {}
