@@ -151,8 +151,7 @@ def rss_kib(pid: int) -> int:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def thread_cpu_seconds(pid: int) -> dict[int, float]:
@@ -160,11 +159,16 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
     out: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = _stat_cpu_seconds(task / "stat")
         except FileNotFoundError:
             continue  # the thread ended meanwhile
-        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return out
+
+
+def _stat_cpu_seconds(stat: Path) -> float:
+    """utime + stime of a ``/proc`` ``stat`` file, in seconds."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin(pid: int, cpus: set[int]) -> None:
