@@ -17,7 +17,11 @@ from .errors import InvalidRequest
 from .limits import MAX_DELAY_S, MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S, MAX_WAIT_S
 from .types import QueueAttributes
 
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+# 1-80 characters of [A-Za-z0-9_-], or such a name ending in ".fifo" (as SQS requires of FIFO
+# queues; 80 characters in all). The suffix does not make a queue FIFO: ordering is an attribute.
+# Anchored because OpenAPI's patterns are searches, not full matches.
+QUEUE_NAME = re.compile(r"^(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)$")
+QUEUE_NAME_RULE = "1-80 characters of [A-Za-z0-9_-], or such a name ending in .fifo (80 in all)"
 
 # Attributes that can never change after creation (SQS: FifoQueue).
 IMMUTABLE = frozenset({"ordering", "partitions"})
@@ -52,7 +56,7 @@ BOUNDS: dict[str, Bound] = {
 
 def check_queue_name(name: str, what: str = "queue name") -> None:
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-        raise InvalidRequest(f"{what} must be 1-80 characters of [A-Za-z0-9_-]")
+        raise InvalidRequest(f"{what} must be {QUEUE_NAME_RULE}")
 
 
 def _check_value(name: str, value: Any) -> Any:

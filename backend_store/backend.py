@@ -50,7 +50,8 @@ from .types import (
 )
 
 # Called on the event loop after a commit that made messages of a queue visible
-# now or later (a send, a nack, a release). Cheap and synchronous: it only wakes.
+# now or later (a send, a nack, a release), except where a standing receive took them all
+# in that commit (see StandingReceive). Cheap and synchronous: it only wakes.
 ChangeListener = Callable[[TenantId, QueueName], None]
 
 
@@ -178,6 +179,12 @@ class StandingReceive(Protocol):
     transaction, and ``deliver`` is called on the caller's event loop once that batch is
     committed. Send-to-push then costs one commit instead of two. A demand is served at
     most once; the caller owns what it is handed (and releases what it cannot use).
+
+    One commit, one signal: a delivery short of ``max_messages`` took everything the queue
+    had visible at that commit, so the delivery is the commit's wake-up and the embedded
+    store calls no change listener for that queue (there is nothing left to find); after a
+    full delivery the listeners are called as usual. (The cluster backend still calls its
+    listeners before each delivery; the push dispatcher discounts that wake-up.)
     """
 
     def set_demand(
@@ -222,6 +229,18 @@ class InMemoryReceive(Protocol):
         visibility_timeout_s: float | None = None,
     ) -> list[ReceivedMessage]:
         """Receive up to ``max_messages`` visible messages, holding them in memory."""
+
+
+@runtime_checkable
+class ReceiptShards(Protocol):
+    """Optional capability: which shard settles a receipt, where a backend has several that
+    commit independently (a cluster's partitions, each with its own leader). The push
+    engine batches acks and nacks per shard, so a slow or unreachable shard holds up only
+    its own receipts. A backend without it is one shard (the embedded store: one writer)."""
+
+    def receipt_shard(self, receipt: str) -> int | None:
+        """The receipt's shard; None for a receipt that names none (the backend refuses it).
+        Pure and cheap: called for every receipt an ack or nack carries."""
 
 
 @runtime_checkable
@@ -399,6 +418,7 @@ __all__ = [
     "MetaListener",
     "MetadataWatch",
     "PushgateError",
+    "ReceiptShards",
     "ReplicaStore",
     "StandingReceive",
     "StorageStats",

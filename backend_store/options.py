@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .encryption import Keyring
+
+# Held messages per queue, beyond which the embedded store writes receives (bounds memory, and
+# the walk a receive makes past held entries after a release lowered the queue's skip hint).
+DEFAULT_MAX_HELD = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,4 +24,9 @@ class StoreOptions:
     # them); 0 writes no log (a standalone store, see lmdb_store/replication_log.py).
     replication_log_keep: int = 0
     clock: Callable[[], float] | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    # The embedded store's writer: at most this many operations share one commit (group
+    # commit); 1 commits each alone (bench/store_bench.py's baseline, a test of batch rollback).
+    max_batch: int = 1024
+    # The embedded store holds up to this many received messages per queue in memory instead
+    # of writing their state (docs/store.md); past it, receives are written.
+    max_held: int = DEFAULT_MAX_HELD

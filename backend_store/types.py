@@ -15,8 +15,30 @@ QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
 Receipt = NewType("Receipt", str)
 Lsn = NewType("Lsn", int)
-# A partition leader's term (the create_revision of its etcd leader key): only grows.
+# A partition leader's term: only grows. It is the create_revision of its etcd leader key
+# behind the cluster's incarnation (docs/cluster.md, "Metadata survives etcd"): an etcd
+# restored from a snapshot counts revisions again from an older point, and the incarnation,
+# raised when etcd is found to have gone back, keeps every new epoch above every fence. One
+# integer on the wire and in stores (incarnation * 2**40 + revision), so a cluster that never
+# restored etcd (incarnation 0) has the epochs it always had.
 Epoch = NewType("Epoch", int)
+EPOCH_REVISION_BITS = 40
+
+
+def make_epoch(incarnation: int, revision: int) -> Epoch:
+    """The epoch of a leader key created at ``revision`` in the cluster's ``incarnation``."""
+    if not 0 <= revision < 1 << EPOCH_REVISION_BITS or incarnation < 0:
+        raise ValueError(f"no epoch for incarnation {incarnation}, revision {revision}")
+    return Epoch((incarnation << EPOCH_REVISION_BITS) | revision)
+
+
+def epoch_incarnation(epoch: int) -> int:
+    return epoch >> EPOCH_REVISION_BITS
+
+
+def epoch_revision(epoch: int) -> int:
+    """The etcd revision of the leader key an epoch was made from (what etcd compares)."""
+    return epoch & ((1 << EPOCH_REVISION_BITS) - 1)
 
 
 @dataclass(frozen=True, slots=True)

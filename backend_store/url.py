@@ -35,7 +35,7 @@ def open_backend(url: str, options: StoreOptions | None = None) -> Backend:
 
         return LmdbBackend(lmdb_path(url), options)
     if scheme == "cluster":
-        from .cluster.cluster_backend import open_cluster_backend
+        from .cluster.client.cluster_backend import open_cluster_backend
 
         return open_cluster_backend(url, options)
     raise ConfigurationError(f"unknown store URL scheme {scheme!r}; expected lmdb:// or cluster://")

@@ -13,6 +13,10 @@ manager`` (the test harness in ``tests/cluster/processes.py``), then measures:
    client sends, and time from the kill to the first acknowledged send on that partition.
 3. Async loss: SIGKILL the async partition's leader during a stream of sends and count the
    acknowledged messages the new leader does not have.
+3a. Failover as a gateway sees it, ``--freezes`` rounds each: the sync partition's leader
+   SIGKILLed, then SIGSTOPped (until its successor serves), while 8 producers send through
+   a ``ClusterBackend`` (the gateway's path: requests held at a frozen leader are given up
+   once the map shows its successor); time from the signal to the first acknowledged send.
 4. Through a gateway (``--gateway-rounds``, 0 to skip): ``POST /v1/queues/bench/messages``
    of one message each from ``--producers`` keep-alive connections (http_bench.py's load
    generator, in its own process) to a ``pushgate serve`` on the embedded store and to one on
@@ -35,6 +39,7 @@ import argparse
 import asyncio
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,9 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from backend_store.cluster.cluster_backend import open_cluster_backend
-from backend_store.cluster.tls import NodeTls, TlsFiles
-from backend_store.cluster.tls_certs import make_cluster_certificates
+from backend_store.cluster.client.cluster_backend import open_cluster_backend
+from backend_store.cluster.protocol.tls import NodeTls, TlsFiles
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
@@ -148,6 +153,72 @@ async def failover_time(h: ClusterHarness, pid: int, queue: str) -> float:
             await asyncio.sleep(0.01)
     h.nodes[victim].start()
     return took
+
+
+async def gateway_failover(h: ClusterHarness, pid: int, queue: str, sig: signal.Signals) -> float:
+    """Seconds from ``sig`` to the leader to the first send a gateway's backend acknowledged
+    after it (8 producers, deduplicated sends, as clients retry); the victim then runs again."""
+    url = f"cluster://{','.join(h.endpoints)}{h.prefix}"
+    backend = open_cluster_backend(url, StoreOptions())
+    await backend.start()
+    acked: list[float] = []
+    stop = asyncio.Event()
+    counter = iter(range(10**9))
+
+    async def producer() -> None:
+        while not stop.is_set():
+            body = f"g{time.monotonic()}-{next(counter)}"
+            try:
+                await backend.send(
+                    TenantId(TENANT), QueueName(queue), [NewMessage(body.encode(), dedupe_id=body)]
+                )
+                acked.append(time.monotonic())
+                progress.set()
+            except (Unavailable, StaleEpoch):
+                await asyncio.sleep(0.01)
+
+    async def until_acked(count: int, after: float) -> None:
+        while sum(t > after for t in acked) < count:
+            progress.clear()
+            await progress.wait()
+
+    progress = asyncio.Event()
+    tasks = [asyncio.create_task(producer()) for _ in range(8)]
+    try:
+        await until_acked(50, 0.0)
+        # The leader now (a rebalancing hand-over may have moved it since the last round).
+        victim, _, _ = await h.serving_leader(pid)
+        signalled = time.monotonic()
+        if sig == signal.SIGKILL:
+            h.nodes[victim].kill()  # and reaped
+        else:
+            h.nodes[victim].signal(sig)
+        await until_acked(1, signalled)
+        took = min(t for t in acked if t > signalled) - signalled
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        await backend.close()
+    if sig == signal.SIGSTOP:
+        h.nodes[victim].signal(signal.SIGCONT)
+    else:
+        h.nodes[victim].start()
+    await wait_rejoined(h, pid, victim)
+    return took
+
+
+async def wait_rejoined(h: ClusterHarness, pid: int, node: str) -> None:
+    """Until ``node`` publishes the leader's last LSN again (it caught up as a follower)."""
+
+    async def caught_up() -> bool:
+        records = await h.node_records()
+        found = await h.leader(pid)
+        if found is None or node not in records or found[0] not in records:
+            return False
+        mine, head = records[node].replicas.get(pid), records[found[0]].replicas.get(pid)
+        return mine is not None and head is not None and mine.lsn == head.lsn
+
+    await h.wait_for(f"{node} to catch up", caught_up, timeout=60)
 
 
 async def receive_all(h: ClusterHarness, pid: int, queue: str) -> list[str]:
@@ -360,6 +431,13 @@ async def main(args: argparse.Namespace) -> None:
                         + ", ".join(f"{t:.2f} s" for t in times)
                         + f"; median {statistics.median(times):.2f} s"
                     )
+                for sig in (signal.SIGKILL, signal.SIGSTOP) if args.freezes else ():
+                    took = [await gateway_failover(h, pids["sync"], "sync", sig) for _ in range(args.freezes)]
+                    print(
+                        f"failover through a gateway ({sig.name} -> first acknowledged send): "
+                        + ", ".join(f"{t:.2f} s" for t in took)
+                        + f"; median {statistics.median(took):.2f} s"
+                    )
                 if args.kills:
                     sent, lost = await async_loss(h, pids["async"], "async")
                     print(f"async, leader SIGKILLed mid-stream: {lost} of {sent} acknowledged sends lost")
@@ -380,6 +458,9 @@ if __name__ == "__main__":
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument(
         "--kills", type=int, default=3, help="failovers to time (0: none, and no async loss run)"
+    )
+    parser.add_argument(
+        "--freezes", type=int, default=3, help="gateway-path failovers per signal (SIGKILL, SIGSTOP; 0: none)"
     )
     parser.add_argument("--gateway-rounds", type=int, default=3, help="alternating rounds through gateways")
     parser.add_argument(

@@ -9,7 +9,8 @@ tenth holds a few messages), then:
   read from the store for the cold run; the warm runs reuse the monitor's latest sample);
 - ``first contentful paint``: Debian's Chromium, headless through Playwright, loads the
   overview with the session cookie (Paint Timing API): the default first page (200 rows,
-  the rest a "next page" away) and all queues on one page (``?per_page=1000``);
+  the rest a "next page" away), all queues on one page (``?per_page=1000``) and one
+  queue's page (its depth and rates charts side by side, the peek table);
 - the login page (a tiny page from the same server, same browser) is the baseline, so the
   ratio says what 1,000 rows cost over an empty page on this machine.
 """
@@ -118,6 +119,7 @@ def main() -> None:
             for label, path in (
                 ("overview, first page (200 rows)", "/console/"),
                 (f"overview, all {args.queues} rows on one page", f"/console/?per_page={args.queues}"),
+                ("a queue's page (depth and rates charts, peek)", "/console/queues/bench-00000"),
             ):
                 loads = paint_times(url, cookie, path, args.runs)
                 fcp = statistics.median(x[1] for x in loads)

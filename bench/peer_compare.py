@@ -9,9 +9,13 @@ Both sides do the same work with Python clients in separate processes: one produ
 - Redis 7 streams: a private ``redis-server --appendonly yes --appendfsync always`` on a
   free port; ``XADD`` in pipelines of up to 100, ``XREADGROUP COUNT 100`` + ``XACK``.
 - Pushgate, batch frames: ``send`` frames of up to 100 messages; the consumer subscribes
-  with ``batch: 100`` and acks each ``messages`` frame in one ``ack`` frame.
+  with ``batch: 100``.
 - Pushgate, one frame per message: a ``send`` frame per message (100 outstanding); the
-  consumer gets a ``message`` frame each and acks every 20.
+  consumer gets a ``message`` frame each.
+
+Every consumer runs twice (``--acks``): acking after every frame it gets (an XREADGROUP
+reply, a ``messages`` frame, a ``message`` frame: one ``ack`` frame per message), and acking
+50 receipts at a time (half its window, as a worker that acks as it goes).
 
 Paced, Redis and Pushgate's batch frames send what is due every millisecond in one pipeline
 or frame; one frame per message sends each message when it is due.
@@ -54,6 +58,7 @@ from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import nats_peer
 from bench.push_common import (
     cpu_seconds,
     create_queue,
@@ -61,13 +66,20 @@ from bench.push_common import (
     machine,
     percentiles,
     pin,
+    start_dev_cluster,
     start_gateway,
     stop,
+    stop_group,
     thread_cpu_seconds,
     wait_for_port,
 )
 
 WINDOW = 100
+HALF_WINDOW = WINDOW // 2
+# How the consumer acks (--acks): after every frame it gets (a ``messages`` frame, a
+# ``message`` frame, an XREADGROUP reply), or 50 receipts at a time (half its window), as a
+# worker that acks as it goes.
+ACKS = {"frame": "acks every frame", "half": "acks every 50"}
 # The Pushgate cases (--frames): a name in the report, and the subscription's batch size.
 MODES = {"batch": ("batch frames", 100), "single": ("frame per message", 1)}
 STREAM, GROUP = "bench", "consumers"
@@ -99,10 +111,11 @@ async def pace(start: float, sent: int, rate: float | None) -> None:
 # Redis -----------------------------------------------------------------------------
 
 
-async def redis_consume(port: int, total: int) -> None:
+async def redis_consume(port: int, total: int, acks: str) -> None:
     r = aioredis.Redis(port=port)
     latencies: list[float] = []
     first = last = 0.0
+    ids: list[bytes] = []
     print("ready", flush=True)
     while len(latencies) < total:
         # (redis-py types replies loosely: a list of [stream, [(id, fields), ...]])
@@ -110,13 +123,14 @@ async def redis_consume(port: int, total: int) -> None:
         if not got:
             break
         now = time.time()
-        ids = []
         for message_id, fields in got[0][1]:
             ids.append(message_id)
             latencies.append(now - float(fields[b"b"][:17]))
         first = first or now
         last = now
-        await r.xack(STREAM, GROUP, *ids)
+        if acks == "frame" or len(ids) >= HALF_WINDOW or len(latencies) >= total:
+            await r.xack(STREAM, GROUP, *ids)
+            ids = []
     await r.aclose()
     print(json.dumps(summary(latencies, first, last)), flush=True)
 
@@ -175,7 +189,7 @@ def open_ws(url: str, key: str) -> connect:
     )
 
 
-async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: int) -> None:
+async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: int, acks: str) -> None:
     async with open_ws(url, key) as ws:
         await ws.send(
             orjson.dumps({"op": "subscribe", "queue": queue, "prefetch": 100, "batch": batch}).decode()
@@ -202,7 +216,7 @@ async def pushgate_consume(url: str, key: str, queue: str, total: int, batch: in
                 latencies.append(now - float(m["body"][:17]))
             first = first or now
             last = now
-            if batch > 1 or len(receipts) >= 20 or len(latencies) >= total:
+            if acks == "frame" or len(receipts) >= HALF_WINDOW or len(latencies) >= total:
                 await ws.send(orjson.dumps({"op": "ack", "receipts": receipts}).decode())
                 receipts = []
     print(json.dumps(summary(latencies, first, last)), flush=True)
@@ -288,16 +302,21 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def phase(consumer_cmd: list[str], producer_cmd: list[str], server_pid: int, total: int) -> dict[str, Any]:
+def phase(
+    consumer_cmd: list[str], producer_cmd: list[str], server_pids: list[int], total: int
+) -> dict[str, Any]:
+    """One case; the server's CPU is that of ``server_pids`` together (a cluster's processes),
+    split into loop and threads for the first (the gateway)."""
+    server_pid = server_pids[0]
     clients = children_cpu_seconds()
     consumer = run(consumer_cmd)
-    cpu = cpu_seconds(server_pid)
+    cpu = sum(cpu_seconds(pid) for pid in server_pids)
     threads = thread_cpu_seconds(server_pid)
     producer = subprocess.run([sys.executable, __file__, *producer_cmd], check=True)
     assert producer.returncode == 0 and consumer.stdout is not None
     result: dict[str, Any] = json.loads(consumer.stdout.readline())
     consumer.wait(30)
-    result["cpu_us_per_msg"] = (cpu_seconds(server_pid) - cpu) / max(total, 1) * 1e6
+    result["cpu_us_per_msg"] = (sum(cpu_seconds(pid) for pid in server_pids) - cpu) / max(total, 1) * 1e6
     spent = {tid: t - threads.get(tid, 0.0) for tid, t in thread_cpu_seconds(server_pid).items()}
     loop = spent.pop(server_pid, 0.0)
     result["loop_us_per_msg"] = loop / max(total, 1) * 1e6
@@ -330,8 +349,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--phases", default="max,paced", type=_names({"max", "paced"}))
     parser.add_argument("--frames", default="batch,single", type=_names(set(MODES)))
+    parser.add_argument("--acks", default="frame,half", type=_names(set(ACKS)))
     parser.add_argument("--pin", action="store_true", help="servers on CPU 0, clients on CPU 1")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every case; medians of the ratios")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="max phase also on a dev cluster (3 nodes, RF 3 sync) and on NATS JetStream R3 (sync always)",
+    )
     args = parser.parse_args()
     if args.pin:
         pin(os.getpid(), {1})  # the clients started from here inherit it
@@ -363,28 +388,33 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
         gateway, url, key = start_gateway(Path(tmp) / "gateway")
+        cluster_proc = jetstream = cluster = None
+        if args.cluster:
+            cluster_proc, cluster_url, cluster_key, cluster_pids = start_dev_cluster(Path(tmp) / "cluster")
+            cluster = (cluster_url, cluster_key, cluster_pids)
+            jetstream = nats_peer.start_jetstream_cluster(Path(tmp) / "nats")
         try:
             if args.pin:
                 for server in (redis_proc, gateway):
                     pin(server.pid, {0})
             wait_for_port(port)
-            for round_no in range(args.rounds):
-                results: dict[str, dict[str, Any]] = {}
+            for round_no, acks in ((r, a) for r in range(args.rounds) for a in args.acks):
+                results: dict[str, dict[str, Any]] = {"": {"acks": acks}}
                 rounds.append(results)
                 for name in phases:
                     total, rate = (args.messages, None) if name == "max" else (paced_total, args.rate)
                     asyncio.run(_redis_reset(port))
                     results[f"redis {name}"] = phase(
-                        ["_redis_consume", str(port), str(total)],
+                        ["_redis_consume", str(port), str(total), acks],
                         ["_redis_produce", str(port), str(total), str(args.size), str(rate or 0)],
-                        redis_proc.pid,
+                        [redis_proc.pid],
                         total,
                     )
                     for mode, batch in modes:
-                        queue = f"peer-{name}-{batch}-{round_no}"
+                        queue = f"peer-{name}-{batch}-{round_no}-{acks}"
                         create_queue(url, key, queue)
                         results[f"pushgate {mode} {name}"] = phase(
-                            ["_pg_consume", url, key, queue, str(total), str(batch)],
+                            ["_pg_consume", url, key, queue, str(total), str(batch), acks],
                             [
                                 "_pg_produce",
                                 url,
@@ -395,32 +425,76 @@ def main() -> None:
                                 str(rate or 0),
                                 str(batch),
                             ],
-                            gateway.pid,
+                            [gateway.pid],
                             total,
                         )
+                        if cluster is not None and name == "max":
+                            cluster_url, cluster_key, cluster_pids = cluster
+                            create_queue(cluster_url, cluster_key, queue)
+                            results[f"cluster {mode} {name}"] = phase(
+                                [
+                                    "_pg_consume",
+                                    cluster_url,
+                                    cluster_key,
+                                    queue,
+                                    str(total),
+                                    str(batch),
+                                    acks,
+                                ],
+                                [
+                                    "_pg_produce",
+                                    cluster_url,
+                                    cluster_key,
+                                    queue,
+                                    str(total),
+                                    str(args.size),
+                                    "0",
+                                    str(batch),
+                                ],
+                                cluster_pids,
+                                total,
+                            )
+                    if jetstream is not None and name == "max":
+                        results[f"nats {name}"] = nats_peer.run_case(jetstream, total, args.size, acks)
         finally:
             stop(gateway)
             stop(redis_proc)  # type: ignore[arg-type]
+            if cluster_proc is not None:
+                stop_group(cluster_proc)
+            if jetstream is not None:
+                jetstream.stop()
     print(
         f"\n{args.size} B bodies, 1 producer + 1 consumer process, window/prefetch 100, manual acks, fsync before every ack"
     )
-    for round_no, results in enumerate(rounds, 1):
-        if len(rounds) > 1:
-            print(f"\nround {round_no} of {len(rounds)}")
+    for round_no, results in enumerate(rounds):
+        print(
+            f"\nround {round_no // len(args.acks) + 1} of {args.rounds}, consumer {ACKS[results['']['acks']]}"
+        )
         print_round(results, phases, [mode for mode, _ in modes])
-    if len(rounds) > 1:
-        print(f"\nmedians of {len(rounds)} rounds")
+    for acks in args.acks if args.rounds > 1 else ():
+        kind = [r for r in rounds if r[""]["acks"] == acks]
+        print(f"\nmedians of {len(kind)} rounds, consumer {ACKS[acks]}")
         for name in phases:
             for mode, _ in modes:
-                each = [ratios(r, name, mode) for r in rounds]
+                each = [ratios(r, name, mode) for r in kind]
                 print(
                     f"  {name:<5} {mode:<18} throughput {statistics.median(t for t, _ in each):.2f}x"
                     f" ({', '.join(f'{t:.2f}' for t, _ in each)}), server CPU/msg"
-                    f" {statistics.median(r[f'pushgate {mode} {name}']['cpu_us_per_msg'] for r in rounds):.0f} us"
-                    f" ({statistics.median(c for _, c in each):.1f}x Redis's), p99"
-                    f" {statistics.median(r[f'pushgate {mode} {name}']['p99_ms'] for r in rounds):.1f} ms"
-                    f" (Redis {statistics.median(r[f'redis {name}']['p99_ms'] for r in rounds):.1f} ms)"
+                    f" {statistics.median(r[f'pushgate {mode} {name}']['cpu_us_per_msg'] for r in kind):.0f} us"
+                    f" ({statistics.median(c for _, c in each):.1f}x Redis's), p50/p99"
+                    f" {statistics.median(r[f'pushgate {mode} {name}']['p50_ms'] for r in kind):.1f}/"
+                    f"{statistics.median(r[f'pushgate {mode} {name}']['p99_ms'] for r in kind):.1f} ms"
+                    f" (Redis {statistics.median(r[f'redis {name}']['p50_ms'] for r in kind):.1f}/"
+                    f"{statistics.median(r[f'redis {name}']['p99_ms'] for r in kind):.1f} ms)"
                 )
+
+
+def cluster_ratios(results: dict[str, dict[str, Any]], mode: str) -> tuple[float, float] | None:
+    """(throughput against the embedded store's, against NATS JetStream R3's) of the cluster."""
+    if f"cluster {mode} max" not in results:
+        return None
+    r = results[f"cluster {mode} max"]["msg_per_s"]
+    return r / results[f"pushgate {mode} max"]["msg_per_s"], r / results["nats max"]["msg_per_s"]
 
 
 def ratios(results: dict[str, dict[str, Any]], phase_name: str, mode: str) -> tuple[float, float]:
@@ -435,10 +509,12 @@ def print_round(results: dict[str, dict[str, Any]], phases: list[str], modes: li
         f" {'clients':>9}"
     )
     for name, r in results.items():
+        if not name:
+            continue  # the round's settings
         print(
             f"{name:<36} {r['msg_per_s']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-            f"{r['cpu_us_per_msg']:>7.0f}us {r['loop_us_per_msg']:>5.0f}us {r['threads_us_per_msg']:>6.0f}us"
-            f" {r['client_cpu_us_per_msg']:>7.0f}us"
+            f"{r['cpu_us_per_msg']:>7.0f}us {r.get('loop_us_per_msg', 0):>5.0f}us"
+            f" {r.get('threads_us_per_msg', 0):>6.0f}us {r.get('client_cpu_us_per_msg', 0):>7.0f}us"
         )
     print("\nratios to Redis in this run (msg/s: higher is better; CPU/msg: lower is better)")
     for name in phases:
@@ -449,6 +525,12 @@ def print_round(results: dict[str, dict[str, Any]], phases: list[str], modes: li
             print(
                 f"  {name:<5} {mode:<18} throughput {throughput:.2f}x, server CPU/msg {cpu:.1f}x, "
                 f"p99 {r['p99_ms']:.1f} ms vs {base['p99_ms']:.1f} ms"
+            )
+    for mode in modes:
+        if (pair := cluster_ratios(results, mode)) is not None:
+            print(
+                f"  cluster (RF 3 sync) {mode:<18} {pair[0]:.2f}x the embedded store, "
+                f"{pair[1]:.2f}x NATS JetStream R3"
             )
 
 
@@ -463,11 +545,11 @@ if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     rest = sys.argv[2:]
     if command == "_redis_consume":
-        asyncio.run(redis_consume(int(rest[0]), int(rest[1])))
+        asyncio.run(redis_consume(int(rest[0]), int(rest[1]), rest[2]))
     elif command == "_redis_produce":
         asyncio.run(redis_produce(int(rest[0]), int(rest[1]), int(rest[2]), float(rest[3]) or None))
     elif command == "_pg_consume":
-        asyncio.run(pushgate_consume(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4])))
+        asyncio.run(pushgate_consume(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), rest[5]))
     elif command == "_pg_produce":
         asyncio.run(
             pushgate_produce(

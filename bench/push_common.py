@@ -88,6 +88,66 @@ def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.
     return proc, url, key
 
 
+def start_dev_cluster(data_dir: Path, nodes: int = 3) -> tuple[subprocess.Popen[str], str, str, list[int]]:
+    """``pushgate dev-cluster`` (etcd, ``nodes`` node processes, two managers, a gateway on
+    ``cluster://``; queues replicated three times, sync) in its own process group: the
+    command, the gateway's URL, the admin key, and the PIDs of its processes (the gateway
+    first), whose CPU is the cluster's."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "dev-cluster",
+            "--data",
+            str(data_dir),
+            "--nodes",
+            str(nodes),
+            "--port",
+            "0",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    url = key = ""
+    pids: dict[str, int] = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        words = line.split()
+        if line.startswith("Bootstrap admin key"):
+            key = words[-1]
+        elif " pid " in line and "exited" not in line:  # "n1  127.0.0.1:port  pid N ..."
+            pids[words[0]] = int(line.split(" pid ", 1)[1].split()[0])
+        elif line.startswith("ready: the gateway serves"):
+            url = words[4]
+            gateway = [pid for name, pid in pids.items() if name.startswith("gateway")]
+            return (
+                proc,
+                url,
+                key,
+                gateway + [pid for name, pid in pids.items() if not name.startswith("gateway")],
+            )
+    stop_group(proc)
+    raise SystemExit("pushgate dev-cluster did not become ready")
+
+
+def stop_group(proc: subprocess.Popen[str]) -> None:
+    """SIGINT to a process started in its own session (it stops its children), then its group."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def serve(
     data_dir: Path, *extra: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[str], str]:

@@ -29,7 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend_store.cluster.replication import ReplicationFollower, ReplicationLeader, ReplicationMode
+from backend_store.cluster.replication.log_shipping import (
+    ReplicationFollower,
+    ReplicationLeader,
+    ReplicationMode,
+)
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
 from backend_store.types import Epoch, NewMessage, QueueName, TenantId

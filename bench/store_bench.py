@@ -8,7 +8,7 @@ ratios compare like with like (absolute numbers move by +-20% between runs):
 - ``send``: ``Backend.send`` of one 1 KiB message per call from 1, 16 and 128 concurrent
   producers (asyncio tasks), each call returning only once its message is fsynced.
   Twice: with group commit (the default) and with one commit and sync per operation
-  (``StoreOptions.extra["max_batch"] = "1"``), and the ratio of the two at the most producers.
+  (``StoreOptions.max_batch = 1``), and the ratio of the two at the most producers.
 - ``receive+ack``: consumers that ``receive`` one message and ``ack`` its receipt, and
   consumers that receive up to 100 and ack them in one call; pairs (messages) per second.
 - p50 / p99 latency of each call.
@@ -182,9 +182,11 @@ def raw_lmdb(path: Path, per_commit: int, seconds: float, body: bytes) -> float:
 
 @contextlib.asynccontextmanager
 async def pushgate_store(root: Path, name: str, max_batch: int | None = None) -> AsyncIterator[Backend]:
-    extra = {} if max_batch is None else {"max_batch": str(max_batch)}
     # A generous map so the runs measure syncs, not map growth.
-    store = open_backend(f"lmdb://{root / name}", StoreOptions(map_size=1 << 30, extra=extra))
+    store = open_backend(
+        f"lmdb://{root / name}",
+        StoreOptions(map_size=1 << 30, max_batch=1024 if max_batch is None else max_batch),
+    )
     await store.start()
     try:
         await store.create_queue(TENANT, QUEUE, {"visibility_timeout_s": 600})

@@ -3,22 +3,34 @@
 Run: ``python bench/throttle_bench.py [--duration 3] [--rounds 3] [--connections 16] [--messages 300]``
 (needs ``redis-server`` on PATH; it starts a private one on a free port).
 
-Part 1, overhead per request. Five ``pushgate serve`` processes run side by side for the
+Every figure comes from ``--rounds`` rounds and is printed as a range (lowest-highest) with
+its median; CPU time (read from ``/proc``) is the figure to quote on a shared machine,
+wall-clock throughput moves with whatever else runs there.
+
+Part 0, the limiter alone: CPU microseconds per ``Limiter.check`` in this process (no HTTP),
+one call at a time, with 1 and 3 rules, memory and Redis: the default sliding window
+counter (this package's own code; on Redis through local shares), the moving window
+(``limits``' public API) and, for reference, ``limits``' own sliding window counter through
+its public strategy API (what the default would cost without our code). Redis rows also
+give the ``redis-server`` process's CPU per check (it shares the machine's cores).
+
+Part 1, overhead per request. Six ``pushgate serve`` processes run side by side for the
 whole run, and the phases alternate between them, so a neighbour's burst of CPU hits all
-alike; figures are ratios to the unthrottled gateway of the same round:
+alike; figures are ratios to the unthrottled gateway of the same round and shared state:
 
 - ``none``: no limits set (the limiter is not called: a cached "no limits" lookup);
 - ``memory swc`` / ``memory mw``: ``memory://``, sliding window counter / moving window;
-- ``redis swc`` / ``redis mw``: ``--redis`` to the private Redis, the same two strategies.
+- ``redis none``: ``--redis`` to the private Redis, no limits: the baseline of the Redis rows
+  (a Redis gateway publishes its wake-ups there and keeps the dedupe front there, limits or not);
+- ``redis swc`` / ``redis mw``: ``--redis``, with limits, the same two strategies.
 
 Throttled gateways get limits no request reaches (10^6/second) on three counters per
 request (tenant, per key, per queue), so every request pays three hits and three window
 reads but none is refused. Two request kinds: ``poll`` (``receive`` of an empty queue with
 ``wait_s: 0``: no fsync, so the limiter's share shows) and ``send`` (1 KiB, fsynced).
-
-Part 0, the limiter alone: microseconds per ``Limiter.check`` in this process (no HTTP),
-one call at a time, with 1 and 3 rules, for each storage and strategy. With Redis this is
-mostly the round trip (and, on a loaded machine, waiting for the Redis process to run).
+Two ratios: ``cpu``, the unthrottled gateway's CPU per request over this one's (what its
+rate would be if the gateway's core were the limit), and ``req/s``, throughput against
+throughput (wall clock: noisy on a shared machine).
 
 Part 2, send-to-push latency: two gateways on one data directory sharing the Redis; a
 WebSocket consumer on A or on B, a producer sending through A over HTTP one message at a
@@ -38,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,9 +58,17 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from bench.push_common import REPO, free_port, machine, serve
+from bench.push_common import REPO, cpu_seconds, free_port, machine, serve
 
-GATEWAYS = ("none", "memory swc", "memory mw", "redis swc", "redis mw")
+GATEWAYS = ("none", "memory swc", "memory mw", "redis none", "redis swc", "redis mw")
+
+
+def baseline(name: str) -> str:
+    """The unthrottled gateway a gateway is compared with: the same shared state, no limits
+    (a Redis gateway also publishes wake-ups and keeps a dedupe front there, limits or not)."""
+    return "redis none" if name.startswith("redis") else "none"
+
+
 HIGH = "1000000/second"
 _HEAD_END = b"\r\n\r\n"
 _LENGTH = re.compile(rb"content-length:\s*(\d+)", re.I)
@@ -146,6 +167,7 @@ async def run_load(url: str, token: str, mode: str, duration: float, connections
     elapsed = time.perf_counter() - start
     lat = sorted(load.latencies)
     return {
+        "requests": len(lat),
         "req_per_s": len(lat) / elapsed,
         "p50_ms": lat[len(lat) // 2] * 1000 if lat else float("nan"),
         "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000 if lat else float("nan"),
@@ -153,7 +175,12 @@ async def run_load(url: str, token: str, mode: str, duration: float, connections
     }
 
 
-def load(url: str, token: str, mode: str, duration: float, connections: int) -> dict[str, Any]:
+def load(
+    url: str, token: str, mode: str, duration: float, connections: int, pids: tuple[int, ...]
+) -> dict[str, Any]:
+    """One phase from a load process; adds the CPU per request of each of ``pids`` (the
+    gateway, and Redis when it has one) as ``cpu_us`` (a list, in that order)."""
+    before = [cpu_seconds(pid) for pid in pids]
     out = subprocess.run(
         [sys.executable, __file__, "_load", url, token, mode, str(duration), str(connections)],
         check=True,
@@ -162,6 +189,8 @@ def load(url: str, token: str, mode: str, duration: float, connections: int) -> 
         timeout=duration + 60,
     ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    requests = max(1, result["requests"])
+    result["cpu_us"] = [(cpu_seconds(pid) - b) / requests * 1e6 for pid, b in zip(pids, before, strict=True)]
     return result
 
 
@@ -199,25 +228,83 @@ async def push_latency(producer_url: str, consumer_url: str, key: str, queue: st
     return latencies
 
 
-async def limiter_cost(url: str, strategy: str, rules: int, calls: int) -> float:
-    """Microseconds per check, one call at a time."""
+LIMITER_KINDS = ("ours", "moving window", "limits swc")
+
+
+async def limiter_cost(
+    url: str, kind: str, rules: int, calls: int, redis_pid: int | None
+) -> tuple[float, float]:
+    """CPU microseconds per check, one call at a time: this process's, and Redis's (0 in memory).
+
+    ``ours``: the default strategy; ``moving window``: the other strategy; ``limits swc``:
+    ``limits``' sliding window counter through its public strategy API, for reference.
+    """
     sys.path.insert(0, str(REPO))
     from throttling import Rule, SharedState, parse_rate
 
-    state = SharedState(url, strategy=strategy)  # type: ignore[arg-type]
-    await state.start()
+    rate = parse_rate(HIGH)
+    unique = os.urandom(4).hex()
+    batch = [Rule(f"r{n}", rate, (unique, str(n))) for n in range(rules)]
+    if kind == "limits swc":
+        check, close = limits_swc(url, batch)
+    else:
+        state = SharedState(
+            url, strategy="moving-window" if kind == "moving window" else "sliding-window-counter"
+        )
+        await state.start()
+
+        async def check() -> None:
+            await state.limiter.check(batch)
+
+        close = state.close
     try:
-        rate = parse_rate(HIGH)
-        unique = os.urandom(4).hex()
-        batch = [Rule(f"r{n}", rate, (unique, str(n))) for n in range(rules)]
-        for _ in range(50):
-            await state.limiter.check(batch)
-        start = time.perf_counter()
+        for _ in range(min(calls, 2000)):
+            await check()
+        redis_before = cpu_seconds(redis_pid) if redis_pid else 0.0
+        start = time.process_time()
         for _ in range(calls):
-            await state.limiter.check(batch)
-        return (time.perf_counter() - start) / calls * 1e6
+            await check()
+        ours = (time.process_time() - start) / calls * 1e6
+        theirs = (cpu_seconds(redis_pid) - redis_before) / calls * 1e6 if redis_pid else 0.0
+        return ours, theirs
     finally:
-        await state.close()
+        await close()
+
+
+def limits_swc(
+    url: str, batch: list[Any]
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """A check as ``limits``' public API offers it: a hit and a window read per rule."""
+    import redis.asyncio as aioredis
+    from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+    from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+    pool = None
+    storage: Storage
+    if url.startswith("memory"):
+        storage = MemoryStorage()
+    else:
+        pool = aioredis.ConnectionPool.from_url(url)
+        storage = RedisStorage("async+" + url, implementation="redispy", connection_pool=pool)  # type: ignore[arg-type]  # limits types options as scalars
+    limiter = SlidingWindowCounterRateLimiter(storage)
+
+    async def check() -> None:
+        for rule in batch:
+            for item in rule.rate.items:
+                await limiter.hit(item, *rule.identifiers)
+                await limiter.get_window_stats(item, *rule.identifiers)
+
+    async def close() -> None:
+        if pool is not None:
+            await pool.aclose()
+
+    return check, close
+
+
+def spread(values: list[float], unit: str = "", digits: int = 1) -> str:
+    """``low-high (median)`` of a round's figures."""
+    low, high, mid = min(values), max(values), statistics.median(values)
+    return f"{low:.{digits}f}-{high:.{digits}f}{unit} (median {mid:.{digits}f})"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -236,85 +323,121 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--messages", type=int, default=300, help="messages per latency series")
+    parser.add_argument("--parts", default="0,1,2", help="which parts to run (comma-separated)")
     args = parser.parse_args()
+    parts = {int(p) for p in args.parts.split(",")}
     procs: list[subprocess.Popen[Any]] = []
+    micro: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    same: list[float] = []
+    cross: list[float] = []
     with tempfile.TemporaryDirectory(prefix="pushgate-throttle-bench-") as tmp_name:
         tmp = Path(tmp_name)
         try:
             redis, redis_url = start_redis(tmp)
             procs.append(redis)
-            urls: dict[str, str] = {}
-            for name in GATEWAYS:
-                extra = ["--redis", redis_url] if name.startswith("redis") else []
-                strategy = "moving-window" if name.endswith("mw") else "sliding-window-counter"
-                proc, url = serve(
-                    tmp / name.replace(" ", "-"), *extra, env={"PUSHGATE_RATE_LIMIT_STRATEGY": strategy}
-                )
-                procs.append(proc)
-                urls[name] = url
-            keys = {
-                name: (tmp / name.replace(" ", "-") / "bootstrap-admin-key").read_text().strip()
-                for name in GATEWAYS
-            }
-            for name, url in urls.items():
-                headers = {"Authorization": f"Bearer {keys[name]}"}
-                for queue in ("bench", "empty"):
-                    httpx.put(f"{url}/v1/queues/{queue}", headers=headers, json={}).raise_for_status()
-                if name != "none":
-                    limits = {"send": HIGH, "receive": HIGH, "per_key": {"send": HIGH, "receive": HIGH}}
-                    limits["per_queue"] = {"send": HIGH, "receive": HIGH}
-                    httpx.put(f"{url}/v1/limits", headers=headers, json=limits).raise_for_status()
-            micro: dict[tuple[str, str, int], float] = {}
-            for storage, url in (("memory", "memory://"), ("redis", redis_url)):
-                for strategy in ("sliding-window-counter", "moving-window"):
-                    for rules in (1, 3):
-                        calls = 3000 if storage == "memory" else 1000
-                        micro[(storage, strategy, rules)] = asyncio.run(
-                            limiter_cost(url, strategy, rules, calls)
-                        )
-            runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for _ in range(args.rounds):
-                for mode in ("poll", "send"):
-                    for name in GATEWAYS:
-                        result = load(urls[name], keys[name], mode, args.duration, args.connections)
-                        runs.setdefault((mode, name), []).append(result)
-
-            # Part 2: two gateways on one data directory, sharing the Redis.
-            shared = tmp / "shared"
-            a_proc, a_url = serve(shared, "--redis", redis_url)
-            procs.append(a_proc)
-            b_proc, b_url = serve(shared, "--redis", redis_url)
-            procs.append(b_proc)
-            key = (shared / "bootstrap-admin-key").read_text().strip()
-            same = asyncio.run(push_latency(a_url, a_url, key, "same", args.messages))
-            cross = asyncio.run(push_latency(a_url, b_url, key, "cross", args.messages))
+            if 0 in parts:
+                for _ in range(args.rounds):
+                    for storage, url in (("memory", "memory://"), ("redis", redis_url)):
+                        for kind in LIMITER_KINDS:
+                            for rules in (1, 3):
+                                calls = 20_000 if kind == "ours" else 1_000 if storage == "redis" else 3_000
+                                pid = redis.pid if storage == "redis" else None
+                                cost = asyncio.run(limiter_cost(url, kind, rules, calls, pid))
+                                micro.setdefault((storage, kind, rules), []).append(cost)
+            if 1 in parts:
+                runs = gateway_overhead(tmp, redis.pid, redis_url, args, procs)
+            if 2 in parts:
+                # Two gateways on one data directory, sharing the Redis.
+                shared = tmp / "shared"
+                a_proc, a_url = serve(shared, "--redis", redis_url)
+                procs.append(a_proc)
+                b_proc, b_url = serve(shared, "--redis", redis_url)
+                procs.append(b_proc)
+                key = (shared / "bootstrap-admin-key").read_text().strip()
+                same = asyncio.run(push_latency(a_url, a_url, key, "same", args.messages))
+                cross = asyncio.run(push_latency(a_url, b_url, key, "cross", args.messages))
         finally:
             for proc in reversed(procs):
                 proc.terminate()
                 proc.wait()
 
     print(f"\n{machine()}")
-    print("Part 0: the limiter alone, microseconds per check (one at a time, in process)")
-    for (storage, strategy, rules), us in micro.items():
-        print(f"{storage:<6} {strategy:<22} {rules} rule{'s' if rules > 1 else ' '}  {us:8.1f} us")
-    print(
-        f"\nPart 1: {args.connections} connections, {args.rounds} rounds of {args.duration:g} s per gateway and kind;"
-    )
-    print("medians; ratio = requests/s against the unthrottled gateway in the same round\n")
-    for mode in ("poll", "send"):
-        for name in GATEWAYS:
-            rs = runs[(mode, name)]
-            ratios = [r["req_per_s"] / b["req_per_s"] for r, b in zip(rs, runs[(mode, "none")], strict=True)]
-            print(
-                f"{mode:<5} {name:<11} {statistics.median(r['req_per_s'] for r in rs):>8,.0f} req/s  "
-                f"p50 {statistics.median(r['p50_ms'] for r in rs):6.2f} ms  "
-                f"p99 {statistics.median(r['p99_ms'] for r in rs):6.2f} ms  "
-                f"ratio {statistics.median(ratios):6.1%}  errors {sum(r['errors'] for r in rs)}"
-            )
-    print(f"\nPart 2: send through A (HTTP) to push (WebSocket), {args.messages} messages one at a time")
-    for name, values in (("same gateway (A -> A)", same), ("cross gateway (A -> B)", cross)):
-        print(f"{name:<24} p50 {pct(values, 0.5):6.2f} ms  p99 {pct(values, 0.99):6.2f} ms")
-    print(f"cross / same, p50: {pct(cross, 0.5) / pct(same, 0.5):.2f}x")
+    if micro:
+        print(
+            f"\nPart 0: the limiter alone, CPU microseconds per check, {args.rounds} rounds: low-high (median)"
+        )
+        for (storage, kind, rules), costs in micro.items():
+            label = {
+                "ours": "sliding window counter (default)",
+                "moving window": "moving window (limits)",
+            }.get(kind, "limits' sliding window counter, public API (reference)")
+            line = f"{storage:<6} {label:<56} {rules} rule{'s' if rules > 1 else ' '}  {spread([c[0] for c in costs], ' us')}"
+            if storage == "redis":
+                line += f"   redis-server {spread([c[1] for c in costs], ' us')}"
+            print(line)
+    if runs:
+        print(
+            f"\nPart 1: {args.connections} connections, {args.rounds} rounds of {args.duration:g} s per gateway and kind;"
+            " ratios to the unthrottled gateway of the same round, low-high (median)."
+        )
+        print("cpu: its CPU per request over the unthrottled one's; req/s: throughput (wall clock, noisy)\n")
+        for mode in ("poll", "send"):
+            for name in GATEWAYS:
+                rs, base = runs[(mode, name)], runs[(mode, baseline(name))]
+                cpu_ratios = [b["cpu_us"][0] / r["cpu_us"][0] for r, b in zip(rs, base, strict=True)]
+                rate_ratios = [r["req_per_s"] / b["req_per_s"] for r, b in zip(rs, base, strict=True)]
+                line = (
+                    f"{mode:<5} {name:<11} gateway CPU {statistics.median(r['cpu_us'][0] for r in rs):6.0f} us/req"
+                    f"  {statistics.median(r['req_per_s'] for r in rs):>7,.0f} req/s"
+                    f"  p50 {statistics.median(r['p50_ms'] for r in rs):5.1f} ms"
+                    f"  cpu ratio {spread([100 * x for x in cpu_ratios], '%', 0)}"
+                    f"  req/s ratio {spread([100 * x for x in rate_ratios], '%', 0)}"
+                )
+                if name.startswith("redis"):
+                    line += f"  redis-server {statistics.median(r['cpu_us'][1] for r in rs):.1f} us/req"
+                errors = sum(r["errors"] for r in rs)
+                print(line + (f"  errors {errors}" if errors else ""))
+    if same:
+        print(f"\nPart 2: send through A (HTTP) to push (WebSocket), {args.messages} messages one at a time")
+        for name, values in (("same gateway (A -> A)", same), ("cross gateway (A -> B)", cross)):
+            print(f"{name:<24} p50 {pct(values, 0.5):6.2f} ms  p99 {pct(values, 0.99):6.2f} ms")
+        print(f"cross / same, p50: {pct(cross, 0.5) / pct(same, 0.5):.2f}x")
+
+
+def gateway_overhead(
+    tmp: Path, redis_pid: int, redis_url: str, args: argparse.Namespace, procs: list[subprocess.Popen[Any]]
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Part 1: the six gateways, phases alternating between them, ``args.rounds`` rounds."""
+    urls: dict[str, str] = {}
+    pids: dict[str, tuple[int, ...]] = {}
+    for name in GATEWAYS:
+        extra = ["--redis", redis_url] if name.startswith("redis") else []
+        strategy = "moving-window" if name.endswith("mw") else "sliding-window-counter"
+        proc, url = serve(
+            tmp / name.replace(" ", "-"), *extra, env={"PUSHGATE_RATE_LIMIT_STRATEGY": strategy}
+        )
+        procs.append(proc)
+        urls[name] = url
+        pids[name] = (proc.pid, redis_pid) if extra else (proc.pid,)
+    keys = {
+        name: (tmp / name.replace(" ", "-") / "bootstrap-admin-key").read_text().strip() for name in GATEWAYS
+    }
+    for name, url in urls.items():
+        headers = {"Authorization": f"Bearer {keys[name]}"}
+        for queue in ("bench", "empty"):
+            httpx.put(f"{url}/v1/queues/{queue}", headers=headers, json={}).raise_for_status()
+        if not name.endswith("none"):
+            limits = {"send": HIGH, "receive": HIGH, "per_key": {"send": HIGH, "receive": HIGH}}
+            limits["per_queue"] = {"send": HIGH, "receive": HIGH}
+            httpx.put(f"{url}/v1/limits", headers=headers, json=limits).raise_for_status()
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(args.rounds):
+        for mode in ("poll", "send"):
+            for name in GATEWAYS:
+                result = load(urls[name], keys[name], mode, args.duration, args.connections, pids[name])
+                runs.setdefault((mode, name), []).append(result)
+    return runs
 
 
 if __name__ == "__main__":

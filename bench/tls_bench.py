@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend_store.cluster.tls import NodeTls, serve_node_protocol
-from backend_store.cluster.tls_certs import make_cluster_certificates
+from backend_store.cluster.protocol.tls import NodeTls, serve_node_protocol
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 
 
 async def one_round(

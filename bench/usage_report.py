@@ -1,6 +1,11 @@
 """The usage report on synthetic usage files: time for 1, 3 and 10 million records.
 
-Run: ``python bench/usage_report.py [--rows 1000000,3000000,10000000] [--master local[2]]``
+Run: ``python bench/usage_report.py [--rows 1000000,3000000,10000000] [--master local[2]]``;
+``--standalone`` starts a standalone master and worker here (pyspark's ``spark-class``) and
+runs on them; ``--cli`` times ``pushgate usage report`` child processes instead (what an
+operator waits for: the session's start included); ``--rows 7`` is the 7-record case;
+``--data-dir DIR`` keeps the generated files (10 million records: 100 files, 18 MB) for
+the next run.
 
 What it does, in one run (compare the ratios, not absolute figures across runs):
 
@@ -20,9 +25,13 @@ The gateway's cost of recording usage (usage on vs off) is measured by
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,9 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gateway.local_ports import free_ports
 from gateway.usage.record import BUCKETS, FILE_ID_KEY, SCHEMA
 from spark.report import ReportOptions, run_report
 from spark.session import build_session
+from spark.standalone import StandaloneCluster
 
 DAY = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
 PER_FILE = 100_000
@@ -101,11 +112,104 @@ def write_files(root: Path, rows: int, template: dict[str, pa.Array]) -> int:
     return files
 
 
+def ensure_data(base: Path, rows: int, template: dict[str, pa.Array]) -> tuple[Path, int, float]:
+    """``base/data-<rows>``, written unless a complete earlier run left it: (usage directory,
+    files, seconds spent writing)."""
+    data = base / f"data-{rows}"
+    done = data / "complete"
+    began = time.monotonic()
+    if not done.exists():
+        files = write_files(data, rows, template)
+        done.write_text(f"{files}\n")
+    return data / "usage", int(done.read_text()), time.monotonic() - began
+
+
+def _cli_run(master: str, usage: Path, out: Path, conf: list[str]) -> tuple[float, float]:
+    """``pushgate usage report`` as an operator runs it, in a child process: (wall seconds,
+    the report's own seconds, i.e. without the session start)."""
+    command = [sys.executable, "-m", "gateway.cli", "usage", "report", "--master", master]
+    command += [
+        "--usage",
+        str(usage),
+        "--out",
+        str(out),
+        "--from",
+        f"{DAY:%Y-%m-%d}",
+        "--to",
+        f"{DAY + dt.timedelta(days=1):%Y-%m-%d}",
+    ]
+    command += [item for c in conf for item in ("--conf", c)]
+    began = time.monotonic()
+    run = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - began
+    if run.returncode != 0:
+        raise SystemExit(f"the report failed:\n{run.stderr[-3000:]}")
+    done = re.search(r"done in ([0-9.]+) s", run.stderr)
+    return wall, float(done.group(1)) if done else float("nan")
+
+
+def _in_process(
+    args: argparse.Namespace, master: str, base: Path, sizes: list[int], template: dict[str, pa.Array]
+) -> None:
+    began = time.monotonic()
+    spark = build_session(
+        master, app_name="pushgate-usage-bench", conf=dict(c.split("=", 1) for c in args.conf)
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"SparkSession start ({master}): {time.monotonic() - began:.1f} s")
+    quiet = lambda _message: None  # noqa: E731
+    end = DAY + dt.timedelta(days=1)
+    warm, _, _ = ensure_data(base, PER_FILE, template)
+    began = time.monotonic()
+    run_report(spark, ReportOptions((str(warm),), str(base / "out-warm"), DAY, end, "day"), progress=quiet)
+    print(f"warm-up run (100,000 records): {time.monotonic() - began:.1f} s")
+    print(f"{'records':>12} {'files':>6} {'write s':>8} {'report s':>9} {'records/s':>11} {'growth':>8}")
+    first: tuple[int, float] | None = None
+    for rows in sizes:
+        usage, files, written = ensure_data(base, rows, template)
+        for _ in range(args.rounds):
+            began = time.monotonic()
+            options = ReportOptions((str(usage),), str(base / f"out-{rows}"), DAY, end, "day")
+            run_report(spark, options, progress=quiet)
+            seconds = time.monotonic() - began
+            first = first or (rows, seconds)
+            growth = (seconds / first[1]) / (rows / first[0])
+            print(
+                f"{rows:>12,} {files:>6} {written:>8.1f} {seconds:>9.1f} {rows / seconds:>11,.0f} {growth:>7.2f}x"
+            )
+    spark.stop()
+
+
+def _cold(
+    args: argparse.Namespace, master: str, base: Path, sizes: list[int], template: dict[str, pa.Array]
+) -> None:
+    print(f"{'records':>12} {'files':>6} {'command s':>10} {'report s':>9} {'load':>5}")
+    for rows in sizes:
+        usage, files, _ = ensure_data(base, rows, template)
+        for _ in range(args.rounds):
+            wall, report = _cli_run(master, usage, base / f"out-cli-{rows}", args.conf)
+            print(f"{rows:>12,} {files:>6} {wall:>10.1f} {report:>9.1f} {os.getloadavg()[0]:>5.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rows", default="1000000,3000000,10000000")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--standalone", action="store_true", help="start a standalone master and worker here and use them"
+    )
+    parser.add_argument("--cores", type=int, default=2, help="the standalone worker's cores")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="time `pushgate usage report` child processes (session start included)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="runs per size")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="keep the generated usage files here and reuse them"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.rows.split(",")]
     print(
@@ -113,35 +217,20 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}, Python {platform.python_version()}"
     )
     template = _template(PER_FILE)
-    with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
-        base = Path(scratch)
-        began = time.monotonic()
-        spark = build_session(args.master, app_name="pushgate-usage-bench")
-        spark.sparkContext.setLogLevel("ERROR")
-        print(f"SparkSession start ({args.master}): {time.monotonic() - began:.1f} s")
-        quiet = lambda _message: None  # noqa: E731
-        end = DAY + dt.timedelta(days=1)
-        warm = base / "warm"
-        write_files(warm, PER_FILE, template)
-        began = time.monotonic()
-        run_report(spark, ReportOptions(warm, base / "out-warm", DAY, end, "day"), progress=quiet)
-        print(f"warm-up run (100,000 records): {time.monotonic() - began:.1f} s")
-        print(f"{'records':>12} {'files':>6} {'write s':>8} {'report s':>9} {'records/s':>11} {'growth':>8}")
-        first: tuple[int, float] | None = None
-        for rows in sizes:
-            data = base / f"data-{rows}"
-            began = time.monotonic()
-            files = write_files(data, rows, template)
-            written = time.monotonic() - began
-            began = time.monotonic()
-            run_report(spark, ReportOptions(data, base / f"out-{rows}", DAY, end, "day"), progress=quiet)
-            seconds = time.monotonic() - began
-            first = first or (rows, seconds)
-            growth = (seconds / first[1]) / (rows / first[0])
-            print(
-                f"{rows:>12,} {files:>6} {written:>8.1f} {seconds:>9.1f} {rows / seconds:>11,.0f} {growth:>7.2f}x"
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.dir)))
+        base = args.data_dir or scratch
+        base.mkdir(parents=True, exist_ok=True)
+        master = args.master
+        if args.standalone:
+            master_port, web_port = free_ports(2)
+            cluster = StandaloneCluster(
+                scratch / "cluster", master_port, web_port, cores=args.cores, memory="3g"
             )
-        spark.stop()
+            began = time.monotonic()
+            master = stack.enter_context(cluster.running())
+            print(f"standalone master and worker ({args.cores} cores) up: {time.monotonic() - began:.1f} s")
+        (_cold if args.cli else _in_process)(args, master, base, sizes, template)
 
 
 if __name__ == "__main__":

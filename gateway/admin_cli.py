@@ -28,6 +28,7 @@ from gateway.settings import Settings
 from web_console.alerts import KINDS, RuleStore, parse_rule
 
 from .auth.api_keys import ApiKeyStore
+from .auth.aws_keys import AwsKeyStore
 from .auth.jwt_keys import ALGORITHMS, JwtKeyStore
 from .auth.tenants import TenantStore
 from .limits.shared import announce
@@ -98,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         help='space-separated scopes, e.g. "send:orders-* receive:*"',
+    )
+    create.add_argument(
+        "--aws",
+        action="store_true",
+        help="also create AWS credentials (aws_access_key_id, aws_secret_access_key) for the SQS API",
     )
     create.set_defaults(run=_key_create)
     listing = key.add_parser("list", help="list a tenant's API keys (no secrets)")
@@ -180,7 +186,18 @@ async def _tenant_set_origins(backend: Backend, args: argparse.Namespace) -> dic
 
 async def _key_create(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
     key, token = await ApiKeyStore(backend).create(args.tenant, args.scope)
-    return {"key_id": key.key_id, "key": token, "tenant": key.tenant, "scopes": sorted(key.scopes)}
+    out: dict[str, Any] = {
+        "key_id": key.key_id,
+        "key": token,
+        "tenant": key.tenant,
+        "scopes": sorted(key.scopes),
+    }
+    if getattr(args, "aws", False):
+        # The secret is sealed under the store's keyring when one is given (docs/sqs.md).
+        access_key_id, secret = await AwsKeyStore(backend, args.keyring).create(key.key_id)
+        out["aws_access_key_id"] = access_key_id
+        out["aws_secret_access_key"] = secret
+    return out
 
 
 async def _key_list(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
@@ -341,6 +358,7 @@ def _store(args: argparse.Namespace) -> tuple[str, StoreOptions, Path | None]:
         # Opening a store creates it; a typo in --data must not make an empty one.
         raise _CommandError(f"no data directory at {settings.data_dir.resolve()}")
     args.operator_tenant = settings.operator_tenant
+    args.keyring = settings.keyring()
     # No retention sweeps from a command that lives for a moment.
     data_dir = None if args.data is None and args.store is not None else settings.data_dir
     return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0), data_dir

@@ -32,6 +32,7 @@ from .routes.queues import QueueRoutes
 from .routes.tokens import TokenRoutes
 from .services import GatewayServices
 from .settings import Settings
+from .sqs.route import SqsRoute
 from .usage.http import observed_rate_check
 
 
@@ -93,6 +94,8 @@ def create_app(settings: Settings, *, backend: Backend | None = None) -> Starlet
         *operator_routes,
         *ClusterRoutes(services).routes(),
         *BrowserRoutes(services).routes(),
+        # The SQS API (AWS JSON 1.0) on POST /: SigV4-signed requests only (docs/sqs.md).
+        *SqsRoute(services).routes(),
     ]
     app = GatewayApp(routes=routes, lifespan=lifespan)
     app.metrics = services.metrics

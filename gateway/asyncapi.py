@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from backend_store.attributes import QUEUE_NAME_RULE
 from backend_store.limits import MAX_ID_CHARS, MAX_RECEIPTS, MAX_VISIBILITY_S
 from push.close_codes import CloseCode
 from push.settings import PushSettings
@@ -244,7 +245,7 @@ def _document_bytes() -> bytes:
                 "description": "GET with Accept: text/event-stream; query prefetch, ack (manual or auto), "
                 "visibility_timeout_s, access_token, last_event_id. Acks go to POST "
                 "/v1/queues/{queue}/ack. A comment ping keeps the stream alive.",
-                "parameters": {"queue": {"description": "Queue name: 1-80 of [A-Za-z0-9_-]."}},
+                "parameters": {"queue": {"description": f"Queue name: {QUEUE_NAME_RULE}."}},
                 "messages": {"message": sse_message, "close": sse_close},
             },
         },

@@ -61,6 +61,11 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
         type=float,
         help="seconds between usage file flushes (default 10; 0 turns usage recording off)",
     )
+    parser.add_argument(
+        "--usage-dir",
+        type=Path,
+        help="write usage files here (default <data>/usage); several gateways may share one (docs/usage.md)",
+    )
     parser.add_argument("--gateway-name", help="names this gateway's usage files (default: the host name)")
     parser.add_argument(
         "--access-log", action="store_true", default=None, help="log one line per request (default off)"
@@ -86,16 +91,16 @@ def environment_help(parser: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
-def _check_data_dir(path: Path) -> None:
-    """One clear line for a data directory that cannot work (instead of a traceback later)."""
+def _check_dir(path: Path, flag: str) -> None:
+    """One clear line for a directory that cannot work (instead of a traceback later)."""
     if path.exists() and not path.is_dir():
-        raise ConfigurationError(f"--data {path}: not a directory")
+        raise ConfigurationError(f"{flag} {path}: not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigurationError(f"--data {path}: cannot create it ({exc.strerror})") from None
+        raise ConfigurationError(f"{flag} {path}: cannot create it ({exc.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigurationError(f"--data {path}: not writable")
+        raise ConfigurationError(f"{flag} {path}: not writable")
 
 
 def serve(argv: Sequence[str]) -> int:
@@ -103,14 +108,17 @@ def serve(argv: Sequence[str]) -> int:
     try:
         settings = Settings.from_sources(vars(args)).with_changes(announce_bootstrap=True)
         settings.keyring()  # a bad key file fails here, with a clear message, not inside uvicorn
-        _check_data_dir(settings.data_dir)
+        _check_dir(settings.data_dir, "--data")
+        if settings.usage_dir is not None and settings.usage_flush_interval_s > 0:
+            _check_dir(settings.usage_dir, "--usage-dir")
+        # Refuses a uvicorn or websockets release it was not tested with (tested_versions.py).
+        from .server import GatewayServer, bind_socket, uvicorn_config
     except ConfigurationError as exc:
         print(f"pushgate serve: {exc.detail}", file=sys.stderr)
         return 2
 
     from .app import create_app
     from .collector import tune_for_serving
-    from .server import GatewayServer, bind_socket, uvicorn_config
 
     try:
         # Before anything is written (a new data directory gets a bootstrap key).

@@ -8,7 +8,8 @@ straight through. For a browser request:
   credentials, so the tenant is unknown; it is answered 204 with the allowed methods and
   headers when *some* tenant allows the origin, and 403 otherwise;
 - a request with a bearer token (``Authorization`` or ``?access_token=``): the token is
-  authenticated (a cache hit for the route that runs next) and the origin checked against
+  authenticated once, here (the outcome is left in the scope under
+  ``push.principal.AUTHENTICATED`` and the route takes it from there) and the origin checked against
   the token's tenant; a foreign origin gets 403 ``forbidden`` before the route runs, so
   nothing is sent, received, acked or minted; an allowed one gets
   ``Access-Control-Allow-Origin: <origin>`` and ``Vary: Origin`` on its response;
@@ -26,6 +27,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend_store.errors import PushgateError
+from push.principal import note_authenticated
 from push.ws_handler import bearer_token, header
 
 from .auth.authenticator import Authenticator
@@ -83,8 +85,11 @@ class CorsMiddleware:
         if token is not None:
             try:
                 principal = await self.authenticator.authenticate(token)
-            except PushgateError:
-                principal = None  # the route authenticates again and answers the error itself
+            except PushgateError as exc:
+                note_authenticated(scope, token, exc)  # the route answers the error itself
+            else:
+                # The route takes the principal from here: one verification per request.
+                note_authenticated(scope, token, principal)
         if principal is None:
             await self.app(scope, receive, _with_headers(send, [(b"access-control-allow-origin", b"*")]))
             return

@@ -7,7 +7,7 @@ SIGTERM) stops them all, gateway first and etcd last, by process group, then exi
 Every address and PID is printed, so one can kill a node and watch the cluster fail over.
 
 With ``--tls`` it first makes a throwaway CA and a certificate for etcd, each node, each
-manager and the gateway in ``DIR/tls`` (``backend_store/cluster/tls_certs.py``), and every
+manager and the gateway in ``DIR/tls`` (``backend_store/cluster/protocol/tls_certs.py``), and every
 connection runs mutual TLS with them: the node protocol (node ports, leader links, the
 gateway's node clients) and etcd's (etcd serves TLS only, to clients with a certificate of
 that CA).
@@ -37,8 +37,8 @@ from urllib.parse import quote
 
 import httpx
 
-from backend_store.cluster.tls import TlsFiles
-from backend_store.cluster.tls_certs import make_cluster_certificates
+from backend_store.cluster.protocol.tls import TlsFiles
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 
 from .local_ports import free_port, free_ports
 

@@ -289,6 +289,13 @@ CATALOG: tuple[MetricDoc, ...] = (
         "Size of the file system of a node's data directory (whole MiB).",
         "cluster",
     ),
+    MetricDoc(
+        "pushgate_cluster_node_stray_replicas",
+        "gauge",
+        ("node",),
+        "Replicas a node keeps but does not serve (the map does not place them there): never deleted without a tombstone.",
+        "cluster",
+    ),
     # Process (prometheus_client's own collectors) -----------------------------
     MetricDoc("process_cpu_seconds", "counter", (), "CPU time of the gateway process."),
     MetricDoc("process_resident_memory_bytes", "gauge", (), "Resident memory of the gateway process."),

@@ -400,6 +400,19 @@ SCHEMAS: dict[str, Schema] = {
                             "description": "disk and map use as the node last published it; "
                             "null: not yet, or down",
                         },
+                        "strays": {
+                            "type": "array",
+                            "description": "replicas it keeps but does not serve (never deleted without a "
+                            "tombstone: docs/cluster.md, section 11)",
+                            "items": _obj(
+                                {"partition": {"type": "integer"}, "reason": {"type": "string"}},
+                                ("partition", "reason"),
+                            ),
+                        },
+                        "refusal": {
+                            "type": ["string", "null"],
+                            "description": "why the node serves nothing (its etcd holds no cluster or another)",
+                        },
                     },
                     ("id", "address", "state", "lag"),
                 ),
@@ -417,10 +430,33 @@ SCHEMAS: dict[str, Schema] = {
                         "epoch": {"type": "integer", "description": "the leader's term"},
                         "lsn": {"type": "integer", "description": "the leader's last log position"},
                         "mode": {"enum": ["sync", "async"]},
+                        "learners": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "replicas catching up, not yet voting (a move in progress)",
+                        },
+                        "leaving": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "voters being removed once the new set has taken over",
+                        },
+                        "successor": {
+                            "type": ["string", "null"],
+                            "description": "the node the leader is handing over to",
+                        },
                     },
                     ("id", "tenant", "queue", "index", "leader", "followers", "epoch", "lsn", "mode"),
                 ),
             },
+            "cluster": _obj(
+                {
+                    "id": {"type": ["string", "null"]},
+                    "trusted": {"type": "boolean"},
+                    "refusal": {"type": ["string", "null"]},
+                },
+                ("id", "trusted", "refusal"),
+                description="the cluster's identity as this gateway judges etcd (docs/cluster.md, section 11)",
+            ),
         },
         ("nodes", "partitions"),
     ),

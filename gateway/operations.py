@@ -29,12 +29,14 @@ from web_console.session import Session
 
 from .auth.bootstrap import write_secret_file
 from .auth.principal import Credential, Principal
+from .cluster_operator import cluster_operator_for
 from .metrics import CONTENT_TYPE_LATEST
 from .metrics_listener import MetricsListener
 from .routes.access import authenticate, require
 from .routes.endpoint import route
 from .routes.operator import OperatorRoutes
 from .services import GatewayServices
+from .usage.audit import AuditAction, audit_request
 
 # A scrape reads queue stats no older than this (several Prometheus servers scraping at
 # once share one read of the store).
@@ -87,14 +89,25 @@ def build_operations(
         return [t.name for t in await services.authenticator.tenants.list_all()]
 
     history = DepthHistory()
+    # On cluster://, drains and their progress for the console (gateway/cluster_operator.py).
+    cluster = cluster_operator_for(store)
+    cluster_source = (
+        cluster.status
+        if cluster is not None
+        else store.cluster_status
+        if isinstance(store, ClusterStatus)
+        else None
+    )
+    messages = services.metrics.messages
     sampler = QueueSampler(
         MonitorSources(
             backend=store,
             tenants=tenants,
             # Read at call time: the push engine sets services.consumers when it is built.
             consumers=lambda tenant, queue: services.consumers(tenant, queue),
+            delivered=lambda tenant, queue: messages.count(tenant, queue, "delivered"),
             # A distributed store reports its nodes (the nodes page, node alerts, cluster metrics).
-            cluster=store.cluster_status if isinstance(store, ClusterStatus) else None,
+            cluster=cluster_source,
         ),
         interval_s=settings.monitor_interval_s,
         min_gap_s=min(0.5, settings.monitor_interval_s),
@@ -103,7 +116,15 @@ def build_operations(
     notifier = WebhookNotifier(settings.alert_webhook_url) if settings.alert_webhook_url else None
     # Firing alerts and their history are shared through the store's metadata: with several
     # gateways on one store, each transition is recorded (and POSTed) by one of them.
-    alerts = AlertEngine(RuleStore(store), history, notifier=notifier, shared=SharedAlerts(store))
+    # A fresh store gives the operator tenant the default rules (web_console/alerts/defaults.py).
+    alerts = AlertEngine(
+        RuleStore(store),
+        history,
+        notifier=notifier,
+        shared=SharedAlerts(store),
+        rates=sampler.rates,
+        defaults_for=settings.operator_tenant,
+    )
     sampler.listeners.append(alerts.on_sample)
     ops = Operations(sampler, alerts, notifier, None)
 
@@ -119,6 +140,11 @@ def build_operations(
         services.components.append(ops.listener)
     if notifier is not None:
         services.components.append(notifier)
+    if cluster is not None:
+        # Started before the sampler (its first sample shows drain requests); a map change
+        # (a leader or replica moved) brings the next sample forward for live pages.
+        cluster.on_change(sampler.poke)
+        services.components.append(cluster)
     services.components.append(sampler)
 
     async def metrics(request: Request) -> Response:
@@ -135,11 +161,11 @@ def build_operations(
         except (Unauthorized, Forbidden, InvalidRequest):  # the token proves nothing
             return None
 
-    async def console_recheck(session: Session) -> bool:
+    def session_principal(session: Session) -> Principal:
         via: Credential | None = (
             "api_key" if session.via == "api_key" else "jwt" if session.via == "jwt" else None
         )
-        principal = Principal(
+        return Principal(
             TenantId(session.tenant),
             frozenset({"admin"}),
             session.subject,
@@ -147,8 +173,17 @@ def build_operations(
             kid=session.kid,
             key_id=session.key_id,
         )
+
+    async def console_recheck(session: Session) -> bool:
+        principal = session_principal(session)
         verdict = (await services.authenticator.recheck([principal]))[principal]
         return isinstance(verdict, Principal) and "admin" in verdict.scopes
+
+    async def console_audit(session: Session, action: str, target: str, details: Mapping[str, Any]) -> None:
+        principal = session_principal(session)
+        await audit_request(
+            services.usage.audit, principal, AuditAction(action), target, details, source="console"
+        )
 
     console = build_console(
         ConsoleDeps(
@@ -160,6 +195,8 @@ def build_operations(
             secure_cookies=settings.tls,
             operator_tenant=settings.operator_tenant,
             recheck=console_recheck,
+            drain=None if cluster is None else cluster.set_drain,
+            audit=console_audit,
             consumers=None
             if push_subscriptions is None
             else lambda tenant, queue: [

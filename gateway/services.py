@@ -6,6 +6,8 @@ queue cache and the metrics. Other parts plug in here rather than into globals:
 - the push engine (:attr:`GatewayServices.engine`) is the one path to delivery state:
   WebSocket and SSE deliveries, HTTP acks, nacks, visibility changes and long-polls all go
   through it; it is started after the backend and closed before it;
+- :attr:`GatewayServices.sends` is the one send path, the engine's: every transport's
+  sends reach the store through it, with the quota and the dedupe front applied there;
 - :attr:`GatewayServices.observer` is the one observe point every request and delivery
   outcome is reported to (``push/observer.py``), and the store's dead-letter moves and
   expiries too; its sinks are the Prometheus message counts and, when usage is on, the
@@ -32,6 +34,7 @@ from backend_store.url import open_backend
 from push.engine import PushEngine
 from push.observer import OK, STORE, Observer, Observers
 from push.principal import PrincipalLike
+from push.send_path import SendPath
 from push.wakeup import WakeupHub
 
 from .auth import api_keys, jwt_keys, tenants
@@ -93,7 +96,7 @@ class GatewayServices:
         if backend is None:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             backend = open_backend(settings.resolved_store_url, settings.store_options())
-        authenticator = Authenticator(backend, audience=settings.jwt_audience)
+        authenticator = Authenticator(backend, audience=settings.jwt_audience, keyring=settings.keyring())
         hub = WakeupHub()
 
         async def recheck(
@@ -108,17 +111,19 @@ class GatewayServices:
             return verdicts
 
         usage = UsageRecording.build(
-            settings.data_dir, settings.usage_flush_interval_s, settings.gateway_name
+            settings.data_dir, settings.usage_flush_interval_s, settings.gateway_name, settings.usage_dir
         )
         metrics = GatewayMetrics(settings.metrics_queue_series)
         sinks: list[Observer] = [metrics.messages]
         if usage.aggregator is not None:
             sinks.append(usage.aggregator)
         observer = Observers(sinks)
-        engine = PushEngine(backend, hub, settings.push, recheck=recheck, observer=observer)
-        metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         queues = QueueCache(backend, settings.queue_cache_ttl_s)
         throttling = Throttling(settings, backend, hub, authenticator, metrics, queues)
+        # The one send path of every transport: the quota, then the dedupe front and the store.
+        sends = SendPath(throttling.dedupe.send, queues.get, observer, quota=throttling.enforcer)
+        engine = PushEngine(backend, hub, settings.push, recheck=recheck, observer=observer, sends=sends)
+        metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         return cls(
             settings=settings,
             backend=backend,
@@ -134,6 +139,12 @@ class GatewayServices:
             # shared state (started before the engine, closed after it).
             components=[throttling, engine] if usage.flusher is None else [usage.flusher, throttling, engine],
         )
+
+    @property
+    def sends(self) -> SendPath:
+        """The one send path (push/send_path.py): HTTP and WebSocket sends, and the SQS
+        API's, reach the store through it (quota, dedupe front, batching, usage)."""
+        return self.engine.sends
 
     def consumers(self, tenant: TenantId, queue: QueueName) -> int:
         """Push consumers (WS/SSE subscriptions) of a queue: ``stats.consumers``."""

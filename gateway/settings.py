@@ -71,9 +71,12 @@ class Settings:
     # is dead and closed with 1011 (see docs/push.md).
     ws_ping_interval_s: float = 20.0
     ws_ping_timeout_s: float = 20.0
-    # Usage records are flushed to <data>/usage this often (and at each UTC hour); 0 turns
-    # usage recording off (see docs/usage.md).
+    # Usage records are flushed to the usage directory this often (and at each UTC hour); 0
+    # turns usage recording off (see docs/usage.md).
     usage_flush_interval_s: float = 10.0
+    # Where usage files go; None: <data>/usage. Several gateways may share one (an NFS mount):
+    # every file is named by its gateway.
+    usage_dir: Path | None = None
     # Names this gateway's usage files (a random suffix is added per start); default: the host name.
     gateway_name: str | None = None
     # The delivery engine's knobs (credits, slow consumers, rechecks); code and tests only.

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import struct
 
-try:  # the C implementation, as websockets uses it
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover (pure-Python websockets builds)
-    from websockets.utils import apply_mask
+from .ws_websockets_internals import apply_mask
 
 _SHORT_HEADERS = [bytes((0x81, n)) for n in range(126)]
 _MEDIUM_HEADER = struct.Struct("!BBH")

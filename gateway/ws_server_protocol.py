@@ -22,6 +22,13 @@ Both paths are taken only while no extension (permessage-deflate) is negotiated,
 frame's bytes are its payload. What the app sees is unchanged: the same ASGI events in the
 same order, the same close codes (a frame too large, bad UTF-8, a protocol error are left
 to ``websockets`` and uvicorn, which answer 1009, 1007 and 1002 as before).
+
+This is the one module that relies on uvicorn beyond its public API (a subclass of its
+private protocol class and its attributes); what it reads of ``websockets``' parser is in
+:mod:`gateway.ws_websockets_internals`. Each names the releases it was tested with and
+refuses any other at import (docs/http.md, "Dependencies we rely on beyond their public
+API"): uvicorn's public ``websockets-sansio`` protocol, unmodified, cost 15-35% more gateway
+CPU per message with a frame per message, and granian's ASGI WebSockets 3.8-5.5x (bench/README.md).
 """
 
 from __future__ import annotations
@@ -29,22 +36,33 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from uvicorn._types import ASGIReceiveEvent
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 from websockets.protocol import State
-from websockets.streams import StreamReader
 
+from backend_store.tested_versions import VersionRange, require
 from push.transport import FRAME_SINK
 from push.ws_handler import TEXT_SOURCE
 
 from .ws_coalescing import CoalescingTransport
 from .ws_frames import FrameSplitter, text_frame_header, unmask
+from .ws_websockets_internals import between_frames, frame_size_limit, parser_failed, within_message
 
-# The generator websockets' parser waits in between two frames.
-_BETWEEN_FRAMES = StreamReader.at_eof.__code__
+TESTED_UVICORN = VersionRange(
+    "uvicorn",
+    "0.54",
+    "0.55",
+    "gateway/ws_server_protocol.py subclasses uvicorn's private WebSocketsSansIOProtocol "
+    "and uses its attributes (queue, read_paused, conn, transport, handshake state)",
+)
+require(TESTED_UVICORN)
+
+# uvicorn's internals from here on (checked above).
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol  # noqa: E402
+
+if TYPE_CHECKING:
+    from uvicorn._types import ASGIReceiveEvent
 
 
 class Inbox:
@@ -180,13 +198,10 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
     def data_received(self, data: bytes) -> None:
         splitter = self.splitter
         if splitter is None:
-            if not self._between_frames():
+            if not between_frames(self.conn):
                 super().data_received(data)
                 return
-            conn = self.conn
-            sizes = (conn.max_message_size, getattr(conn, "max_fragment_size", None))
-            limits = [n for n in sizes if n is not None]
-            splitter = self.splitter = FrameSplitter(min(limits) if limits else None)
+            splitter = self.splitter = FrameSplitter(frame_size_limit(self.conn))
         if splitter.passthrough:
             super().data_received(data)
             return
@@ -198,7 +213,7 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
             for start, mask_at, end in spans:
                 # A whole text message of an open connection is queued here, as uvicorn's
                 # handle_text would queue it (inlined: most frames are these).
-                if mask_at >= 0 and conn.state is State.OPEN and conn.current_size is None:
+                if mask_at >= 0 and conn.state is State.OPEN and not within_message(conn):
                     try:
                         text: str | None = unmask(data, mask_at, end).decode()
                     except UnicodeDecodeError:
@@ -208,12 +223,12 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
                             items.append(text)  # a websocket.receive event, as the Inbox keeps them
                         continue
                 super().data_received(data[start:end])
-                if conn.state is not State.OPEN or conn.parser_exc is not None:
+                if conn.state is not State.OPEN or parser_failed(conn):
                     # Closing or failed: what follows is websockets' to discard (or nobody's).
                     splitter.passthrough = True
                     splitter.take_buffer()  # the end of data: handed on with the rest
                     rest = data[end:]
-                    if rest and conn.parser_exc is None:
+                    if rest and not parser_failed(conn):
                         super().data_received(rest)
                     return
         finally:
@@ -226,23 +241,3 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
                 if queued and not self.read_paused:
                     self.read_paused = True
                     self.transport.pause_reading()
-
-    def _between_frames(self) -> bool:
-        """Whether websockets' parser has consumed every byte and waits for a new frame of an
-        open connection (so cutting the stream into frames here loses nothing)."""
-        conn = self.conn
-        if (
-            conn.state is not State.OPEN
-            or conn.extensions
-            or conn.reader.buffer
-            or conn.current_size is not None
-            or conn.parser_exc is not None
-        ):
-            return False
-        # The parser is a generator waiting in a chain of sub-generators; between frames the
-        # innermost is StreamReader.at_eof. Anything else (another websockets version's
-        # internals included) keeps websockets' own path.
-        waiting: Any = conn.parser
-        while (inner := getattr(waiting, "gi_yieldfrom", None)) is not None:
-            waiting = inner
-        return getattr(waiting, "gi_code", None) is _BETWEEN_FRAMES

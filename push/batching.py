@@ -1,9 +1,11 @@
 """Coalescing of acks, nacks and sends: many requests, one backend call per key and turn.
 
-Each key (a tenant for acks, a queue for sends) has one call under way (by default); whatever
-arrives meanwhile waits and goes in the next call. The store group-commits anyway, but
-fewer, bigger calls mean fewer rows of Python per message and no task per request:
-a task exists only per key while it has work.
+Each key (a tenant's shard for acks, a queue for sends) has one call under way (by
+default); whatever arrives meanwhile waits and goes in the next call. The store
+group-commits anyway, but fewer, bigger calls mean fewer rows of Python per message and no
+task per request: a task exists only per key while it has work, and a caller that awaits
+its answer and finds its key idle makes the call in its own coroutine
+(:meth:`KeyedBatcher.add_inline`). Sends: :mod:`push.send_path`.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar, cast
+from typing import Generic, Protocol, TypeVar
 
-from backend_store.backend import Backend
-from backend_store.errors import InvalidRequest, PushgateError
+from backend_store.backend import ReceiptShards
+from backend_store.errors import PushgateError
 from backend_store.limits import MAX_RECEIPTS
-from backend_store.types import AckResult, NewMessage, QueueName, ReceiptFailure, SendResult, TenantId
+from backend_store.types import AckResult, QueueName, ReceiptFailure, TenantId
 
 logger = logging.getLogger("pushgate.push")
 
@@ -25,9 +27,6 @@ I = TypeVar("I")  # noqa: E741 - an item, as in the typing docs
 
 # What a request hears back: its own share of the combined call, or the call's error.
 AckReply = Callable[[AckResult | BaseException], None]
-SendReply = Callable[[list[SendResult | PushgateError] | BaseException], None]
-
-MAX_MESSAGES_PER_CALL = 500
 
 
 class KeyedBatcher(Generic[K, I]):
@@ -45,6 +44,8 @@ class KeyedBatcher(Generic[K, I]):
         self._pending: dict[K, list[I]] = {}
         self._running: dict[K, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._inline = 0  # calls made in a caller's coroutine, under way
+        self._idle: asyncio.Event | None = None
 
     def add(self, key: K, item: I) -> None:
         items = self._pending.get(key)
@@ -55,32 +56,69 @@ class KeyedBatcher(Generic[K, I]):
         running = self._running.get(key, 0)
         if running < self._concurrency:
             self._running[key] = running + 1
-            task = asyncio.get_running_loop().create_task(self._drain(key))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(key)
+
+    async def add_inline(self, key: K, item: I) -> bool:
+        """:meth:`add` for a caller that awaits the answer anyway: when ``key`` has nothing
+        queued and room for a call, flush ``item`` now in this coroutine (no task) and
+        return True once it is answered; else queue it and return False. Items that
+        arrive meanwhile go in the next call, as with :meth:`add`."""
+        running = self._running.get(key, 0)
+        if key in self._pending or running >= self._concurrency:
+            self.add(key, item)
+            return False
+        self._running[key] = running + 1
+        self._inline += 1
+        try:
+            await self._flush_logged(key, [item])
+        finally:
+            self._inline -= 1
+            if key in self._pending:
+                self._start(key)  # what came meanwhile: the call slot passes to a task
+            else:
+                self._release(key)
+            if not self._inline and self._idle is not None:
+                self._idle.set()
+        return True
+
+    def _start(self, key: K) -> None:
+        task = asyncio.get_running_loop().create_task(self._drain(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _drain(self, key: K) -> None:
         try:
             while items := self._pending.pop(key, None):
-                try:
-                    await self.flush(key, items)
-                except Exception:
-                    # flush answers every item itself; this is a bug, not a store error.
-                    logger.exception("push batch failed")
+                await self._flush_logged(key, items)
         finally:
-            left = self._running[key] - 1
-            if left:
-                self._running[key] = left
-            else:
-                del self._running[key]
+            self._release(key)
+
+    def _release(self, key: K) -> None:
+        left = self._running[key] - 1
+        if left:
+            self._running[key] = left
+        else:
+            del self._running[key]
+
+    async def _flush_logged(self, key: K, items: list[I]) -> None:
+        try:
+            await self.flush(key, items)
+        except Exception:
+            # flush answers every item itself; this is a bug, not a store error.
+            logger.exception("push batch failed")
 
     async def flush(self, key: K, items: list[I]) -> None:
         raise NotImplementedError
 
     async def wait_idle(self) -> None:
         """Return when nothing is queued or under way (used by shutdown and tests)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._tasks or self._inline:
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            else:
+                self._idle = asyncio.Event()
+                await self._idle.wait()
+                self._idle = None
 
 
 def _split_ack(receipts: Sequence[str], failed: dict[str, str]) -> AckResult:
@@ -90,25 +128,72 @@ def _split_ack(receipts: Sequence[str], failed: dict[str, str]) -> AckResult:
     return AckResult(acked=len(receipts) - len(mine), failed=mine)
 
 
-class AckBatcher(KeyedBatcher[tuple[TenantId, float | None], tuple[Sequence[str], AckReply | None]]):
-    """Acks (delay ``None``) and nacks (delay in seconds) per tenant."""
+class Settles(Protocol):
+    """What the ack batcher needs of a store: ``Backend``'s ack and nack."""
 
-    def __init__(self, backend: Backend) -> None:
+    async def ack(
+        self, tenant: TenantId, receipts: Sequence[str], queue: QueueName | None = None
+    ) -> AckResult:
+        """See ``Backend.ack``."""
+
+    async def nack(
+        self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, queue: QueueName | None = None
+    ) -> AckResult:
+        """See ``Backend.nack``."""
+
+
+# An ack batch's key: the tenant, the shard (see ReceiptShards) and the nack delay (None: an ack).
+AckKey = tuple[TenantId, int | None, float | None]
+
+
+class AckBatcher(KeyedBatcher[AckKey, tuple[Sequence[str], AckReply | None]]):
+    """Acks (delay ``None``) and nacks (delay in seconds) per tenant and shard.
+
+    A shard is what a backend settles on its own (a cluster partition: its leader); with
+    the backend's optional :class:`~backend_store.backend.ReceiptShards` each shard has its
+    own call in flight, so one slow or frozen shard holds up only its own receipts.
+    A request whose receipts span shards is split, and answered once every part is.
+    """
+
+    def __init__(self, backend: Settles) -> None:
         super().__init__()
         self._backend = backend
+        self._shards: ReceiptShards | None = backend if isinstance(backend, ReceiptShards) else None
 
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
-        self.add((tenant, None), (receipts, reply))
+        self._add(tenant, None, receipts, reply)
 
     def nack(
         self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
     ) -> None:
-        self.add((tenant, delay_s), (receipts, reply))
+        self._add(tenant, delay_s, receipts, reply)
 
-    async def flush(
-        self, key: tuple[TenantId, float | None], items: list[tuple[Sequence[str], AckReply | None]]
+    def _add(
+        self, tenant: TenantId, delay: float | None, receipts: Sequence[str], reply: AckReply | None
     ) -> None:
-        tenant, delay = key
+        shards = self._shards
+        if shards is None:
+            self.add((tenant, None, delay), (receipts, reply))
+            return
+        shard_of = shards.receipt_shard
+        first = shard_of(receipts[0]) if receipts else None
+        by_shard: dict[int | None, list[str]] | None = None
+        for i, receipt in enumerate(receipts):
+            shard = shard_of(receipt)
+            if by_shard is None:
+                if shard == first:
+                    continue
+                by_shard = {first: list(receipts[:i])}
+            by_shard.setdefault(shard, []).append(receipt)
+        if by_shard is None:  # the common case: one shard
+            self.add((tenant, first, delay), (receipts, reply))
+            return
+        joined = None if reply is None else _JoinedReply(receipts, len(by_shard), reply)
+        for shard, part in by_shard.items():
+            self.add((tenant, shard, delay), (part, None if joined is None else joined.part(part)))
+
+    async def flush(self, key: AckKey, items: list[tuple[Sequence[str], AckReply | None]]) -> None:
+        tenant, _, delay = key
         receipts = [r for rs, _ in items for r in rs]
         failed: dict[str, str] = {}
         try:
@@ -131,79 +216,44 @@ class AckBatcher(KeyedBatcher[tuple[TenantId, float | None], tuple[Sequence[str]
                 reply(_split_ack(rs, failed))
 
 
-class SendItem:
-    """One share of a batched send: its entries and who hears their results.
+class _JoinedReply:
+    """One request's reply, given once the part of each of its shards is answered: acked
+    counts summed, failures joined in the request's order. A part whose call failed lists
+    its receipts as failed with the error's code (other shards' receipts did settle); when
+    every part failed, the reply is the first error."""
 
-    Open until the batcher takes it into a store call (:attr:`taken`): until then a
-    connection may add entries to it (consecutive single-message sends, see
-    :class:`push.send_group.SendGroup`), which then ride in the same call as the first.
-    """
+    __slots__ = ("acked", "error", "errored", "failed", "left", "parts", "receipts", "reply")
 
-    __slots__ = ("entries", "reply", "taken", "valid")
-
-    def __init__(self, entries: list[NewMessage | InvalidRequest], reply: SendReply, valid: bool) -> None:
-        self.entries = entries
+    def __init__(self, receipts: Sequence[str], parts: int, reply: AckReply) -> None:
+        self.receipts = receipts
+        self.parts = self.left = parts
+        self.errored = 0
         self.reply = reply
-        self.taken = False
-        # Every entry is a NewMessage (none was refused by parsing): its results are one slice.
-        self.valid = valid
+        self.acked = 0
+        self.failed: list[ReceiptFailure] = []
+        self.error: BaseException | None = None
 
-
-class SendBatcher(KeyedBatcher[tuple[TenantId, QueueName], SendItem]):
-    """Sends per queue; a bad entry keeps its own error and the others still go."""
-
-    def __init__(self, backend: Backend) -> None:
-        super().__init__()
-        self._backend = backend
-
-    def send(
-        self,
-        tenant: TenantId,
-        queue: QueueName,
-        entries: list[NewMessage | InvalidRequest],
-        reply: SendReply,
-    ) -> None:
-        self.submit(tenant, queue, SendItem(entries, reply, all(isinstance(e, NewMessage) for e in entries)))
-
-    def submit(self, tenant: TenantId, queue: QueueName, item: SendItem) -> None:
-        """Queue an item (its entries may grow until :attr:`SendItem.taken`)."""
-        self.add((tenant, queue), item)
-
-    async def flush(self, key: tuple[TenantId, QueueName], items: list[SendItem]) -> None:
-        tenant, queue = key
-        valid: list[NewMessage] = []
-        for item in items:
-            item.taken = True  # nothing joins it from here on: its entries are in this call
-            if item.valid:
-                valid.extend(cast(list[NewMessage], item.entries))
+    def part(self, receipts: Sequence[str]) -> AckReply:
+        def answered(result: AckResult | BaseException) -> None:
+            if isinstance(result, AckResult):
+                self.acked += result.acked
+                self.failed.extend(result.failed)
             else:
-                valid.extend(e for e in item.entries if isinstance(e, NewMessage))
-        results: list[SendResult | PushgateError] = []
-        try:
-            for start in range(0, len(valid), MAX_MESSAGES_PER_CALL):
-                results.extend(
-                    await self._backend.send(tenant, queue, valid[start : start + MAX_MESSAGES_PER_CALL])
-                )
-        except Exception as exc:
-            if not isinstance(exc, PushgateError):
-                logger.exception("send failed")
-            for item in items:
-                item.reply(exc)
+                self.errored += 1
+                if self.error is None:
+                    self.error = result
+                code = result.code if isinstance(result, PushgateError) else "internal_error"
+                self.failed.extend(ReceiptFailure(r, code) for r in receipts)
+            self.left -= 1
+            if not self.left:
+                self._done()
+
+        return answered
+
+    def _done(self) -> None:
+        if self.error is not None and self.errored == self.parts:
+            self.reply(self.error)
             return
-        position = 0
-        for item in items:
-            entries = item.entries
-            if item.valid:
-                # Every entry went to the store: its results are one slice.
-                end = position + len(entries)
-                item.reply(results[position:end])
-                position = end
-                continue
-            mine: list[SendResult | PushgateError] = []
-            for entry in entries:
-                if isinstance(entry, NewMessage):
-                    mine.append(results[position])
-                    position += 1
-                else:
-                    mine.append(entry)
-            item.reply(mine)
+        order = {r: i for i, r in enumerate(self.receipts)}
+        self.failed.sort(key=lambda f: order.get(f.receipt, len(order)))
+        self.reply(AckResult(self.acked, self.failed))

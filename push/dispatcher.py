@@ -219,9 +219,11 @@ class Dispatcher:
         self._standing = None
 
     def _delivered(self, want: int, messages: list[ReceivedMessage]) -> None:
-        """A standing receive came back with the commit that made these visible."""
-        # The same commit's wake-up already asked to look again; a short answer says the
-        # queue had nothing more to give at that commit, so skip that pump.
+        """A standing receive came back with the commit that made these visible: the
+        commit's wake-up. A short answer says the queue had nothing more to give at that
+        commit, so no pump follows. (The embedded store sends no other wake-up for such a
+        commit; the cluster backend wakes its listeners just before each delivery, and that
+        wake-up is discounted here: docs/push.md, "One commit, one signal".)"""
         self._look = len(messages) >= want or want == 0
         self._notified = False
         if not self.subs or self._engine.draining:

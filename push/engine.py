@@ -29,14 +29,15 @@ from backend_store.backend import Backend, InMemoryReceive, StandingReceive
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unavailable
 from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, TenantId
 
-from .batching import AckBatcher, AckReply, SendBatcher, SendReply
+from .batching import AckBatcher, AckReply
 from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
 from .long_poll import LongPolls
-from .observed import observed_ack_reply, observed_auto_ack, observed_group_reply, observed_send_reply
-from .observer import Observer, Observers
+from .observed import observed_ack_reply, observed_auto_ack
+from .observer import WS, Observer, Observers
 from .principal import PrincipalLike, Recheck
 from .send_group import SendGroup
+from .send_path import SendItem, SendPath, SendReply
 from .settings import PushSettings
 from .subscription import Connection, EncodeFrames, Subscription
 from .transport import SseTransport, Transport
@@ -61,10 +62,14 @@ class PushEngine:
         settings: PushSettings | None = None,
         recheck: Recheck | None = None,
         observer: Observer | None = None,
+        sends: SendPath | None = None,
     ) -> None:
         self.backend = backend
         # Where delivery outcomes are reported (usage records; see push/observer.py).
         self.observer: Observer = observer or Observers()
+        # The one send path (push/send_path.py): the gateway gives its own, with the quota and
+        # the dedupe front; alone, the engine sends straight to the store.
+        self.sends = sends or SendPath(backend.send, backend.get_queue, self.observer)
         # Receive in the commit that makes messages visible, when the store can (one commit
         # from send to push instead of two).
         self.standing: StandingReceive | None = backend if isinstance(backend, StandingReceive) else None
@@ -73,7 +78,6 @@ class PushEngine:
         self.settings = settings or PushSettings()
         self._recheck = recheck
         self.acks = AckBatcher(backend)
-        self.sends = SendBatcher(backend)
         self.polls = LongPolls(backend, hub, self.settings.safety_poll_s)
         self.draining = False
         # Receipt -> the subscription holding it, so acks from any path (WS, HTTP) free credit.
@@ -356,16 +360,19 @@ class PushEngine:
             self.settle([receipt])
 
     def send(
-        self, tenant: TenantId, queue: QueueName, entries: list[NewMessage | InvalidRequest], reply: SendReply
+        self,
+        tenant: TenantId,
+        queue: QueueName,
+        entries: list[NewMessage | PushgateError],
+        reply: SendReply,
+        transport: str = WS,
     ) -> None:
-        self.sends.send(
-            tenant, queue, entries, observed_send_reply(self.observer, tenant, queue, "ws", entries, reply)
-        )
+        """A send answered through ``reply`` (a WebSocket batch frame), on the one send path."""
+        self.sends.submit(tenant, queue, SendItem(entries, reply, transport, time.perf_counter()))
 
     def send_group(self, tenant: TenantId, group: SendGroup) -> None:
         """Queue a WebSocket connection's single-message sends to one queue as one item;
-        more join it until the batcher takes it (see :mod:`push.send_group`)."""
-        group.reply = observed_group_reply(self.observer, tenant, "ws", group)
+        more join it until the send path takes it (see :mod:`push.send_group`)."""
         self.sends.submit(tenant, group.queue, group)
 
     async def receive(

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from backend_store.errors import InvalidRequest
+from backend_store.errors import InvalidRequest, PushgateError
 from backend_store.limits import MAX_ATTRIBUTE_CHARS, MAX_ATTRIBUTES, MAX_BATCH, MAX_DELAY_S, MAX_ID_CHARS
 from backend_store.types import NewMessage, ReceivedMessage
 
@@ -83,7 +83,7 @@ def parse_message(
 
 def parse_send_body(
     raw: Any, idempotency_key: str | None = None
-) -> tuple[list[NewMessage | InvalidRequest], bool]:
+) -> tuple[list[NewMessage | PushgateError], bool]:
     """Parse a send request: one message, or ``{"messages": [...]}``.
 
     Returns the entries (a bad batch entry becomes its error, so the rest still go)
@@ -95,7 +95,7 @@ def parse_send_body(
             raise InvalidRequest("a batch has only the field messages")
         if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_BATCH:
             raise InvalidRequest(f"messages must be a list of 1-{MAX_BATCH} messages")
-        parsed: list[NewMessage | InvalidRequest] = []
+        parsed: list[NewMessage | PushgateError] = []
         for entry in entries:
             try:
                 parsed.append(parse_message(entry))

@@ -7,16 +7,14 @@ makes one observer call per outcome kind, never one per message.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from backend_store.errors import PushgateError
 from backend_store.types import AckResult, NewMessage, ReceivedMessage, SendResult
 
-from .batching import AckReply, SendReply
+from .batching import AckReply
 from .observer import ACK, DEDUPLICATED, OK, PUSH, SEND, Observer
-from .send_group import SendGroup
 
 
 def error_code(exc: BaseException) -> str:
@@ -61,68 +59,36 @@ def record_sends(
     return sent
 
 
-def observed_send_reply(
+def record_group_sends(
     observer: Observer,
     tenant: str,
     queue: str,
     transport: str,
     entries: Sequence[NewMessage | PushgateError],
-    reply: SendReply,
-) -> SendReply:
-    """``reply`` that first records the outcome (the batcher answers entry by entry)."""
-    started = time.perf_counter()
-
-    def observed(results: list[SendResult | PushgateError] | BaseException) -> None:
-        if isinstance(results, BaseException):
-            observer.observe(tenant, queue, SEND, transport, error_code(results), len(entries))
-        else:
-            record_sends(observer, tenant, queue, transport, entries, results, time.perf_counter() - started)
-        reply(results)
-
-    return observed
-
-
-def observed_group_reply(observer: Observer, tenant: str, transport: str, group: SendGroup) -> SendReply:
-    """``group.reply`` that first records each of its requests as a request of its own would
-    (see :mod:`push.send_group`): stored messages through one ``observe_latencies`` call, one
-    latency each, and duplicates and refusals as :func:`record_sends` counts them."""
-    reply = group.reply
-
-    def observed(results: list[SendResult | PushgateError] | BaseException) -> None:
-        if isinstance(results, BaseException):
-            observer.observe(tenant, group.queue, SEND, transport, error_code(results), len(group.entries))
-        else:
-            record_group_sends(observer, tenant, transport, group, results, time.perf_counter())
-        reply(results)
-
-    return observed
-
-
-def record_group_sends(
-    observer: Observer,
-    tenant: str,
-    transport: str,
-    group: SendGroup,
+    started: Sequence[float],
     results: Sequence[SendResult | PushgateError],
     now: float,
-) -> None:
-    """A :class:`SendGroup`'s outcome: ``results[i]`` answers the request that came at ``group.started[i]``."""
+) -> int:
+    """Single-message sends answered together (a :class:`~push.send_group.SendGroup`):
+    ``results[i]`` answers the request that came at ``started[i]``, each recorded as a
+    request of its own would be. Returns how many were stored."""
     latencies: list[float] = []
     sent_bytes = 0
     others: list[NewMessage | PushgateError] = []
     other_results: list[SendResult | PushgateError] = []
-    for entry, result, started in zip(group.entries, results, group.started, strict=True):
+    for entry, result, began in zip(entries, results, started, strict=True):
         if isinstance(result, SendResult) and not result.duplicate and isinstance(entry, NewMessage):
-            latencies.append(now - started)
+            latencies.append(now - began)
             sent_bytes += len(entry.body)
         else:
             others.append(entry)
             other_results.append(result)
     if latencies:
-        observer.observe_latencies(tenant, group.queue, SEND, transport, sent_bytes, latencies)
+        observer.observe_latencies(tenant, queue, SEND, transport, sent_bytes, latencies)
     if others:
         # Duplicates and refusals carry no latency: counted as record_sends counts them.
-        record_sends(observer, tenant, group.queue, transport, others, other_results, None)
+        record_sends(observer, tenant, queue, transport, others, other_results, None)
+    return len(latencies)
 
 
 def record_settled(

@@ -35,7 +35,8 @@ EXPIRED = "expired"  # dropped past the queue's retention (reported by the store
 OPERATIONS = (SEND, DEDUPLICATED, RECEIVE, PUSH, ACK, NACK, CONNECT, THROTTLED, DEAD_LETTERED, EXPIRED)
 
 HTTP, WS, SSE, STORE = "http", "ws", "sse", "store"  # STORE: no client asked (dead letters, expiry)
-TRANSPORTS = (HTTP, WS, SSE, STORE)
+SQS = "sqs"  # the SQS API (gateway/sqs/) on the gateway's own port
+TRANSPORTS = (HTTP, WS, SSE, STORE, SQS)
 
 
 class Observer(Protocol):

@@ -6,8 +6,8 @@ check and a ``recheck`` callable by injection.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Hashable
-from typing import Literal, Protocol
+from collections.abc import Awaitable, Callable, Collection, Hashable, MutableMapping
+from typing import Any, Literal, Protocol
 
 from backend_store.errors import PushgateError
 from backend_store.types import TenantId
@@ -29,6 +29,33 @@ class PrincipalLike(Hashable, Protocol):
 
 # Turns a bearer token into a principal; raises Unauthorized (or another PushgateError).
 Authenticate = Callable[[str], Awaitable[PrincipalLike]]
+
+# The ASGI scope entry where an outer layer that verified a request's bearer token (the
+# gateway's CORS middleware, for browser requests) leaves ``(token, principal or error)``,
+# so the route or handler does not verify the same token again.
+AUTHENTICATED = "pushgate.authenticated"
+
+
+def note_authenticated(
+    scope: MutableMapping[str, Any], token: str, outcome: PrincipalLike | PushgateError
+) -> None:
+    scope[AUTHENTICATED] = (token, outcome)
+
+
+async def authenticate_once(
+    scope: MutableMapping[str, Any], token: str, authenticate: Authenticate
+) -> PrincipalLike:
+    """``authenticate(token)``, unless an outer layer verified this token for this request
+    already: then its principal (or its refusal, raised)."""
+    noted = scope.get(AUTHENTICATED)
+    if noted is not None and noted[0] == token:
+        outcome = noted[1]
+        if isinstance(outcome, PushgateError):
+            raise outcome
+        principal: PrincipalLike = outcome
+        return principal
+    return await authenticate(token)
+
 
 # Whether a browser ``Origin`` may connect for a principal's tenant; the third argument is
 # the request's ``Host`` header (a page of the gateway's own origin is allowed).

@@ -27,7 +27,7 @@ from backend_store.types import QueueName
 
 from .close_codes import CloseCode
 from .engine import Connection, PushEngine
-from .principal import Authenticate, PrincipalLike, RateCheck
+from .principal import Authenticate, RateCheck, authenticate_once
 from .sse_protocol import SseEncoder, new_stream_id, parse_last_event_id
 from .transport import SseTransport
 from .ws_handler import bearer_token
@@ -121,7 +121,7 @@ class SseHandler:
         token = bearer_token(request.scope)
         if token is None:
             raise Unauthorized("missing bearer token")
-        principal: PrincipalLike = await self.authenticate(token)
+        principal = await authenticate_once(request.scope, token, self.authenticate)
         queue = QueueName(request.path_params["queue"])
         check_queue_name(queue)
         prefetch = _int_param(request, "prefetch", 1, settings.max_prefetch, settings.default_prefetch)

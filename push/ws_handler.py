@@ -23,11 +23,11 @@ from starlette.types import Receive, Scope, Send
 from backend_store.errors import Forbidden, PushgateError
 from backend_store.types import AckResult, NewMessage, QueueName, SendResult
 
-from .batching import SendReply
 from .close_codes import CloseCode, close_code_for
 from .engine import Connection, PushEngine
 from .principal import Authenticate, CheckOrigin, Operation, RateCheck
 from .send_group import SendGroup
+from .send_path import SendReply, SendResults
 from .transport import FRAME_SINK, WsTransport
 from .ws_protocol import (
     AckRequest,
@@ -86,7 +86,7 @@ def header(scope: Scope, name: bytes) -> str | None:
 _NOW = (SendRequest, AckRequest, NackRequest)
 
 
-def _no_reply(results: list[SendResult | PushgateError] | BaseException) -> None:
+def _no_reply(results: SendResults | PushgateError) -> None:
     """A placeholder until a group's own reply is built (it needs the group)."""
 
 
@@ -425,14 +425,13 @@ class WebSocketHandler:
         """Each request of a group answered under its own id, in order (push/send_group.py)."""
         protocol = session.protocol
 
-        def reply(results: list[SendResult | PushgateError] | BaseException) -> None:
+        def reply(results: SendResults | PushgateError) -> None:
             ids = group.ids
             session.request_done(len(ids))
-            if isinstance(results, BaseException):
-                error = results if isinstance(results, PushgateError) else PushgateError("internal error")
+            if isinstance(results, PushgateError):
                 for request_id in ids:
                     if request_id is not None:
-                        protocol.error(request_id, error)
+                        protocol.error(request_id, results)
             else:
                 protocol.sent_many(ids, results)
             session.flush()
@@ -440,19 +439,16 @@ class WebSocketHandler:
         return reply
 
     @staticmethod
-    def _send_reply(
-        session: WebSocketSession, request: SendRequest
-    ) -> Callable[[list[SendResult | PushgateError] | BaseException], None]:
+    def _send_reply(session: WebSocketSession, request: SendRequest) -> SendReply:
         protocol = session.protocol
         request_id, is_batch = request.id, request.is_batch
 
-        def reply(results: list[SendResult | PushgateError] | BaseException) -> None:
+        def reply(results: SendResults | PushgateError) -> None:
             session.request_done()
             if request_id is None:
                 return  # fire and forget
-            if isinstance(results, BaseException):
-                error = results if isinstance(results, PushgateError) else PushgateError("internal error")
-                protocol.error(request_id, error)
+            if isinstance(results, PushgateError):
+                protocol.error(request_id, results)
             elif is_batch:
                 protocol.ok(request_id, {"results": [_result_json(r) for r in results]})
             elif isinstance(results[0], PushgateError):

@@ -105,7 +105,7 @@ class SendRequest:
     id: RequestId
     queue: str
     # A bad batch entry is its error, so the other entries still go (as over HTTP).
-    entries: list[NewMessage | InvalidRequest]
+    entries: list[NewMessage | PushgateError]
     is_batch: bool
 
 

@@ -1,5 +1,7 @@
 """The usage report job: usage files in, per-period report directories out.
 
+Input: any number of usage directories (``--usage``; ``--data D`` is ``D/usage``), each
+holding the files of any number of gateways; every record counted once (``spark/io.py``).
 Output, under ``--out`` (``OUT``), one directory per period, each replaced whole::
 
     OUT/<granularity>/<period>/queues/*.parquet    per tenant x queue (all measures,
@@ -7,53 +9,51 @@ Output, under ``--out`` (``OUT``), one directory per period, each replaced whole
                               /tenants/*.parquet   per tenant
                               /billing/*.parquet   per tenant x usage type
                               /summary.csv         the queue rows, sorted
-                              /manifest.json       inputs, bad files, provisional, counts
+                              /manifest.json       inputs, gateways, bad files, counts
     OUT/<granularity>/summary.csv                  every period's rows, sorted
     OUT/<granularity>/manifest.json                every period, in order
+    OUT/<granularity>/billing-total/<from>_<to>.csv  per tenant x usage type, the run's range
 
 With ``--tenant T`` the tree is ``OUT/tenant=T/<granularity>/...`` so that a one-tenant
 run never replaces an all-tenant period. ``<period>`` is ``2026-11-22`` or ``2026-11-22T13``.
+Inputs and output may be on any storage the session reaches (``spark/storage.py``).
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import fcntl
-import io
-import json
-import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import transforms as T
-from .io import BadFile, UsageFile, drop_copies, find_usage_files, read_usage, replace_dir, write_atomic
+from .billing_total import billing_total_csv, billing_totals
+from .io import BadFile, UsageRoot, drop_copies, find_usage_files, gateways_of, read_usage
+from .output import PeriodResult, RunInputs, assemble_period, write_tree_summary, written_periods
+from .session import sized_shuffles
+from .storage import StorageError, join, open_storage
 
 Progress = Callable[[str], None]
 # How long after a period ends its data may still arrive: a gateway holds at most one
 # flush interval (10 s by default) plus retries of a failed write; 15 minutes is ample.
 DEFAULT_SETTLE = dt.timedelta(minutes=15)
-DATASETS = ("queues", "tenants", "billing")
 
 
 class ReportError(Exception):
-    """A report that cannot run as asked (bad range); ``code`` is stable."""
+    """A report that cannot run as asked (bad range, missing input); ``code`` is stable."""
 
     code = "invalid_report_request"
 
 
 @dataclass(frozen=True, slots=True)
 class ReportOptions:
-    data_dir: Path
-    out_dir: Path
+    usage_dirs: tuple[str, ...]  # paths or URIs of usage directories
+    out_dir: str  # path or URI
     start: dt.datetime  # UTC, inclusive
     end: dt.datetime  # UTC, exclusive
     granularity: str = "day"
@@ -62,6 +62,8 @@ class ReportOptions:
     now: dt.datetime | None = None  # tests fix it; None: the wall clock
 
     def check(self) -> ReportOptions:
+        if not self.usage_dirs:
+            raise ReportError("name at least one usage directory (--usage DIR or --data DIR)")
         if self.granularity not in T.GRANULARITIES:
             raise ReportError(f"granularity must be one of {', '.join(T.GRANULARITIES)}")
         for name, when in (("--from", self.start), ("--to", self.end)):
@@ -74,26 +76,20 @@ class ReportOptions:
         return self
 
     @property
-    def tree(self) -> Path:
-        base = self.out_dir if self.tenant is None else self.out_dir / f"tenant={self.tenant}"
-        return base / self.granularity
-
-
-@dataclass
-class PeriodResult:
-    period: str
-    provisional: bool
-    queue_rows: int
-    input_files: int
-    bad_files: int
+    def tree(self) -> str:
+        base = self.out_dir if self.tenant is None else join(self.out_dir, f"tenant={self.tenant}")
+        return join(base, self.granularity)
 
 
 @dataclass
 class ReportResult:
-    tree: Path
+    tree: str
     periods: list[PeriodResult] = field(default_factory=list)
     files_read: int = 0
     bad_files: list[BadFile] = field(default_factory=list)
+    # Per gateway id ("" for files without one): files and records read.
+    gateways: dict[str, dict[str, int]] = field(default_factory=dict)
+    billing_total: str = ""  # where the run's per-tenant billing total is
     seconds: float = 0.0
 
 
@@ -112,6 +108,20 @@ def periods_between(start: dt.datetime, end: dt.datetime, granularity: str) -> l
         out.append(current)
         current += step
     return out
+
+
+def missing_usage_dirs(usage_dirs: Sequence[str], spark: SparkSession | None) -> list[str]:
+    """The usage directories that do not exist: without a session, only the local ones are
+    checked (the command line does so before it starts Spark)."""
+    missing = []
+    for location in usage_dirs:
+        try:
+            storage = open_storage(location, spark)
+        except StorageError:
+            continue  # not checkable without a session
+        if not storage.exists(storage.qualify(location)):
+            missing.append(location)
+    return missing
 
 
 class StderrProgress:
@@ -157,22 +167,35 @@ def build_report(
     return ReportFrames(queues, tenants, T.billing_lines(tenants), aggregated)
 
 
+def _gateway_line(gateways: dict[str, dict[str, int]]) -> str:
+    named = [f"{g or '(no file id)'} ({n['files']} file(s))" for g, n in gateways.items()]
+    return f"{len(gateways)} gateway(s): " + ", ".join(named) if named else "no gateway's files"
+
+
 def run_report(spark: SparkSession, options: ReportOptions, progress: Progress | None = None) -> ReportResult:
     """Run the report for [start, end) and replace each of its periods' directories."""
     options.check()
     began = time.monotonic()
     progress = progress or StderrProgress()
     now = options.now or dt.datetime.now(dt.UTC)
-    tree = options.tree
-    tree.mkdir(parents=True, exist_ok=True)
+    missing = missing_usage_dirs(options.usage_dirs, spark)
+    if missing:
+        raise ReportError(f"no usage directory at {', '.join(missing)}")
+    roots = []
+    for location in options.usage_dirs:
+        storage = open_storage(location, spark)
+        roots.append(UsageRoot(storage.qualify(location), storage))
+    out = open_storage(options.out_dir, spark)
+    tree = out.qualify(options.tree)
+    out.mkdirs(tree)
     result = ReportResult(tree)
-    with open(tree / ".lock", "w") as lock:
-        # Two runs on one tree would race on the same period directories.
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # Two runs on one tree would race on the same period directories.
+    with out.lock(join(tree, ".lock")):
+        names = ", ".join(dict.fromkeys(r.location for r in roots))
         progress(
-            f"checking usage files in {options.data_dir} for [{options.start:%Y-%m-%dT%H:%MZ}, {options.end:%Y-%m-%dT%H:%MZ})"
+            f"checking usage files in {names} for [{options.start:%Y-%m-%dT%H:%MZ}, {options.end:%Y-%m-%dT%H:%MZ})"
         )
-        files, bad = find_usage_files(options.data_dir, options.start, options.end)
+        files, bad = find_usage_files(roots, options.start, options.end)
         result.files_read, result.bad_files = len(files), bad
         progress(
             f"{len(files)} file(s), {sum(f.rows for f in files)} record(s); {len(bad)} bad file(s) skipped"
@@ -182,148 +205,74 @@ def run_report(spark: SparkSession, options: ReportOptions, progress: Progress |
         read, copies = drop_copies(files)
         if copies:
             progress(f"{len(copies)} copied file(s) left out (their records are in another file)")
+        result.gateways = gateways_of(read)
+        progress(f"reading the files of {_gateway_line(result.gateways)}")
         # Files without a file id (not written by a gateway) may repeat any record.
         dedupe_records = any(f.file_id is None for f in read)
-        frames = build_report(read_usage(spark, read), options, now, dedupe_records)
-        queues, tenants, billing = frames.queues, frames.tenants, frames.billing
-        staging = tree / f".staging-{uuid.uuid4().hex[:12]}"
-        try:
-            for name, frame in (("queues", queues), ("tenants", tenants), ("billing", billing)):
-                progress(f"aggregating and writing {name}")
-                # No repartition: the aggregation is cached in a few partitions already, and
-                # a shuffle per output cost more than the few extra small files.
-                frame.write.partitionBy("period").parquet(str(staging / name))
-            progress("collecting the summary")
-            rows = queues.select(
-                "period",
-                "records",
-                # As text, cut in the session's zone (UTC): collect() would hand back naive
-                # datetimes in the Python process's local zone.
-                *(
-                    F.date_format(c, "yyyy-MM-dd'T'HH:mm:ss'Z'").alias(c)
-                    if c in ("period_start", "period_end")
-                    else F.col(c)
-                    for c in T.SUMMARY_COLUMNS
-                ),
-            ).collect()
-            periods = periods_between(options.start, options.end, options.granularity)
-            for i, start in enumerate(periods):
-                key = period_key(start, options.granularity)
-                period_rows = [r.asDict() for r in rows if r["period"] == key]
-                outcome = _assemble_period(staging, key, start, period_rows, files, copies, bad, options, now)
-                replace_dir(staging / "periods" / key, tree / key)
-                result.periods.append(outcome)
-                if len(periods) > 1 and (i + 1) % max(1, len(periods) // 10) == 0:
-                    progress(f"replaced {i + 1}/{len(periods)} period(s)")
-            _write_tree_summary(tree)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            frames.cached.unpersist()
+        staging = join(tree, f".staging-{uuid.uuid4().hex[:12]}")
+        with sized_shuffles(spark, sum(f.rows for f in read)) as partitions:
+            progress(f"{partitions} shuffle partition(s)")
+            frames = build_report(read_usage(spark, read), options, now, dedupe_records)
+            try:
+                for name, frame in (
+                    ("queues", frames.queues),
+                    ("tenants", frames.tenants),
+                    ("billing", frames.billing),
+                ):
+                    progress(f"aggregating and writing {name}")
+                    # No repartition: the aggregation is cached in a few partitions already, and
+                    # a shuffle per output cost more than the few extra small files.
+                    frame.write.partitionBy("period").parquet(out.spark_path(join(staging, name)))
+                progress("collecting the summary")
+                rows = [r.asDict() for r in _summary_rows(frames.queues).collect()]
+                written = written_periods(out, staging)
+                inputs = RunInputs(files, copies, bad)
+                periods = periods_between(options.start, options.end, options.granularity)
+                step = T.GRANULARITIES[options.granularity]
+                for i, start in enumerate(periods):
+                    key = period_key(start, options.granularity)
+                    directory, outcome = assemble_period(
+                        out,
+                        staging,
+                        written,
+                        key,
+                        start,
+                        start + step,
+                        [r for r in rows if r["period"] == key],
+                        inputs,
+                        options.tenant,
+                        start + step + options.settle > now,
+                        now,
+                    )
+                    out.replace_dir(directory, join(tree, key))
+                    result.periods.append(outcome)
+                    if len(periods) > 1 and (i + 1) % max(1, len(periods) // 10) == 0:
+                        progress(f"replaced {i + 1}/{len(periods)} period(s)")
+                write_tree_summary(out, tree, options.granularity)
+                range_key = f"{period_key(options.start, options.granularity)}_{period_key(options.end, options.granularity)}"
+                result.billing_total = join(tree, "billing-total", f"{range_key}.csv")
+                out.mkdirs(join(tree, "billing-total"))
+                totals = billing_totals(rows, options.start, options.end)
+                out.write_bytes(result.billing_total, billing_total_csv(totals))
+            finally:
+                out.delete(staging)
+                frames.cached.unpersist()
     result.seconds = time.monotonic() - began
     progress(f"done in {result.seconds:.1f} s: {len(result.periods)} period(s) in {tree}")
     return result
 
 
-def _iso(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _csv_value(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def summary_csv(rows: list[dict[str, Any]]) -> bytes:
-    """The summary CSV: a header and the queue rows sorted by tenant, queue, period."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(T.SUMMARY_COLUMNS)
-    ordered = sorted(rows, key=lambda r: (r["tenant"], r["queue"], r["period_start"]))
-    for row in ordered:
-        writer.writerow([_csv_value(row[c]) for c in T.SUMMARY_COLUMNS])
-    return out.getvalue().encode()
-
-
-def _assemble_period(
-    staging: Path,
-    key: str,
-    start: dt.datetime,
-    rows: list[dict[str, Any]],
-    files: list[UsageFile],
-    copies: list[UsageFile],
-    bad: list[BadFile],
-    options: ReportOptions,
-    now: dt.datetime,
-) -> PeriodResult:
-    """Gather one period's outputs into ``staging/periods/<key>`` (not yet visible)."""
-    directory = staging / "periods" / key
-    directory.mkdir(parents=True)
-    for name in DATASETS:
-        part = staging / name / f"period={key}"
-        if part.is_dir():
-            part.rename(directory / name)
-    end = start + T.GRANULARITIES[options.granularity]
-    in_period = [f for f in files if start <= f.hour < end]
-    bad_in_period = [b for b in bad if start <= b.hour < end]
-    input_records = sum(f.rows for f in in_period)
-    counted = sum(int(r["records"]) for r in rows)
-    provisional = end + options.settle > now
-    manifest = {
-        "granularity": options.granularity,
-        "period": key,
-        "period_start": _iso(start),
-        "period_end": _iso(end),
-        "provisional": provisional,
-        "generated_at": _iso(now),
-        "tenant_filter": options.tenant,
-        "input_files": [str(f.path) for f in in_period if f not in copies],
-        "copied_files": [str(f.path) for f in in_period if f in copies],
-        "input_records": input_records,
-        "records_counted": counted,
-        # Only meaningful over all tenants: a tenant filter also leaves records out.
-        "duplicate_records": input_records - counted if options.tenant is None else None,
-        "malformed_files": [{"path": str(b.path), "reason": b.reason} for b in bad_in_period],
-        "queue_rows": len(rows),
-    }
-    (directory / "summary.csv").write_bytes(summary_csv(rows))
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return PeriodResult(key, provisional, len(rows), len(in_period), len(bad_in_period))
-
-
-def _write_tree_summary(tree: Path) -> None:
-    """Rebuild the tree's summary.csv and manifest.json from every period directory in it."""
-    header: list[str] | None = None
-    lines: list[list[str]] = []
-
-    def order(line: list[str]) -> tuple[str, str, str]:
-        # tenant, queue, period_start are the first three columns; ISO times sort as text.
-        return line[0], line[1], line[2]
-
-    periods: list[dict[str, Any]] = []
-    for directory in sorted(p for p in tree.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        summary, manifest = directory / "summary.csv", directory / "manifest.json"
-        if not (summary.is_file() and manifest.is_file()):
-            continue
-        with open(summary, newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader)
-            lines.extend(reader)
-        doc = json.loads(manifest.read_text())
-        periods.append(
-            {
-                k: doc[k]
-                for k in ("period", "period_start", "period_end", "provisional", "generated_at", "queue_rows")
-            }
-            | {"malformed_files": len(doc["malformed_files"])}
-        )
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header or T.SUMMARY_COLUMNS)
-    ordered: list[list[str]] = sorted(lines, key=order)
-    writer.writerows(ordered)
-    write_atomic(tree / "summary.csv", out.getvalue().encode())
-    manifest_doc = {"granularity": tree.name, "periods": periods}
-    write_atomic(tree / "manifest.json", (json.dumps(manifest_doc, indent=2, sort_keys=True) + "\n").encode())
+def _summary_rows(queues: DataFrame) -> DataFrame:
+    """The queue rows as the summaries and the billing total need them."""
+    return queues.select(
+        "period",
+        "records",
+        # As text, cut in the session's zone (UTC): collect() would hand back naive
+        # datetimes in the Python process's local zone.
+        *(
+            F.date_format(c, "yyyy-MM-dd'T'HH:mm:ss'Z'").alias(c)
+            if c in ("period_start", "period_end")
+            else F.col(c)
+            for c in T.SUMMARY_COLUMNS
+        ),
+    )

@@ -63,5 +63,6 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 
 # Operation names and the ok outcome, as the gateway writes them (record.Operation).
 SEND, DEDUPLICATED, RECEIVE, PUSH = "send", "deduplicated", "receive", "push"
-ACK, NACK, CONNECT, THROTTLED, DEAD_LETTERED = "ack", "nack", "connect", "throttled", "dead_lettered"
+ACK, NACK, CONNECT, THROTTLED = "ack", "nack", "connect", "throttled"
+DEAD_LETTERED, EXPIRED = "dead_lettered", "expired"
 OK = "ok"

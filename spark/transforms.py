@@ -24,6 +24,7 @@ from .schema import (
     CONNECT,
     DEAD_LETTERED,
     DEDUPLICATED,
+    EXPIRED,
     LATENCY_BOUNDS_MS,
     NACK,
     OK,
@@ -49,6 +50,7 @@ MEASURES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "throttled": ((THROTTLED,), "any", "count"),
     "deduplicated": ((DEDUPLICATED,), "ok", "count"),
     "dead_lettered": ((DEAD_LETTERED,), "ok", "count"),
+    "expired": ((EXPIRED,), "ok", "count"),
     "connections": ((CONNECT,), "ok", "count"),
     # Every failed operation, by any code; throttled requests are counted on their own.
     "errors": ((), "error", "count"),
@@ -268,6 +270,7 @@ SUMMARY_COLUMNS = (
     "throttled",
     "deduplicated",
     "dead_lettered",
+    "expired",
     "errors",
     "connections",
     *(f"{h}_{label}_ms" for h in HISTOGRAMS for label, _ in QUANTILES),

@@ -17,12 +17,19 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
+# A test process holds gRPC channels (etcd clients) while PySpark forks its Java gateway from
+# it (subprocess with a preexec_fn): gRPC's fork handlers then broke the child now and then
+# ("Java gateway process exited", every Spark test of the run in error). Nothing here forks
+# to keep using gRPC in the child, so gRPC installs no fork handlers (read at its import).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 # Shared session fixtures, one file per external program (tests/fixtures/).
 pytest_plugins = [
     "tests.fixtures.chromium",
     "tests.fixtures.redis_server",
     "tests.fixtures.etcd_server",
     "tests.fixtures.dev_cluster",
+    "tests.fixtures.inprocess_cluster",
     "tests.fixtures.spark",
 ]
 
@@ -50,8 +57,8 @@ def scaled(seconds: float) -> float:
 class ManualClock:
     """A clock that moves only when told to; pass it as ``StoreOptions.clock``.
 
-    ``publish_to`` hands every reading to another place as well (a cluster's node processes
-    read the contract suite's clock from a file: backend_store/cluster/clock_file.py)."""
+    ``publish_to`` hands every reading to another place as well (the contract suite's
+    in-process cluster holds its nodes' clock at it: tests/fixtures/inprocess_cluster.py)."""
 
     def __init__(self, start: float = CLOCK_START) -> None:
         self._now = start

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 
+from .errors import STORAGE_ERRORS
 from .health import SharedStateHealth
-from .limiter import STORAGE_ERRORS
 from .url import SharedStateUrl, redis_options
 
 log = logging.getLogger("pushgate.throttling")

@@ -5,6 +5,9 @@ The gateway maps ``code`` to its problem documents; nothing here knows HTTP.
 
 from __future__ import annotations
 
+from limits.errors import StorageError
+from redis.exceptions import RedisError
+
 
 class ThrottlingError(Exception):
     """Root of the package's errors."""
@@ -26,3 +29,8 @@ class SharedStateUnavailable(ThrottlingError):
     """The shared store (Redis) is unreachable and the limiter fails closed."""
 
     code = "unavailable"
+
+
+# Errors that mean "the shared store did not answer", not a bug (redis-py's own, ``limits``'
+# wrapper of them for the moving-window strategy, and the socket's).
+STORAGE_ERRORS: tuple[type[BaseException], ...] = (StorageError, RedisError, OSError, TimeoutError)

@@ -1,12 +1,15 @@
 """Rates in the ``limits`` library's notation: ``100/second``, several joined by ``;``.
 
-A :class:`Rate` keeps the text it was written as (normalized) and the parsed items, so a
-limits document round-trips and the limiter never parses on the hot path.
+A :class:`Rate` keeps the text it was written as (normalized), the parsed ``limits``
+items (for the moving-window strategy) and each window as plain numbers (amount, seconds)
+for the limiter's own counters, so a limits document round-trips and the limiter never
+parses on the hot path. Parsing is ``limits``' public ``parse_many``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from limits import RateLimitItem, parse_many
 
@@ -18,12 +21,20 @@ GRANULARITIES = ("second", "minute", "hour", "day")
 MAX_RATE_CHARS = 200
 
 
+class RateWindow(NamedTuple):
+    """One window of a rate: at most ``amount`` per ``window_s`` seconds."""
+
+    amount: int
+    window_s: int
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     """One or more windows that all apply (``10/second;500/minute``)."""
 
     text: str
     items: tuple[RateLimitItem, ...]
+    windows: tuple[RateWindow, ...]
 
     def __str__(self) -> str:
         return self.text
@@ -43,7 +54,9 @@ def parse_rate(text: object) -> Rate:
         if item.amount < 1:
             raise InvalidLimit(f"rate {text!r}: the amount must be at least 1")
     normalized = ";".join(_format(item) for item in items)
-    return Rate(normalized, tuple(items))
+    return Rate(
+        normalized, tuple(items), tuple(RateWindow(item.amount, window_seconds(item)) for item in items)
+    )
 
 
 def _format(item: RateLimitItem) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .broadcast import Broadcaster, open_broadcaster
 from .health import SharedStateHealth
 from .limiter import Limiter, Strategy
+from .shared_budget import LOCAL_SHARE
 from .shared_cache import SharedCache, open_cache
 from .url import SharedStateUrl, parse_shared_state_url
 
@@ -24,12 +25,15 @@ class SharedState:
         strategy: Strategy = "sliding-window-counter",
         timeout_s: float = 0.5,
         retry_interval_s: float = 1.0,
+        local_share: float = LOCAL_SHARE,
     ) -> None:
         self.url: SharedStateUrl = parse_shared_state_url(url, timeout_s)
         self.health = SharedStateHealth(
             "memory" if self.url.is_memory else "redis", retry_interval_s=retry_interval_s
         )
-        self.limiter = Limiter(self.url, self.health, strategy=strategy, fail_closed=fail_closed)
+        self.limiter = Limiter(
+            self.url, self.health, strategy=strategy, fail_closed=fail_closed, local_share=local_share
+        )
         self.broadcaster: Broadcaster = open_broadcaster(self.url, self.health)
         self.cache: SharedCache = open_cache(self.url, self.health)
 

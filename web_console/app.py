@@ -10,11 +10,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -26,11 +26,12 @@ from backend_store.errors import PushgateError
 from backend_store.types import QueueName, TenantId
 
 from .alerts import KINDS, QUEUE_KINDS, THRESHOLD_MEANING, parse_rule
-from .charts import depth_chart
+from .charts import depth_chart, rates_chart
+from .cluster_pages import LAG_WARN, ClusterPages
 from .deps import ConsoleDeps
 from .monitor import Snapshot
 from .session import Session, SessionCodec, same_origin
-from .views import Listing, alert_row, queue_row
+from .views import Listing, age_text, alert_row, back_to, queue_row, size_text
 
 HERE = Path(__file__).parent
 # A page shows stats at most this old (a queue created a moment ago is on the next load).
@@ -53,22 +54,26 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self.templates.filters["size"] = size_text
+        self.templates.filters["age"] = age_text
+        self.page_max_age_s = PAGE_MAX_AGE_S
+        self.cluster_pages = ClusterPages(self)
 
     def app(self) -> Starlette:
-        page, action = self._page, self._action
+        page, action = self.page, self.action
         return Starlette(
-            exception_handlers={PushgateError: self._store_error},
+            exception_handlers={PushgateError: self._store_error, 404: self._not_found},
             routes=[
                 Route("/", page(self.overview), methods=["GET"]),
                 Route("/login", self.login_form, methods=["GET"]),
                 Route("/login", self.login, methods=["POST"]),
                 Route("/logout", action(self.logout), methods=["POST"]),
-                Route("/events", self._stream(self.overview_events), methods=["GET"]),
+                Route("/events", self.stream(self.overview_events), methods=["GET"]),
                 Route("/queues/{queue}", page(self.queue), methods=["GET"]),
-                Route("/queues/{queue}/events", self._stream(self.queue_events), methods=["GET"]),
+                Route("/queues/{queue}/events", self.stream(self.queue_events), methods=["GET"]),
                 Route("/queues/{queue}/redrive", action(self.redrive), methods=["POST"]),
                 Route("/queues/{queue}/purge", action(self.purge), methods=["POST"]),
-                Route("/nodes", page(self.nodes), methods=["GET"]),
+                *self.cluster_pages.routes(),
                 Route("/alerts", page(self.alerts), methods=["GET"]),
                 Route("/alerts/rules", action(self.add_rule), methods=["POST"]),
                 Route("/alerts/rules/{rule_id}/delete", action(self.delete_rule), methods=["POST"]),
@@ -78,7 +83,7 @@ class Console:
 
     # Guards ---------------------------------------------------------------------
 
-    def _page(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    def page(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             session = await self._session(request)
             if session is None:
@@ -87,17 +92,17 @@ class Console:
 
         return endpoint
 
-    def _action(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    def action(self, handler: Page) -> Callable[[Request], Awaitable[Response]]:
         """A state-changing form post: a session, our own origin and its CSRF token, or 403."""
 
         async def endpoint(request: Request) -> Response:
             session = await self._session(request)
             if session is None:
-                return self._refused("You are not logged in.", 403)
+                return self.refused("You are not logged in.", 403)
             form = await request.form()
             token = form.get("csrf")
             if not same_origin(request) or not session.csrf_ok(token if isinstance(token, str) else None):
-                return self._refused(
+                return self.refused(
                     "The form's CSRF token is missing or wrong. Reload the page and retry.", 403
                 )
             request.state.form = form
@@ -105,7 +110,7 @@ class Console:
 
         return endpoint
 
-    def _stream(
+    def stream(
         self, events: Callable[[Request, Session], AsyncIterator[bytes]]
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -133,32 +138,39 @@ class Console:
     async def _store_error(self, request: Request, exc: Exception) -> Response:
         # The store cannot answer (map full, closed, a corrupt record): say so, not a bare 500.
         detail = exc.detail if isinstance(exc, PushgateError) else "store error"
-        return self._refused(f"The store cannot answer right now ({detail}). Retry in a moment.", 503)
+        return self.refused(f"The store cannot answer right now ({detail}). Retry in a moment.", 503)
 
-    def _refused(self, message: str, status: int) -> Response:
-        return self._render("refused.html", None, status=status, message=message)
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        # A console URL that does not exist: a console page, with the navigation when logged in.
+        if isinstance(exc, HTTPException) and exc.status_code != 404:
+            return Response(exc.detail, status_code=exc.status_code)
+        session = await self._session(request)
+        return self.render("notfound.html", session, status=404, what=None, path=request.url.path)
 
-    def _render(self, template: str, session: Session | None, status: int = 200, **context: Any) -> Response:
+    def refused(self, message: str, status: int) -> Response:
+        return self.render("refused.html", None, status=status, message=message)
+
+    def render(self, template: str, session: Session | None, status: int = 200, **context: Any) -> Response:
         html = self.templates.get_template(template).render(session=session, **context)
         return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
 
     # Login ------------------------------------------------------------------------
 
     async def login_form(self, request: Request) -> Response:
-        return self._render("login.html", None, error=None)
+        return self.render("login.html", None, error=None)
 
     async def login(self, request: Request) -> Response:
         if not same_origin(request):
-            return self._refused("Cross-site login refused.", 403)
+            return self.refused("Cross-site login refused.", 403)
         form = await request.form()
         token = form.get("token")
         if not isinstance(token, str) or not token.strip():
-            return self._render("login.html", None, status=401, error="Enter an admin API key or JWT.")
+            return self.render("login.html", None, status=401, error="Enter an admin API key or JWT.")
         principal = await self.deps.authenticate(token.strip())
         if principal is None:
-            return self._render("login.html", None, status=401, error="That key or token is not valid.")
+            return self.render("login.html", None, status=401, error="That key or token is not valid.")
         if "admin" not in principal.scopes:
-            return self._render(
+            return self.render(
                 "login.html", None, status=403, error="The console needs a key with the admin scope."
             )
         session = self.sessions.new(principal, principal.tenant == self.deps.operator_tenant)
@@ -177,7 +189,7 @@ class Console:
         snapshot = await self.deps.sampler.fresh(PAGE_MAX_AGE_S)
         listing = Listing.of(snapshot.for_tenant(session.tenant), request.query_params)
         alerts = [alert_row(a) for a in self.deps.alerts.active(session.tenant)]
-        return self._render(
+        return self.render(
             "overview.html",
             session,
             listing=listing,
@@ -189,30 +201,30 @@ class Console:
     async def queue(self, request: Request, session: Session) -> Response:
         name = _queue_param(request)
         if name is None:
-            return self._render("notfound.html", session, status=404, what="queue")
+            return self.render("notfound.html", session, status=404, what="queue")
         snapshot = await self.deps.sampler.fresh(PAGE_MAX_AGE_S)
         sample = snapshot.queue(session.tenant, name)
         if sample is None:
             try:
                 await self.deps.store.get_queue(TenantId(session.tenant), QueueName(name))
             except PushgateError:
-                return self._render("notfound.html", session, status=404, what="queue")
+                return self.render("notfound.html", session, status=404, what="queue")
             snapshot = await self.deps.sampler.sample()
             sample = snapshot.queue(session.tenant, name)
             if sample is None:
-                return self._render("notfound.html", session, status=404, what="queue")
+                return self.render("notfound.html", session, status=404, what="queue")
         sources = [q.name for q in snapshot.for_tenant(session.tenant) if q.dead_letter_queue == name]
         peeked: list[Any] = []
         if isinstance(self.deps.store, DeadLetters):
             peeked = await self.deps.store.peek(TenantId(session.tenant), QueueName(name), PEEK_ROWS)
         consumers = self.deps.consumers(session.tenant, name) if self.deps.consumers else None
-        history = self.deps.sampler.history
-        return self._render(
+        return self.render(
             "queue.html",
             session,
             q=sample,
             row=queue_row(sample),
-            chart=depth_chart(history.points(session.tenant, name), snapshot.at, history.span_s),
+            **self._queue_figures(snapshot, session, name),
+            cluster=snapshot.cluster,
             sources=sources,
             peeked=peeked,
             consumers=consumers,
@@ -224,15 +236,20 @@ class Console:
             notice=request.query_params.get("notice"),
         )
 
-    async def nodes(self, request: Request, session: Session) -> Response:
-        snapshot = self.deps.sampler.latest
-        return self._render(
-            "nodes.html", session, cluster=snapshot.cluster, nodes=snapshot.nodes, storage=snapshot.storage
-        )
+    def _queue_figures(self, snapshot: Snapshot, session: Session, name: str) -> dict[str, Any]:
+        """The queue page's charts and partitions: rendered for the page and for its stream."""
+        sampler = self.deps.sampler
+        depth, rates = sampler.history, sampler.rates
+        return {
+            "chart": depth_chart(depth.points(session.tenant, name), snapshot.at, depth.span_s),
+            "rates_chart": rates_chart(rates.rates(session.tenant, name), snapshot.at, rates.span_s),
+            "partitions": snapshot.partitions_of(session.tenant, name),
+            "lag_warn": LAG_WARN,
+        }
 
     async def alerts(self, request: Request, session: Session) -> Response:
         engine = self.deps.alerts
-        return self._render(
+        return self.render(
             "alerts.html",
             session,
             active=[alert_row(a) for a in engine.active(session.tenant)],
@@ -251,29 +268,31 @@ class Console:
         form = request.state.form
         to = str(form.get("to", ""))
         if name is None or not isinstance(self.deps.store, DeadLetters):
-            return self._render("notfound.html", session, status=404, what="queue")
+            return self.render("notfound.html", session, status=404, what="queue")
         try:
             limit = max(1, min(10_000, int(str(form.get("max", "1000")))))
             moved = await self.deps.store.redrive(
                 TenantId(session.tenant), QueueName(name), QueueName(to), limit
             )
         except (PushgateError, ValueError) as exc:
-            return _back(f"/console/queues/{name}", f"Redrive failed: {getattr(exc, 'detail', exc)}")
+            return back_to(f"/console/queues/{name}", f"Redrive failed: {getattr(exc, 'detail', exc)}")
         await self.deps.sampler.sample()
-        return _back(f"/console/queues/{name}", f"Moved {moved} message(s) to {to}.")
+        return back_to(f"/console/queues/{name}", f"Moved {moved} message(s) to {to}.")
 
     async def purge(self, request: Request, session: Session) -> Response:
         name = _queue_param(request)
         if name is None:
-            return self._render("notfound.html", session, status=404, what="queue")
+            return self.render("notfound.html", session, status=404, what="queue")
         if request.state.form.get("confirm") != name:
-            return _back(f"/console/queues/{name}", "Not purged: type the queue's name to confirm.")
+            return back_to(f"/console/queues/{name}", "Not purged: type the queue's name to confirm.")
         try:
             purged = await self.deps.store.purge_queue(TenantId(session.tenant), QueueName(name))
         except PushgateError as exc:
-            return _back(f"/console/queues/{name}", f"Purge failed: {exc.detail}")
+            return back_to(f"/console/queues/{name}", f"Purge failed: {exc.detail}")
+        if self.deps.audit is not None:
+            await self.deps.audit(session, "queue.purged", name, {"purged": purged})
         await self.deps.sampler.sample()
-        return _back(f"/console/queues/{name}", f"Purged {purged} message(s).")
+        return back_to(f"/console/queues/{name}", f"Purged {purged} message(s).")
 
     async def add_rule(self, request: Request, session: Session) -> Response:
         form = request.state.form
@@ -291,23 +310,25 @@ class Console:
                 body["description"] = description
             rule = parse_rule(session.tenant, body, allow_system=session.operator)
         except ValueError:
-            return _back("/console/alerts", "Numbers only in threshold, for, clear and window.", key="error")
+            return back_to(
+                "/console/alerts", "Numbers only in threshold, for, clear and window.", key="error"
+            )
         except PushgateError as exc:
-            return _back("/console/alerts", exc.detail, key="error")
+            return back_to("/console/alerts", exc.detail, key="error")
         await self.deps.alerts.add_rule(rule)
-        return _back("/console/alerts", f"Rule {rule.id} added.")
+        return back_to("/console/alerts", f"Rule {rule.id} added.")
 
     async def delete_rule(self, request: Request, session: Session) -> Response:
         try:
             await self.deps.alerts.delete_rule(session.tenant, request.path_params["rule_id"])
         except PushgateError as exc:
-            return _back("/console/alerts", exc.detail, key="error")
-        return _back("/console/alerts", "Rule deleted.")
+            return back_to("/console/alerts", exc.detail, key="error")
+        return back_to("/console/alerts", "Rule deleted.")
 
     # Live streams ---------------------------------------------------------------------
 
     async def overview_events(self, request: Request, session: Session) -> AsyncIterator[bytes]:
-        async for snapshot in self._samples(session):
+        async for snapshot in self.samples(session):
             if isinstance(snapshot, bytes):
                 yield snapshot
                 continue
@@ -322,7 +343,7 @@ class Console:
 
     async def queue_events(self, request: Request, session: Session) -> AsyncIterator[bytes]:
         name = _queue_param(request)
-        async for snapshot in self._samples(session):
+        async for snapshot in self.samples(session):
             if isinstance(snapshot, bytes):
                 yield snapshot
                 continue
@@ -335,13 +356,16 @@ class Console:
                     yield b"event: gone\ndata: {}\n\n"
                     return
                 continue
-            history = self.deps.sampler.history
+            figures = self._queue_figures(snapshot, session, sample.name)
+            fragments = {"rates-chart": figures["rates_chart"]}
+            if snapshot.cluster:
+                template = self.templates.get_template("_queue_partitions.html")
+                fragments["queue-partitions"] = template.render(session=session, q=sample, **figures)
             doc = {
                 "at": snapshot.at,
                 "queue": queue_row(sample),
-                "chart": depth_chart(
-                    history.points(session.tenant, sample.name), snapshot.at, history.span_s
-                ),
+                "chart": figures["chart"],
+                "fragments": fragments,
                 "alerts": [
                     alert_row(a)
                     for a in self.deps.alerts.active(session.tenant)
@@ -350,7 +374,7 @@ class Console:
             }
             yield b"event: queue\ndata: " + orjson.dumps(doc) + b"\n\n"
 
-    async def _samples(self, session: Session) -> AsyncIterator[Snapshot | bytes]:
+    async def samples(self, session: Session) -> AsyncIterator[Snapshot | bytes]:
         """Each new snapshot (the current one first), with a comment ping when idle."""
         sampler = self.deps.sampler
         yield b"retry: 2000\n\n"
@@ -379,10 +403,6 @@ def _queue_param(request: Request) -> str | None:
     except PushgateError:
         return None
     return name
-
-
-def _back(path: str, message: str, key: str = "notice") -> Response:
-    return RedirectResponse(f"{path}?{key}={quote(message)}", status_code=303)
 
 
 def build_console(deps: ConsoleDeps) -> Starlette:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from backend_store.backend import Backend
 
@@ -26,7 +27,9 @@ class ConsumerView:
 class ConsoleDeps:
     """``authenticate`` turns a key or JWT into a principal, or None when it proves nothing
     (store errors are raised); ``consumers`` lists a queue's push subscriptions when the push
-    engine can tell (None: counts only)."""
+    engine can tell (None: counts only); ``drain(node_id, drain)`` asks the cluster's
+    managers to drain a node or stop draining it (None: not a cluster); ``audit(session,
+    action, target, details)`` records an operator action in the audit log."""
 
     store: Backend
     authenticate: Callable[[str], Awaitable[PrincipalLike | None]]
@@ -39,3 +42,5 @@ class ConsoleDeps:
     # Whether a session's credential still stands (its API key not revoked, its JWT signing
     # key not removed, the admin scope still held); None: sessions are not checked again.
     recheck: Callable[[Session], Awaitable[bool]] | None = None
+    drain: Callable[[str, bool], Awaitable[None]] | None = None
+    audit: Callable[[Session, str, str, Mapping[str, Any]], Awaitable[None]] | None = None

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 import uuid
@@ -20,10 +19,8 @@ from typing import Any
 
 from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
-from .clock_file import ENV_VAR as CLOCK_FILE_ENV
-from .clock_file import ClockFile
-from .etcd_tls import EtcdTls
-from .tls import NodeTls, TlsFiles
+from .coordination.etcd_tls import EtcdTls
+from .protocol.tls import NodeTls, TlsFiles
 
 
 def _node_id(data_dir: Path, given: str | None) -> str:
@@ -130,11 +127,8 @@ def node_main(argv: Sequence[str]) -> int:
         return 2
     args.data.mkdir(parents=True, exist_ok=True)
     node_id = _node_id(args.data, args.id)
-    # Tests only, never in --help: the contract suite's clock (clock_file.py, docs/cluster.md).
-    clock_path = os.environ.get(CLOCK_FILE_ENV)
-    clock = ClockFile(Path(clock_path)) if clock_path else None
 
-    from .node import run_node
+    from .node.node import run_node
 
     return _run(
         lambda: run_node(
@@ -148,7 +142,6 @@ def node_main(argv: Sequence[str]) -> int:
             quorum_window_s=args.quorum_window,
             keyring=keyring,
             tls=node_tls,
-            clock=clock,
             etcd_tls=etcd_tls,
         ),
         args.log_level,
@@ -170,20 +163,46 @@ def manager_main(argv: Sequence[str]) -> int:
         action="store_true",
         help="never move replicas or leadership to even out the nodes (drains still move them)",
     )
+    parser.add_argument(
+        "--replace-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="replace the replicas of a node gone this long, by a learner that catches up"
+        " (default 300; 0: never, drain it by hand)",
+    )
     once = parser.add_mutually_exclusive_group()
     once.add_argument(
         "--drain", metavar="NODE", help="ask the managers to move every replica off NODE, and exit"
     )
     once.add_argument("--undrain", metavar="NODE", help="withdraw a drain request, and exit")
+    once.add_argument(
+        "--delete-stray",
+        metavar="NODE:PARTITION",
+        help="let NODE delete its stray replica of PARTITION (one the map does not place there;"
+        " GET /v1/cluster lists them), and exit",
+    )
     _add_etcd_tls(parser)
     args = parser.parse_args(argv)
+    if args.replace_after < 0:
+        print("pushgate manager: --replace-after must be 0 (never) or more seconds", file=sys.stderr)
+        return 2
     try:
         etcd_tls = _etcd_tls(args)
     except ConfigurationError as exc:
         print(f"pushgate manager: {exc.detail}", file=sys.stderr)
         return 2
 
-    from .manager import run_manager, set_drain
+    from .manager.manager import run_manager, set_drain
+
+    if args.delete_stray:
+        from .manager.stray_command import delete_stray, parse_target
+
+        async def write_tombstone() -> None:
+            node, partition = parse_target(args.delete_stray)
+            print(await delete_stray(args.etcd, node, partition, prefix=args.prefix, etcd_tls=etcd_tls))
+
+        return _run(write_tombstone, "warning")
 
     if args.drain or args.undrain:
         node = args.drain or args.undrain
@@ -199,6 +218,7 @@ def manager_main(argv: Sequence[str]) -> int:
             ttl_s=args.lease_ttl,
             prefix=args.prefix,
             rebalance=not args.no_rebalance,
+            replace_after_s=args.replace_after,
             etcd_tls=etcd_tls,
         ),
         args.log_level,

@@ -42,7 +42,6 @@ from . import dead_letter_ops, queue_ops
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter, PostCommit
 from .hold_lock import HoldLock
-from .holds import DEFAULT_MAX_HELD
 from .keys import read_u64, u64
 from .message_ops import MessageOps, next_visible_ms
 from .records import MessageRecord, pack, unpack
@@ -59,6 +58,9 @@ _KEY_CHECKS = b"\0sys\0key_checks"
 STORE_FORMAT = 2
 _FORMAT = b"\0sys\0format"
 _HEARTBEAT = b"\0sys\0heartbeat"
+# A cluster replica's label (its cluster id and partition, docs/cluster.md "Cluster identity"):
+# outside the logged writes, like the format mark.
+_REPLICA_LABEL = b"\0sys\0replica_label"
 _KEY_CHECK_PLAINTEXT = b"pushgate key check"
 _SWEEP_BUDGET = 1000
 # How often the holder looks for another process opening the store (that one's start waits
@@ -110,7 +112,7 @@ class LmdbBackend:
         self.path = path
         self.options = options
         self._clock: Callable[[], float] = options.clock or time.time
-        self._ops = MessageOps(options.keyring, int(options.extra.get("max_held", DEFAULT_MAX_HELD)))
+        self._ops = MessageOps(options.keyring, options.max_held)
         self._listeners: list[ChangeListener] = []
         self._event_listeners: list[EventListener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,7 +122,7 @@ class LmdbBackend:
         self._sweeper: asyncio.Task[None] | None = None
         self._hold_lock: HoldLock | None = None
         self._hold_watch: asyncio.Task[None] | None = None
-        self._max_batch = int(options.extra.get("max_batch", "1024"))
+        self._max_batch = options.max_batch
         # Standing receives by (tenant, queue); set and cleared on the event loop, taken by
         # the writer thread (single dict operations, atomic under the GIL).
         self._demands: dict[tuple[str, str], _Demand] = {}
@@ -256,7 +258,13 @@ class LmdbBackend:
         return demand is not None and demand.deliver == deliver
 
     def _serve_demands(self, w: Writes, now: float) -> list[PostCommit]:
-        """In the writer, inside a batch's transaction: receive for demands on touched queues."""
+        """In the writer, inside a batch's transaction: receive for demands on touched queues.
+
+        One commit, one signal: a demand that took everything the queue had visible (its
+        receive came back short) is the queue's only news of this commit; its delivery is the
+        wake-up, and the listeners hear nothing of the queue (a dispatcher, long-poll or
+        other gateway woken now would find nothing). A full delivery leaves the queue's
+        wake-up in place: more may be visible, for whoever looks."""
         post: list[PostCommit] = []
         for key in list(w.touched):
             demand = self._demands.pop(key, None)
@@ -270,6 +278,8 @@ class LmdbBackend:
             )
             if messages:
                 post.append((demand.loop, functools.partial(demand.deliver, messages)))
+                if len(messages) < demand.max_messages:
+                    w.touched.discard(key)
             else:
                 self._demands.setdefault(key, demand)  # still waiting
         return post
@@ -460,6 +470,20 @@ class LmdbBackend:
             return out
 
         return await self._read(read)
+
+    async def replica_label(self) -> bytes | None:
+        """What a cluster node wrote with :meth:`set_replica_label` (None: nothing yet)."""
+        return await self._read(lambda v: v.get(Db.META, _REPLICA_LABEL))
+
+    async def set_replica_label(self, value: bytes) -> None:
+        """Keep a cluster replica's label (its cluster id and partition) in this store,
+        outside the replicated log: each replica keeps its own (a re-seed copies the
+        leader's, which names the same cluster and partition)."""
+
+        def put(w: Writes, now: float) -> None:
+            w.txn.put(_REPLICA_LABEL, value, db=w.dbs[Db.META])
+
+        await self._write(put)
 
     # Replication: the ReplicaStore surface (backend_store/backend.py). Used by backend
     # nodes; the store itself knows no peers.

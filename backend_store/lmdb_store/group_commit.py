@@ -3,9 +3,10 @@
 Callers on the event loop submit an operation (a function of a :class:`Writes` and the
 batch's clock reading) and await its result. The writer drains whatever is queued, runs
 each operation in the batch's transaction (an operation that fails half-way makes the
-writer redo the batch one operation per transaction, so it undoes only itself), appends the batch's mutations to the replication log, commits once, and resolves every
-caller of the batch with one hop back to the event loop. Nothing on the event loop ever
-waits on LMDB or fsync.
+writer redo the batch one operation per transaction, so it undoes only itself), appends the
+batch's mutations to the replication log, commits once, and resolves every caller of the
+batch with one hop back to the event loop (:func:`_hand_over`). Nothing on the event loop
+ever waits on LMDB or fsync.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import lmdb
 
 from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
-from ..types import LogEntry, Lsn
+from ..types import Epoch, LogEntry, Lsn
 from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
 from .replication_log import ReplicationLog
 
@@ -48,6 +49,10 @@ class _Pending(Generic[T]):
 
 _STOP = object()
 _HEARTBEAT = b"\0sys\0advance"
+
+
+class _TermEnded(Exception):
+    """The batch would log an entry in a term whose shipped entry failed to commit."""
 
 
 class _BrokenOperation(Exception):
@@ -89,6 +94,11 @@ class GroupCommitWriter:
         # its commit, and reported lost if that commit then fails.
         self.offer: Callable[[LogEntry], None] | None = None
         self.lost: Callable[[Lsn], None] | None = None
+        # The newest epoch in which an entry was shipped early and then did not commit: no
+        # entry of that epoch is committed after it (its LSN would carry other content under
+        # the same (LSN, epoch), which log matching takes for the same entry). The leader
+        # ends the term; writes resume in the next one (a higher epoch).
+        self._lost_epoch: Epoch | None = None
         self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
         self._closed = False
         # Commits that wrote something (idle sweeps commit nothing).
@@ -168,6 +178,9 @@ class GroupCommitWriter:
             except lmdb.Error as exc:
                 self._fail_all(batch, exc)
                 break
+            except _TermEnded:
+                self._fail_term_ended(batch)
+                break
         self.operations += len(batch)
         self._resolve(batch, touched)
 
@@ -195,6 +208,9 @@ class GroupCommitWriter:
                 post = self._run_after_ops(writes, now)
             writes.flush_queues()
             lsn = self._log.append(writes) if writes.write_count else None
+            appended = self._log.appended
+            if appended is not None and self._lost_epoch is not None and appended.epoch <= self._lost_epoch:
+                raise _TermEnded()
             self._offer_early(writes)
             started = time.perf_counter()
             txn.commit()
@@ -227,8 +243,20 @@ class GroupCommitWriter:
             # Never the batch's problem: the entry ships from the log once committed.
             log.exception("offering entry %d early failed", entry.lsn)
             return
+        writes.on_abort.append(functools.partial(self._shipped_entry_lost, entry, lost))
+
+    def _shipped_entry_lost(self, entry: LogEntry, lost: Callable[[Lsn], None] | None) -> None:
+        """An entry offered early did not commit: followers may hold it. Nothing else is
+        logged in its term (a retry of the batch included); the leader is told, to end it."""
+        if self._lost_epoch is None or entry.epoch > self._lost_epoch:
+            self._lost_epoch = entry.epoch
+        log.error(
+            "entry %d of epoch %d was shipped but did not commit: no more writes in that epoch",
+            entry.lsn,
+            entry.epoch,
+        )
         if lost is not None:
-            writes.on_abort.append(functools.partial(lost, entry.lsn))
+            lost(entry.lsn)
 
     @staticmethod
     def _run_op(writes: Writes, op: Operation[Any], now: float) -> tuple[bool, Any]:
@@ -282,12 +310,27 @@ class GroupCommitWriter:
                 pending.outcome = (False, Unavailable("store is full"))
             except lmdb.Error as exc:
                 pending.outcome = (False, self._unavailable(exc))
+            except _TermEnded:
+                pending.outcome = (False, self._term_ended())
         return touched
 
     def _fail_all(self, batch: list[_Pending[Any]], exc: lmdb.Error) -> None:
         error = self._unavailable(exc)
         for pending in batch:
             pending.outcome = (False, error)
+
+    def _fail_term_ended(self, batch: list[_Pending[Any]]) -> None:
+        error = self._term_ended()
+        for pending in batch:
+            pending.outcome = (False, error)
+
+    def _term_ended(self) -> Unavailable:
+        # Outcome unknown, not "refused": an earlier attempt of this very batch may have
+        # been shipped to followers, and one of them may be promoted with it.
+        return Unavailable(
+            f"a write of epoch {self._lost_epoch} was shipped but did not commit here; "
+            "this term takes no more writes (the next leader's does)"
+        )
 
     def _unavailable(self, exc: lmdb.Error) -> Unavailable:
         if is_disk_full(exc, self._env.path):
@@ -297,23 +340,49 @@ class GroupCommitWriter:
         return Unavailable("store write failed")
 
     def _resolve(self, batch: list[_Pending[Any]], touched: Touched) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Pending[Any]]] = {}
+        # One hop to each loop per batch (_hand_over), carrying everything that loop gets.
+        hops: dict[asyncio.AbstractEventLoop, tuple[list[_Pending[Any]], list[Callable[[], None]]]] = {}
         for pending in batch:
-            by_loop.setdefault(pending.loop, []).append(pending)
-        for loop, items in by_loop.items():
+            hops.setdefault(pending.loop, ([], []))[0].append(pending)
+        for loop, callback in self._post_commit:
+            hops.setdefault(loop, ([], []))[1].append(callback)
+        self._post_commit = []
+        for loop, (items, callbacks) in hops.items():
             # A closed loop means nobody is waiting any more; the writes stand.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, items, touched, self._on_commit)
-        for loop, callback in self._post_commit:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(callback)
-        self._post_commit = []
+                loop.call_soon_threadsafe(_hand_over, items, callbacks, touched, self._on_commit)
         if self._events and self._on_events is not None:
             events, self._events = self._events, []
             self._on_events(events)
 
 
-def _settle(items: list[_Pending[Any]], touched: Touched, on_commit: Callable[[Touched], None]) -> None:
+def _hand_over(
+    items: list[_Pending[Any]],
+    callbacks: list[Callable[[], None]],
+    touched: Touched,
+    on_commit: Callable[[Touched], None],
+) -> None:
+    """A committed batch, on one event loop, in the order that gets a message out soonest.
+
+    Wake-ups first (a standing receive's delivery below then tells its dispatcher that this
+    commit served it), then the deliveries, whose frames are written at the end of this loop
+    round, and the callers' futures one loop turn later: the code awaiting them (an HTTP
+    reply, with its usage records) resumes only after what the wake-ups and deliveries
+    started, including a task they woke (the broadcaster that tells other gateways through
+    Redis), so it never stands between a commit and its push.
+    """
+    if touched and items:
+        on_commit(touched)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.exception("post-commit callback failed")
+    if items:
+        asyncio.get_running_loop().call_soon(_resolve_futures, items)
+
+
+def _resolve_futures(items: list[_Pending[Any]]) -> None:
     for pending in items:
         if pending.future.done():
             continue  # The caller was cancelled; the write stands.
@@ -322,5 +391,3 @@ def _settle(items: list[_Pending[Any]], touched: Touched, on_commit: Callable[[T
             pending.future.set_result(value)
         else:
             pending.future.set_exception(value)
-    if touched:
-        on_commit(touched)

@@ -44,12 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..options import DEFAULT_MAX_HELD
 from .keys import visibility_key
 from .records import DeliveryState
-
-# Held messages per queue, beyond which receives are written (bounds memory, and the walk
-# a receive makes past held entries after a release lowered the queue's skip hint).
-DEFAULT_MAX_HELD = 1000
 
 Undo = list[Callable[[], object]]
 

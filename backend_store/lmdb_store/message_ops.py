@@ -31,6 +31,7 @@ from ..errors import (
     Unavailable,
 )
 from ..limits import MAX_DELAY_S
+from ..options import DEFAULT_MAX_HELD
 from ..types import (
     AckResult,
     MessageId,
@@ -43,7 +44,7 @@ from ..types import (
 )
 from . import queue_ops
 from .environment import Db, View, Writes
-from .holds import DEFAULT_MAX_HELD, STATE, TOKEN, UNTIL, Hold, Holds, QueueHolds
+from .holds import STATE, TOKEN, UNTIL, Hold, Holds, QueueHolds
 from .keys import (
     RECEIPT_TOKEN_BYTES,
     decode_receipt,

@@ -22,10 +22,12 @@ from typing import Any
 import jwt
 
 from backend_store.backend import Backend
+from backend_store.encryption import Keyring
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unauthorized
 from backend_store.types import TenantId
 
 from .api_keys import ApiKey, ApiKeyStore, is_api_key, key_id_of
+from .aws_keys import AwsKeyStore
 from .jwt_keys import (
     MINTING_KID,
     JwtKey,
@@ -65,13 +67,17 @@ class Authenticator:
         cache_max_entries: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        keyring: Keyring | None = None,
     ) -> None:
         self.audience = audience
         self.leeway_s = leeway_s
+        self._clock = clock
+        self._cache_ttl_s = cache_ttl_s
         self._wall_clock = wall_clock
         self.tenants = TenantStore(backend, on_change=self._tenant_changed)
         self.api_keys = ApiKeyStore(backend, on_change=self._api_key_changed)
         self.jwt_keys = JwtKeyStore(backend, on_change=self._jwt_key_changed)
+        self.aws_keys = AwsKeyStore(backend, keyring)
         self._api_key_cache: TtlCache[str, ApiKey] = TtlCache(cache_ttl_s, cache_max_entries, clock)
         self._jwt_key_cache: TtlCache[tuple[str, str], tuple[JwtKey, VerificationKey]] = TtlCache(
             cache_ttl_s, cache_max_entries, clock
@@ -96,10 +102,15 @@ class Authenticator:
         if hit and principal is not None and not self._expired(principal):
             return principal
         if is_api_key(token):
-            principal = await self._authenticate_api_key(token)
+            principal, trusted_until = await self._authenticate_api_key(token)
         else:
-            principal = await self._authenticate_jwt(token)
-        ttl = None if principal.expires_at is None else self._seconds_left(principal.expires_at)
+            principal, trusted_until = await self._authenticate_jwt(token)
+        # Never cached past the records it was verified with: a token first seen late in the
+        # life of a cached key record must not outlive a change made elsewhere by more than
+        # cache_ttl_s (docs/auth.md: "within 5 seconds").
+        ttl = trusted_until - self._clock()
+        if principal.expires_at is not None:
+            ttl = min(ttl, self._seconds_left(principal.expires_at))
         self._verified.put(digest, principal, ttl)
         return principal
 
@@ -110,61 +121,83 @@ class Authenticator:
     def _expired(self, principal: Principal) -> bool:
         return principal.expires_at is not None and self._seconds_left(principal.expires_at) <= 0
 
-    async def _authenticate_api_key(self, token: str) -> Principal:
+    # Each step below returns what it verified with and until when (this process's clock)
+    # that may be trusted: the expiry of the cached record, or a full TTL for a fresh read.
+
+    async def _authenticate_api_key(self, token: str) -> tuple[Principal, float]:
         key_id = key_id_of(token)
         if key_id is None:
             raise Unauthorized("malformed API key")
-        key = await self._active_api_key(key_id)
+        key, trusted_until = await self._active_api_key(key_id)
         if not key.matches(token):
             raise Unauthorized("invalid API key")
-        return Principal(key.tenant, key.scopes, key.key_id, via="api_key", key_id=key.key_id)
+        return Principal(key.tenant, key.scopes, key.key_id, via="api_key", key_id=key.key_id), trusted_until
 
-    async def _active_api_key(self, key_id: str) -> ApiKey:
-        hit, key = self._api_key_cache.get(key_id)
-        if not hit:
-            key = await self.api_keys.get(key_id)
-            if key is not None:  # unknown ids are not cached: they would let anyone fill the cache
-                self._api_key_cache.put(key_id, key)
-        if key is None:
-            raise Unauthorized("invalid API key")
+    async def authenticate_aws(self, access_key_id: str) -> tuple[Principal, str] | None:
+        """The principal and SigV4 secret of AWS credentials, or None if the access key id is unknown.
+
+        The credentials act as their API key: a revoked key is Unauthorized; the caller checks
+        the signature with the secret (``gateway/sqs/sigv4.py``) before acting as the principal.
+        """
+        found = await self.aws_keys.get(access_key_id)
+        if found is None:
+            return None
+        key_id, secret = found
+        key, _ = await self._active_api_key(key_id)
+        return Principal(key.tenant, key.scopes, key.key_id, via="api_key", key_id=key.key_id), secret
+
+    async def _active_api_key(self, key_id: str) -> tuple[ApiKey, float]:
+        cached = self._api_key_cache.lookup(key_id)
+        if cached is not None:
+            key, trusted_until = cached
+        else:
+            trusted_until = self._clock() + self._cache_ttl_s
+            found = await self.api_keys.get(key_id)
+            if found is None:  # unknown ids are not cached: they would let anyone fill the cache
+                raise Unauthorized("invalid API key")
+            key = found
+            self._api_key_cache.put(key_id, key)
         if key.revoked_at is not None:
             raise Unauthorized("API key revoked")
-        return key
+        return key, trusted_until
 
-    async def _authenticate_jwt(self, token: str) -> Principal:
+    async def _authenticate_jwt(self, token: str) -> tuple[Principal, float]:
         header = read_header(token)
-        key, verifier = await self._jwt_key(header.tenant, header.kid)
+        key, verifier, trusted_until = await self._jwt_key(header.tenant, header.kid)
         claims = verify_claims(
             token, key, verifier, audience=self.audience, leeway_s=self.leeway_s, header=header
         )
         key_id = None
         if key.kid == MINTING_KID:
-            key_id = await self._check_minting_key_active(claims, key.tenant)
-        return replace(principal_from_claims(claims), kid=key.kid, key_id=key_id)
+            key_id, api_key_until = await self._check_minting_key_active(claims, key.tenant)
+            trusted_until = min(trusted_until, api_key_until)
+        return replace(principal_from_claims(claims), kid=key.kid, key_id=key_id), trusted_until
 
-    async def _jwt_key(self, tenant: str, kid: str) -> tuple[JwtKey, VerificationKey]:
-        hit, entry = self._jwt_key_cache.get((tenant, kid))
-        if hit and entry is not None:
-            return entry
+    async def _jwt_key(self, tenant: str, kid: str) -> tuple[JwtKey, VerificationKey, float]:
+        cached = self._jwt_key_cache.lookup((tenant, kid))
+        if cached is not None:
+            (key, verifier), trusted_until = cached
+            return key, verifier, trusted_until
+        trusted_until = self._clock() + self._cache_ttl_s
         # Both come from the unverified token: names no stored key can have (a "/" that
         # would splice tenant and kid, a NUL the store refuses) never reach the store.
         valid = is_valid_tenant_name(tenant) and is_valid_kid(kid)
-        key = await self.jwt_keys.get(tenant, kid) if valid else None
-        if key is None:
+        found = await self.jwt_keys.get(tenant, kid) if valid else None
+        if found is None:
             raise Unauthorized(f"unknown JWT key: tenant {tenant!r} has no kid {kid!r}")
-        entry = (key, load_verification_key(key.alg, key.material))
-        self._jwt_key_cache.put((tenant, kid), entry)
-        return entry
+        verifier = load_verification_key(found.alg, found.material)
+        self._jwt_key_cache.put((tenant, kid), (found, verifier))
+        return found, verifier, trusted_until
 
-    async def _check_minting_key_active(self, claims: dict[str, Any], tenant: TenantId) -> str:
+    async def _check_minting_key_active(self, claims: dict[str, Any], tenant: TenantId) -> tuple[str, float]:
         # A minted token dies with the API key it was minted from.
         key_id = claims.get("key_id")
         if not isinstance(key_id, str):
             raise Unauthorized("minted JWT lacks its key_id claim")
-        key = await self._active_api_key(key_id)
+        key, trusted_until = await self._active_api_key(key_id)
         if key.tenant != tenant:
             raise Unauthorized("minted JWT tenant does not match its API key")
-        return key_id
+        return key_id, trusted_until
 
     async def recheck(self, principals: Collection[Principal]) -> dict[Principal, Principal | PushgateError]:
         """Check open connections' credentials again, straight from the store.

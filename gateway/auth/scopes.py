@@ -1,7 +1,7 @@
 """Scopes: parsing, validation and the conservative "is this scope within that one" test.
 
 A scope is ``admin``, ``metrics`` (read ``/metrics``), ``send:<pattern>`` or ``receive:<pattern>``; a pattern is a queue
-name or a shell-style glob of ``*`` and ``?`` over queue-name characters
+name (``jobs.fifo`` too) or a shell-style glob of ``*`` and ``?`` over queue-name characters
 (``orders-*``, ``*``). :meth:`Principal.can` decides what a scope allows; this module
 decides which scopes may be delegated (``POST /v1/tokens``).
 """
@@ -17,7 +17,7 @@ from backend_store.errors import InvalidRequest
 ADMIN = "admin"
 METRICS = "metrics"
 ACTIONS = ("send", "receive")
-_PATTERN = re.compile(r"[A-Za-z0-9_*?-]{1,200}")
+_PATTERN = re.compile(r"[A-Za-z0-9_.*?-]{1,200}")
 _WILDCARDS = frozenset("*?")
 
 

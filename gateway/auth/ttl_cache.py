@@ -34,6 +34,16 @@ class TtlCache(Generic[K, V]):
             return False, None
         return True, entry[1]
 
+    def lookup(self, key: K) -> tuple[V, float] | None:
+        """A fresh entry's value and the clock reading at which it expires, else None."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= self._clock():
+            del self._entries[key]
+            return None
+        return entry[1], entry[0]
+
     def put(self, key: K, value: V, ttl_s: float | None = None) -> None:
         """Store ``value`` for the cache's TTL, or for ``ttl_s`` if that is shorter."""
         ttl = self._ttl_s if ttl_s is None else min(ttl_s, self._ttl_s)

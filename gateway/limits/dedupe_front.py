@@ -27,17 +27,25 @@ from ..queue_cache import QueueCache
 
 
 class DedupeFront:
+    """The send path's store call (push/send_path.py ``StoreSend``) for every transport."""
+
     def __init__(
-        self, cache: SharedCache, queues: QueueCache, on_hits: Callable[[int], None] | None = None
+        self,
+        cache: SharedCache,
+        queues: QueueCache,
+        backend: Backend,
+        on_hits: Callable[[int], None] | None = None,
     ) -> None:
         self.cache = cache
         self.queues = queues
+        self._backend = backend
         self._on_hits = on_hits
 
     async def send(
-        self, backend: Backend, tenant: TenantId, queue: QueueName, entries: Sequence[NewMessage]
+        self, tenant: TenantId, queue: QueueName, entries: Sequence[NewMessage]
     ) -> list[SendResult | PushgateError]:
-        """``backend.send`` with the front: cached duplicates are answered here, in order."""
+        """``Backend.send`` with the front: cached duplicates are answered here, in order."""
+        backend = self._backend
         keyed = [i for i, e in enumerate(entries) if e.dedupe_id is not None]
         if not keyed:
             return await backend.send(tenant, queue, entries)

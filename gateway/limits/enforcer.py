@@ -20,6 +20,7 @@ from backend_store.backend import Backend
 from backend_store.errors import QuotaExceeded, Unavailable
 from backend_store.types import QueueName, TenantId
 from push.principal import Operation
+from push.send_path import Allowance
 from throttling import ALLOWED, Decision, Limiter, Rule, SharedStateUnavailable
 
 from ..errors import RateLimitedWithFields
@@ -32,6 +33,8 @@ from .store import LimitsStore
 # between are added locally. The quota can therefore overshoot by what other gateways
 # store within this time.
 STORED_COUNT_TTL_S = 1.0
+# Requests' rules kept (by tenant, credential, operation and queue); all dropped when full.
+MAX_CACHED_RULES = 100_000
 
 
 class Enforcer:
@@ -52,6 +55,10 @@ class Enforcer:
         self._on_refused = on_refused
         self._clock = clock
         self._stored: dict[TenantId, tuple[float, int]] = {}
+        # Each request's rules, kept with the limits document they came from (a changed or
+        # re-read document is another object: the rules are built again). Saves building
+        # them on every request (docs/throttling.md, "Figures").
+        self._rules: dict[tuple[str, str, str, str | None], tuple[TenantLimits, list[Rule]]] = {}
 
     # Rates -----------------------------------------------------------------
 
@@ -62,8 +69,14 @@ class Enforcer:
 
         Raises :class:`Unavailable` when Redis is down and the limiter fails closed.
         """
-        limits = await self.limits.get(tenant)
-        rules = rules_for(limits, tenant, subject, op, queue)
+        limits = self.limits.cached(tenant) or await self.limits.get(tenant)
+        key = (tenant, subject, op, queue)
+        entry = self._rules.get(key)
+        if entry is None or entry[0] is not limits:
+            if len(self._rules) >= MAX_CACHED_RULES:
+                self._rules.clear()
+            entry = self._rules[key] = (limits, rules_for(limits, tenant, subject, op, queue))
+        rules = entry[1]
         if not rules:
             return ALLOWED
         try:
@@ -99,17 +112,14 @@ class Enforcer:
         if name not in names and len(names) >= limit:
             raise QuotaExceeded(f"the tenant has {len(names)} queues, its quota (max_queues is {limit})")
 
-    async def check_store(self, tenant: TenantId, adding: int) -> None:
-        """Before a send of ``adding`` messages: :class:`QuotaExceeded` past ``max_stored_messages``."""
+    async def allowance(self, tenant: TenantId) -> Allowance | None:
+        """What the tenant may still store under ``max_stored_messages`` (None: no such
+        quota): the send path (push/send_path.py) asks once per store call and refuses
+        each request that would pass it."""
         limit = (await self.limits.get(tenant)).max_stored_messages
         if limit is None:
-            return
-        stored = await self._stored_count(tenant)
-        if stored + adding > limit:
-            raise QuotaExceeded(
-                f"the tenant stores {stored} messages; {adding} more would pass its quota "
-                f"(max_stored_messages is {limit})"
-            )
+            return None
+        return Allowance(await self._stored_count(tenant), limit)
 
     def stored(self, tenant: TenantId, added: int) -> None:
         """``added`` messages were stored: keep the cached count current until its next read."""

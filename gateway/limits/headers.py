@@ -18,10 +18,21 @@ from throttling import Decision
 
 
 def rate_limit_headers(decision: Decision) -> dict[str, str]:
-    """The header fields for a decision (none when no limit applied)."""
-    if not decision.windows:
+    """The header fields for a decision (none when no limit applied).
+
+    Runs on every limited request: list comprehensions into ``join`` (not generators), and
+    one window, the common case, without a join at all.
+    """
+    windows = decision.windows
+    if not windows:
         return {}
+    if len(windows) == 1:
+        (w,) = windows
+        return {
+            "RateLimit-Policy": f'"{w.policy}";q={w.quota};w={w.window_s}',
+            "RateLimit": f'"{w.policy}";r={w.remaining};t={w.reset_s}',
+        }
     return {
-        "RateLimit-Policy": ", ".join(f'"{w.policy}";q={w.quota};w={w.window_s}' for w in decision.windows),
-        "RateLimit": ", ".join(f'"{w.policy}";r={w.remaining};t={w.reset_s}' for w in decision.windows),
+        "RateLimit-Policy": ", ".join([f'"{w.policy}";q={w.quota};w={w.window_s}' for w in windows]),
+        "RateLimit": ", ".join([f'"{w.policy}";r={w.remaining};t={w.reset_s}' for w in windows]),
     }

@@ -70,7 +70,7 @@ class Throttling:
             help_of("pushgate_dedupe_front_hits"),
             registry=metrics.registry,
         )
-        self.dedupe = DedupeFront(self.state.cache, queues, self.dedupe_hits.inc)
+        self.dedupe = DedupeFront(self.state.cache, queues, backend, self.dedupe_hits.inc)
         # Only a shared store has other gateways to talk to.
         self.signals: SharedSignals | None = None
         if self.state.shared:

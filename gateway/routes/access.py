@@ -23,9 +23,10 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from backend_store.attributes import check_queue_name
-from backend_store.errors import Forbidden, Unauthorized
+from backend_store.errors import Forbidden, PushgateError, Unauthorized
 from backend_store.types import QueueName
 from gateway.auth.principal import Action, Principal
+from push.principal import AUTHENTICATED
 
 from ..services import GatewayServices
 from ..usage.http import note_subject
@@ -39,6 +40,14 @@ async def authenticate(services: GatewayServices, request: Request) -> Principal
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("the Authorization header must be 'Bearer <token>'")
+    noted = request.scope.get(AUTHENTICATED)
+    if noted is not None and noted[0] == token:
+        # A browser request: the CORS middleware verified this token already (gateway/cors.py).
+        outcome = noted[1]
+        if isinstance(outcome, Principal):
+            return outcome
+        if isinstance(outcome, PushgateError):
+            raise outcome
     return await services.authenticator.authenticate(token)
 
 

@@ -19,13 +19,13 @@ from backend_store.limits import (
     MAX_VISIBILITY_S,
     MAX_WAIT_S,
 )
-from backend_store.types import AckResult, NewMessage, SendResult
+from backend_store.types import AckResult, SendResult
 from push.messages import message_to_json, parse_send_body
-from push.observed import record_sends, record_settled
+from push.observed import record_settled
 from push.observer import ACK, HTTP, NACK, OK, RECEIVE
 
 from ..body import JSONResponse, check_fields, read_json, read_object
-from ..errors import problem_for
+from ..errors import problem_for, problem_response
 from ..services import GatewayServices
 from .access import queue_access
 from .endpoint import route
@@ -91,43 +91,23 @@ class MessageRoutes:
     async def send(self, request: Request) -> Response:
         started = time.perf_counter()
         principal, queue = await queue_access(self.services, request, "send")
-        enforcer = self.services.throttling.enforcer
-        limit_headers = await enforcer.check(principal.tenant, principal.subject, "send", queue)
+        limit_headers = await self.services.throttling.enforcer.check(
+            principal.tenant, principal.subject, "send", queue
+        )
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_ID_CHARS:
             raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_ID_CHARS} characters")
         doc = await read_json(request, self.services.settings.max_request_bytes)
         entries, is_batch = parse_send_body(doc, idempotency_key)
-        valid = [e for e in entries if isinstance(e, NewMessage)]
-        if valid:
-            await enforcer.check_store(principal.tenant, len(valid))
-            results = await self.services.throttling.dedupe.send(
-                self.services.backend, principal.tenant, queue, valid
-            )
-        else:
-            # Every entry was invalid; the queue must still exist for the answer to make sense.
-            await self.services.queues.get(principal.tenant, queue)
-            results = []
-        stored = iter(results)
-        outcomes: list[SendResult | PushgateError] = [
-            next(stored) if isinstance(entry, NewMessage) else entry for entry in entries
-        ]
-        # One walk of the results feeds usage and the metrics (the observe point) and
-        # tells the quota how many were stored.
-        sent = record_sends(
-            self.services.observer,
-            principal.tenant,
-            queue,
-            HTTP,
-            entries,
-            outcomes,
-            time.perf_counter() - started,
-        )
-        enforcer.stored(principal.tenant, sent)
+        try:
+            # The one send path: quota, dedupe front, batching with other sends, usage.
+            outcomes = await self.services.sends.send(principal.tenant, queue, entries, HTTP, started)
+        except PushgateError as exc:
+            return problem_response(exc)  # recorded by the send path: not raised to the endpoint
         if not is_batch:
             result = outcomes[0]
             if isinstance(result, PushgateError):
-                raise result
+                return problem_response(result)  # recorded with the outcomes
             return JSONResponse(
                 _result_json(result), status_code=200 if result.duplicate else 201, headers=limit_headers
             )

@@ -45,12 +45,15 @@ class AuditAction(enum.StrEnum):
     JWT_KEY_ADDED = "jwt_key.added"
     JWT_KEY_REMOVED = "jwt_key.removed"
     LIMITS_CHANGED = "limits.changed"  # a tenant's rate limits and quotas
+    NODE_DRAIN_REQUESTED = "node.drain_requested"  # the console asked the managers to drain a node
+    NODE_DRAIN_WITHDRAWN = "node.drain_withdrawn"
 
 
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
     """One admin action. ``actor`` is who did it: ``key:<key id>`` or ``jwt:<sub>`` for a
-    request, ``cli:<os user>`` for ``pushgate admin``; ``source`` is ``http`` or ``cli``;
+    request, ``cli:<os user>`` for ``pushgate admin``; ``source`` is ``http``, ``console``
+    (an action in the operator console) or ``cli``;
     ``details`` holds what changed (attributes, scopes), never a secret."""
 
     id: str
@@ -154,10 +157,13 @@ async def audit_request(
     action: AuditAction,
     target: str,
     details: Mapping[str, Any] | None = None,
+    *,
+    source: str = "http",
 ) -> None:
-    """Record an admin action made over HTTP (fsync on a worker thread, off the loop)."""
+    """Record an admin action made over HTTP, or in the console (``source="console"``), with
+    the fsync on a worker thread, off the loop."""
     actor = actor_of(principal.subject, principal.via)
     try:
-        await asyncio.to_thread(audit.record, actor, "http", principal.tenant, action, target, details)
+        await asyncio.to_thread(audit.record, actor, source, principal.tenant, action, target, details)
     except OSError:
         log.exception("could not write the audit record of %s %s/%s", action, principal.tenant, target)

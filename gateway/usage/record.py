@@ -60,6 +60,7 @@ class Transport(enum.StrEnum):
     WS = "ws"
     SSE = "sse"
     STORE = "store"  # dead_lettered and expired: no client asked, the store did it
+    SQS = "sqs"  # the SQS API (gateway/sqs/)
 
 
 OK = "ok"

@@ -37,13 +37,17 @@ class UsageRecording:
     audit: AuditLog
 
     @classmethod
-    def build(cls, data_dir: Path, flush_interval_s: float, name: str | None) -> UsageRecording:
-        """Recording under ``data_dir``; ``flush_interval_s`` 0 records no usage (no
-        aggregator joins the observe point) but still keeps the audit log."""
+    def build(
+        cls, data_dir: Path, flush_interval_s: float, name: str | None, usage_dir: Path | None = None
+    ) -> UsageRecording:
+        """Usage files under ``usage_dir`` (default ``<data_dir>/usage``; several gateways
+        may share one, their files are named by gateway id), the audit log under ``data_dir``;
+        ``flush_interval_s`` 0 records no usage (no aggregator joins the observe point) but
+        still keeps the audit log."""
         audit = AuditLog(data_dir / AUDIT_SUBDIR)
         if flush_interval_s <= 0:
             return cls(None, None, audit)
         aggregator = UsageAggregator()
-        writer = UsageWriter(data_dir / USAGE_SUBDIR, gateway_id(name))
+        writer = UsageWriter(usage_dir or data_dir / USAGE_SUBDIR, gateway_id(name))
         flusher = UsageFlusher(aggregator, writer, flush_interval_s)
         return cls(aggregator, flusher, audit)

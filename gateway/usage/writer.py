@@ -2,7 +2,11 @@
 
 Layout (Hive-style partitions, which Spark and pyarrow understand)::
 
-    <data>/usage/date=YYYY-MM-DD/hour=HH/<gateway-id>-<sequence>.parquet
+    <usage dir>/date=YYYY-MM-DD/hour=HH/<gateway-id>-<sequence>.parquet
+
+The usage directory is ``<data>/usage`` unless ``--usage-dir`` names another, which several
+gateways may share (an NFS mount): names carry the gateway id, new at every start, so two
+gateways never write one name, and each file is one atomic rename.
 
 A file is written as ``.<name>.tmp`` in its final directory, fsynced, renamed to its
 name and the directory fsynced. Readers skip names that start with ``.`` (Spark and
@@ -42,7 +46,7 @@ def fsync_dir(path: Path) -> None:
 
 
 class UsageWriter:
-    """Writes one flush's records to one file under ``root`` (``<data>/usage``)."""
+    """Writes one flush's records to one file under ``root`` (the usage directory)."""
 
     def __init__(self, root: Path, gateway_id: str) -> None:
         self.root = root

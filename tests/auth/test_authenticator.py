@@ -82,6 +82,37 @@ async def test_revoke_elsewhere_takes_effect_after_the_cache_ttl(
         await auth.authenticate(token)
 
 
+async def test_a_token_first_seen_late_lives_no_longer_than_the_key_record_it_used(
+    auth: Authenticator, backend: Backend, cache_clock: ManualClock
+) -> None:
+    """A minted token first used 4 s after its API key's record was cached, and the key
+    revoked elsewhere in between: refused when that record expires, not 5 s after its own
+    first use (docs/auth.md: changes made elsewhere apply within 5 s)."""
+    key = await auth.authenticate(await new_key(auth, "send:q"))  # the key record is cached now
+    token, _ = await auth.mint_token(key, "send:q", 600)
+    await ApiKeyStore(backend).revoke(key.subject)  # another process
+    cache_clock.advance(4.0)
+    assert (await auth.authenticate(token)).key_id == key.subject  # the cached record still says active
+    cache_clock.advance(1.0)
+    with pytest.raises(Unauthorized, match="revoked"):
+        await auth.authenticate(token)
+
+
+async def test_a_jwt_first_seen_late_lives_no_longer_than_the_jwt_key_it_used(
+    auth: Authenticator, backend: Backend, cache_clock: ManualClock
+) -> None:
+    await auth.tenants.create("acme")
+    await auth.jwt_keys.add("acme", "k1", "HS256", HS_SECRET)
+    await auth.authenticate(jwt_for(HS_SECRET, sub="first"))  # the JWT key is cached now
+    await JwtKeyStore(backend).remove("acme", "k1")  # another process
+    cache_clock.advance(4.0)
+    late = jwt_for(HS_SECRET, sub="late")
+    await auth.authenticate(late)
+    cache_clock.advance(1.0)
+    with pytest.raises(Unauthorized, match="unknown JWT key"):
+        await auth.authenticate(late)
+
+
 async def test_revoke_twice_and_unknown(auth: Authenticator) -> None:
     token = await new_key(auth, "admin")
     key_id = (await auth.authenticate(token)).subject

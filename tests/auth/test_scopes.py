@@ -14,7 +14,10 @@ from gateway.auth.scopes import (
 )
 
 
-@pytest.mark.parametrize("scope", ["admin", "send:orders", "send:orders-*", "receive:*", "receive:a?c"])
+@pytest.mark.parametrize(
+    "scope",
+    ["admin", "send:orders", "send:orders-*", "receive:*", "receive:a?c", "send:jobs.fifo", "receive:*.fifo"],
+)
 def test_valid_scopes(scope: str) -> None:
     assert is_valid_scope(scope)
 

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from backend_store import StoreOptions
-from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.errors import QueueNotFound
 
 from ..conftest import scaled

@@ -32,6 +32,7 @@ from backend_store.backend import InMemoryReceive
 from backend_store.encryption import Keyring
 
 from ..conftest import ManualClock
+from ..fixtures.inprocess_cluster import InProcessCluster
 from .cluster_isolation import isolated_cluster_test
 
 T1 = TenantId("tenant-one")
@@ -49,22 +50,21 @@ async def lmdb_store(root: Path) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def cluster_store(request: pytest.FixtureRequest, root: Path) -> AsyncIterator[str]:
-    """The session's dev cluster (three nodes; queues replicated three times, sync).
+    """The session's in-process cluster (three nodes and a manager on real etcd and TCP;
+    queues replicated three times, sync: tests/fixtures/inprocess_cluster.py).
 
-    Its nodes keep the test's clock (``clock`` publishes every move to the cluster's clock
-    file, backend_store/cluster/clock_file.py) while the test runs and while its queues are
-    deleted, and real time again after it. Tests share the cluster, so each leaves it as it
-    found it: every queue it made is deleted (and its partitions gone from the map) and the
-    metadata values it wrote are undone."""
-    cluster = request.getfixturevalue("dev_cluster")
+    Its nodes keep the test's clock (``clock`` publishes every move to the nodes' injected
+    clock) while the test runs and while its queues are deleted, and real time again after
+    it. Tests share the cluster, so each leaves it as it found it: every queue it made is
+    deleted (and its partitions gone from the map) and the metadata values it wrote are undone."""
+    cluster: InProcessCluster = request.getfixturevalue("inprocess_cluster")
     clock: ManualClock = request.getfixturevalue("clock")
-    assert cluster.clock is not None, "the session's dev cluster runs on a clock file"
     try:
-        with clock.publish_to(cluster.clock.publish):
+        with clock.publish_to(cluster.set_time):
             async with isolated_cluster_test(f"{cluster.store_url}?etcd_timeout_s=5"):
                 yield f"{cluster.store_url}?replication_factor=3&etcd_timeout_s=5"
     finally:
-        cluster.clock.publish(0.0)
+        cluster.set_time(0.0)
 
 
 @dataclass(frozen=True)

@@ -55,14 +55,31 @@ async def test_create_queue_with_different_attributes_conflicts(store: Backend) 
     assert info.attributes.visibility_timeout_s == 5
 
 
-@pytest.mark.parametrize("name", ["", "a" * 81, "has space", "dot.fifo", "slash/x", "ünïcode", "trailing\n"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "a" * 81,
+        "has space",
+        "dot.name",
+        ".fifo",
+        "twice.fifo.fifo",
+        "upper.FIFO",
+        "a" * 76 + ".fifo",
+        "slash/x",
+        "ünïcode",
+        "trailing\n",
+        "trailing.fifo\n",
+    ],
+)
 async def test_create_queue_rejects_bad_names(store: Backend, name: str) -> None:
     with pytest.raises(InvalidRequest):
         await store.create_queue(T1, q(name), {})
 
 
 async def test_create_queue_accepts_name_edges(store: Backend) -> None:
-    for name in ("a", "A" * 80, "with_under-dash09"):
+    # A name may end in ".fifo" as SQS names FIFO queues (80 characters in all).
+    for name in ("a", "A" * 80, "with_under-dash09", "jobs.fifo", "B" * 75 + ".fifo"):
         _, created = await store.create_queue(T1, q(name), {})
         assert created
 

@@ -135,14 +135,14 @@ async def test_a_held_delivery_that_ends_unacked_has_its_count_written(
 async def test_at_most_max_held_per_queue_are_held_the_rest_are_written(
     store_factory: StoreFactory, clock: ManualClock
 ) -> None:
-    store = await store_factory.open(extra={"max_held": "3"})
+    store = await store_factory.open(max_held=3)
     await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 300})
     await store.send(T1, q("jobs"), [msg(str(i)) for i in range(5)])
     got = await in_memory(store).receive_in_memory(T1, q("jobs"), 10)
     assert [m.body for m in got] == [b"0", b"1", b"2", b"3", b"4"]
     stats = (await store.get_queue(T1, q("jobs"))).stats
     assert (stats.visible, stats.in_flight) == (0, 5)
-    store = await store_factory.reopen(store, extra={"max_held": "3"})
+    store = await store_factory.reopen(store, max_held=3)
     # The three held ones are visible at once; the two written ones are still in flight.
     back = await store.receive(T1, q("jobs"), 10)
     assert sorted(m.body for m in back) == [b"0", b"1", b"2"]

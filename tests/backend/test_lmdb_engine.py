@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from backend_store import Backend, Lsn, PushgateError, SendResult, open_backend
+from backend_store import Backend, Lsn, PushgateError, ReceivedMessage, SendResult, open_backend
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError, InvalidRequest, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db
+from backend_store.types import QueueName, TenantId
 
 from ..conftest import ManualClock
 from .harness import T1, T2, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
@@ -380,9 +381,54 @@ async def test_group_commit_batches_concurrent_operations(lmdb_factory: StoreFac
     assert store.stats["batches"] - before < 200
 
 
+@pytest.mark.parametrize("served", [False, True], ids=["woken", "delivered"])
+async def test_a_commit_wakes_or_delivers_before_its_senders_resume(
+    lmdb_factory: StoreFactory, served: bool
+) -> None:
+    """What a commit's signal starts on the loop (the push frame's write after a standing
+    receive's delivery; a task a wake-up wakes, such as the broadcaster that tells other
+    gateways through Redis) runs before the code awaiting the send resumes (the HTTP reply
+    with its records): a commit's push never waits behind its reply. A standing receive that
+    takes everything the commit made visible is its one signal: no wake-up besides."""
+    store = engine(await lmdb_factory.open(sweep_interval_s=0))
+    await store.create_queue(T1, q("jobs"), {})
+    loop = asyncio.get_running_loop()
+    order: list[str] = []
+    wake_sender = asyncio.Event()
+
+    async def sender() -> None:
+        await wake_sender.wait()
+        order.append("woken task")
+
+    task = asyncio.create_task(sender())
+    await asyncio.sleep(0)  # the task waits on its event
+
+    def woken(tenant: TenantId, queue: QueueName) -> None:
+        # As the gateway's wake-ups to other gateways go: gathered for the loop turn, then
+        # handed to the broadcaster's task.
+        loop.call_soon(order.append, "wake-up's work")
+        loop.call_soon(wake_sender.set)
+
+    def delivered(messages: list[ReceivedMessage]) -> None:
+        loop.call_soon(order.append, "delivery's work")
+
+    store.add_listener(woken)
+    if served:
+        store.set_demand(T1, q("jobs"), 10, 60, delivered)
+    await send_one(store, T1, "jobs", "a")
+    order.append("sender resumed")
+    if served:
+        assert order == ["delivery's work", "sender resumed"]
+        task.cancel()
+    else:
+        await task
+        assert sorted(order[:2]) == ["wake-up's work", "woken task"]
+        assert order[2:] == ["sender resumed"]
+
+
 async def test_max_batch_one_commits_each_operation_alone(lmdb_factory: StoreFactory) -> None:
     # The benchmark's baseline: the same engine with one sync per operation.
-    store = engine(await lmdb_factory.open(extra={"max_batch": "1"}, sweep_interval_s=0))
+    store = engine(await lmdb_factory.open(max_batch=1, sweep_interval_s=0))
     await store.create_queue(T1, q("orders"), {})
     before = store.stats["batches"]
     await asyncio.gather(*(send_one(store, T1, "orders", f"m{i}") for i in range(50)))

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.layout import Layout
-from backend_store.cluster.manager import Manager
-from backend_store.cluster.node import Node
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.layout import Layout
+from backend_store.cluster.manager.manager import Manager
+from backend_store.cluster.node.node import Node
 from gateway.settings import Settings
 from tests.fixtures.dev_cluster import StoreTarget
 from tests.fixtures.etcd_server import unique_prefix

@@ -12,8 +12,8 @@ import asyncio
 import sys
 import time
 
-from backend_store.cluster.coordinator import Claim, Coordinator, CoordinatorUnavailable, Session
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.coordinator import Claim, Coordinator, CoordinatorUnavailable, Session
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from tests.conftest import scaled
 
 

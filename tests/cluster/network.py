@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from backend_store.cluster.wire import HEADER, Hello, WireError, decode_body
+from backend_store.cluster.protocol.wire import HEADER, Hello, WireError, decode_body
 from tests.fixtures.tcp_proxy import TcpProxy
 
 _MAX_HELLO = 64 * 1024

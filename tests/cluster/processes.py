@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_store.cluster.client import NodePool
-from backend_store.cluster.coordinator import CoordinatorUnavailable
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
+from backend_store.cluster.client.node_pool import NodePool
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Epoch, NewMessage, PeekedMessage, QueueName, SendResult, TenantId
 from gateway.local_ports import free_ports
@@ -225,7 +225,7 @@ class ClusterHarness:
         if entry is None:
             return None
         record = LeaderRecord.unpack(entry.value)
-        return record.node, record.address, Epoch(entry.create_revision)
+        return record.node, record.address, record.epoch(entry.create_revision)
 
     async def wait_for(self, what: str, check: Any, timeout: float = 30) -> Any:
         deadline = time.monotonic() + timeout * _scale()

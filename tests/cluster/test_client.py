@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from backend_store.cluster import ops
-from backend_store.cluster.client import NodeClient, NodePool
-from backend_store.cluster.connection import Connection
-from backend_store.cluster.stream import NodeStream
-from backend_store.cluster.wire import Delivery, Demand, Notify, Request, Withdraw
+from backend_store.cluster.client.node_pool import NodeClient, NodePool
+from backend_store.cluster.protocol import ops
+from backend_store.cluster.protocol.connection import Connection
+from backend_store.cluster.protocol.stream import NodeStream
+from backend_store.cluster.protocol.wire import Delivery, Demand, Notify, Request, Withdraw
 from backend_store.errors import QueueNotFound, Unavailable
 from backend_store.types import Epoch, MessageId, NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from backend_store.cluster.commit_waiters import CommitWaiters
+from backend_store.cluster.replication.commit_waiters import CommitWaiters
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Lsn
 from tests.conftest import scaled

@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import pytest
 
-from backend_store.cluster.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator, parse_endpoints
+from backend_store.cluster.coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator, parse_endpoints
 from backend_store.errors import ConfigurationError, InvalidRequest
 from backend_store.types import Epoch
 from tests.conftest import scaled

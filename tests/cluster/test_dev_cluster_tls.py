@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend_store.cluster.client import split_address
-from backend_store.cluster.connection import Connection
-from backend_store.cluster.wire import Hello
+from backend_store.cluster.protocol.address import split_address
+from backend_store.cluster.protocol.connection import Connection
+from backend_store.cluster.protocol.wire import Hello
 from tests.conftest import scaled
 from tests.fixtures.dev_cluster import REPO, start_dev_cluster
 

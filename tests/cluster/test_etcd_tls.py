@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from backend_store.cluster.cluster_backend import parse_cluster_url
-from backend_store.cluster.coordinator import CoordinatorUnavailable
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.etcd_tls import EtcdTls
-from backend_store.cluster.tls import TlsFiles
-from backend_store.cluster.tls_certs import make_cluster_certificates
+from backend_store.cluster.client.cluster_backend import parse_cluster_url
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.etcd_tls import EtcdTls
+from backend_store.cluster.protocol.tls import TlsFiles
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 from backend_store.errors import ConfigurationError
 from tests.fixtures.etcd_server import etcd_cluster, unique_prefix
 

@@ -19,8 +19,8 @@ import time
 import httpx
 
 from backend_store import StoreOptions
-from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
-from backend_store.cluster.routing import partition_index
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.client.routing import partition_index
 from backend_store.errors import Unavailable
 from backend_store.types import NewMessage, QueueAttributes, QueueName, SendResult, TenantId
 from tests.conftest import scaled

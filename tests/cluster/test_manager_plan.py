@@ -1,13 +1,16 @@
 """The manager's planning, without etcd: placement, promotion (of a dead or a resigned
-leader), draining, deletion; and the ``pushgate node`` / ``pushgate manager`` commands' help."""
+leader), deletion, growth; and the ``pushgate node`` / ``pushgate manager`` commands' help.
+Membership changes, hand-overs, replacement and tombstones: test_manager_membership.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.layout import NodeRecord, PartitionRecord, ReplicaPosition
-from backend_store.cluster.manager import SETTLED_LAG, ClusterView, plan
+from backend_store.cluster.coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
+from backend_store.cluster.manager.plan import ClusterView, plan
 from gateway.cli import main
+
+from .plan_runs import Run, publish
 
 
 def node(state: str = "up", leader_epoch: int = 0, **positions: tuple[int, int]) -> NodeRecord:
@@ -156,23 +159,6 @@ def test_a_live_leader_that_did_not_resign_is_not_replaced() -> None:
     assert plan(v).puts == {}
 
 
-def test_draining_moves_leadership_first_then_the_replica() -> None:
-    record = PartitionRecord("t", "q", 0, ("n1", "n2"), "n1")
-    nodes = {"n1": node(p5=(3, 10)), "n2": node(p5=(3, 10)), "n3": node()}
-    v = view(
-        queues={("t", "q"): {"replication_factor": 2}},
-        nodes=nodes,
-        partitions={5: record},
-        leaders={5},
-        drained={"n1"},
-    )
-    step1 = plan(v).puts[5]
-    assert step1.leader == "n2" and step1.replicas == ("n1", "n2")
-    v.partitions = {5: step1}
-    step2 = plan(v).puts[5]
-    assert step2.leader == "n2" and step2.replicas == ("n3", "n2")
-
-
 def test_partitions_of_deleted_queues_and_past_a_lowered_count_are_deleted() -> None:
     v = view(
         queues={("t", "kept"): {"partitions": 1}},
@@ -182,10 +168,23 @@ def test_partitions_of_deleted_queues_and_past_a_lowered_count_are_deleted() -> 
             2: PartitionRecord("t", "kept", 1, ("n1",), "n1"),
             3: PartitionRecord("t", "gone", 0, ("n1",), "n1"),
         },
-        leaders={1, 2, 3},
+        leaders={1: "n1", 2: "n1", 3: "n1"},
     )
+    publish(v)
     out = plan(v)
     assert sorted(out.deletes) == [2, 3] and out.puts == {}
+    # Each member of a deleted partition gets its leave to delete the copy.
+    assert sorted(out.tombstones) == [(2, "n1"), (3, "n1")]
+    assert {(t.reason, t.lsn, t.queue) for t in out.tombstones.values()} == {
+        ("partition_deleted", None, "kept"),
+        ("partition_deleted", None, "gone"),
+    }
+    # Once the node dropped the copy, the tombstone goes too.
+    v.partitions = {1: v.partitions[1]}
+    v.leaders = {1: "n1"}
+    v.tombstones = dict(out.tombstones)
+    publish(v)
+    assert sorted(plan(v).tombstone_deletes) == [(2, "n1"), (3, "n1")]
 
 
 def test_a_queue_created_again_under_its_name_gets_new_partitions() -> None:
@@ -199,7 +198,7 @@ def test_a_queue_created_again_under_its_name_gets_new_partitions() -> None:
             1: PartitionRecord("t", "q", 0, ("n1",), "n1", queue_revision=10),
             2: PartitionRecord("t", "kept", 0, ("n2",), "n2", queue_revision=None),
         },
-        leaders={1, 2},
+        leaders={1: "n1", 2: "n2"},
         counter=2,
     )
     out = plan(v)
@@ -207,33 +206,36 @@ def test_a_queue_created_again_under_its_name_gets_new_partitions() -> None:
     assert list(out.puts) == [3] and out.puts[3].queue_revision == 20 and out.puts[3].index == 0
     # The new partition is the current incarnation's: kept as it is.
     v.partitions = {3: out.puts[3], 2: v.partitions[2]}
-    v.leaders, v.counter = {2, 3}, 3
+    v.leaders, v.counter = {2: "n2", 3: out.puts[3].leader or ""}, 3
     again = plan(v)
     assert again.deletes == [] and again.puts == {}
 
 
-def test_a_set_placed_on_too_few_nodes_grows_when_nodes_join() -> None:
+def test_a_set_placed_on_too_few_nodes_grows_one_learner_at_a_time() -> None:
     record = PartitionRecord("t", "q", 0, ("n1",), "n1")
     v = view(
         queues={("t", "q"): {"replication_factor": 3}},
-        nodes={"n1": node(p5=(1, 3)), "n2": node(), "n3": node()},
+        nodes={"n1": node(), "n2": node(), "n3": node()},
         partitions={5: record},
-        leaders={5},
+        leaders={5: "n1"},
     )
-    grown = plan(v).puts[5]
-    assert grown.replicas == ("n1", "n2", "n3") and grown.leader == "n1"
-
-
-def test_draining_a_dead_node_replaces_its_replica() -> None:
-    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n2")
-    v = view(
-        queues={("t", "q"): {"replication_factor": 3}},
-        nodes={"n2": node(p5=(3, 10)), "n3": node(p5=(3, 10)), "n4": node()},  # n1 is dead
-        partitions={5: record},
-        leaders={5},
-        drained={"n1"},
-    )
-    assert plan(v).puts[5].replicas == ("n4", "n2", "n3")
+    run = Run(v)
+    publish(v)
+    assert run.step().puts == {}  # n2 and n3 only just registered: not yet
+    grown = run.step(after=3.0).puts[5]
+    # A learner first, never a voter that has yet to catch up.
+    assert grown.replicas == ("n1",) and grown.learners == ("n2",) and grown.leader == "n1"
+    publish(v, lagging={"n2"})
+    assert run.step(after=1.0).puts == {}  # still catching up
+    publish(v)
+    assert run.step().puts[5].replicas == ("n1", "n2")
+    publish(v, unsettled={5})  # the leader has not taken up the two-voter set yet
+    assert run.step().puts == {}
+    publish(v)
+    assert run.step().puts[5].learners == ("n3",)
+    publish(v)
+    final = run.step().puts[5]
+    assert final.replicas == ("n1", "n2", "n3") and final.learners == ()
 
 
 def test_new_partitions_spread_their_leaders_too() -> None:
@@ -244,71 +246,6 @@ def test_new_partitions_spread_their_leaders_too() -> None:
     records = list(plan(v).puts.values())
     assert sorted(str(r.leader) for r in records) == ["n1", "n2", "n3"]
     assert all(r.leader == r.replicas[0] for r in records)
-
-
-def serving(records: dict[int, PartitionRecord], lsn: int = 10, **lag: int) -> dict[str, NodeRecord]:
-    """Node records of a settled cluster: every replica published, leaders as designated;
-    ``n2=5000`` puts n2's replicas that far behind their leaders."""
-    nodes: dict[str, dict[int, ReplicaPosition]] = {}
-    for pid, r in records.items():
-        for n in r.replicas:
-            role = "leader" if n == r.leader else "follower"
-            nodes.setdefault(n, {})[pid] = ReplicaPosition(role, 3, lsn - lag.get(n, 0), 3)
-    return {n: NodeRecord("127.0.0.1:1", "up", replicas) for n, replicas in nodes.items()}
-
-
-def test_a_joining_node_receives_replicas_one_step_at_a_time() -> None:
-    records = {
-        1: PartitionRecord("t", "a", 0, ("n1", "n2"), "n1"),
-        2: PartitionRecord("t", "b", 0, ("n2", "n1"), "n2"),
-        3: PartitionRecord("t", "c", 0, ("n1", "n2"), "n1"),
-    }
-    v = view(
-        queues={("t", q): {"replication_factor": 2} for q in "abc"},
-        nodes={**serving(records), "n3": node()},
-        partitions=dict(records),
-        leaders={1, 2, 3},
-    )
-    assert plan(v, rebalance=False).puts == {}
-    step = plan(v).puts
-    # One follower replica (never a leader's own) moves from a node holding three to n3.
-    ((pid, moved),) = step.items()
-    assert "n3" in moved.replicas and moved.leader == records[pid].leader
-    # Until n3 has caught up the cluster is not settled: no second step.
-    v.partitions[pid] = moved
-    assert plan(v).puts == {}
-    v.nodes = serving(v.partitions)  # n3 caught up
-    second = plan(v).puts
-    assert len(second) == 1
-    v.partitions.update(second)
-    v.nodes = serving(v.partitions)
-    loads = [sum(n in r.replicas for r in v.partitions.values()) for n in ("n1", "n2", "n3")]
-    assert loads == [2, 2, 2]
-    # Then leadership evens out (n3 leads nothing yet), also one step at a time.
-    while change := plan(v).puts:
-        assert len(change) == 1
-        v.partitions.update(change)
-        v.nodes = serving(v.partitions)
-    assert sorted(str(r.leader) for r in v.partitions.values()) == ["n1", "n2", "n3"]
-
-
-def test_no_rebalancing_while_a_replica_is_behind_or_a_leader_is_missing() -> None:
-    records = {
-        1: PartitionRecord("t", "a", 0, ("n1", "n2"), "n1"),
-        2: PartitionRecord("t", "b", 0, ("n1", "n2"), "n1"),
-    }
-    queues = {("t", q): {"replication_factor": 2} for q in "ab"}
-    behind = view(
-        queues=queues,
-        nodes={**serving(records, lsn=5000, n2=SETTLED_LAG), "n3": node()},
-        partitions=dict(records),
-        leaders={1, 2},
-    )
-    assert plan(behind).puts == {}
-    leaderless = view(
-        queues=queues, nodes={**serving(records), "n3": node()}, partitions=dict(records), leaders={1}
-    )
-    assert plan(leaderless).puts == {}
 
 
 def test_the_commands_are_listed_and_documented(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.layout import Layout
-from backend_store.cluster.metadata import ClusterMetadata
+from backend_store.cluster.client.metadata import ClusterMetadata
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.layout import Layout
 from backend_store.errors import InvalidRequest, QueueExists, QueueNotFound
 from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled

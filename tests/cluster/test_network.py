@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from backend_store.cluster.connection import Connection
+from backend_store.cluster.protocol.connection import Connection
 from tests.conftest import scaled
 from tests.fixtures.tcp_proxy import TcpProxy
 

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from backend_store.backend import MessageEvent, MessageEvents
-from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
-from backend_store.cluster.layout import Layout
-from backend_store.cluster.node import Node
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.coordination.layout import Layout
+from backend_store.cluster.node.node import Node
 from backend_store.errors import QueueNotFound
 from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, TenantId

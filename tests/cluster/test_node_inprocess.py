@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from backend_store.cluster.client import NodeClient, NodePool
-from backend_store.cluster.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.layout import Layout, LeaderRecord, pack
-from backend_store.cluster.manager import Manager
-from backend_store.cluster.node import Node
-from backend_store.cluster.ops import NotLeader
-from backend_store.cluster.partition_host import PartitionHost
+from backend_store.cluster.client.node_pool import NodeClient, NodePool
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.layout import Layout, LeaderRecord, pack
+from backend_store.cluster.manager.manager import Manager
+from backend_store.cluster.node.node import Node
+from backend_store.cluster.node.partition_host import PartitionHost
+from backend_store.cluster.protocol.ops import NotLeader
 from backend_store.errors import PushgateError, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db
@@ -90,8 +90,17 @@ async def first_send(
     entry = await coordinator.get(layout.leader(1))
     assert entry is not None
     record = LeaderRecord.unpack(entry.value)
+    host = next(n for n in nodes if n.node_id == record.node).hosts[1]
+
+    async def both_vote() -> bool:
+        # A node placed after the first one joins as a learner, which a commit does not
+        # wait for: only once the leader counts by both voters does a follower's refusal
+        # reach a write.
+        return len((await host.position(0)).voters) == len(nodes)
+
+    await until("both replicas voting", both_vote)
     client = pool.client(record.node, record.address)
-    epoch = Epoch(entry.create_revision)
+    epoch = record.epoch(entry.create_revision)
 
     async def sent() -> bool:
         try:

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from backend_store.cluster.layout import NodeRecord
-from backend_store.cluster.node_storage import summarise
+from backend_store.cluster.coordination.layout import NodeRecord
+from backend_store.cluster.coordination.storage_record import summarise
 from backend_store.types import StorageUsage
 from tests.conftest import scaled
 from tests.console.conftest import scrape

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from backend_store.cluster import ops
-from backend_store.cluster.wire import ErrorReply, FrameReader, Reply, Request, encode
+from backend_store.cluster.protocol import ops
+from backend_store.cluster.protocol.wire import ErrorReply, FrameReader, Reply, Request, encode
 from backend_store.errors import InvalidRequest, MessageTooLarge, QueueNotFound, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from backend_store.cluster import ops
-from backend_store.cluster.client import NodeClient
+from backend_store.cluster.client.node_pool import NodeClient
+from backend_store.cluster.protocol import ops
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled

@@ -1,9 +1,9 @@
-"""Check-quorum's decisions without I/O (``backend_store/cluster/quorum.py``): when a leader
+"""Check-quorum's decisions without I/O (``backend_store/cluster/replication/quorum.py``): when a leader
 that no majority answers resigns, on a clock the test moves, and what it then vouches for."""
 
 from __future__ import annotations
 
-from backend_store.cluster.quorum import QuorumCheck, vouched_position
+from backend_store.cluster.replication.quorum import QuorumCheck, vouched_position
 
 W = 4.0  # the window (two 2 s leases, the node's default)
 ALL3 = {"n1", "n2", "n3"}

@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from backend_store.cluster.replication import ReplicationFollower, ReplicationLeader, ReplicationMode
-from backend_store.cluster.reseed import LmdbReseeder
+from backend_store.cluster.node.reseed import LmdbReseeder
+from backend_store.cluster.replication.log_shipping import (
+    ReplicationFollower,
+    ReplicationLeader,
+    ReplicationMode,
+)
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db, View
@@ -607,7 +611,7 @@ async def test_stopping_a_helper_task_does_not_swallow_the_callers_cancellation(
     # A link closing just as its partition was dropped: the link task, waiting for its sender
     # to end, is cancelled. It must end (it kept re-dialling for ever when the wait swallowed
     # the cancellation).
-    from backend_store.cluster.replication import _stop
+    from backend_store.cluster.replication.log_shipping import _stop
 
     async def slow_to_stop() -> None:
         try:

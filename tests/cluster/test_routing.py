@@ -6,8 +6,8 @@ import zlib
 
 import pytest
 
-from backend_store.cluster.node_health import BreakerSettings, NodeHealth, NodeUnavailable
-from backend_store.cluster.routing import partition_index, plan_sends, prefix_receipt, split_receipt
+from backend_store.cluster.client.node_health import BreakerSettings, NodeHealth, NodeUnavailable
+from backend_store.cluster.client.routing import partition_index, plan_sends, prefix_receipt, split_receipt
 from backend_store.types import NewMessage, QueueAttributes
 
 FOUR = QueueAttributes(partitions=4)

@@ -10,8 +10,8 @@ from typing import Any, cast
 
 import pytest
 
-from backend_store.cluster.partition_map import PartitionInfo
-from backend_store.cluster.send_batcher import SendBatcher
+from backend_store.cluster.client.partition_map import PartitionInfo
+from backend_store.cluster.client.send_batcher import SendBatcher
 from backend_store.errors import InvalidRequest, MessageTooLarge, PushgateError, QueueNotFound
 from backend_store.types import MessageId, NewMessage, QueueName, SendResult, TenantId
 

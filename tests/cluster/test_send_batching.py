@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 
 from backend_store import StoreOptions
-from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.errors import InvalidRequest, PushgateError, Unavailable
 from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled

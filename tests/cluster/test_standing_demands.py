@@ -1,11 +1,11 @@
-"""The gateway's standing-receive bookkeeping (``backend_store/cluster/standing.py``), no I/O:
+"""The gateway's standing-receive bookkeeping (``backend_store/cluster/client/standing.py``), no I/O:
 which registration a delivery answers, when a dispatcher must be woken once more, and how
 long a withdrawn registration still takes its late deliveries."""
 
 from __future__ import annotations
 
-from backend_store.cluster.standing import StandingDemands
-from backend_store.cluster.wire import Delivery
+from backend_store.cluster.client.standing import StandingDemands
+from backend_store.cluster.protocol.wire import Delivery
 from backend_store.types import QueueName, TenantId
 
 T, Q = TenantId("t"), QueueName("jobs")

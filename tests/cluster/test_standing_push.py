@@ -16,10 +16,10 @@ import time
 
 import httpx
 
-from backend_store.cluster.layout import Layout
-from backend_store.cluster.node import Node
-from backend_store.cluster.partition_host import PartitionHost
-from backend_store.cluster.routing import stable_hash
+from backend_store.cluster.client.routing import stable_hash
+from backend_store.cluster.coordination.layout import Layout
+from backend_store.cluster.node.node import Node
+from backend_store.cluster.node.partition_host import PartitionHost
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 from tests.push.conftest import Http, deliveries, request, ws_connect

@@ -25,14 +25,15 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from backend_store.cluster.client import NodeClient, split_address
-from backend_store.cluster.cluster_backend import ClusterBackend, open_cluster_backend
-from backend_store.cluster.connection import Connection, Event
-from backend_store.cluster.layout import ReplicaPosition
-from backend_store.cluster.replication import ReplicationLeader
-from backend_store.cluster.tls import NodeTls, TlsFiles
-from backend_store.cluster.tls_certs import make_cluster_certificates
-from backend_store.cluster.wire import ErrorReply, Hello, Reply
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.client.node_pool import NodeClient
+from backend_store.cluster.coordination.layout import ReplicaPosition
+from backend_store.cluster.protocol.address import split_address
+from backend_store.cluster.protocol.connection import Connection, Event
+from backend_store.cluster.protocol.tls import NodeTls, TlsFiles
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
+from backend_store.cluster.protocol.wire import ErrorReply, Hello, Reply
+from backend_store.cluster.replication.log_shipping import ReplicationLeader
 from backend_store.errors import Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions

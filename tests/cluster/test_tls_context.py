@@ -15,13 +15,20 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from backend_store.cluster.client import NodeClient, NodeUnreachable
-from backend_store.cluster.cluster_backend import parse_cluster_url
+from backend_store.cluster.client.cluster_backend import parse_cluster_url
+from backend_store.cluster.client.node_pool import NodeClient
 from backend_store.cluster.commands import node_main
-from backend_store.cluster.connection import Connection
-from backend_store.cluster.stream import NodeStream
-from backend_store.cluster.tls import NodeTls, RefusalLog, TlsFiles, client_context, serve_node_protocol
-from backend_store.cluster.tls_certs import make_cluster_certificates
+from backend_store.cluster.protocol.address import NodeUnreachable
+from backend_store.cluster.protocol.connection import Connection
+from backend_store.cluster.protocol.stream import NodeStream
+from backend_store.cluster.protocol.tls import (
+    NodeTls,
+    RefusalLog,
+    TlsFiles,
+    client_context,
+    serve_node_protocol,
+)
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 from backend_store.errors import ConfigurationError
 from tests.conftest import scaled
 

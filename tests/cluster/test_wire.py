@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend_store.cluster.connection import Closed, Connection, ConnectionClosedError, State
-from backend_store.cluster.wire import (
+from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, State
+from backend_store.cluster.protocol.wire import (
     HEADER,
     PROTOCOL_VERSION,
     Close,

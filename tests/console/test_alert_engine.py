@@ -12,7 +12,14 @@ import pytest
 from backend_store.errors import InvalidRequest
 from backend_store.types import StorageUsage
 from web_console.alerts import AlertEngine, AlertRule, RuleStore, parse_rule
-from web_console.monitor import DepthHistory, NodeSample, QueueSample, Snapshot
+from web_console.monitor import (
+    DepthHistory,
+    NodeSample,
+    NodeStorageSample,
+    QueueSample,
+    RateHistory,
+    Snapshot,
+)
 
 
 class NoStore(RuleStore):
@@ -96,6 +103,38 @@ def test_dead_letter_growth_over_the_window() -> None:
     assert states(e, Snapshot(200, (q("dlq", 4),)), history) == [("resolved", "t/dlq")]
 
 
+def test_dead_lettered_counts_moves_over_the_window_on_any_queue() -> None:
+    # Not a dead-letter queue's depth (dlq_growth): the source queue's own count of moves.
+    rates = RateHistory(step_s=1)
+    e = AlertEngine(NoStore(), DepthHistory(step_s=1), rates=rates)
+    e.rules = [rule("dead_lettered", 2, window_s=60)]
+
+    def at(t: float, dead: int) -> list[tuple[str, str]]:
+        snap = Snapshot(t, (QueueSample("t", "orders", 5, 0, 0, None, 0, 10, 0, dead, "orders-dlq", {}),))
+        rates.add(t, snap.queues)
+        return [(ev.state, ev.subject) for ev in e.evaluate(snap)]
+
+    assert at(0, 40) == []  # forty moved before the gateway started: not counted
+    assert at(30, 42) == []  # two in the window: not more than two
+    assert at(50, 43) == [("fired", "t/orders")]
+    assert at(100, 43) == []  # 50..100 still holds the move at 50
+    assert at(120, 43) == [("resolved", "t/orders")]
+
+
+def test_disk_use_watches_each_nodes_file_system() -> None:
+    e, _ = engine(rule("disk_use", 90, tenant="default"))
+    full = NodeStorageSample(10, 20, 0.5, disk_free_bytes=5, disk_total_bytes=100)
+    roomy = NodeStorageSample(10, 20, 0.5, disk_free_bytes=50, disk_total_bytes=100)
+    nodes = (
+        NodeSample("n1", "h:1", "up", 0, "leader", 1, 3, 5, storage=full),
+        NodeSample("n2", "h:2", "up", 0, "follower", 0, None, None, storage=roomy),
+        NodeSample("n3", "h:3", "down", 0, "follower", 0, None, None),  # published nothing
+    )
+    assert states(e, Snapshot(1, nodes=nodes, cluster=True)) == [("fired", "node/n1")]
+    # The embedded store publishes no file system figures: the rule is inert there.
+    assert states(e, Snapshot(2)) == [("resolved", "node/n1")]
+
+
 def test_map_use_and_cluster_kinds() -> None:
     e, _ = engine(
         rule("map_use", 50, tenant="default"),
@@ -127,6 +166,8 @@ def test_a_deleted_queue_or_rule_resolves_its_alerts() -> None:
 def test_rule_validation() -> None:
     ok = parse_rule("t", {"kind": "queue_depth", "threshold": 10, "queue": "orders-*"}, allow_system=False)
     assert (ok.kind, ok.threshold, ok.queue, ok.clear_level) == ("queue_depth", 10.0, "orders-*", 8.0)
+    fifo = parse_rule("t", {"kind": "queue_depth", "threshold": 10, "queue": "jobs.fifo"}, allow_system=False)
+    assert fifo.queue == "jobs.fifo"  # a queue named as SQS names FIFO queues
     bad: list[dict[str, Any]] = [
         {"kind": "nope", "threshold": 1},
         {"kind": "queue_depth"},
@@ -136,6 +177,7 @@ def test_rule_validation() -> None:
         {"kind": "queue_depth", "threshold": 5, "queue": "bad/name"},
         {"kind": "queue_depth", "threshold": 5, "extra": 1},
         {"kind": "map_use", "threshold": 101},
+        {"kind": "disk_use", "threshold": 101},
     ]
     for body in bad:
         with pytest.raises(InvalidRequest):

@@ -192,11 +192,18 @@ async def test_nodes_page_shows_cluster_nodes(cluster_console: Any) -> None:
         assert "Secure" in r.headers["set-cookie"]  # TLS: the cookie is Secure
         assert (await client.post("/console/login", data={"token": "bad"})).status_code == 401
         page = (await client.get("/console/nodes")).text
+        partitions = (await client.get("/console/partitions")).text
     assert "10.0.0.1:7000" in page and "10.0.0.2:7000" in page
     row1 = page[page.index(">n1<") : page.index(">n2<")]
-    assert "leader" in row1 and ">7<" in row1 and ">1234<" in row1 and "up" in row1
+    assert ">1, leads 1<" in row1 and 'class="state ok" data-field="state">up<' in row1
     row2 = page[page.index(">n2<") :]
-    assert "follower" in row2 and ">42<" in row2 and 'class="bad">down' in row2
+    assert (
+        '"placed">1<' in row2 and '"lag">42<' in row2 and 'class="state bad" data-field="state">down' in row2
+    )
+    # The partition map: leader, follower, epoch and the leader's log position.
+    row = partitions[partitions.index('id="partition-0"') :]
+    assert '<a href="/console/nodes/n1">n1</a>' in row and 'data-node="n2"' in row
+    assert "<td>7</td><td>1234</td>" in row
 
 
 def test_live_streams_end_when_shutdown_begins(tmp_path: Any) -> None:

@@ -69,8 +69,16 @@ async def test_sends_bring_samples_forward_only_while_watched(store: Backend, cl
         same = await sampler.next_sample(first.at, 0.3)
         assert same is not None and same.at == first.at and sampler.samples_taken == 1
         with sampler.watching():
+            # A new live page gets a fresh sample at once: what changed between its page load
+            # and its stream's start shows without waiting for the hourly one.
+            clock.advance(1)
+            joined = await sampler.next_sample(first.at, scaled(10))
+            assert joined is not None and joined.at == clock.now
+            one = joined.queue("one", "q")
+            assert one is not None and one.visible == 1
+            clock.advance(1)
             await store.send(T1, QueueName("q"), [NewMessage(b"y")])
-            second = await sampler.next_sample(first.at, scaled(10))
+            second = await sampler.next_sample(joined.at, scaled(10))
         assert second is not None and second.at == clock.now
         q1 = second.queue("one", "q")
         assert q1 is not None and q1.visible == 2

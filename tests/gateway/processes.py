@@ -12,6 +12,9 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from tests.conftest import scaled
 
@@ -83,3 +86,20 @@ class ServeProcess:
 def serve(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> ServeProcess:
     args = [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data_dir), "--port", "0", *extra]
     return ServeProcess(args, env=env).wait_until_serving(30)
+
+
+def admin(data_dir: Path, *args: str, store_url: str | None = None) -> dict[str, Any]:
+    """Run ``pushgate admin --data DIR ...`` as its own process, as an operator would (with
+    ``--store URL`` when the gateway was given one: a cluster keeps its keys in etcd), and
+    return the JSON object it prints."""
+    store = [] if store_url is None else ["--store", store_url]
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "admin", "--data", str(data_dir), *store, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=True,
+    )
+    result: dict[str, Any] = orjson.loads(done.stdout)
+    return result

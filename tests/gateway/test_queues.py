@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend_store.cluster.cluster_backend import ClusterSettings
+from backend_store.cluster.client.cluster_backend import ClusterSettings
 from tests.fixtures.dev_cluster import StoreTarget
 
 from .conftest import Api, RunningGateway, api_for, problem_code
@@ -159,7 +159,7 @@ def test_max_receives_needs_an_existing_dead_letter_queue(admin: Api, qname: str
     assert r.json()["attributes"]["dead_letter_queue"] == f"{qname}-dlq"
 
 
-@pytest.mark.parametrize("name", ["a" * 81, "has space", "dot.fifo", "ünicode"])
+@pytest.mark.parametrize("name", ["a" * 81, "has space", "dot.name", ".fifo", "a.fifo.fifo", "ünicode"])
 def test_bad_queue_names_are_400(admin: Api, name: str) -> None:
     assert problem_code(admin.put_queue(name), 400) == "invalid_request"
 
@@ -172,6 +172,21 @@ def test_a_slash_in_a_queue_name_is_no_such_route(admin: Api) -> None:
 def test_longest_queue_name_is_fine(admin: Api) -> None:
     name = "Z_-9" * 20
     assert admin.put_queue(name).status_code == 201
+
+
+def test_a_name_ending_in_fifo_is_a_queue_name_like_any_other(admin: Api, qname: str) -> None:
+    # SQS requires FIFO queue names to end in .fifo; here the suffix is only a name (ordering
+    # is an attribute), and it works on every route like any other name.
+    name = f"{qname}.fifo"
+    created = admin.put_queue(name, ordering="fifo")
+    assert created.status_code == 201, created.text
+    assert created.json()["name"] == name
+    assert admin.client.get(f"/v1/queues/{name}").json()["attributes"]["ordering"] == "fifo"
+    sent = admin.client.post(f"/v1/queues/{name}/messages", json={"body": "x", "group_id": "g"})
+    assert sent.status_code == 201, sent.text
+    got = admin.client.post(f"/v1/queues/{name}/receive", json={"max": 1}).json()["messages"]
+    assert [m["body"] for m in got] == ["x"]
+    assert admin.put_queue(("Y" * 75) + ".fifo").status_code == 201
 
 
 def test_body_must_be_an_object(admin: Api, qname: str) -> None:

@@ -5,8 +5,6 @@ documented delay, when the change is made by ``pushgate admin`` in another proce
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import orjson
 
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
+from tests.gateway.processes import admin as run_admin
 
 from .conftest import TEST_SETTINGS, Http, closed_with, engine_of, poll, request, sse_stream, ws_connect
 
@@ -30,27 +29,8 @@ async def parked(gateway: RunningGateway) -> bool:
 
 
 def admin(gateway: RunningGateway, *args: str) -> dict[str, Any]:
-    """Run ``pushgate admin --data DIR ...`` as its own process, as an operator would (with
-    ``--store URL`` too when the gateway was given one: a cluster keeps its keys in etcd)."""
-    store = [] if gateway.settings.store_url is None else ["--store", gateway.settings.store_url]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "admin",
-            "--data",
-            str(gateway.settings.data_dir),
-            *store,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=scaled(60),
-        check=True,
-    )
-    result: dict[str, Any] = orjson.loads(done.stdout)
-    return result
+    """``pushgate admin`` as its own process, as an operator would run it."""
+    return run_admin(gateway.settings.data_dir, *args, store_url=gateway.settings.store_url)
 
 
 async def test_revoking_a_key_ends_its_websocket_sse_stream_and_long_poll(

@@ -32,6 +32,11 @@ def _send(tenant: str, queue: str, count: int, nbytes: int, latency_s: float) ->
     )
 
 
+def _options(data: Path, out: Path, *args: Any, **kwargs: Any) -> ReportOptions:
+    """Options reading the usage directory of gateway data directory ``data``."""
+    return ReportOptions((str(data / "usage"),), str(out), *args, **kwargs)
+
+
 def _summary(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -83,10 +88,10 @@ def data(tmp_path: Path) -> Path:
 
 def test_day_report_outputs_bad_files_and_duplicates(spark: SparkSession, data: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    options = ReportOptions(data, out, DAY, DAY + dt.timedelta(days=1), "day", now=NOW)
+    options = _options(data, out, DAY, DAY + dt.timedelta(days=1), "day", now=NOW)
     result = run_report(spark, options, progress=lambda _: None)
     assert [p.period for p in result.periods] == ["2026-11-20"]
-    assert sorted(b.path.name for b in result.bad_files) == ["notes.parquet", "truncated.parquet"]
+    assert sorted(b.name for b in result.bad_files) == ["notes.parquet", "truncated.parquet"]
 
     period = out / "day" / "2026-11-20"
     rows = _summary(period / "summary.csv")
@@ -131,7 +136,7 @@ def test_rerun_replaces_the_period_and_picks_up_a_late_file(
 ) -> None:
     out = tmp_path / "out"
     start, end = DAY, DAY + dt.timedelta(hours=4)
-    run_report(spark, ReportOptions(data, out, start, end, "hour", now=at(3.5)), progress=lambda _: None)
+    run_report(spark, _options(data, out, start, end, "hour", now=at(3.5)), progress=lambda _: None)
     first = _summary(out / "hour" / "summary.csv")
     assert [
         (r["tenant"], r["queue"], r["period_start"][11:13], r["sent"], r["provisional"]) for r in first
@@ -151,7 +156,7 @@ def test_rerun_replaces_the_period_and_picks_up_a_late_file(
     ]
     # A gateway's file for hour 2 arrives late; the re-run replaces the periods whole.
     write_window(data, at(2.5), 0, [_send("acme", "orders", 7, 70, 0.001)], gateway="gw-late")
-    run_report(spark, ReportOptions(data, out, start, end, "hour", now=at(3.5)), progress=lambda _: None)
+    run_report(spark, _options(data, out, start, end, "hour", now=at(3.5)), progress=lambda _: None)
     again = _summary(out / "hour" / "summary.csv")
     assert [(r["queue"], r["period_start"][11:13], r["sent"]) for r in again] == [
         ("orders", "01", "10"),
@@ -164,12 +169,13 @@ def test_rerun_replaces_the_period_and_picks_up_a_late_file(
         "2026-11-20T01",
         "2026-11-20T02",
         "2026-11-20T03",
+        "billing-total",
         "manifest.json",
         "summary.csv",
     ]
     # One tenant goes to its own tree, never replacing the all-tenant periods.
     run_report(
-        spark, ReportOptions(data, out, at(2), at(3), "hour", tenant="beta", now=NOW), progress=lambda _: None
+        spark, _options(data, out, at(2), at(3), "hour", tenant="beta", now=NOW), progress=lambda _: None
     )
     assert _pick(_summary(out / "tenant=beta" / "hour" / "summary.csv"), "tenant", "sent") == [("beta", "1")]
     assert _summary(out / "hour" / "summary.csv") == again
@@ -188,4 +194,73 @@ def test_a_range_that_does_not_fit_the_granularity_is_refused(
     start: dt.datetime, end: dt.datetime, granularity: str, message: str, tmp_path: Path
 ) -> None:
     with pytest.raises(ReportError, match=message):
-        ReportOptions(tmp_path, tmp_path, start, end, granularity).check()
+        _options(tmp_path, tmp_path, start, end, granularity).check()
+
+
+def test_overlapping_directories_and_copies_count_once_and_the_gateways_are_named(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two gateways write one shared directory; the report is given it three times (a
+    trailing slash, a file: URI) and a directory of copies: each record counts once."""
+    shared = tmp_path / "gateways"
+    a = write_window(shared, at(1), 0, [_send("acme", "orders", 3, 30, 0.001)], gateway="gw_a-1111aaaa")
+    write_window(shared, at(1), 1, [_send("acme", "orders", 4, 40, 0.001)], gateway="gw_a-1111aaaa")
+    b = write_window(shared, at(2), 0, [_send("beta", "jobs", 5, 50, 0.001)], gateway="gw_b-2222bbbb")
+    copies = tmp_path / "copies" / "usage"
+    for original, name in ((a, "renamed.parquet"), (b, b.name)):
+        target = copies / original.parent.relative_to(shared / "usage") / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(original, target)
+    usage = str(shared / "usage")
+    dirs = (usage, f"{usage}/", f"file://{usage}", str(copies))
+    out = tmp_path / "out"
+    result = run_report(
+        spark,
+        ReportOptions(dirs, str(out), DAY, DAY + dt.timedelta(days=1), "day", now=NOW),
+        progress=lambda _: None,
+    )
+    assert _pick(_summary(out / "day" / "summary.csv"), "tenant", "queue", "sent", "bytes") == [
+        ("acme", "orders", "7", "70"),
+        ("beta", "jobs", "5", "50"),
+    ]
+    assert result.gateways == {
+        "gw_a-1111aaaa": {"files": 2, "records": 2},
+        "gw_b-2222bbbb": {"files": 1, "records": 1},
+    }
+    manifest = json.loads((out / "day" / "2026-11-20" / "manifest.json").read_text())
+    assert manifest["gateways"] == result.gateways
+    assert sorted(Path(p).name for p in manifest["copied_files"]) == sorted(["renamed.parquet", b.name])
+    assert (manifest["input_records"], manifest["records_counted"], manifest["duplicate_records"]) == (
+        5,
+        3,
+        2,
+    )
+    tree = json.loads((out / "day" / "manifest.json").read_text())
+    assert tree["periods"][0]["gateways"] == ["gw_a-1111aaaa", "gw_b-2222bbbb"]
+
+    # The run's billing total, per tenant and usage type over its whole range.
+    assert result.billing_total == str(out / "day" / "billing-total" / "2026-11-20_2026-11-21.csv")
+    assert _summary(Path(result.billing_total)) == [
+        {
+            "tenant": tenant,
+            "usage_type": usage_type,
+            "quantity": quantity,
+            "unit": unit,
+            "range_start": "2026-11-20T00:00:00Z",
+            "range_end": "2026-11-21T00:00:00Z",
+            "periods": "1",
+            "provisional": "false",
+        }
+        for tenant, usage_type, quantity, unit in (
+            ("acme", "data-in", "70", "bytes"),
+            ("acme", "messages-sent", "7", "messages"),
+            ("beta", "data-in", "50", "bytes"),
+            ("beta", "messages-sent", "5", "messages"),
+        )
+    ]
+
+
+def test_a_missing_usage_directory_is_refused_by_name(spark: SparkSession, tmp_path: Path) -> None:
+    options = ReportOptions((str(tmp_path / "nowhere"),), str(tmp_path / "out"), DAY, at(24), "day")
+    with pytest.raises(ReportError, match=r"no usage directory at .*nowhere"):
+        run_report(spark, options, progress=lambda _: None)

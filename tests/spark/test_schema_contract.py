@@ -25,7 +25,8 @@ def test_buckets_version_and_operation_names_agree() -> None:
     assert schema.BUCKETS == record.BUCKETS
     assert schema.SCHEMA_VERSION == record.SCHEMA_VERSION
     names = {schema.SEND, schema.DEDUPLICATED, schema.RECEIVE, schema.PUSH, schema.ACK, schema.NACK}
-    names |= {schema.CONNECT, schema.THROTTLED, schema.DEAD_LETTERED}
+    names |= {schema.CONNECT, schema.THROTTLED, schema.DEAD_LETTERED, schema.EXPIRED}
+    assert names == {op.value for op in record.Operation}  # every operation the gateway records
     assert names <= {op.value for op in record.Operation}
     assert schema.OK == record.OK
     assert io.FILE_ID_KEY == record.FILE_ID_KEY

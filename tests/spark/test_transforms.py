@@ -76,6 +76,7 @@ def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSessi
         row("10", at(1), operation="connect", count=2, transport="ws"),
         row("11", at(1), operation="dead_lettered", count=1),
         row("12", at(1), queue="jobs", operation="send", count=1, nbytes=5, buckets={3: 5}),
+        row("13", at(3), operation="expired", count=3, transport="store"),
     ]
     periods = T.with_period(_records(spark, rows), "day")
     queues = T.queue_usage(T.operation_usage(periods))
@@ -85,7 +86,7 @@ def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSessi
         tenant="acme",
         queue="orders",
         **base,
-        records=11,
+        records=12,
         sent=8,
         delivered=7,
         acked=6,
@@ -95,6 +96,7 @@ def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSessi
         throttled=7,
         deduplicated=4,
         dead_lettered=1,
+        expired=3,
         connections=2,
         errors=2,
         send_latency_histogram=_hist(H),
@@ -114,6 +116,7 @@ def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSessi
         throttled=0,
         deduplicated=0,
         dead_lettered=0,
+        expired=0,
         connections=0,
         errors=0,
         send_latency_histogram=_hist({3: 5}),
@@ -124,7 +127,7 @@ def test_queue_and_tenant_usage_measures_and_merged_histograms(spark: SparkSessi
     assert tenants.count() == 1
     tenant = tenants.first()
     assert tenant is not None
-    assert (tenant["sent"], tenant["bytes"], tenant["records"]) == (9, 85, 12)
+    assert (tenant["sent"], tenant["bytes"], tenant["expired"], tenant["records"]) == (9, 85, 3, 13)
     assert tenant["send_latency_histogram"] == _hist({1: 10, 3: 15})  # merged, not averaged
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue as queue_module
+import re
 import sys
 import time
 import uuid
@@ -25,11 +26,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 from tests.conftest import scaled, wait_for
 from tests.fixtures.redis_server import RedisServer
+from tests.gateway.conftest import problem_code
 from tests.gateway.processes import REPO, ServeProcess, serve
 
 # Below the dispatcher's safety poll and the long-poll recheck (5 s): a wake-up that
@@ -141,6 +144,52 @@ async def test_rate_limits_are_counted_across_gateways(
         assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
         assert int(refused.headers["Retry-After"]) >= 1
     await a.put("/v1/limits", json={"per_queue": None})
+
+
+async def test_two_gateways_together_stay_within_the_documented_bound(
+    pair: Pair, http: tuple[httpx.AsyncClient, httpx.AsyncClient], queue: str
+) -> None:
+    """docs/throttling.md: N gateways pass a limit by at most N x share (1% of it each); a
+    refusal is the usual 429 with Retry-After and the IETF fields; most requests never ask Redis."""
+    a, b = http
+    assert (await a.put(f"/v1/queues/{queue}", json={})).status_code == 201
+    assert (await a.put("/v1/limits", json={"per_queue": {"receive": "1000/hour"}})).status_code == 200
+
+    async def b_sees_it() -> bool:
+        return bool((await b.get("/v1/limits")).json()["per_queue"]["receive"] == "1000/hour")
+
+    await wait_for(b_sees_it, timeout=1.0, what="gateway B to apply A's limit change")
+    redis = aioredis.Redis.from_url(pair.redis.url)
+    scripts_before = await script_calls(redis)
+    allowed: list[int] = []
+    refusals: list[httpx.Response] = []
+
+    async def client(gw: httpx.AsyncClient) -> None:
+        while True:
+            r = await gw.post(f"/v1/queues/{queue}/receive", json={"max": 1, "wait_s": 0})
+            if r.status_code != 200:
+                refusals.append(r)
+                return
+            allowed.append(1)
+
+    await asyncio.gather(*(client(gw) for gw in (a, b) for _ in range(4)))
+    scripts = await script_calls(redis) - scripts_before
+    await redis.aclose()
+    print(f"\n{len(allowed)} receives allowed of 1000/hour through A and B, {scripts} Redis script calls")
+    assert 1000 - 2 * 10 <= len(allowed) <= 1000 + 2 * 10
+    assert scripts < len(allowed) / 3
+    for r in refusals:
+        assert problem_code(r, 429) == "rate_limited"
+        assert 1 <= int(r.headers["Retry-After"]) <= 3600
+        assert r.headers["RateLimit-Policy"] == '"queue-receive";q=1000;w=3600'
+        assert re.fullmatch(r'"queue-receive";r=0;t=\d+', r.headers["RateLimit"])
+    await a.put("/v1/limits", json={"per_queue": None})
+
+
+async def script_calls(redis: aioredis.Redis) -> int:
+    """How many Lua script calls the Redis has run (EVALSHA, and EVAL if any)."""
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval"))
 
 
 async def test_a_message_sent_through_a_is_pushed_by_b_at_once(

@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from backend_store.errors import PushgateError
-from web_console.monitor import DepthHistory, Snapshot
+from web_console.monitor import DepthHistory, RateHistory, Snapshot
 
+from .defaults import install_defaults
 from .evaluation import breaches, cleared, observe
 from .rules import AlertRule
 from .shared import SharedAlerts
@@ -86,26 +87,37 @@ class AlertEngine:
         history_size: int = 200,
         on_change: Callable[[], None] | None = None,
         shared: SharedAlerts | None = None,
+        rates: RateHistory | None = None,
+        defaults_for: str | None = None,
     ) -> None:
         self.store = rules
         self.depth_history = history
+        self.rates = rates
+        # The tenant that gets the default rules on a fresh store (None: no defaults).
+        self._defaults_for = defaults_for
         self.notifier = notifier
         self.rules: list[AlertRule] = []
         self.history: deque[AlertEvent] = deque(maxlen=history_size)
         self.transitions: Counter[tuple[str, str]] = Counter()
         self.evaluations = 0
         self._tracks: dict[tuple[str, str], _Track] = {}
+        self._published: list[Alert] = []
         self._on_change = on_change
         self.shared = shared
 
     # Reading ----------------------------------------------------------------------
 
     def active(self, tenant: str | None = None) -> list[Alert]:
-        """Firing alerts (of one tenant, or all), oldest first."""
+        """Firing alerts (of one tenant, or all), oldest first, as of the last finished
+        evaluation: never half-way through one, so the history shown beside them (written
+        after each transition's claim) agrees."""
+        return [a for a in self._published if tenant is None or a.tenant == tenant]
+
+    def _publish(self) -> None:
         out = []
         for (rule_id, subject), track in self._tracks.items():
             rule = track.rule
-            if not track.firing or (tenant is not None and rule.tenant != tenant):
+            if not track.firing:
                 continue
             out.append(
                 Alert(
@@ -119,7 +131,7 @@ class AlertEngine:
                     rule.description,
                 )
             )
-        return sorted(out, key=lambda a: (a.since, a.rule_id, a.subject))
+        self._published = sorted(out, key=lambda a: (a.since, a.rule_id, a.subject))
 
     def recent(self, tenant: str | None = None) -> list[AlertEvent]:
         """The kept history, newest first."""
@@ -134,6 +146,9 @@ class AlertEngine:
         """A sampler listener: reload the rules, then evaluate them against ``snapshot``
         (sharing the outcome with the other gateways of the store when ``shared`` is set)."""
         try:
+            if self._defaults_for is not None:
+                await install_defaults(self.store, self._defaults_for)
+                self._defaults_for = None  # once per process (the store remembers it for good)
             self.rules = await self.store.list()
         except PushgateError as exc:
             log.warning("cannot read alert rules, keeping the last ones: %s", exc.detail)
@@ -144,6 +159,8 @@ class AlertEngine:
             await self._evaluate_shared(snapshot, self.shared)
         except PushgateError as exc:
             log.warning("cannot share alert state, evaluating again at the next sample: %s", exc.detail)
+        finally:
+            self._publish()
 
     async def _evaluate_shared(self, snapshot: Snapshot, shared: SharedAlerts) -> None:
         active = await shared.active()
@@ -200,6 +217,7 @@ class AlertEngine:
         events = self.advance(snapshot)
         for event in events:
             self._record(event)
+        self._publish()
         if events and self._on_change is not None:
             self._on_change()
         return events
@@ -211,7 +229,7 @@ class AlertEngine:
         events: list[AlertEvent] = []
         live: set[tuple[str, str]] = set()
         for rule in self.rules:
-            for subject, value in observe(rule, snapshot, self.depth_history).items():
+            for subject, value in observe(rule, snapshot, self.depth_history, self.rates).items():
                 key = (rule.id, subject)
                 live.add(key)
                 track = self._tracks.get(key)

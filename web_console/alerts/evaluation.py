@@ -8,17 +8,25 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from web_console.monitor import DepthHistory, Snapshot
+from web_console.monitor import DepthHistory, RateHistory, Snapshot
 
 from .rules import AlertRule
 
 
-def observe(rule: AlertRule, snapshot: Snapshot, history: DepthHistory) -> dict[str, float]:
+def observe(
+    rule: AlertRule, snapshot: Snapshot, history: DepthHistory, rates: RateHistory | None = None
+) -> dict[str, float]:
     """``subject -> value`` for one rule; a subject missing from the result does not exist (now)."""
     out: dict[str, float] = {}
     if rule.kind == "map_use":
         if snapshot.storage is not None:
             out["store"] = 100.0 * snapshot.storage.used_ratio
+        return out
+    if rule.kind == "disk_use":
+        # Nodes publish their file system's figures; the embedded store has none (inert).
+        for node in snapshot.nodes:
+            if node.storage is not None and node.storage.disk_total_bytes > 0:
+                out[f"node/{node.id}"] = 100.0 * node.storage.disk_used_ratio
         return out
     if rule.kind in ("node_down", "replication_lag"):
         for node in snapshot.nodes:
@@ -35,6 +43,11 @@ def observe(rule: AlertRule, snapshot: Snapshot, history: DepthHistory) -> dict[
             out[subject] = q.oldest_age_s or 0.0
         elif rule.kind == "dlq_growth":
             out[subject] = float(history.growth(q.tenant, q.name, rule.window_s, snapshot.at))
+        elif rule.kind == "dead_lettered":
+            moved = (
+                rates.increase(q.tenant, q.name, "dead_lettered", rule.window_s, snapshot.at) if rates else 0
+            )
+            out[subject] = float(moved)
         elif rule.kind == "no_consumers":
             out[subject] = 1.0 if q.consumers == 0 and q.visible > 0 else 0.0
     return out

@@ -16,8 +16,8 @@ from typing import Any
 
 from backend_store.errors import InvalidRequest
 
-QUEUE_KINDS = ("queue_depth", "oldest_age", "dlq_growth", "no_consumers")
-SYSTEM_KINDS = ("map_use", "node_down", "replication_lag")
+QUEUE_KINDS = ("queue_depth", "oldest_age", "dlq_growth", "dead_lettered", "no_consumers")
+SYSTEM_KINDS = ("map_use", "disk_use", "node_down", "replication_lag")
 KINDS = QUEUE_KINDS + SYSTEM_KINDS
 
 # What ``threshold`` means per kind (documented in docs/console.md and the OpenAPI schema).
@@ -25,15 +25,17 @@ THRESHOLD_MEANING = {
     "queue_depth": "visible messages above this",
     "oldest_age": "oldest message older than this many seconds",
     "dlq_growth": "the queue (a dead-letter queue) grew by more than this many messages over window_s",
+    "dead_lettered": "more than this many of the queue's messages moved to its dead-letter queue over window_s",
     "no_consumers": "no consumers for this many seconds while messages wait",
     "map_use": "LMDB map use above this percentage of its maximum size",
+    "disk_use": "a node's file system (under its data directory) used above this percentage",
     "node_down": "(unused: a node that is not up fires)",
     "replication_lag": "a node's replication lag above this many log entries",
 }
 # Resolve level as a fraction of the threshold when ``clear`` is not given (hysteresis):
 # a depth alert at 1000 resolves only once the depth is back to 800.
 DEFAULT_CLEAR_FRACTION = 0.8
-_PATTERN = re.compile(r"[A-Za-z0-9_*?-]{1,80}")
+_PATTERN = re.compile(r"[A-Za-z0-9_.*?-]{1,80}")
 _FIELDS = {"kind", "queue", "threshold", "for_s", "clear", "window_s", "description"}
 
 
@@ -46,7 +48,7 @@ class AlertRule:
     queue: str | None = None  # a queue name or glob; None: every queue of the tenant
     for_s: float = 0.0  # the condition must hold this long to fire (and its end this long to resolve)
     clear: float | None = None  # resolve at or below this (None: DEFAULT_CLEAR_FRACTION * threshold)
-    window_s: float = 300.0  # dlq_growth: the growth is measured over this window
+    window_s: float = 300.0  # dlq_growth, dead_lettered: the growth is measured over this window
     description: str = ""
     created_at: float = 0.0
 
@@ -58,7 +60,7 @@ class AlertRule:
     def clear_level(self) -> float:
         if self.clear is not None:
             return self.clear
-        if self.kind in ("dlq_growth", "no_consumers", "node_down"):
+        if self.kind in ("dlq_growth", "dead_lettered", "no_consumers", "node_down"):
             return 0.0
         return self.threshold * DEFAULT_CLEAR_FRACTION
 
@@ -90,10 +92,10 @@ def parse_rule(tenant: str, body: Mapping[str, Any], *, allow_system: bool) -> A
         if kind in SYSTEM_KINDS:
             raise InvalidRequest(f"{kind} rules take no queue")
         if not isinstance(queue, str) or not _PATTERN.fullmatch(queue):
-            raise InvalidRequest("queue must be a queue name or a glob of [A-Za-z0-9_-*?]")
+            raise InvalidRequest("queue must be a queue name or a glob of [A-Za-z0-9_.-*?]")
     threshold = _number(body, "threshold", 0.0 if kind == "node_down" else None, 0, 1e12)
-    if kind == "map_use" and threshold > 100:
-        raise InvalidRequest("map_use threshold is a percentage: 0..100")
+    if kind in ("map_use", "disk_use") and threshold > 100:
+        raise InvalidRequest(f"{kind} threshold is a percentage: 0..100")
     clear = _number(body, "clear", None, 0, 1e12) if body.get("clear") is not None else None
     if clear is not None and clear > threshold:
         raise InvalidRequest("clear must not be above threshold (it is where a firing alert resolves)")

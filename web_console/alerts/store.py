@@ -10,6 +10,8 @@ from backend_store.errors import NotFound
 from .rules import AlertRule
 
 NAMESPACE = "alerts"
+# One key per tenant that was given the default rules (alerts/defaults.py), for good.
+DEFAULTS_NAMESPACE = "alerts-defaults"
 
 
 class RuleStore:
@@ -30,6 +32,12 @@ class RuleStore:
             for _, raw in await self._backend.meta_list(NAMESPACE, prefix)
         ]
         return sorted(rules, key=lambda r: (r.tenant, r.created_at, r.id))
+
+    async def defaults_given(self, tenant: str) -> bool:
+        return await self._backend.meta_get(DEFAULTS_NAMESPACE, tenant) is not None
+
+    async def mark_defaults_given(self, tenant: str, how: str) -> None:
+        await self._backend.meta_put(DEFAULTS_NAMESPACE, tenant, how.encode())
 
 
 def _key(tenant: str, rule_id: str) -> str:

@@ -14,8 +14,10 @@ from backend_store.backend import Backend, StorageStats
 from backend_store.errors import PushgateError
 from backend_store.types import QueueName, StorageUsage, TenantId
 
-from .history import DepthHistory
-from .snapshot import QueueSample, Snapshot, nodes_from_cluster
+from .cluster_sample import cluster_from_doc
+from .history import DepthHistory, StorageHistory
+from .rates import RateHistory
+from .snapshot import QueueSample, Snapshot
 
 log = logging.getLogger("pushgate.monitor")
 
@@ -26,13 +28,16 @@ SampleListener = Callable[[Snapshot], Awaitable[None]]
 class MonitorSources:
     """What the sampler reads, injected by the gateway (the monitor imports no gateway code).
 
-    ``tenants`` lists every tenant; ``consumers`` counts a queue's push subscribers;
-    ``cluster`` returns API.md's ``GET /v1/cluster`` document, or None without a cluster.
+    ``tenants`` lists every tenant; ``consumers`` counts a queue's push subscribers and
+    ``delivered`` the deliveries this gateway made from it; ``cluster`` returns API.md's
+    ``GET /v1/cluster`` document (with what the gateway adds for the console: drain
+    requests, replica positions), or None without a cluster.
     """
 
     backend: Backend
     tenants: Callable[[], Awaitable[list[str]]]
     consumers: Callable[[TenantId, QueueName], int] = lambda tenant, queue: 0
+    delivered: Callable[[TenantId, QueueName], int] = lambda tenant, queue: 0
     cluster: Callable[[], Awaitable[Mapping[str, Any] | None]] | None = None
     clock: Callable[[], float] = field(default=time.time)
 
@@ -63,6 +68,8 @@ class QueueSampler:
         self.interval_s = interval_s
         self.min_gap_s = min(min_gap_s, interval_s)
         self.history = history or DepthHistory()
+        self.rates = RateHistory(self.history.span_s, self.history.step_s)
+        self.storage_history = StorageHistory(self.history.span_s, self.history.step_s)
         self.latest = Snapshot(at=0.0)
         self.listeners: list[SampleListener] = []
         self._poke = asyncio.Event()
@@ -89,6 +96,8 @@ class QueueSampler:
             snapshot = await self._read()
             self.latest = snapshot
             self.history.add(snapshot.at, snapshot.queues)
+            self.rates.add(snapshot.at, snapshot.queues)
+            self.storage_history.add(snapshot.at, _stored(snapshot))
             self.samples_taken += 1
         for listener in list(self.listeners):
             try:
@@ -118,9 +127,14 @@ class QueueSampler:
         src = self.sources
         prev = self.latest
         queues: list[QueueSample] = []
-        for tenant in await src.tenants():
+        tenants = await src.tenants()
+        for tenant in tenants:
             for info in await src.backend.list_queues(TenantId(tenant)):
-                queues.append(QueueSample.of(info, src.consumers(info.tenant, info.name)))
+                queues.append(
+                    QueueSample.of(
+                        info, src.consumers(info.tenant, info.name), src.delivered(info.tenant, info.name)
+                    )
+                )
         now = src.clock()
         elapsed = now - prev.at
         if prev.at > 0 and elapsed > 0:
@@ -129,12 +143,16 @@ class QueueSampler:
         if isinstance(src.backend, StorageStats):
             storage = await src.backend.storage_usage()
         cluster_doc = await src.cluster() if src.cluster is not None else None
+        cluster = cluster_from_doc(cluster_doc)
         return Snapshot(
             at=now,
             queues=tuple(queues),
             storage=storage,
-            nodes=nodes_from_cluster(cluster_doc),
+            nodes=cluster.nodes,
             cluster=cluster_doc is not None,
+            partitions=cluster.partitions,
+            identity=cluster.identity,
+            tenants=tuple(tenants),
         )
 
     # Running ------------------------------------------------------------------
@@ -146,8 +164,11 @@ class QueueSampler:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        """Held by a live page's stream: sends then bring samples forward."""
+        """Held by a live page's stream: sends then bring samples forward. A new watcher
+        brings one forward too: its page was rendered from a sample up to a second old, and
+        a change between the page load and the stream's start must not wait ``interval_s``."""
         self.watchers += 1
+        self._poke.set()
         try:
             yield
         finally:
@@ -197,4 +218,13 @@ def _with_rates(q: QueueSample, before: QueueSample | None, elapsed: float) -> Q
         q,
         send_rate=max(0, q.sent_total - before.sent_total) / elapsed,
         ack_rate=max(0, q.acked_total - before.acked_total) / elapsed,
+        delivered_rate=max(0, q.delivered_total - before.delivered_total) / elapsed,
+        dead_letter_rate=max(0, q.dead_lettered_total - before.dead_lettered_total) / elapsed,
     )
+
+
+def _stored(snapshot: Snapshot) -> list[tuple[str, int]]:
+    """Bytes stored, per node on a cluster (its published figure), else the store's."""
+    if snapshot.cluster:
+        return [(n.id, n.storage.used_bytes) for n in snapshot.nodes if n.storage is not None]
+    return [] if snapshot.storage is None else [("store", snapshot.storage.used_bytes)]

@@ -1,4 +1,4 @@
-"""Immutable samples: one per queue, one per cluster node, and the snapshot holding them."""
+"""Immutable samples: one per queue, and the snapshot holding them with the cluster's."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend_store.types import QueueInfo, StorageUsage
+
+from .cluster_sample import ClusterIdentitySample, NodeSample, PartitionSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,10 @@ class QueueSample:
     attributes: Mapping[str, Any]
     send_rate: float = 0.0
     ack_rate: float = 0.0
+    # Deliveries (pushes and receives) made by *this* gateway: the store counts none.
+    delivered_total: int = 0
+    delivered_rate: float = 0.0
+    dead_letter_rate: float = 0.0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -38,7 +44,7 @@ class QueueSample:
         return self.visible + self.in_flight + self.delayed
 
     @classmethod
-    def of(cls, info: QueueInfo, consumers: int) -> QueueSample:
+    def of(cls, info: QueueInfo, consumers: int, delivered: int = 0) -> QueueSample:
         s = info.stats
         return cls(
             tenant=info.tenant,
@@ -53,97 +59,23 @@ class QueueSample:
             dead_lettered_total=s.dead_lettered_total,
             dead_letter_queue=info.attributes.dead_letter_queue,
             attributes=info.attributes.to_dict(),
+            delivered_total=delivered,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSample:
-    """A cluster node as ``GET /v1/cluster`` shows it, with what it leads."""
-
-    id: str
-    address: str
-    state: str
-    lag: int
-    role: str  # "leader" of at least one partition, else "follower"
-    partitions_led: int
-    epoch: int | None
-    lsn: int | None
-    # What the node published of its storage (None: nothing yet, or a node that is down).
-    storage: NodeStorageSample | None = None
-
-    @property
-    def healthy(self) -> bool:
-        return self.state in ("up", "alive", "healthy", "ok")
-
-
-@dataclass(frozen=True, slots=True)
-class NodeStorageSample:
-    """A node's ``storage`` in API.md's ``GET /v1/cluster`` document (bytes)."""
-
-    used_bytes: int  # pages in use over its partition environments
-    map_size: int
-    map_used_ratio: float  # its fullest environment's use of its maximum map (0..1)
-    disk_free_bytes: int
-    disk_total_bytes: int
-
-    @property
-    def disk_used_ratio(self) -> float:
-        """Of the file system under the node's data directory (0..1; 0 if unknown)."""
-        total = self.disk_total_bytes
-        return (total - self.disk_free_bytes) / total if total > 0 else 0.0
-
-    @classmethod
-    def of(cls, doc: Any) -> NodeStorageSample | None:
-        if not isinstance(doc, Mapping):
-            return None
-        try:
-            return cls(
-                used_bytes=int(doc["used_bytes"]),
-                map_size=int(doc.get("map_size") or 0),
-                map_used_ratio=float(doc.get("map_used_ratio") or 0.0),
-                disk_free_bytes=int(doc.get("disk_free_bytes") or 0),
-                disk_total_bytes=int(doc.get("disk_total_bytes") or 0),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-def nodes_from_cluster(doc: Mapping[str, Any] | None) -> tuple[NodeSample, ...]:
-    """Nodes from API.md's ``GET /v1/cluster`` document (None: no cluster, no nodes)."""
-    if not doc:
-        return ()
-    led: dict[str, list[Mapping[str, Any]]] = {}
-    for part in doc.get("partitions", []):
-        led.setdefault(str(part.get("leader")), []).append(part)
-    out = []
-    for node in doc.get("nodes", []):
-        node_id = str(node["id"])
-        parts = led.get(node_id, [])
-        out.append(
-            NodeSample(
-                id=node_id,
-                address=str(node.get("address", "")),
-                state=str(node.get("state", "unknown")),
-                lag=int(node.get("lag") or 0),
-                role="leader" if parts else "follower",
-                partitions_led=len(parts),
-                epoch=max((int(p.get("epoch", 0)) for p in parts), default=None),
-                lsn=max((int(p.get("lsn", 0)) for p in parts), default=None),
-                storage=NodeStorageSample.of(node.get("storage")),
-            )
-        )
-    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything sampled at ``at`` (Unix seconds). ``nodes`` is empty without a cluster."""
+    """Everything sampled at ``at`` (Unix seconds). ``nodes`` and ``partitions`` are empty
+    without a cluster; ``tenants`` lists every tenant, with queues or not."""
 
     at: float
     queues: tuple[QueueSample, ...] = ()
     storage: StorageUsage | None = None
     nodes: tuple[NodeSample, ...] = ()
     cluster: bool = False
+    partitions: tuple[PartitionSample, ...] = ()
+    identity: ClusterIdentitySample | None = None
+    tenants: tuple[str, ...] = ()
     _index: dict[tuple[str, str], QueueSample] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -154,3 +86,15 @@ class Snapshot:
 
     def for_tenant(self, tenant: str) -> list[QueueSample]:
         return [q for q in self.queues if q.tenant == tenant]
+
+    def node(self, node_id: str) -> NodeSample | None:
+        return next((n for n in self.nodes if n.id == node_id), None)
+
+    def partitions_of(self, tenant: str, queue: str) -> list[PartitionSample]:
+        return sorted(
+            (p for p in self.partitions if p.tenant == tenant and p.queue == queue), key=lambda p: p.index
+        )
+
+    def partitions_on(self, node_id: str) -> list[PartitionSample]:
+        """The partitions the map places on a node (leader, follower or another role)."""
+        return [p for p in self.partitions if p.replica(node_id) is not None]

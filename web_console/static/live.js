@@ -91,6 +91,18 @@
     if (total && typeof doc.total === "number") total.textContent = String(doc.total);
   }
 
+  function applyFragments(fragments) {
+    // Parts of the page the server rendered again from the new sample (the same template
+    // fragment the page was built with, escaped by the server): swapped in whole.
+    Object.keys(fragments || {}).forEach(function (id) {
+      var target = document.getElementById(id);
+      if (target && target.innerHTML !== fragments[id]) target.innerHTML = fragments[id];
+    });
+  }
+
+  source.addEventListener("fragments", function (event) {
+    applyFragments(JSON.parse(event.data));
+  });
   source.addEventListener("overview", function (event) {
     var doc = JSON.parse(event.data);
     renderQueues(doc);
@@ -101,6 +113,7 @@
     setFields(document.getElementById("queue-stats"), doc.queue);
     var chart = document.getElementById("chart");
     if (chart) chart.innerHTML = doc.chart; // built and escaped by the server
+    applyFragments(doc.fragments);
     renderAlerts(doc.alerts);
   });
   source.addEventListener("gone", function () { source.close(); });

@@ -1,0 +1,1 @@
+"""The gateway side of the cluster: ClusterBackend, the Backend for cluster:// URLs."""

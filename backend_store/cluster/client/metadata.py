@@ -1,0 +1,291 @@
+"""Tenants, keys, limits and queue metadata in etcd, with the embedded store's semantics.
+
+Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msgpack maps):
+
+- ``meta/{namespace}/{key}``: raw bytes (tenants, API keys, JWT keys, limits, alert rules);
+- ``queues/{tenant}/{queue}``: the queue's attributes and ``created_at`` (float); the
+  manager watches this prefix and gives each queue its partitions, each partition's leader
+  applies the attributes to its store. ``former_dead_letter_queues`` (``[[name,
+  create_revision], ...]``, only when not empty): dead-letter queues the queue moved
+  messages to before its ``dead_letter_queue`` changed. Its partitions keep those messages
+  (a dead-letter queue's messages live in the partitions of the queues feeding it), so the
+  old dead-letter queue still reads them there.
+
+Queue writes go to etcd and, when they succeed, into the local copy at once, so this
+gateway's router sees its own changes; other gateways' writes arrive through the watch (``on_meta_change``
+and ``on_queue_change`` listeners, which the gateway uses to forget cached credentials and
+queue records at once). Reads of single values and lists go to etcd (linearizable): the
+gateway caches what it reads hot (the authenticator, the queue cache) and drops those
+caches on the listeners' word. The router reads queue attributes from the watched copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from ...attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
+from ...errors import InvalidRequest, QueueExists, QueueNotFound, Unavailable
+from ...types import QueueAttributes, QueueName, TenantId
+from ..coordination.coordinator import Coordinator, Entry, PrefixState
+from ..coordination.layout import Layout
+from ..coordination.queue_record import FORMER_DLQS, former_dead_letter_queues
+from ..coordination.watched_prefix import WatchedPrefix
+
+# Read-modify-write of a queue record is retried this often when another writer got in first.
+_CAS_ATTEMPTS = 20
+
+MetaListener = Callable[[str, str], None]
+QueueListener = Callable[[TenantId, QueueName], None]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A queue as etcd holds it (no stats: those live on the partitions' leaders)."""
+
+    tenant: TenantId
+    name: QueueName
+    attributes: QueueAttributes
+    created_at: float
+    mod_revision: int = 0
+    # Tells a queue from one deleted and re-created under its name (partitions name it).
+    create_revision: int = 0
+    # (name, create_revision) of each dead-letter queue this one fed before its
+    # ``dead_letter_queue`` changed: their messages moved so far stay in our partitions.
+    former_dead_letter_queues: tuple[tuple[QueueName, int], ...] = ()
+
+    def to_bytes(self) -> bytes:
+        # Flat: nodes and the manager read the attributes straight from the map (they
+        # ignore ``created_at``, which is not an attribute).
+        doc: dict[str, Any] = {**self.attributes.to_dict(), "created_at": self.created_at}
+        if self.former_dead_letter_queues:
+            doc[FORMER_DLQS] = [list(pair) for pair in self.former_dead_letter_queues]
+        packed: bytes = msgpack.packb(doc)
+        return packed
+
+    @classmethod
+    def from_entry(cls, tenant: str, name: str, entry: Entry) -> QueueRecord:
+        doc = msgpack.unpackb(entry.value)
+        return cls(
+            TenantId(tenant),
+            QueueName(name),
+            attributes_from_record(doc),
+            float(doc.get("created_at") or 0.0),
+            entry.mod_revision,
+            entry.create_revision,
+            former_dead_letter_queues(doc),
+        )
+
+    def holds_dead_letters_of(self, dlq: QueueRecord) -> bool:
+        """Whether this queue's partitions keep messages of dead-letter queue ``dlq``."""
+        if dlq.name == self.name:
+            return False
+        if self.attributes.dead_letter_queue == dlq.name:
+            return True
+        return (dlq.name, dlq.create_revision) in self.former_dead_letter_queues
+
+
+class ClusterMetadata:
+    """Metadata and queue records in etcd, with watched copies of ``meta/`` and ``queues/``."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        paths: Layout,
+        *,
+        clock: Callable[[], float] = time.time,
+        reread_every_s: float = 5.0,
+    ) -> None:
+        self.coordinator = coordinator
+        self.paths = paths
+        self._clock = clock
+        self.meta = WatchedPrefix(coordinator, paths.meta, reread_every_s=reread_every_s)
+        self.queues = WatchedPrefix(coordinator, paths.queues, reread_every_s=reread_every_s)
+        self._meta_listeners: list[MetaListener] = []
+        self._queue_listeners: list[QueueListener] = []
+        # Watched queue records, decoded: every request looks its queue up here.
+        self._decoded: dict[str, QueueRecord] = {}
+        self.meta.add_listener(self._meta_changed)
+        self.queues.add_listener(self._queues_changed)
+
+    async def start(self) -> None:
+        await self.meta.start()
+        await self.queues.start()
+
+    async def close(self) -> None:
+        await self.queues.close()
+        await self.meta.close()
+
+    def add_meta_listener(self, listener: MetaListener) -> None:
+        """``listener(namespace, key)`` after a metadata value changed, here or elsewhere."""
+        self._meta_listeners.append(listener)
+
+    def add_queue_listener(self, listener: QueueListener) -> None:
+        """``listener(tenant, queue)`` after a queue record changed, here or elsewhere."""
+        self._queue_listeners.append(listener)
+
+    # Metadata values --------------------------------------------------------------
+
+    async def meta_get(self, namespace: str, key: str) -> bytes | None:
+        entry = await self.coordinator.get(self.paths.meta_key(namespace, key))
+        return None if entry is None else entry.value
+
+    async def meta_put(self, namespace: str, key: str, value: bytes, *, only_if_absent: bool = False) -> bool:
+        full = self.paths.meta_key(namespace, key)
+        if only_if_absent:
+            stored = await self.coordinator.create(full, value)
+        else:
+            await self.coordinator.put(full, value)
+            stored = True
+        return stored
+
+    async def meta_delete(self, namespace: str, key: str) -> bool:
+        return await self.coordinator.delete(self.paths.meta_key(namespace, key))
+
+    async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
+        start = self.paths.meta_key(namespace, prefix)
+        skip = len(self.paths.meta_key(namespace, ""))
+        state = await self.coordinator.read_prefix(start)
+        return sorted((key[skip:], entry.value) for key, entry in state.entries.items())
+
+    # Queue records ----------------------------------------------------------------
+
+    def cached_queue(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
+        """The watched copy of a queue record (may lag another gateway's change briefly)."""
+        key = f"{tenant}/{name}"
+        entry = self.queues.get(key)
+        if entry is None:
+            self._decoded.pop(key, None)
+            return None
+        record = self._decoded.get(key)
+        if (
+            record is None
+            or record.mod_revision != entry.mod_revision
+            or record.create_revision != entry.create_revision
+        ):
+            record = self._decoded[key] = QueueRecord.from_entry(tenant, name, entry)
+        return record
+
+    def cached_queues(self, tenant: TenantId) -> list[QueueRecord]:
+        """Every queue record of a tenant in the watched copy."""
+        out = []
+        for key, entry in self.queues.state.entries.items():
+            split = self.paths.split_queue_key(key)
+            if split is not None and split[0] == tenant:
+                out.append(QueueRecord.from_entry(tenant, split[1], entry))
+        return out
+
+    async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
+        """A queue record read from etcd; ``QueueNotFound`` if there is none."""
+        entry = await self.coordinator.get(self.paths.queue(tenant, name))
+        if entry is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return QueueRecord.from_entry(tenant, name, entry)
+
+    async def list_queues(self, tenant: TenantId) -> list[QueueRecord]:
+        state = await self.coordinator.read_prefix(self.paths.tenant_queues(tenant))
+        out: list[QueueRecord] = []
+        for key, entry in state.entries.items():
+            split = self.paths.split_queue_key(key)
+            if split is not None and split[0] == tenant:
+                out.append(QueueRecord.from_entry(tenant, split[1], entry))
+        return sorted(out, key=lambda r: r.name)
+
+    async def create_queue(
+        self, tenant: TenantId, name: QueueName, raw_attributes: Mapping[str, Any]
+    ) -> tuple[QueueRecord, bool]:
+        """Create a queue record, or return the existing one if its attributes are the same."""
+        check_queue_name(name)
+        attrs = parse_attributes(raw_attributes)
+        await self._check_dead_letter_queue(tenant, name, attrs)
+        record = QueueRecord(tenant, name, attrs, self._clock())
+        for _ in range(_CAS_ATTEMPTS):
+            if await self.coordinator.create(self.paths.queue(tenant, name), record.to_bytes()):
+                await self._settle(self.queues)
+                return await self.queue(tenant, name), True
+            try:
+                existing = await self.queue(tenant, name)
+            except QueueNotFound:
+                continue  # deleted between the two calls: try to create it again
+            if existing.attributes != attrs:
+                raise QueueExists(f"queue {name!r} exists with different attributes")
+            return existing, False
+        raise Unavailable("queue metadata changed too often to create the queue; retry")
+
+    async def update_queue(
+        self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]
+    ) -> QueueRecord:
+        for _ in range(_CAS_ATTEMPTS):
+            current = await self.queue(tenant, name)
+            attrs = apply_patch(current.attributes, changes)
+            await self._check_dead_letter_queue(tenant, name, attrs)
+            former = await self._former_dead_letter_queues(current, attrs)
+            record = QueueRecord(tenant, name, attrs, current.created_at, former_dead_letter_queues=former)
+            key = self.paths.queue(tenant, name)
+            if await self.coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
+                await self._settle(self.queues)
+                return await self.queue(tenant, name)
+        raise Unavailable("queue metadata changed too often to update the queue; retry")
+
+    async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
+        if not await self.coordinator.delete(self.paths.queue(tenant, name)):
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        await self._settle(self.queues)
+
+    async def _former_dead_letter_queues(
+        self, current: QueueRecord, attrs: QueueAttributes
+    ) -> tuple[tuple[QueueName, int], ...]:
+        """The record's former dead-letter queues after ``attrs`` replace its attributes: the
+        one it leaves is added, the one it (re)joins dropped, and those deleted since (or
+        deleted and made again: another queue) forgotten."""
+        old, new = current.attributes.dead_letter_queue, attrs.dead_letter_queue
+        pairs = list(current.former_dead_letter_queues)
+        if old is not None and old != new:
+            with contextlib.suppress(QueueNotFound):
+                left = await self.queue(current.tenant, QueueName(old))
+                pairs.append((left.name, left.create_revision))
+        kept: list[tuple[QueueName, int]] = []
+        for pair in pairs:
+            if pair[0] == new or pair in kept:
+                continue
+            entry = await self.coordinator.get(self.paths.queue(current.tenant, pair[0]))
+            if entry is not None and entry.create_revision == pair[1]:
+                kept.append(pair)
+        return tuple(kept)
+
+    async def _check_dead_letter_queue(
+        self, tenant: TenantId, name: QueueName, attrs: QueueAttributes
+    ) -> None:
+        dlq = attrs.dead_letter_queue
+        if dlq is None:
+            return
+        if dlq == name:
+            raise InvalidRequest("a queue cannot be its own dead_letter_queue")
+        if await self.coordinator.get(self.paths.queue(tenant, dlq)) is None:
+            raise InvalidRequest(f"dead_letter_queue {dlq!r} does not exist")
+
+    # Watch ------------------------------------------------------------------------
+
+    async def _settle(self, watched: WatchedPrefix) -> None:
+        # Our own write is in the local copy before the call returns (read your writes),
+        # and its listeners have run, without waiting for the watch.
+        await watched.refresh()
+
+    def _meta_changed(self, state: PrefixState, keys: set[str]) -> None:
+        for key in sorted(keys):
+            namespace, name = self.paths.split_meta_key(key)
+            for listener in list(self._meta_listeners):
+                listener(namespace, name)
+
+    def _queues_changed(self, state: PrefixState, keys: set[str]) -> None:
+        for key in sorted(keys):
+            split = self.paths.split_queue_key(key)
+            if split is not None:
+                self._decoded.pop(f"{split[0]}/{split[1]}", None)
+                for listener in list(self._queue_listeners):
+                    listener(*split)

@@ -1,0 +1,97 @@
+"""A circuit breaker per node, so one slow or dead node does not stall the others.
+
+Each request to a node has its own timeout; a node whose requests keep failing (timeouts,
+a connection that will not dial) is *open* for a cool-down: requests for partitions it
+leads fail at once with ``unavailable`` (and a ``retry_after_s``) instead of queueing
+behind it, while partitions led elsewhere carry on. After the cool-down one trial request
+goes through (*half-open*); its success closes the breaker, its failure opens it again for
+twice as long (up to a cap). Store errors (``queue_not_found``, ``invalid_receipt``) are
+answers, not failures: only transport trouble counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...errors import Unavailable
+
+
+class NodeUnavailable(Unavailable):
+    """The node's breaker is open (it failed recently); the request was not sent."""
+
+
+@dataclass(slots=True)
+class BreakerSettings:
+    failures_to_open: int = 3
+    cooldown_s: float = 0.5
+    max_cooldown_s: float = 5.0
+
+
+@dataclass(slots=True)
+class Breaker:
+    """One node's breaker: closed, open until ``open_until``, or half-open (one trial out)."""
+
+    settings: BreakerSettings
+    clock: Callable[[], float] = time.monotonic
+    failures: int = 0
+    cooldown_s: float = 0.0
+    open_until: float = 0.0
+    trial_out: bool = False
+    opened: int = field(default=0)
+
+    @property
+    def state(self) -> str:
+        if self.failures < self.settings.failures_to_open:
+            return "closed"
+        return "open" if self.clock() < self.open_until or self.trial_out else "half_open"
+
+    def before_request(self, node_id: str) -> None:
+        """Raise :class:`NodeUnavailable` if the request may not go to the node now."""
+        state = self.state
+        if state == "closed":
+            return
+        if state == "half_open":
+            self.trial_out = True  # this request is the trial; the others wait for its verdict
+            return
+        error = NodeUnavailable(f"node {node_id} is failing; not sending to it for now")
+        error.retry_after_s = max(0.05, self.open_until - self.clock())
+        raise error
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.cooldown_s = 0.0
+        self.trial_out = False
+
+    def failed(self) -> None:
+        self.failures += 1
+        self.trial_out = False
+        if self.failures >= self.settings.failures_to_open:
+            self.cooldown_s = (
+                self.settings.cooldown_s
+                if self.cooldown_s == 0
+                else min(self.cooldown_s * 2, self.settings.max_cooldown_s)
+            )
+            self.open_until = self.clock() + self.cooldown_s
+            self.opened += 1
+
+
+class NodeHealth:
+    """The breakers of every node this gateway talks to, by node id."""
+
+    def __init__(
+        self, settings: BreakerSettings | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.settings = settings or BreakerSettings()
+        self._clock = clock
+        self._breakers: dict[str, Breaker] = {}
+
+    def breaker(self, node_id: str) -> Breaker:
+        breaker = self._breakers.get(node_id)
+        if breaker is None:
+            breaker = self._breakers[node_id] = Breaker(self.settings, self._clock)
+        return breaker
+
+    def states(self) -> dict[str, str]:
+        return {node: b.state for node, b in sorted(self._breakers.items())}

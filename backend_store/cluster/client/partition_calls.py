@@ -1,0 +1,269 @@
+"""Requests to a partition's leader, following it through moves and failovers.
+
+One loop for every request the cluster backend makes to a node (docs/cluster.md, "The
+gateway on the cluster"): find the partition's leader in the watched map, ask it, and on
+``not_leader`` / ``stale_epoch`` re-read the map and try again; wait for a partition that has
+no leader (up to the request deadline), and give up at once on one that will never have one
+(its queue was deleted). A failure that leaves the outcome unknown (a timeout, a lost
+connection, a node's "not now") is retried only when the caller says that is safe.
+
+Failover in the lease, not in the freeze (docs/cluster.md, "The gateway on the cluster"):
+
+- A request held at a leader that the watched map then shows replaced (a newer epoch: the
+  old one was frozen, or cut off, past its lease) is given up at once rather than at its
+  timeout: sent again to the new leader when that is safe (reads, deduplicated sends),
+  failed as ``unavailable`` (outcome unknown) otherwise, so the sends queued behind it go.
+- ``not_leader`` and ``stale_epoch`` name the leader the node knows (its address and epoch):
+  when that is newer than the map's, the request goes there at once, before the watch says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from dataclasses import replace
+from typing import Any
+
+from ...errors import PushgateError, QueueNotFound, StaleEpoch, Unavailable
+from ...types import Epoch, QueueName
+from ..coordination.coordinator import CoordinatorUnavailable
+from ..protocol.address import NodeUnreachable
+from ..protocol.ops import NotLeader
+from .metadata import ClusterMetadata
+from .node_health import NodeHealth
+from .node_pool import NoAnswer, NodePool
+from .partition_map import ClusterView, LeaderClaim, PartitionInfo, PartitionMap
+
+# Between retries of a partition that answered "not now".
+_RETRY_PAUSE_S = 0.05
+# While a partition is not in the map: how often to check that its queue still exists.
+_PLACEMENT_CHECK_S = 1.0
+
+
+class PartitionCalls:
+    """Calls to partition leaders through one gateway's node connections."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        metadata: ClusterMetadata,
+        health: NodeHealth,
+        *,
+        deadline_s: float,
+        node_timeout_s: float,
+    ) -> None:
+        self.view = view
+        self.metadata = metadata
+        self.health = health
+        self.deadline_s = deadline_s
+        self.node_timeout_s = node_timeout_s
+        # Set while the backend runs; cleared first on close, so a request racing it ends.
+        self.pool: NodePool | None = None
+        # Requests waiting on a leader's answer: partition -> {task: the epoch asked}. A map
+        # showing a newer epoch gives them up (``_leader_replaced``).
+        self._held: dict[int, dict[asyncio.Task[Any], Epoch]] = {}
+        self._given_up: set[asyncio.Task[Any]] = set()
+        view.add_listener(self._leader_replaced)
+
+    def _leader_replaced(self, current: PartitionMap) -> None:
+        """Give up the requests held at a leader the map shows replaced (the watch's callback)."""
+        for pid, held in list(self._held.items()):
+            part = current.partitions.get(pid)
+            if part is None or part.leader is None:
+                continue  # no new leader yet: a request may still be answered
+            for task, epoch in list(held.items()):
+                if part.leader.epoch > epoch:
+                    del held[task]
+                    self._given_up.add(task)
+                    task.cancel()
+            if not held:
+                del self._held[pid]
+
+    def _hinted(self, exc: PushgateError, asked: LeaderClaim) -> LeaderClaim | None:
+        """The leader a ``not_leader``/``stale_epoch`` answer names, if newer than ``asked``
+        and a node the map knows (by its address)."""
+        epoch = getattr(exc, "epoch", 0)
+        address = getattr(exc, "leader", None)
+        if not address or epoch <= asked.epoch:
+            return None
+        for node in self.view.map.nodes.values():
+            if node.address == address:
+                return LeaderClaim(node.id, address, Epoch(epoch))
+        return None
+
+    def current(self, part: PartitionInfo) -> PartitionInfo | None:
+        """The partition as the newest map has it (its leader may have moved)."""
+        return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
+
+    async def _check_still_placed(self, part: PartitionInfo) -> None:
+        """Raise if ``part`` (not in the map: not placed yet, or dropped) will never have a
+        leader: its queue was deleted (``QueueNotFound``, as for a queue deleted before the
+        request), or deleted and created again (its partitions are new ones), or the index is
+        past a lowered partition count. Returns if the queue is the same incarnation and has
+        that index (the manager has yet to place it: wait for it)."""
+        record = await self.metadata.queue(part.tenant, part.queue)
+        if part.queue_revision is not None and record.create_revision != part.queue_revision:
+            raise QueueNotFound(f"queue {part.queue!r} was deleted")
+        if part.index >= record.attributes.partitions:
+            raise Unavailable(f"partition {part.index} of {part.queue!r} was dropped; retry")
+
+    async def call(
+        self,
+        part: PartitionInfo,
+        op: str,
+        *,
+        retry_unknown: bool = False,
+        since: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``op`` on the partition's leader, following it through moves and failovers.
+
+        ``retry_unknown``: also retry after a failure that leaves the outcome unknown (the
+        request may have been applied): only for reads and deduplicated sends. ``since``:
+        the ``time.monotonic()`` the request's deadline counts from (a send that waited in
+        the send batcher); None: now.
+        """
+        now = time.monotonic()
+        deadline = (now if since is None else since) + self.deadline_s
+        if deadline <= now:
+            # Nothing was sent: safe for any request.
+            raise Unavailable(f"the request waited out its deadline before it went to {part.queue!r}; retry")
+        last: PushgateError = Unavailable(f"no leader for partition {part.index} of {part.queue!r}")
+        hinted: LeaderClaim | None = None  # a newer leader a node named than the map has
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last
+            pool = self.pool
+            if pool is None:  # not started, or closed while this request waited
+                raise Unavailable("the cluster backend is not running")
+            current = self.current(part)
+            if current is not None and hinted is not None:
+                if current.leader is None or current.leader.epoch < hinted.epoch:
+                    current = replace(current, leader=hinted)
+                hinted = None
+            if current is None or current.leader is None:
+                condition = _has_leader_or_gone
+                if current is None:
+                    # Not placed yet, or placed once and gone from the map now (the manager
+                    # dropped it, mostly because its queue was deleted): raise at once if it
+                    # will not come, rather than wait out the deadline for a leader.
+                    await self._check_still_placed(part)
+                    condition = _has_leader
+                # In slices: a queue deleted while we wait is seen within one.
+                await self.view.wait_for(
+                    functools.partial(condition, part=part), min(remaining, _PLACEMENT_CHECK_S)
+                )
+                continue
+            leader = current.leader
+            assert leader is not None
+            breaker = self.health.breaker(leader.node)
+            try:
+                breaker.before_request(leader.node)
+            except Unavailable as exc:
+                last = exc
+                # Wait for the map to move the leader away from the failing node.
+                await self.view.wait_for(
+                    functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
+                )
+                continue
+            client = pool.client(leader.node, leader.address)
+            task = asyncio.current_task()
+            assert task is not None
+            held = self._held.setdefault(current.id, {})
+            held[task] = leader.epoch
+            try:
+                try:
+                    result = await client.call_with(
+                        op,
+                        current.id,
+                        leader.epoch,
+                        {"tenant": part.tenant, **kwargs},
+                        timeout_s=min(remaining, self.node_timeout_s),
+                    )
+                finally:  # before any other await: only the call itself is given up
+                    held.pop(task, None)
+                    if not held and self._held.get(current.id) is held:
+                        del self._held[current.id]
+            except asyncio.CancelledError:
+                if task not in self._given_up:
+                    raise
+                self._given_up.discard(task)
+                if task.uncancel():
+                    raise  # cancelled by its caller too
+                # The map shows a newer leader: whatever this one does with the request, it
+                # can no longer acknowledge it (its lease ran out before the new key).
+                last = NoAnswer(
+                    f"partition {current.id}: its leader {leader.node} was replaced while it held "
+                    "the request; it may have been applied"
+                )
+                if not retry_unknown:
+                    raise last from None
+                continue
+            except (NotLeader, StaleEpoch) as exc:
+                breaker.succeeded()  # the node answered; only our map was stale
+                last = Unavailable(f"partition {current.id} is changing leader; retry")
+                hinted = self._hinted(exc, leader)
+                if hinted is not None:
+                    continue  # straight to the leader the node named
+                with contextlib.suppress(CoordinatorUnavailable):
+                    # Cut off from etcd: the nodes' hints are all we have; ask again below.
+                    await self.view.refresh()
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.5))
+                continue
+            except QueueNotFound:
+                breaker.succeeded()
+                # A new leader may not have created the queue in its store yet. The queue
+                # asked about, which on a partition feeding a dead-letter queue is that
+                # queue, not the partition's own: raises if it is really gone.
+                asked = kwargs.get("name", kwargs.get("queue", part.queue))
+                await self.metadata.queue(part.tenant, QueueName(str(asked)))
+                last = Unavailable(f"partition {current.id} is not ready yet; retry")
+                await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
+                continue
+            except NodeUnreachable as exc:
+                breaker.failed()  # not sent: safe to retry whatever it was
+                last = exc
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
+                continue
+            except NoAnswer as exc:
+                breaker.failed()
+                if not retry_unknown:
+                    raise
+                last = exc
+                await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
+                continue
+            except Unavailable as exc:
+                # The node answered "not now" (not ready yet, no replication majority in
+                # time): it is alive, and the request may or may not have been applied.
+                breaker.succeeded()
+                if not retry_unknown:
+                    raise
+                last = exc
+                await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
+                continue
+            except PushgateError:
+                breaker.succeeded()
+                raise
+            breaker.succeeded()
+            return result
+
+
+def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    return found is not None and found.leader is not None
+
+
+def _has_leader_or_gone(current: PartitionMap, part: PartitionInfo) -> bool:
+    """The partition has a leader, or (placed once) it left the map: either ends a wait."""
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    if found is None:
+        return part.id >= 0
+    return found.leader is not None
+
+
+def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:
+    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    return found is None or (found.leader is not None and found.leader != part.leader)

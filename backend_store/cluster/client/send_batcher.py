@@ -1,0 +1,303 @@
+"""The gateway's sends to one partition, batched while a send to it is in flight.
+
+Every ``ClusterBackend.send`` used to be its own node request: a frame, a future and a timer
+in the gateway, a decode, a dispatch, a commit waiter and a reply at the leader. The leader
+already commits concurrent requests together (one LMDB transaction, one replication
+shipment), so what the cluster paid per *request* rather than per message was that framing
+and asyncio machinery on both ends. Here sends to a partition are batched the way the
+store's group-commit writer batches writes (Kafka's producer with ``linger.ms=0``): the
+first send goes at once, in its caller's task; sends that arrive while it is in flight wait,
+and go together as one request when it returns. No timer, so a lone sender waits for
+nothing.
+
+Semantics (docs/cluster.md, "Batched sends"):
+
+- **Each caller gets its own results**, in its order: a request carries the callers' entries
+  back to back in arrival order and its results are sliced back. Per-entry errors stay per
+  entry. A request-level failure (``QueueNotFound``, ``Unavailable``, no answer) reaches
+  every caller of the request, as it would have reached each alone. A request the node
+  refused as malformed (``InvalidRequest``: an entry it cannot decode) or one the gateway
+  could not encode is sent again caller by caller, so one caller's bad entry fails only that
+  caller, as it did alone.
+- **Retries.** ``PartitionCalls.call`` (partition_calls.py) retries a request whose outcome
+  is unknown only when every message in it is safe to repeat (a dedupe id, or a ``content_dedupe`` queue). Safe and
+  unsafe sends are batched in separate lanes, so merging never changes whether a send is
+  retried.
+- **Order.** A caller's entries stay contiguous and callers go in arrival order, so a FIFO
+  group's order is what the callers see today (concurrent callers had no order between
+  them before either; a caller's next send starts after its previous one returned).
+- **Bounds.** A batched request holds at most ``max_messages`` entries and
+  ``max_bytes`` (estimated) of them; a caller's own entries are never split (one caller over
+  the bounds goes alone, as it did). At most ``max_waiting`` callers wait per lane; a caller
+  past that sends on its own at once (the old path: no worse than before batching).
+- **Cancellation.** A caller cancelled while waiting is dropped from its lane before its
+  entries are sent. One cancelled while its request is in flight stops waiting; the request
+  goes on for the others, and its entries may be stored (at-least-once, as when a caller
+  is cancelled after its own request was written). The first caller's request runs in that
+  caller's task, as before batching: cancelling it cancels that request only (the others
+  wait in the lane, not in it), and the lane moves on.
+- **Deadline.** A request's ``request_deadline_s`` counts from when its earliest caller
+  called, not from when the request starts: waiting behind the one in flight spends the
+  same budget a caller has alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...errors import InvalidRequest, PushgateError, Unavailable
+from ...limits import MAX_BATCH
+from ...types import NewMessage, QueueName, SendResult
+from .partition_map import PartitionInfo
+
+log = logging.getLogger("pushgate.cluster")
+
+Results = list[SendResult | PushgateError]
+
+# Entries per batched request: a few HTTP batches' worth. The leader's writer commits them in
+# one transaction either way; this bounds one request's frame and its retry.
+DEFAULT_MAX_MESSAGES = 4 * MAX_BATCH
+# Estimated bytes per batched request, well under the wire's 16 MiB frame limit
+# (wire.DEFAULT_MAX_FRAME) and the largest single message (1 MiB, max_message_bytes).
+DEFAULT_MAX_BYTES = 2 * 1024 * 1024
+# Requests under way per lane: while fewer are, a send goes at once. Measured (docs/cluster.md
+# section 8): 2 or 4 cost the nodes more CPU per send than 1, as each request then carries
+# fewer messages and the nodes' cost follows messages per commit.
+DEFAULT_MAX_IN_FLIGHT = 1
+# Callers waiting per lane before new ones bypass the batcher.
+DEFAULT_MAX_WAITING = 4096
+# Per entry on the wire beyond body and attributes (the list, flags, delay), a rough figure.
+_ENTRY_OVERHEAD = 16
+
+
+class PartitionCall(Protocol):
+    """``PartitionCalls.call``: one operation on a partition's leader; ``since``: the
+    monotonic time its deadline counts from (None: now)."""
+
+    async def __call__(
+        self,
+        part: PartitionInfo,
+        op: str,
+        *,
+        retry_unknown: bool = False,
+        since: float | None = None,
+        **kwargs: Any,
+    ) -> Any: ...
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    messages: Sequence[NewMessage]
+    size: int
+    future: asyncio.Future[Results]
+    since: float  # when its caller called (time.monotonic): its deadline counts from here
+
+
+@dataclass(eq=False, slots=True)
+class _Lane:
+    """The sends to one partition with one retry safety."""
+
+    part: PartitionInfo
+    queue: QueueName
+    safe: bool
+    waiting: deque[_Waiter] = field(default_factory=deque)
+    in_flight: int = 0  # requests of this lane under way (a caller's own, or a drain task's)
+
+
+@dataclass(slots=True)
+class BatchCounters:
+    """What the batcher did, for benchmarks and tests (never reset)."""
+
+    calls: int = 0  # ClusterBackend.send's per-partition sends (one per caller and partition)
+    requests: int = 0  # node requests it made for them (first attempts; retries are inside)
+    messages: int = 0
+    merged: int = 0  # requests that carried more than one caller's entries
+    bypassed: int = 0  # callers that went alone because their lane was full
+    split: int = 0  # merged requests refused as malformed and sent again caller by caller
+
+
+_LaneKey = tuple[str, str, int, int | None, bool]
+
+
+class SendBatcher:
+    """Natural batching of sends per (partition, retry safety); see the module docstring."""
+
+    def __init__(
+        self,
+        call: PartitionCall,
+        *,
+        enabled: bool = True,
+        max_messages: int = DEFAULT_MAX_MESSAGES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        self._call = call
+        self.enabled = enabled
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.max_waiting = max_waiting
+        self.max_in_flight = max_in_flight
+        self.counters = BatchCounters()
+        self._lanes: dict[_LaneKey, _Lane] = {}
+        self._drains: set[asyncio.Task[None]] = set()
+
+    async def send(
+        self, part: PartitionInfo, queue: QueueName, messages: Sequence[NewMessage], *, safe: bool
+    ) -> Results:
+        """Send ``messages`` to ``part`` (``safe``: each may be repeated; see the module
+        docstring) and return their results, one per message, in order."""
+        counters = self.counters
+        counters.calls += 1
+        if not self.enabled:
+            return await self._request(part, queue, messages, safe)
+        key = (part.tenant, part.queue, part.index, part.queue_revision, safe)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(part, queue, safe)
+        if lane.in_flight < self.max_in_flight:
+            # A free slot (then nobody waits): go at once, in this task (no task or timer
+            # for a lone sender).
+            lane.in_flight += 1
+            try:
+                return await self._request(part, queue, messages, safe)
+            finally:
+                self._next(key, lane)
+        if len(lane.waiting) >= self.max_waiting:
+            counters.bypassed += 1
+            return await self._request(part, queue, messages, safe)
+        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
+        lane.waiting.append(_Waiter(messages, _size(messages), future, time.monotonic()))
+        # Cancelling the caller cancels the future: a waiter not taken yet is skipped, one
+        # in flight has its results dropped.
+        return await future
+
+    # Internals ----------------------------------------------------------------------
+
+    async def _request(
+        self,
+        part: PartitionInfo,
+        queue: QueueName,
+        messages: Sequence[NewMessage],
+        safe: bool,
+        since: float | None = None,
+    ) -> Results:
+        self.counters.requests += 1
+        self.counters.messages += len(messages)
+        results: Results = await self._call(
+            part, "send", retry_unknown=safe, since=since, queue=queue, messages=messages
+        )
+        return results
+
+    def _next(self, key: _LaneKey, lane: _Lane) -> None:
+        """One of the lane's requests returned: its slot sends what waits, or is freed."""
+        _drop_cancelled(lane.waiting)
+        if lane.waiting:
+            task = asyncio.get_running_loop().create_task(self._drain(key, lane))
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
+            return
+        lane.in_flight -= 1
+        if lane.in_flight == 0 and self._lanes.get(key) is lane:
+            del self._lanes[key]  # a lane lives while it has work: no map of every partition ever sent to
+
+    async def _drain(self, key: _LaneKey, lane: _Lane) -> None:
+        try:
+            while True:
+                _drop_cancelled(lane.waiting)
+                if not lane.waiting:
+                    break
+                await self._flush(lane, self._take(lane))
+        finally:
+            # Only if this task was cancelled do callers still wait: _next hands them on.
+            self._next(key, lane)
+
+    def _take(self, lane: _Lane) -> list[_Waiter]:
+        """The waiters of the next request: whole callers in arrival order, within the bounds
+        (the first always, whatever its size)."""
+        batch = [lane.waiting.popleft()]
+        count, size = len(batch[0].messages), batch[0].size
+        waiting = lane.waiting
+        while waiting:
+            nxt = waiting[0]
+            if nxt.future.done():
+                waiting.popleft()
+                continue
+            if count + len(nxt.messages) > self.max_messages or size + nxt.size > self.max_bytes:
+                break
+            batch.append(waiting.popleft())
+            count += len(nxt.messages)
+            size += nxt.size
+        return batch
+
+    async def _flush(self, lane: _Lane, batch: list[_Waiter]) -> None:
+        messages = [m for w in batch for m in w.messages] if len(batch) > 1 else list(batch[0].messages)
+        if len(batch) > 1:
+            self.counters.merged += 1
+        try:
+            results = await self._request(lane.part, lane.queue, messages, lane.safe, batch[0].since)
+        except (InvalidRequest, TypeError, ValueError) as exc:
+            if len(batch) == 1:
+                _fail(batch[0], exc)
+                return
+            # Malformed as a whole (the node could not decode an entry, or we could not
+            # encode one): nothing was applied; each caller alone, so only the culprit fails.
+            self.counters.split += 1
+            for waiter in batch:
+                if waiter.future.done():
+                    continue
+                try:
+                    own = await self._request(lane.part, lane.queue, waiter.messages, lane.safe, waiter.since)
+                except Exception as alone:
+                    _fail(waiter, alone)
+                else:
+                    _succeed(waiter, own)
+            return
+        except Exception as exc:
+            for waiter in batch:
+                _fail(waiter, exc)
+            return
+        if len(results) != len(messages):  # a node bug: do not hand anyone someone else's results
+            problem = Unavailable(f"node answered {len(results)} results for {len(messages)} messages")
+            for waiter in batch:
+                _fail(waiter, problem)
+            return
+        start = 0
+        for waiter in batch:
+            end = start + len(waiter.messages)
+            _succeed(waiter, results[start:end])
+            start = end
+
+
+def _size(messages: Sequence[NewMessage]) -> int:
+    total = 0
+    for m in messages:
+        total += len(m.body) + _ENTRY_OVERHEAD
+        if m.attributes:
+            total += sum(len(k) + len(v) for k, v in m.attributes.items())
+        if m.group_id is not None:
+            total += len(m.group_id)
+        if m.dedupe_id is not None:
+            total += len(m.dedupe_id)
+    return total
+
+
+def _drop_cancelled(waiting: deque[_Waiter]) -> None:
+    while waiting and waiting[0].future.done():
+        waiting.popleft()
+
+
+def _succeed(waiter: _Waiter, results: Results) -> None:
+    if not waiter.future.done():
+        waiter.future.set_result(results)
+
+
+def _fail(waiter: _Waiter, exc: BaseException) -> None:
+    if not waiter.future.done():
+        waiter.future.set_exception(exc)

@@ -1,0 +1,148 @@
+"""What the cluster needs from its coordination service, as a small project-owned interface.
+
+etcd does the consensus; nothing in Pushgate runs its own. The cluster uses four things,
+each the way etcd's documentation recommends:
+
+- **Sessions**: a lease with a TTL (about 2 s), kept alive in the background. Keys written
+  under it vanish when the holder dies or freezes past the TTL. ``Session.lost`` is set
+  once the session can no longer be trusted (the lease expired, or could not be renewed
+  within its TTL): its holder must stop acting on anything it claimed.
+- **Campaigns**: a key created only if absent (``create_revision == 0``) under a session.
+  The winner's **epoch** is that key's ``create_revision``: it only grows, across holders
+  and etcd restarts. Partition leaders and the manager are elected this way.
+- **Watches**: every watch is backed by a periodic re-read. A watch only says "something
+  under this prefix changed"; the state handed out always comes from a consistent read of
+  the whole prefix, so a missed event, a broken watch stream or an etcd member that died
+  costs at most one re-read interval, never a wrong picture.
+- **Fenced commits**: a transaction that applies only while a campaign key still has the
+  caller's epoch; a deposed manager's changes to the partition map are refused.
+
+:class:`Coordinator` is the interface; :mod:`.etcd_coordinator` implements it on etcd.
+Errors are :class:`CoordinatorUnavailable` (code ``unavailable``: etcd unreachable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ...errors import Unavailable
+from ...types import Epoch
+
+
+class CoordinatorUnavailable(Unavailable):
+    """etcd could not be reached (or did not answer in time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One key as etcd holds it."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixState:
+    """Every key under a prefix, read at one etcd revision."""
+
+    prefix: str
+    revision: int
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def values(self) -> dict[str, bytes]:
+        """Key (without the prefix) to value."""
+        return {key[len(self.prefix) :]: e.value for key, e in self.entries.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The outcome of a campaign: who holds the key, and their epoch."""
+
+    won: bool
+    epoch: Epoch
+    holder: bytes
+
+
+class Session(Protocol):
+    """A lease kept alive in the background."""
+
+    lease_id: int
+    ttl_s: float
+    # Set once the lease expired or could not be renewed within its TTL; never cleared.
+    lost: asyncio.Event
+
+    def valid(self) -> bool:
+        """Whether the lease is surely still alive (renewed less than a TTL ago, not lost)."""
+
+    async def close(self) -> None:
+        """Stop renewing and revoke the lease (its keys vanish at once)."""
+
+
+class Coordinator(Protocol):
+    async def open_session(self, ttl_s: float = 2.0) -> Session:
+        """Grant a lease and keep it alive until the session is closed or lost."""
+
+    async def campaign(self, session: Session, key: str, value: bytes) -> Claim:
+        """Create ``key`` under the session's lease if it is absent.
+
+        Won: the epoch is the new key's create_revision. Lost: the current holder's
+        value and epoch (it may be this session's own earlier claim: then ``won`` is True).
+        """
+
+    async def resign(self, key: str, epoch: Epoch) -> bool:
+        """Delete ``key`` if it still holds the claim of ``epoch``; return whether it did."""
+
+    async def register(self, session: Session, key: str, value: bytes) -> None:
+        """Put ``key`` under the session's lease (a membership record, a published LSN)."""
+
+    async def get(self, key: str) -> Entry | None:
+        """Read one key (a linearizable read)."""
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write a key without a lease; return the revision."""
+
+    async def read_prefix(self, prefix: str) -> PrefixState:
+        """Read every key under ``prefix`` at one revision."""
+
+    async def create(self, key: str, value: bytes) -> bool:
+        """Write ``key`` only if it is absent (no lease); return whether it did."""
+
+    async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
+        """Write ``key`` only if its ``mod_revision`` is still the one read (0: absent);
+        return whether it did (optimistic concurrency for read-modify-write)."""
+
+    async def delete(self, key: str, mod_revision: int | None = None) -> bool:
+        """Delete ``key`` (only if its ``mod_revision`` is still that one, when given);
+        return whether it existed and was deleted."""
+
+    def watch_prefix(
+        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+    ) -> AsyncGenerator[PrefixState, None]:
+        """The prefix's state now, then again each time it changes.
+
+        Watch events trigger a re-read; a re-read also runs every ``reread_every_s``, so a
+        broken watch delays news by at most that. Only changed states are yielded. Setting
+        ``stop`` ends the iteration (after a read in flight): the way to stop a watch from
+        another task, since a cancellation can be lost inside the etcd client; the task that
+        iterates ends it with ``aclose()`` (an async generator).
+        """
+
+    async def fenced_commit(
+        self,
+        fence_key: str,
+        epoch: Epoch,
+        puts: Mapping[str, bytes],
+        deletes: Sequence[str] = (),
+    ) -> bool:
+        """Apply ``puts`` and ``deletes`` in one transaction if ``fence_key`` still holds
+        the claim of ``epoch``; return whether it did (nothing is changed otherwise).
+        A key may not be both put and deleted (:class:`InvalidRequest`)."""
+
+    async def close(self) -> None:
+        """Close the connection (sessions are not revoked: close them first)."""

@@ -1,0 +1,412 @@
+"""The :class:`~.coordinator.Coordinator` on etcd, through ``aetcd`` (asyncio, gRPC).
+
+Several endpoints are one gRPC target (``ipv4:a:p,b:q,...`` with round-robin), so a dead
+etcd member costs one failed call and then traffic goes to the live ones; names are
+resolved to addresses once, at connect. Every call has a deadline (``timeout_s``) and
+every aetcd or gRPC error becomes :class:`~.coordinator.CoordinatorUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import aetcd
+import aetcd.exceptions
+
+from ...errors import ConfigurationError, InvalidRequest
+from ...types import Epoch
+from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
+from .etcd_tls import EtcdTls, TlsClient
+
+log = logging.getLogger("pushgate.cluster")
+T = TypeVar("T")
+
+# A broken watch stream is re-opened after this pause (the periodic re-read covers the gap).
+_WATCH_RETRY_S = 0.5
+# A failed lease renewal is retried this soon (the deadline bounds the attempts).
+_RENEW_RETRY_S = 0.05
+
+
+def parse_endpoints(spec: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"host:port,host:port"`` (or a list of them) as pairs; the default port is 2379."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[tuple[str, int]] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "2379")
+        try:
+            out.append((host.strip("[]") or "127.0.0.1", int(port)))
+        except ValueError:
+            raise ConfigurationError(f"bad etcd endpoint {item!r}; expected host:port") from None
+    if not out:
+        raise ConfigurationError("no etcd endpoint given")
+    return out
+
+
+def _grpc_target(endpoints: list[tuple[str, int]]) -> tuple[str, int]:
+    """aetcd joins host and port as ``f"{host}:{port}"``; several addresses go in as one
+    ``ipv4:`` target whose last port is the ``port`` argument."""
+    if len(endpoints) == 1:
+        return endpoints[0]
+    addresses = []
+    for host, port in endpoints:
+        info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+        addresses.append(f"{info[0][4][0]}:{port}")
+    last_host, last_port = addresses[-1].rsplit(":", 1)
+    return "ipv4:" + ",".join([*addresses[:-1], last_host]), int(last_port)
+
+
+class EtcdSession:
+    """A lease renewed every third of its TTL; ``lost`` once it cannot be trusted."""
+
+    def __init__(self, coordinator: EtcdCoordinator, lease_id: int, ttl_s: float, granted_at: float) -> None:
+        self.lease_id = lease_id
+        self.ttl_s = ttl_s
+        self.lost = asyncio.Event()
+        self._coordinator = coordinator
+        # Counted from before the grant was asked for: never later than etcd's own clock.
+        self._deadline = granted_at + ttl_s
+        self._closing = asyncio.Event()
+        self._task = asyncio.create_task(self._keep_alive(), name=f"etcd-lease-{lease_id:x}")
+
+    def valid(self) -> bool:
+        return not self.lost.is_set() and time.monotonic() < self._deadline
+
+    async def _keep_alive(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.ttl_s / 3):
+                    await self._closing.wait()
+            if self._closing.is_set():
+                return
+            if not await self._renew():
+                break
+        log.warning("lease %x lost", self.lease_id)
+        self.lost.set()
+
+    async def _renew(self) -> bool:
+        """Renew before the deadline, retrying quickly through an etcd election; False: lost."""
+        while not self._closing.is_set():
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                # Unrenewed for a whole TTL (etcd unreachable, or this process was frozen):
+                # etcd may have let the lease go, so nothing claimed under it is ours.
+                return False
+            asked = time.monotonic()
+            try:
+                async with asyncio.timeout(remaining):
+                    ttl = await self._coordinator._refresh(self.lease_id)
+            except (CoordinatorUnavailable, TimeoutError):
+                await asyncio.sleep(_RENEW_RETRY_S)
+                continue
+            if ttl <= 0:
+                return False
+            self._deadline = asked + min(self.ttl_s, ttl)
+            return True
+        return True
+
+    async def close(self) -> None:
+        # Told to stop, not cancelled (see _PrefixFollower): a renewal in flight ends by its deadline.
+        self._closing.set()
+        await _finish(self._task, self._coordinator.timeout_s * 2)
+        self.lost.set()
+        with contextlib.suppress(CoordinatorUnavailable):
+            await self._coordinator._call(lambda c: c.revoke_lease(self.lease_id))
+
+
+class EtcdCoordinator:
+    """The cluster's view of etcd. Build with endpoints, then ``await connect()``."""
+
+    def __init__(
+        self, endpoints: str | Sequence[str], *, timeout_s: float = 2.0, tls: EtcdTls | None = None
+    ) -> None:
+        """``tls``: dial etcd over TLS (plaintext without)."""
+        self.endpoints = parse_endpoints(endpoints)
+        self.timeout_s = timeout_s
+        self.tls = tls
+        self._client: Any = None
+
+    async def connect(self) -> EtcdCoordinator:
+        host, port = await asyncio.to_thread(_grpc_target, self.endpoints)
+        options: dict[str, Any] = {
+            "grpc.lb_policy_name": "round_robin",
+            # A member back from a restart is used again within a second, not after
+            # gRPC's default back-off (up to two minutes).
+            "grpc.initial_reconnect_backoff_ms": 100,
+            "grpc.min_reconnect_backoff_ms": 100,
+            "grpc.max_reconnect_backoff_ms": 1000,
+        }
+        if self.tls is None:
+            self._client = aetcd.Client(host=host, port=port, timeout=self.timeout_s, options=options)
+        else:
+            # Several members are one ``ipv4:`` target: check every member's certificate
+            # against the name the operator wrote first (each member's should carry it).
+            options["grpc.ssl_target_name_override"] = self.endpoints[0][0]
+            self._client = TlsClient(
+                host=host,
+                port=port,
+                timeout=self.timeout_s,
+                options=options,
+                credentials=self.tls.credentials(),
+            )
+        await self._call(lambda c: c.connect())
+        return self
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            with contextlib.suppress(aetcd.exceptions.ClientError, TimeoutError):
+                async with asyncio.timeout(self.timeout_s * 2):
+                    await client.close()
+
+    async def __aenter__(self) -> EtcdCoordinator:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # Sessions and campaigns -------------------------------------------------------
+
+    async def open_session(self, ttl_s: float = 2.0) -> EtcdSession:
+        asked = time.monotonic()
+        # etcd leases are whole seconds.
+        lease = await self._call(lambda c: c.lease(max(1, round(ttl_s))))
+        return EtcdSession(self, lease.id, float(lease.ttl), asked)
+
+    async def campaign(self, session: Any, key: str, value: bytes) -> Claim:
+        k = key.encode()
+        for _ in range(3):
+            ok, responses = await self._call(
+                lambda c: c.transaction(
+                    compare=[c.transactions.create(k) == 0],
+                    success=[c.transactions.put(k, value, lease=session.lease_id)],
+                    failure=[c.transactions.get(k)],
+                )
+            )
+            if ok:
+                return Claim(True, Epoch(responses[0].response_put.header.revision), value)
+            if responses and responses[0]:
+                holder = responses[0][0][1]
+                mine = holder.lease == session.lease_id
+                return Claim(mine, Epoch(holder.create_revision), holder.value)
+            # The holder vanished between the compare and the read: try again.
+        raise CoordinatorUnavailable(f"campaign for {key} did not settle")
+
+    async def resign(self, key: str, epoch: Epoch) -> bool:
+        k = key.encode()
+        ok, _ = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.create(k) == epoch],
+                success=[c.transactions.delete(k)],
+                failure=[],
+            )
+        )
+        return bool(ok)
+
+    async def register(self, session: Any, key: str, value: bytes) -> None:
+        await self._call(lambda c: c.put(key.encode(), value, lease=session.lease_id))
+
+    # Reads and writes ---------------------------------------------------------------
+
+    async def get(self, key: str) -> Entry | None:
+        kv = await self._call(lambda c: c.get(key.encode()))
+        return None if kv is None else _entry(kv)
+
+    async def put(self, key: str, value: bytes) -> int:
+        result = await self._call(lambda c: c.put(key.encode(), value))
+        revision: int = result.header.revision
+        return revision
+
+    async def read_prefix(self, prefix: str) -> PrefixState:
+        result = await self._call(lambda c: c.get_prefix(prefix.encode()))
+        entries = {e.key: e for e in (_entry(kv) for kv in result)}
+        return PrefixState(prefix, result.header.revision, entries)
+
+    async def create(self, key: str, value: bytes) -> bool:
+        return await self.compare_and_put(key, value, 0)
+
+    async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
+        k = key.encode()
+        ok, _ = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.mod(k) == mod_revision],
+                success=[c.transactions.put(k, value)],
+                failure=[],
+            )
+        )
+        return bool(ok)
+
+    async def delete(self, key: str, mod_revision: int | None = None) -> bool:
+        k = key.encode()
+        if mod_revision is None:
+            deleted = await self._call(lambda c: c.delete(k))
+            return deleted is not None
+        ok, responses = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.mod(k) == mod_revision],
+                success=[c.transactions.delete(k)],
+                failure=[],
+            )
+        )
+        return bool(ok) and mod_revision != 0 and responses[0].response_delete_range.deleted > 0
+
+    async def fenced_commit(
+        self,
+        fence_key: str,
+        epoch: Epoch,
+        puts: Mapping[str, bytes],
+        deletes: Sequence[str] = (),
+    ) -> bool:
+        if set(puts) & set(deletes):
+            raise InvalidRequest("a fenced commit cannot both put and delete a key (etcd refuses it)")
+        fence = fence_key.encode()
+        ok, _ = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.create(fence) == epoch],
+                success=[c.transactions.put(k.encode(), v) for k, v in puts.items()]
+                + [c.transactions.delete(k.encode()) for k in deletes],
+                failure=[],
+            )
+        )
+        return bool(ok)
+
+    # Watches --------------------------------------------------------------------------
+
+    async def watch_prefix(
+        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+    ) -> AsyncGenerator[PrefixState, None]:
+        follower = _PrefixFollower(self, prefix)
+        task = asyncio.create_task(follower.run(), name=f"etcd-watch {prefix}")
+        stop = stop or asyncio.Event()
+        try:
+            first = await self._reread_until_ok(prefix, reread_every_s, stop)
+            if first is None:
+                return
+            state = first
+            yield state
+            while True:
+                await _first_set(follower.nudged, stop, reread_every_s)
+                if stop.is_set():
+                    return
+                follower.nudged.clear()
+                try:
+                    fresh = await self.read_prefix(prefix)
+                except CoordinatorUnavailable:
+                    continue
+                if fresh.entries != state.entries:
+                    state = fresh
+                    yield state
+        finally:
+            await follower.stop(task)
+
+    async def _reread_until_ok(self, prefix: str, pause_s: float, stop: asyncio.Event) -> PrefixState | None:
+        while not stop.is_set():
+            try:
+                return await self.read_prefix(prefix)
+            except CoordinatorUnavailable:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(pause_s, _WATCH_RETRY_S)):
+                        await stop.wait()
+        return None
+
+    # Internals ------------------------------------------------------------------------
+
+    async def _refresh(self, lease_id: int) -> int:
+        reply = await self._call(lambda c: c.refresh_lease(lease_id))
+        ttl: int = reply.TTL if reply is not None else 0
+        return ttl
+
+    async def _call(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        if self._client is None:
+            raise CoordinatorUnavailable("not connected to etcd")
+        try:
+            async with asyncio.timeout(self.timeout_s * 2):
+                return await fn(self._client)
+        except (aetcd.exceptions.ClientError, TimeoutError) as exc:
+            raise CoordinatorUnavailable(f"etcd: {type(exc).__name__}: {exc}") from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller is being cancelled
+            # gRPC ends the calls in flight on a channel being closed with CancelledError.
+            raise CoordinatorUnavailable("etcd: the connection was closed") from None
+
+
+class _PrefixFollower:
+    """Nudges a prefix's re-read on every watch event and re-opens the watch when it breaks.
+
+    It is stopped through aetcd's own ``Watch.cancel`` (which ends the event iterator), not
+    by cancelling a task waiting inside aetcd: a cancellation delivered there can be lost
+    in gRPC's stream machinery and the task would never end.
+    """
+
+    def __init__(self, coordinator: EtcdCoordinator, prefix: str) -> None:
+        self.coordinator = coordinator
+        self.prefix = prefix
+        self.nudged = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._watch: Any = None
+
+    async def run(self) -> None:
+        key = self.prefix.encode()
+        while not self._stopping.is_set():
+            try:
+                self._watch = await self.coordinator._call(lambda c: c.watch_prefix(key))
+                if self._stopping.is_set():
+                    # stop() ran while the watch was opening and found none to cancel.
+                    break
+                # A (re)opened watch may have missed events while it was down.
+                self.nudged.set()
+                async for _event in self._watch:
+                    self.nudged.set()
+            except (CoordinatorUnavailable, aetcd.exceptions.ClientError) as exc:
+                log.info("watch on %s broke (%s); re-opening", self.prefix, exc)
+            await self._cancel_watch()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_WATCH_RETRY_S):
+                    await self._stopping.wait()
+        await self._cancel_watch()
+
+    async def _cancel_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            # Bounded: aetcd's cancel can wait forever on the request queue of a broken stream
+            # (it ends the iterator first, which is what matters here).
+            with contextlib.suppress(aetcd.exceptions.ClientError, RuntimeError, TimeoutError):
+                async with asyncio.timeout(self.coordinator.timeout_s):
+                    await watch.cancel()
+
+    async def stop(self, task: asyncio.Task[None]) -> None:
+        self._stopping.set()
+        await self._cancel_watch()
+        await _finish(task, self.coordinator.timeout_s * 2)
+
+
+async def _first_set(a: asyncio.Event, b: asyncio.Event, timeout_s: float) -> None:
+    """Wait until either event is set, or the timeout passes (plain asyncio waits: cancelling
+    them is safe, unlike a wait inside aetcd)."""
+    waits = {asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())}
+    _, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in pending:
+        waiter.cancel()
+
+
+async def _finish(task: asyncio.Task[None], timeout_s: float) -> None:
+    """Wait for a task told to stop; cancel it only if it does not end in time."""
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        log.warning("%s did not stop in %.1fs; cancelling it", task.get_name(), timeout_s)
+        task.cancel()
+    elif not task.cancelled() and task.exception() is not None:
+        log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+def _entry(kv: Any) -> Entry:
+    return Entry(kv.key.decode(), bytes(kv.value), kv.create_revision, kv.mod_revision, kv.lease)

@@ -1,0 +1,165 @@
+"""A prefix of etcd kept in memory and followed through the coordinator's watch.
+
+The gateway's metadata cache is made of these: one per prefix it reads on hot paths
+(``meta/``, ``queues/``, ``partitions/``, ``leaders/``, ``nodes/``). The coordinator's watch
+hands out whole consistent states (a watch event only triggers a re-read, and a periodic
+re-read covers a broken watch), so a follower never holds a half-applied picture. Each new
+state goes to the listeners with the keys that changed, on the event loop. Nodes, managers
+and gateways all follow etcd through this one class.
+
+A state older than the one held is either a read that lost a race with a newer one, or
+etcd gone back in time (restored from a snapshot, or wiped and started afresh): a fresh
+read tells them apart, since a read begun after the newer state was taken cannot be older
+unless etcd went back. Then the older state is taken whole, and the listeners reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from .coordinator import Coordinator, CoordinatorUnavailable, Entry, PrefixState
+
+log = logging.getLogger("pushgate.cluster")
+# A read in flight ends by its own deadline (two etcd call timeouts at most).
+_STOP_TIMEOUT_S = 10.0
+# A confirming read that failed, or a follower that failed, tries again after this pause.
+_CONFIRM_RETRY_S = 0.5
+
+# Called with the new state and the keys (full etcd keys) added, changed or removed.
+StateListener = Callable[[PrefixState, set[str]], None]
+
+
+def changed_keys(old: PrefixState, new: PrefixState) -> set[str]:
+    """Keys added, removed, or written again (a new mod_revision) between two states."""
+    keys = set(old.entries) ^ set(new.entries)
+    for key in set(old.entries) & set(new.entries):
+        if old.entries[key].mod_revision != new.entries[key].mod_revision:
+            keys.add(key)
+    return keys
+
+
+class WatchedPrefix:
+    """The latest state of one prefix; ``start`` returns once the first state is in."""
+
+    def __init__(self, coordinator: Coordinator, prefix: str, *, reread_every_s: float = 5.0) -> None:
+        self.prefix = prefix
+        self.state = PrefixState(prefix, 0)
+        self._coordinator = coordinator
+        self._reread_every_s = reread_every_s
+        self._listeners: list[StateListener] = []
+        self._task: asyncio.Task[None] | None = None
+        self._first = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._confirming: asyncio.Task[None] | None = None
+
+    def add_listener(self, listener: StateListener) -> None:
+        self._listeners.append(listener)
+
+    def get(self, key: str) -> Entry | None:
+        """An entry by its key relative to the prefix."""
+        return self.state.entries.get(self.prefix + key)
+
+    def begin(self) -> None:
+        """Follow the prefix from now on (without waiting for its first state)."""
+        if self._task is None:
+            self._stopping.clear()
+            self._task = asyncio.create_task(self._follow(), name=f"watch {self.prefix}")
+
+    async def start(self, timeout_s: float = 10.0) -> None:
+        """Follow the prefix; return once its first state is in (``CoordinatorUnavailable``
+        if etcd did not answer within ``timeout_s``)."""
+        self.begin()
+        assert self._task is not None
+        first = asyncio.ensure_future(self._first.wait())
+        done, _ = await asyncio.wait(
+            {first, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if first in done:
+            return
+        first.cancel()
+        if self._task in done:
+            self._task.result()  # the follower died before its first state: raise its error
+        await self.close()
+        raise CoordinatorUnavailable(f"no answer from etcd for {self.prefix} within {timeout_s:g}s")
+
+    def apply(self, state: PrefixState) -> None:
+        """Take a state newer than the one held (the watch's, or a fresh read of our own);
+        an older one is checked with a fresh read (the module's docstring)."""
+        if state.revision < self.state.revision:
+            if self._confirming is None or self._confirming.done():
+                self._confirming = asyncio.create_task(self._confirm(), name=f"confirm {self.prefix}")
+            return
+        self._take(state)
+
+    def _take(self, state: PrefixState) -> None:
+        first = not self._first.is_set()
+        old, self.state = self.state, state
+        keys = changed_keys(old, state)
+        self._first.set()
+        if keys or first:
+            for listener in list(self._listeners):
+                try:
+                    listener(state, keys)
+                except Exception:
+                    log.exception("listener of %s failed", self.prefix)
+
+    async def _confirm(self) -> None:
+        """After an older state: read again until a read answers (or we stop)."""
+        while not self._stopping.is_set():
+            held = self.state.revision
+            try:
+                fresh = await self._coordinator.read_prefix(self.prefix)
+            except CoordinatorUnavailable:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_CONFIRM_RETRY_S):
+                        await self._stopping.wait()
+                continue
+            if fresh.revision < held:
+                log.warning(
+                    "etcd's revision went back from %d to %d under %s: etcd was restored or"
+                    " replaced; reloading everything under it",
+                    held,
+                    fresh.revision,
+                    self.prefix,
+                )
+                self._take(fresh)
+            else:
+                self.apply(fresh)
+            return
+
+    async def refresh(self) -> None:
+        """Read the prefix now (after a write of our own, or when a node says the map moved)."""
+        self.apply(await self._coordinator.read_prefix(self.prefix))
+
+    async def _follow(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                states = self._coordinator.watch_prefix(
+                    self.prefix, reread_every_s=self._reread_every_s, stop=self._stopping
+                )
+                async for state in states:
+                    self.apply(state)
+            except Exception:  # a bug, or the client failing: follow again after a pause
+                log.exception("watch of %s failed", self.prefix)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_CONFIRM_RETRY_S):
+                        await self._stopping.wait()
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        # Told to stop, not cancelled: a cancellation delivered inside the etcd client can
+        # be lost, and the task would never end (see etcd_coordinator).
+        self._stopping.set()
+        if self._confirming is not None:
+            await asyncio.wait({self._confirming}, timeout=_STOP_TIMEOUT_S)
+        done, _ = await asyncio.wait({task}, timeout=_STOP_TIMEOUT_S)
+        if not done:
+            log.warning("watch of %s did not stop in %.0fs; cancelling it", self.prefix, _STOP_TIMEOUT_S)
+            task.cancel()
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("watch of %s failed", self.prefix, exc_info=task.exception())

@@ -1,0 +1,1 @@
+"""The cluster manager: placement, promotion, draining and rebalancing in fenced etcd transactions."""

@@ -1,0 +1,175 @@
+"""Who may lead a partition: the manager's side of leader election (pure, no I/O).
+
+The manager is the cluster's elector: a node campaigns for ``leaders/{id}`` only where the
+partition record designates it (the node's side, when it campaigns, hands over and resigns,
+is :mod:`backend_store.cluster.node.leadership`). These rules decide the designation, on
+what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPosition`):
+
+- **Promotion** (:func:`promote`): the leader key is gone and the designated leader is dead
+  or gave the key up (it resigned for lack of a quorum, or handed over). Only a replica
+  whose position shows everything a majority acknowledged may lead: the manager waits for
+  positions published *after* each replica saw the key vanish (``leader_epoch == 0``) from
+  a majority of the voters, and designates the best of them by ``(last_epoch, lsn)``
+  (Raft's "at least as up to date"). An acknowledged write is on a majority, any two
+  majorities share a replica, so the best of a majority holds it. Ties go to the requested
+  successor (a finished hand-over), then to a replica that did not resign, then to one the
+  last leader had in sync (it was in contact with the others), then to the node id.
+- **Hand-over** (:func:`choose_successor`, :func:`review_handover`): leadership of a live
+  leader moves only to a voter it publishes as in sync (it acknowledged the leader's whole
+  log lately, so it is in contact with the leader and its majority) and has for
+  ``settle_s`` (never to a node that just came back, or that just resigned for lack of a
+  quorum). The record names it ``successor``; the leader stops taking writes, waits (bounded)
+  until the successor holds its whole log and gives its key up, publishing what it vouches
+  for; promotion then designates the successor on fresh positions like any other. A
+  request not done within ``handover_timeout_s``, or whose successor fell out of sync or
+  died, is withdrawn, that successor passed over for ``settle_s``, and another picked.
+
+What the manager remembers between plans (since when a replica has been in sync, when a
+hand-over was asked for) is :class:`~.plan.Memory`, fed the clock by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+
+from ..coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
+
+log = logging.getLogger("pushgate.cluster")
+
+
+def majority(voters: Collection[str]) -> int:
+    return len(voters) // 2 + 1
+
+
+def position_of(nodes: Mapping[str, NodeRecord], node_id: str, pid: int) -> ReplicaPosition | None:
+    """What ``node_id`` last published of its replica of ``pid`` (None: dead, or no copy)."""
+    record = nodes.get(node_id)
+    return record.replicas.get(pid) if record is not None else None
+
+
+def rank(position: ReplicaPosition) -> tuple[int, int]:
+    """How up to date a replica is: the epoch of its last entry first, then its last LSN."""
+    return position.last_epoch, position.lsn
+
+
+def promote(
+    nodes: Mapping[str, NodeRecord],
+    pid: int,
+    record: PartitionRecord,
+    *,
+    last_in_sync: Collection[str] = (),
+    draining: Collection[str] = (),
+) -> PartitionRecord:
+    """The record with a new designated leader if the key is gone and one is due (the
+    caller checked that no node holds ``leaders/{pid}``); else ``record`` unchanged.
+
+    ``last_in_sync``: the replicas the last leader published as in sync (a tie-break);
+    ``draining``: nodes being drained (they lose ties too)."""
+    leader = record.leader
+    current = position_of(nodes, leader, pid) if leader is not None else None
+    gave_up = current is not None and current.role == "resigned"
+    if leader is not None and leader in nodes and leader in record.replicas and not gave_up:
+        return record  # alive and not resigned: it campaigns again itself
+    fresh = {
+        n: p for n in record.replicas if (p := position_of(nodes, n, pid)) is not None and p.leader_epoch == 0
+    }
+    if len(fresh) < majority(record.replicas):
+        return record  # a minority could lack an acknowledged write: wait
+
+    def order(n: str) -> tuple[tuple[int, int], bool, bool, bool, bool, str]:
+        p = fresh[n]
+        return (
+            rank(p),
+            n == record.successor,
+            p.role != "resigned",
+            n not in draining,
+            n in last_in_sync,
+            n,
+        )
+
+    best = max(fresh, key=order)
+    if best == leader and record.successor is None:
+        return record  # it resigned but is still the most up to date: it campaigns again
+    if best != leader:
+        if record.successor is not None and best == record.successor:
+            log.warning("partition %d: %s handed over; designating %s", pid, leader, best)
+        else:
+            why = "gave up its key" if gave_up else "is gone"
+            log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
+    return replace(record, leader=best, successor=None)
+
+
+def follow_key_holder(
+    nodes: Mapping[str, NodeRecord], pid: int, record: PartitionRecord, holder: str
+) -> PartitionRecord:
+    """The record designating ``holder``, a voter serving under the key though the record
+    names another (a campaign that raced a designation): it won a fenced term, so it leads,
+    and designating someone else would leave the partition waiting on a hand-over nobody
+    asked for."""
+    lead = position_of(nodes, holder, pid)
+    if holder == record.leader or holder not in record.replicas or lead is None or lead.role != "leader":
+        return record
+    log.warning("partition %d: %s holds the key; designating it (was %s)", pid, holder, record.leader)
+    return replace(record, leader=holder, successor=None)
+
+
+def eligible_successors(
+    pid: int,
+    record: PartitionRecord,
+    lead: ReplicaPosition,
+    *,
+    in_sync_for: Mapping[str, float],
+    settle_s: float,
+    passed_over: Collection[str],
+    excluded: Collection[str],
+) -> list[str]:
+    """The voters leadership may move to: published in sync by the leader continuously
+    for ``settle_s`` (``in_sync_for``: for how long each has been), not ``excluded``
+    (draining, leaving, dead) and not ``passed_over`` (a recent hand-over to it failed)."""
+    in_sync = set(lead.in_sync)
+    return [
+        n
+        for n in record.replicas
+        if n != record.leader
+        and n in in_sync
+        and in_sync_for.get(n, -1.0) >= settle_s
+        and n not in excluded
+        and n not in passed_over
+    ]
+
+
+def choose_successor(candidates: Collection[str], leading: Mapping[str, int]) -> str | None:
+    """The candidate leading the fewest partitions (then by id); None if there is none."""
+    if not candidates:
+        return None
+    return min(candidates, key=lambda n: (leading.get(n, 0), n))
+
+
+def review_handover(
+    pid: int,
+    record: PartitionRecord,
+    lead: ReplicaPosition,
+    *,
+    asked_s: float,
+    handover_timeout_s: float,
+    alive: Collection[str],
+) -> bool:
+    """Whether a hand-over under way to ``record.successor`` may go on (False: withdraw it):
+    the successor is a live voter still in the leader's sync set, and the request is younger
+    than ``handover_timeout_s``."""
+    successor = record.successor
+    if successor is None:
+        return False
+    why = None
+    if successor not in record.replicas or successor not in alive:
+        why = "is gone"
+    elif successor not in lead.in_sync:
+        why = "fell out of sync"
+    elif asked_s > handover_timeout_s:
+        why = f"did not take over within {handover_timeout_s:g}s"
+    if why is not None:
+        log.warning("partition %d: withdrawing the hand-over to %s: it %s", pid, successor, why)
+        return False
+    return True

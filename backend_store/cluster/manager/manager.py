@@ -1,0 +1,276 @@
+"""The cluster manager (``pushgate manager``): keeps the partition map in etcd true.
+
+Run two or more; they campaign for ``/pushgate/manager`` and one leads, the others stand by
+(a standby takes over when the leader's lease expires). The leader watches queues, nodes,
+partitions, leader keys, drain requests and tombstones and, on every change (and every
+``tick_s``), computes the map's next state (:func:`.plan.plan`, pure: placement, promotion
+and hand-overs in :mod:`.election`, replica-set changes one step at a time in
+:mod:`.membership`) and writes it in one transaction fenced on its own epoch, so a deposed
+manager's writes are refused by etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import PushgateError
+from ...types import Epoch
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
+from ..coordination.etcd_tls import EtcdTls
+from ..coordination.identity import ClusterRecord, judge_stateless
+from ..coordination.layout import (
+    Layout,
+    LeaderRecord,
+    NodeRecord,
+    PartitionRecord,
+    Tombstone,
+    pack,
+    parse_ids,
+    unpack,
+)
+from .plan import ClusterView, Memory, PlanSettings, plan
+
+log = logging.getLogger("pushgate.cluster")
+
+# The prefixes the manager watches (start): it plans only once it has read every one.
+_WATCHED = 7
+
+
+class Manager:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        manager_id: str | None = None,
+        ttl_s: float = 2.0,
+        tick_s: float = 0.25,
+        layout: Layout | None = None,
+        rebalance: bool = True,
+        replace_after_s: float = 300.0,
+        settings: PlanSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``replace_after_s``: replace the replicas of a node gone this long (0: never);
+        ``settings`` (tests): every planning knob, in place of ``rebalance`` and it;
+        ``clock``: the monotonic clock the plan's timers read (a simulation's virtual one)."""
+        self.layout = layout or Layout()
+        self.settings = settings or PlanSettings(rebalance=rebalance, replace_after_s=replace_after_s)
+        self.memory = Memory()
+        self.coordinator = coordinator
+        self.manager_id = manager_id or f"manager-{uuid.uuid4().hex[:8]}"
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.tick_s = tick_s
+        self.view = ClusterView()
+        self.epoch: Epoch | None = None  # set while leading
+        self.leading = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._seen: set[str] = set()
+
+    async def start(self) -> None:
+        for prefix, handler in (
+            (self.layout.queues, self._on_queues),
+            (self.layout.nodes, self._on_nodes),
+            (self.layout.partitions, self._on_partitions),
+            (self.layout.leaders, self._on_leaders),
+            (self.layout.drain, self._on_drain),
+            (self.layout.cluster, self._on_cluster),
+            (self.layout.tombstones, self._on_tombstones),
+        ):
+            self._tasks.append(asyncio.create_task(self._watch(prefix, handler), name=f"watch {prefix}"))
+        self._tasks.append(asyncio.create_task(self._run(), name=self.manager_id))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+
+    async def _watch(self, prefix: str, handler: Any) -> None:
+        while True:
+            try:
+                async for state in self.coordinator.watch_prefix(prefix, reread_every_s=2.0):
+                    handler(state)
+                    self._seen.add(prefix)
+                    self._changed.set()
+            except (CoordinatorUnavailable, PushgateError) as exc:
+                log.warning("watch on %s failed: %s", prefix, exc)
+                await asyncio.sleep(0.5)
+            except Exception:
+                log.exception("watch on %s failed", prefix)
+                await asyncio.sleep(0.5)
+
+    def _on_queues(self, state: PrefixState) -> None:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        revisions: dict[tuple[str, str], int] = {}
+        for key, entry in state.entries.items():
+            tenant, _, queue = key[len(state.prefix) :].partition("/")
+            with contextlib.suppress(PushgateError):
+                attributes = unpack(entry.value)
+                if isinstance(attributes, dict):
+                    out[(tenant, queue)] = attributes
+                    revisions[(tenant, queue)] = entry.create_revision
+        self.view.queues = out
+        self.view.queue_revisions = revisions
+
+    def _on_nodes(self, state: PrefixState) -> None:
+        out: dict[str, NodeRecord] = {}
+        for node_id, value in state.values().items():
+            with contextlib.suppress(PushgateError):
+                out[node_id] = NodeRecord.unpack(value)
+        self.view.nodes = out
+
+    def _on_partitions(self, state: PrefixState) -> None:
+        out: dict[int, PartitionRecord] = {}
+        for pid, value in parse_ids(state.values()).items():
+            with contextlib.suppress(PushgateError):
+                out[pid] = PartitionRecord.unpack(value)
+        self.view.partitions = out
+
+    def _on_leaders(self, state: PrefixState) -> None:
+        out: dict[int, str] = {}
+        for pid, value in parse_ids(state.values()).items():
+            with contextlib.suppress(PushgateError):
+                out[pid] = LeaderRecord.unpack(value).node
+        self.view.leaders = out
+
+    def _on_tombstones(self, state: PrefixState) -> None:
+        out: dict[tuple[int, str], Tombstone] = {}
+        for key, value in state.values().items():
+            pid, _, node_id = key.partition("/")
+            if pid.isdigit() and node_id:
+                with contextlib.suppress(PushgateError):
+                    out[(int(pid), node_id)] = Tombstone.unpack(value)
+        self.view.tombstones = out
+
+    def _on_drain(self, state: PrefixState) -> None:
+        self.view.drained = set(state.values())
+
+    def _on_cluster(self, state: PrefixState) -> None:
+        entry = state.entries.get(self.layout.cluster)
+        verdict = judge_stateless(ClusterRecord.parse(entry.value if entry else None), None, self.layout)
+        if verdict.refusal is not None and verdict.refusal != self.view.distrust:
+            log.warning("%s: planning nothing: %s", self.manager_id, verdict.refusal)
+        self.view.distrust = verdict.refusal
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                session = await self.coordinator.open_session(self.ttl_s)
+            except CoordinatorUnavailable:
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                await self._campaign(session)
+                await self._lead(session)
+            except CoordinatorUnavailable as exc:
+                log.warning("%s: etcd unavailable: %s", self.manager_id, exc)
+            except Exception:  # a bug: log it, give up the lead, campaign again
+                log.exception("%s: planning failed", self.manager_id)
+                await asyncio.sleep(self.tick_s)
+            finally:
+                self.epoch = None
+                self.leading.clear()
+                with contextlib.suppress(CoordinatorUnavailable):
+                    await session.close()
+
+    async def _campaign(self, session: Session) -> None:
+        while session.valid():
+            claim = await self.coordinator.campaign(session, self.layout.manager, self.manager_id.encode())
+            if claim.won:
+                self.epoch = claim.epoch
+                self.leading.set()
+                log.warning("%s: leading the cluster at epoch %d", self.manager_id, claim.epoch)
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.tick_s * 2):
+                    await session.lost.wait()
+
+    async def _lead(self, session: Session) -> None:
+        epoch = self.epoch
+        assert epoch is not None
+        while session.valid():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.tick_s):
+                    await self._changed.wait()
+            self._changed.clear()
+            if len(self._seen) < _WATCHED or not session.valid() or self.view.distrust is not None:
+                continue  # never plan on a partial picture, nor on an etcd without the cluster
+            counter = await self.coordinator.get(self.layout.partition_counter)
+            self.view.counter = int(unpack(counter.value)) if counter is not None else 0
+            change = plan(self.view, self.memory, now=self.clock(), settings=self.settings)
+            if change.empty:
+                continue
+            layout = self.layout
+            puts = {layout.partition(pid): rec.pack() for pid, rec in change.puts.items()}
+            puts.update({layout.tombstone(p, n): rec.pack() for (p, n), rec in change.tombstones.items()})
+            if change.counter != self.view.counter:
+                puts[layout.partition_counter] = pack(change.counter)
+            deletes = [layout.partition(pid) for pid in change.deletes]
+            deletes += [layout.tombstone(p, n) for p, n in change.tombstone_deletes]
+            ok = await self.coordinator.fenced_commit(layout.manager, epoch, puts, deletes)
+            if not ok:
+                log.warning("%s: fenced out (epoch %d is no longer the manager's)", self.manager_id, epoch)
+                return
+            # Our own write: apply it to the view now, so the next tick does not repeat it.
+            self.view.partitions.update(change.puts)
+            for pid in change.deletes:
+                self.view.partitions.pop(pid, None)
+            self.view.tombstones.update(change.tombstones)
+            for key in change.tombstone_deletes:
+                self.view.tombstones.pop(key, None)
+
+
+async def set_drain(
+    etcd: str, node_id: str, *, drain: bool, prefix: str | None = None, etcd_tls: EtcdTls | None = None
+) -> None:
+    """Ask the managers to move every replica off ``node_id`` (or stop asking)."""
+    from ..coordination.etcd_coordinator import EtcdCoordinator
+
+    layout = Layout(prefix) if prefix else Layout()
+    async with EtcdCoordinator(etcd, tls=etcd_tls) as coordinator:
+        if drain:
+            await coordinator.put(layout.drain + node_id, b"")
+        else:
+            key = layout.drain + node_id
+            entry = await coordinator.get(key)
+            if entry is not None:  # a delete fenced on the key itself (the interface has no plain delete)
+                await coordinator.fenced_commit(key, Epoch(entry.create_revision), {}, [key])
+
+
+async def run_manager(
+    etcd: str,
+    *,
+    manager_id: str | None = None,
+    ttl_s: float = 2.0,
+    prefix: str | None = None,
+    rebalance: bool = True,
+    replace_after_s: float = 300.0,
+    etcd_tls: EtcdTls | None = None,
+) -> None:
+    """``pushgate manager``: run until cancelled."""
+    from ..coordination.etcd_coordinator import EtcdCoordinator
+
+    coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
+    manager = Manager(
+        coordinator,
+        manager_id=manager_id,
+        ttl_s=ttl_s,
+        layout=Layout(prefix) if prefix else None,
+        rebalance=rebalance,
+        replace_after_s=replace_after_s,
+    )
+    await manager.start()
+    print(f"pushgate manager {manager.manager_id} started", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await manager.stop()
+        await coordinator.close()

@@ -1,0 +1,1 @@
+"""The node process: the partition replicas it hosts, their stores, leadership and hand-over."""

@@ -1,0 +1,294 @@
+"""A node's side of leader election: when a replica campaigns, serves, hands over, resigns.
+
+Who may lead is the manager's decision (:mod:`backend_store.cluster.manager.election`,
+published as the partition record's ``leader`` and ``successor``); a node acts on it here.
+The decision is :func:`decide`, sans-I/O: a :class:`Situation` in (the record, what this
+replica is doing, the leader key as the node sees it, the time), a :class:`Decision` out;
+:class:`NodeLeadership` carries it out with the coordinator and the
+:class:`~.partition_host.PartitionHost` (a deterministic simulation can call :func:`decide`
+alone). The rules, in order:
+
+Leading (this replica holds the key at epoch ``term``):
+
+1. A newer term shows (a follower's fence, a newer key, its own store's fence): step down.
+2. Check-quorum (:mod:`..replication.quorum`): no majority heard from for the window while
+   the others could lead without it: resign (publish the position it vouches for, delete
+   the key, hold off campaigning for a window).
+3. The record names a ``successor`` (or, after a race, designates another voter): hand
+   over. Refuse new requests until every write begun has finished and the successor holds
+   the whole log, then give the key up, publishing exactly that position, and the manager
+   designates the successor. Bounded by ``handover_timeout_s``: past it the leader serves
+   again and does not try that successor again until the record names another.
+4. Otherwise serve.
+
+Not leading:
+
+5. After a resignation (check-quorum or a hand-over): a newer key ends it; our own key
+   still standing is deleted again; while still designated, do not campaign for one window
+   (the manager may designate another on fresh positions meanwhile).
+6. Designated and the session valid: campaign (a key held by another stays theirs until
+   their lease ends; etcd refuses the campaign until then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ...errors import StaleEpoch
+from ...types import Epoch, epoch_revision
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
+from ..coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord
+from ..replication.quorum import Resignation
+from .node_identity import NodeIdentity
+from .partition_host import PartitionHost
+
+log = logging.getLogger("pushgate.cluster")
+
+
+class Action(StrEnum):
+    SERVE = "serve"
+    STEP_DOWN = "step_down"
+    RESIGN_FOR_QUORUM = "resign_for_quorum"
+    HAND_OVER = "hand_over"  # begin or go on waiting (requests refused)
+    ABANDON_HAND_OVER = "abandon_hand_over"
+    FOLLOW = "follow"
+    HOLD_OFF = "hold_off"
+    DELETE_OWN_KEY = "delete_own_key"
+    CAMPAIGN = "campaign"
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """What :func:`decide` looks at for one replica (monotonic seconds throughout)."""
+
+    node_id: str
+    record: PartitionRecord
+    now: float
+    session_valid: bool
+    # The leader key as the node sees it: (holder node id, epoch), None when absent.
+    key: tuple[str, int] | None
+    window_s: float  # check-quorum's window: also the hold-off after a resignation
+    handover_timeout_s: float
+    # Leading (term None: not leading).
+    term: int | None = None
+    deposed: bool = False
+    lacks_quorum: bool = False
+    handing_over_to: str | None = None
+    handover_started: float = 0.0
+    abandoned: str | None = None  # a successor given up on
+    # Not leading: a resignation not yet ended by a newer leader.
+    resigned: Resignation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    why: str = ""
+    successor: str | None = None  # HAND_OVER: to whom
+    end_resignation: bool = False  # a newer leader exists: an ordinary follower again
+
+
+def decide(s: Situation) -> Decision:
+    """What the replica does now (see the module's rules)."""
+    record = s.record
+    designated = record.leader == s.node_id
+    if s.term is not None:
+        if s.deposed:
+            return Decision(Action.STEP_DOWN, "a newer term exists")
+        if s.lacks_quorum:
+            return Decision(Action.RESIGN_FOR_QUORUM, "no majority heard from")
+        target = record.successor if designated else record.leader
+        if target is None or target == s.node_id or target not in record.replicas:
+            if designated:
+                return Decision(Action.SERVE)
+            return Decision(Action.STEP_DOWN, "no longer designated")
+        if target == s.abandoned and s.handing_over_to is None:
+            return Decision(Action.SERVE)  # given up on it: the manager picks again
+        if s.handing_over_to == target and s.now - s.handover_started > s.handover_timeout_s:
+            return Decision(Action.ABANDON_HAND_OVER, f"{target} did not catch up", target)
+        return Decision(Action.HAND_OVER, successor=target)
+    end = False
+    resigned = s.resigned
+    if resigned is not None:
+        if s.key is not None and s.key[1] > resigned.epoch:
+            end = True
+        elif s.key is not None and s.key == (s.node_id, resigned.epoch):
+            return Decision(Action.DELETE_OWN_KEY, "our resigned key still stands")
+        elif designated and s.now - resigned.at < s.window_s:
+            return Decision(Action.HOLD_OFF, "resigned lately")
+    if not designated or not s.session_valid:
+        return Decision(Action.FOLLOW, end_resignation=end)
+    return Decision(Action.CAMPAIGN, end_resignation=end)
+
+
+class NodeLeadership:
+    """Carries out :func:`decide` for a node's replicas: campaigns, hand-overs, resignations."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        layout: Layout,
+        node_id: str,
+        address: Callable[[], str],
+        *,
+        quorum_window_s: float,
+        handover_timeout_s: float,
+        publish_soon: Callable[[], None],
+        identity: NodeIdentity,
+    ) -> None:
+        self.coordinator = coordinator
+        self.layout = layout
+        self.node_id = node_id
+        self.address = address
+        self.quorum_window_s = quorum_window_s
+        self.handover_timeout_s = handover_timeout_s
+        self.publish_soon = publish_soon
+        # The cluster's incarnation, which epochs carry (raised when etcd went back in time).
+        self.identity = identity
+        # The epoch of each leader key this node holds (cleared with a new session).
+        self.campaign_epochs: dict[int, Epoch] = {}
+
+    def situation(
+        self,
+        host: PartitionHost,
+        record: PartitionRecord,
+        session: Session,
+        key: tuple[str, int] | None,
+        nodes: Collection[str],
+        now: float,
+    ) -> Situation:
+        leader = host.leader
+        common: dict[str, Any] = {
+            "node_id": self.node_id,
+            "record": record,
+            "now": now,
+            "session_valid": session.valid(),
+            "key": key,
+            "window_s": self.quorum_window_s,
+            "handover_timeout_s": self.handover_timeout_s,
+            "abandoned": host.abandoned_successor,
+            "resigned": host.resigned,
+        }
+        if leader is None:
+            return Situation(**common)
+        lost_claim = key is not None and key[1] > leader.epoch
+        return Situation(
+            **common,
+            term=leader.epoch,
+            deposed=leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch,
+            lacks_quorum=host.lacks_quorum(now, nodes),
+            handing_over_to=host.handing_over_to,
+            handover_started=host.handover_started,
+        )
+
+    async def reconcile(
+        self,
+        session: Session,
+        host: PartitionHost,
+        record: PartitionRecord,
+        addresses: Mapping[str, str],
+        leaders: Mapping[int, tuple[LeaderRecord, Epoch]],
+        nodes: Mapping[str, NodeRecord],
+        queues: Mapping[tuple[str, str], Mapping[str, Any]],
+    ) -> None:
+        """Decide for one replica and act (the node's reconcile tick)."""
+        claim = leaders.get(host.partition)
+        key = (claim[0].node, int(claim[1])) if claim is not None else None
+        now = time.monotonic()
+        decision = decide(self.situation(host, record, session, key, nodes, now))
+        if decision.end_resignation:
+            host.resigned = None  # a newer term: an ordinary follower again
+            self.publish_soon()
+        match decision.action:
+            case Action.SERVE:
+                host.keep_leading(record.successor)
+                host.update_links(record, addresses)
+                await host.apply_queue_attributes(queues)
+            case Action.STEP_DOWN:
+                await self.resign_key(host.partition)
+                await host.step_down(decision.why)
+            case Action.RESIGN_FOR_QUORUM:
+                await self._resign_for_quorum(host, now)
+            case Action.HAND_OVER:
+                assert decision.successor is not None
+                host.update_links(record, addresses)
+                resignation = host.hand_over(decision.successor, now)
+                if resignation is not None:
+                    log.warning(
+                        "partition %d: handed over to %s at LSN %d (epoch %d)",
+                        host.partition,
+                        decision.successor,
+                        resignation.lsn,
+                        resignation.last_epoch,
+                    )
+                    await self.resign_key(host.partition)
+                    await host.step_down(f"handed over to {decision.successor}")
+                    self.publish_soon()
+            case Action.ABANDON_HAND_OVER:
+                host.abandon_hand_over()
+            case Action.DELETE_OWN_KEY:
+                resigned = host.resigned
+                assert resigned is not None
+                with contextlib.suppress(CoordinatorUnavailable):
+                    await self.coordinator.resign(
+                        self.layout.leader(host.partition), Epoch(epoch_revision(resigned.epoch))
+                    )
+                host.record = record
+            case Action.FOLLOW | Action.HOLD_OFF:
+                host.record = record
+            case Action.CAMPAIGN:
+                await self._campaign(session, host, record, addresses, queues)
+
+    async def _campaign(
+        self,
+        session: Session,
+        host: PartitionHost,
+        record: PartitionRecord,
+        addresses: Mapping[str, str],
+        queues: Mapping[tuple[str, str], Mapping[str, Any]],
+    ) -> None:
+        claim_value = LeaderRecord(self.node_id, self.address(), self.identity.incarnation).pack()
+        key = self.layout.leader(host.partition)
+        result = await self.coordinator.campaign(session, key, claim_value)
+        if not result.won or not session.valid():
+            return  # someone else holds the key; it vanishes with their lease
+        # Our claim (perhaps an earlier one of this session): its epoch is the one it records.
+        epoch = LeaderRecord.unpack(result.holder).epoch(result.epoch)
+        try:
+            await host.lead(epoch, record, addresses, queues, quorum_window_s=self.quorum_window_s)
+        except StaleEpoch as exc:
+            # This replica has seen a newer term than the key's: give the key back. If etcd
+            # went back in time (restored), raise the incarnation past the fence first.
+            log.warning("partition %d: cannot lead at epoch %d: %s", host.partition, epoch, exc)
+            await self.identity.raise_incarnation_past(host.store.epoch)
+            await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
+            await host.step_down("stale")
+            return
+        self.campaign_epochs[host.partition] = epoch
+
+    async def _resign_for_quorum(self, host: PartitionHost, now: float) -> None:
+        resignation = await host.resign_for_quorum(now)
+        log.warning(
+            "partition %d: resigned leadership of epoch %d for lack of a quorum; vouching for LSN %d"
+            " (epoch %d); not campaigning for %gs",
+            host.partition,
+            resignation.epoch,
+            resignation.lsn,
+            resignation.last_epoch,
+            self.quorum_window_s,
+        )
+        await self.resign_key(host.partition)
+        self.publish_soon()
+
+    async def resign_key(self, partition: int) -> None:
+        """Delete the leader key this node holds for ``partition`` (if it does)."""
+        epoch = self.campaign_epochs.pop(partition, None)
+        if epoch is not None:
+            with contextlib.suppress(CoordinatorUnavailable):
+                await self.coordinator.resign(self.layout.leader(partition), Epoch(epoch_revision(epoch)))

@@ -1,0 +1,643 @@
+"""The backend node process (``pushgate node``).
+
+One TCP port serves both gateways (Backend operations for the partitions this node leads,
+wake-ups) and the replication links of other nodes' leaders (routed by the partition in their
+hello). The node keeps one LMDB environment per partition replica under
+``DIR/partitions/<id>/`` (:class:`~.partition_host.PartitionHost`).
+
+Coordination, all through etcd (see :mod:`.layout`):
+
+- It registers ``nodes/{id}`` under its session's lease and republishes its replicas'
+  positions (role, fence, last LSN, last entry's epoch) when they change, at most every
+  ``publish_every_s``.
+- It watches the partition map, the leader keys, the other nodes, queue attributes, the
+  cluster's identity record and its tombstones (one :class:`.WatchedPrefix` each), and
+  reconciles on every change (and every ``tick_s``) as :func:`.reconcile.decide` says: opens
+  the environments of partitions listing it; keeps those the map does not name as strays
+  (closed, reported); deletes one only on a tombstone; serves and deletes nothing while etcd
+  does not hold its cluster (:mod:`.node_identity`); campaigns for ``leaders/{id}``
+  where the map designates it; leads at the campaign's epoch; steps down (resigning the key)
+  when it is no longer designated or a follower's fence showed a newer term.
+- When its session is lost (etcd unreachable for a TTL, or the process frozen past it) it
+  stops leading at once, before anything else, then opens a new session and registers again.
+- Check-quorum (:mod:`.quorum`): a leader that has heard from no majority of its replica set
+  for ``quorum_window_s`` (while the other replicas registered in etcd are a majority by
+  themselves) resigns: it stops
+  serving, deletes its leader key, publishes the position its term vouches for as role
+  ``resigned``, and does not campaign again for a window, so the manager can promote a
+  follower on the majority's fresh positions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from ...encryption import Keyring
+from ...errors import PushgateError, Unavailable
+from ...options import StoreOptions
+from ...types import Epoch
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
+from ..coordination.etcd_tls import EtcdTls
+from ..coordination.layout import (
+    Layout,
+    LeaderRecord,
+    NodeRecord,
+    PartitionRecord,
+    ReplicaPosition,
+    Tombstone,
+    parse_ids,
+    unpack,
+)
+from ..coordination.watched_prefix import StateListener, WatchedPrefix
+from ..protocol import ops
+from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
+from ..protocol.stream import NodeStream
+from ..protocol.tls import NodeTls, serve_node_protocol
+from ..protocol.wire import Demand, Hello, Request, Withdraw
+from .demands import NodeDemands
+from .events import NodeEvents
+from .leadership import NodeLeadership
+from .node_identity import NodeIdentity, pack_label, read_label
+from .partition_host import PartitionHost
+from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
+from .storage_gauge import StorageGauge
+
+log = logging.getLogger("pushgate.cluster")
+
+
+class Node:
+    def __init__(
+        self,
+        node_id: str,
+        data_dir: Path,
+        coordinator: Coordinator,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertise: str | None = None,
+        ttl_s: float = 2.0,
+        tick_s: float = 0.2,
+        publish_every_s: float = 0.5,
+        request_timeout_s: float = 5.0,
+        log_keep: int = 10000,
+        sweep_every_s: float = 5.0,
+        quorum_window_s: float | None = None,
+        handover_timeout_s: float = 2.0,
+        keyring: Keyring | None = None,
+        layout: Layout | None = None,
+        tls: NodeTls | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off).
+        ``handover_timeout_s``: how long a hand-over may refuse writes waiting for its
+        successor to catch up before this leader serves again (leadership.py).
+        ``keyring``: bodies are sealed at rest in every partition store (the same keys on
+        every node: a follower promoted must open what its leader sealed).
+        ``tls``: the port serves mutual TLS only, and leader links dial with it (tls.py).
+        ``clock``: the stores' time (message timestamps, visibility, retention, dedupe
+        windows); None: ``time.time``. An embedding that holds its clock still (the contract
+        suite's in-process cluster) calls ``PartitionHost.sweep_soon`` when it moves it."""
+        self.tls = tls
+        self.layout = layout or Layout()
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.coordinator = coordinator
+        self.host = host
+        self.port = port
+        self.advertise = advertise
+        self.ttl_s = ttl_s
+        self.tick_s = tick_s
+        self.publish_every_s = publish_every_s
+        self.request_timeout_s = request_timeout_s
+        # Two TTLs: well past the 0.5 s heartbeats and a loaded machine's fsync stalls (a
+        # healthy leader must not resign: each resignation costs a failover), and longer
+        # than a lease, so a blip that etcd itself would ride out costs no change of leader.
+        self.quorum_window_s = 2 * ttl_s if quorum_window_s is None else quorum_window_s
+        # When, why and how this node's replicas lead (leadership.py).
+        # No sweeper in the stores: a follower's store changes only through the leader's log;
+        # the leader sweeps (PartitionHost) and its deletions replicate like any write.
+        self.options = StoreOptions(
+            replication_log_keep=log_keep, sweep_interval_s=0, keyring=keyring, clock=clock
+        )
+        self.sweep_every_s = sweep_every_s
+        self.hosts: dict[int, PartitionHost] = {}
+        # Gateways' standing receives on the partitions this node leads.
+        self.demands = NodeDemands(self.hosts, timeout_s=request_timeout_s)
+        # Which gateway reports each partition's dead-letter moves and expiries.
+        self.events = NodeEvents(self.hosts)
+        # Disk and map use, published with the positions (node_storage.py).
+        self.storage = StorageGauge(self.data_dir)
+        self.session: Session | None = None
+        self._server: asyncio.Server | None = None
+        self._clients: set[NodeStream] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watched: list[WatchedPrefix] = []
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        # What etcd says, from the watches (None: not read yet).
+        self._partitions: MapView | None = None
+        self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
+        self._nodes: dict[str, NodeRecord] = {}
+        self._queues: dict[tuple[str, str], dict[str, Any]] = {}
+        self._published: NodeRecord | None = None
+        self._published_at = 0.0
+        self._publish_now = False
+        # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
+        self.identity = NodeIdentity(node_id, data_dir, coordinator, self.layout)
+        self.leadership = NodeLeadership(
+            coordinator,
+            self.layout,
+            node_id,
+            lambda: self.address,
+            quorum_window_s=self.quorum_window_s,
+            handover_timeout_s=handover_timeout_s,
+            publish_soon=self._publish_soon,
+            identity=self.identity,
+        )
+        self._tombstones: dict[int, Tombstone] = {}
+        # Replicas on disk (None: not listed yet), their labels, and those kept as strays
+        # (with the last LSN they held when closed).
+        self._on_disk: set[int] | None = None
+        self._labels: dict[int, ReplicaLabel | None] = {}
+        self.strays: dict[int, str] = {}
+        self._stray_lsn: dict[int, int] = {}
+
+    @property
+    def address(self) -> str:
+        return self.advertise or f"{self.host}:{self.port}"
+
+    # Life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
+        server_tls = self.tls.server if self.tls is not None else None
+        self._server = await serve_node_protocol(self._accept, self.host, self.port, server_tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        for prefix, handler in (
+            (self.layout.partitions, self._on_partitions),
+            (self.layout.leaders, self._on_leaders),
+            (self.layout.nodes, self._on_nodes),
+            (self.layout.queues, self._on_queues),
+            (self.layout.cluster, self.identity.on_record),
+            (self.layout.tombstones, self._on_tombstones),
+        ):
+            watched = WatchedPrefix(self.coordinator, prefix, reread_every_s=2.0)
+            watched.add_listener(self._listener(handler))
+            watched.begin()
+            self._watched.append(watched)
+        self._tasks.append(asyncio.create_task(self._run(), name=f"node {self.node_id}"))
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._changed.set()
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+        for watched in self._watched:
+            await watched.close()
+        for stream in list(self._clients):
+            await stream.close()
+        await self.demands.close()
+        for host in list(self.hosts.values()):
+            await host.close()
+        self.hosts.clear()
+        if self.session is not None:
+            with contextlib.suppress(CoordinatorUnavailable):
+                await self.session.close()
+
+    # Watches ----------------------------------------------------------------------------------
+
+    def _listener(self, handler: Callable[[PrefixState], None]) -> StateListener:
+        def listen(state: PrefixState, _keys: set[str]) -> None:
+            handler(state)
+            self._changed.set()
+
+        return listen
+
+    def _on_partitions(self, state: PrefixState) -> None:
+        out: dict[int, PartitionRecord] = {}
+        unreadable: set[int] = set()
+        for pid, value in parse_ids(state.values()).items():
+            try:
+                out[pid] = PartitionRecord.unpack(value)
+            except PushgateError:
+                unreadable.add(pid)
+        self._partitions = MapView(out, frozenset(unreadable))
+
+    def _on_tombstones(self, state: PrefixState) -> None:
+        out: dict[int, Tombstone] = {}
+        for pid, value in self.layout.node_tombstones(self.node_id, state.values()).items():
+            with contextlib.suppress(PushgateError):
+                out[pid] = Tombstone.unpack(value)
+        self._tombstones = out
+
+    def _on_leaders(self, state: PrefixState) -> None:
+        out: dict[int, tuple[LeaderRecord, Epoch]] = {}
+        for key, entry in state.entries.items():
+            suffix = key[len(self.layout.leaders) :]
+            if suffix.isdigit():
+                with contextlib.suppress(PushgateError):
+                    record = LeaderRecord.unpack(entry.value)
+                    out[int(suffix)] = (record, record.epoch(entry.create_revision))
+        # A hosted partition's leader changed or vanished: publish our positions at once, so
+        # the manager promotes on positions taken after the old leader's key was gone.
+        before = self._leaders
+        if any(before.get(p, (None, 0))[1] != out.get(p, (None, 0))[1] for p in self.hosts):
+            self._publish_now = True
+        self._leaders = out
+
+    def _on_nodes(self, state: PrefixState) -> None:
+        out: dict[str, NodeRecord] = {}
+        for node_id, value in state.values().items():
+            with contextlib.suppress(PushgateError):
+                out[node_id] = NodeRecord.unpack(value)
+        self._nodes = out
+
+    def _on_queues(self, state: PrefixState) -> None:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for key, value in state.values().items():
+            tenant, _, queue = key.partition("/")
+            with contextlib.suppress(PushgateError):
+                attributes = unpack(value)
+                if isinstance(attributes, dict):
+                    out[(tenant, queue)] = attributes
+        self._queues = out
+
+    # The main loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._open_session()
+            except CoordinatorUnavailable as exc:
+                log.warning("node %s: cannot open an etcd session: %s", self.node_id, exc)
+                await asyncio.sleep(0.5)
+                continue
+            session = self.session
+            assert session is not None
+            while not self._stopping.is_set() and session.valid():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.tick_s):
+                        await self._changed.wait()
+                self._changed.clear()
+                if not session.valid():
+                    break
+                try:
+                    await self._reconcile(session)
+                except CoordinatorUnavailable as exc:
+                    log.info("node %s: etcd unavailable while reconciling: %s", self.node_id, exc)
+                except Exception:  # a store error or a bug: log it, keep the node alive, retry
+                    log.exception("node %s: reconciling failed", self.node_id)
+                    await asyncio.sleep(self.tick_s)
+            # The session is lost: nothing claimed under it is ours any more.
+            await self._step_down_all("etcd session lost")
+            self.session = None
+            self._published = None
+
+    async def _open_session(self) -> None:
+        session = await self.coordinator.open_session(self.ttl_s)
+        self.session = session
+        # Registered as refused, not up, until etcd is known to hold this node's cluster.
+        on_disk = await asyncio.to_thread(self._replicas_on_disk)
+        await self.identity.judge(holds_replicas=bool(on_disk or self.hosts), etcd_has_map=False)
+        self.leadership.campaign_epochs.clear()
+        await self._publish(session, force=True)
+        log.info("node %s: registered at %s (lease %x)", self.node_id, self.address, session.lease_id)
+
+    async def _step_down_all(self, why: str) -> None:
+        for host in self.hosts.values():
+            if host.leader is not None:
+                await host.step_down(why)
+
+    async def _reconcile(self, session: Session) -> None:
+        if self._on_disk is None and self._partitions is not None:
+            # The first decision also sees the replicas left on disk from before this start.
+            self._on_disk = await asyncio.to_thread(self._replicas_on_disk)
+        known = self._on_disk or set()
+        verdict = await self.identity.judge(
+            holds_replicas=bool(known or self.hosts),
+            etcd_has_map=bool(self._partitions is not None and self._partitions.records),
+        )
+        decision = self._decide(verdict, {})
+        opened: dict[int, PartitionHost] = {}
+        if decision.refused is None:
+            # New replicas are opened aside and their labels read before anything serves
+            # them: a replica of another cluster or queue is never served, not even once.
+            for pid in [p for p in decision.serve if p not in self.hosts]:
+                opened[pid] = await self._open_host(pid)
+            if opened:
+                decision = self._decide(verdict, opened)
+        for pid, host in opened.items():
+            if pid in decision.serve:
+                self.hosts[pid] = host
+                known.add(pid)
+            else:
+                await host.close()
+        await self._keep_strays(decision.strays)
+        for pid, why in decision.delete.items():
+            await self._delete_replica(pid, why)
+            known.discard(pid)
+        self._on_disk = known
+        if decision.refused is not None:
+            await self._publish(session, force=self._publish_now)
+            return
+        addresses = {n: rec.address for n, rec in self._nodes.items()}
+        for pid, record in decision.serve.items():
+            host = self.hosts[pid]
+            await self._label(host, record, verdict)
+            await self._reconcile_partition(session, host, record, addresses)
+        await self._publish(session, force=self._publish_now)
+
+    def _decide(self, verdict: IdentityVerdict, opened: dict[int, PartitionHost]) -> Decision:
+        hosted = {
+            pid: HostedReplica(pid, open=False, last_lsn=self._stray_lsn.get(pid))
+            for pid in self._on_disk or ()
+        }
+        for pid, host in [*self.hosts.items(), *opened.items()]:
+            hosted[pid] = HostedReplica(pid, True, self._labels.get(pid), host.store.last_lsn)
+        return decide(self.node_id, hosted, self._partitions, self._tombstones, verdict)
+
+    async def _open_host(self, pid: int) -> PartitionHost:
+        host = PartitionHost(
+            pid,
+            self._replica_path(pid),
+            self.node_id,
+            self.options,
+            self._notify,
+            sweep_every_s=self.sweep_every_s,
+            tls=self.tls.client if self.tls is not None else None,
+        )
+        await host.open()
+        self._labels[pid] = await read_label(host.store)
+        return host
+
+    async def _label(self, host: PartitionHost, record: PartitionRecord, verdict: IdentityVerdict) -> None:
+        """Label a served replica that carries no label yet (new, or from before labels)."""
+        pid = host.partition
+        if self._labels.get(pid) is not None or verdict.cluster_id is None:
+            return
+        label = ReplicaLabel(
+            verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
+        )
+        await host.store.set_replica_label(pack_label(label))
+        self._labels[pid] = label
+
+    async def _keep_strays(self, strays: dict[int, str]) -> None:
+        """Stop serving replicas that became strays (their files stay), and report each once."""
+        for pid, why in strays.items():
+            host = self.hosts.pop(pid, None)
+            if host is not None:
+                self._stray_lsn[pid] = host.store.last_lsn
+                self.events.forget_partition(pid)
+                await self.leadership.resign_key(host.partition)
+                await host.close()
+            if self.strays.get(pid) != why:
+                log.warning(
+                    "node %s: keeping partition %d as a stray, not served: %s", self.node_id, pid, why
+                )
+                self._publish_now = True
+        if strays.keys() != self.strays.keys():
+            self._publish_now = True
+        self.strays = dict(strays)
+
+    def _replica_path(self, partition: int) -> Path:
+        return self.data_dir / "partitions" / str(partition)
+
+    def _replicas_on_disk(self) -> set[int]:
+        """Partition ids with a directory under ``partitions/`` (also ``<id>.incoming`` and
+        ``<id>.retired``, a re-seed's leftovers)."""
+        root = self.data_dir / "partitions"
+        if not root.is_dir():
+            return set()
+        return {int(name) for path in root.iterdir() if (name := path.name.split(".")[0]).isdigit()}
+
+    async def _delete_replica(self, pid: int, why: str) -> None:
+        host = self.hosts.pop(pid, None)
+        log.warning("node %s: deleting the replica of partition %d (%s)", self.node_id, pid, why)
+        if host is not None:
+            self.events.forget_partition(pid)
+            await self.leadership.resign_key(host.partition)
+            await host.destroy()
+        await asyncio.to_thread(self._delete_directories, pid, why)
+        self._labels.pop(pid, None)
+        self._stray_lsn.pop(pid, None)
+        # Done: the tombstone has served (a failure here leaves it; deleting again is a no-op).
+        with contextlib.suppress(CoordinatorUnavailable):
+            await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
+
+    def _delete_directories(self, pid: int, why: str) -> None:
+        root = self.data_dir / "partitions"
+        if not root.is_dir():
+            return
+        for path in root.iterdir():
+            if path.name.split(".")[0] == str(pid):
+                log.info("node %s: deleting %s (%s)", self.node_id, path, why)
+                shutil.rmtree(path, ignore_errors=True)
+
+    async def _reconcile_partition(
+        self, session: Session, host: PartitionHost, record: PartitionRecord, addresses: dict[str, str]
+    ) -> None:
+        await self.leadership.reconcile(
+            session, host, record, addresses, self._leaders, self._nodes, self._queues
+        )
+
+    def _publish_soon(self) -> None:
+        self._publish_now = True
+
+    async def _publish(self, session: Session, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._published_at < self.publish_every_s:
+            return  # the next tick publishes what changed meanwhile
+        self._publish_now = False
+        replicas: dict[int, ReplicaPosition] = {}
+        for pid, host in self.hosts.items():
+            claim = self._leaders.get(pid)
+            replicas[pid] = await host.position(claim[1] if claim is not None else 0)
+        storage = await self.storage.current(h.store for h in list(self.hosts.values()))
+        refusal = self.identity.verdict.refusal
+        state = "up" if refusal is None else "refused"
+        record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal)
+        if record == self._published and not force:
+            return
+        await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
+        self._published, self._published_at = record, now
+
+    # Serving -----------------------------------------------------------------------------------
+
+    def _notify(self, partition: int, tenant: str, queue: str) -> None:
+        for stream in list(self._clients):
+            if self.demands.hold_notify(stream, partition, tenant, queue):
+                continue  # a delivery to this gateway wakes it (node_demands.py)
+            try:
+                stream.connection.notify(partition, tenant, queue)
+                stream.flush_soon()
+            except ConnectionClosedError:
+                self._clients.discard(stream)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = NodeStream(Connection(self.node_id), reader, writer)
+        try:
+            await self._route(stream)
+        except asyncio.CancelledError:
+            # The node is stopping: end the connection quietly (asyncio would log a
+            # connection callback that ends cancelled as an error).
+            await stream.close()
+
+    async def _route(self, stream: NodeStream) -> None:
+        events = stream.events()
+        try:
+            async with asyncio.timeout(10):
+                first = await anext(events)
+        except (TimeoutError, StopAsyncIteration):
+            await stream.close()
+            return
+        if not isinstance(first, Hello):
+            await stream.close()
+            return
+        if first.partition is not None:
+            host = self.hosts.get(first.partition)
+            if host is None or host.follower is None:
+                await stream.close()  # not (yet) a replica here: the leader dials again
+                return
+            await host.follower.serve_stream(stream, events)
+            return
+        await self._serve_client(stream, events)
+
+    async def _serve_client(self, stream: NodeStream, events: AsyncIterator[Event]) -> None:
+        self._clients.add(stream)
+        running: set[asyncio.Task[None]] = set()
+        try:
+            async for event in events:
+                if isinstance(event, Request):
+                    if event.op == "receive":
+                        self.events.received(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
+                    elif event.op == "send":
+                        self.events.sent(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
+                    elif event.op == "delete_queue":
+                        self.events.forget_queue(
+                            event.partition, event.args.get("tenant"), event.args.get("name")
+                        )
+                    task = asyncio.create_task(self._answer(stream, event))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                elif isinstance(event, Demand | Withdraw):
+                    if isinstance(event, Demand):
+                        self.events.received(stream, event.partition, event.tenant, event.queue)
+                    self.demands.handle(stream, event)
+                elif isinstance(event, Closed):
+                    break
+        finally:
+            self._clients.discard(stream)
+            self.demands.forget(stream)
+            self.events.forget(stream)
+            for task in list(running):
+                task.cancel()
+            await stream.close()
+
+    async def _answer(self, stream: NodeStream, request: Request) -> None:
+        conn = stream.connection
+        try:
+            result = await self._dispatch(request)
+        except PushgateError as exc:
+            epoch, leader = self._leader_hint(request.partition)
+            if isinstance(exc, ops.NotLeader | ops.StaleLeader):
+                epoch = Epoch(max(epoch, exc.epoch))
+            if isinstance(exc, ops.StaleLeader):
+                leader = self.address  # we lead, at a newer epoch than the sender knows
+            with contextlib.suppress(ConnectionClosedError, ValueError):
+                conn.error(request.id, exc.code, exc.detail, epoch=epoch, leader=leader)
+                stream.flush_soon()
+            return
+        except Exception as exc:  # a bug: answer it, do not kill the connection
+            log.exception("node %s: %s on partition %d failed", self.node_id, request.op, request.partition)
+            with contextlib.suppress(ConnectionClosedError, ValueError):
+                conn.error(request.id, "internal_error", type(exc).__name__)
+                stream.flush_soon()
+            return
+        with contextlib.suppress(ConnectionClosedError, ValueError):
+            conn.reply(request.id, result)
+            stream.flush_soon()
+
+    async def _dispatch(self, request: Request) -> Any:
+        refusal = self.identity.verdict.refusal
+        if refusal is not None:
+            raise Unavailable(f"node {self.node_id} serves nothing: {refusal}")
+        host = self.hosts.get(request.partition)
+        session = self.session
+        if host is None or session is None or not session.valid():
+            raise ops.NotLeader(f"node {self.node_id} does not lead partition {request.partition}")
+        result = await host.handle(request.op, request.epoch, request.args, timeout_s=self.request_timeout_s)
+        # A reply is a promise: only while our claim is surely alive (a frozen leader that
+        # woke up past its lease must not acknowledge; a successor may already exist).
+        if self.session is not session or not session.valid():
+            if ops.OPS[request.op].writes:
+                # Applied here (and perhaps on a majority): the outcome is unknown, which
+                # not_leader would deny.
+                raise Unavailable(
+                    f"node {self.node_id} lost its etcd session; the write may have been applied"
+                )
+            raise ops.NotLeader(f"node {self.node_id} lost its etcd session")
+        return result
+
+    def _leader_hint(self, partition: int) -> tuple[Epoch, str | None]:
+        claim = self._leaders.get(partition)
+        if claim is None:
+            return Epoch(0), None
+        return claim[1], claim[0].address
+
+
+async def run_node(
+    node_id: str,
+    data_dir: Path,
+    listen: str,
+    etcd: str,
+    *,
+    advertise: str | None = None,
+    ttl_s: float = 2.0,
+    prefix: str | None = None,
+    quorum_window_s: float | None = None,
+    keyring: Keyring | None = None,
+    tls: NodeTls | None = None,
+    etcd_tls: EtcdTls | None = None,
+) -> None:
+    """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
+    from ..coordination.etcd_coordinator import EtcdCoordinator
+    from ..protocol.address import split_address
+
+    host, port = split_address(listen)
+    coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
+    node = Node(
+        node_id,
+        data_dir,
+        coordinator,
+        host=host,
+        port=port,
+        advertise=advertise,
+        ttl_s=ttl_s,
+        quorum_window_s=quorum_window_s,
+        keyring=keyring,
+        layout=Layout(prefix) if prefix else None,
+        tls=tls,
+    )
+    await node.start()
+    secured = " (mutual TLS)" if tls is not None else ""
+    print(f"pushgate node {node_id} listening on {node.address}{secured}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await node.stop()
+        await coordinator.close()

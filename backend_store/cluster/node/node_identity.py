@@ -1,0 +1,200 @@
+"""What a node keeps of its cluster's identity on its own disk (docs/cluster.md, "Cluster identity").
+
+- ``DATA/cluster-id``: the cluster id, one line, written once (as Kafka's ``cluster.id`` in
+  ``meta.properties``). A node that keeps one never creates a cluster, and refuses an etcd
+  that holds no id or another one (:mod:`..coordination.identity`).
+- Each replica's store holds a :class:`~.reconcile.ReplicaLabel` (its cluster id and the
+  partition's queue), outside the replicated log, so a replica directory from another
+  cluster, or from a partition id reused after an etcd restore, is recognised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import msgpack
+
+from ...lmdb_store.engine import LmdbBackend
+from ...types import epoch_incarnation, make_epoch
+from ..coordination.coordinator import Coordinator, PrefixState
+from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_node
+from ..coordination.layout import ClusterIdentity, Layout
+from .reconcile import ReplicaLabel
+
+log = logging.getLogger("pushgate.cluster")
+
+CLUSTER_ID_FILE = "cluster-id"
+
+
+def read_cluster_id(data_dir: Path) -> str | None:
+    path = data_dir / CLUSTER_ID_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return text or None
+
+
+def keep_cluster_id(data_dir: Path, cluster_id: str) -> None:
+    """Write ``DATA/cluster-id`` durably (a new file, fsynced, renamed into place)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    staged = data_dir / (CLUSTER_ID_FILE + ".new")
+    with staged.open("w") as out:
+        out.write(cluster_id + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    staged.replace(data_dir / CLUSTER_ID_FILE)
+    directory = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def pack_label(label: ReplicaLabel) -> bytes:
+    data: bytes = msgpack.packb(
+        {
+            "cluster_id": label.cluster_id,
+            "partition": label.partition,
+            "tenant": label.tenant,
+            "queue": label.queue,
+            "index": label.index,
+            "queue_revision": label.queue_revision,
+        },
+        use_bin_type=True,
+    )
+    return data
+
+
+def unpack_label(data: bytes | None) -> ReplicaLabel | None:
+    """The label (None: none, or one this version cannot read: treated as unlabelled)."""
+    if data is None:
+        return None
+    try:
+        v = msgpack.unpackb(data, raw=False)
+        revision = v.get("queue_revision")
+        return ReplicaLabel(
+            str(v["cluster_id"]),
+            int(v["partition"]),
+            str(v["tenant"]),
+            str(v["queue"]),
+            int(v["index"]),
+            None if revision is None else int(revision),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException):
+        return None
+
+
+async def read_label(store: LmdbBackend) -> ReplicaLabel | None:
+    return unpack_label(await store.replica_label())
+
+
+class NodeIdentity:
+    """The node's side of the identity rules: what it keeps, what etcd holds, the verdict.
+
+    ``record`` is fed from the watch of the ``cluster`` key; :meth:`judge` applies
+    :func:`~..coordination.identity.judge_node`, creating the cluster id in etcd or adopting
+    etcd's when the rules say so, and logs each new refusal once (one line)."""
+
+    def __init__(self, node_id: str, data_dir: Path, coordinator: Coordinator, layout: Layout) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.coordinator = coordinator
+        self.layout = layout
+        self.kept: str | None = None
+        self.record: ClusterRecord | None = None  # None: not read yet
+        self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
+        self._loaded = False
+        self._trusted_before = False
+
+    @property
+    def incarnation(self) -> int:
+        found = self.record.identity if self.record is not None else None
+        return found.incarnation if found is not None else 0
+
+    async def raise_incarnation_past(self, fence: int) -> bool:
+        """If etcd went back in time (a replica's fence is at or past any epoch etcd can
+        make now: it was restored from an older snapshot), raise the cluster's incarnation
+        past the fence, so that epochs keep growing; return whether it did. Safe to race:
+        a compare-and-put, and a higher incarnation is never wrong, only needed."""
+        state = await self.coordinator.read_prefix(self.layout.cluster)
+        entry = state.entries.get(self.layout.cluster)
+        record = ClusterRecord.parse(entry.value if entry is not None else None)
+        found = record.identity
+        if entry is None or found is None or found.cluster_id != self.kept:
+            return False
+        if fence < make_epoch(found.incarnation, state.revision):
+            return False  # an ordinary stale claim: etcd did not go back
+        raised = replace(found, incarnation=max(found.incarnation, epoch_incarnation(fence)) + 1)
+        if await self.coordinator.compare_and_put(self.layout.cluster, raised.pack(), entry.mod_revision):
+            log.warning(
+                "node %s: etcd's revision %d is behind a replica's fence (epoch %d): etcd went back"
+                " in time (restored from a snapshot?); raised the cluster's incarnation to %d",
+                self.node_id,
+                state.revision,
+                fence,
+                raised.incarnation,
+            )
+        fresh = await self.coordinator.get(self.layout.cluster)
+        self.record = ClusterRecord.parse(fresh.value if fresh is not None else None)
+        return True
+
+    def on_record(self, state: PrefixState) -> None:
+        entry = state.entries.get(self.layout.cluster)
+        self.record = ClusterRecord.parse(entry.value if entry is not None else None)
+
+    async def judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
+        if not self._loaded:
+            self.kept = await asyncio.to_thread(read_cluster_id, self.data_dir)
+            self._loaded = True
+        if self.record is None:
+            entry = await self.coordinator.get(self.layout.cluster)
+            self.record = ClusterRecord.parse(entry.value if entry is not None else None)
+        judgement = judge_node(
+            self.record,
+            self.kept,
+            holds_replicas=holds_replicas,
+            etcd_has_map=etcd_has_map,
+            layout=self.layout,
+        )
+        if judgement.create:
+            made = ClusterIdentity(uuid.uuid4().hex, 0, time.time())
+            if await self.coordinator.create(self.layout.cluster, made.pack()):
+                log.warning(
+                    "node %s: created cluster %s in etcd (%s)",
+                    self.node_id,
+                    made.cluster_id,
+                    self.layout.cluster,
+                )
+            entry = await self.coordinator.get(self.layout.cluster)  # ours, or another node's first
+            self.record = ClusterRecord.parse(entry.value if entry is not None else None)
+            judgement = judge_node(
+                self.record,
+                self.kept,
+                holds_replicas=holds_replicas,
+                etcd_has_map=etcd_has_map,
+                layout=self.layout,
+            )
+        if judgement.adopt is not None:
+            await asyncio.to_thread(keep_cluster_id, self.data_dir, judgement.adopt)
+            self.kept = judgement.adopt
+            log.warning(
+                "node %s: belongs to cluster %s (kept in %s)",
+                self.node_id,
+                self.kept,
+                self.data_dir / CLUSTER_ID_FILE,
+            )
+        verdict = judgement.verdict
+        if verdict.refusal is not None and verdict.refusal != self.verdict.refusal:
+            log.error("node %s: %s", self.node_id, verdict.refusal)
+        elif verdict.refusal is None and self.verdict.refusal is not None and self._trusted_before:
+            log.warning("node %s: etcd holds cluster %s again; serving", self.node_id, verdict.cluster_id)
+        self._trusted_before = self._trusted_before or verdict.refusal is None
+        self.verdict = verdict
+        return verdict

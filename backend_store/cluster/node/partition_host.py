@@ -1,0 +1,487 @@
+"""One partition replica on a node: its LMDB environment, and its role (leader or follower).
+
+As a follower it takes the leader's replication link (routed here by the node) through a
+:class:`~.replication.ReplicationFollower`. As the leader (after the node won the
+partition's campaign at epoch E) it runs a :class:`~.replication.ReplicationLeader` at E:
+it raises the store's fence to E, commits a no-op entry in the new term (so followers
+holding a deposed leader's tail are corrected at once, and committing it commits everything
+before it), keeps a link to every other replica (``maintain``), makes sure the queue (and its
+dead-letter queue) exists with the attributes from etcd, and serves Backend operations,
+replicating every write before answering. It ships the log to the record's learners too,
+but counts only the voters' acknowledgements (``replicas``), and publishes the voting set it
+counts by once settled, its commit point and the replicas in sync with it (membership
+changes, docs/cluster.md). While leading it keeps a :class:`~.quorum.QuorumCheck`; a leader
+that resigns for lack of a quorum, or hands over to a successor, keeps a
+:class:`~.quorum.Resignation` and publishes the position it vouches for until a newer leader
+exists. When and why it does each is :mod:`.leadership`'s decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import ssl
+import time
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...errors import PushgateError, QueueExists, QueueNotFound, StaleEpoch, Unavailable
+from ...lmdb_store.engine import LmdbBackend
+from ...options import StoreOptions
+from ...types import Epoch, Lsn, QueueName, TenantId
+from ..coordination.layout import PartitionRecord, ReplicaPosition
+from ..coordination.queue_record import former_dead_letter_queues, store_attributes
+from ..protocol import ops
+from ..protocol.address import split_address
+from ..replication.log_shipping import ReplicationFollower, ReplicationLeader, ReplicationMode
+from ..replication.quorum import QuorumCheck, Resignation, vouched_position
+from .reseed import LmdbReseeder
+
+log = logging.getLogger("pushgate.cluster")
+
+# Called with (partition, tenant, queue) after a commit that made messages visible (leader only).
+Wake = Callable[[int, str, str], None]
+# A follower that acknowledged the leader's whole log within this long is in sync with it
+# (published; the manager moves leadership and replicas only to replicas in sync).
+IN_SYNC_S = 2.0
+# Reads answered only once everything they saw is on a majority (``_read_index``): the
+# queue's messages (peek) and its counts (get_queue's stats).
+COMMITTED_READS = frozenset({"peek", "get_queue"})
+
+
+class PartitionHost:
+    def __init__(
+        self,
+        partition: int,
+        path: Path,
+        node_id: str,
+        options: StoreOptions,
+        wake: Wake,
+        *,
+        sweep_every_s: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """``tls``: the client context leader links to followers dial with (None: plaintext)."""
+        self.partition = partition
+        self.tls = tls
+        self.sweep_every_s = sweep_every_s
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_due = asyncio.Event()
+        self.path = path
+        self.node_id = node_id
+        self.options = options
+        self._wake = wake
+        self.record: PartitionRecord | None = None
+        self.follower: ReplicationFollower | None = None
+        self.leader: ReplicationLeader | None = None
+        self._links: dict[str, tuple[str, asyncio.Task[None]]] = {}  # follower id -> (address, task)
+        self._listening: set[int] = set()  # id() of stores our wake-up listener is on
+        self._applied_attributes: dict[tuple[str, str], dict[str, Any]] = {}
+        self.last_epoch = Epoch(0)
+        # Leadership moving to a live follower (drain): the successor, while we wait for it,
+        # since when (monotonic), and the last one given up on (not retried).
+        self.handing_over_to: str | None = None
+        self.handover_started = 0.0
+        self.abandoned_successor: str | None = None
+        self._writes_in_flight = 0
+        # The current term's (last_epoch, last LSN) before its no-op entry.
+        self._term_start: tuple[int, int] = (0, 0)
+        # Set when this replica resigned leadership for lack of a quorum (cleared once a
+        # newer leader exists, or when it campaigns again).
+        self.resigned: Resignation | None = None
+
+    @property
+    def store(self) -> LmdbBackend:
+        """The current store (a re-seed replaces the follower's)."""
+        assert self.follower is not None, "partition not open"
+        store = self.follower.store
+        assert isinstance(store, LmdbBackend)
+        return store
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        store = LmdbBackend(self.path, self.options)
+        # Cluster queues carry replication_factor > 1: replication is the node's job here.
+        store.max_replication_factor = 5
+        await store.start()
+        reseeder = LmdbReseeder(self.path, self.options)
+        self.follower = ReplicationFollower(
+            store,
+            partition=self.partition,
+            node_id=self.node_id,
+            staging=reseeder.staging,
+            install_snapshot=reseeder.install,
+        )
+
+    # Positions -------------------------------------------------------------------------
+
+    async def position(self, leader_epoch: int) -> ReplicaPosition:
+        store = self.store
+        self.last_epoch, last = self._last_entry()
+        resigned = self.resigned
+        if resigned is not None:
+            # Not our last entry: what we vouch for (see quorum.vouched_position).
+            return ReplicaPosition("resigned", store.epoch, resigned.lsn, resigned.last_epoch, leader_epoch)
+        leader = self.leader
+        if leader is None or not self.leading:
+            return ReplicaPosition("follower", store.epoch, last, self.last_epoch, leader_epoch)
+        return ReplicaPosition(
+            "leader",
+            store.epoch,
+            last,
+            self.last_epoch,
+            leader_epoch,
+            voters=leader.settled_voters(),
+            committed=leader.committed_lsn,
+            in_sync=leader.in_sync(IN_SYNC_S),
+        )
+
+    def _last_entry(self) -> tuple[Epoch, Lsn]:
+        """(epoch of the last entry, last LSN); the epoch as last seen if it was trimmed.
+
+        From the store's memory, not a log read: no thread hop, and nothing to trip over
+        while a re-seed swaps the store."""
+        last, epoch = self.store.last_entry
+        return (epoch if last and epoch is not None else self.last_epoch), last
+
+    # Leading -------------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.leader is not None and not self.leader.deposed.is_set()
+
+    async def lead(
+        self,
+        epoch: Epoch,
+        record: PartitionRecord,
+        addresses: Mapping[str, str],
+        queues: Mapping[tuple[str, str], Mapping[str, Any]],
+        *,
+        quorum_window_s: float = 0.0,
+    ) -> None:
+        """Start serving as the leader of term ``epoch`` (the node won the campaign).
+
+        ``quorum_window_s``: check-quorum's window (0: never resign for lack of a quorum)."""
+        store = self.store
+        leader = ReplicationLeader(
+            store,
+            partition=self.partition,
+            epoch=epoch,
+            replicas=len(record.replicas),
+            node_id=self.node_id,
+            mode=ReplicationMode(record.mode),
+            quorum=QuorumCheck(self.node_id, record.replicas, window_s=quorum_window_s, now=time.monotonic()),
+            voters=record.replicas,
+        )
+        await leader.start()  # raises StaleEpoch if this replica saw a newer term
+        self._term_start = self._last_entry()
+        self.resigned = None
+        self.leader = leader
+        self.record = record
+        if id(store) not in self._listening:
+            self._listening.add(id(store))
+            store.add_listener(lambda tenant, queue: self._on_change(store, tenant, queue))
+        self.update_links(record, addresses)
+        if self.sweep_every_s > 0:
+            self._sweeper = asyncio.create_task(self._sweep(leader), name=f"sweep p{self.partition}")
+        # A no-op entry in the new term: followers align on it (a deposed tail is dropped).
+        await store.check_writable()
+        self._applied_attributes.clear()
+        await self.apply_queue_attributes(queues)
+        log.info("partition %d: leading at epoch %d (LSN %d)", self.partition, epoch, store.last_lsn)
+
+    def _on_change(self, store: LmdbBackend, tenant: str, queue: str) -> None:
+        if self.leading and self.follower is not None and self.follower.store is store:
+            self._wake(self.partition, tenant, queue)
+
+    def update_links(self, record: PartitionRecord, addresses: Mapping[str, str]) -> None:
+        """Keep a replication link to every other member of ``record`` (voters and learners)
+        whose address is known; count majorities over its voters."""
+        leader = self.leader
+        if leader is None:
+            return
+        self.record = record
+        leader.set_voters(record.replicas)
+        leader.mode = ReplicationMode(record.mode)
+        if leader.quorum is not None and leader.quorum.replicas != record.replicas:
+            leader.quorum.set_replicas(record.replicas, leader.clock())
+        wanted = {n: addresses[n] for n in record.members if n != self.node_id and n in addresses}
+        for node_id, (address, task) in list(self._links.items()):
+            if wanted.get(node_id) != address or task.done():
+                task.cancel()
+                del self._links[node_id]
+                if node_id not in wanted:
+                    leader.followers.pop(node_id, None)
+        for node_id, address in wanted.items():
+            if node_id not in self._links:
+                host, port = split_address(address)
+                task = asyncio.create_task(
+                    leader.maintain(node_id, host, port, retry_s=0.1, tls=self.tls),
+                    name=f"link p{self.partition}->{node_id}",
+                )
+                self._links[node_id] = (address, task)
+
+    async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        """Make the store's queue (and its dead-letter queue) match etcd's attributes (leader only)."""
+        if not self.leading or self.record is None:
+            return
+        tenant, name = self.record.tenant, self.record.queue
+        attributes = queues.get((tenant, name))
+        if attributes is None:
+            return
+        dlq = attributes.get("dead_letter_queue")
+        wanted = [(name, attributes)]
+        if isinstance(dlq, str) and (tenant, dlq) in queues:
+            wanted.insert(0, (dlq, queues[(tenant, dlq)]))  # first: the queue's link needs it
+        elif (
+            isinstance(dlq, str)
+            and (tenant, dlq) in self._applied_attributes
+            and await self._drop_queue(TenantId(tenant), QueueName(dlq))
+        ):
+            # The dead-letter queue was deleted: so is our copy, so poison messages stay in
+            # the queue (as on the embedded store) rather than move where nobody reads.
+            del self._applied_attributes[(tenant, dlq)]
+        for former, _ in former_dead_letter_queues(attributes):
+            # One this queue fed before: our copy keeps what moved there, until that queue
+            # is deleted (the deleting gateway drops it too; this catches a call it missed).
+            if (
+                (tenant, former) not in queues
+                and (tenant, former) in self._applied_attributes
+                and await self._drop_queue(TenantId(tenant), former)
+            ):
+                del self._applied_attributes[(tenant, former)]
+        for queue, attrs in wanted:
+            plain = store_attributes(attrs)
+            if self._applied_attributes.get((tenant, queue)) == plain:
+                continue
+            if await self._ensure_queue(TenantId(tenant), QueueName(queue), plain):
+                self._applied_attributes[(tenant, queue)] = plain
+
+    async def _ensure_queue(self, tenant: TenantId, queue: QueueName, attrs: dict[str, Any]) -> bool:
+        store = self.store
+        try:
+            try:
+                await store.create_queue(tenant, queue, attrs)
+            except QueueExists:
+                await store.update_queue(tenant, queue, attrs)
+        except PushgateError as exc:
+            log.warning("partition %d: cannot apply %s/%s attributes: %s", self.partition, tenant, queue, exc)
+            return False
+        await self._replicate_local_change()
+        return True
+
+    async def _drop_queue(self, tenant: TenantId, queue: QueueName) -> bool:
+        store = self.store
+        try:
+            with contextlib.suppress(QueueNotFound):  # the gateway deleting it got there first
+                await store.delete_queue(tenant, queue)
+        except PushgateError as exc:
+            log.warning("partition %d: cannot delete %s/%s: %s", self.partition, tenant, queue, exc)
+            return False
+        await self._replicate_local_change()
+        return True
+
+    async def _check_dead_letter_copy(self, store: LmdbBackend, args: Mapping[str, Any]) -> None:
+        """A gateway's update that names a dead-letter queue this store has no copy of yet:
+        the copy comes with etcd's record (``apply_queue_attributes``), which may not have
+        reached us. Answered as not_leader (nothing applied), so the gateway retries."""
+        changes = args.get("changes")
+        dlq = changes.get("dead_letter_queue") if isinstance(changes, Mapping) else None
+        if isinstance(dlq, str) and isinstance(args.get("tenant"), str):
+            try:
+                await store.get_queue(TenantId(args["tenant"]), QueueName(dlq))
+            except QueueNotFound:
+                raise ops.NotLeader(
+                    f"partition {self.partition} is not ready yet: no copy of {dlq!r}"
+                ) from None
+
+    async def _replicate_local_change(self) -> None:
+        """Ship what a change made here wrote (a failed majority only delays followers)."""
+        if self.leader is not None:
+            with contextlib.suppress(PushgateError):
+                await self.leader.replicate(self.store.last_lsn)
+
+    async def _sweep(self, leader: ReplicationLeader) -> None:
+        """Retention and dedupe expiry, on the leader only; the deletions replicate."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.sweep_every_s):
+                    await self._sweep_due.wait()
+            self._sweep_due.clear()
+            if self.leader is not leader or leader.deposed.is_set():
+                return
+            try:
+                if await self.store.sweep():
+                    await leader.replicate(self.store.last_lsn)
+            except PushgateError as exc:
+                log.warning("partition %d: sweep failed: %s", self.partition, exc.detail)
+
+    def sweep_soon(self) -> None:
+        """Sweep now rather than at the next interval (a test moved the node's clock)."""
+        self._sweep_due.set()
+
+    def hand_over(self, successor: str, now: float) -> Resignation | None:
+        """Move leadership to a live follower without losing a write: refuse new requests,
+        and once every write begun has finished and ``successor`` holds the whole log, stop
+        leading (writes no longer replicate) and return the position this replica vouches
+        for, exactly the successor's (the caller gives the key up and steps down). None:
+        not yet (the caller bounds the wait, :mod:`.leadership`).
+
+        Not just stepping down: our writes were acknowledged on a majority that need not
+        include the successor, and a new leader's first entry truncates what it lacks from
+        the others (Raft's leadership transfer waits for the same)."""
+        leader = self.leader
+        assert leader is not None
+        if self.handing_over_to != successor:
+            log.info("partition %d: handing over to %s", self.partition, successor)
+            self.handing_over_to, self.handover_started = successor, now
+        if self._writes_in_flight or not self.holds_whole_log(successor):
+            return None
+        leader.resign(f"handed over to {successor}")
+        last_epoch, lsn = self._last_entry()
+        self.resigned = Resignation(leader.epoch, now, last_epoch, lsn)
+        return self.resigned
+
+    def holds_whole_log(self, follower: str) -> bool:
+        """Whether ``follower`` acknowledged every entry of this leader's log."""
+        leader = self.leader
+        progress = leader.followers.get(follower) if leader is not None else None
+        return progress is not None and progress.positioned and progress.acked >= self.store.last_lsn
+
+    def abandon_hand_over(self) -> None:
+        """The successor did not catch up in time: serve again, and do not try it again
+        until the record names another (the manager withdraws the request and may pick one)."""
+        log.warning(
+            "partition %d: %s did not catch up in time; leading on", self.partition, self.handing_over_to
+        )
+        self.abandoned_successor, self.handing_over_to = self.handing_over_to, None
+
+    def lacks_quorum(self, now: float, live: Collection[str]) -> bool:
+        """Check-quorum: leading, but no majority heard from within the window, while the
+        other replicas registered in etcd (``live``) are a majority by themselves."""
+        leader = self.leader
+        if leader is None or leader.quorum is None or leader.deposed.is_set():
+            return False
+        return leader.quorum.should_resign(now, live)
+
+    async def resign_for_quorum(self, now: float) -> Resignation:
+        """Stop leading for lack of a quorum: waiting writes fail with ``unavailable``, new
+        requests get ``not_leader``, and the position published from now on is the one this
+        term vouches for (the caller deletes the leader key)."""
+        leader = self.leader
+        assert leader is not None
+        leader.resign()
+        silent = leader.quorum.silent(now) if leader.quorum is not None else []
+        last_epoch, lsn = vouched_position(
+            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
+        )
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
+        await self.step_down(
+            f"check-quorum: nothing heard from {', '.join(silent)} for {leader.quorum.window_s:g}s"
+            if leader.quorum is not None
+            else "check-quorum"
+        )
+        return resignation
+
+    def keep_leading(self, successor: str | None) -> None:
+        """Serve requests (no hand-over asked for, or the one asked for was given up);
+        ``successor``: the one the record names now (a new one may be tried again)."""
+        self.handing_over_to = None
+        if successor != self.abandoned_successor:
+            self.abandoned_successor = None
+
+    async def step_down(self, why: str) -> None:
+        """Stop leading (deposed, no longer designated, or the node's session was lost)."""
+        leader, self.leader = self.leader, None
+        self.handing_over_to = None
+        links, self._links = list(self._links.values()), {}
+        sweeper, self._sweeper = self._sweeper, None
+        tasks = [task for _, task in links] + ([sweeper] if sweeper is not None else [])
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # Not ``suppress(CancelledError)`` around each: that would swallow our own caller's
+            # cancellation too.
+            await asyncio.wait(tasks)
+        if leader is not None:
+            # Its links are cancelled: writes waiting for a majority fail now (a deleted
+            # queue's partition made its delete wait out the gateway's node timeout).
+            leader.stop(f"the leader stepped down ({why})")
+            log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
+
+    # Serving -------------------------------------------------------------------------------
+
+    async def handle(self, op: str, epoch: Epoch, args: Mapping[str, Any], *, timeout_s: float) -> Any:
+        """Run a gateway's request as the leader; raise NotLeader / StaleLeader otherwise."""
+        leader = self.leader
+        if leader is None or leader.deposed.is_set():
+            raise ops.NotLeader(f"node {self.node_id} does not lead partition {self.partition}")
+        if self.handing_over_to is not None:
+            raise ops.NotLeader(f"partition {self.partition} is moving to {self.handing_over_to}")
+        if epoch and epoch < leader.epoch:
+            raise ops.StaleLeader(
+                f"partition {self.partition} is at epoch {leader.epoch}, not {epoch}", leader.epoch
+            )
+        if epoch > leader.epoch:
+            raise ops.NotLeader(
+                f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
+            )
+        if self.record is None or (self.record.tenant, self.record.queue) not in self._applied_attributes:
+            # Leading, but the queue's attributes have not reached us from etcd yet. Answered
+            # as not_leader: nothing was applied, so the gateway may retry any request.
+            raise ops.NotLeader(f"partition {self.partition} is not ready yet")
+        store = self.store
+        if op == "update_queue":
+            await self._check_dead_letter_copy(store, args)
+        if not ops.OPS[op].writes:
+            result = await ops.call(store, op, args)
+            if op in COMMITTED_READS:
+                await self._read_index(leader, store.last_lsn, timeout_s)
+            return result
+        self._writes_in_flight += 1
+        try:
+            try:
+                result = await ops.call(store, op, args)
+            except StaleEpoch:  # refused before it was written
+                raise ops.NotLeader(f"partition {self.partition}: deposed") from None
+            if self.leader is not leader:
+                # Stepped down while the write committed (its partition dropped, say): the
+                # links are gone, no majority can come; say so now, not at the timeout.
+                raise Unavailable(f"partition {self.partition}: the leader stepped down before replicating")
+            try:
+                await leader.replicate(store.last_lsn, timeout_s)
+            except StaleEpoch:
+                # Written here, maybe held by followers: not "not_leader", which promises
+                # nothing was applied and lets the gateway retry any request.
+                raise Unavailable(
+                    f"partition {self.partition}: the leader was deposed before a majority held "
+                    "this write; it may or may not have been applied"
+                ) from None
+        finally:
+            self._writes_in_flight -= 1
+        return result
+
+    async def _read_index(self, leader: ReplicationLeader, lsn: Lsn, timeout_s: float) -> None:
+        """Answer a read only once what it saw is on a majority (Raft's read index): a
+        leader's store holds writes not yet replicated, which a failover could drop, and a
+        peek or a count must not show them. (``async`` partitions do not wait: their writes
+        are acknowledged on the leader's fsync alone.)"""
+        try:
+            await leader.replicate(lsn, timeout_s)
+        except StaleEpoch:
+            raise ops.NotLeader(f"partition {self.partition}: deposed") from None
+
+    # Life cycle ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.step_down("closing")
+        if self.follower is not None:
+            await self.store.close()
+
+    async def destroy(self) -> None:
+        """Close and delete the environment (the partition left this node)."""
+        await self.close()
+        await asyncio.to_thread(shutil.rmtree, self.path, True)

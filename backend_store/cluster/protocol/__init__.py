@@ -1,0 +1,1 @@
+"""The node protocol, both sides of the wire: frames, the connection state machine, operations, TLS."""

@@ -1,0 +1,91 @@
+"""A node's leadership decisions (``node/leadership.py``), without I/O: when a replica
+serves, steps down, resigns, hands over (and gives a hand-over up), holds off, campaigns."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from backend_store.cluster.coordination.layout import PartitionRecord
+from backend_store.cluster.node.leadership import Action, Situation, decide
+from backend_store.cluster.replication.quorum import Resignation
+
+RECORD = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+
+
+def situation(**kwargs: Any) -> Situation:
+    base = Situation(
+        node_id="n1",
+        record=RECORD,
+        now=100.0,
+        session_valid=True,
+        key=None,
+        window_s=4.0,
+        handover_timeout_s=2.0,
+    )
+    return replace(base, **kwargs)
+
+
+def leading(**kwargs: Any) -> Situation:
+    return situation(term=7, key=("n1", 7), **kwargs)
+
+
+def test_a_designated_leader_serves_until_a_newer_term_or_no_quorum() -> None:
+    assert decide(leading()).action is Action.SERVE
+    assert decide(leading(deposed=True)).action is Action.STEP_DOWN
+    assert decide(leading(lacks_quorum=True)).action is Action.RESIGN_FOR_QUORUM
+    # A newer term beats everything, a hand-over included.
+    asked = replace(RECORD, successor="n2")
+    assert decide(leading(record=asked, deposed=True)).action is Action.STEP_DOWN
+
+
+def test_a_successor_gets_a_bounded_hand_over() -> None:
+    asked = replace(RECORD, successor="n2")
+    start = decide(leading(record=asked))
+    assert (start.action, start.successor) == (Action.HAND_OVER, "n2")
+    waiting = leading(record=asked, handing_over_to="n2", handover_started=99.0)
+    assert decide(waiting).action is Action.HAND_OVER  # 1 s of 2: keep waiting
+    late = replace(waiting, now=101.5)
+    assert decide(late).action is Action.ABANDON_HAND_OVER
+    # Given up: serve, and do not try the same successor again...
+    assert decide(leading(record=asked, abandoned="n2")).action is Action.SERVE
+    # ...but another one, yes.
+    other = replace(RECORD, successor="n3")
+    assert decide(leading(record=other, abandoned="n2")).successor == "n3"
+
+
+def test_no_hand_over_to_a_learner_or_to_itself() -> None:
+    learner = replace(RECORD, learners=("n4",), successor="n4")
+    assert decide(leading(record=learner)).action is Action.SERVE
+    assert decide(leading(record=replace(RECORD, successor="n1"))).action is Action.SERVE
+
+
+def test_a_leader_the_record_no_longer_designates_hands_over_to_the_designated_voter() -> None:
+    moved = replace(RECORD, leader="n3")
+    decision = decide(leading(record=moved))
+    assert (decision.action, decision.successor) == (Action.HAND_OVER, "n3")
+    # Designating a node outside the voters: nobody to hand over to.
+    assert decide(leading(record=replace(RECORD, leader="n9"))).action is Action.STEP_DOWN
+
+
+def test_after_resigning_it_holds_off_for_a_window_unless_a_newer_leader_exists() -> None:
+    resigned = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40)
+    assert decide(situation(resigned=resigned)).action is Action.HOLD_OFF
+    assert decide(situation(resigned=resigned, now=103.5)).action is Action.CAMPAIGN
+    # Its own key still stands (the delete failed): delete it again, do not campaign.
+    assert decide(situation(resigned=resigned, key=("n1", 7))).action is Action.DELETE_OWN_KEY
+    newer = decide(situation(resigned=resigned, key=("n2", 9)))
+    assert newer.end_resignation and newer.action is Action.CAMPAIGN  # etcd refuses while n2 holds it
+    # Not designated any more (the manager designated another): a follower.
+    other = replace(RECORD, leader="n2")
+    assert decide(situation(resigned=resigned, record=other)).action is Action.FOLLOW
+
+
+def test_only_a_designated_replica_with_a_valid_session_campaigns() -> None:
+    assert decide(situation()).action is Action.CAMPAIGN
+    assert decide(situation(session_valid=False)).action is Action.FOLLOW
+    assert decide(situation(record=replace(RECORD, leader="n2"))).action is Action.FOLLOW
+    # The successor named in a hand-over does not campaign: the manager designates it once
+    # the old leader gave its key up, having checked its position.
+    successor = situation(node_id="n2", record=replace(RECORD, successor="n2"))
+    assert decide(successor).action is Action.FOLLOW

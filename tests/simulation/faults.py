@@ -1,0 +1,519 @@
+"""Faults, their mixes, and the schedule that throws them at the cluster.
+
+A fault is applied, lasts a while (drawn from the seed) and heals itself; the schedule
+starts one every so often (exponential gaps) up to a mix's limit of faults at once. At the
+end of the chaos :meth:`Chaos.heal_everything` undoes whatever is still broken, as an
+operator would: paths healed, processes thawed and restarted, disks emptied, clocks
+corrected, etcd started (restored from the latest backup if it came back empty), drains
+withdrawn.
+
+Mixes (``--faults``):
+
+=============  ==========================================================================
+``minority``   issue 24's random schedule: one fault at a time, a majority always healthy
+               (a node killed, frozen or cut from its peers, a drain, the manager killed);
+               the availability bound is checked
+``process``    nodes and managers killed, frozen, their clocks skewed
+``network``    nodes cut off (from peers, etcd, the gateway; one way or both), links cut,
+               losses, slow hosts, connections reset
+``disk``       full disks, failed fsyncs, a map that fills, slow disks (with kills)
+``etcd``       etcd stopped, wiped, restored from an older backup, slow; a partition record
+               that cannot be read (with kills)
+``restore``    etcd restored from an older backup (its revisions go back), with kills: the
+               restore alone, without the wipes that delete replicas first
+``ops``        drains, joins, replacements of dead nodes, a node restarted with another
+               ``--prefix``, under cuts and kills
+``all``        every fault above, up to three at once
+=============  ==========================================================================
+A mix may also be a comma-separated list of fault names (``kill,cut-peers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from .cluster import ETCD, GATEWAY, SimCluster
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    name: str
+    faults: tuple[str, ...]
+    concurrent: int
+    mean_gap_s: float
+    quiet_s: float = 0.0  # after a fault heals, before the next may start (one at a time)
+
+    @property
+    def availability_checked(self) -> bool:
+        return self.name == "minority"
+
+
+MIXES: dict[str, Mix] = {
+    "minority": Mix(
+        "minority", ("kill", "freeze", "cut-peers", "drain", "kill-manager"), 1, 1.0, quiet_s=3.0
+    ),
+    "process": Mix("process", ("kill", "freeze", "kill-manager", "freeze-manager", "clock-skew"), 2, 2.0),
+    "network": Mix(
+        "network",
+        (
+            "cut-peers",
+            "cut-etcd",
+            "cut-gateway",
+            "cut-all",
+            "cut-one-way",
+            "cut-link",
+            "lossy",
+            "slow-host",
+            "reset",
+        ),
+        2,
+        2.0,
+    ),
+    "disk": Mix("disk", ("disk-full", "fsync-fail", "map-full", "slow-disk", "kill"), 2, 1.5),
+    "etcd": Mix(
+        "etcd",
+        ("etcd-outage", "etcd-wipe", "etcd-restore", "corrupt-record", "slow-etcd", "kill", "kill-manager"),
+        1,
+        4.0,
+    ),
+    "restore": Mix("restore", ("etcd-restore", "kill", "kill", "freeze", "kill-manager"), 2, 2.0),
+    "ops": Mix(
+        "ops",
+        ("drain", "join", "replace", "wrong-prefix", "cut-peers", "cut-one-way", "kill", "kill-manager"),
+        3,
+        2.0,
+    ),
+}
+ALL_FAULTS = tuple(sorted({f for mix in MIXES.values() for f in mix.faults}))
+MIXES["all"] = Mix("all", ALL_FAULTS, 3, 1.5)
+
+
+def mix_named(spec: str) -> Mix:
+    """A mix by name, or one made of comma-separated fault names."""
+    if spec in MIXES:
+        return MIXES[spec]
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    unknown = [n for n in names if n not in ALL_FAULTS]
+    if unknown or not names:
+        raise ValueError(f"unknown faults {unknown}; mixes: {sorted(MIXES)}; faults: {list(ALL_FAULTS)}")
+    return Mix(spec, names, 2, 2.0)
+
+
+class Chaos:
+    """Runs a mix's schedule against a cluster."""
+
+    MAX_NODES = 6
+
+    def __init__(self, cluster: SimCluster, mix: Mix, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.mix = mix
+        self.rng = rng
+        self.active: dict[int, tuple[str, str]] = {}  # id -> (fault, target)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next = 0
+        self.history: list[tuple[float, float | None, str, str]] = []  # (start, end, fault, target)
+        self._healing = False
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def note(self, text: str) -> None:
+        self.cluster.trace.add(self.now(), "chaos", text)
+
+    # The schedule -------------------------------------------------------------------------------
+
+    async def run(self, duration_s: float) -> None:
+        end = self.now() + duration_s
+        while self.now() < end:
+            await asyncio.sleep(self.rng.expovariate(1 / self.mix.mean_gap_s))
+            while len(self.active) >= self.mix.concurrent and self.now() < end:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)  # a poll on virtual time
+            if self.mix.quiet_s and self.history:
+                last_end = max((h[1] or self.now()) for h in self.history)
+                if self.now() - last_end < self.mix.quiet_s:
+                    await asyncio.sleep(self.mix.quiet_s - (self.now() - last_end))
+            if self.now() >= end:
+                break
+            self._start(self.rng.choice(self.mix.faults))
+
+    def _start(self, fault: str) -> None:
+        action = getattr(self, "_" + fault.replace("-", "_"))
+        target_and_coro: tuple[str, Coroutine[Any, Any, None]] | None = action()
+        if target_and_coro is None:
+            return
+        target, coro = target_and_coro
+        self._next += 1
+        fault_id = self._next
+        self.active[fault_id] = (fault, target)
+        index = len(self.history)
+        self.history.append((self.now(), None, fault, target))
+        self.note(f"fault {fault} on {target}")
+
+        async def run() -> None:
+            try:
+                await coro
+            finally:
+                self.active.pop(fault_id, None)
+                start, _, f, t = self.history[index]
+                self.history[index] = (start, self.now(), f, t)
+
+        self._tasks.append(asyncio.get_running_loop().create_task(run(), name=f"fault {fault}"))
+
+    def _busy(self) -> set[str]:
+        return {target for _, target in self.active.values()}
+
+    def _pick_node(self, *, alive: bool = True) -> str | None:
+        cluster = self.cluster
+        choices = [
+            n
+            for n in cluster.node_names()
+            if n not in self._busy() and n not in cluster.retired and (not alive or n in cluster.live_nodes())
+        ]
+        return self.rng.choice(choices) if choices else None
+
+    def _lasting(self, low: float, high: float) -> float:
+        return low + self.rng.random() * (high - low)
+
+    def _while(
+        self, target: str, apply: Callable[[], None], heal: Callable[[], None], low: float, high: float
+    ) -> tuple[str, Coroutine[Any, Any, None]]:
+        apply()
+
+        async def lasts() -> None:
+            await asyncio.sleep(self._lasting(low, high))
+            if not self._healing:
+                heal()
+                self.note(f"healed {target}")
+
+        return target, lasts()
+
+    # Processes ----------------------------------------------------------------------------------
+
+    def _kill(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        return self._while(
+            node, lambda: self.cluster.kill(node), lambda: self.cluster.restart(node), 0.5, 8.0
+        )
+
+    def _freeze(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        proc = self.cluster.nodes[node].proc
+        return self._while(node, proc.freeze, proc.thaw, 0.3, 6.0)
+
+    def _clock_skew(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        proc = self.cluster.nodes[node].proc
+        rate = self.rng.choice([0.95, 0.98, 1.02, 1.05])
+        return self._while(
+            node, lambda: proc.set_clock_rate(rate), lambda: proc.set_clock_rate(1.0), 2.0, 15.0
+        )
+
+    def _manager(self) -> str | None:
+        active = self.cluster.active_manager()
+        return active if active is not None and active not in self._busy() else None
+
+    def _kill_manager(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        name = self._manager()
+        if name is None:
+            return None
+        return self._while(
+            name, lambda: self.cluster.kill(name), lambda: self.cluster.restart(name), 0.5, 6.0
+        )
+
+    def _freeze_manager(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        name = self._manager()
+        if name is None:
+            return None
+        proc = self.cluster.managers[name][0]
+        return self._while(name, proc.freeze, proc.thaw, 0.5, 5.0)
+
+    # The network -----------------------------------------------------------------------------------
+
+    def _cut(
+        self, node: str, others: list[str], *, outgoing: bool = True, incoming: bool = True
+    ) -> tuple[str, Coroutine[Any, Any, None]]:
+        network = self.cluster.network
+
+        def apply() -> None:
+            for other in others:
+                if outgoing:
+                    network.cut(node, other)
+                if incoming:
+                    network.cut(other, node)
+
+        def heal() -> None:
+            for other in others:
+                network.heal(node, other)
+                network.heal(other, node)
+
+        return self._while(node, apply, heal, 1.0, 12.0)
+
+    def _peers(self, node: str) -> list[str]:
+        return [n for n in self.cluster.node_names() if n != node]
+
+    def _cut_peers(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        return None if node is None else self._cut(node, self._peers(node))
+
+    def _cut_etcd(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        return None if node is None else self._cut(node, [ETCD])
+
+    def _cut_gateway(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        return None if node is None else self._cut(node, [GATEWAY])
+
+    def _cut_all(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        return None if node is None else self._cut(node, [*self._peers(node), ETCD, GATEWAY])
+
+    def _cut_one_way(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        outgoing = self.rng.random() < 0.5
+        return self._cut(node, self._peers(node), outgoing=outgoing, incoming=not outgoing)
+
+    def _cut_link(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        other = self.rng.choice(self._peers(node))
+        return self._cut(node, [other], outgoing=True, incoming=self.rng.random() < 0.5)
+
+    def _lossy(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        network = self.cluster.network
+        if "net" in self._busy():
+            return None
+        loss = self.rng.choice([0.01, 0.05, 0.2])
+
+        def heal() -> None:
+            network.loss = 0.0
+
+        return self._while("net", lambda: setattr(network, "loss", loss), heal, 2.0, 10.0)
+
+    def _slow_host(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        network = self.cluster.network
+        extra = self.rng.choice([0.02, 0.1, 0.4])
+        return self._while(
+            node, lambda: network.set_slow(node, extra), lambda: network.set_slow(node, 0.0), 1.0, 10.0
+        )
+
+    def _reset(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node()
+        if node is None:
+            return None
+        network = self.cluster.network
+        return self._while(
+            node,
+            lambda: self.note(f"reset {network.reset(node)} connections of {node}"),
+            lambda: None,
+            0.0,
+            0.1,
+        )
+
+    # Disks ---------------------------------------------------------------------------------------------
+
+    def _disk_fault(
+        self, set_it: Callable[[Any], None], clear: Callable[[Any], None], low: float, high: float
+    ) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        node = self._pick_node(alive=False)
+        if node is None:
+            return None
+        disk = self.cluster.disks[node]
+        return self._while(node, lambda: set_it(disk), lambda: clear(disk), low, high)
+
+    def _disk_full(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        return self._disk_fault(
+            lambda d: setattr(d, "full", True), lambda d: setattr(d, "full", False), 0.5, 5.0
+        )
+
+    def _fsync_fail(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        count = self.rng.randint(1, 3)
+        return self._disk_fault(
+            lambda d: setattr(d, "failing_fsyncs", count), lambda d: setattr(d, "failing_fsyncs", 0), 0.5, 3.0
+        )
+
+    def _map_full(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        return self._disk_fault(
+            lambda d: setattr(d, "map_full_once", True),
+            lambda d: setattr(d, "map_full_once", False),
+            0.5,
+            3.0,
+        )
+
+    def _slow_disk(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        slow = self.rng.choice([0.02, 0.1, 0.5])
+        return self._disk_fault(
+            lambda d: setattr(d, "slow_s", slow), lambda d: setattr(d, "slow_s", 0.0), 1.0, 8.0
+        )
+
+    # etcd -------------------------------------------------------------------------------------------------
+
+    def _etcd_busy(self) -> bool:
+        return ETCD in self._busy()
+
+    def _etcd_outage(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        if self._etcd_busy():
+            return None
+        cluster = self.cluster
+        return self._while(ETCD, cluster.etcd_stop, lambda: cluster.etcd.start(), 0.5, 5.0)
+
+    def _etcd_wipe(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """Stopped, its data removed, started again empty; later an operator restores the
+        latest backup."""
+        if self._etcd_busy():
+            return None
+        cluster = self.cluster
+        cluster.etcd_stop()
+
+        async def lasts() -> None:
+            await asyncio.sleep(self._lasting(0.5, 3.0))
+            if self._healing:
+                return
+            cluster.etcd_start_empty()
+            await asyncio.sleep(self._lasting(2.0, 10.0))
+            if not self._healing:
+                cluster.etcd_restore()
+
+        return ETCD, lasts()
+
+    def _etcd_restore(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """``etcdctl snapshot restore`` of an older backup (revisions go back)."""
+        if self._etcd_busy() or not self.cluster.backups:
+            return None
+        # Half the time the oldest backup (the setup's): the older, the further back revisions go.
+        index = 0 if self.rng.random() < 0.5 else self.rng.randrange(len(self.cluster.backups))
+
+        def restore() -> None:
+            self.cluster.etcd_restore(index)
+
+        return self._while(ETCD, restore, lambda: None, 0.5, 2.0)
+
+    def _corrupt_record(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """A partition record that cannot be read (written by a bug, or by hand), until
+        the manager writes it again."""
+        if self._etcd_busy():
+            return None
+        cluster = self.cluster
+        keys = sorted(k for k in cluster.etcd.state.kv if k.startswith(cluster.layout.partitions))
+        if not cluster.etcd.up or not keys:
+            return None
+        key = self.rng.choice(keys)
+        return self._while(ETCD, lambda: cluster.corrupt(key), lambda: None, 0.5, 2.0)
+
+    def _slow_etcd(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        if self._etcd_busy():
+            return None
+        etcd = self.cluster.etcd
+        slow = self.rng.choice([0.05, 0.3, 1.5])
+        return self._while(
+            ETCD, lambda: setattr(etcd, "slow_s", slow), lambda: setattr(etcd, "slow_s", 0.0), 1.0, 8.0
+        )
+
+    # Operators ---------------------------------------------------------------------------------------------
+
+    def _drain(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        cluster = self.cluster
+        candidates = [
+            n for n in cluster.node_names() if n not in cluster.drained and n not in cluster.retired
+        ]
+        if len(candidates) <= 3:
+            return None  # three nodes must stay to hold an RF 3 partition
+        node = self.rng.choice([n for n in candidates if n not in self._busy()] or candidates)
+
+        async def lasts() -> None:
+            await cluster.drain(node, True)
+            await asyncio.sleep(self._lasting(4.0, 20.0))
+            if not self._healing:
+                await cluster.drain(node, False)
+
+        return node, lasts()
+
+    def _join(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        cluster = self.cluster
+        if len(cluster.node_names()) >= self.MAX_NODES:
+            return None
+        name = f"n{len(cluster.node_names()) + 1}"
+        cluster.start_node(name)
+        return self._while(name, lambda: None, lambda: None, 0.0, 0.1)
+
+    def _wrong_prefix(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """A node restarted with another ``--prefix`` (an operator's typo), then fixed."""
+        node = self._pick_node()
+        if node is None:
+            return None
+        cluster = self.cluster
+
+        def restart_wrong() -> None:
+            cluster.kill(node)
+            cluster.start_node(node, prefix="/typo/")
+
+        def restart_right() -> None:
+            cluster.kill(node)
+            cluster.start_node(node)
+
+        return self._while(node, restart_wrong, restart_right, 2.0, 8.0)
+
+    def _replace(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """A node dies for good; the operator drains it (its replicas move) and adds another."""
+        cluster = self.cluster
+        alive = [n for n in cluster.live_nodes() if n not in self._busy() and n not in cluster.drained]
+        if len(alive) <= 3 or len(cluster.node_names()) >= self.MAX_NODES:
+            return None
+        node = self.rng.choice(alive)
+
+        async def lasts() -> None:
+            cluster.retired.add(node)
+            cluster.kill(node)
+            await asyncio.sleep(self._lasting(1.0, 5.0))
+            await cluster.drain(node, True)
+            await asyncio.sleep(self._lasting(0.5, 5.0))
+            cluster.start_node(f"n{len(cluster.node_names()) + 1}")
+
+        return node, lasts()
+
+    # Healing ---------------------------------------------------------------------------------------------------
+
+    async def heal_everything(self) -> None:
+        self._healing = True
+        cluster = self.cluster
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        self.active.clear()
+        cluster.network.heal_all()
+        cluster.etcd.slow_s = 0.0
+        for disk in cluster.disks.values():
+            disk.full, disk.failing_fsyncs, disk.map_full_once, disk.slow_s = False, 0, False, 0.0
+        for name in cluster.node_names():
+            node = cluster.nodes.get(name)
+            if node is not None:
+                node.proc.thaw()
+                node.proc.set_clock_rate(1.0)
+            cluster.restart(name)
+        for name, (proc, _) in sorted(cluster.managers.items()):
+            proc.thaw()
+            cluster.restart(name)
+        if not cluster.etcd.up:
+            cluster.etcd.start()
+        if cluster.layout.cluster not in cluster.etcd.state.kv and cluster.backups:
+            # It came back empty (the nodes refuse it, saying so): the operator restores the
+            # latest backup (the nodes' registrations alone do not make it less empty).
+            cluster.etcd_restore()
+        for name in sorted(cluster.drained - cluster.retired):
+            await cluster.drain(name, False)
+        self.note("healed everything")

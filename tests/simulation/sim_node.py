@@ -1,0 +1,584 @@
+"""A simulated backend node: ``node/node.py``'s loop on the simulated network, etcd and disk.
+
+The same tasks as the production node, in the same order: four watches (partitions,
+leaders, nodes, queues) through the coordinator; a main loop that opens an etcd session,
+registers, then reconciles on every change and every ``tick_s`` until the session is lost
+(then steps down everywhere and starts over); publishing the replicas' positions; serving
+gateways' requests and the replication links of other nodes' leaders on one listener.
+
+Every decision is the adapter's (:mod:`.node_adapter`, today's code); this module does the
+I/O each decision asks for. Time is the node's own clock (``proc.clock``), which clock-skew
+faults make run fast or slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, PrefixState
+from backend_store.cluster.coordination.identity import ClusterRecord, IdentityVerdict, judge_node
+from backend_store.cluster.coordination.layout import (
+    ClusterIdentity,
+    Layout,
+    LeaderRecord,
+    NodeRecord,
+    PartitionRecord,
+    ReplicaPosition,
+    Tombstone,
+    parse_ids,
+    unpack,
+)
+from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
+from backend_store.cluster.protocol import ops
+from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
+from backend_store.cluster.protocol.stream import NodeStream
+from backend_store.cluster.protocol.wire import Hello, Request
+from backend_store.errors import PushgateError, StaleEpoch, Unavailable
+from backend_store.types import Epoch, epoch_incarnation, epoch_revision, make_epoch
+
+from . import node_adapter
+from .kernel import Process
+from .network import Network
+from .oracle import Oracle
+from .sim_coordinator import SimCoordinator, SimSession
+from .sim_partition import SimPartitionHost
+from .sim_store import NodeDisk
+
+TTL_S = 2.0
+TICK_S = 0.2
+PUBLISH_EVERY_S = 0.5
+REQUEST_TIMEOUT_S = 5.0
+HANDOVER_TIMEOUT_S = 2.0  # node.py's default
+
+
+class SimNode:
+    def __init__(
+        self,
+        proc: Process,
+        node_id: str,
+        disk: NodeDisk,
+        network: Network,
+        coordinator: SimCoordinator,
+        oracle: Oracle,
+        *,
+        layout: Layout,
+        store_clock: Callable[[], float],
+    ) -> None:
+        self.proc = proc
+        self.node_id = node_id
+        self.disk = disk
+        self.network = network
+        self.coordinator = coordinator
+        self.oracle = oracle
+        self.layout = layout
+        self.store_clock = store_clock
+        self.address = f"{node_id}:7000"
+        self.quorum_window_s = 2 * TTL_S
+        self.handover_timeout_s = HANDOVER_TIMEOUT_S
+        self.hosts: dict[int, SimPartitionHost] = {}
+        self.session: SimSession | None = None
+        self._changed = asyncio.Event()
+        self._partitions: MapView | None = None
+        self._tombstones: dict[int, Tombstone] = {}
+        self._cluster: ClusterRecord | None = None  # None: not read yet
+        self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
+        self._on_disk: set[int] | None = None  # replicas found on disk at start (first decision)
+        self._stray_lsn: dict[int, int] = {}
+        self.strays: dict[int, str] = {}
+        self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
+        self._nodes: dict[str, NodeRecord] = {}
+        self._queues: dict[tuple[str, str], dict[str, Any]] = {}
+        self._published: NodeRecord | None = None
+        self._published_at = 0.0
+        self._campaign_epochs: dict[int, Epoch] = {}
+        self._publish_now = False
+
+    def note(self, text: str) -> None:
+        self.network.trace.add(asyncio.get_running_loop().time(), self.node_id, text)
+
+    # Life cycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.network.listen(self.proc, "node", self._accept)
+        for prefix, handler in (
+            (self.layout.partitions, self._on_partitions),
+            (self.layout.leaders, self._on_leaders),
+            (self.layout.nodes, self._on_nodes),
+            (self.layout.queues, self._on_queues),
+            (self.layout.cluster, self._on_cluster),
+            (self.layout.tombstones, self._on_tombstones),
+        ):
+            self.proc.spawn(self._watch(prefix, handler), f"watch {prefix}")
+        self.proc.spawn(self._run(), "main loop")
+
+    async def _watch(self, prefix: str, handler: Callable[[PrefixState], None]) -> None:
+        while True:
+            try:
+                states: AsyncIterator[PrefixState] = self.coordinator.watch_prefix(prefix, reread_every_s=2.0)
+                async for state in states:
+                    await self.proc.awake()
+                    handler(state)
+                    self._changed.set()
+            except (CoordinatorUnavailable, PushgateError):
+                await self.proc.sleep(0.5)
+
+    def _on_partitions(self, state: PrefixState) -> None:
+        out: dict[int, PartitionRecord] = {}
+        unreadable: set[int] = set()
+        for pid, value in parse_ids(state.values()).items():
+            try:
+                out[pid] = PartitionRecord.unpack(value)
+            except PushgateError:
+                unreadable.add(pid)
+        self._partitions = MapView(out, frozenset(unreadable))
+
+    def _on_tombstones(self, state: PrefixState) -> None:
+        out: dict[int, Tombstone] = {}
+        for pid, value in self.layout.node_tombstones(self.node_id, state.values()).items():
+            with contextlib.suppress(PushgateError):
+                out[pid] = Tombstone.unpack(value)
+        self._tombstones = out
+
+    def _on_cluster(self, state: PrefixState) -> None:
+        entry = state.entries.get(self.layout.cluster)
+        self._cluster = ClusterRecord.parse(entry.value if entry is not None else None)
+
+    def _on_leaders(self, state: PrefixState) -> None:
+        out: dict[int, tuple[LeaderRecord, Epoch]] = {}
+        for key, entry in state.entries.items():
+            suffix = key[len(self.layout.leaders) :]
+            if suffix.isdigit():
+                with contextlib.suppress(PushgateError):
+                    record = LeaderRecord.unpack(entry.value)
+                    out[int(suffix)] = (record, record.epoch(entry.create_revision))
+        before = self._leaders
+        if any(before.get(p, (None, 0))[1] != out.get(p, (None, 0))[1] for p in self.hosts):
+            self._publish_now = True
+        self._leaders = out
+
+    def _on_nodes(self, state: PrefixState) -> None:
+        out: dict[str, NodeRecord] = {}
+        for node_id, value in state.values().items():
+            with contextlib.suppress(PushgateError):
+                out[node_id] = NodeRecord.unpack(value)
+        self._nodes = out
+
+    def _on_queues(self, state: PrefixState) -> None:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for key, value in state.values().items():
+            tenant, _, queue = key.partition("/")
+            with contextlib.suppress(PushgateError):
+                attributes = unpack(value)
+                if isinstance(attributes, dict):
+                    out[(tenant, queue)] = attributes
+        self._queues = out
+
+    # The main loop ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        proc = self.proc
+        while True:
+            try:
+                await self._open_session()
+            except CoordinatorUnavailable:
+                await proc.sleep(0.5)
+                continue
+            session = self.session
+            assert session is not None
+            while session.valid():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(proc.local_to_real(TICK_S)):
+                        await self._changed.wait()
+                await proc.awake()
+                self._changed.clear()
+                if not session.valid():
+                    break
+                try:
+                    await self._reconcile(session)
+                except CoordinatorUnavailable:
+                    pass
+                except PushgateError as exc:  # a store error: log it, keep the node alive, retry
+                    self.note(f"reconciling failed: {exc.code}: {exc.detail}")
+                    await proc.sleep(TICK_S)
+            await self._step_down_all("etcd session lost")
+            self.session = None
+            self._published = None
+
+    async def _open_session(self) -> None:
+        session = await self.coordinator.open_session(TTL_S)
+        self.session = session
+        await self._judge(holds_replicas=bool(self.disk.partitions or self.hosts), etcd_has_map=False)
+        self._campaign_epochs.clear()
+        await self._publish(session, force=True)
+        self.note(f"registered (lease {session.lease_id:x})")
+
+    async def _judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
+        """``NodeIdentity.judge`` (node/node_identity.py), the data directory being the
+        model disk: create the cluster's id when the rules say so, adopt etcd's."""
+        if self._cluster is None:
+            entry = await self.coordinator.get(self.layout.cluster)
+            self._cluster = ClusterRecord.parse(entry.value if entry is not None else None)
+        judgement = judge_node(
+            self._cluster,
+            self.disk.cluster_id,
+            holds_replicas=holds_replicas,
+            etcd_has_map=etcd_has_map,
+            layout=self.layout,
+        )
+        if judgement.create:
+            # Deterministic where production takes a uuid4: the node and the virtual time.
+            loop_time = asyncio.get_running_loop().time()
+            made = ClusterIdentity(f"c-{self.node_id}-{loop_time:.6f}", 0, self.proc.clock())
+            if await self.coordinator.create(self.layout.cluster, made.pack()):
+                self.note(f"created cluster {made.cluster_id} in etcd")
+            entry = await self.coordinator.get(self.layout.cluster)
+            self._cluster = ClusterRecord.parse(entry.value if entry is not None else None)
+            judgement = judge_node(
+                self._cluster,
+                self.disk.cluster_id,
+                holds_replicas=holds_replicas,
+                etcd_has_map=etcd_has_map,
+                layout=self.layout,
+            )
+        if judgement.adopt is not None:
+            await self.proc.awake()
+            self.disk.cluster_id = judgement.adopt
+            self.note(f"belongs to cluster {judgement.adopt}")
+        verdict = judgement.verdict
+        if verdict.refusal is not None and verdict.refusal != self.verdict.refusal:
+            self.note(f"refusing etcd: {verdict.refusal}")
+        self.verdict = verdict
+        return verdict
+
+    async def _step_down_all(self, why: str) -> None:
+        for host in list(self.hosts.values()):
+            if host.leader is not None:
+                await host.step_down(why)
+
+    async def _reconcile(self, session: SimSession) -> None:
+        """``Node._reconcile``: judge etcd, decide (``node/reconcile.py``), act."""
+        if self._on_disk is None and self._partitions is not None:
+            # The first decision also sees the replicas left on disk from before this start.
+            self._on_disk = set(self.disk.partitions)
+        known = self._on_disk or set()
+        verdict = await self._judge(
+            holds_replicas=bool(known or self.hosts),
+            etcd_has_map=bool(self._partitions is not None and self._partitions.records),
+        )
+        decision = self._decide(verdict, {})
+        opened: dict[int, SimPartitionHost] = {}
+        if decision.refused is None:
+            # New replicas are opened aside and their labels read before anything serves them.
+            for pid in [p for p in decision.serve if p not in self.hosts]:
+                host = SimPartitionHost(self, pid)
+                await host.open()
+                opened[pid] = host
+            if opened:
+                decision = self._decide(verdict, opened)
+        for pid, host in opened.items():
+            if pid in decision.serve:
+                self.hosts[pid] = host
+                known.add(pid)
+            else:
+                await host.close()
+        await self._keep_strays(decision.strays)
+        for pid, why in decision.delete.items():
+            await self._delete_replica(pid, why)
+            known.discard(pid)
+        self._on_disk = known
+        if decision.refused is not None:
+            await self._publish(session, force=self._publish_now)
+            return
+        addresses = {n: rec.address for n, rec in self._nodes.items()}
+        for pid, record in decision.serve.items():
+            host = self.hosts[pid]
+            data = self.disk.partitions.get(pid)
+            if data is not None and data.label is None and verdict.cluster_id is not None:
+                data.label = ReplicaLabel(
+                    verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
+                )
+            await self._reconcile_partition(session, host, record, addresses)
+        await self._publish(session, force=self._publish_now)
+
+    def _decide(self, verdict: IdentityVerdict, opened: dict[int, SimPartitionHost]) -> node_adapter.Decision:
+        hosted = {
+            pid: HostedReplica(pid, open=False, last_lsn=self._stray_lsn.get(pid))
+            for pid in self._on_disk or ()
+        }
+        for pid, host in [*self.hosts.items(), *opened.items()]:
+            data = self.disk.partitions.get(pid)
+            hosted[pid] = HostedReplica(
+                pid, True, data.label if data is not None else None, host.store.last_lsn
+            )
+        return node_adapter.decide_replicas(self.node_id, hosted, self._partitions, self._tombstones, verdict)
+
+    async def _keep_strays(self, strays: dict[int, str]) -> None:
+        """Stop serving replicas that became strays (their data stays), and note each once."""
+        for pid, why in strays.items():
+            host = self.hosts.pop(pid, None)
+            if host is not None:
+                self._stray_lsn[pid] = host.store.last_lsn
+                await self._resign(host)
+                await host.close()
+            if self.strays.get(pid) != why:
+                self.note(f"keeping p{pid} as a stray, not served: {why}")
+                self._publish_now = True
+        if strays.keys() != self.strays.keys():
+            self._publish_now = True
+        self.strays = dict(strays)
+
+    async def _delete_replica(self, pid: int, why: str) -> None:
+        host = self.hosts.pop(pid, None)
+        self.note(f"deleting the replica of p{pid} ({why})")
+        if host is not None:
+            await self._resign(host)
+            await host.destroy(why)
+        else:
+            self.disk.delete(pid, why)
+        self._stray_lsn.pop(pid, None)
+        with contextlib.suppress(CoordinatorUnavailable):
+            await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
+
+    async def _reconcile_partition(
+        self, session: SimSession, host: SimPartitionHost, record: PartitionRecord, addresses: dict[str, str]
+    ) -> None:
+        """``NodeLeadership.reconcile`` (node/leadership.py): decide for one replica, act."""
+        claim = self._leaders.get(host.partition)
+        key = (claim[0].node, int(claim[1])) if claim is not None else None
+        now = self.proc.clock()
+        decision = node_adapter.decide_leadership(self._situation(host, record, session, key, now))
+        if decision.end_resignation:
+            host.resigned = None  # a newer term: an ordinary follower again
+            self._publish_now = True
+        Action = node_adapter.Action
+        match decision.action:
+            case Action.SERVE:
+                host.keep_leading(record.successor)
+                host.update_links(record, addresses)
+                await host.apply_queue_attributes(self._queues)
+            case Action.STEP_DOWN:
+                await self._resign(host)
+                await host.step_down(decision.why)
+            case Action.RESIGN_FOR_QUORUM:
+                await self._resign_for_quorum(host, now)
+            case Action.HAND_OVER:
+                assert decision.successor is not None
+                host.update_links(record, addresses)
+                resignation = host.hand_over(decision.successor, now)
+                if resignation is not None:
+                    self.note(
+                        f"p{host.partition}: handed over to {decision.successor} at LSN"
+                        f" {resignation.lsn} (epoch {resignation.last_epoch})"
+                    )
+                    await self._resign(host)
+                    await host.step_down(f"handed over to {decision.successor}")
+                    self._publish_now = True
+            case Action.ABANDON_HAND_OVER:
+                host.abandon_hand_over()
+            case Action.DELETE_OWN_KEY:
+                resigned = host.resigned
+                assert resigned is not None
+                with contextlib.suppress(CoordinatorUnavailable):
+                    await self.coordinator.resign(
+                        self.layout.leader(host.partition), Epoch(epoch_revision(resigned.epoch))
+                    )
+                host.record = record
+            case Action.FOLLOW | Action.HOLD_OFF:
+                host.record = record
+            case Action.CAMPAIGN:
+                await self._campaign(session, host, record, addresses)
+
+    def _situation(
+        self,
+        host: SimPartitionHost,
+        record: PartitionRecord,
+        session: SimSession,
+        key: tuple[str, int] | None,
+        now: float,
+    ) -> node_adapter.Situation:
+        """``NodeLeadership.situation``."""
+        leader = host.leader
+        common: dict[str, Any] = {
+            "node_id": self.node_id,
+            "record": record,
+            "now": now,
+            "session_valid": session.valid(),
+            "key": key,
+            "window_s": self.quorum_window_s,
+            "handover_timeout_s": self.handover_timeout_s,
+            "abandoned": host.abandoned_successor,
+            "resigned": host.resigned,
+        }
+        if leader is None:
+            return node_adapter.Situation(**common)
+        lost_claim = key is not None and key[1] > leader.epoch
+        return node_adapter.Situation(
+            **common,
+            term=leader.epoch,
+            deposed=leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch,
+            lacks_quorum=host.lacks_quorum(now, self._nodes),
+            handing_over_to=host.handing_over_to,
+            handover_started=host.handover_started,
+        )
+
+    async def _campaign(
+        self, session: SimSession, host: SimPartitionHost, record: PartitionRecord, addresses: dict[str, str]
+    ) -> None:
+        claim_value = LeaderRecord(self.node_id, self.address, self._incarnation()).pack()
+        key = self.layout.leader(host.partition)
+        result = await self.coordinator.campaign(session, key, claim_value)
+        if not result.won or not session.valid():
+            return
+        epoch = LeaderRecord.unpack(result.holder).epoch(result.epoch)
+        try:
+            await host.lead(epoch, record, addresses, self._queues, quorum_window_s=self.quorum_window_s)
+        except StaleEpoch as exc:
+            self.note(f"p{host.partition}: cannot lead at epoch {epoch}: {exc.detail}")
+            await self._raise_incarnation_past(host.store.epoch)
+            await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
+            await host.step_down("stale")
+            return
+        self._campaign_epochs[host.partition] = epoch
+
+    def _incarnation(self) -> int:
+        found = self._cluster.identity if self._cluster is not None else None
+        return found.incarnation if found is not None else 0
+
+    async def _raise_incarnation_past(self, fence: int) -> bool:
+        """``NodeIdentity.raise_incarnation_past``: etcd went back in time (a replica's fence
+        is at or past any epoch it can make now): raise the incarnation past the fence."""
+        state = await self.coordinator.read_prefix(self.layout.cluster)
+        entry = state.entries.get(self.layout.cluster)
+        record = ClusterRecord.parse(entry.value if entry is not None else None)
+        found = record.identity
+        if entry is None or found is None or found.cluster_id != self.disk.cluster_id:
+            return False
+        if fence < make_epoch(found.incarnation, state.revision):
+            return False
+        raised = replace(found, incarnation=max(found.incarnation, epoch_incarnation(fence)) + 1)
+        if await self.coordinator.compare_and_put(self.layout.cluster, raised.pack(), entry.mod_revision):
+            self.note(
+                f"etcd went back in time (fence {fence}); raised the incarnation to {raised.incarnation}"
+            )
+        fresh = await self.coordinator.get(self.layout.cluster)
+        self._cluster = ClusterRecord.parse(fresh.value if fresh is not None else None)
+        return True
+
+    async def _resign_for_quorum(self, host: SimPartitionHost, now: float) -> None:
+        resignation = await host.resign_for_quorum(now)
+        self.note(
+            f"p{host.partition}: resigned epoch {resignation.epoch} for lack of a quorum;"
+            f" vouching for LSN {resignation.lsn} (epoch {resignation.last_epoch})"
+        )
+        self.oracle.resigned(self.node_id, host.partition)
+        await self._resign(host)
+        self._publish_now = True
+
+    async def _resign(self, host: SimPartitionHost) -> None:
+        epoch = self._campaign_epochs.pop(host.partition, None)
+        if epoch is not None:
+            with contextlib.suppress(CoordinatorUnavailable):
+                await self.coordinator.resign(
+                    self.layout.leader(host.partition), Epoch(epoch_revision(epoch))
+                )
+
+    async def _publish(self, session: SimSession, *, force: bool = False) -> None:
+        now = self.proc.clock()
+        if not force and now - self._published_at < PUBLISH_EVERY_S:
+            return
+        self._publish_now = False
+        replicas: dict[int, ReplicaPosition] = {}
+        for pid, host in list(self.hosts.items()):
+            claim = self._leaders.get(pid)
+            replicas[pid] = await host.position(claim[1] if claim is not None else 0)
+        refusal = self.verdict.refusal
+        record = NodeRecord(
+            self.address, "refused" if refusal else "up", replicas, None, dict(self.strays), refusal
+        )
+        if record == self._published and not force:
+            return
+        await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
+        self._published, self._published_at = record, now
+
+    # Serving -------------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
+        stream = NodeStream(Connection(self.node_id), reader, writer)
+        events = stream.events()
+        try:
+            async with asyncio.timeout(10):
+                first = await anext(events)
+        except (TimeoutError, StopAsyncIteration):
+            await stream.close()
+            return
+        if not isinstance(first, Hello):
+            await stream.close()
+            return
+        if first.partition is not None:
+            host = self.hosts.get(first.partition)
+            if host is None or host.follower is None:
+                await stream.close()
+                return
+            await host.follower.serve_stream(stream, events)
+            return
+        await self._serve_client(stream, events)
+
+    async def _serve_client(self, stream: NodeStream, events: AsyncIterator[Event]) -> None:
+        running: list[asyncio.Task[None]] = []  # a list, not a set: cancelled in a fixed order
+        try:
+            async for event in events:
+                if isinstance(event, Request):
+                    running = [t for t in running if not t.done()]
+                    running.append(self.proc.spawn(self._answer(stream, event), "answer"))
+                elif isinstance(event, Closed):
+                    break
+        finally:
+            for task in running:
+                task.cancel()
+            await stream.close()
+
+    async def _answer(self, stream: NodeStream, request: Request) -> None:
+        conn = stream.connection
+        try:
+            result = await self._dispatch(request)
+        except PushgateError as exc:
+            epoch, leader = self._leader_hint(request.partition)
+            if isinstance(exc, ops.NotLeader | ops.StaleLeader):
+                epoch = Epoch(max(epoch, exc.epoch))
+            if isinstance(exc, ops.StaleLeader):
+                leader = self.address
+            with contextlib.suppress(ConnectionClosedError, ValueError):
+                conn.error(request.id, exc.code, exc.detail, epoch=epoch, leader=leader)
+                stream.flush_soon()
+            return
+        with contextlib.suppress(ConnectionClosedError, ValueError):
+            conn.reply(request.id, result)
+            stream.flush_soon()
+
+    async def _dispatch(self, request: Request) -> Any:
+        await self.proc.awake()
+        host = self.hosts.get(request.partition)
+        session = self.session
+        if host is None or session is None or not session.valid():
+            raise ops.NotLeader(f"node {self.node_id} does not lead partition {request.partition}")
+        result = await host.handle(request.op, request.epoch, request.args, timeout_s=REQUEST_TIMEOUT_S)
+        await self.proc.awake()
+        if self.session is not session or not session.valid():
+            if ops.OPS[request.op].writes:
+                raise Unavailable(
+                    f"node {self.node_id} lost its etcd session; the write may have been applied"
+                )
+            raise ops.NotLeader(f"node {self.node_id} lost its etcd session")
+        if request.op == "send" and host.leader is not None:
+            self.oracle.replied(self.node_id, request.partition, result, host.store.data, host.leader.epoch)
+        return result
+
+    def _leader_hint(self, partition: int) -> tuple[Epoch, str | None]:
+        claim = self._leaders.get(partition)
+        if claim is None:
+            return Epoch(0), None
+        return claim[1], claim[0].address
