@@ -165,7 +165,7 @@ class StateCollector(Collector):
         src = self.sources
         if src.snapshot is not None:
             snapshot = src.snapshot()
-            yield from self._queues(snapshot.queues)
+            yield from self._queues(snapshot.queues, snapshot.at)
             yield from _storage(snapshot)
             yield from _cluster(snapshot)
         else:
@@ -195,7 +195,7 @@ class StateCollector(Collector):
         if src.alerts is not None:
             yield from _alerts(src.alerts)
 
-    def _queues(self, queues: tuple[QueueSample, ...]) -> Iterator[Metric]:
+    def _queues(self, queues: tuple[QueueSample, ...], sampled_at: float) -> Iterator[Metric]:
         present = {q.key for q in queues}
         self._admitted &= present
         for key in sorted(present - self._admitted):
@@ -246,7 +246,7 @@ class StateCollector(Collector):
             dead.add_metric(lv, other[7])
         yield GaugeMetricFamily("pushgate_queues", help_of("pushgate_queues"), value=len(queues))
         yield from (depth, oldest, consumers, sent, acked, dead)
-        yield from self.messages.families(self._admitted, present)
+        yield from self.messages.families(self._admitted, present, sampled_at)
         yield GaugeMetricFamily(
             "pushgate_queue_series_folded", help_of("pushgate_queue_series_folded"), value=folded
         )
@@ -292,8 +292,10 @@ def _cluster(snapshot: Snapshot) -> Iterator[Metric]:
     map_ratio = _gauge("pushgate_cluster_node_map_used_ratio", ["node"])
     disk_free = _gauge("pushgate_cluster_node_disk_free_bytes", ["node"])
     disk_total = _gauge("pushgate_cluster_node_disk_total_bytes", ["node"])
+    strays = _gauge("pushgate_cluster_node_stray_replicas", ["node"])
     for node in snapshot.nodes:
         up.add_metric([node.id], 1.0 if node.healthy else 0.0)
+        strays.add_metric([node.id], node.strays)
         lag.add_metric([node.id], node.lag)
         if node.epoch is not None:
             epoch.add_metric([node.id], node.epoch)
@@ -302,7 +304,7 @@ def _cluster(snapshot: Snapshot) -> Iterator[Metric]:
             map_ratio.add_metric([node.id], storage.map_used_ratio)
             disk_free.add_metric([node.id], storage.disk_free_bytes)
             disk_total.add_metric([node.id], storage.disk_total_bytes)
-    yield from (up, lag, epoch, used, map_ratio, disk_free, disk_total)
+    yield from (up, lag, epoch, used, map_ratio, disk_free, disk_total, strays)
 
 
 def _alerts(engine: AlertEngine) -> Iterator[Metric]:

@@ -21,7 +21,8 @@ operations are not message events: they are counted by operation and code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily
 
@@ -49,10 +50,23 @@ QueueKey = tuple[str, str]
 class MessageCounts:
     """Counts of message events by queue and by transport; an Observer sink."""
 
-    __slots__ = ("_baseline", "_by_queue", "_by_transport", "_errors", "_retired", "_shown")
+    __slots__ = (
+        "_baseline",
+        "_by_queue",
+        "_by_transport",
+        "_clock",
+        "_errors",
+        "_first_at",
+        "_retired",
+        "_shown",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
         self._by_queue: dict[QueueKey, dict[str, int]] = {}
+        # When each queue was first counted (the clock of the store's samples): a sample
+        # taken before that cannot know the queue, so its absence there says nothing.
+        self._first_at: dict[QueueKey, float] = {}
         self._by_transport: dict[tuple[str, str], int] = {}
         # (operation, transport, code) -> failures: codes are a fixed set, so is this.
         self._errors: dict[tuple[str, str, str], int] = {}
@@ -100,6 +114,7 @@ class MessageCounts:
         counts = self._by_queue.get((tenant, queue))
         if counts is None:
             counts = self._by_queue[(tenant, queue)] = {}
+            self._first_at.setdefault((tenant, queue), self._clock())
         counts[event] = counts.get(event, 0) + count
         key = (event, transport)
         self._by_transport[key] = self._by_transport.get(key, 0) + count
@@ -128,22 +143,29 @@ class MessageCounts:
             family.add_metric([operation, transport, code], n)
         return family
 
-    def queue_family(self, admitted: set[QueueKey], present: set[QueueKey]) -> CounterMetricFamily:
+    def queue_family(
+        self, admitted: set[QueueKey], present: set[QueueKey], sampled_at: float = float("inf")
+    ) -> CounterMetricFamily:
         """The per-queue family: a series per event for each ``admitted`` queue, the rest
-        summed under ``_other``. ``present`` is the store's queues now: a queue no longer
-        there is forgotten (its own series ends; what it had in ``_other`` stays there)."""
-        for key in [k for k in self._baseline if k not in admitted]:
+        summed under ``_other``. ``present`` is the store's queues as sampled at
+        ``sampled_at``: a queue counted since then is kept as it is (the sample is older
+        than the queue); one absent from a later sample is forgotten (its own series ends;
+        what it had in ``_other`` stays there)."""
+        newer = {k for k in self._by_queue if k not in present and self._first_at[k] > sampled_at}
+        for key in [k for k in self._baseline if k not in admitted and k not in newer]:
             # It had a series of its own and is gone from the store: that series ends; the
             # part counted before it got one stays in _other.
             for event, n in self._baseline.pop(key).items():
                 self._retired[event] += n
             self._by_queue.pop(key, None)
-        for key in [k for k in self._by_queue if k not in present and k not in admitted]:
-            # Summed under _other and not (or not yet) a queue of the store: kept in the sum
-            # without a dict entry per deleted queue.
+            self._first_at.pop(key, None)
+        for key in [k for k in self._by_queue if k not in present and k not in admitted and k not in newer]:
+            # Summed under _other and not a queue of the store: kept in the sum without a
+            # dict entry per deleted queue.
             for event, n in self._by_queue.pop(key).items():
                 self._retired[event] += n
             self._shown.pop(key, None)
+            del self._first_at[key]
         family = CounterMetricFamily(
             "pushgate_queue_message_events",
             help_of("pushgate_queue_message_events"),
@@ -152,6 +174,8 @@ class MessageCounts:
         other = dict(self._retired)
         folded = False
         for key, counts in sorted(self._by_queue.items()):
+            if key in newer:
+                continue  # not in the sample yet: shown once it is, whole, in its own series or folded
             if key in admitted:
                 baseline = self._baseline.get(key)
                 if baseline is None:
@@ -175,7 +199,9 @@ class MessageCounts:
                 family.add_metric([OTHER, OTHER, event], other[event])
         return family
 
-    def families(self, admitted: set[QueueKey], present: set[QueueKey]) -> Iterator[CounterMetricFamily]:
+    def families(
+        self, admitted: set[QueueKey], present: set[QueueKey], sampled_at: float
+    ) -> Iterator[CounterMetricFamily]:
         yield self.transport_family()
         yield self.errors_family()
-        yield self.queue_family(admitted, present)
+        yield self.queue_family(admitted, present, sampled_at)

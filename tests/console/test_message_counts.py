@@ -89,3 +89,30 @@ def test_series_never_go_down_as_queues_are_folded_admitted_and_deleted() -> Non
 def test_an_admitted_queue_without_events_shows_zeros() -> None:
     got = series(MessageCounts(), {("t", "idle")}, {("t", "idle")})
     assert got == {("t", "idle", event): 0 for event in EVENTS}
+
+
+def test_a_queue_newer_than_the_stores_sample_keeps_its_counts_until_the_sample_shows_it() -> None:
+    """The store is sampled every few seconds; a queue made and used since the last sample is
+    absent from it. Its counts wait for a sample that knows it (they used to be taken for a
+    deleted queue's and summed away under ``_other``, and its own series then started at 0)."""
+    now = [100.0]
+    c = MessageCounts(clock=lambda: now[0])
+    new = ("t", "new")
+    c.observe("t", "new", "send", "http", count=3)
+    # A scrape with the sample of t=99 (before the queue): nothing shown of it, nothing lost.
+    stale = c.queue_family(set(), set(), sampled_at=99.0)
+    assert [s for s in stale.samples if s.labels["queue"] in ("new", OTHER)] == []
+    c.observe("t", "new", "ack", "ws", count=2)
+    # The next sample knows it: its own series has everything.
+    fresh = series_at(c, {new}, {new}, 101.0)
+    assert fresh[("t", "new", "sent")] == 3 and fresh[("t", "new", "acked")] == 2
+    assert (OTHER, OTHER, "sent") not in fresh
+    # Deleted later: a sample taken after its first count and without it ends its series.
+    assert ("t", "new", "sent") not in series_at(c, set(), set(), 102.0)
+
+
+def series_at(
+    counts: MessageCounts, admitted: set[tuple[str, str]], present: set[tuple[str, str]], at: float
+) -> dict[tuple[str, str, str], float]:
+    family = counts.queue_family(admitted, present, at)
+    return {(s.labels["tenant"], s.labels["queue"], s.labels["event"]): s.value for s in family.samples}
