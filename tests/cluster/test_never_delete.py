@@ -2,14 +2,16 @@
 delete on absence"), and acts on nothing in an etcd that does not hold its cluster.
 
 Real node and manager processes on the session's etcd (``harness``): a partition record
-that cannot be parsed leaves its replicas kept and reported, and served again once the
-record is readable; a node started with another ``--prefix`` (an etcd namespace without its
+that cannot be parsed is written again by the manager as it last read it; nodes that read
+it keep serving, one that never did keeps its replica and reports it, and serves again once
+the record is readable; a node started with another ``--prefix`` (an etcd namespace without its
 cluster) refuses, says why, deletes nothing, and serves again with its own prefix.
 """
 
 from __future__ import annotations
 
 from backend_store.cluster.coordination.layout import PartitionRecord
+from backend_store.errors import PushgateError
 
 from .processes import ClusterHarness
 
@@ -21,12 +23,12 @@ def _files(h: ClusterHarness, pid: int) -> dict[str, bool]:
     return {n: (h.root / n / "partitions" / str(pid) / "data.mdb").exists() for n in h.nodes}
 
 
-async def _reported(h: ClusterHarness, pid: int, words: str) -> bool:
-    records = await h.node_records()
-    return set(records) == set(h.nodes) and all(words in r.strays.get(pid, "") for r in records.values())
-
-
-async def test_an_unreadable_partition_record_deletes_nothing(harness: ClusterHarness) -> None:
+async def test_an_unreadable_partition_record_deletes_nothing_and_the_manager_writes_it_again(
+    harness: ClusterHarness,
+) -> None:
+    """Nodes and managers keep what they last read of a record that cannot be read now (as
+    if the change had not arrived yet); the manager writes it again, which repairs it. A node
+    that never read it (restarted meanwhile) keeps its replica as a stray until it can."""
     h = harness
     assert h.coordinator is not None
     await h.create_queue(T, "q", RF3)
@@ -37,20 +39,44 @@ async def test_an_unreadable_partition_record_deletes_nothing(harness: ClusterHa
     key = h.layout.partition(pid)
     entry = await h.coordinator.get(key)
     assert entry is not None
-    good = entry.value
-    # Stop the manager first: it would rewrite the record (or plan on what it cannot read).
+    good = PartitionRecord.unpack(entry.value)
+    coordinator = h.coordinator
+
+    async def readable_again() -> bool:
+        found = await coordinator.get(key)
+        try:
+            return found is not None and PartitionRecord.unpack(found.value) == good
+        except PushgateError:
+            return False
+
+    # With the managers running: the record is written again as the manager last read it.
+    await coordinator.put(key, b"\xc1 not msgpack")
+    await h.wait_for("the manager to write the record again", readable_again)
+    for i in range(10, 15):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
+
+    # With the managers stopped, and a node restarted meanwhile (it never read the record).
     for manager in h.managers:
         manager.stop()
-    await h.coordinator.put(key, b"\xc1 not msgpack")
+    await coordinator.put(key, b"\xc1 not msgpack")
+    restarted = next(n for n in good.replicas if n != good.leader)
+    h.nodes[restarted].stop()
+    h.nodes[restarted].start()
 
-    await h.wait_for("every node to keep the replica as a stray", lambda: _reported(h, pid, "cannot be read"))
+    async def stray_on_the_restarted_node() -> bool:
+        record = (await h.node_records()).get(restarted)
+        return record is not None and "cannot be read" in record.strays.get(pid, "")
+
+    await h.wait_for(f"{restarted} to keep its replica as a stray", stray_on_the_restarted_node)
+    # The others keep serving what they read: sends are still acknowledged (by a majority).
+    for i in range(15, 20):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
     assert all(_files(h, pid).values())
 
-    await h.coordinator.put(key, good)
+    await coordinator.put(key, good.pack())
     for manager in h.managers:
         manager.start()
-    assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(10))
-    assert PartitionRecord.unpack(good).replicas
+    assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(20))
 
 
 async def test_a_node_started_with_another_prefix_refuses_and_deletes_nothing(

@@ -36,6 +36,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from backend_store.cluster.coordination.layout import PartitionRecord
+from backend_store.errors import PushgateError
+
 from .cluster import ETCD, GATEWAY, SimCluster
 
 
@@ -472,7 +475,7 @@ class Chaos:
         """A node dies for good; the operator drains it (its replicas move) and adds another."""
         cluster = self.cluster
         alive = [n for n in cluster.live_nodes() if n not in self._busy() and n not in cluster.drained]
-        if len(alive) <= 3 or len(cluster.node_names()) >= self.MAX_NODES:
+        if len(alive) <= 3 or len(cluster.node_names()) >= self.MAX_NODES or self._still_replacing():
             return None
         node = self.rng.choice(alive)
 
@@ -485,6 +488,24 @@ class Chaos:
             cluster.start_node(f"n{len(cluster.node_names()) + 1}")
 
         return node, lasts()
+
+    def _still_replacing(self) -> bool:
+        """Whether a node lost for good still has a place in some partition's record: a
+        second permanent loss before its replicas moved could take a majority of one
+        partition for good, which RF 3 does not survive (nor would Raft, Kafka or
+        JetStream); what the schedule tests is one permanent loss at a time."""
+        cluster = self.cluster
+        prefix = cluster.layout.partitions
+        for key, found in cluster.etcd.state.kv.items():
+            if not key.startswith(prefix):
+                continue
+            try:
+                record = PartitionRecord.unpack(found.value)
+            except PushgateError:
+                return True  # cannot tell: wait
+            if cluster.retired & set(record.members):
+                return True
+        return False
 
     # Healing ---------------------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from backend_store.cluster.coordination.layout import (
     PartitionRecord,
     ReplicaPosition,
     Tombstone,
-    parse_ids,
+    read_partition_map,
     unpack,
 )
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
@@ -127,14 +127,9 @@ class SimNode:
                 await self.proc.sleep(0.5)
 
     def _on_partitions(self, state: PrefixState) -> None:
-        out: dict[int, PartitionRecord] = {}
-        unreadable: set[int] = set()
-        for pid, value in parse_ids(state.values()).items():
-            try:
-                out[pid] = PartitionRecord.unpack(value)
-            except PushgateError:
-                unreadable.add(pid)
-        self._partitions = MapView(out, frozenset(unreadable))
+        before = self._partitions.records if self._partitions is not None else {}
+        read = read_partition_map(state.values(), before)
+        self._partitions = MapView(read.records, read.unknown)
 
     def _on_tombstones(self, state: PrefixState) -> None:
         out: dict[int, Tombstone] = {}

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -172,17 +172,29 @@ class PartitionMap:
     by_queue: dict[tuple[TenantId, QueueName], tuple[PartitionInfo, ...]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, nodes: PrefixState, partitions: PrefixState, leaders: PrefixState) -> PartitionMap:
+    def build(
+        cls,
+        nodes: PrefixState,
+        partitions: PrefixState,
+        leaders: PrefixState,
+        before: PartitionMap | None = None,
+    ) -> PartitionMap:
+        """The map as read; a partition record that cannot be read keeps what ``before``
+        held of it (as if the change had not arrived yet: coordination/layout.py's
+        ``read_partition_map`` does the same for nodes and managers)."""
         node_map = {nid: n for nid, e in _ids(nodes).items() if (n := _node(nid, e)) is not None}
         claims: dict[PartitionId, LeaderClaim] = {}
-        for pid, entry in _ids(leaders).items():
+        for key, entry in _ids(leaders).items():
             claim = _leader(entry)
-            if claim is not None and pid.isdigit():
-                claims[int(pid)] = claim
+            if claim is not None and key.isdigit():
+                claims[int(key)] = claim
         parts: dict[PartitionId, PartitionInfo] = {}
         for key, entry in _ids(partitions).items():
             if key.isdigit():
-                part = _partition(int(key), entry, claims.get(int(key)))
+                pid = int(key)
+                part = _partition(pid, entry, claims.get(pid))
+                if part is None and before is not None and pid in before.partitions:
+                    part = replace(before.partitions[pid], leader=claims.get(pid))
                 if part is not None:
                     parts[part.id] = part
         grouped: dict[tuple[TenantId, QueueName], list[PartitionInfo]] = {}
@@ -269,7 +281,7 @@ class ClusterView:
         self.identity = verdict
 
     def _rebuild(self, _state: PrefixState, _keys: set[str]) -> None:
-        self.map = PartitionMap.build(self.nodes.state, self.partitions.state, self.leaders.state)
+        self.map = PartitionMap.build(self.nodes.state, self.partitions.state, self.leaders.state, self.map)
         self._changed.set()
         for listener in list(self._listeners):
             listener(self.map)

@@ -16,12 +16,13 @@ Everything lives under a prefix, ``/pushgate/`` by default (:class:`Layout`); va
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
-from ...errors import InvalidRequest, Unavailable
+from ...errors import InvalidRequest, PushgateError, Unavailable
 from ...types import Epoch, QueueName, TenantId, make_epoch
 from ..coordination.storage_record import NodeStorage
 
@@ -352,6 +353,41 @@ class LeaderRecord:
 def parse_ids(entries: dict[str, bytes]) -> dict[int, bytes]:
     """``{"12": value}`` (keys relative to a prefix) as ``{12: value}``; other keys are skipped."""
     return {int(k): v for k, v in entries.items() if k.isdigit()}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMapRead:
+    """The partition map as one reader holds it after a read of ``partitions/``.
+
+    ``records``: every partition whose record could be read now, and those whose record can
+    no longer be read but was read before (``stale``): the last readable record stands, as
+    if the change that broke it had not arrived yet (a watch may lag; every reader already
+    copes with that). ``unknown``: ids whose record could not be read and was never read by
+    this reader: neither absent nor known, so nothing may be placed or deleted on the
+    strength of it."""
+
+    records: dict[int, PartitionRecord]
+    stale: frozenset[int] = frozenset()
+    unknown: frozenset[int] = frozenset()
+
+
+def read_partition_map(entries: dict[str, bytes], before: Mapping[int, PartitionRecord]) -> PartitionMapRead:
+    """``partitions/``'s values (keys relative to the prefix) read against what the reader
+    held ``before``: the one decoder of the map for nodes and managers."""
+    records: dict[int, PartitionRecord] = {}
+    stale: set[int] = set()
+    unknown: set[int] = set()
+    for pid, value in parse_ids(entries).items():
+        try:
+            records[pid] = PartitionRecord.unpack(value)
+        except PushgateError:
+            known = before.get(pid)
+            if known is None:
+                unknown.add(pid)
+            else:
+                records[pid] = known
+                stale.add(pid)
+    return PartitionMapRead(records, frozenset(stale), frozenset(unknown))
 
 
 # Cluster identity and deletions (docs/cluster.md, "Cluster identity" and "Never delete on

@@ -28,10 +28,10 @@ from ..coordination.layout import (
     Layout,
     LeaderRecord,
     NodeRecord,
-    PartitionRecord,
     Tombstone,
     pack,
     parse_ids,
+    read_partition_map,
     unpack,
 )
 from .plan import ClusterView, Memory, PlanSettings, plan
@@ -128,11 +128,15 @@ class Manager:
         self.view.nodes = out
 
     def _on_partitions(self, state: PrefixState) -> None:
-        out: dict[int, PartitionRecord] = {}
-        for pid, value in parse_ids(state.values()).items():
-            with contextlib.suppress(PushgateError):
-                out[pid] = PartitionRecord.unpack(value)
-        self.view.partitions = out
+        read = read_partition_map(state.values(), self.view.partitions)
+        if read.unknown - self.view.unknown:
+            log.warning(
+                "%s: partition records %s cannot be read and were never read here: placing no"
+                " new partition until they can (docs/cluster.md, 'Never delete on absence')",
+                self.manager_id,
+                sorted(read.unknown),
+            )
+        self.view.partitions, self.view.stale, self.view.unknown = read.records, read.stale, read.unknown
 
     def _on_leaders(self, state: PrefixState) -> None:
         out: dict[int, str] = {}
@@ -221,6 +225,7 @@ class Manager:
                 return
             # Our own write: apply it to the view now, so the next tick does not repeat it.
             self.view.partitions.update(change.puts)
+            self.view.stale -= change.puts.keys()
             for pid in change.deletes:
                 self.view.partitions.pop(pid, None)
             self.view.tombstones.update(change.tombstones)

@@ -44,6 +44,11 @@ class ClusterView:
     queue_revisions: dict[tuple[str, str], int] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     partitions: dict[int, PartitionRecord] = field(default_factory=dict)
+    # Records that cannot be read now: ``stale`` ones are in ``partitions`` as last read (the
+    # plan writes them again, which repairs them); ``unknown`` ones were never read here, so
+    # no slot may be taken for missing while they exist (coordination/layout.py).
+    stale: frozenset[int] = frozenset()
+    unknown: frozenset[int] = frozenset()
     leaders: dict[int, str] = field(default_factory=dict)  # partition -> node holding its key
     drained: set[str] = field(default_factory=set)  # nodes an operator asked to drain
     tombstones: dict[tuple[int, str], Tombstone] = field(default_factory=dict)
@@ -389,6 +394,8 @@ def plan(
         for index in range(partitions):
             pid = by_slot.get((tenant, queue, index))
             if pid is None:
+                if view.unknown:
+                    continue  # the slot may be one of the records nobody can read now
                 replicas = planner.place(set(), factor)
                 if not replicas:
                     continue  # no live node yet
@@ -417,6 +424,10 @@ def plan(
             out.deletes.append(pid)
             strays = [n for n, rec in view.nodes.items() if pid in rec.strays]
             out.tombstones.update(membership.deletion_tombstones(pid, record, strays))
+    for pid in view.stale:
+        # A record that cannot be read now, known as last read: written again as it was.
+        if pid not in out.puts and pid not in out.deletes:
+            out.puts[pid] = view.partitions[pid]
     if settings.rebalance and not out.puts and not out.deletes and planner.settled():
         out.puts.update(planner.rebalance())
     for pid, record in out.puts.items():

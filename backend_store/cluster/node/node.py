@@ -52,7 +52,7 @@ from ..coordination.layout import (
     PartitionRecord,
     ReplicaPosition,
     Tombstone,
-    parse_ids,
+    read_partition_map,
     unpack,
 )
 from ..coordination.watched_prefix import StateListener, WatchedPrefix
@@ -225,14 +225,9 @@ class Node:
         return listen
 
     def _on_partitions(self, state: PrefixState) -> None:
-        out: dict[int, PartitionRecord] = {}
-        unreadable: set[int] = set()
-        for pid, value in parse_ids(state.values()).items():
-            try:
-                out[pid] = PartitionRecord.unpack(value)
-            except PushgateError:
-                unreadable.add(pid)
-        self._partitions = MapView(out, frozenset(unreadable))
+        before = self._partitions.records if self._partitions is not None else {}
+        read = read_partition_map(state.values(), before)
+        self._partitions = MapView(read.records, read.unknown)
 
     def _on_tombstones(self, state: PrefixState) -> None:
         out: dict[int, Tombstone] = {}
