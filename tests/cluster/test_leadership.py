@@ -32,7 +32,7 @@ def leading(**kwargs: Any) -> Situation:
 
 def test_a_designated_leader_serves_until_a_newer_term_or_no_quorum() -> None:
     assert decide(leading()).action is Action.SERVE
-    assert decide(leading(deposed=True)).action is Action.STEP_DOWN
+    assert decide(leading(deposed=True)).action is Action.RESIGN_DEPOSED
     assert decide(leading(lacks_quorum=True)).action is Action.RESIGN_FOR_QUORUM
     # A newer term beats everything, a hand-over included.
     asked = replace(RECORD, successor="n2")

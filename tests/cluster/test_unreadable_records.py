@@ -21,6 +21,7 @@ from backend_store.cluster.coordination.layout import (
     read_partition_map,
 )
 from backend_store.cluster.manager.plan import ClusterView, plan
+from backend_store.types import QueueName, TenantId
 
 GARBAGE = b"\xc1not msgpack"
 RECORD = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", queue_revision=None)
@@ -88,6 +89,6 @@ def test_the_gateway_keeps_routing_to_a_partition_whose_record_broke() -> None:
     before = PartitionMap.build(nodes, _state("/p/", 1, {"5": RECORD.pack()}), leaders)
     after = PartitionMap.build(nodes, _state("/p/", 2, {"5": GARBAGE}), leaders, before)
     assert after.partitions[5] == before.partitions[5]
-    assert [p.id for p in after.of_queue(RECORD.tenant, RECORD.queue)] == [5]
+    assert [p.id for p in after.of_queue(TenantId(RECORD.tenant), QueueName(RECORD.queue))] == [5]
     # Without an earlier map it is unknown: not routed to (and not taken for absent by anyone else).
     assert 5 not in PartitionMap.build(nodes, _state("/p/", 2, {"5": GARBAGE}), leaders).partitions

@@ -14,7 +14,9 @@ What the cluster relies on, as etcd does it (one linearizable store, so one obje
 - **Wiped** (stopped, data removed, started again): empty, revisions start over at 1, no
   leases. **Restored** from a snapshot (``etcdctl snapshot restore``): the snapshot's keys,
   leases (their TTL counted from the restore) and revision, which is older than what clients
-  saw: revisions go back. Either way every client connection and watch drops.
+  saw: revisions go back. Either way every client connection and watch drops. Lease ids
+  are never granted twice, across restores and wipes too (etcd draws them from a generator
+  seeded by the member id and the clock).
 
 Requests arrive over the simulated network (:mod:`.sim_coordinator` is the client) and are
 applied at arrival, in arrival order; the reply leaves after a short processing delay, so
@@ -158,6 +160,11 @@ class EtcdServer:
         self.rng = rng
         self.trace = trace
         self.state = EtcdState()
+        # The last lease id granted by this server in any of its lives: etcd's lease ids come
+        # from a generator seeded by the member id and the clock, so an id is never granted
+        # twice, across restores and wipes too (a session that outlived a restore must never
+        # keep another process's new lease alive with its old id).
+        self.last_lease_id = self.state.next_lease
         self.up = True
         # Bumped by every restart: connections of an older incarnation are gone.
         self.incarnation = 0
@@ -198,7 +205,7 @@ class EtcdServer:
             items = tuple((k, v) for k, v in sorted(state.kv.items()) if k.startswith(request.prefix))
             return RangeResult(state.revision, items)
         if isinstance(request, Grant):
-            state.next_lease += 1
+            self.last_lease_id = state.next_lease = max(state.next_lease, self.last_lease_id) + 1
             lease = Lease(state.next_lease, request.ttl, self.now() + request.ttl)
             state.leases[lease.id] = lease
             self._arm_expiry()

@@ -358,6 +358,10 @@ class SimNode:
             case Action.STEP_DOWN:
                 await self._resign(host)
                 await host.step_down(decision.why)
+            case Action.RESIGN_DEPOSED:
+                await self._resign(host)
+                await host.resign_deposed(now)
+                self._publish_now = True
             case Action.RESIGN_FOR_QUORUM:
                 await self._resign_for_quorum(host, now)
             case Action.HAND_OVER:
@@ -436,6 +440,8 @@ class SimNode:
             await self._raise_incarnation_past(host.store.epoch)
             await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
             await host.step_down("stale")
+            host.resign_stale(epoch, self.proc.clock())
+            self._publish_now = True
             return
         self._campaign_epochs[host.partition] = epoch
 

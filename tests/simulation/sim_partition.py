@@ -229,6 +229,23 @@ class SimPartitionHost:
         await self.step_down("check-quorum")
         return resignation
 
+    async def resign_deposed(self, now: float) -> Resignation:
+        """``PartitionHost.resign_deposed``."""
+        leader = self.leader
+        assert leader is not None
+        leader.resign("deposed: a newer term exists")
+        last_epoch, lsn = vouched_position(
+            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
+        )
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
+        await self.step_down("deposed: a newer term exists")
+        return resignation
+
+    def resign_stale(self, epoch: int, now: float) -> None:
+        """``PartitionHost.resign_stale``."""
+        last_epoch, lsn = self._last_entry()
+        self.resigned = Resignation(epoch, now, last_epoch, lsn)
+
     def keep_leading(self, successor: str | None) -> None:
         self.handing_over_to = None
         if successor != self.abandoned_successor:

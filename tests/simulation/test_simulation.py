@@ -30,7 +30,7 @@ HOLDING = [
 KNOWN = sorted(KNOWN_DEFECT_SEEDS)
 
 # The seed that found defect 1 on 1628f52 (an etcd wiped and started again): a run through
-# identity's refusal, the restore and the heal, replayed.
+# identity's refusal, the restore and the heal, replayed (it holds since session 29).
 REPLAYED = ("etcd", 4)
 
 
@@ -58,11 +58,9 @@ def test_a_known_defect_seed_still_fails(mix: str, seed: int) -> None:
 
 
 def test_the_seeds_that_found_issue_24s_defects_run_in_ci() -> None:
-    """The finders of 1628f52 (docs/testing.md) are ordinary CI seeds now: each holds, or
-    (etcd 4, on another, remaining bug) is a known failure checked to still fail."""
+    """The finders of 1628f52 (docs/testing.md) are ordinary CI seeds now: each must hold."""
     finders = [("etcd", 4), ("ops", 1), ("process", 11), ("disk", 2), ("restore", 1), ("minority", 18)]
-    assert [f for f in finders if f not in HOLDING and f not in KNOWN_DEFECT_SEEDS] == []
-    assert [f for f in finders if f in KNOWN_DEFECT_SEEDS] == [("etcd", 4)]
+    assert [f for f in finders if f not in HOLDING] == []
 
 
 def test_a_seed_replays_exactly() -> None:

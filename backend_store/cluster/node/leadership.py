@@ -10,7 +10,11 @@ alone). The rules, in order:
 
 Leading (this replica holds the key at epoch ``term``):
 
-1. A newer term shows (a follower's fence, a newer key, its own store's fence): step down.
+1. A newer term shows (a follower's fence, a newer key, its own store's fence): step down,
+   publishing as resigned the position this term vouches for, and hold off campaigning for
+   one window like any resignation: a newer term means this replica's designation may be
+   stale (an etcd restored from an older snapshot designates whoever led then), and the
+   manager designates again on fresh positions (found by the simulation, ``all`` seed 27).
 2. Check-quorum (:mod:`..replication.quorum`): no majority heard from for the window while
    the others could lead without it: resign (publish the position it vouches for, delete
    the key, hold off campaigning for a window).
@@ -23,7 +27,8 @@ Leading (this replica holds the key at epoch ``term``):
 
 Not leading:
 
-5. After a resignation (check-quorum or a hand-over): a newer key ends it; our own key
+5. After a resignation (deposed, check-quorum, a hand-over, or a campaign refused by this
+   replica's own newer fence): a newer key ends it; our own key
    still standing is deleted again; while still designated, do not campaign for one window
    (the manager may designate another on fresh positions meanwhile).
 6. Designated and the session valid: campaign (a key held by another stays theirs until
@@ -54,6 +59,7 @@ log = logging.getLogger("pushgate.cluster")
 class Action(StrEnum):
     SERVE = "serve"
     STEP_DOWN = "step_down"
+    RESIGN_DEPOSED = "resign_deposed"
     RESIGN_FOR_QUORUM = "resign_for_quorum"
     HAND_OVER = "hand_over"  # begin or go on waiting (requests refused)
     ABANDON_HAND_OVER = "abandon_hand_over"
@@ -100,7 +106,7 @@ def decide(s: Situation) -> Decision:
     designated = record.leader == s.node_id
     if s.term is not None:
         if s.deposed:
-            return Decision(Action.STEP_DOWN, "a newer term exists")
+            return Decision(Action.RESIGN_DEPOSED, "a newer term exists")
         if s.lacks_quorum:
             return Decision(Action.RESIGN_FOR_QUORUM, "no majority heard from")
         target = record.successor if designated else record.leader
@@ -213,6 +219,10 @@ class NodeLeadership:
             case Action.STEP_DOWN:
                 await self.resign_key(host.partition)
                 await host.step_down(decision.why)
+            case Action.RESIGN_DEPOSED:
+                await self.resign_key(host.partition)
+                await host.resign_deposed(now)
+                self.publish_soon()
             case Action.RESIGN_FOR_QUORUM:
                 await self._resign_for_quorum(host, now)
             case Action.HAND_OVER:
@@ -269,6 +279,10 @@ class NodeLeadership:
             await self.identity.raise_incarnation_past(host.store.epoch)
             await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
             await host.step_down("stale")
+            # Designated by a map older than this replica's fence: vouch for what it holds
+            # and let the manager designate again on fresh positions (rule 1).
+            host.resign_stale(epoch, time.monotonic())
+            self.publish_soon()
             return
         self.campaign_epochs[host.partition] = epoch
 

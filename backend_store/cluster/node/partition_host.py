@@ -386,6 +386,26 @@ class PartitionHost:
         )
         return resignation
 
+    async def resign_deposed(self, now: float) -> Resignation:
+        """Stop leading because a newer term exists, vouching for what this term committed
+        (not its tail: a newer leader may have replaced it), so the manager designates on
+        fresh positions rather than letting a possibly stale designation campaign again."""
+        leader = self.leader
+        assert leader is not None
+        leader.resign("deposed: a newer term exists")
+        last_epoch, lsn = vouched_position(
+            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
+        )
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
+        await self.step_down("deposed: a newer term exists")
+        return resignation
+
+    def resign_stale(self, epoch: int, now: float) -> None:
+        """A campaign won at ``epoch`` that this replica's own fence refused: published as
+        resigned at its own position until a newer term or the hold-off ends it."""
+        last_epoch, lsn = self._last_entry()
+        self.resigned = Resignation(epoch, now, last_epoch, lsn)
+
     def keep_leading(self, successor: str | None) -> None:
         """Serve requests (no hand-over asked for, or the one asked for was given up);
         ``successor``: the one the record names now (a new one may be tried again)."""
