@@ -36,7 +36,7 @@ def test_a_designated_leader_serves_until_a_newer_term_or_no_quorum() -> None:
     assert decide(leading(lacks_quorum=True)).action is Action.RESIGN_FOR_QUORUM
     # A newer term beats everything, a hand-over included.
     asked = replace(RECORD, successor="n2")
-    assert decide(leading(record=asked, deposed=True)).action is Action.STEP_DOWN
+    assert decide(leading(record=asked, deposed=True)).action is Action.RESIGN_DEPOSED
 
 
 def test_a_successor_gets_a_bounded_hand_over() -> None:
@@ -89,3 +89,28 @@ def test_only_a_designated_replica_with_a_valid_session_campaigns() -> None:
     # the old leader gave its key up, having checked its position.
     successor = situation(node_id="n2", record=replace(RECORD, successor="n2"))
     assert decide(successor).action is Action.FOLLOW
+
+
+def test_a_leader_whose_key_the_map_does_not_show_reads_it_from_etcd() -> None:
+    """Found by the simulation (``all`` 13): etcd restored from a snapshot taken before the
+    leader's campaign; the restored key of an earlier leader (or none) stands in its place,
+    and a term without its key is invisible to gateways and to the manager. The shell reads
+    the key (the watch may only lag behind our own campaign) and steps down if it is gone."""
+    assert decide(situation(term=7, key=None)).action is Action.CHECK_KEY
+    assert decide(situation(term=7, key=("n2", 5))).action is Action.CHECK_KEY  # a restored older key
+    assert decide(situation(term=7, key=("n1", 6))).action is Action.CHECK_KEY  # ours, of another term
+    assert decide(situation(term=7, key=("n2", 9), deposed=True)).action is Action.RESIGN_DEPOSED
+
+
+def test_a_replica_that_learnt_its_designation_may_be_stale_waits_for_a_new_one() -> None:
+    """Found by the simulation (``all`` 27, an acknowledged write lost): an etcd restored
+    from an older snapshot designates whoever led then. A replica deposed by a newer term (or
+    whose own fence refused its campaign) waits, past any window, until the manager
+    designates anew on fresh positions; the record's ``designation`` says when it has."""
+    stale = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40, stale_designation=3)
+    record = replace(RECORD, designation=3)
+    assert decide(situation(resigned=stale, record=record, now=1000.0)).action is Action.HOLD_OFF
+    # Designated anew (itself, on fresh positions): it campaigns at once, no window.
+    again = replace(record, designation=4)
+    assert decide(situation(resigned=stale, record=again, now=99.5)).action is Action.CAMPAIGN
+    assert decide(situation(resigned=stale, record=replace(record, leader="n2"))).action is Action.FOLLOW

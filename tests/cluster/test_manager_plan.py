@@ -4,6 +4,8 @@ Membership changes, hand-overs, replacement and tombstones: test_manager_members
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from backend_store.cluster.coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
@@ -138,14 +140,16 @@ def test_a_resigned_leader_loses_a_tie() -> None:
 
 def test_a_resigned_leader_holding_more_than_the_others_stays_designated() -> None:
     # n2 is behind what n1 vouches for (it may lack an acknowledged write) and n3 is dead:
-    # nobody else may lead, so n1 stays designated and campaigns again after its hold-off.
-    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    # nobody else may lead, so n1 stays designated, designated anew (the record's
+    # designation moves: a replica that resigned because its designation looked stale waits
+    # for exactly that), and campaigns again.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", designation=4)
     v = view(
         queues={("t", "q"): {"replication_factor": 3}},
         nodes={"n1": resigned(p5=(7, 40)), "n2": node(p5=(7, 35))},
         partitions={5: record},
     )
-    assert plan(v).puts == {}
+    assert plan(v).puts == {5: replace(record, designation=5)}
 
 
 def test_a_live_leader_that_did_not_resign_is_not_replaced() -> None:

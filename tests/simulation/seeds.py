@@ -11,8 +11,9 @@ purpose. ``scripts/simulate --ci`` prints the table afresh; a change to the simu
 every trajectory, so regenerate it then.
 
 Issue 24's defects 1, 2, 3, 4, 6 and 7 were found on main at 1628f52 by seeds of these
-ranges (docs/testing.md, "Simulation", keeps which seed found which); they are fixed, and
-those seeds are ordinary CI seeds now.
+ranges, and the defects fixed in session 29 by seeds of them too (docs/testing.md,
+"Simulation", keeps which seed found which); they are fixed, and those seeds are ordinary CI
+seeds now.
 """
 
 from __future__ import annotations
@@ -28,17 +29,6 @@ CI_SEEDS: dict[str, range] = {
     "all": range(0, 30),
 }
 
-# What the traces show (main after session 29's fixes).
-KEYLESS_LEADER = (
-    "etcd restored from the setup's backup while n3 leads p1 at epoch 70: the restored map"
-    " designates n1, n3 starts a hand-over to it, the manager designates n3 again; n1's restored"
-    " leader key expires with its lease, and n3 goes on leading a term whose key is gone from"
-    " etcd: the gateway finds no leader key, the manager sees a live, designated leader and"
-    " promotes nobody, so q0's index 0 serves nothing after the heal. A leader whose key"
-    " vanished (not one a newer term took) should campaign again; not fixed yet"
-)
-
-# (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci
-KNOWN_DEFECT_SEEDS: dict[tuple[str, int], tuple[str, str]] = {
-    ("all", 13): ("available-after-heal", KEYLESS_LEADER),
-}
+# (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci. Empty
+# since session 29: every CI seed holds (docs/testing.md says which seeds found what).
+KNOWN_DEFECT_SEEDS: dict[tuple[str, int], tuple[str, str]] = {}

@@ -360,8 +360,14 @@ class SimNode:
                 await host.step_down(decision.why)
             case Action.RESIGN_DEPOSED:
                 await self._resign(host)
-                await host.resign_deposed(now)
+                await host.resign_deposed(now, record.designation)
                 self._publish_now = True
+            case Action.CHECK_KEY:
+                leader = host.leader
+                assert leader is not None
+                if not await self._holds_key(host.partition, leader.epoch):
+                    await self._resign(host)
+                    await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")
             case Action.RESIGN_FOR_QUORUM:
                 await self._resign_for_quorum(host, now)
             case Action.HAND_OVER:
@@ -440,10 +446,24 @@ class SimNode:
             await self._raise_incarnation_past(host.store.epoch)
             await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
             await host.step_down("stale")
-            host.resign_stale(epoch, self.proc.clock())
+            host.resign_stale(epoch, self.proc.clock(), record.designation)
             self._publish_now = True
             return
         self._campaign_epochs[host.partition] = epoch
+
+    async def _holds_key(self, partition: int, epoch: int) -> bool:
+        """``NodeLeadership._holds_key``."""
+        try:
+            found = await self.coordinator.get(self.layout.leader(partition))
+        except CoordinatorUnavailable:
+            return True
+        if found is None:
+            return False
+        try:
+            claim = LeaderRecord.unpack(found.value)
+        except PushgateError:
+            return False
+        return claim.node == self.node_id and claim.epoch(found.create_revision) == epoch
 
     def _incarnation(self) -> int:
         found = self._cluster.identity if self._cluster is not None else None

@@ -229,7 +229,7 @@ class SimPartitionHost:
         await self.step_down("check-quorum")
         return resignation
 
-    async def resign_deposed(self, now: float) -> Resignation:
+    async def resign_deposed(self, now: float, designation: int) -> Resignation:
         """``PartitionHost.resign_deposed``."""
         leader = self.leader
         assert leader is not None
@@ -237,14 +237,14 @@ class SimPartitionHost:
         last_epoch, lsn = vouched_position(
             epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
         )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, designation)
         await self.step_down("deposed: a newer term exists")
         return resignation
 
-    def resign_stale(self, epoch: int, now: float) -> None:
+    def resign_stale(self, epoch: int, now: float, designation: int) -> None:
         """``PartitionHost.resign_stale``."""
         last_epoch, lsn = self._last_entry()
-        self.resigned = Resignation(epoch, now, last_epoch, lsn)
+        self.resigned = Resignation(epoch, now, last_epoch, lsn, designation)
 
     def keep_leading(self, successor: str | None) -> None:
         self.handing_over_to = None

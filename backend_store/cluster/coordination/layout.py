@@ -276,6 +276,9 @@ class PartitionRecord:
     learners: tuple[str, ...] = ()
     leaving: tuple[str, ...] = ()  # voters to remove once their replacement votes
     successor: str | None = None  # a hand-over the leader is asked to make
+    # Bumped by the manager at every promotion, the same leader included: a replica that
+    # learnt its designation may be stale waits for a newer one (node/leadership.py).
+    designation: int = 0
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -300,6 +303,8 @@ class PartitionRecord:
             doc["leaving"] = list(self.leaving)
         if self.successor is not None:
             doc["successor"] = self.successor
+        if self.designation:
+            doc["designation"] = self.designation
         return pack(doc)
 
     @classmethod
@@ -318,8 +323,9 @@ class PartitionRecord:
                 tuple(str(n) for n in v.get("learners", ())),
                 tuple(str(n) for n in v.get("leaving", ())),
                 None if successor is None else str(successor),
+                int(v.get("designation", 0)),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise Unavailable(f"malformed partition record: {exc}") from None
 
 

@@ -90,15 +90,23 @@ def promote(
         )
 
     best = max(fresh, key=order)
+    designated = record.designation + 1
     if best == leader and record.successor is None:
-        return record  # it resigned but is still the most up to date: it campaigns again
+        if not gave_up:
+            return record  # its key vanished (a restart): it campaigns again
+        # It resigned but is still the most up to date: designated anew, so it campaigns
+        # again even if it resigned because its designation looked stale.
+        log.warning(
+            "partition %d: %s resigned and is still the most up to date; designating it again", pid, leader
+        )
+        return replace(record, designation=designated)
     if best != leader:
         if record.successor is not None and best == record.successor:
             log.warning("partition %d: %s handed over; designating %s", pid, leader, best)
         else:
             why = "gave up its key" if gave_up else "is gone"
             log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
-    return replace(record, leader=best, successor=None)
+    return replace(record, leader=best, successor=None, designation=designated)
 
 
 def follow_key_holder(

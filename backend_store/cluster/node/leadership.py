@@ -12,26 +12,34 @@ Leading (this replica holds the key at epoch ``term``):
 
 1. A newer term shows (a follower's fence, a newer key, its own store's fence): step down,
    publishing as resigned the position this term vouches for, and hold off campaigning for
-   one window like any resignation: a newer term means this replica's designation may be
-   stale (an etcd restored from an older snapshot designates whoever led then), and the
-   manager designates again on fresh positions (found by the simulation, ``all`` seed 27).
-2. Check-quorum (:mod:`..replication.quorum`): no majority heard from for the window while
+   off campaigning until the manager designates anew (the record's ``designation`` moves):
+   a newer term means this replica's designation may be stale (an etcd restored from an
+   older snapshot designates whoever led then), and the manager designates on fresh
+   positions, this replica again if it is still the most up to date (the simulation,
+   ``all`` seeds 27 and 13).
+2. The leader key, as the node's watch shows it, is absent or another node's: read it from
+   etcd (the watch may lag behind our own campaign). If it really is not ours (etcd was
+   restored from a snapshot taken before our campaign, and the restored key, or none, stands
+   in its place), step down: a term without its key is invisible to gateways and to the
+   manager, which would wait on a live designated leader for ever (the simulation, ``all``
+   seed 13). Designated still, the replica campaigns again for a key of the etcd as it is.
+3. Check-quorum (:mod:`..replication.quorum`): no majority heard from for the window while
    the others could lead without it: resign (publish the position it vouches for, delete
    the key, hold off campaigning for a window).
-3. The record names a ``successor`` (or, after a race, designates another voter): hand
+4. The record names a ``successor`` (or, after a race, designates another voter): hand
    over. Refuse new requests until every write begun has finished and the successor holds
    the whole log, then give the key up, publishing exactly that position, and the manager
    designates the successor. Bounded by ``handover_timeout_s``: past it the leader serves
    again and does not try that successor again until the record names another.
-4. Otherwise serve.
+5. Otherwise serve.
 
 Not leading:
 
-5. After a resignation (deposed, check-quorum, a hand-over, or a campaign refused by this
+6. After a resignation (deposed, check-quorum, a hand-over, or a campaign refused by this
    replica's own newer fence): a newer key ends it; our own key
    still standing is deleted again; while still designated, do not campaign for one window
    (the manager may designate another on fresh positions meanwhile).
-6. Designated and the session valid: campaign (a key held by another stays theirs until
+7. Designated and the session valid: campaign (a key held by another stays theirs until
    their lease ends; etcd refuses the campaign until then).
 """
 
@@ -45,7 +53,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ...errors import StaleEpoch
+from ...errors import PushgateError, StaleEpoch
 from ...types import Epoch, epoch_revision
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
 from ..coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord
@@ -60,6 +68,7 @@ class Action(StrEnum):
     SERVE = "serve"
     STEP_DOWN = "step_down"
     RESIGN_DEPOSED = "resign_deposed"
+    CHECK_KEY = "check_key"  # read the leader key from etcd; step down if it is not ours
     RESIGN_FOR_QUORUM = "resign_for_quorum"
     HAND_OVER = "hand_over"  # begin or go on waiting (requests refused)
     ABANDON_HAND_OVER = "abandon_hand_over"
@@ -107,6 +116,8 @@ def decide(s: Situation) -> Decision:
     if s.term is not None:
         if s.deposed:
             return Decision(Action.RESIGN_DEPOSED, "a newer term exists")
+        if s.key is None or s.key != (s.node_id, s.term):
+            return Decision(Action.CHECK_KEY, "the map shows no leader key of this term")
         if s.lacks_quorum:
             return Decision(Action.RESIGN_FOR_QUORUM, "no majority heard from")
         target = record.successor if designated else record.leader
@@ -126,7 +137,9 @@ def decide(s: Situation) -> Decision:
             end = True
         elif s.key is not None and s.key == (s.node_id, resigned.epoch):
             return Decision(Action.DELETE_OWN_KEY, "our resigned key still stands")
-        elif designated and s.now - resigned.at < s.window_s:
+        elif designated and resigned.stale_designation == record.designation:
+            return Decision(Action.HOLD_OFF, "designation may be stale: waiting for the manager")
+        elif designated and resigned.stale_designation is None and s.now - resigned.at < s.window_s:
             return Decision(Action.HOLD_OFF, "resigned lately")
     if not designated or not s.session_valid:
         return Decision(Action.FOLLOW, end_resignation=end)
@@ -221,8 +234,14 @@ class NodeLeadership:
                 await host.step_down(decision.why)
             case Action.RESIGN_DEPOSED:
                 await self.resign_key(host.partition)
-                await host.resign_deposed(now)
+                await host.resign_deposed(now, record.designation)
                 self.publish_soon()
+            case Action.CHECK_KEY:
+                leader = host.leader
+                assert leader is not None
+                if not await self._holds_key(host.partition, leader.epoch):
+                    await self.resign_key(host.partition)
+                    await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")
             case Action.RESIGN_FOR_QUORUM:
                 await self._resign_for_quorum(host, now)
             case Action.HAND_OVER:
@@ -281,10 +300,25 @@ class NodeLeadership:
             await host.step_down("stale")
             # Designated by a map older than this replica's fence: vouch for what it holds
             # and let the manager designate again on fresh positions (rule 1).
-            host.resign_stale(epoch, time.monotonic())
+            host.resign_stale(epoch, time.monotonic(), record.designation)
             self.publish_soon()
             return
         self.campaign_epochs[host.partition] = epoch
+
+    async def _holds_key(self, partition: int, epoch: int) -> bool:
+        """Whether etcd holds this node's leader key of ``epoch`` (a linearizable read; an
+        etcd that cannot be read says nothing: keep serving until the session decides)."""
+        try:
+            found = await self.coordinator.get(self.layout.leader(partition))
+        except CoordinatorUnavailable:
+            return True
+        if found is None:
+            return False
+        try:
+            claim = LeaderRecord.unpack(found.value)
+        except PushgateError:
+            return False
+        return claim.node == self.node_id and claim.epoch(found.create_revision) == epoch
 
     async def _resign_for_quorum(self, host: PartitionHost, now: float) -> None:
         resignation = await host.resign_for_quorum(now)

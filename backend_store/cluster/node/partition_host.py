@@ -386,7 +386,7 @@ class PartitionHost:
         )
         return resignation
 
-    async def resign_deposed(self, now: float) -> Resignation:
+    async def resign_deposed(self, now: float, designation: int) -> Resignation:
         """Stop leading because a newer term exists, vouching for what this term committed
         (not its tail: a newer leader may have replaced it), so the manager designates on
         fresh positions rather than letting a possibly stale designation campaign again."""
@@ -396,15 +396,15 @@ class PartitionHost:
         last_epoch, lsn = vouched_position(
             epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
         )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, designation)
         await self.step_down("deposed: a newer term exists")
         return resignation
 
-    def resign_stale(self, epoch: int, now: float) -> None:
+    def resign_stale(self, epoch: int, now: float, designation: int) -> None:
         """A campaign won at ``epoch`` that this replica's own fence refused: published as
         resigned at its own position until a newer term or the hold-off ends it."""
         last_epoch, lsn = self._last_entry()
-        self.resigned = Resignation(epoch, now, last_epoch, lsn)
+        self.resigned = Resignation(epoch, now, last_epoch, lsn, designation)
 
     def keep_leading(self, successor: str | None) -> None:
         """Serve requests (no hand-over asked for, or the one asked for was given up);

@@ -44,6 +44,10 @@ class Resignation:
     at: float
     last_epoch: int
     lsn: int
+    # Set when this replica learnt its designation may be stale (deposed by a newer term, or
+    # its own fence refused the epoch it won): the record's ``designation`` then. It does not
+    # campaign again until the manager designates anew (on fresh positions), however long.
+    stale_designation: int | None = None
 
 
 class QuorumCheck:
