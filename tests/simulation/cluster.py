@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+from backend_store.cluster.coordination.identity import ClusterRecord
 from backend_store.cluster.coordination.layout import Layout, PartitionRecord, pack
 from backend_store.cluster.manager.manager import Manager
 from backend_store.errors import PushgateError
@@ -112,9 +113,14 @@ class SimCluster:
         return None
 
     def restart(self, name: str) -> None:
+        """Start ``name`` again if it is down, or runs with another ``--prefix`` (a healing
+        operator fixes the typo too)."""
         proc = self.process(name)
-        if proc is not None and proc.alive:
+        node = self.nodes.get(name)
+        if proc is not None and proc.alive and (node is None or node.layout == self.layout):
             return
+        if proc is not None and proc.alive:
+            self.kill(name)
         if name in self.managers:
             self.start_manager(name)
         elif name not in self.retired:
@@ -184,7 +190,7 @@ class SimCluster:
             # The operator restores the latest backup that holds the cluster (its record):
             # one taken of the emptied etcd would leave every node refusing it, as it should
             # (docs/cluster.md, "Backup and restore").
-            held = [i for i, (_, snap) in enumerate(self.backups) if self.layout.cluster in snap.kv]
+            held = [i for i, (_, snap) in enumerate(self.backups) if self._holds_the_cluster(snap)]
             index = held[-1] if held else -1
         taken_at, snapshot = self.backups[index]
         was = self.etcd.state.revision
@@ -194,6 +200,22 @@ class SimCluster:
             f"etcd restored from the backup of t={taken_at:.1f}: revision {was} -> {snapshot.revision}",
         )
         return True
+
+    def cluster_id_in(self, state: EtcdState) -> str | None:
+        found = state.kv.get(self.layout.cluster)
+        identity = ClusterRecord.parse(found.value if found is not None else None).identity
+        return identity.cluster_id if identity is not None else None
+
+    def _holds_the_cluster(self, state: EtcdState) -> bool:
+        """Whether ``state`` holds this cluster's record: the id the first backup holding one
+        shows (a node started on an empty etcd makes a cluster of its own, which the others
+        refuse; the operator restores past it)."""
+        first = next((c for _, snap in self.backups if (c := self.cluster_id_in(snap)) is not None), None)
+        return first is not None and self.cluster_id_in(state) == first
+
+    def etcd_lost_the_cluster(self) -> bool:
+        """Whether etcd holds no record of this cluster (empty, or another cluster's)."""
+        return bool(self.backups) and not self._holds_the_cluster(self.etcd.state)
 
     def corrupt(self, key: str) -> None:
         """Write a value no decoder reads under ``key`` (one revision, as a put would)."""

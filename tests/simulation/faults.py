@@ -531,9 +531,10 @@ class Chaos:
             cluster.restart(name)
         if not cluster.etcd.up:
             cluster.etcd.start()
-        if cluster.layout.cluster not in cluster.etcd.state.kv and cluster.backups:
-            # It came back empty (the nodes refuse it, saying so): the operator restores the
-            # latest backup (the nodes' registrations alone do not make it less empty).
+        if cluster.etcd_lost_the_cluster():
+            # It came back empty, or a node started on it while empty made a cluster of its
+            # own (the nodes refuse it, saying so): the operator restores the latest backup
+            # holding this cluster (registrations alone do not make it less empty).
             cluster.etcd_restore()
         for name in sorted(cluster.drained - cluster.retired):
             await cluster.drain(name, False)

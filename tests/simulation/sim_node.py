@@ -417,6 +417,7 @@ class SimNode:
             "handover_timeout_s": self.handover_timeout_s,
             "abandoned": host.abandoned_successor,
             "resigned": host.resigned,
+            "incarnation": self._incarnation(),
         }
         if leader is None:
             return node_adapter.Situation(**common)

@@ -279,6 +279,11 @@ class PartitionRecord:
     # Bumped by the manager at every promotion, the same leader included: a replica that
     # learnt its designation may be stale waits for a newer one (node/leadership.py).
     designation: int = 0
+    # The cluster's incarnation when the leader was designated: one made before etcd went
+    # back in time (a restore raises the incarnation) may name a replica that lacks what a
+    # majority acknowledged since, so nobody campaigns on it until the manager designates
+    # anew on fresh positions (manager/election.py, node/leadership.py).
+    designated_in: int = 0
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -305,6 +310,8 @@ class PartitionRecord:
             doc["successor"] = self.successor
         if self.designation:
             doc["designation"] = self.designation
+        if self.designated_in:
+            doc["designated_in"] = self.designated_in
         return pack(doc)
 
     @classmethod
@@ -324,6 +331,7 @@ class PartitionRecord:
                 tuple(str(n) for n in v.get("leaving", ())),
                 None if successor is None else str(successor),
                 int(v.get("designation", 0)),
+                int(v.get("designated_in", 0)),
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise Unavailable(f"malformed partition record: {exc}") from None

@@ -61,16 +61,20 @@ def promote(
     *,
     last_in_sync: Collection[str] = (),
     draining: Collection[str] = (),
+    incarnation: int = 0,
 ) -> PartitionRecord:
     """The record with a new designated leader if the key is gone and one is due (the
     caller checked that no node holds ``leaders/{pid}``); else ``record`` unchanged.
 
     ``last_in_sync``: the replicas the last leader published as in sync (a tie-break);
-    ``draining``: nodes being drained (they lose ties too)."""
+    ``draining``: nodes being drained (they lose ties too); ``incarnation``: the cluster's
+    (a designation made in an earlier one, before etcd went back in time, is stale: nobody
+    campaigns on it, and it is made anew on fresh positions)."""
     leader = record.leader
     current = position_of(nodes, leader, pid) if leader is not None else None
     gave_up = current is not None and current.role == "resigned"
-    if leader is not None and leader in nodes and leader in record.replicas and not gave_up:
+    stale = record.designated_in < incarnation
+    if leader is not None and leader in nodes and leader in record.replicas and not gave_up and not stale:
         return record  # alive and not resigned: it campaigns again itself
     fresh = {
         n: p for n in record.replicas if (p := position_of(nodes, n, pid)) is not None and p.leader_epoch == 0
@@ -92,6 +96,9 @@ def promote(
     best = max(fresh, key=order)
     designated = record.designation + 1
     if best == leader and record.successor is None:
+        if stale:
+            log.warning("partition %d: designating %s again in incarnation %d", pid, leader, incarnation)
+            return replace(record, designation=designated, designated_in=incarnation)
         if not gave_up:
             return record  # its key vanished (a restart): it campaigns again
         # It resigned but is still the most up to date: designated anew, so it campaigns
@@ -99,14 +106,14 @@ def promote(
         log.warning(
             "partition %d: %s resigned and is still the most up to date; designating it again", pid, leader
         )
-        return replace(record, designation=designated)
+        return replace(record, designation=designated, designated_in=incarnation)
     if best != leader:
         if record.successor is not None and best == record.successor:
             log.warning("partition %d: %s handed over; designating %s", pid, leader, best)
         else:
             why = "gave up its key" if gave_up else "is gone"
             log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
-    return replace(record, leader=best, successor=None, designation=designated)
+    return replace(record, leader=best, successor=None, designation=designated, designated_in=incarnation)
 
 
 def follow_key_holder(

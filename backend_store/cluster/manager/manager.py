@@ -159,7 +159,10 @@ class Manager:
 
     def _on_cluster(self, state: PrefixState) -> None:
         entry = state.entries.get(self.layout.cluster)
-        verdict = judge_stateless(ClusterRecord.parse(entry.value if entry else None), None, self.layout)
+        record = ClusterRecord.parse(entry.value if entry else None)
+        verdict = judge_stateless(record, None, self.layout)
+        if record.identity is not None:
+            self.view.incarnation = record.identity.incarnation
         if verdict.refusal is not None and verdict.refusal != self.view.distrust:
             log.warning("%s: planning nothing: %s", self.manager_id, verdict.refusal)
         self.view.distrust = verdict.refusal

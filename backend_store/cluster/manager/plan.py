@@ -53,6 +53,8 @@ class ClusterView:
     drained: set[str] = field(default_factory=set)  # nodes an operator asked to drain
     tombstones: dict[tuple[int, str], Tombstone] = field(default_factory=dict)
     counter: int = 0
+    # The cluster's incarnation (raised when etcd is found to have gone back in time).
+    incarnation: int = 0
     # Why etcd's cluster record is not to be trusted (None: it holds a readable cluster id):
     # a manager plans nothing on an etcd that holds no cluster (coordination/identity.py).
     distrust: str | None = "the cluster record was not read yet"
@@ -212,7 +214,7 @@ class _Planner:
         view = self.view
         holder = view.leaders.get(pid)
         if record.leader is None and record.replicas:
-            return replace(record, leader=record.replicas[0])
+            return replace(record, leader=record.replicas[0], designated_in=view.incarnation)
         if holder is None:
             return election.promote(
                 view.nodes,
@@ -220,6 +222,7 @@ class _Planner:
                 record,
                 last_in_sync=self.memory.last_in_sync.get(pid, ()),
                 draining=self.draining,
+                incarnation=view.incarnation,
             )
         if holder != record.leader:
             return election.follow_key_holder(view.nodes, pid, record, holder)
@@ -412,6 +415,7 @@ def plan(
                     first,
                     mode,
                     view.queue_revisions.get((tenant, queue)),
+                    designated_in=view.incarnation,
                 )
                 continue
             record = view.partitions[pid]

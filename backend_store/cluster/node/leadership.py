@@ -39,7 +39,10 @@ Not leading:
    replica's own newer fence): a newer key ends it; our own key
    still standing is deleted again; while still designated, do not campaign for one window
    (the manager may designate another on fresh positions meanwhile).
-7. Designated and the session valid: campaign (a key held by another stays theirs until
+7. Designated in an earlier incarnation of the cluster (before etcd was found to have gone
+   back in time, which raises it): hold off until the manager designates anew on fresh
+   positions; whoever led before the restore may not be the most up to date now.
+8. Designated and the session valid: campaign (a key held by another stays theirs until
    their lease ends; etcd refuses the campaign until then).
 """
 
@@ -99,6 +102,7 @@ class Situation:
     abandoned: str | None = None  # a successor given up on
     # Not leading: a resignation not yet ended by a newer leader.
     resigned: Resignation | None = None
+    incarnation: int = 0  # the cluster's, as this node last read it
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,8 @@ def decide(s: Situation) -> Decision:
             return Decision(Action.HOLD_OFF, "resigned lately")
     if not designated or not s.session_valid:
         return Decision(Action.FOLLOW, end_resignation=end)
+    if record.designated_in < s.incarnation:
+        return Decision(Action.HOLD_OFF, "designated before etcd went back in time: waiting for the manager")
     return Decision(Action.CAMPAIGN, end_resignation=end)
 
 
@@ -193,6 +199,7 @@ class NodeLeadership:
             "handover_timeout_s": self.handover_timeout_s,
             "abandoned": host.abandoned_successor,
             "resigned": host.resigned,
+            "incarnation": self.identity.incarnation,
         }
         if leader is None:
             return Situation(**common)

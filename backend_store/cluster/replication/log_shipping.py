@@ -120,6 +120,7 @@ class ReplicationLeader:
         # and the one adopted since, with the last LSN when it was (settled once committed).
         self._settled: tuple[str, ...] = ()
         self._adopted_from = NO_LSN
+        self._committed = NO_LSN  # committed_lsn's high-water mark
         # Set when a follower refuses us with a newer epoch: stop taking writes.
         self.deposed = asyncio.Event()
         self.newer_epoch: Epoch | None = None
@@ -217,7 +218,17 @@ class ReplicationLeader:
 
     @property
     def committed_lsn(self) -> Lsn:
-        """The highest LSN a majority of the voters holds (the leader's log counts)."""
+        """The highest LSN a majority of the voters acknowledged in this term: it never goes
+        back (Raft's commit index), though a follower's later position report may lower what
+        it is counted as holding now (what a resignation vouches for must include every write
+        acknowledged; the simulation's ``restore`` seed 1133 lost one that way)."""
+        held = self._majority_holds()
+        if held > self._committed:
+            self._committed = held
+        return self._committed
+
+    def _majority_holds(self) -> Lsn:
+        """The highest LSN a majority of the current voters holds now (the leader's log counts)."""
         voters = self.voters
         followers = [p for p in self.followers.values() if voters is None or p.node_id in voters]
         held = sorted([self.store.last_lsn, *(p.acked for p in followers)], reverse=True)
@@ -246,7 +257,7 @@ class ReplicationLeader:
         (empty until the first one settles: a term's own set settles once its first entries
         are on a majority of it)."""
         voters = self.voters
-        if voters is not None and self._settled != voters and self.committed_lsn >= self._adopted_from:
+        if voters is not None and self._settled != voters and self._majority_holds() >= self._adopted_from:
             self._settled = voters
         return self._settled
 
