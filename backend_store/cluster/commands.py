@@ -93,7 +93,7 @@ def node_main(argv: Sequence[str]) -> int:
         type=float,
         metavar="SECONDS",
         help="a leader that hears from no majority of its replicas for this long resigns"
-        " (check-quorum; default: twice --lease-ttl; 0: never)",
+        " (check-quorum; default: --lease-ttl; 0: never)",
     )
     parser.add_argument(
         "--encryption-key-file",

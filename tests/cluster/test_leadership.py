@@ -22,6 +22,7 @@ def situation(**kwargs: Any) -> Situation:
         key=None,
         window_s=4.0,
         handover_timeout_s=2.0,
+        registered_voters=3,
     )
     return replace(base, **kwargs)
 
@@ -114,3 +115,11 @@ def test_a_replica_that_learnt_its_designation_may_be_stale_waits_for_a_new_one(
     again = replace(record, designation=4)
     assert decide(situation(resigned=stale, record=again, now=99.5)).action is Action.CAMPAIGN
     assert decide(situation(resigned=stale, record=replace(record, leader="n2"))).action is Action.FOLLOW
+
+
+def test_a_designated_replica_campaigns_once_a_majority_of_the_voters_registered() -> None:
+    """Found by the simulation (``minority`` 82, with the 3 s bound): a node that campaigned
+    before its watch had shown the others' registrations began a term without links, and its
+    first commit (the queue's creation) waited 5 s with the node's reconcile loop."""
+    assert decide(situation(registered_voters=1)).action is Action.HOLD_OFF
+    assert decide(situation(registered_voters=2)).action is Action.CAMPAIGN

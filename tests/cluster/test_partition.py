@@ -208,7 +208,7 @@ async def test_a_leader_cut_off_from_its_followers_only_resigns_for_lack_of_a_qu
     harness: ClusterHarness,
 ) -> None:
     """Check-quorum: etcd and gateways still reach the leader, so its lease lives on; it hears
-    from no follower for its window (two TTLs), resigns (deletes its key, refuses requests,
+    from no follower for its window (one TTL), resigns (deletes its key, refuses requests,
     publishes what it vouches for), and the manager promotes a follower on the majority's fresh
     positions. Without check-quorum nobody replaces it and no send is acknowledged until the
     heal (this test then times out waiting for a new leader)."""

@@ -94,6 +94,10 @@ class GroupProgress:
     acked: int = 0  # the last seq acknowledged
     sending: int = 0  # the seq being sent (0: none)
     ack_times: list[float] = field(default_factory=list)
+    # (first attempt, acknowledged at) of each acknowledged send: how long a send waited,
+    # retries included (a group's think time between sends is not a wait).
+    waits: list[tuple[float, float]] = field(default_factory=list)
+    sending_since: float | None = None  # the first attempt of the send under way
 
 
 class SimGateway:
@@ -116,6 +120,10 @@ class SimGateway:
         self.view = ClusterView(coordinator, layout, reread_every_s=2.0)
         self.view.add_listener(self._map_changed)
         self._moved = asyncio.Event()
+        # PartitionCalls' held requests: partition -> {task: the epoch asked}; a map showing
+        # a newer leader gives them up (failover in the lease, not in the freeze).
+        self._held: dict[int, dict[asyncio.Task[Any], int]] = {}
+        self._given_up: set[asyncio.Task[Any]] = set()
         self._clients: dict[str, SimNodeClient] = {}
         self.groups: dict[tuple[str, str], GroupProgress] = {}
         self.sending = True
@@ -136,8 +144,20 @@ class SimGateway:
         elif held <= etcd_revision:
             self.stale_map_noted = False
 
-    def _map_changed(self, _map: PartitionMap) -> None:
+    def _map_changed(self, current: PartitionMap) -> None:
         self._moved.set()
+        # ``PartitionCalls._leader_replaced``.
+        for pid, held in list(self._held.items()):
+            part = current.partitions.get(pid)
+            if part is None or part.leader is None:
+                continue
+            for task, epoch in list(held.items()):
+                if part.leader.epoch > epoch:
+                    del held[task]
+                    self._given_up.add(task)
+                    task.cancel()
+            if not held:
+                del self._held[pid]
 
     async def start(self) -> None:
         await self.view.start()
@@ -189,14 +209,35 @@ class SimGateway:
                 continue
             leader = current.leader
             client = self._client(leader.node, leader.address)
+            task = asyncio.current_task()
+            assert task is not None
+            held = self._held.setdefault(current.id, {})
+            held[task] = leader.epoch
             try:
-                result = await client.call_with(
-                    op,
-                    current.id,
-                    leader.epoch,
-                    {"tenant": TENANT, "queue": queue, **kwargs},
-                    timeout_s=min(remaining, NODE_TIMEOUT_S),
+                try:
+                    result = await client.call_with(
+                        op,
+                        current.id,
+                        leader.epoch,
+                        {"tenant": TENANT, "queue": queue, **kwargs},
+                        timeout_s=min(remaining, NODE_TIMEOUT_S),
+                    )
+                finally:
+                    held.pop(task, None)
+                    if not held and self._held.get(current.id) is held:
+                        del self._held[current.id]
+            except asyncio.CancelledError:
+                if task not in self._given_up:
+                    raise
+                self._given_up.discard(task)
+                if task.uncancel():
+                    raise
+                last = NoAnswer(
+                    f"partition {current.id}: its leader {leader.node} was replaced while it held the request"
                 )
+                if not retry_unknown:
+                    raise last from None
+                continue
             except (NotLeader, StaleEpoch):
                 last = Unavailable(f"partition {current.id} is changing leader; retry")
                 await self._refresh()
@@ -262,7 +303,10 @@ class SimGateway:
             return False
         self.oracle.acknowledged(pid, str(result.id), group, seq, message.body)
         progress.acked = seq
-        progress.ack_times.append(asyncio.get_running_loop().time())
+        now = asyncio.get_running_loop().time()
+        progress.ack_times.append(now)
+        progress.waits.append((progress.sending_since if progress.sending_since is not None else now, now))
+        progress.sending_since = None
         return True
 
     async def _produce(self, progress: GroupProgress) -> None:
@@ -272,6 +316,8 @@ class SimGateway:
                 await asyncio.sleep(0.5)
                 continue
             progress.sending = seq
+            if progress.sending_since is None:
+                progress.sending_since = asyncio.get_running_loop().time()
             if await self.send_one(progress, seq):
                 seq += 1
                 await asyncio.sleep(self.think_s * (0.5 + self.rng.random()))

@@ -77,7 +77,7 @@ class SimNode:
         self.layout = layout
         self.store_clock = store_clock
         self.address = f"{node_id}:7000"
-        self.quorum_window_s = 2 * TTL_S
+        self.quorum_window_s = TTL_S  # node.py's default: one lease TTL
         self.handover_timeout_s = HANDOVER_TIMEOUT_S
         self.hosts: dict[int, SimPartitionHost] = {}
         self.session: SimSession | None = None
@@ -290,13 +290,15 @@ class SimNode:
             return
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
-            host = self.hosts[pid]
+            serving = self.hosts.get(pid)
+            if serving is None:
+                continue  # ``node.py``: named by a map that changed meanwhile, opened next round
             data = self.disk.partitions.get(pid)
             if data is not None and data.label is None and verdict.cluster_id is not None:
                 data.label = ReplicaLabel(
                     verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
                 )
-            await self._reconcile_partition(session, host, record, addresses)
+            await self._reconcile_partition(session, serving, record, addresses)
         await self._publish(session, force=self._publish_now)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, SimPartitionHost]) -> node_adapter.Decision:
@@ -365,7 +367,11 @@ class SimNode:
             case Action.CHECK_KEY:
                 leader = host.leader
                 assert leader is not None
-                if not await self._holds_key(host.partition, leader.epoch):
+                if await self._holds_key(host.partition, leader.epoch):
+                    host.keep_leading(record.successor)
+                    host.update_links(record, addresses)
+                    await host.apply_queue_attributes(self._queues)
+                else:
                     await self._resign(host)
                     await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")
             case Action.RESIGN_FOR_QUORUM:
@@ -418,6 +424,7 @@ class SimNode:
             "abandoned": host.abandoned_successor,
             "resigned": host.resigned,
             "incarnation": self._incarnation(),
+            "registered_voters": sum(1 for n in record.replicas if n == self.node_id or n in self._nodes),
         }
         if leader is None:
             return node_adapter.Situation(**common)

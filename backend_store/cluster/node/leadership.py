@@ -42,7 +42,7 @@ Not leading:
 7. Designated in an earlier incarnation of the cluster (before etcd was found to have gone
    back in time, which raises it): hold off until the manager designates anew on fresh
    positions; whoever led before the restore may not be the most up to date now.
-8. Designated and the session valid: campaign (a key held by another stays theirs until
+8. Designated, the session valid and a majority of the voters registered: campaign (a key held by another stays theirs until
    their lease ends; etcd refuses the campaign until then).
 """
 
@@ -103,6 +103,9 @@ class Situation:
     # Not leading: a resignation not yet ended by a newer leader.
     resigned: Resignation | None = None
     incarnation: int = 0  # the cluster's, as this node last read it
+    # The voters this node knows registered (itself included): a term needs links to a
+    # majority to commit anything, and they are made from the registrations.
+    registered_voters: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,10 @@ def decide(s: Situation) -> Decision:
         return Decision(Action.FOLLOW, end_resignation=end)
     if record.designated_in < s.incarnation:
         return Decision(Action.HOLD_OFF, "designated before etcd went back in time: waiting for the manager")
+    if s.registered_voters < len(record.replicas) // 2 + 1:
+        # Not yet heard of a majority's registrations (a node just started): a term begun
+        # now would have no links, and its first commit would wait with the node's loop.
+        return Decision(Action.HOLD_OFF, "a majority of the voters is not registered yet")
     return Decision(Action.CAMPAIGN, end_resignation=end)
 
 
@@ -200,6 +207,7 @@ class NodeLeadership:
             "abandoned": host.abandoned_successor,
             "resigned": host.resigned,
             "incarnation": self.identity.incarnation,
+            "registered_voters": sum(1 for n in record.replicas if n == self.node_id or n in nodes),
         }
         if leader is None:
             return Situation(**common)
@@ -246,7 +254,12 @@ class NodeLeadership:
             case Action.CHECK_KEY:
                 leader = host.leader
                 assert leader is not None
-                if not await self._holds_key(host.partition, leader.epoch):
+                if await self._holds_key(host.partition, leader.epoch):
+                    # Ours (the watch lags behind our campaign): serve as SERVE does.
+                    host.keep_leading(record.successor)
+                    host.update_links(record, addresses)
+                    await host.apply_queue_attributes(queues)
+                else:
                     await self.resign_key(host.partition)
                     await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")
             case Action.RESIGN_FOR_QUORUM:

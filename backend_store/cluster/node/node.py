@@ -95,7 +95,7 @@ class Node:
         tls: NodeTls | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        """``quorum_window_s``: check-quorum's window (default two lease TTLs; 0: off).
+        """``quorum_window_s``: check-quorum's window (default one lease TTL; 0: off).
         ``handover_timeout_s``: how long a hand-over may refuse writes waiting for its
         successor to catch up before this leader serves again (leadership.py).
         ``keyring``: bodies are sealed at rest in every partition store (the same keys on
@@ -116,10 +116,11 @@ class Node:
         self.tick_s = tick_s
         self.publish_every_s = publish_every_s
         self.request_timeout_s = request_timeout_s
-        # Two TTLs: well past the 0.5 s heartbeats and a loaded machine's fsync stalls (a
-        # healthy leader must not resign: each resignation costs a failover), and longer
-        # than a lease, so a blip that etcd itself would ride out costs no change of leader.
-        self.quorum_window_s = 2 * ttl_s if quorum_window_s is None else quorum_window_s
+        # One TTL: a leader cut from its followers costs what a leader cut from etcd costs
+        # (its lease), issue 24's "no minority fault costs more than its lease" (two TTLs,
+        # before, cost 4.2 s per cut). Four 0.5 s heartbeats: a loaded machine's stall
+        # that long would cost the etcd session (same TTL) anyway.
+        self.quorum_window_s = ttl_s if quorum_window_s is None else quorum_window_s
         # When, why and how this node's replicas lead (leadership.py).
         # No sweeper in the stores: a follower's store changes only through the leader's log;
         # the leader sweeps (PartitionHost) and its deletions replicate like any write.
@@ -348,9 +349,13 @@ class Node:
             return
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
-            host = self.hosts[pid]
-            await self._label(host, record, verdict)
-            await self._reconcile_partition(session, host, record, addresses)
+            serving = self.hosts.get(pid)
+            if serving is None:
+                # Named by the map as it changed while other replicas were being opened (the
+                # second decision above): opened on the next round, 0.2 s on.
+                continue
+            await self._label(serving, record, verdict)
+            await self._reconcile_partition(session, serving, record, addresses)
         await self._publish(session, force=self._publish_now)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, PartitionHost]) -> Decision:

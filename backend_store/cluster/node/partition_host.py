@@ -336,14 +336,32 @@ class PartitionHost:
         leader = self.leader
         assert leader is not None
         if self.handing_over_to != successor:
+            if not self._in_contact(successor, now):
+                return None  # not begun: it serves on (see _in_contact)
             log.info("partition %d: handing over to %s", self.partition, successor)
             self.handing_over_to, self.handover_started = successor, now
-        if self._writes_in_flight or not self.holds_whole_log(successor):
+        if (
+            self._writes_in_flight
+            or not self.holds_whole_log(successor)
+            or not self._in_contact(successor, now)
+        ):
             return None
         leader.resign(f"handed over to {successor}")
         last_epoch, lsn = self._last_entry()
         self.resigned = Resignation(leader.epoch, now, last_epoch, lsn)
         return self.resigned
+
+    def _in_contact(self, follower: str, now: float) -> bool:
+        """Whether ``follower`` answered within a heartbeat (a live follower answers each
+        one): a successor cut off since the manager saw it in sync must not be handed a term
+        it cannot commit in (issue 24's defect 7; the simulation's ``minority`` seed 40). A
+        hand-over to one not heard from is not begun (writes go on; the manager withdraws it
+        at its timeout and picks another), and one begun waits for it."""
+        leader = self.leader
+        quorum = leader.quorum if leader is not None else None
+        if leader is None or quorum is None:
+            return True  # no check-quorum (RF 1, or turned off): nothing to go by
+        return quorum.heard_within(follower, now, leader.heartbeat_s)
 
     def holds_whole_log(self, follower: str) -> bool:
         """Whether ``follower`` acknowledged every entry of this leader's log."""

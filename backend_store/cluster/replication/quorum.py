@@ -85,6 +85,12 @@ class QuorumCheck:
         recent = {n for n, at in self._heard.items() if now - at <= self.window_s}
         return recent | {self.node_id}
 
+    def heard_within(self, node_id: str, now: float, within_s: float) -> bool:
+        """Whether ``node_id`` answered in the last ``within_s`` seconds (a replica that just
+        joined counts as heard when it joined)."""
+        at = self._heard.get(node_id)
+        return at is not None and now - at <= within_s
+
     def silent(self, now: float) -> list[str]:
         """The followers not heard from within the window."""
         return sorted(set(self._heard) - self.in_contact(now))
