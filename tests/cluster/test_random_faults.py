@@ -105,6 +105,7 @@ class Load:
     sent_by_group: dict[str, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
     deliveries: list[Delivery] = field(default_factory=list)
     ack_confirmed_at: dict[str, float] = field(default_factory=dict)
+    slowest_send: tuple[float, str] = (0.0, "")  # since the last report: seconds, body
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     consumers_stopping: asyncio.Event = field(default_factory=asyncio.Event)
     producers: list[asyncio.Task[None]] = field(default_factory=list)
@@ -137,7 +138,8 @@ class Load:
             await asyncio.sleep(0.05)  # a steady load, not the most the machine takes
 
     async def _send(self, pid: int, queue: str, body: str, group: str | None) -> SendResult:
-        deadline = time.monotonic() + scaled(45)
+        began = time.monotonic()
+        deadline = began + scaled(45)
         message = NewMessage(body.encode(), group_id=group, dedupe_id=body)
         while True:
             try:
@@ -147,6 +149,7 @@ class Load:
             except RETRYABLE as exc:
                 result = exc
             if isinstance(result, SendResult):
+                self.slowest_send = max(self.slowest_send, (time.monotonic() - began, body))
                 return result
             assert isinstance(result, RETRYABLE), f"send of {body}: {result!r}"
             if time.monotonic() > deadline:
@@ -296,9 +299,23 @@ class Run:
             await asyncio.sleep(fault.hold_s)
             await h.manager_command("--undrain", target)
 
-    async def settled(self) -> bool:
-        """Every running node is up in etcd, every partition has its designated leader serving,
-        with every other voter in sync with it."""
+    async def leader_lsns(self) -> dict[int, int] | None:
+        """Each partition's last LSN as its serving leader publishes it now."""
+        records = await self.h.node_records()
+        lsns: dict[int, int] = {}
+        for p in self.partitions:
+            found = await self.h.leader(p.pid)
+            position = records[found[0]].replicas.get(p.pid) if found and found[0] in records else None
+            if position is None or position.role != "leader":
+                return None
+            lsns[p.pid] = position.lsn
+        return lsns
+
+    async def settled(self, marks: dict[int, int]) -> bool:
+        """Every running node is up in etcd; every partition has its designated leader serving,
+        and every other voter is in sync with it and published a position at least at the
+        leader's LSN of ``marks`` (taken once the fault was undone: a position from before the
+        fault, still in etcd while the node's lease lives, is lower as long as writes go on)."""
         self.load.raise_failures()
         records = await self.h.node_records()
         running = {name for name, proc in self.h.nodes.items() if proc.running}
@@ -313,13 +330,20 @@ class Run:
             position = records[found[0]].replicas.get(p.pid) if found[0] in records else None
             if position is None or position.role != "leader":
                 return False
-            if not set(record.replicas) - {found[0]} <= set(position.in_sync):
+            followers = set(record.replicas) - {found[0]}
+            if not followers <= set(position.in_sync):
                 return False
+            for node in followers:
+                theirs = records[node].replicas.get(p.pid) if node in records else None
+                if theirs is None or theirs.lsn < marks[p.pid]:
+                    return False
         return True
 
     async def settle(self, what: str) -> None:
-        await self.h.wait_for(what, self.settled, timeout=45)
-        self.note(f"settled ({what})")
+        began = time.monotonic()
+        marks: dict[int, int] = await self.h.wait_for(f"a leader of every partition {what}", self.leader_lsns)
+        await self.h.wait_for(what, lambda: self.settled(marks), timeout=45)
+        self.note(f"settled {what} in {time.monotonic() - began:.2f}s (leaders' LSNs then: {marks})")
 
 
 async def _partition(h: ClusterHarness, label: str, queue: str, index: int) -> Partition:
@@ -405,7 +429,12 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
             await asyncio.sleep(fault.gap_s)  # the schedule's own pause between faults
             await run.make(fault)
             await run.settle(f"after {fault.kind}")
-            run.note(f"{len(load.acknowledged)} sends acknowledged, {len(load.deliveries)} deliveries")
+            slowest, body = load.slowest_send
+            load.slowest_send = (0.0, "")
+            run.note(
+                f"{len(load.acknowledged)} sends acknowledged, {len(load.deliveries)} deliveries;"
+                f" slowest send since the last fault {slowest:.2f}s ({body})"
+            )
         target = len(load.acknowledged) + 20
 
         async def more_sends() -> bool:
