@@ -40,10 +40,12 @@ from backend_store.cluster.client.routing import partition_index
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.types import (
     AckResult,
+    MessageId,
     NewMessage,
     PeekedMessage,
     QueueAttributes,
     QueueName,
+    Receipt,
     ReceivedMessage,
     SendResult,
     TenantId,
@@ -378,31 +380,38 @@ async def _drain(run: Run) -> None:
     )
 
 
-def _check(load: Load) -> None:
-    sent = set(load.acknowledged)
-    missing = sent - load.delivered()
+def check_deliveries(
+    acknowledged: dict[str, SendResult],
+    sent_by_group: dict[str, list[str]],
+    deliveries: list[Delivery],
+    ack_confirmed_at: dict[str, float],
+) -> None:
+    """What a drained run must show (the module's docstring)."""
+    sent = set(acknowledged)
+    delivered = {d.body for d in deliveries}
+    missing = sent - delivered
     assert not missing, f"{len(missing)} acknowledged sends never delivered: {sorted(missing)[:20]}"
-    strangers = load.delivered() - sent
+    strangers = delivered - sent
     assert not strangers, f"delivered but never sent: {sorted(strangers)[:20]}"
     moved = {
-        d.body: ((load.acknowledged[d.body].id, load.acknowledged[d.body].seq), (d.message.id, d.message.seq))
-        for d in load.deliveries
-        if (d.message.id, d.message.seq) != (load.acknowledged[d.body].id, load.acknowledged[d.body].seq)
+        d.body: ((acknowledged[d.body].id, acknowledged[d.body].seq), (d.message.id, d.message.seq))
+        for d in deliveries
+        if (d.message.id, d.message.seq) != (acknowledged[d.body].id, acknowledged[d.body].seq)
     }
     assert not moved, f"delivered with another id or seq than acknowledged (acked, delivered): {moved}"
     again = [
-        (d.body, d.asked_at, load.ack_confirmed_at[d.body])
-        for d in load.deliveries
-        if d.body in load.ack_confirmed_at and d.asked_at > load.ack_confirmed_at[d.body]
+        (d.body, d.asked_at, ack_confirmed_at[d.body])
+        for d in deliveries
+        if d.body in ack_confirmed_at and d.asked_at > ack_confirmed_at[d.body]
     ]
     assert not again, f"delivered by a receive begun after its ack was acknowledged: {again[:10]}"
     first: dict[str, list[str]] = collections.defaultdict(list)
     seen: set[str] = set()
-    for d in load.deliveries:
+    for d in deliveries:
         if d.body not in seen and d.message.group_id is not None:
             seen.add(d.body)
             first[d.message.group_id].append(d.body)
-    for group, sent_order in load.sent_by_group.items():
+    for group, sent_order in sent_by_group.items():
         assert first[group] == sent_order, (
             f"group {group} first delivered out of send order: {first[group][:50]} (sent {sent_order[:50]})"
         )
@@ -447,7 +456,7 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
         await _drain(run)
         await load.stop_consumers()
         run.note(f"drained: {len(load.deliveries)} deliveries of {len(load.delivered())} messages")
-        _check(load)
+        check_deliveries(load.acknowledged, load.sent_by_group, load.deliveries, load.ack_confirmed_at)
     except BaseException as exc:
         exc.add_note(run.report())
         raise
@@ -502,3 +511,69 @@ def test_a_schedule_joins_its_spare_once_and_targets_only_what_exists() -> None:
             assert fault.hold_s >= 0 and fault.gap_s > 0
     kinds = {f.kind for seed in range(20) for f in _schedule(seed)}
     assert kinds == set(Kind)
+
+
+def test_the_ci_seeds_make_every_kind_of_fault() -> None:
+    made = {
+        fault.kind
+        for seed in CI_SEEDS
+        for fault in make_schedule(
+            seed,
+            nodes=[f"n{i}" for i in range(RUNNING)],
+            spare=f"n{NODES - 1}",
+            partitions=["orders/0", *(f"fifo/{i}" for i in range(FIFO_PARTITIONS))],
+            managers=[f"m{i}" for i in range(MANAGERS)],
+            count=FAULTS,
+        )
+    }
+    assert made == set(Kind)
+
+
+# The end-of-run checks on made-up deliveries: each catches what it is for ---------------------
+
+
+def _delivery(body: str, seq: int, asked_at: float, group: str | None = "g") -> Delivery:
+    message = ReceivedMessage(
+        queue=QueueName(FIFO),
+        id=MessageId(f"id-{body}"),
+        seq=seq,
+        receipt=Receipt(f"r-{body}-{asked_at}"),
+        body=body.encode(),
+        is_text=True,
+        attributes={},
+        group_id=group,
+        sent_at=0.0,
+        receive_count=1,
+        visible_at=0.0,
+    )
+    return Delivery(body, message, asked_at)
+
+
+def _sent(*bodies: str) -> dict[str, SendResult]:
+    return {body: SendResult(MessageId(f"id-{body}"), seq) for seq, body in enumerate(bodies, 1)}
+
+
+def test_the_checks_pass_a_clean_run_with_redeliveries() -> None:
+    deliveries = [_delivery("a", 1, 1.0), _delivery("a", 1, 6.0), _delivery("b", 2, 7.0)]
+    check_deliveries(_sent("a", "b"), {"g": ["a", "b"]}, deliveries, {"a": 6.5, "b": 7.5})
+
+
+@pytest.mark.parametrize(
+    ("deliveries", "acked_at", "error"),
+    [
+        ([_delivery("a", 1, 1.0)], {}, "never delivered"),
+        ([_delivery("b", 2, 1.0), _delivery("a", 1, 2.0)], {}, "out of send order"),
+        ([_delivery("a", 1, 1.0), _delivery("b", 3, 2.0)], {}, "another id or seq"),
+        (
+            [_delivery("a", 1, 1.0), _delivery("b", 2, 2.0), _delivery("a", 1, 3.0)],
+            {"a": 1.5},
+            "after its ack",
+        ),
+        ([_delivery("a", 1, 1.0), _delivery("b", 2, 2.0), _delivery("c", 3, 3.0)], {}, "never sent"),
+    ],
+)
+def test_the_checks_catch_what_they_are_for(
+    deliveries: list[Delivery], acked_at: dict[str, float], error: str
+) -> None:
+    with pytest.raises(AssertionError, match=error):
+        check_deliveries(_sent("a", "b"), {"g": ["a", "b"]}, deliveries, acked_at)
