@@ -484,7 +484,14 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
         await h.wait_for("20 more sends after the last fault", more_sends)
         await load.stop_producers()
         run.note(f"producers stopped: {len(load.acknowledged)} sends acknowledged")
-        await _drain(run)
+        try:
+            await _drain(run)
+        except AssertionError:
+            # Say what is wrong with what was delivered, if anything, before the timeout.
+            check_deliveries(
+                load.acknowledged, load.sent_to, load.sent_by_group, load.deliveries, load.ack_confirmed_at
+            )
+            raise
         await load.stop_consumers()
         run.note(f"drained: {len(load.deliveries)} deliveries of {len(load.delivered())} messages")
         check_deliveries(
