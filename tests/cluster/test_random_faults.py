@@ -1,0 +1,627 @@
+"""Issue 24's "real processes, random faults" test: real etcd, ``pushgate node`` processes each
+behind TCP proxies the test controls, two ``pushgate manager`` processes, and the gateway's
+partition calls made by the harness; a seeded schedule of faults (``fault_schedule.py``) runs
+under load, then everything heals, every queue is drained, and the run checks that nothing
+acknowledged is missing and that each FIFO group was read in the order it was sent.
+
+The load, all through ``ClusterHarness.call`` on whoever leads each partition now:
+
+- producers on a standard queue (one partition) and one producer per message group on a
+  FIFO queue (two partitions), each send retried with its dedupe id until acknowledged
+  (one at a time per producer: a group's sends are acknowledged in the order they were made);
+- one consumer per partition receiving (a short visibility timeout, so a receive whose
+  answer was lost in a failover comes back soon) and acking what it received.
+
+Checked at the end: every acknowledged send was delivered, each delivery with the id and seq
+its send's acknowledgement gave (a message stored twice, or moved, would differ); each
+group's messages were first delivered in send order; no message was delivered by a receive
+begun after its ack was acknowledged; every partition is empty once drained.
+
+Seeds: ``PUSHGATE_FAULT_SEED=S`` replays seed S; ``PUSHGATE_FAULT_SEEDS=A-B`` runs seeds A..B
+(inclusive); otherwise CI's seeds (``CI_SEEDS``). A run prints its seed, its schedule and what
+each fault hit (shown by pytest when it fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from backend_store.cluster.client.routing import partition_index
+from backend_store.errors import StaleEpoch, Unavailable
+from backend_store.types import (
+    AckResult,
+    MessageId,
+    NewMessage,
+    PeekedMessage,
+    QueueAttributes,
+    QueueInfo,
+    QueueName,
+    Receipt,
+    ReceivedMessage,
+    SendResult,
+    TenantId,
+)
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+
+from .fault_schedule import ACTIVE_MANAGER, LEADER, Fault, Kind, describe, make_schedule
+from .processes import ClusterHarness
+from .workload import has_replicas
+
+T = "tenant-faults"
+STANDARD = "orders"
+FIFO = "fifo"
+FIFO_PARTITIONS = 2
+GROUPS = ("g0", "g1", "g2", "g4", "g5", "g6")  # three on each FIFO partition
+VISIBILITY_S = 4.0  # a receive's answer lost in a failover: its messages come back after this
+NODES, RUNNING, MANAGERS = 5, 4, 2  # n4 is the spare a "join" starts
+FAULTS = 6
+CI_SEEDS = (1, 2, 3)
+RF3 = {"replication_factor": 3, "replication_mode": "sync", "visibility_timeout_s": VISIBILITY_S}
+RETRYABLE = (Unavailable, StaleEpoch)  # no leader, not the leader, an unknown outcome
+
+
+def _seeds() -> list[int]:
+    one = os.environ.get("PUSHGATE_FAULT_SEED")
+    if one:
+        return [int(one)]
+    span = os.environ.get("PUSHGATE_FAULT_SEEDS")
+    if span:
+        first, _, last = span.partition("-")
+        return list(range(int(first), int(last or first) + 1))
+    return list(CI_SEEDS)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    label: str  # "orders/0", "fifo/1"
+    queue: str
+    index: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    body: str
+    message: ReceivedMessage
+    asked_at: float  # when the receive that delivered it was sent
+
+
+@dataclass
+class Load:
+    """Producers and consumers on every partition, and what they saw."""
+
+    h: ClusterHarness
+    partitions: list[Partition]
+    fifo_pid: dict[str, int]  # group -> partition id
+    acknowledged: dict[str, SendResult] = field(default_factory=dict)
+    sent_by_group: dict[str, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
+    sent_to: dict[int, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
+    deliveries: list[Delivery] = field(default_factory=list)
+    ack_confirmed_at: dict[str, float] = field(default_factory=dict)
+    slowest_send: tuple[float, str] = (0.0, "")  # since the last report: seconds, body
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    consumers_stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    producers: list[asyncio.Task[None]] = field(default_factory=list)
+    consumers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def start(self) -> None:
+        standard = next(p.pid for p in self.partitions if p.queue == STANDARD)
+        self.producers = [
+            asyncio.create_task(self._produce(standard, STANDARD, f"s{i}-", None)) for i in range(2)
+        ]
+        self.producers += [
+            asyncio.create_task(self._produce(self.fifo_pid[g], FIFO, f"{g}-", g)) for g in GROUPS
+        ]
+        self.consumers = [asyncio.create_task(self._consume(p)) for p in self.partitions]
+
+    def raise_failures(self) -> None:
+        """A producer or consumer that gave up fails the run now, not at the end."""
+        for task in [*self.producers, *self.consumers]:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                task.result()
+
+    async def _produce(self, pid: int, queue: str, prefix: str, group: str | None) -> None:
+        count = 0
+        while not self.stopping.is_set():
+            body = f"{prefix}{count}"
+            count += 1
+            self.acknowledged[body] = await self._send(pid, queue, body, group)
+            self.sent_to[pid].append(body)
+            if group is not None:
+                self.sent_by_group[group].append(body)
+            await asyncio.sleep(0.05)  # a steady load, not the most the machine takes
+
+    async def _send(self, pid: int, queue: str, body: str, group: str | None) -> SendResult:
+        began = time.monotonic()
+        deadline = began + scaled(45)
+        message = NewMessage(body.encode(), group_id=group, dedupe_id=body)
+        while True:
+            try:
+                (result,) = await self.h.call(
+                    pid, "send", tenant=TenantId(T), queue=QueueName(queue), messages=[message]
+                )
+            except RETRYABLE as exc:
+                result = exc
+            if isinstance(result, SendResult):
+                self.slowest_send = max(self.slowest_send, (time.monotonic() - began, body))
+                return result
+            assert isinstance(result, RETRYABLE), f"send of {body}: {result!r}"
+            if time.monotonic() > deadline:
+                raise AssertionError(f"send of {body} never acknowledged: {result!r}\n{self.h.logs()}")
+            await asyncio.sleep(0.05)
+
+    async def _consume(self, p: Partition) -> None:
+        while not self.consumers_stopping.is_set():
+            asked_at = time.monotonic()
+            try:
+                got: list[ReceivedMessage] = await self.h.call(
+                    p.pid,
+                    "receive",
+                    tenant=TenantId(T),
+                    queue=QueueName(p.queue),
+                    max_messages=10,
+                    visibility_timeout_s=VISIBILITY_S,
+                )
+            except RETRYABLE:
+                await asyncio.sleep(0.05)
+                continue
+            self.deliveries += [Delivery(m.body.decode(), m, asked_at) for m in got]
+            if not got:
+                await asyncio.sleep(0.05)
+                continue
+            await self._ack(p, got)
+
+    async def _ack(self, p: Partition, got: list[ReceivedMessage]) -> None:
+        """Ack until answered; a receipt is counted as acked only on an answer saying so (a
+        retry of an ack that took effect may be told its receipt is gone)."""
+        deadline = time.monotonic() + scaled(VISIBILITY_S * 2)
+        while time.monotonic() < deadline:
+            try:
+                result: AckResult = await self.h.call(
+                    p.pid,
+                    "ack",
+                    tenant=TenantId(T),
+                    receipts=[m.receipt for m in got],
+                    queue=QueueName(p.queue),
+                )
+            except RETRYABLE:
+                await asyncio.sleep(0.05)
+                continue
+            failed = {f.receipt for f in result.failed}
+            now = time.monotonic()
+            for m in got:
+                if m.receipt not in failed:
+                    self.ack_confirmed_at.setdefault(m.body.decode(), now)
+            return
+        # Not answered within two visibility windows: the messages come back to be received again.
+
+    async def stop_producers(self) -> None:
+        self.stopping.set()
+        await asyncio.gather(*self.producers)
+
+    async def stop_consumers(self) -> None:
+        self.consumers_stopping.set()
+        await asyncio.gather(*self.consumers)
+
+    def delivered(self) -> set[str]:
+        return {d.body for d in self.deliveries}
+
+
+@pytest.fixture
+async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
+    h = ClusterHarness(etcd_endpoints, tmp_path, unique_prefix("faults") + "/")
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+class Run:
+    """The cluster, the load and the fault schedule of one seed; ``log`` says what happened."""
+
+    def __init__(self, h: ClusterHarness, seed: int, partitions: list[Partition], load: Load) -> None:
+        self.h, self.seed, self.partitions, self.load = h, seed, partitions, load
+        self.started = time.monotonic()
+        self.spare = f"n{NODES - 1}"
+        self.schedule = make_schedule(
+            seed,
+            nodes=[f"n{i}" for i in range(RUNNING)],
+            spare=self.spare,
+            partitions=[p.label for p in partitions],
+            managers=[m.name for m in h.managers],
+            count=FAULTS,
+        )
+        self.log: list[str] = []
+        self.note(describe(seed, self.schedule))
+
+    def note(self, line: str) -> None:
+        stamped = f"[{time.monotonic() - self.started:6.2f}s] {line}"
+        self.log.append(stamped)
+        print(stamped, flush=True)
+
+    def report(self) -> str:
+        return "\n".join(self.log)
+
+    async def resolve(self, target: str) -> str:
+        if target.startswith(LEADER):
+            label = target.removeprefix(LEADER)
+            pid = next(p.pid for p in self.partitions if p.label == label)
+            node, _, _ = await self.h.serving_leader(pid)
+            return node
+        if target == ACTIVE_MANAGER:
+            assert self.h.coordinator is not None
+            entry = await self.h.coordinator.get(self.h.layout.manager)
+            return entry.value.decode() if entry is not None else self.h.managers[0].name
+        return target
+
+    async def make(self, fault: Fault) -> None:
+        h = self.h
+        assert h.network is not None
+        target = await self.resolve(fault.target)
+        self.note(f"{fault.kind} {target} ({fault.target}) for {fault.hold_s:.2f}s")
+        if fault.kind is Kind.JOIN:
+            h.nodes[target].start()
+            await h.wait_registered([target])
+            return
+        if fault.kind is Kind.MANAGER:
+            manager = next(m for m in h.managers if m.name == target)
+            manager.kill()
+            await asyncio.sleep(fault.hold_s)
+            manager.start()
+            return
+        node = h.nodes[target]
+        if fault.kind is Kind.KILL:
+            node.kill()
+            await asyncio.sleep(fault.hold_s)
+            node.start()
+        elif fault.kind is Kind.FREEZE:
+            node.signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(fault.hold_s)
+            finally:
+                node.signal(signal.SIGCONT)
+        elif fault.kind in (Kind.SEPARATE, Kind.ISOLATE):
+            if fault.kind is Kind.SEPARATE:
+                h.network.separate(target)
+            else:
+                h.network.isolate(target)
+            await asyncio.sleep(fault.hold_s)
+            h.network.heal()
+        else:
+            assert fault.kind is Kind.DRAIN
+            await h.manager_command("--drain", target)
+            await asyncio.sleep(fault.hold_s)
+            await h.manager_command("--undrain", target)
+
+    async def leader_lsns(self) -> dict[int, int] | None:
+        """Each partition's last LSN as its serving leader publishes it now."""
+        records = await self.h.node_records()
+        lsns: dict[int, int] = {}
+        for p in self.partitions:
+            found = await self.h.leader(p.pid)
+            position = records[found[0]].replicas.get(p.pid) if found and found[0] in records else None
+            if position is None or position.role != "leader":
+                return None
+            lsns[p.pid] = position.lsn
+        return lsns
+
+    async def settled(self, marks: dict[int, int]) -> bool:
+        """Every running node is up in etcd; every partition has its designated leader serving,
+        and every other voter is in sync with it and published a position at least at the
+        leader's LSN of ``marks`` (taken once the fault was undone: a position from before the
+        fault, still in etcd while the node's lease lives, is lower as long as writes go on)."""
+        self.load.raise_failures()
+        records = await self.h.node_records()
+        running = {name for name, proc in self.h.nodes.items() if proc.running}
+        if any(name not in records or records[name].state != "up" for name in running):
+            return False
+        mapped = await self.h.partitions()
+        for p in self.partitions:
+            record = mapped.get(p.pid)
+            found = await self.h.leader(p.pid)
+            if record is None or found is None or found[0] != record.leader:
+                return False
+            position = records[found[0]].replicas.get(p.pid) if found[0] in records else None
+            if position is None or position.role != "leader":
+                return False
+            followers = set(record.replicas) - {found[0]}
+            if not followers <= set(position.in_sync):
+                return False
+            for node in followers:
+                theirs = records[node].replicas.get(p.pid) if node in records else None
+                if theirs is None or theirs.lsn < marks[p.pid]:
+                    return False
+        return True
+
+    async def settle(self, what: str) -> None:
+        began = time.monotonic()
+        marks: dict[int, int] = await self.h.wait_for(f"a leader of every partition {what}", self.leader_lsns)
+        await self.h.wait_for(what, lambda: self.settled(marks), timeout=45)
+        self.note(f"settled {what} in {time.monotonic() - began:.2f}s (leaders' LSNs then: {marks})")
+
+
+async def _partition(h: ClusterHarness, label: str, queue: str, index: int) -> Partition:
+    pid = await h.partition_of(T, queue, index)
+    await h.wait_for(f"three replicas of {label}", lambda: has_replicas(h, pid, 3))
+    await h.serving_leader(pid)
+    return Partition(label, queue, index, pid)
+
+
+async def _peek_all(h: ClusterHarness, p: Partition) -> list[PeekedMessage]:
+    peeked: list[PeekedMessage] = await h.call_until_ok(
+        p.pid, "peek", tenant=TenantId(T), queue=QueueName(p.queue), max_messages=1000
+    )
+    return peeked
+
+
+async def _drain(run: Run) -> None:
+    """Until every acknowledged send was delivered and every partition is empty."""
+    load = run.load
+
+    async def drained() -> bool:
+        load.raise_failures()
+        if not set(load.acknowledged) <= load.delivered():
+            return False
+        for p in run.partitions:
+            if await _peek_all(run.h, p):
+                return False
+        return True
+
+    await run.h.wait_for(
+        "every acknowledged send delivered and every partition empty", drained, timeout=VISIBILITY_S * 6
+    )
+
+
+async def _check_counts(run: Run) -> None:
+    """Each drained partition's own counts: as many messages stored as sends acknowledged to it
+    (a retry deduplicated adds none; an acknowledged send a failover lost, one fewer), each
+    acked, none left."""
+    for p in run.partitions:
+        info: QueueInfo = await run.h.call_until_ok(
+            p.pid, "get_queue", tenant=TenantId(T), name=QueueName(p.queue)
+        )
+        acknowledged = len(run.load.sent_to[p.pid])
+        counts = (info.stats.sent_total, info.stats.acked_total, info.stats.visible, info.stats.in_flight)
+        assert counts == (acknowledged, acknowledged, 0, 0), (
+            f"{p.label}: sent, acked, visible, in flight {counts}; {acknowledged} sends acknowledged"
+        )
+
+
+def check_deliveries(
+    acknowledged: dict[str, SendResult],
+    sent_to: dict[int, list[str]],
+    sent_by_group: dict[str, list[str]],
+    deliveries: list[Delivery],
+    ack_confirmed_at: dict[str, float],
+) -> None:
+    """What a drained run must show (the module's docstring)."""
+    for pid, bodies in sent_to.items():
+        # Two messages acknowledged with one seq: a leader handed out again the seq of a
+        # message it does not hold, one that a deposed leader acknowledged (delivered from
+        # there, maybe, so the deliveries alone would not show it is gone).
+        for what, values in (
+            ("seq", [str(acknowledged[b].seq) for b in bodies]),
+            ("id", [acknowledged[b].id for b in bodies]),
+        ):
+            shared = {v for v, n in collections.Counter(values).items() if n > 1}
+            twice = [(b, v) for b, v in zip(bodies, values, strict=True) if v in shared]
+            assert not twice, f"partition {pid}: one {what} acknowledged for several sends: {twice[:20]}"
+    sent = set(acknowledged)
+    delivered = {d.body for d in deliveries}
+    missing = sent - delivered
+    assert not missing, f"{len(missing)} acknowledged sends never delivered: {sorted(missing)[:20]}"
+    strangers = delivered - sent
+    assert not strangers, f"delivered but never sent: {sorted(strangers)[:20]}"
+    moved = {
+        d.body: ((acknowledged[d.body].id, acknowledged[d.body].seq), (d.message.id, d.message.seq))
+        for d in deliveries
+        if (d.message.id, d.message.seq) != (acknowledged[d.body].id, acknowledged[d.body].seq)
+    }
+    assert not moved, f"delivered with another id or seq than acknowledged (acked, delivered): {moved}"
+    again = [
+        (d.body, d.asked_at, ack_confirmed_at[d.body])
+        for d in deliveries
+        if d.body in ack_confirmed_at and d.asked_at > ack_confirmed_at[d.body]
+    ]
+    assert not again, f"delivered by a receive begun after its ack was acknowledged: {again[:10]}"
+    first: dict[str, list[str]] = collections.defaultdict(list)
+    seen: set[str] = set()
+    for d in deliveries:
+        if d.body not in seen and d.message.group_id is not None:
+            seen.add(d.body)
+            first[d.message.group_id].append(d.body)
+    for group, sent_order in sent_by_group.items():
+        assert first[group] == sent_order, (
+            f"group {group} first delivered out of send order: {first[group][:50]} (sent {sent_order[:50]})"
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", _seeds(), ids=lambda seed: f"seed{seed}")
+async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_order(
+    harness: ClusterHarness, seed: int
+) -> None:
+    h = await harness.start(nodes=NODES, managers=MANAGERS, running=RUNNING, proxied=True)
+    await h.create_queue(T, STANDARD, {**RF3, "partitions": 1})
+    await h.create_queue(T, FIFO, {**RF3, "partitions": FIFO_PARTITIONS, "ordering": "fifo"})
+    partitions = [await _partition(h, "orders/0", STANDARD, 0)]
+    partitions += [await _partition(h, f"fifo/{i}", FIFO, i) for i in range(FIFO_PARTITIONS)]
+    attributes = QueueAttributes(partitions=FIFO_PARTITIONS, ordering="fifo")
+    fifo = {p.index: p.pid for p in partitions if p.queue == FIFO}
+    fifo_pid = {g: fifo[partition_index(NewMessage(b"", group_id=g), attributes, 0)] for g in GROUPS}
+    load = Load(h, partitions, fifo_pid)
+    run = Run(h, seed, partitions, load)
+    try:
+        await run.settle("before the load")
+        load.start()
+        for fault in run.schedule:
+            await asyncio.sleep(fault.gap_s)  # the schedule's own pause between faults
+            await run.make(fault)
+            await run.settle(f"after {fault.kind}")
+            slowest, body = load.slowest_send
+            load.slowest_send = (0.0, "")
+            run.note(
+                f"{len(load.acknowledged)} sends acknowledged, {len(load.deliveries)} deliveries;"
+                f" slowest send since the last fault {slowest:.2f}s ({body})"
+            )
+        target = len(load.acknowledged) + 20
+
+        async def more_sends() -> bool:
+            load.raise_failures()
+            return len(load.acknowledged) >= target
+
+        await h.wait_for("20 more sends after the last fault", more_sends)
+        await load.stop_producers()
+        run.note(f"producers stopped: {len(load.acknowledged)} sends acknowledged")
+        try:
+            await _drain(run)
+        except AssertionError:
+            # Say what is wrong with what was delivered, if anything, before the timeout.
+            check_deliveries(
+                load.acknowledged, load.sent_to, load.sent_by_group, load.deliveries, load.ack_confirmed_at
+            )
+            raise
+        await load.stop_consumers()
+        run.note(f"drained: {len(load.deliveries)} deliveries of {len(load.delivered())} messages")
+        check_deliveries(
+            load.acknowledged, load.sent_to, load.sent_by_group, load.deliveries, load.ack_confirmed_at
+        )
+        await _check_counts(run)
+    except BaseException as exc:
+        exc.add_note(run.report())
+        raise
+    finally:
+        load.stopping.set()
+        load.consumers_stopping.set()
+        for task in [*load.producers, *load.consumers]:
+            task.cancel()
+        await asyncio.gather(*load.producers, *load.consumers, return_exceptions=True)
+
+
+# The schedule on its own (no processes) -------------------------------------------------------
+
+
+def _schedule(seed: int) -> list[Fault]:
+    return make_schedule(
+        seed,
+        nodes=["n0", "n1", "n2", "n3"],
+        spare="n4",
+        partitions=["orders/0", "fifo/0", "fifo/1"],
+        managers=["m0", "m1"],
+        count=40,
+    )
+
+
+def test_a_seed_gives_the_same_schedule_every_time() -> None:
+    random.seed(12345)  # the global generator plays no part
+    first = _schedule(7)
+    random.seed(54321)
+    assert _schedule(7) == first
+    assert _schedule(8) != first
+    assert describe(7, first) == describe(7, _schedule(7))
+
+
+def test_a_schedule_joins_its_spare_once_and_targets_only_what_exists() -> None:
+    for seed in range(200):
+        faults = _schedule(seed)
+        joins = [i for i, f in enumerate(faults) if f.kind is Kind.JOIN]
+        assert len(joins) <= 1
+        members = {"n0", "n1", "n2", "n3"}
+        for i, fault in enumerate(faults):
+            if fault.kind is Kind.JOIN:
+                members.add(fault.target)
+            elif fault.kind is Kind.MANAGER:
+                assert fault.target in {"active", "m0", "m1"}
+            else:
+                assert fault.target in members or fault.target.removeprefix(LEADER) in {
+                    "orders/0",
+                    "fifo/0",
+                    "fifo/1",
+                }, (seed, i, fault)
+            assert fault.hold_s >= 0 and fault.gap_s > 0
+    kinds = {f.kind for seed in range(20) for f in _schedule(seed)}
+    assert kinds == set(Kind)
+
+
+def test_the_ci_seeds_make_every_kind_of_fault() -> None:
+    made = {
+        fault.kind
+        for seed in CI_SEEDS
+        for fault in make_schedule(
+            seed,
+            nodes=[f"n{i}" for i in range(RUNNING)],
+            spare=f"n{NODES - 1}",
+            partitions=["orders/0", *(f"fifo/{i}" for i in range(FIFO_PARTITIONS))],
+            managers=[f"m{i}" for i in range(MANAGERS)],
+            count=FAULTS,
+        )
+    }
+    assert made == set(Kind)
+
+
+# The end-of-run checks on made-up deliveries: each catches what it is for ---------------------
+
+
+def _delivery(body: str, seq: int, asked_at: float, group: str | None = "g") -> Delivery:
+    message = ReceivedMessage(
+        queue=QueueName(FIFO),
+        id=MessageId(f"id-{body}"),
+        seq=seq,
+        receipt=Receipt(f"r-{body}-{asked_at}"),
+        body=body.encode(),
+        is_text=True,
+        attributes={},
+        group_id=group,
+        sent_at=0.0,
+        receive_count=1,
+        visible_at=0.0,
+    )
+    return Delivery(body, message, asked_at)
+
+
+def _sent(*bodies: str) -> dict[str, SendResult]:
+    return {body: SendResult(MessageId(f"id-{body}"), seq) for seq, body in enumerate(bodies, 1)}
+
+
+def test_the_checks_pass_a_clean_run_with_redeliveries() -> None:
+    deliveries = [_delivery("a", 1, 1.0), _delivery("a", 1, 6.0), _delivery("b", 2, 7.0)]
+    check_deliveries(_sent("a", "b"), {1: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, {"a": 6.5, "b": 7.5})
+
+
+@pytest.mark.parametrize(
+    ("deliveries", "acked_at", "error"),
+    [
+        ([_delivery("a", 1, 1.0)], {}, "never delivered"),
+        ([_delivery("b", 2, 1.0), _delivery("a", 1, 2.0)], {}, "out of send order"),
+        ([_delivery("a", 1, 1.0), _delivery("b", 3, 2.0)], {}, "another id or seq"),
+        (
+            [_delivery("a", 1, 1.0), _delivery("b", 2, 2.0), _delivery("a", 1, 3.0)],
+            {"a": 1.5},
+            "after its ack",
+        ),
+        ([_delivery("a", 1, 1.0), _delivery("b", 2, 2.0), _delivery("c", 3, 3.0)], {}, "never sent"),
+    ],
+)
+def test_the_checks_catch_what_they_are_for(
+    deliveries: list[Delivery], acked_at: dict[str, float], error: str
+) -> None:
+    with pytest.raises(AssertionError, match=error):
+        check_deliveries(_sent("a", "b"), {1: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, acked_at)
+
+
+def test_the_checks_catch_one_seq_acknowledged_twice() -> None:
+    sent = {"a": SendResult(MessageId("id-a"), 1), "b": SendResult(MessageId("id-b"), 1)}
+    deliveries = [_delivery("a", 1, 1.0), _delivery("b", 1, 2.0)]
+    with pytest.raises(AssertionError, match="one seq acknowledged for several sends"):
+        check_deliveries(sent, {1: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, {})
