@@ -45,6 +45,23 @@ def test_queue_lifecycle(sqs: Any, gateway: RunningGateway) -> None:
     assert _code(gone) == "AWS.SimpleQueueService.NonExistentQueue"
 
 
+def test_list_queues_pages_with_max_results_and_next_token(sqs: Any) -> None:
+    prefix = _name()
+    urls = [sqs.create_queue(QueueName=f"{prefix}-{i}")["QueueUrl"] for i in range(5)]
+    first = sqs.list_queues(QueueNamePrefix=prefix, MaxResults=2)
+    assert first["QueueUrls"] == urls[:2] and first["NextToken"]
+    # boto3's own paginator follows NextToken to the end, each queue once, in name order.
+    pages = sqs.get_paginator("list_queues").paginate(
+        QueueNamePrefix=prefix, PaginationConfig={"PageSize": 2}
+    )
+    seen = [url for page in pages for url in page.get("QueueUrls", [])]
+    assert seen == urls
+    last = sqs.list_queues(QueueNamePrefix=prefix, MaxResults=5)
+    assert last["QueueUrls"] == urls and "NextToken" not in last
+    for url in urls:
+        sqs.delete_queue(QueueUrl=url)
+
+
 def test_send_receive_delete_with_md5s(sqs: Any) -> None:
     url = sqs.create_queue(QueueName=_name())["QueueUrl"]
     attributes = {"kind": {"DataType": "String", "StringValue": "order"}}
