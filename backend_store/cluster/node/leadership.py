@@ -11,8 +11,8 @@ alone). The rules, in order:
 Leading (this replica holds the key at epoch ``term``):
 
 1. A newer term shows (a follower's fence, a newer key, its own store's fence): step down,
-   publishing as resigned the position this term vouches for, and hold off campaigning for
-   off campaigning until the manager designates anew (the record's ``designation`` moves):
+   publishing as resigned the position this term vouches for, and hold off campaigning
+   until the manager designates anew (the record's ``designation`` moves):
    a newer term means this replica's designation may be stale (an etcd restored from an
    older snapshot designates whoever led then), and the manager designates on fresh
    positions, this replica again if it is still the most up to date (the simulation,
@@ -36,14 +36,15 @@ Leading (this replica holds the key at epoch ``term``):
 Not leading:
 
 6. After a resignation (deposed, check-quorum, a hand-over, or a campaign refused by this
-   replica's own newer fence): a newer key ends it; our own key
-   still standing is deleted again; while still designated, do not campaign for one window
-   (the manager may designate another on fresh positions meanwhile).
+   replica's own newer fence): a newer key ends it; our own key still standing is deleted
+   again; while still designated, do not campaign for one window (the manager may designate
+   another on fresh positions meanwhile), or, after rule 1, until it designates anew.
 7. Designated in an earlier incarnation of the cluster (before etcd was found to have gone
    back in time, which raises it): hold off until the manager designates anew on fresh
    positions; whoever led before the restore may not be the most up to date now.
-8. Designated, the session valid and a majority of the voters registered: campaign (a key held by another stays theirs until
-   their lease ends; etcd refuses the campaign until then).
+8. Designated, the session valid and a majority of the voters registered: campaign (a key
+   held by another stays theirs until their lease ends; etcd refuses the campaign until
+   then).
 """
 
 from __future__ import annotations
