@@ -237,26 +237,22 @@ class SimPartitionHost:
         return leader.quorum.should_resign(now, live)
 
     async def resign_for_quorum(self, now: float) -> Resignation:
-        leader = self.leader
-        assert leader is not None
-        leader.resign()
-        last_epoch, lsn = vouched_position(
-            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
-        )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
-        await self.step_down("check-quorum")
-        return resignation
+        return await self._resign(now, "check-quorum", None)
 
     async def resign_deposed(self, now: float, designation: int) -> Resignation:
         """``PartitionHost.resign_deposed``."""
+        return await self._resign(now, "deposed: a newer term exists", designation)
+
+    async def _resign(self, now: float, why: str, stale_designation: int | None) -> Resignation:
+        """``PartitionHost._resign``."""
         leader = self.leader
         assert leader is not None
-        leader.resign("deposed: a newer term exists")
+        leader.resign(why)
         last_epoch, lsn = vouched_position(
             epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
         )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, designation)
-        await self.step_down("deposed: a newer term exists")
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, stale_designation)
+        await self.step_down(why)
         return resignation
 
     def resign_stale(self, epoch: int, now: float, designation: int) -> None:

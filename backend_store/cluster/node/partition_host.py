@@ -391,31 +391,31 @@ class PartitionHost:
         term vouches for (the caller deletes the leader key)."""
         leader = self.leader
         assert leader is not None
-        leader.resign()
-        silent = leader.quorum.silent(now) if leader.quorum is not None else []
-        last_epoch, lsn = vouched_position(
-            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
-        )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn)
-        await self.step_down(
-            f"check-quorum: nothing heard from {', '.join(silent)} for {leader.quorum.window_s:g}s"
-            if leader.quorum is not None
+        quorum = leader.quorum
+        why = (
+            f"check-quorum: nothing heard from {', '.join(quorum.silent(now))} for {quorum.window_s:g}s"
+            if quorum is not None
             else "check-quorum"
         )
-        return resignation
+        return await self._resign(now, why, None)
 
     async def resign_deposed(self, now: float, designation: int) -> Resignation:
         """Stop leading because a newer term exists, vouching for what this term committed
         (not its tail: a newer leader may have replaced it), so the manager designates on
         fresh positions rather than letting a possibly stale designation campaign again."""
+        return await self._resign(now, "deposed: a newer term exists", designation)
+
+    async def _resign(self, now: float, why: str, stale_designation: int | None) -> Resignation:
+        """Stop leading, publishing from now on the position this term vouches for (what it
+        committed, not its tail; see quorum.vouched_position)."""
         leader = self.leader
         assert leader is not None
-        leader.resign("deposed: a newer term exists")
+        leader.resign(why)
         last_epoch, lsn = vouched_position(
             epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
         )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, designation)
-        await self.step_down("deposed: a newer term exists")
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, stale_designation)
+        await self.step_down(why)
         return resignation
 
     def resign_stale(self, epoch: int, now: float, designation: int) -> None:
