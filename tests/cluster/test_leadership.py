@@ -123,3 +123,31 @@ def test_a_designated_replica_campaigns_once_a_majority_of_the_voters_registered
     first commit (the queue's creation) waited 5 s with the node's reconcile loop."""
     assert decide(situation(registered_voters=1)).action is Action.HOLD_OFF
     assert decide(situation(registered_voters=2)).action is Action.CAMPAIGN
+
+
+def test_while_etcd_seems_behind_what_the_node_remembers_it_does_not_campaign() -> None:
+    """Found by the simulation (``restore`` 2493 and 2645, two leaders of one epoch; ``all``
+    2095 and ``restore`` 2301, a leader without an acknowledged entry): after etcd went back
+    in time, a campaign wins an epoch that repeats one already used, on a designation made
+    before the snapshot's time. Until a fresh read settles it (raising the incarnation if
+    etcd is behind), no replica campaigns."""
+    assert decide(situation(etcd_behind=True)).action is Action.HOLD_OFF
+    # A leader keeps serving: a restored etcd shows it without its key (rule 2) if it lost it.
+    assert decide(leading(etcd_behind=True)).action is Action.SERVE
+
+
+def test_a_key_of_ours_that_this_replica_does_not_serve_is_deleted() -> None:
+    """Found by the simulation (``restore`` 14, a partition that took no send after healing):
+    etcd restored from a snapshot taken while n3 led, under the lease n3 still keeps alive,
+    gave n3 back its old key; n3, designated in an earlier incarnation, held off for ever,
+    and the manager promotes nobody while a key stands."""
+    relic = ("n1", 5)
+    stale = replace(RECORD, designated_in=0)
+    assert decide(situation(key=relic, record=stale, incarnation=1)).action is Action.DELETE_OWN_KEY
+    assert decide(situation(key=relic, etcd_behind=True)).action is Action.DELETE_OWN_KEY
+    assert decide(situation(key=relic, record=replace(RECORD, leader="n2"))).action is Action.DELETE_OWN_KEY
+    # Designated and free to campaign: the campaign takes the claim (its epoch is checked
+    # against this replica's fence when it leads).
+    assert decide(situation(key=relic)).action is Action.CAMPAIGN
+    # Another node's key is theirs to give up.
+    assert decide(situation(key=("n2", 5), record=replace(RECORD, leader="n2"))).action is Action.FOLLOW

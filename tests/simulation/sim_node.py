@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any
 
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, PrefixState
@@ -32,13 +31,14 @@ from backend_store.cluster.coordination.layout import (
     read_partition_map,
     unpack,
 )
+from backend_store.cluster.coordination.timeline import Timeline, raise_incarnation_past
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from backend_store.cluster.protocol.stream import NodeStream
 from backend_store.cluster.protocol.wire import Hello, Request
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
-from backend_store.types import Epoch, epoch_incarnation, epoch_revision, make_epoch
+from backend_store.types import Epoch, epoch_revision
 
 from . import node_adapter
 from .kernel import Process
@@ -85,6 +85,7 @@ class SimNode:
         self._partitions: MapView | None = None
         self._tombstones: dict[int, Tombstone] = {}
         self._cluster: ClusterRecord | None = None  # None: not read yet
+        self.timeline = Timeline()  # NodeIdentity.timeline: what this node remembers of etcd
         self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._on_disk: set[int] | None = None  # replicas found on disk at start (first decision)
         self._stray_lsn: dict[int, int] = {}
@@ -122,6 +123,7 @@ class SimNode:
                 async for state in states:
                     await self.proc.awake()
                     handler(state)
+                    self.timeline.observe(self._incarnation(), state.revision)
                     self._changed.set()
             except (CoordinatorUnavailable, PushgateError):
                 await self.proc.sleep(0.5)
@@ -150,6 +152,7 @@ class SimNode:
                 with contextlib.suppress(PushgateError):
                     record = LeaderRecord.unpack(entry.value)
                     out[int(suffix)] = (record, record.epoch(entry.create_revision))
+                    self.timeline.remember(out[int(suffix)][1])
         before = self._leaders
         if any(before.get(p, (None, 0))[1] != out.get(p, (None, 0))[1] for p in self.hosts):
             self._publish_now = True
@@ -288,6 +291,10 @@ class SimNode:
         if decision.refused is not None:
             await self._publish(session, force=self._publish_now)
             return
+        for host in self.hosts.values():
+            self.timeline.remember(host.store.epoch)
+        if self.timeline.suspect:  # NodeIdentity.settle_timeline
+            await self._raise_incarnation_past(self.timeline.high_water)
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
@@ -391,11 +398,10 @@ class SimNode:
             case Action.ABANDON_HAND_OVER:
                 host.abandon_hand_over()
             case Action.DELETE_OWN_KEY:
-                resigned = host.resigned
-                assert resigned is not None
+                assert key is not None
                 with contextlib.suppress(CoordinatorUnavailable):
                     await self.coordinator.resign(
-                        self.layout.leader(host.partition), Epoch(epoch_revision(resigned.epoch))
+                        self.layout.leader(host.partition), Epoch(epoch_revision(key[1]))
                     )
                 host.record = record
             case Action.FOLLOW | Action.HOLD_OFF:
@@ -424,6 +430,7 @@ class SimNode:
             "abandoned": host.abandoned_successor,
             "resigned": host.resigned,
             "incarnation": self._incarnation(),
+            "etcd_behind": self.timeline.suspect,
             "registered_voters": sum(1 for n in record.replicas if n == self.node_id or n in self._nodes),
         }
         if leader is None:
@@ -477,25 +484,18 @@ class SimNode:
         found = self._cluster.identity if self._cluster is not None else None
         return found.incarnation if found is not None else 0
 
-    async def _raise_incarnation_past(self, fence: int) -> bool:
-        """``NodeIdentity.raise_incarnation_past``: etcd went back in time (a replica's fence
-        is at or past any epoch it can make now): raise the incarnation past the fence."""
-        state = await self.coordinator.read_prefix(self.layout.cluster)
-        entry = state.entries.get(self.layout.cluster)
-        record = ClusterRecord.parse(entry.value if entry is not None else None)
-        found = record.identity
-        if entry is None or found is None or found.cluster_id != self.disk.cluster_id:
+    async def _raise_incarnation_past(self, epoch: int) -> bool:
+        """``NodeIdentity.raise_incarnation_past`` (coordination/timeline.py does the work)."""
+        outcome = await raise_incarnation_past(self.coordinator, self.layout, self.disk.cluster_id, epoch)
+        if outcome is None:
             return False
-        if fence < make_epoch(found.incarnation, state.revision):
-            return False
-        raised = replace(found, incarnation=max(found.incarnation, epoch_incarnation(fence)) + 1)
-        if await self.coordinator.compare_and_put(self.layout.cluster, raised.pack(), entry.mod_revision):
+        self._cluster = outcome.record
+        if outcome.raised_to is not None:
             self.note(
-                f"etcd went back in time (fence {fence}); raised the incarnation to {raised.incarnation}"
+                f"etcd went back in time (epoch {epoch}); raised the incarnation to {outcome.raised_to}"
             )
-        fresh = await self.coordinator.get(self.layout.cluster)
-        self._cluster = ClusterRecord.parse(fresh.value if fresh is not None else None)
-        return True
+        self.timeline.settle(self._incarnation(), outcome.revision)
+        return outcome.behind
 
     async def _resign_for_quorum(self, host: SimPartitionHost, now: float) -> None:
         resignation = await host.resign_for_quorum(now)

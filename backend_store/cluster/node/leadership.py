@@ -39,12 +39,20 @@ Not leading:
    replica's own newer fence): a newer key ends it; our own key still standing is deleted
    again; while still designated, do not campaign for one window (the manager may designate
    another on fresh positions meanwhile), or, after rule 1, until it designates anew.
-7. Designated in an earlier incarnation of the cluster (before etcd was found to have gone
+7. etcd seems to have gone back in time (a watch showed it behind what this node remembers,
+   :mod:`..coordination.timeline`) and no fresh read settled it yet: hold off; the epoch a
+   campaign would win may repeat one already used.
+8. Designated in an earlier incarnation of the cluster (before etcd was found to have gone
    back in time, which raises it): hold off until the manager designates anew on fresh
    positions; whoever led before the restore may not be the most up to date now.
-8. Designated, the session valid and a majority of the voters registered: campaign (a key
+9. Designated, the session valid and a majority of the voters registered: campaign (a key
    held by another stays theirs until their lease ends; etcd refuses the campaign until
    then).
+10. Not campaigning (rules 6-8, or not designated) while the leader key is this node's:
+    delete it. Such a key is a relic (etcd restored from a snapshot taken while this node
+    led, under a lease the node still keeps alive, or a resignation whose delete failed):
+    while it stands nobody else can campaign and the manager promotes nobody
+    (the simulation, ``restore`` seed 14).
 """
 
 from __future__ import annotations
@@ -104,6 +112,7 @@ class Situation:
     # Not leading: a resignation not yet ended by a newer leader.
     resigned: Resignation | None = None
     incarnation: int = 0  # the cluster's, as this node last read it
+    etcd_behind: bool = False  # etcd seems behind what this node remembers (rule 7)
     # The voters this node knows registered (itself included): a term needs links to a
     # majority to commit anything, and they are made from the registrations.
     registered_voters: int = 0
@@ -119,6 +128,17 @@ class Decision:
 
 def decide(s: Situation) -> Decision:
     """What the replica does now (see the module's rules)."""
+    decision = _decide(s)
+    if decision.action in (Action.FOLLOW, Action.HOLD_OFF) and s.key is not None and s.key[0] == s.node_id:
+        # Rule 10: a key of ours that this replica does not serve (restored with etcd from
+        # a snapshot under a lease this node still keeps alive): nobody else can campaign
+        # while it stands, and the manager promotes nobody while a key exists.
+        why = f"a leader key of ours this replica does not serve ({decision.why or 'not designated'})"
+        return Decision(Action.DELETE_OWN_KEY, why, end_resignation=decision.end_resignation)
+    return decision
+
+
+def _decide(s: Situation) -> Decision:
     record = s.record
     designated = record.leader == s.node_id
     if s.term is not None:
@@ -151,6 +171,8 @@ def decide(s: Situation) -> Decision:
             return Decision(Action.HOLD_OFF, "resigned lately")
     if not designated or not s.session_valid:
         return Decision(Action.FOLLOW, end_resignation=end)
+    if s.etcd_behind:
+        return Decision(Action.HOLD_OFF, "etcd may have gone back in time: not settled yet")
     if record.designated_in < s.incarnation:
         return Decision(Action.HOLD_OFF, "designated before etcd went back in time: waiting for the manager")
     if s.registered_voters < len(record.replicas) // 2 + 1:
@@ -208,6 +230,7 @@ class NodeLeadership:
             "abandoned": host.abandoned_successor,
             "resigned": host.resigned,
             "incarnation": self.identity.incarnation,
+            "etcd_behind": self.identity.timeline.suspect,
             "registered_voters": sum(1 for n in record.replicas if n == self.node_id or n in nodes),
         }
         if leader is None:
@@ -283,11 +306,10 @@ class NodeLeadership:
             case Action.ABANDON_HAND_OVER:
                 host.abandon_hand_over()
             case Action.DELETE_OWN_KEY:
-                resigned = host.resigned
-                assert resigned is not None
+                assert key is not None
                 with contextlib.suppress(CoordinatorUnavailable):
                     await self.coordinator.resign(
-                        self.layout.leader(host.partition), Epoch(epoch_revision(resigned.epoch))
+                        self.layout.leader(host.partition), Epoch(epoch_revision(key[1]))
                     )
                 host.record = record
             case Action.FOLLOW | Action.HOLD_OFF:

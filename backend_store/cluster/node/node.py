@@ -221,6 +221,7 @@ class Node:
     def _listener(self, handler: Callable[[PrefixState], None]) -> StateListener:
         def listen(state: PrefixState, _keys: set[str]) -> None:
             handler(state)
+            self.identity.observe(state)
             self._changed.set()
 
         return listen
@@ -245,6 +246,7 @@ class Node:
                 with contextlib.suppress(PushgateError):
                     record = LeaderRecord.unpack(entry.value)
                     out[int(suffix)] = (record, record.epoch(entry.create_revision))
+                    self.identity.timeline.remember(out[int(suffix)][1])
         # A hosted partition's leader changed or vanished: publish our positions at once, so
         # the manager promotes on positions taken after the old leader's key was gone.
         before = self._leaders
@@ -347,6 +349,10 @@ class Node:
         if decision.refused is not None:
             await self._publish(session, force=self._publish_now)
             return
+        for host in self.hosts.values():
+            self.identity.timeline.remember(host.store.epoch)
+        # Before any campaign: settle whether etcd went back in time (coordination/timeline.py).
+        await self.identity.settle_timeline()
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)

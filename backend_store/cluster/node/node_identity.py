@@ -15,16 +15,15 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import msgpack
 
 from ...lmdb_store.engine import LmdbBackend
-from ...types import epoch_incarnation, make_epoch
 from ..coordination.coordinator import Coordinator, PrefixState
 from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_node
 from ..coordination.layout import ClusterIdentity, Layout
+from ..coordination.timeline import Timeline, raise_incarnation_past
 from .reconcile import ReplicaLabel
 
 log = logging.getLogger("pushgate.cluster")
@@ -112,38 +111,46 @@ class NodeIdentity:
         self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._loaded = False
         self._trusted_before = False
+        # The newest epoch this node knows etcd made: its replicas' fences, the leader keys'
+        # epochs and the states its watches delivered (coordination/timeline.py).
+        self.timeline = Timeline()
 
     @property
     def incarnation(self) -> int:
         found = self.record.identity if self.record is not None else None
         return found.incarnation if found is not None else 0
 
-    async def raise_incarnation_past(self, fence: int) -> bool:
-        """If etcd went back in time (a replica's fence is at or past any epoch etcd can
-        make now: it was restored from an older snapshot), raise the cluster's incarnation
-        past the fence, so that epochs keep growing; return whether it did. Safe to race:
-        a compare-and-put, and a higher incarnation is never wrong, only needed."""
-        state = await self.coordinator.read_prefix(self.layout.cluster)
-        entry = state.entries.get(self.layout.cluster)
-        record = ClusterRecord.parse(entry.value if entry is not None else None)
-        found = record.identity
-        if entry is None or found is None or found.cluster_id != self.kept:
+    async def raise_incarnation_past(self, epoch: int) -> bool:
+        """If etcd went back in time (it cannot make an epoch newer than ``epoch``, a
+        replica's fence or what this node remembers: it was restored from an older
+        snapshot), raise the cluster's incarnation past it, so that epochs keep growing;
+        return whether etcd was behind (:mod:`..coordination.timeline`)."""
+        outcome = await raise_incarnation_past(self.coordinator, self.layout, self.kept, epoch)
+        if outcome is None:
             return False
-        if fence < make_epoch(found.incarnation, state.revision):
-            return False  # an ordinary stale claim: etcd did not go back
-        raised = replace(found, incarnation=max(found.incarnation, epoch_incarnation(fence)) + 1)
-        if await self.coordinator.compare_and_put(self.layout.cluster, raised.pack(), entry.mod_revision):
+        self.record = outcome.record
+        if outcome.raised_to is not None:
             log.warning(
-                "node %s: etcd's revision %d is behind a replica's fence (epoch %d): etcd went back"
-                " in time (restored from a snapshot?); raised the cluster's incarnation to %d",
+                "node %s: etcd is behind epoch %d that this node remembers: etcd went back in"
+                " time (restored from a snapshot?); raised the cluster's incarnation to %d",
                 self.node_id,
-                state.revision,
-                fence,
-                raised.incarnation,
+                epoch,
+                outcome.raised_to,
             )
-        fresh = await self.coordinator.get(self.layout.cluster)
-        self.record = ClusterRecord.parse(fresh.value if fresh is not None else None)
-        return True
+        self.timeline.settle(self.incarnation, outcome.revision)
+        return outcome.behind
+
+    async def settle_timeline(self) -> bool:
+        """Whether etcd is known not to be behind what this node remembers (settling a
+        suspicion on a fresh read first, raising the incarnation if it is behind): a node
+        campaigns only then."""
+        if self.timeline.suspect:
+            await self.raise_incarnation_past(self.timeline.high_water)
+        return not self.timeline.suspect
+
+    def observe(self, state: PrefixState) -> None:
+        """A watch delivered ``state``: is etcd behind what this node remembers?"""
+        self.timeline.observe(self.incarnation, state.revision)
 
     def on_record(self, state: PrefixState) -> None:
         entry = state.entries.get(self.layout.cluster)
