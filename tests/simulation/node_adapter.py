@@ -1,17 +1,19 @@
-"""The node's decisions as the simulation takes them: today's production functions, called as is.
+"""The node's decisions as the simulation takes them: today's production code, called as is.
 
 The simulated node (:mod:`.sim_node`) gathers what it knows and does the I/O each decision
-asks for, as ``node/node.py`` and ``node/leadership.py`` do; the decisions themselves are
-the production code's pure functions, named here so that this is the one file that says
-which production code decides:
+asks for, as ``node/node.py`` does; the decisions themselves are production code, named here
+so that this is the one file that says which production code decides:
 
 - what a node does with the replicas it hosts (serve, delete on a tombstone, keep as
   strays, refuse an untrusted etcd): ``node/reconcile.py``, :func:`decide_replicas`;
 - what it does about leadership of one partition (serve, step down, resign for lack of a
-  quorum, hand over, hold off, campaign): ``node/leadership.py``, :func:`decide_leadership`.
+  quorum, hand over, hold off, campaign) and the I/O that carries it out:
+  ``node/leadership.py``'s :class:`NodeLeadership`, driven whole on the node's clock,
+  its simulated etcd session and its replicas (:class:`.sim_partition.SimPartitionHost`).
 
-Whether a node trusts etcd at all is ``coordination/identity.py``'s ``judge_node``, which
-:mod:`.sim_node` calls directly.
+Whether a node trusts etcd at all is ``coordination/identity.py``'s ``judge_node``, and
+whether etcd went back in time ``coordination/timeline.py``, which :mod:`.sim_node` calls
+directly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,5 @@ from backend_store.cluster.node import leadership, reconcile
 decide_replicas = reconcile.decide
 Decision = reconcile.Decision
 
-# Leadership of one partition: node/leadership.py.
-decide_leadership = leadership.decide
-Situation = leadership.Situation
-Action = leadership.Action
+# Leadership of one partition: node/leadership.py, decisions and their shell.
+NodeLeadership = leadership.NodeLeadership

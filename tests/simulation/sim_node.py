@@ -25,7 +25,6 @@ from backend_store.cluster.coordination.layout import (
     Layout,
     LeaderRecord,
     NodeRecord,
-    PartitionRecord,
     ReplicaPosition,
     Tombstone,
     read_partition_map,
@@ -37,8 +36,8 @@ from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from backend_store.cluster.protocol.stream import NodeStream
 from backend_store.cluster.protocol.wire import Hello, Request
-from backend_store.errors import PushgateError, StaleEpoch, Unavailable
-from backend_store.types import Epoch, epoch_revision
+from backend_store.errors import PushgateError, Unavailable
+from backend_store.types import Epoch
 
 from . import node_adapter
 from .kernel import Process
@@ -95,7 +94,18 @@ class SimNode:
         self._queues: dict[tuple[str, str], dict[str, Any]] = {}
         self._published: NodeRecord | None = None
         self._published_at = 0.0
-        self._campaign_epochs: dict[int, Epoch] = {}
+        # node/leadership.py's shell, on this node's clock, etcd and replicas.
+        self.leadership = node_adapter.NodeLeadership(
+            coordinator,
+            layout,
+            node_id,
+            lambda: self.address,
+            quorum_window_s=self.quorum_window_s,
+            handover_timeout_s=self.handover_timeout_s,
+            publish_soon=self._publish_soon,
+            identity=self,
+            clock=proc.clock,
+        )
         self._publish_now = False
 
     def note(self, text: str) -> None:
@@ -123,7 +133,7 @@ class SimNode:
                 async for state in states:
                     await self.proc.awake()
                     handler(state)
-                    self.timeline.observe(self._incarnation(), state.revision)
+                    self.timeline.observe(self.incarnation, state.revision)
                     self._changed.set()
             except (CoordinatorUnavailable, PushgateError):
                 await self.proc.sleep(0.5)
@@ -210,7 +220,7 @@ class SimNode:
         session = await self.coordinator.open_session(TTL_S)
         self.session = session
         await self._judge(holds_replicas=bool(self.disk.partitions or self.hosts), etcd_has_map=False)
-        self._campaign_epochs.clear()
+        self.leadership.campaign_epochs.clear()
         await self._publish(session, force=True)
         self.note(f"registered (lease {session.lease_id:x})")
 
@@ -294,7 +304,7 @@ class SimNode:
         for host in self.hosts.values():
             self.timeline.remember(host.store.epoch)
         if self.timeline.suspect:  # NodeIdentity.settle_timeline
-            await self._raise_incarnation_past(self.timeline.high_water)
+            await self.raise_incarnation_past(self.timeline.high_water)
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
@@ -305,7 +315,9 @@ class SimNode:
                 data.label = ReplicaLabel(
                     verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
                 )
-            await self._reconcile_partition(session, serving, record, addresses)
+            await self.leadership.reconcile(
+                session, serving, record, addresses, self._leaders, self._nodes, self._queues
+            )
         await self._publish(session, force=self._publish_now)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, SimPartitionHost]) -> node_adapter.Decision:
@@ -326,7 +338,7 @@ class SimNode:
             host = self.hosts.pop(pid, None)
             if host is not None:
                 self._stray_lsn[pid] = host.store.last_lsn
-                await self._resign(host)
+                await self.leadership.resign_key(host.partition)
                 await host.close()
             if self.strays.get(pid) != why:
                 self.note(f"keeping p{pid} as a stray, not served: {why}")
@@ -339,7 +351,7 @@ class SimNode:
         host = self.hosts.pop(pid, None)
         self.note(f"deleting the replica of p{pid} ({why})")
         if host is not None:
-            await self._resign(host)
+            await self.leadership.resign_key(host.partition)
             await host.destroy(why)
         else:
             self.disk.delete(pid, why)
@@ -347,144 +359,16 @@ class SimNode:
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
 
-    async def _reconcile_partition(
-        self, session: SimSession, host: SimPartitionHost, record: PartitionRecord, addresses: dict[str, str]
-    ) -> None:
-        """``NodeLeadership.reconcile`` (node/leadership.py): decide for one replica, act."""
-        claim = self._leaders.get(host.partition)
-        key = (claim[0].node, int(claim[1])) if claim is not None else None
-        now = self.proc.clock()
-        decision = node_adapter.decide_leadership(self._situation(host, record, session, key, now))
-        if decision.end_resignation:
-            host.resigned = None  # a newer term: an ordinary follower again
-            self._publish_now = True
-        Action = node_adapter.Action
-        match decision.action:
-            case Action.SERVE:
-                host.keep_leading(record.successor)
-                host.update_links(record, addresses)
-                await host.apply_queue_attributes(self._queues)
-            case Action.STEP_DOWN:
-                await self._resign(host)
-                await host.step_down(decision.why)
-            case Action.RESIGN_DEPOSED:
-                await self._resign(host)
-                await host.resign_deposed(now, record.designation)
-                self._publish_now = True
-            case Action.CHECK_KEY:
-                leader = host.leader
-                assert leader is not None
-                if await self._holds_key(host.partition, leader.epoch):
-                    host.keep_leading(record.successor)
-                    host.update_links(record, addresses)
-                    await host.apply_queue_attributes(self._queues)
-                else:
-                    await self._resign(host)
-                    await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")
-            case Action.RESIGN_FOR_QUORUM:
-                await self._resign_for_quorum(host, now)
-            case Action.HAND_OVER:
-                assert decision.successor is not None
-                host.update_links(record, addresses)
-                resignation = host.hand_over(decision.successor, now)
-                if resignation is not None:
-                    self.note(
-                        f"p{host.partition}: handed over to {decision.successor} at LSN"
-                        f" {resignation.lsn} (epoch {resignation.last_epoch})"
-                    )
-                    await self._resign(host)
-                    await host.step_down(f"handed over to {decision.successor}")
-                    self._publish_now = True
-            case Action.ABANDON_HAND_OVER:
-                host.abandon_hand_over()
-            case Action.DELETE_OWN_KEY:
-                assert key is not None
-                with contextlib.suppress(CoordinatorUnavailable):
-                    await self.coordinator.resign(
-                        self.layout.leader(host.partition), Epoch(epoch_revision(key[1]))
-                    )
-                host.record = record
-            case Action.FOLLOW | Action.HOLD_OFF:
-                host.record = record
-            case Action.CAMPAIGN:
-                await self._campaign(session, host, record, addresses)
-
-    def _situation(
-        self,
-        host: SimPartitionHost,
-        record: PartitionRecord,
-        session: SimSession,
-        key: tuple[str, int] | None,
-        now: float,
-    ) -> node_adapter.Situation:
-        """``NodeLeadership.situation``."""
-        leader = host.leader
-        common: dict[str, Any] = {
-            "node_id": self.node_id,
-            "record": record,
-            "now": now,
-            "session_valid": session.valid(),
-            "key": key,
-            "window_s": self.quorum_window_s,
-            "handover_timeout_s": self.handover_timeout_s,
-            "abandoned": host.abandoned_successor,
-            "resigned": host.resigned,
-            "incarnation": self._incarnation(),
-            "etcd_behind": self.timeline.suspect,
-            "registered_voters": sum(1 for n in record.replicas if n == self.node_id or n in self._nodes),
-        }
-        if leader is None:
-            return node_adapter.Situation(**common)
-        lost_claim = key is not None and key[1] > leader.epoch
-        return node_adapter.Situation(
-            **common,
-            term=leader.epoch,
-            deposed=leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch,
-            lacks_quorum=host.lacks_quorum(now, self._nodes),
-            handing_over_to=host.handing_over_to,
-            handover_started=host.handover_started,
-        )
-
-    async def _campaign(
-        self, session: SimSession, host: SimPartitionHost, record: PartitionRecord, addresses: dict[str, str]
-    ) -> None:
-        claim_value = LeaderRecord(self.node_id, self.address, self._incarnation()).pack()
-        key = self.layout.leader(host.partition)
-        result = await self.coordinator.campaign(session, key, claim_value)
-        if not result.won or not session.valid():
-            return
-        epoch = LeaderRecord.unpack(result.holder).epoch(result.epoch)
-        try:
-            await host.lead(epoch, record, addresses, self._queues, quorum_window_s=self.quorum_window_s)
-        except StaleEpoch as exc:
-            self.note(f"p{host.partition}: cannot lead at epoch {epoch}: {exc.detail}")
-            await self._raise_incarnation_past(host.store.epoch)
-            await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
-            await host.step_down("stale")
-            host.resign_stale(epoch, self.proc.clock(), record.designation)
-            self._publish_now = True
-            return
-        self._campaign_epochs[host.partition] = epoch
-
-    async def _holds_key(self, partition: int, epoch: int) -> bool:
-        """``NodeLeadership._holds_key``."""
-        try:
-            found = await self.coordinator.get(self.layout.leader(partition))
-        except CoordinatorUnavailable:
-            return True
-        if found is None:
-            return False
-        try:
-            claim = LeaderRecord.unpack(found.value)
-        except PushgateError:
-            return False
-        return claim.node == self.node_id and claim.epoch(found.create_revision) == epoch
-
-    def _incarnation(self) -> int:
+    @property
+    def incarnation(self) -> int:
+        """The cluster's, as this node last read it (``NodeIdentity.incarnation``)."""
         found = self._cluster.identity if self._cluster is not None else None
         return found.incarnation if found is not None else 0
 
-    async def _raise_incarnation_past(self, epoch: int) -> bool:
+    def _publish_soon(self) -> None:
+        self._publish_now = True
+
+    async def raise_incarnation_past(self, epoch: int) -> bool:
         """``NodeIdentity.raise_incarnation_past`` (coordination/timeline.py does the work)."""
         outcome = await raise_incarnation_past(self.coordinator, self.layout, self.disk.cluster_id, epoch)
         if outcome is None:
@@ -494,26 +378,8 @@ class SimNode:
             self.note(
                 f"etcd went back in time (epoch {epoch}); raised the incarnation to {outcome.raised_to}"
             )
-        self.timeline.settle(self._incarnation(), outcome.revision)
+        self.timeline.settle(self.incarnation, outcome.revision)
         return outcome.behind
-
-    async def _resign_for_quorum(self, host: SimPartitionHost, now: float) -> None:
-        resignation = await host.resign_for_quorum(now)
-        self.note(
-            f"p{host.partition}: resigned epoch {resignation.epoch} for lack of a quorum;"
-            f" vouching for LSN {resignation.lsn} (epoch {resignation.last_epoch})"
-        )
-        self.oracle.resigned(self.node_id, host.partition)
-        await self._resign(host)
-        self._publish_now = True
-
-    async def _resign(self, host: SimPartitionHost) -> None:
-        epoch = self._campaign_epochs.pop(host.partition, None)
-        if epoch is not None:
-            with contextlib.suppress(CoordinatorUnavailable):
-                await self.coordinator.resign(
-                    self.layout.leader(host.partition), Epoch(epoch_revision(epoch))
-                )
 
     async def _publish(self, session: SimSession, *, force: bool = False) -> None:
         now = self.proc.clock()

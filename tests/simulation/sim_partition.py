@@ -237,7 +237,9 @@ class SimPartitionHost:
         return leader.quorum.should_resign(now, live)
 
     async def resign_for_quorum(self, now: float) -> Resignation:
-        return await self._resign(now, "check-quorum", None)
+        resignation = await self._resign(now, "check-quorum", None)
+        self.node.oracle.resigned(self.node.node_id, self.partition)
+        return resignation
 
     async def resign_deposed(self, now: float, designation: int) -> Resignation:
         """``PartitionHost.resign_deposed``."""

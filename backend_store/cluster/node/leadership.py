@@ -4,9 +4,9 @@ Who may lead is the manager's decision (:mod:`backend_store.cluster.manager.elec
 published as the partition record's ``leader`` and ``successor``); a node acts on it here.
 The decision is :func:`decide`, sans-I/O: a :class:`Situation` in (the record, what this
 replica is doing, the leader key as the node sees it, the time), a :class:`Decision` out;
-:class:`NodeLeadership` carries it out with the coordinator and the
-:class:`~.partition_host.PartitionHost` (a deterministic simulation can call :func:`decide`
-alone). The rules, in order:
+:class:`NodeLeadership` carries it out with the coordinator and the replica's
+:class:`LeadingReplica` (production's :class:`~.partition_host.PartitionHost`; the
+deterministic simulation drives this same class with its own replicas, clock and etcd). The rules, in order:
 
 Leading (this replica holds the key at epoch ``term``):
 
@@ -63,15 +63,15 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from ...errors import PushgateError, StaleEpoch
 from ...types import Epoch, epoch_revision
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
 from ..coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord
+from ..coordination.timeline import Timeline
+from ..replication.log_shipping import ReplicationLeader
 from ..replication.quorum import Resignation
-from .node_identity import NodeIdentity
-from .partition_host import PartitionHost
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -182,6 +182,68 @@ def _decide(s: Situation) -> Decision:
     return Decision(Action.CAMPAIGN, end_resignation=end)
 
 
+class Incarnations(Protocol):
+    """What leadership needs of the node's identity (:class:`~.node_identity.NodeIdentity`)."""
+
+    @property
+    def incarnation(self) -> int: ...
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+    async def raise_incarnation_past(self, epoch: int) -> bool: ...
+
+
+class ReplicaFence(Protocol):
+    @property
+    def epoch(self) -> Epoch: ...
+
+
+class LeadingReplica(Protocol):
+    """What leadership needs of a hosted replica (:class:`~.partition_host.PartitionHost`)."""
+
+    partition: int
+    record: PartitionRecord | None
+    leader: ReplicationLeader | None
+    resigned: Resignation | None
+    abandoned_successor: str | None
+    handing_over_to: str | None
+    handover_started: float
+
+    @property
+    def store(self) -> ReplicaFence: ...
+
+    async def lead(
+        self,
+        epoch: Epoch,
+        record: PartitionRecord,
+        addresses: Mapping[str, str],
+        queues: Mapping[tuple[str, str], Mapping[str, Any]],
+        *,
+        quorum_window_s: float,
+    ) -> None: ...
+
+    def update_links(self, record: PartitionRecord, addresses: Mapping[str, str]) -> None: ...
+
+    async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None: ...
+
+    def keep_leading(self, successor: str | None) -> None: ...
+
+    def hand_over(self, successor: str, now: float) -> Resignation | None: ...
+
+    def abandon_hand_over(self) -> None: ...
+
+    def lacks_quorum(self, now: float, live: Collection[str]) -> bool: ...
+
+    async def resign_for_quorum(self, now: float) -> Resignation: ...
+
+    async def resign_deposed(self, now: float, designation: int) -> Resignation: ...
+
+    def resign_stale(self, epoch: int, now: float, designation: int) -> None: ...
+
+    async def step_down(self, why: str) -> None: ...
+
+
 class NodeLeadership:
     """Carries out :func:`decide` for a node's replicas: campaigns, hand-overs, resignations."""
 
@@ -195,7 +257,8 @@ class NodeLeadership:
         quorum_window_s: float,
         handover_timeout_s: float,
         publish_soon: Callable[[], None],
-        identity: NodeIdentity,
+        identity: Incarnations,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.coordinator = coordinator
         self.layout = layout
@@ -206,12 +269,13 @@ class NodeLeadership:
         self.publish_soon = publish_soon
         # The cluster's incarnation, which epochs carry (raised when etcd went back in time).
         self.identity = identity
+        self.clock = clock  # the node's monotonic clock (the simulation's, skewed, in it)
         # The epoch of each leader key this node holds (cleared with a new session).
         self.campaign_epochs: dict[int, Epoch] = {}
 
     def situation(
         self,
-        host: PartitionHost,
+        host: LeadingReplica,
         record: PartitionRecord,
         session: Session,
         key: tuple[str, int] | None,
@@ -248,7 +312,7 @@ class NodeLeadership:
     async def reconcile(
         self,
         session: Session,
-        host: PartitionHost,
+        host: LeadingReplica,
         record: PartitionRecord,
         addresses: Mapping[str, str],
         leaders: Mapping[int, tuple[LeaderRecord, Epoch]],
@@ -258,7 +322,7 @@ class NodeLeadership:
         """Decide for one replica and act (the node's reconcile tick)."""
         claim = leaders.get(host.partition)
         key = (claim[0].node, int(claim[1])) if claim is not None else None
-        now = time.monotonic()
+        now = self.clock()
         decision = decide(self.situation(host, record, session, key, nodes, now))
         if decision.end_resignation:
             host.resigned = None  # a newer term: an ordinary follower again
@@ -320,7 +384,7 @@ class NodeLeadership:
     async def _campaign(
         self,
         session: Session,
-        host: PartitionHost,
+        host: LeadingReplica,
         record: PartitionRecord,
         addresses: Mapping[str, str],
         queues: Mapping[tuple[str, str], Mapping[str, Any]],
@@ -343,7 +407,7 @@ class NodeLeadership:
             await host.step_down("stale")
             # Designated by a map older than this replica's fence: vouch for what it holds
             # and let the manager designate again on fresh positions (rule 1).
-            host.resign_stale(epoch, time.monotonic(), record.designation)
+            host.resign_stale(epoch, self.clock(), record.designation)
             self.publish_soon()
             return
         self.campaign_epochs[host.partition] = epoch
@@ -363,7 +427,7 @@ class NodeLeadership:
             return False
         return claim.node == self.node_id and claim.epoch(found.create_revision) == epoch
 
-    async def _resign_for_quorum(self, host: PartitionHost, now: float) -> None:
+    async def _resign_for_quorum(self, host: LeadingReplica, now: float) -> None:
         resignation = await host.resign_for_quorum(now)
         log.warning(
             "partition %d: resigned leadership of epoch %d for lack of a quorum; vouching for LSN %d"
