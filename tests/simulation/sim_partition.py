@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from backend_store.cluster.coordination.layout import PartitionRecord, ReplicaPosition
 from backend_store.cluster.node.partition_host import IN_SYNC_S
+from backend_store.cluster.node.term import LeaderTerm
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.replication.log_shipping import (
     ReplicationFollower,
     ReplicationLeader,
     ReplicationMode,
 )
-from backend_store.cluster.replication.quorum import QuorumCheck, Resignation, vouched_position
+from backend_store.cluster.replication.quorum import QuorumCheck, Resignation
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
-from backend_store.types import Epoch, Lsn
+from backend_store.types import Epoch
 
 from .sim_store import SimReplicaStore
 
@@ -34,22 +35,18 @@ if TYPE_CHECKING:
     from .sim_node import SimNode
 
 
-class SimPartitionHost:
+class SimPartitionHost(LeaderTerm):
+    """``PartitionHost`` on the simulated store and network; its term is production's
+    (``node/term.py``)."""
+
     def __init__(self, node: SimNode, partition: int) -> None:
         self.node = node
         self.partition = partition
         self.record: PartitionRecord | None = None
         self.follower: ReplicationFollower | None = None
-        self.leader: ReplicationLeader | None = None
+        self._init_term()
         self._links: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._applied: set[tuple[str, str]] = set()
-        self.last_epoch = Epoch(0)
-        self.handing_over_to: str | None = None
-        self.handover_started = 0.0
-        self.abandoned_successor: str | None = None
-        self._writes_in_flight = 0
-        self._term_start: tuple[int, int] = (0, 0)
-        self.resigned: Resignation | None = None
 
     @property
     def store(self) -> SimReplicaStore:
@@ -85,15 +82,7 @@ class SimPartitionHost:
             in_sync=leader.in_sync(IN_SYNC_S),
         )
 
-    def _last_entry(self) -> tuple[Epoch, Lsn]:
-        last, epoch = self.store.last_entry
-        return (epoch if last and epoch is not None else self.last_epoch), last
-
     # Leading ---------------------------------------------------------------------------------
-
-    @property
-    def leading(self) -> bool:
-        return self.leader is not None and not self.leader.deposed.is_set()
 
     async def lead(
         self,
@@ -187,85 +176,10 @@ class SimPartitionHost:
                 await self.leader.replicate(self.store.last_lsn)
         self._applied.add(key)
 
-    def hand_over(self, successor: str, now: float) -> Resignation | None:
-        """``PartitionHost.hand_over``: refuse new requests; once every write begun has
-        finished and ``successor`` holds the whole log, stop leading and return the position
-        this replica vouches for (None: not yet)."""
-        leader = self.leader
-        assert leader is not None
-        if self.handing_over_to != successor:
-            if not self._in_contact(successor, now):
-                return None  # not begun: it serves on (see _in_contact)
-            self.node.note(f"p{self.partition}: handing over to {successor}")
-            self.handing_over_to, self.handover_started = successor, now
-        if (
-            self._writes_in_flight
-            or not self.holds_whole_log(successor)
-            or not self._in_contact(successor, now)
-        ):
-            return None
-        leader.resign(f"handed over to {successor}")
-        last_epoch, lsn = self._last_entry()
-        self.resigned = Resignation(leader.epoch, now, last_epoch, lsn)
-        return self.resigned
-
-    def _in_contact(self, follower: str, now: float) -> bool:
-        """Whether ``follower`` answered within a heartbeat (a live follower answers each
-        one): a successor cut off since the manager saw it in sync must not be handed a term
-        it cannot commit in (issue 24's defect 7; the simulation's ``minority`` seed 40). A
-        hand-over to one not heard from is not begun (writes go on; the manager withdraws it
-        at its timeout and picks another), and one begun waits for it."""
-        leader = self.leader
-        quorum = leader.quorum if leader is not None else None
-        if leader is None or quorum is None:
-            return True  # no check-quorum (RF 1, or turned off): nothing to go by
-        return quorum.heard_within(follower, now, leader.heartbeat_s)
-
-    def holds_whole_log(self, follower: str) -> bool:
-        leader = self.leader
-        progress = leader.followers.get(follower) if leader is not None else None
-        return progress is not None and progress.positioned and progress.acked >= self.store.last_lsn
-
-    def abandon_hand_over(self) -> None:
-        self.node.note(f"p{self.partition}: {self.handing_over_to} did not catch up in time; leading on")
-        self.abandoned_successor, self.handing_over_to = self.handing_over_to, None
-
-    def lacks_quorum(self, now: float, live: Collection[str]) -> bool:
-        leader = self.leader
-        if leader is None or leader.quorum is None or leader.deposed.is_set():
-            return False
-        return leader.quorum.should_resign(now, live)
-
     async def resign_for_quorum(self, now: float) -> Resignation:
-        resignation = await self._resign(now, "check-quorum", None)
+        resignation = await super().resign_for_quorum(now)
         self.node.oracle.resigned(self.node.node_id, self.partition)
         return resignation
-
-    async def resign_deposed(self, now: float, designation: int) -> Resignation:
-        """``PartitionHost.resign_deposed``."""
-        return await self._resign(now, "deposed: a newer term exists", designation)
-
-    async def _resign(self, now: float, why: str, stale_designation: int | None) -> Resignation:
-        """``PartitionHost._resign``."""
-        leader = self.leader
-        assert leader is not None
-        leader.resign(why)
-        last_epoch, lsn = vouched_position(
-            epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
-        )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, stale_designation)
-        await self.step_down(why)
-        return resignation
-
-    def resign_stale(self, epoch: int, now: float, designation: int) -> None:
-        """``PartitionHost.resign_stale``."""
-        last_epoch, lsn = self._last_entry()
-        self.resigned = Resignation(epoch, now, last_epoch, lsn, designation)
-
-    def keep_leading(self, successor: str | None) -> None:
-        self.handing_over_to = None
-        if successor != self.abandoned_successor:
-            self.abandoned_successor = None
 
     async def step_down(self, why: str) -> None:
         leader, self.leader = self.leader, None
