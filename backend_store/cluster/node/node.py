@@ -53,7 +53,6 @@ from ..coordination.layout import (
     ReplicaPosition,
     Tombstone,
     read_partition_map,
-    unpack,
 )
 from ..coordination.watched_prefix import StateListener, WatchedPrefix
 from ..protocol import ops
@@ -62,6 +61,7 @@ from ..protocol.stream import NodeStream
 from ..protocol.tls import NodeTls, serve_node_protocol
 from ..protocol.wire import Demand, Hello, Request, Withdraw
 from .demands import NodeDemands
+from .etcd_records import leaders_moved, read_leaders, read_nodes, read_queues, read_tombstones
 from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_identity import NodeIdentity, pack_label, read_label
@@ -232,44 +232,21 @@ class Node:
         self._partitions = MapView(read.records, read.unknown)
 
     def _on_tombstones(self, state: PrefixState) -> None:
-        out: dict[int, Tombstone] = {}
-        for pid, value in self.layout.node_tombstones(self.node_id, state.values()).items():
-            with contextlib.suppress(PushgateError):
-                out[pid] = Tombstone.unpack(value)
-        self._tombstones = out
+        self._tombstones = read_tombstones(self.layout, self.node_id, state)
 
     def _on_leaders(self, state: PrefixState) -> None:
-        out: dict[int, tuple[LeaderRecord, Epoch]] = {}
-        for key, entry in state.entries.items():
-            suffix = key[len(self.layout.leaders) :]
-            if suffix.isdigit():
-                with contextlib.suppress(PushgateError):
-                    record = LeaderRecord.unpack(entry.value)
-                    out[int(suffix)] = (record, record.epoch(entry.create_revision))
-                    self.identity.timeline.remember(out[int(suffix)][1])
-        # A hosted partition's leader changed or vanished: publish our positions at once, so
-        # the manager promotes on positions taken after the old leader's key was gone.
-        before = self._leaders
-        if any(before.get(p, (None, 0))[1] != out.get(p, (None, 0))[1] for p in self.hosts):
+        leaders = read_leaders(self.layout, state)
+        for _, epoch in leaders.values():
+            self.identity.timeline.remember(epoch)
+        if leaders_moved(self._leaders, leaders, self.hosts):
             self._publish_now = True
-        self._leaders = out
+        self._leaders = leaders
 
     def _on_nodes(self, state: PrefixState) -> None:
-        out: dict[str, NodeRecord] = {}
-        for node_id, value in state.values().items():
-            with contextlib.suppress(PushgateError):
-                out[node_id] = NodeRecord.unpack(value)
-        self._nodes = out
+        self._nodes = read_nodes(state)
 
     def _on_queues(self, state: PrefixState) -> None:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for key, value in state.values().items():
-            tenant, _, queue = key.partition("/")
-            with contextlib.suppress(PushgateError):
-                attributes = unpack(value)
-                if isinstance(attributes, dict):
-                    out[(tenant, queue)] = attributes
-        self._queues = out
+        self._queues = read_queues(state)
 
     # The main loop ---------------------------------------------------------------------------
 
