@@ -30,10 +30,10 @@ from .workload import RF3_SYNC, Q, T, has_replicas
 # The production leader's window (ReplicationLeader's default): the follower's position must
 # be past it when it is killed.
 WINDOW = 2048
-PRODUCERS = 2
+PRODUCERS = 3
 # Sends come far more often than the leader's 0.5 s heartbeat, as under any real load: every
 # commit wakes the sender, so an idle heartbeat never goes out to the restarted follower.
-PAUSE_S = 0.02
+PAUSE_S = 0.005
 
 
 @pytest.fixture
@@ -92,7 +92,6 @@ async def _positions(h: ClusterHarness, pid: int) -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 24's follower that never catches up: not fixed yet")
 async def test_a_follower_restarted_past_the_window_under_load_catches_up(harness: ClusterHarness) -> None:
     assert inspect.signature(ReplicationLeader).parameters["window_entries"].default == WINDOW
     h = await harness.start(nodes=3, managers=1)

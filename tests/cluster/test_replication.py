@@ -284,7 +284,6 @@ async def test_a_restarted_follower_catches_up_from_its_position(cluster: Cluste
     assert await contents(restarted.store) == await contents(cluster.leader)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24's follower that never catches up: not fixed yet")
 async def test_a_follower_the_leader_forgot_rejoins_past_the_window_and_catches_up_at_once(
     cluster: Cluster,
 ) -> None:
