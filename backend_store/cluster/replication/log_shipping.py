@@ -423,6 +423,11 @@ class ReplicationLeader:
             # A position report, or "I can vouch for my log only up to here": ship from
             # there. Only acknowledgements of what this leader shipped count as held: a
             # reported position may include a deposed leader's entries.
+            if not progress.positioned:
+                # Once per link (and re-seed): a restarted follower's catch-up begins here, which
+                # said nothing when it stalled (issue 24: only the link's close was logged).
+                what = "partition %d: %s reports LSN %d (ours %d): shipping from there"
+                log.info(what, self.partition, progress.node_id, reply.lsn, self._last_lsn)
             self._release_hold(progress.node_id)
             progress.ship_from(min(reply.lsn, self._last_lsn))
         elif reply.code is None:
