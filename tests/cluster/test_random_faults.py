@@ -1,18 +1,20 @@
 """Issue 24's "real processes, random faults" test: real etcd, ``pushgate node`` processes each
-behind TCP proxies the test controls, two ``pushgate manager`` processes, and the gateway's
-partition calls made by the harness; a seeded schedule of faults (``fault_schedule.py``) runs
-under load, then everything heals, every queue is drained, and the run checks that nothing
-acknowledged is missing and that each FIFO group was read in the order it was sent.
+behind TCP proxies the test controls, two ``pushgate manager`` processes, and a gateway's
+``ClusterBackend``; a seeded schedule of faults (``fault_schedule.py``) runs under load, then
+everything heals, every queue is drained, and the run checks that nothing acknowledged is
+missing and that each FIFO group was read in the order it was sent.
 
-The load, all through ``ClusterHarness.call`` on whoever leads each partition now (not
-through a gateway's ``ClusterBackend``: with the producers there, seed 2 fails to settle
-after its last fault, docs/testing.md says how, and that is not fixed yet):
+The load:
 
 - producers on a standard queue (one partition) and one producer per message group on a
-  FIFO queue (two partitions), each send retried with its dedupe id until acknowledged
-  (one at a time per producer: a group's sends are acknowledged in the order they were made);
-- one consumer per partition receiving (a short visibility timeout, so a receive whose
-  answer was lost in a failover comes back soon) and acking what it received.
+  FIFO queue (two partitions), sending through a gateway's ``ClusterBackend`` (its map
+  watch, leader hints, requests held at a replaced leader given up, its send batching), as
+  users' sends go, each retried with its dedupe id until acknowledged (one at a time per
+  producer: a group's sends are acknowledged in the order they were made); the slowest send
+  after each fault is what that fault cost a user;
+- one consumer per partition, through ``ClusterHarness.call`` on whoever leads it now,
+  receiving (a short visibility timeout, so a receive whose answer was lost in a failover
+  comes back soon) and acking what it received.
 
 Checked at the end: every acknowledged send was delivered, each delivery with the id and seq
 its send's acknowledgement gave (a message stored twice, or moved, would differ); each
@@ -38,6 +40,8 @@ from pathlib import Path
 
 import pytest
 
+from backend_store import StoreOptions
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.client.routing import partition_index
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.types import (
@@ -106,6 +110,9 @@ class Load:
     h: ClusterHarness
     partitions: list[Partition]
     fifo_pid: dict[str, int]  # group -> partition id
+    # What a gateway sends through (its map watch, leader hints, requests held at a replaced
+    # leader given up): producers send as users do, so a send's wait is what users see.
+    backend: ClusterBackend
     acknowledged: dict[str, SendResult] = field(default_factory=dict)
     sent_by_group: dict[str, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
     sent_to: dict[int, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
@@ -150,9 +157,7 @@ class Load:
         message = NewMessage(body.encode(), group_id=group, dedupe_id=body)
         while True:
             try:
-                (result,) = await self.h.call(
-                    pid, "send", tenant=TenantId(T), queue=QueueName(queue), messages=[message]
-                )
+                (result,) = await self.backend.send(TenantId(T), QueueName(queue), [message])
             except RETRYABLE as exc:
                 result = exc
             if isinstance(result, SendResult):
@@ -476,7 +481,10 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
     attributes = QueueAttributes(partitions=FIFO_PARTITIONS, ordering="fifo")
     fifo = {p.index: p.pid for p in partitions if p.queue == FIFO}
     fifo_pid = {g: fifo[partition_index(NewMessage(b"", group_id=g), attributes, 0)] for g in GROUPS}
-    load = Load(h, partitions, fifo_pid)
+    url = f"cluster://{','.join(h.endpoints)}{h.prefix}"
+    backend = open_cluster_backend(url, StoreOptions())
+    await backend.start()
+    load = Load(h, partitions, fifo_pid, backend)
     run = Run(h, seed, partitions, load)
     try:
         await run.settle("before the load")
@@ -523,6 +531,7 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
         for task in [*load.producers, *load.consumers]:
             task.cancel()
         await asyncio.gather(*load.producers, *load.consumers, return_exceptions=True)
+        await backend.close()
 
 
 # The schedule on its own (no processes) -------------------------------------------------------

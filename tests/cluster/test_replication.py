@@ -105,11 +105,24 @@ class Cluster:
         self.links: dict[str, asyncio.Task[None]] = {}
 
     async def start(
-        self, mode: ReplicationMode = ReplicationMode.SYNC, epoch: int = 3, leader_keep: int = 1000
+        self,
+        mode: ReplicationMode = ReplicationMode.SYNC,
+        epoch: int = 3,
+        leader_keep: int = 1000,
+        *,
+        window_entries: int = 2048,
+        heartbeat_s: float = 0.5,
     ) -> ReplicationLeader:
         self.leader = await open_store(self.root / "leader", leader_keep)
         self.replication = ReplicationLeader(
-            self.leader, partition=PARTITION, epoch=Epoch(epoch), replicas=3, node_id="leader", mode=mode
+            self.leader,
+            partition=PARTITION,
+            epoch=Epoch(epoch),
+            replicas=3,
+            node_id="leader",
+            mode=mode,
+            window_entries=window_entries,
+            heartbeat_s=heartbeat_s,
         )
         await self.replication.start()
         for name in ("f1", "f2"):
@@ -268,6 +281,35 @@ async def test_a_restarted_follower_catches_up_from_its_position(cluster: Cluste
         await write(cluster, f"while-down-{i}")
     restarted = await cluster.restart_follower("f1")
     await until(lambda: leader.lag()["f1"] == 0, "f1 to catch up")
+    assert await contents(restarted.store) == await contents(cluster.leader)
+
+
+async def test_a_follower_the_leader_forgot_rejoins_past_the_window_and_catches_up_at_once(
+    cluster: Cluster,
+) -> None:
+    """Issue 24's restarted follower that never caught up (the random-fault test's seed 2 with
+    the producers on a gateway's ClusterBackend). A follower whose node record expired while
+    it was down is forgotten by the leader (``PartitionHost.update_links`` drops its progress);
+    back, it reports a position past the shipping window (2048 entries in production, 8
+    here). The leader counted everything up to that position as in flight (shipped, not yet
+    acknowledged on this link, from a fresh acknowledged LSN of 0), so the full window let
+    nothing go; only an idle heartbeat's answer would have moved it, and under steady writes
+    every commit woke the sender before the heartbeat was due. The heartbeat is an hour
+    here: what must move the follower is its own position report."""
+    leader = await cluster.start(ReplicationMode.SYNC, window_entries=8, heartbeat_s=3600)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    for i in range(20):
+        await write(cluster, f"before-{i}")
+    await until(lambda: leader.lag()["f1"] == 0, "f1 to hold every entry")
+    assert cluster.followers["f1"].store.last_lsn > leader.window_entries
+    await cluster.cut("f1")
+    leader.followers.pop("f1")  # as a node's update_links does when f1's record left etcd
+    for i in range(5):
+        await write(cluster, f"while-down-{i}")  # f2 makes the majority
+    restarted = await cluster.restart_follower("f1")
+    await write(cluster, "after")
+    await until(lambda: leader.lag().get("f1") == 0, "f1 to catch up")
     assert await contents(restarted.store) == await contents(cluster.leader)
 
 

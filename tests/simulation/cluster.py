@@ -32,8 +32,9 @@ ETCD = "etcd"
 
 
 class SimCluster:
-    def __init__(self, rng: random.Random, trace: Trace, oracle: Oracle) -> None:
+    def __init__(self, rng: random.Random, trace: Trace, oracle: Oracle, *, window_entries: int) -> None:
         self.rng = rng
+        self.window_entries = window_entries
         self.trace = trace
         self.oracle = oracle
         self.layout = Layout()
@@ -85,6 +86,7 @@ class SimCluster:
             self.oracle,
             layout=Layout(prefix) if prefix is not None else self.layout,
             store_clock=lambda: 1_700_000_000.0 + offset + proc.clock(),
+            window_entries=self.window_entries,
         )
         self.nodes[name] = node
         node.start()

@@ -72,6 +72,7 @@ class SimNode:
         *,
         layout: Layout,
         store_clock: Callable[[], float],
+        window_entries: int,
     ) -> None:
         self.proc = proc
         self.node_id = node_id
@@ -84,6 +85,7 @@ class SimNode:
         self.address = f"{node_id}:7000"
         self.quorum_window_s = TTL_S  # node.py's default: one lease TTL
         self.handover_timeout_s = HANDOVER_TIMEOUT_S
+        self.window_entries = window_entries  # its leaders' shipping window
         self.hosts: dict[int, SimPartitionHost] = {}
         self.session: SimSession | None = None
         self._changed = asyncio.Event()

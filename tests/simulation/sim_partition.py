@@ -107,6 +107,7 @@ class SimPartitionHost(LeaderTerm):
             ),
             clock=node.proc.clock,
             voters=record.replicas,
+            window_entries=node.window_entries,
         )
         await leader.start()  # raises StaleEpoch if this replica saw a newer term
         node.oracle.leader_started(node.node_id, node.proc.incarnation, self.partition, epoch, store.data)

@@ -65,11 +65,21 @@ class ReplicationMode(StrEnum):
 
 @dataclass(slots=True)
 class FollowerProgress:
-    """What the leader knows of one follower."""
+    """What the leader knows of one follower.
+
+    Two measures of where the follower is, for two uses: ``acked`` is what counts towards a
+    majority (entries this leader shipped and the follower fsynced: never a reported
+    position, which may include a deposed leader's entries), ``answered`` is where the
+    follower's latest answer on this link put it, what the shipping window counts from. A
+    follower the leader knows nothing of (a new term, or one forgotten while it was down)
+    has acknowledged nothing, yet once it reports LSN 2470 nothing below that is in flight:
+    counted from ``acked``, a position past the window let nothing go, and under steady
+    writes no idle heartbeat came to move it (issue 24, the random-fault test's seed 2)."""
 
     node_id: str
     acked: Lsn = NO_LSN  # fsynced by the follower
     sent: Lsn = NO_LSN  # shipped, maybe not yet applied
+    answered: Lsn = NO_LSN  # where its latest answer on this link put it (<= sent)
     connected: bool = False
     positioned: bool = False  # its position report has arrived on this connection
     needs_snapshot: bool = False
@@ -80,6 +90,26 @@ class FollowerProgress:
     tail_sent_at: float = float("-inf")
     # When the end of our log as of then was last acknowledged (in sync since: in_sync()).
     caught_up_at: float = float("-inf")
+
+    @property
+    def in_flight(self) -> int:
+        """Entries shipped on this link that the follower has not answered for yet."""
+        return self.sent - self.answered
+
+    def ship_from(self, lsn: Lsn) -> None:
+        """The follower said where to ship from (its position report, or a refusal that
+        vouches for its log only up to ``lsn``): nothing past it is held for us, nothing
+        before it is in flight."""
+        self.positioned = True
+        self.sent = self.answered = lsn
+        self.acked = min(self.acked, lsn)
+
+    def acknowledge(self, lsn: Lsn) -> None:
+        """The follower fsynced what we shipped up to ``lsn`` (capped at what we shipped:
+        beyond it the follower may hold a deposed leader's tail)."""
+        held = min(lsn, self.sent)
+        self.acked = max(self.acked, held)
+        self.answered = max(self.answered, held)
 
 
 class ReplicationLeader:
@@ -393,13 +423,15 @@ class ReplicationLeader:
             # A position report, or "I can vouch for my log only up to here": ship from
             # there. Only acknowledgements of what this leader shipped count as held: a
             # reported position may include a deposed leader's entries.
-            progress.positioned = True
+            if not progress.positioned:
+                # Once per link (and re-seed): a restarted follower's catch-up begins here, which
+                # said nothing when it stalled (issue 24: only the link's close was logged).
+                what = "partition %d: %s reports LSN %d (ours %d): shipping from there"
+                log.info(what, self.partition, progress.node_id, reply.lsn, self._last_lsn)
             self._release_hold(progress.node_id)
-            progress.sent = min(reply.lsn, self._last_lsn)
-            progress.acked = min(progress.acked, progress.sent)
+            progress.ship_from(min(reply.lsn, self._last_lsn))
         elif reply.code is None:
-            # Capped at what we shipped: beyond it the follower may hold a deposed tail.
-            progress.acked = max(progress.acked, min(reply.lsn, progress.sent))
+            progress.acknowledge(reply.lsn)
             if progress.acked >= progress.tail_sent:
                 progress.caught_up_at = max(progress.caught_up_at, progress.tail_sent_at)
         progress.wake.set()
@@ -419,8 +451,7 @@ class ReplicationLeader:
         while not conn.closed and not self.deposed.is_set():
             progress.wake.clear()
             backlog = self._last_lsn - progress.sent
-            in_flight = progress.sent - progress.acked
-            if progress.positioned and backlog > 0 and in_flight < self.window_entries:
+            if progress.positioned and backlog > 0 and progress.in_flight < self.window_entries:
                 # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
                 sent = progress.sent
                 # Committed before the read starts, so the read sees at least this far.
