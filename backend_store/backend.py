@@ -363,6 +363,12 @@ class MetadataWatch(Protocol):
     def add_queue_listener(self, listener: ChangeListener) -> None:
         """``listener(tenant, queue)`` after a queue was created, changed or deleted."""
 
+    def watched_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo | None:
+        """The queue as the watch holds it: its name, creation time and attributes, with its
+        stats left empty (:meth:`Backend.get_queue` gathers those, from every partition on a
+        cluster). None when the watch holds no record of it: no such queue, or one created
+        elsewhere a moment ago that the watch has not shown yet. No I/O."""
+
 
 @dataclass(frozen=True, slots=True)
 class MessageEvent:

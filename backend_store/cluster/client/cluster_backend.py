@@ -263,6 +263,14 @@ class ClusterBackend:
         """``listener(tenant, queue)`` after a queue's record changed anywhere in the cluster."""
         self.metadata.add_queue_listener(listener)
 
+    def watched_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo | None:
+        """The MetadataWatch capability's queue: the watched record's attributes, no stats
+        (asking every partition for stats to read an attribute is what this saves)."""
+        record = self.metadata.cached_queue(tenant, name)
+        if record is None:
+            return None
+        return QueueInfo(record.tenant, record.name, record.created_at, record.attributes)
+
     def _notified(self, node_id: str, notify: Notify) -> None:
         self.standing.saw_notify(notify.partition, notify.tenant, notify.queue)
         self._wake(TenantId(notify.tenant), QueueName(notify.queue))
