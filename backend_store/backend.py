@@ -181,10 +181,9 @@ class StandingReceive(Protocol):
     most once; the caller owns what it is handed (and releases what it cannot use).
 
     One commit, one signal: a delivery short of ``max_messages`` took everything the queue
-    had visible at that commit, so the delivery is the commit's wake-up and the embedded
-    store calls no change listener for that queue (there is nothing left to find); after a
-    full delivery the listeners are called as usual. (The cluster backend still calls its
-    listeners before each delivery; the push dispatcher discounts that wake-up.)
+    had visible at that commit (on a cluster: on that partition), so the delivery is the
+    commit's wake-up and no change listener is called for that queue (there is nothing left
+    to find); after a full delivery the listeners are called as usual, just before it.
     """
 
     def set_demand(

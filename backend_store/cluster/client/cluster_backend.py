@@ -320,11 +320,16 @@ class ClusterBackend:
         for message in messages:
             message.receipt = prefix_receipt(delivery.partition, message.receipt)
         registration = self.standing.delivered(delivery)
-        # The commit's wake-up: the node sent this gateway no Notify for it.
-        self._wake(tenant, queue)
         if registration is None:
-            self._release(tenant, queue, messages)  # nobody asked for these any more
+            self._wake(tenant, queue)  # nobody asked for these any more: released, look again
+            self._release(tenant, queue, messages)
             return
+        # One commit, one signal: the node sent this gateway no Notify for the commit that
+        # served the demand. A short delivery took everything the partition had visible, so
+        # it is the commit's only news here (as on the embedded store); after a full one more
+        # may be visible, and the listeners are woken for whoever looks next.
+        if len(messages) >= registration.max_messages:
+            self._wake(tenant, queue)
         try:
             registration.deliver(messages)
         except Exception:
