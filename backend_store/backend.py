@@ -181,10 +181,9 @@ class StandingReceive(Protocol):
     most once; the caller owns what it is handed (and releases what it cannot use).
 
     One commit, one signal: a delivery short of ``max_messages`` took everything the queue
-    had visible at that commit, so the delivery is the commit's wake-up and the embedded
-    store calls no change listener for that queue (there is nothing left to find); after a
-    full delivery the listeners are called as usual. (The cluster backend still calls its
-    listeners before each delivery; the push dispatcher discounts that wake-up.)
+    had visible at that commit (on a cluster: on that partition), so the delivery is the
+    commit's wake-up and no change listener is called for that queue (there is nothing left
+    to find); after a full delivery the listeners are called as usual, just before it.
     """
 
     def set_demand(
@@ -362,6 +361,12 @@ class MetadataWatch(Protocol):
 
     def add_queue_listener(self, listener: ChangeListener) -> None:
         """``listener(tenant, queue)`` after a queue was created, changed or deleted."""
+
+    def watched_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo | None:
+        """The queue as the watch holds it: its name, creation time and attributes, with its
+        stats left empty (:meth:`Backend.get_queue` gathers those, from every partition on a
+        cluster). None when the watch holds no record of it: no such queue, or one created
+        elsewhere a moment ago that the watch has not shown yet. No I/O."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -228,7 +228,7 @@ async def push_latency(producer_url: str, consumer_url: str, key: str, queue: st
     return latencies
 
 
-LIMITER_KINDS = ("ours", "moving window", "limits swc")
+LIMITER_KINDS = ("ours", "ours, windows read", "moving window", "limits swc")
 
 
 async def limiter_cost(
@@ -236,15 +236,19 @@ async def limiter_cost(
 ) -> tuple[float, float]:
     """CPU microseconds per check, one call at a time: this process's, and Redis's (0 in memory).
 
-    ``ours``: the default strategy; ``moving window``: the other strategy; ``limits swc``:
-    ``limits``' sliding window counter through its public strategy API, for reference.
+    ``ours``: the default strategy, a check as a WebSocket frame makes it (its windows are
+    built only when read); ``ours, windows read``: the same and the decision's windows read,
+    as an HTTP request does for its header fields; ``moving window``: the other strategy;
+    ``limits swc``: ``limits``' sliding window counter through its public strategy API, for
+    reference. The rules are one tuple, as the gateway's enforcer keeps them per kind of
+    request (the limiter remembers a tuple's counters).
     """
     sys.path.insert(0, str(REPO))
     from throttling import Rule, SharedState, parse_rate
 
     rate = parse_rate(HIGH)
     unique = os.urandom(4).hex()
-    batch = [Rule(f"r{n}", rate, (unique, str(n))) for n in range(rules)]
+    batch = tuple(Rule(f"r{n}", rate, (unique, str(n))) for n in range(rules))
     if kind == "limits swc":
         check, close = limits_swc(url, batch)
     else:
@@ -253,8 +257,15 @@ async def limiter_cost(
         )
         await state.start()
 
-        async def check() -> None:
-            await state.limiter.check(batch)
+        if kind == "ours, windows read":
+
+            async def check() -> None:
+                assert (await state.limiter.check(batch)).windows
+
+        else:
+
+            async def check() -> None:
+                await state.limiter.check(batch)
 
         close = state.close
     try:
@@ -272,7 +283,7 @@ async def limiter_cost(
 
 
 def limits_swc(
-    url: str, batch: list[Any]
+    url: str, batch: Sequence[Any]
 ) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
     """A check as ``limits``' public API offers it: a hit and a window read per rule."""
     import redis.asyncio as aioredis
@@ -341,7 +352,13 @@ def main() -> None:
                     for storage, url in (("memory", "memory://"), ("redis", redis_url)):
                         for kind in LIMITER_KINDS:
                             for rules in (1, 3):
-                                calls = 20_000 if kind == "ours" else 1_000 if storage == "redis" else 3_000
+                                calls = (
+                                    20_000
+                                    if kind.startswith("ours")
+                                    else 1_000
+                                    if storage == "redis"
+                                    else 3_000
+                                )
                                 pid = redis.pid if storage == "redis" else None
                                 cost = asyncio.run(limiter_cost(url, kind, rules, calls, pid))
                                 micro.setdefault((storage, kind, rules), []).append(cost)
@@ -370,6 +387,7 @@ def main() -> None:
         for (storage, kind, rules), costs in micro.items():
             label = {
                 "ours": "sliding window counter (default)",
+                "ours, windows read": "sliding window counter, windows read (HTTP)",
                 "moving window": "moving window (limits)",
             }.get(kind, "limits' sliding window counter, public API (reference)")
             line = f"{storage:<6} {label:<56} {rules} rule{'s' if rules > 1 else ' '}  {spread([c[0] for c in costs], ' us')}"

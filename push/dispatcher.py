@@ -220,11 +220,13 @@ class Dispatcher:
 
     def _delivered(self, want: int, messages: list[ReceivedMessage]) -> None:
         """A standing receive came back with the commit that made these visible: the
-        commit's wake-up. A short answer says the queue had nothing more to give at that
-        commit, so no pump follows. (The embedded store sends no other wake-up for such a
-        commit; the cluster backend wakes its listeners just before each delivery, and that
-        wake-up is discounted here: docs/push.md, "One commit, one signal".)"""
-        self._look = len(messages) >= want or want == 0
+        commit's wake-up (docs/push.md, "One commit, one signal"). A short answer says the
+        queue had nothing more to give at that commit, and no backend wakes its listeners
+        for such a commit, so no pump follows unless something else kicked meanwhile (a
+        kick is never cancelled here). After a full answer the store woke the listeners
+        too, this dispatcher among them: the pump that follows is that wake-up's, and it
+        needs no look at when the next message is due."""
+        self._look = self._look or len(messages) >= want
         self._notified = False
         if not self.subs or self._engine.draining:
             self._engine.release(self.tenant, [m.receipt for m in messages])

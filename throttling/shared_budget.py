@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 import redis.asyncio as aioredis
 
-from .decision import Decision, Rule, Window, policy_name
+from .decision import CountedWindows, Decision, Rule, Window, policy_name
 from .errors import STORAGE_ERRORS
 from .health import SharedStateHealth
 from .url import SharedStateUrl, redis_options
@@ -163,10 +163,8 @@ class Share(WindowCounter):
 
 GroupKey = tuple[tuple[str, ...], str]
 Outcome = tuple[Share, bool]
-# Named tuples built without their generated __new__ (a Python call): half the cost.
-_window = tuple.__new__
+# A named tuple built without its generated __new__ (a Python call): half the cost.
 _decision = tuple.__new__
-_ceil = math.ceil
 
 
 class Pending(NamedTuple):
@@ -257,7 +255,7 @@ class SharedBudget:
         return self._decision(outcomes, cost, self._clock())
 
     def _decision(self, outcomes: list[Outcome], cost: int, now: float) -> Decision:
-        windows: list[Window] = []
+        counted: CountedWindows = []  # a window with room is built only if read
         allowed = True
         retry_after = 0
         for share, granted in outcomes:
@@ -269,17 +267,15 @@ class SharedBudget:
             # The mirror's room, plus what this gateway holds (counted there, not yet spent).
             room = share.amount - share.current - share.previous * (end - now) / window_s + share.held
             if granted and room >= cost:
-                windows.append(
-                    _window(Window, (share.policy, share.amount, window_s, int(room), _ceil(end - now)))
-                )
+                counted.append((share, room, end - now))
                 continue
             remaining = int(room) if room > 0 else 0
             reset = share.reset_s(now, remaining, cost)
             if not granted:
                 allowed = False
                 retry_after = max(retry_after, reset)
-            windows.append(Window(share.policy, share.amount, window_s, remaining, reset))
-        return _decision(Decision, (allowed, tuple(windows), retry_after, False))
+            counted.append(Window(share.policy, share.amount, window_s, remaining, reset))
+        return _decision(Decision, (allowed, counted, retry_after, False))
 
     def _add(self, rule: Rule, now: float) -> tuple[Share, ...]:
         ids = "/".join(quote(part, safe="") for part in rule.identifiers)

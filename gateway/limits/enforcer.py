@@ -57,8 +57,9 @@ class Enforcer:
         self._stored: dict[TenantId, tuple[float, int]] = {}
         # Each request's rules, kept with the limits document they came from (a changed or
         # re-read document is another object: the rules are built again). Saves building
-        # them on every request (docs/throttling.md, "Figures").
-        self._rules: dict[tuple[str, str, str, str | None], tuple[TenantLimits, list[Rule]]] = {}
+        # them on every request, and the limiter remembers a tuple's counters by its
+        # identity (throttling/local_counters.py; docs/throttling.md, "Figures").
+        self._rules: dict[tuple[str, str, str, str | None], tuple[TenantLimits, tuple[Rule, ...]]] = {}
 
     # Rates -----------------------------------------------------------------
 
@@ -92,14 +93,26 @@ class Enforcer:
     ) -> dict[str, str]:
         """Count a request; raise a 429 (with the IETF fields) if refused, else return its fields."""
         decision = await self.decide(tenant, subject, op, queue)
-        headers = rate_limit_headers(decision)
         if not decision.allowed:
-            raise RateLimitedWithFields(
-                f"rate limit for {op} exceeded; retry after {decision.retry_after_s} s",
-                decision.retry_after_s,
-                headers,
-            )
-        return headers
+            raise self._refusal(op, decision)
+        return rate_limit_headers(decision)
+
+    async def admit(
+        self, tenant: TenantId, subject: str, op: Operation, queue: QueueName | None = None
+    ) -> None:
+        """:meth:`check` for a request that shows no fields when allowed (a WebSocket frame,
+        an SSE stream's start): the decision's windows are read only for a refusal."""
+        decision = await self.decide(tenant, subject, op, queue)
+        if not decision.allowed:
+            raise self._refusal(op, decision)
+
+    @staticmethod
+    def _refusal(op: Operation, decision: Decision) -> RateLimitedWithFields:
+        return RateLimitedWithFields(
+            f"rate limit for {op} exceeded; retry after {decision.retry_after_s} s",
+            decision.retry_after_s,
+            rate_limit_headers(decision),
+        )
 
     # Quotas ----------------------------------------------------------------
 
@@ -140,7 +153,7 @@ class Enforcer:
 
 def rules_for(
     limits: TenantLimits, tenant: TenantId, subject: str, op: Operation, queue: QueueName | None
-) -> list[Rule]:
+) -> tuple[Rule, ...]:
     """The counters a request passes through (see the module docstring)."""
     rules: list[Rule] = []
     rate = limits.tenant.get(op)
@@ -152,4 +165,4 @@ def rules_for(
     rate = limits.per_queue.get(op) if queue is not None else None
     if rate is not None and queue is not None:
         rules.append(Rule(f"queue-{op}", rate, ("q", tenant, queue, op)))
-    return rules
+    return tuple(rules)

@@ -82,7 +82,8 @@ class Throttling:
         self, principal: PrincipalLike, op: Operation, queue: str | None
     ) -> Awaitable[object] | None:
         """push's :data:`~push.principal.RateCheck`: None when no rule counts the request,
-        else the enforcer's check (which returns, or raises a 429 error)."""
+        else the enforcer's check (which returns, or raises a 429 error; an allowed frame or
+        stream shows no header fields, so none are built)."""
         limits = self.limits.cached(principal.tenant)
         if (
             limits is not None
@@ -96,7 +97,7 @@ class Throttling:
         # Every principal push holds came from this gateway's authenticator.
         subject = principal.subject if isinstance(principal, Principal) else ""
         name = None if queue is None else QueueName(queue)
-        return self.enforcer.check(principal.tenant, subject, op, name)
+        return self.enforcer.admit(principal.tenant, subject, op, name)
 
     @property
     def fail_closed_and_down(self) -> bool:

@@ -4,7 +4,7 @@ answers (a cluster partition whose leader froze) holds up its own receipts only.
 Sans-I/O: the batcher over a store of two shards whose shard 1 answers only when the test
 opens its gate. Receipts name their shard as a cluster's do (``"<partition>.<rest>"``,
 backend_store/cluster/routing.py); a receipt ending in ``bad`` is refused, as a stale one is.
-Through a real cluster with a frozen leader: see the follow-up in docs/push.md.
+Through a real cluster with a frozen leader: tests/cluster/test_acks_per_partition.py.
 """
 
 from __future__ import annotations

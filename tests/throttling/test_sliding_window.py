@@ -8,7 +8,7 @@ counter starts afresh when its rate changes or both its windows are over.
 from __future__ import annotations
 
 from tests.conftest import ManualClock
-from throttling import Decision, Limiter, Rule, SharedStateHealth, parse_rate, parse_shared_state_url
+from throttling import Decision, Limiter, Rule, SharedStateHealth, Window, parse_rate, parse_shared_state_url
 from throttling.local_counters import PRUNE_FIRST_AT, LocalCounters
 
 # Midnight UTC: minute, hour and day windows all start here.
@@ -120,3 +120,45 @@ def test_counters_past_both_their_windows_are_forgotten() -> None:
     for n in range(PRUNE_FIRST_AT):
         counters.check([rule("5/second", f"new-{n}")], 1)
     assert len(counters) <= PRUNE_FIRST_AT + 1
+
+
+def test_a_decision_reports_its_windows_as_counted_whenever_they_are_read() -> None:
+    """Windows are built when read (throttling/decision.py, ``CountedWindows``): a decision
+    read after later checks still says what its own check counted."""
+    counters = LocalCounters(ManualClock(START))
+    rules = (rule("10/minute"),)
+    first = counters.check(rules, 1)
+    assert type(first.report) is list  # nothing built at the check
+    later = [counters.check(rules, 1) for _ in range(3)]
+    assert first.windows == first.windows == (Window("tenant-send", 10, 60, 9, 60),)
+    assert [d.windows[0].remaining for d in later] == [8, 7, 6]
+    # A window left without room is built at the check (its reset reads the counter then).
+    for _ in range(6):
+        counters.check(rules, 1)
+    refused = counters.check(rules, 1)
+    assert not refused.allowed and refused.windows == (Window("tenant-send", 10, 60, 0, 60),)
+
+
+def test_tuples_of_rules_share_their_counters_with_every_other_caller() -> None:
+    """A tuple's counters are remembered by its identity; one rule is still one counter."""
+    counters = LocalCounters(ManualClock(START))
+    r = rule("5/hour", "shared")
+    first, twin = (r,), (rule("5/hour", "shared"),)
+    remaining = [counters.check(c, 1).windows[0].remaining for c in (first, twin, [r], first)]
+    assert remaining == [4, 3, 2, 1]
+
+
+def test_a_remembered_tuple_lets_its_counters_go_with_clear_and_with_a_prune() -> None:
+    clock = ManualClock(START)
+    counters = LocalCounters(clock)
+    r = rule("5/second", "kept")
+    remembered = (r,)
+    assert [counters.check(remembered, 1).windows[0].remaining for _ in range(2)] == [4, 3]
+    counters.clear(r)
+    assert counters.check(remembered, 1).windows[0].remaining == 4  # afresh
+    clock.now = START + 2  # both its windows over: the next prune drops its counter
+    for n in range(PRUNE_FIRST_AT):
+        counters.check([rule("5/second", f"other-{n}")], 1)
+    # The tuple and a list of the same rule count on one counter again (a tuple left on
+    # the counter the prune dropped would count apart from the list: 4 and 4).
+    assert [counters.check(c, 1).windows[0].remaining for c in (remembered, [r])] == [4, 3]

@@ -263,6 +263,14 @@ class ClusterBackend:
         """``listener(tenant, queue)`` after a queue's record changed anywhere in the cluster."""
         self.metadata.add_queue_listener(listener)
 
+    def watched_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo | None:
+        """The MetadataWatch capability's queue: the watched record's attributes, no stats
+        (asking every partition for stats to read an attribute is what this saves)."""
+        record = self.metadata.cached_queue(tenant, name)
+        if record is None:
+            return None
+        return QueueInfo(record.tenant, record.name, record.created_at, record.attributes)
+
     def _notified(self, node_id: str, notify: Notify) -> None:
         self.standing.saw_notify(notify.partition, notify.tenant, notify.queue)
         self._wake(TenantId(notify.tenant), QueueName(notify.queue))
@@ -312,11 +320,16 @@ class ClusterBackend:
         for message in messages:
             message.receipt = prefix_receipt(delivery.partition, message.receipt)
         registration = self.standing.delivered(delivery)
-        # The commit's wake-up: the node sent this gateway no Notify for it.
-        self._wake(tenant, queue)
         if registration is None:
-            self._release(tenant, queue, messages)  # nobody asked for these any more
+            self._wake(tenant, queue)  # nobody asked for these any more: released, look again
+            self._release(tenant, queue, messages)
             return
+        # One commit, one signal: the node sent this gateway no Notify for the commit that
+        # served the demand. A short delivery took everything the partition had visible, so
+        # it is the commit's only news here (as on the embedded store); after a full one more
+        # may be visible, and the listeners are woken for whoever looks next.
+        if len(messages) >= registration.max_messages:
+            self._wake(tenant, queue)
         try:
             registration.deliver(messages)
         except Exception:
