@@ -146,6 +146,8 @@ def test_nodes_partitions_and_a_queues_partitions(
         expect(row.locator(f'td.followers [data-node="{follower}"]')).to_be_visible()
         expect(row.locator(f'td.followers [data-node="{follower}"] .lag')).to_have_text(re.compile(r"^\d+$"))
     assert broken_words(page, "#partitions") == []
+    # No membership change is under way: its fields (learners, leaving, successor) say nothing.
+    expect(page.locator("#partitions")).not_to_contain_text("learners")
     page.screenshot(path=artifacts_dir / "console-cluster-partitions.png", full_page=True)
 
     page.goto("/console/queues/orders")
