@@ -96,6 +96,30 @@ def receive_all(api: httpx.Client, queue: str, count: int) -> list[str]:
     return bodies
 
 
+# Words (runs of non-space characters) that a table at 1,280 px breaks across lines: each
+# word's text range must lie on one line (a word that runs past its cell shows up too, in
+# the screenshots). Node ids, states, numbers and sizes are short: none needs breaking.
+BROKEN_WORDS_JS = """table => {
+  const broken = [];
+  const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const match of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      const lines = new Set(Array.from(range.getClientRects(), r => Math.round(r.top)));
+      if (lines.size > 1) broken.push(match[0]);
+    }
+  }
+  return broken;
+}"""
+
+
+def broken_words(page: Page, table: str) -> list[str]:
+    words: list[str] = page.locator(table).evaluate(BROKEN_WORDS_JS)
+    return words
+
+
 def test_nodes_partitions_and_a_queues_partitions(
     page: Page, api: httpx.Client, cluster: DevClusterProcess, artifacts_dir: Path
 ) -> None:
@@ -109,6 +133,7 @@ def test_nodes_partitions_and_a_queues_partitions(
         expect(row.locator('[data-field="state"]')).to_have_text("up")
         placed = sum(node["id"] in (p["leader"], *p["followers"]) for p in doc["partitions"])
         expect(row.locator('[data-field="placed"]')).to_contain_text(str(placed))
+    assert broken_words(page, "#nodes") == []
     page.screenshot(path=artifacts_dir / "console-cluster-nodes.png", full_page=True)
 
     page.get_by_role("link", name="Partitions").click()
@@ -120,6 +145,9 @@ def test_nodes_partitions_and_a_queues_partitions(
         [follower] = part["followers"]
         expect(row.locator(f'td.followers [data-node="{follower}"]')).to_be_visible()
         expect(row.locator(f'td.followers [data-node="{follower}"] .lag')).to_have_text(re.compile(r"^\d+$"))
+    assert broken_words(page, "#partitions") == []
+    # No membership change is under way: its fields (learners, leaving, successor) say nothing.
+    expect(page.locator("#partitions")).not_to_contain_text("learners")
     page.screenshot(path=artifacts_dir / "console-cluster-partitions.png", full_page=True)
 
     page.goto("/console/queues/orders")
@@ -142,6 +170,7 @@ def test_a_drain_from_the_console_moves_the_nodes_partitions_live(
     table = page.locator("#node-partitions tbody tr[data-partition]")
     expect(table).to_have_count(len(placed))
     expect(page.locator("#drain-status")).to_contain_text("Not draining")
+    assert broken_words(page, "#node-partitions") == []
     page.screenshot(path=artifacts_dir / "console-cluster-node-before.png", full_page=True)
 
     # Refused: without the typed confirmation, and with a forged CSRF token. Nothing moves.
@@ -191,6 +220,7 @@ def test_a_drain_from_the_console_moves_the_nodes_partitions_live(
     expect(watcher.locator("#node-strays tr.empty")).to_have_text("No strays.", timeout=DRAIN_MS)
     node = next(n for n in cluster_doc(api)["nodes"] if n["id"] == DRAINED)
     assert node["strays"] == []
+    assert broken_words(overview, "#nodes") == []  # "drained" in the last column, whole
     overview.screenshot(path=artifacts_dir / "console-cluster-nodes-drained.png", full_page=True)
 
     # Every message is still there.

@@ -101,6 +101,10 @@ DOC: dict[str, Any] = {
             "lsn": 100,
             "mode": "sync",
             "replicas": [{"node": "n1", "lsn": 100}, {"node": "n2", "lsn": 60}],
+            # GET /v1/cluster's membership fields when no change is under way.
+            "learners": [],
+            "leaving": [],
+            "successor": None,
         },
         {
             "id": 2,
@@ -113,6 +117,8 @@ DOC: dict[str, Any] = {
             "lsn": 0,
             "mode": "sync",
             "learners": ["n4"],
+            "leaving": [],
+            "successor": None,
         },
     ],
 }
@@ -139,6 +145,7 @@ def test_the_cluster_document_read_into_nodes_partitions_and_identity() -> None:
         ("n2", "follower", 60, 40),
     ]
     assert p1.max_lag == 40
+    assert p1.extra == ()  # no membership change under way: nothing to say (not "learners: -")
     # No leader (being elected), positions unknown; a role the console does not know yet
     # (learners) is still shown, as a replica with that role and as a field.
     assert p2.leader is None and p2.max_lag is None

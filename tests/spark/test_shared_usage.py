@@ -25,6 +25,7 @@ import csv
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -223,12 +224,16 @@ def _gateways_then_reports(
         printed = capsys.readouterr()
         assert code == 0, printed.err[-3000:]
         assert "gateway gateway_a-" in printed.out and "gateway gateway_b-" in printed.out
+        # Settings for a small input on local[2]: a shuffle partition per core, not Spark's 200.
+        assert re.search(r"\] 2 shuffle partition\(s\)$", printed.err, re.MULTILINE), printed.err[-3000:]
         stdout, _ = child.communicate(timeout=scaled(600))
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     assert child.returncode == 0, log.read_text()[-5000:]
+    # The same on the standalone master (they used to be set for local masters only).
+    assert re.search(r"\] 2 shuffle partition\(s\)$", log.read_text(), re.MULTILINE), log.read_text()[-5000:]
     assert "viewfs://usagetest/out/day/billing-total/" in stdout
 
     local_rows, cluster_rows = (

@@ -226,9 +226,10 @@ def _partition(doc: Mapping[str, Any]) -> PartitionSample:
         own = positions.get(node)
         replicas.append(ReplicaSample(node, "follower", own, None if own is None else max(0, lsn - own)))
     # Roles a newer document adds (learners, ...): any list of node ids under another key.
+    # An empty one (no membership change under way: learners [], successor null) says nothing.
     extra = []
     for key, value in sorted(doc.items()):
-        if key in _PARTITION_FIELDS:
+        if key in _PARTITION_FIELDS or value is None or (isinstance(value, Sequence) and not value):
             continue
         if isinstance(value, Sequence) and not isinstance(value, str):
             names = [str(v) for v in value]
@@ -239,9 +240,9 @@ def _partition(doc: Mapping[str, Any]) -> PartitionSample:
                     replicas.append(
                         ReplicaSample(node, role, own, None if own is None else max(0, lsn - own))
                     )
-            extra.append((key, ", ".join(names) or "-"))
+            extra.append((key, ", ".join(names)))
         else:
-            extra.append((key, "-" if value is None else str(value)))
+            extra.append((key, str(value)))
     return PartitionSample(
         id=int(doc.get("id", 0)),
         tenant=str(doc.get("tenant", "")),
