@@ -1,7 +1,18 @@
-"""The one interface the gateway and the delivery engine use to reach storage.
+"""The interface the gateway and the delivery engine use to reach storage, by role.
 
 Two implementations, picked by URL (:func:`backend_store.url.open_backend`):
-``lmdb:///path`` (embedded, the default) and ``cluster://etcd-host:port,...``.
+``lmdb:///path`` (embedded, the default) and ``cluster://etcd-host:port,...``. Either is a
+:class:`Backend`: one storage with two roles, each its own protocol, so a part of the gateway
+is typed by the role it uses and reads alone:
+
+- :class:`QueueStore`: queues and messages (the push engine, the send path, long-polls, the
+  queue cache, the quota's count);
+- :class:`MetadataStore`: a small key-value store of opaque values per namespace (tenants,
+  API keys, JWT and AWS keys, limits documents, alert state, SQS tags and move tasks).
+
+Optional capabilities (standing receives, receives held in memory, receipt shards, dead
+letters, storage stats, metadata watches, message events, cluster status) are small protocols
+below, checked with ``isinstance``; backend nodes use :class:`ReplicaStore`.
 
 Contract, for every implementation:
 
@@ -23,6 +34,8 @@ Contract, for every implementation:
   seq with ``duplicate=True``.
 - **Tenancy.** Every queue belongs to one tenant; a call never sees another
   tenant's queues or receipts.
+- **Metadata.** Each metadata call is atomic and durable as above; ``meta_put`` with
+  ``only_if_absent`` stores only a new key (a compare-and-set two writers can race on).
 """
 
 from __future__ import annotations
@@ -56,17 +69,8 @@ ChangeListener = Callable[[TenantId, QueueName], None]
 
 
 @runtime_checkable
-class Backend(Protocol):
-    """Queues, messages and a small metadata store; see the module docstring for the contract."""
-
-    async def start(self) -> None:
-        """Open storage and start background work (writer, sweeper). Idempotent."""
-
-    async def close(self) -> None:
-        """Finish queued writes, stop background work and close storage."""
-
-    async def check_writable(self) -> None:
-        """Commit a no-op write; raise :class:`Unavailable` if storage cannot take writes."""
+class QueueStore(Protocol):
+    """Queues and messages; see the module docstring for the contract."""
 
     def add_listener(self, listener: ChangeListener) -> None:
         """Register a wake-up callback (see :data:`ChangeListener`)."""
@@ -152,7 +156,13 @@ class Backend(Protocol):
         waiting behind their group's head (they wait for an ack, not for time).
         """
 
-    # Metadata: tenants, API keys, JWT keys, limits. Opaque bytes per namespace.
+
+@runtime_checkable
+class MetadataStore(Protocol):
+    """Tenants, API keys, JWT and AWS keys, limits, alert state, SQS tags and move tasks:
+    opaque bytes per namespace, each call atomic and durable. Names are Unicode without NUL, a
+    namespace is non-empty and has no ``/`` (the cluster's keys are paths), and a namespace and
+    key together fit in 400 bytes."""
 
     async def meta_get(self, namespace: str, key: str) -> bytes | None:
         """Return a metadata value, or None."""
@@ -165,6 +175,20 @@ class Backend(Protocol):
 
     async def meta_list(self, namespace: str, prefix: str = "") -> list[tuple[str, bytes]]:
         """Return ``(key, value)`` pairs of a namespace whose key starts with ``prefix``, sorted."""
+
+
+@runtime_checkable
+class Backend(QueueStore, MetadataStore, Protocol):
+    """One storage in both roles, as a URL opens it, with the life cycle they share."""
+
+    async def start(self) -> None:
+        """Open storage and start background work (writer, sweeper). Idempotent."""
+
+    async def close(self) -> None:
+        """Finish queued writes, stop background work and close storage."""
+
+    async def check_writable(self) -> None:
+        """Commit a no-op write; raise :class:`Unavailable` if storage cannot take writes."""
 
 
 DeliverCallback = Callable[[list[ReceivedMessage]], None]
@@ -421,8 +445,10 @@ __all__ = [
     "MessageEvent",
     "MessageEvents",
     "MetaListener",
+    "MetadataStore",
     "MetadataWatch",
     "PushgateError",
+    "QueueStore",
     "ReceiptShards",
     "ReplicaStore",
     "StandingReceive",

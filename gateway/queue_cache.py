@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import time
 
-from backend_store.backend import Backend, MetadataWatch
+from backend_store.backend import MetadataWatch, QueueStore
 from backend_store.types import QueueInfo, QueueName, TenantId
 
 _Key = tuple[TenantId, QueueName]
 
 
 class QueueCache:
-    def __init__(self, backend: Backend, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
+    def __init__(self, backend: QueueStore, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
         self._backend = backend
         self._watched = backend if isinstance(backend, MetadataWatch) else None
         self._ttl = ttl_s

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Protocol
 
-from backend_store.backend import Backend, DeliverCallback, InMemoryReceive, StandingReceive
+from backend_store.backend import DeliverCallback, InMemoryReceive, QueueStore, StandingReceive
 from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.types import QueueName, ReceivedMessage, TenantId
 
@@ -42,7 +42,7 @@ class DispatchHost(Protocol):
     """What a dispatcher needs of the engine that runs it (and nothing else of it)."""
 
     @property
-    def backend(self) -> Backend: ...
+    def backend(self) -> QueueStore: ...
 
     @property
     def standing(self) -> StandingReceive | None: ...

@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from backend_store.backend import Backend, InMemoryReceive, StandingReceive
+from backend_store.backend import InMemoryReceive, QueueStore, StandingReceive
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unavailable
 from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, TenantId
 
@@ -57,7 +57,7 @@ class GoingAway(Unavailable):
 class PushEngine:
     def __init__(
         self,
-        backend: Backend,
+        backend: QueueStore,
         hub: WakeupHub,
         settings: PushSettings | None = None,
         recheck: Recheck | None = None,

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from backend_store.backend import Backend
+from backend_store.backend import QueueStore
 from backend_store.errors import PushgateError
 from backend_store.types import QueueName, ReceivedMessage
 
@@ -40,7 +40,7 @@ class ParkedPoll:
 class LongPolls:
     """The long-polls of one engine: parked ones are counted, revocable and drained."""
 
-    def __init__(self, backend: Backend, hub: WakeupHub, safety_poll_s: float) -> None:
+    def __init__(self, backend: QueueStore, hub: WakeupHub, safety_poll_s: float) -> None:
         self.backend = backend
         self.hub = hub
         self.safety_poll_s = safety_poll_s

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.errors import NotFound
 from backend_store.types import TenantId
 
@@ -89,7 +89,7 @@ class ApiKey:
 class ApiKeyStore:
     """Create, look up, list and revoke keys. ``on_change(key_id)`` runs after every change."""
 
-    def __init__(self, backend: Backend, on_change: Callable[[str], None] | None = None) -> None:
+    def __init__(self, backend: MetadataStore, on_change: Callable[[str], None] | None = None) -> None:
         self._backend = backend
         self._on_change = on_change
 

@@ -1,6 +1,6 @@
 """Turns a bearer token (API key or JWT) into a :class:`Principal`, and mints JWTs.
 
-One :class:`Authenticator` per gateway process, built from its :class:`Backend`.
+One :class:`Authenticator` per gateway process, built from its store's metadata (:class:`MetadataStore`).
 Verified tokens and key records are cached for ``cache_ttl_s`` seconds (default 5; a
 token never past its ``exp``): changes made through this object's stores (``tenants``,
 ``api_keys``, ``jwt_keys``) take effect at once; changes made elsewhere (``pushgate
@@ -21,7 +21,7 @@ from typing import Any
 
 import jwt
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.encryption import Keyring
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unauthorized
 from backend_store.types import TenantId
@@ -59,7 +59,7 @@ class Authenticator:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: MetadataStore,
         *,
         audience: str | None = None,
         leeway_s: float = 0.0,

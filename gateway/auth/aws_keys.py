@@ -15,7 +15,7 @@ import secrets
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.encryption import Keyring
 
 from .ttl_cache import TtlCache
@@ -36,7 +36,7 @@ def access_key_id_for(key_id: str) -> str:
 class AwsKeyStore:
     """Create and read the AWS secret of an API key."""
 
-    def __init__(self, backend: Backend, keyring: Keyring | None = None) -> None:
+    def __init__(self, backend: MetadataStore, keyring: Keyring | None = None) -> None:
         self._backend = backend
         self._keyring = keyring
         # Every SQS request needs the secret: a store read (a worker thread's hop) per request

@@ -6,7 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 
 from . import tenants
 from .api_keys import ApiKeyStore
@@ -18,7 +18,7 @@ _STATE_NAMESPACE = "gateway"
 _DONE_KEY = "bootstrapped"
 
 
-async def ensure_bootstrap(backend: Backend, data_dir: Path) -> str | None:
+async def ensure_bootstrap(backend: MetadataStore, data_dir: Path) -> str | None:
     """On a store with no tenants, create tenant ``default`` and an ``admin`` key.
 
     The key is written to ``data_dir/bootstrap-admin-key`` (mode 0600, replacing an
@@ -39,7 +39,7 @@ async def ensure_bootstrap(backend: Backend, data_dir: Path) -> str | None:
     return token
 
 
-async def _mark_done(backend: Backend) -> None:
+async def _mark_done(backend: MetadataStore) -> None:
     await backend.meta_put(_STATE_NAMESPACE, _DONE_KEY, b"1", only_if_absent=True)
 
 

@@ -21,7 +21,7 @@ import orjson
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.errors import InvalidRequest, NotFound
 from backend_store.types import TenantId
 
@@ -107,7 +107,9 @@ def _storage_key(tenant: str, kid: str) -> str:
 class JwtKeyStore:
     """Register, look up, list and remove keys. ``on_change(tenant, kid)`` runs after every change."""
 
-    def __init__(self, backend: Backend, on_change: Callable[[TenantId, str], None] | None = None) -> None:
+    def __init__(
+        self, backend: MetadataStore, on_change: Callable[[TenantId, str], None] | None = None
+    ) -> None:
         self._backend = backend
         self._on_change = on_change
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.errors import InvalidRequest, NotFound
 from backend_store.types import TenantId
 
@@ -64,7 +64,7 @@ class Tenant:
 class TenantStore:
     """Create, read and list tenants. ``on_change(tenant)`` runs after every change."""
 
-    def __init__(self, backend: Backend, on_change: Callable[[TenantId], None] | None = None) -> None:
+    def __init__(self, backend: MetadataStore, on_change: Callable[[TenantId], None] | None = None) -> None:
         self._backend = backend
         self._on_change = on_change
 

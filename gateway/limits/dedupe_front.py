@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import QueueStore
 from backend_store.errors import PushgateError
 from backend_store.types import MessageId, NewMessage, QueueName, SendResult, TenantId
 from throttling import SharedCache
@@ -33,7 +33,7 @@ class DedupeFront:
         self,
         cache: SharedCache,
         queues: QueueCache,
-        backend: Backend,
+        backend: QueueStore,
         on_hits: Callable[[int], None] | None = None,
     ) -> None:
         self.cache = cache

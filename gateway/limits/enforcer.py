@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from backend_store.backend import Backend
+from backend_store.backend import QueueStore
 from backend_store.errors import QuotaExceeded, Unavailable
 from backend_store.types import QueueName, TenantId
 from push.principal import Operation
@@ -44,7 +44,7 @@ class Enforcer:
         self,
         limits: LimitsStore,
         limiter: Limiter,
-        backend: Backend,
+        backend: QueueStore,
         *,
         on_refused: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.types import TenantId
 
 from ..auth.ttl_cache import TtlCache
@@ -25,7 +25,7 @@ NAMESPACE = "limits"
 class LimitsStore:
     def __init__(
         self,
-        backend: Backend,
+        backend: MetadataStore,
         *,
         cache_ttl_s: float = 5.0,
         on_change: Callable[[TenantId], None] | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.types import QueueInfo
 
 from .errors import SqsError
@@ -54,7 +54,7 @@ def check_tags(tags: Any) -> dict[str, str]:
 class TagStore:
     """Read and change the tags of a queue."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: MetadataStore) -> None:
         self._backend = backend
 
     async def get(self, info: QueueInfo) -> dict[str, str]:

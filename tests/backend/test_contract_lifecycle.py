@@ -11,10 +11,30 @@ import asyncio
 import pytest
 
 from backend_store import Backend, NewMessage, PushgateError, SendResult, TenantId
+from backend_store.backend import MetadataStore, QueueStore
 from backend_store.errors import InvalidRequest
 
 from ..conftest import ManualClock, scaled
 from .harness import T1, StoreFactory, msg, ok, q, receive_all, send_one
+
+# ---------------------------------------------------------------------------
+# Roles
+# ---------------------------------------------------------------------------
+
+
+def _operations(role: type) -> set[str]:
+    return {name for name in vars(role) if not name.startswith("_")}
+
+
+async def test_a_store_plays_both_roles_and_the_roles_share_no_operation(store: Backend) -> None:
+    """backend_store/backend.py: queues and messages (QueueStore) and the metadata store
+    (MetadataStore) are two protocols; a Backend is one storage in both."""
+    assert isinstance(store, QueueStore) and isinstance(store, MetadataStore)
+    assert _operations(MetadataStore) == {"meta_get", "meta_put", "meta_delete", "meta_list"}
+    assert not _operations(QueueStore) & _operations(MetadataStore)
+    assert {"send", "receive", "ack", "create_queue"} <= _operations(QueueStore)
+    assert _operations(Backend) == {"start", "close", "check_writable"}
+
 
 # ---------------------------------------------------------------------------
 # Stats

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.errors import PushgateError
 
 ACTIVE = "alerts-active"
@@ -38,7 +38,7 @@ def active_key(tenant: str, rule_id: str, subject: str) -> str:
 class SharedAlerts:
     """The claims and the history in the store's metadata (see the module docstring)."""
 
-    def __init__(self, backend: Backend, keep: int = 200) -> None:
+    def __init__(self, backend: MetadataStore, keep: int = 200) -> None:
         self._backend = backend
         self.keep = keep
 

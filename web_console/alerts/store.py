@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from backend_store.backend import Backend
+from backend_store.backend import MetadataStore
 from backend_store.errors import NotFound
 
 from .rules import AlertRule
@@ -15,7 +15,7 @@ DEFAULTS_NAMESPACE = "alerts-defaults"
 
 
 class RuleStore:
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: MetadataStore) -> None:
         self._backend = backend
 
     async def put(self, rule: AlertRule) -> None:

@@ -1,0 +1,92 @@
+"""Receives held in memory, between processes: the store's side of ``hold_lock.py``.
+
+At start the store holds in memory only if it is alone with its files (a store that keeps a
+replication log, a node's partition replica, never holds); while it runs, a watch hands the
+right over when another process opens the store (writing every hold as an ordinary in-flight
+receive first) and takes it back once the store is alone again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from ..errors import PushgateError
+from ..options import StoreOptions
+from .environment import Environment
+from .hold_lock import HoldLock
+from .store_core import StoreCore
+
+log = logging.getLogger("pushgate.store")
+# How often the holder looks for another process opening the store (that one's start waits
+# for it, at most _HAND_OVER_WAIT_S), and how many looks between a sharer's tries to hold.
+_HOLD_PROBE_S = 0.25
+_REELECT_EVERY = 4
+_HAND_OVER_WAIT_S = 30.0
+
+
+class HoldHandOver(StoreCore):
+    """The hold lock and its watch."""
+
+    def __init__(self, path: Path, options: StoreOptions) -> None:
+        super().__init__(path, options)
+        self._hold_lock: HoldLock | None = None
+        self._hold_watch: asyncio.Task[None] | None = None
+
+    async def _take_hold_lock(self, env: Environment) -> None:
+        """At start, before the writer: whether this process may hold (``env`` is closed
+        if that fails)."""
+        # Hold in memory only while no other process has this store open (hold_lock.py). A
+        # store that keeps a replication log is a node's partition replica: it never holds.
+        self._ops.allow_holds = False
+        if not self._replication_log.keep:
+            lock = HoldLock(self.path)
+            try:
+                self._ops.allow_holds = await asyncio.to_thread(lock.elect)
+                if not self._ops.allow_holds:
+                    await asyncio.to_thread(lock.share, _HAND_OVER_WAIT_S)
+            except BaseException:
+                lock.close()
+                await asyncio.to_thread(env.close)
+                raise
+            self._hold_lock = lock
+
+    def _start_hold_watch(self) -> None:
+        if self._hold_lock is not None:
+            self._hold_watch = asyncio.create_task(self._watch_hold_lock(), name="pushgate-hold-lock")
+
+    async def _stop_hold_watch(self) -> None:
+        if self._hold_watch is not None:
+            self._hold_watch.cancel()
+            await asyncio.wait([self._hold_watch])
+            self._hold_watch = None
+
+    def _release_hold_lock(self) -> None:
+        if self._hold_lock is not None:
+            self._hold_lock.close()
+            self._hold_lock = None
+
+    async def _watch_hold_lock(self) -> None:
+        """Hand the right to hold over when another process opens the store (its start waits
+        for it), and take it back once this process is alone again (hold_lock.py)."""
+        lock = self._hold_lock
+        assert lock is not None
+        ticks = 0
+        while True:
+            await asyncio.sleep(_HOLD_PROBE_S)
+            ticks += 1
+            try:
+                if lock.holding:
+                    if lock.others_present():  # two non-blocking flock calls
+                        self._ops.allow_holds = False  # no receive holds from here on
+                        written = await self._write(self._ops.write_held_as_received)
+                        await asyncio.to_thread(lock.hand_over)
+                        log.info("another process opened the store: %d held messages written", written)
+                elif ticks % _REELECT_EVERY == 0 and await asyncio.to_thread(lock.reelect):
+                    self._ops.allow_holds = True
+            except PushgateError as exc:
+                log.warning("hold lock: %s", exc.detail)
+            except Exception:
+                # Keep watching: a holder that stops looking would keep a newcomer waiting.
+                log.exception("hold lock watch failed")
