@@ -134,7 +134,15 @@ CLUSTER_DOC: Mapping[str, Any] = {
         {"id": "n2", "address": "10.0.0.2:7000", "state": "down", "lag": 42},
     ],
     "partitions": [
-        {"queue": "orders", "index": 0, "leader": "n1", "followers": ["n2"], "epoch": 7, "lsn": 1234}
+        {
+            "queue": "orders",
+            "index": 0,
+            "leader": "n1",
+            "followers": ["n2"],
+            "epoch": 7,
+            "lsn": 1234,
+            "replicas": [{"node": "n1", "lsn": 1234}, {"node": "n2", "lsn": 1192}],
+        }
     ],
 }
 
@@ -193,6 +201,7 @@ async def test_nodes_page_shows_cluster_nodes(cluster_console: Any) -> None:
         assert (await client.post("/console/login", data={"token": "bad"})).status_code == 401
         page = (await client.get("/console/nodes")).text
         partitions = (await client.get("/console/partitions")).text
+        node = (await client.get("/console/nodes/n2")).text
     assert "10.0.0.1:7000" in page and "10.0.0.2:7000" in page
     row1 = page[page.index(">n1<") : page.index(">n2<")]
     assert ">1, leads 1<" in row1 and 'class="state ok" data-field="state">up<' in row1
@@ -204,6 +213,10 @@ async def test_nodes_page_shows_cluster_nodes(cluster_console: Any) -> None:
     row = partitions[partitions.index('id="partition-0"') :]
     assert '<a href="/console/nodes/n1">n1</a>' in row and 'data-node="n2"' in row
     assert "<td>7</td><td>1234</td>" in row
+    # A node's page: each partition placed on it with its role, its log position and lag there.
+    placed = node[node.index('<tr data-partition="0">') :]
+    placed = placed[: placed.index("</tr>")]
+    assert "<td>follower</td>" in placed and "<td>1192</td>" in placed and ">42</td>" in placed, placed
 
 
 def test_live_streams_end_when_shutdown_begins(tmp_path: Any) -> None:

@@ -128,3 +128,7 @@ def test_at_1280_px_no_column_runs_into_the_next(
             assert cell_left - 0.5 <= left and right <= cell_right + 0.5, row
     ids = page.locator("#peek td.id code").all_inner_texts()
     assert len(ids) == 3 and all(re.fullmatch(r"\S+", i) for i in ids)
+    # The rates chart beside the depth chart (side by side from 48 rem up), not below it.
+    depth, rates = (page.locator(f"#{chart}").bounding_box() for chart in ("chart", "rates-chart"))
+    assert depth is not None and rates is not None
+    assert abs(depth["y"] - rates["y"]) < 1 and rates["x"] >= depth["x"] + depth["width"], (depth, rates)
