@@ -163,6 +163,29 @@ def test_a_live_leader_that_did_not_resign_is_not_replaced() -> None:
     assert plan(v).puts == {}
 
 
+def test_a_leader_that_lost_its_key_during_a_hand_over_is_replaced_on_fresh_positions() -> None:
+    # Asked to hand over to n3, n1 was killed and is back (its node record stands, its key is
+    # gone). Left to campaign, it would lead only to hand over at once: n3 is promoted.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", successor="n3")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={
+            "n1": node(p5=(7, 40)),
+            "n2": node(leader_epoch=7, p5=(7, 40)),
+            "n3": node(leader_epoch=7, p5=(7, 40)),
+        },
+        partitions={5: record},
+    )
+    assert plan(v).puts == {}  # one fresh position of three (n1's): no majority yet
+    v.nodes["n3"] = node(p5=(7, 40))
+    promoted = plan(v).puts[5]
+    assert (promoted.leader, promoted.successor) == ("n3", None)
+    # A leader holding more than the others stays designated (and is asked to hand over anew).
+    v.nodes["n1"] = node(p5=(7, 41))
+    again = plan(v).puts[5]
+    assert (again.leader, again.successor, again.designation) == ("n1", None, record.designation + 1)
+
+
 def test_partitions_of_deleted_queues_and_past_a_lowered_count_are_deleted() -> None:
     v = view(
         queues={("t", "kept"): {"partitions": 1}},

@@ -118,7 +118,8 @@ class Load:
     sent_to: dict[int, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
     deliveries: list[Delivery] = field(default_factory=list)
     ack_confirmed_at: dict[str, float] = field(default_factory=dict)
-    slowest_send: tuple[float, str] = (0.0, "")  # since the last report: seconds, body
+    # Since the last report: seconds, body, when it began (time.monotonic()).
+    slowest_send: tuple[float, str, float] = (0.0, "", 0.0)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     consumers_stopping: asyncio.Event = field(default_factory=asyncio.Event)
     producers: list[asyncio.Task[None]] = field(default_factory=list)
@@ -161,7 +162,7 @@ class Load:
             except RETRYABLE as exc:
                 result = exc
             if isinstance(result, SendResult):
-                self.slowest_send = max(self.slowest_send, (time.monotonic() - began, body))
+                self.slowest_send = max(self.slowest_send, (time.monotonic() - began, body, began))
                 return result
             assert isinstance(result, RETRYABLE), f"send of {body}: {result!r}"
             if time.monotonic() > deadline:
@@ -493,11 +494,14 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
             await asyncio.sleep(fault.gap_s)  # the schedule's own pause between faults
             await run.make(fault)
             await run.settle(f"after {fault.kind}")
-            slowest, body = load.slowest_send
-            load.slowest_send = (0.0, "")
+            slowest, body, began = load.slowest_send
+            load.slowest_send = (0.0, "", 0.0)
+            # When it began says which fault it waited on: one that began before this fault
+            # and ended after the last report waited on both.
             run.note(
                 f"{len(load.acknowledged)} sends acknowledged, {len(load.deliveries)} deliveries;"
-                f" slowest send since the last fault {slowest:.2f}s ({body})"
+                f" slowest send since the last fault {slowest:.2f}s ({body}, began at"
+                f" {began - run.started:.2f}s)"
             )
         target = len(load.acknowledged) + 20
 
