@@ -74,3 +74,25 @@ def test_a_failing_node_is_cut_off_then_tried_again() -> None:
     breaker.succeeded()
     assert health.states()["n1"] == "closed"
     breaker.before_request("n1")
+
+
+def test_a_node_that_won_a_newer_term_is_tried_at_once() -> None:
+    # The node failed at epoch 40 while it led; it restarted and leads again at epoch 52
+    # (epochs are etcd revisions): the first request of the new term is the trial, the
+    # cool-down notwithstanding; a request of an old term still waits it out.
+    now = [100.0]
+    breaker = NodeHealth(BreakerSettings(failures_to_open=1, cooldown_s=4), clock=lambda: now[0]).breaker(
+        "n1"
+    )
+    breaker.failed(epoch=40)
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1", epoch=40)
+    breaker.before_request("n1", epoch=52)  # the trial
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1", epoch=52)  # one at a time
+    breaker.failed(epoch=52)  # it failed again: only a newer term is tried before the cool-down
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1", epoch=52)
+    breaker.before_request("n1", epoch=60)
+    breaker.succeeded()
+    assert breaker.state == "closed"

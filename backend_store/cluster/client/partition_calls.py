@@ -161,7 +161,7 @@ class PartitionCalls:
             assert leader is not None
             breaker = self.health.breaker(leader.node)
             try:
-                breaker.before_request(leader.node)
+                breaker.before_request(leader.node, leader.epoch)
             except Unavailable as exc:
                 last = exc
                 # Wait for the map to move the leader away from the failing node.
@@ -224,12 +224,12 @@ class PartitionCalls:
                 await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
                 continue
             except NodeUnreachable as exc:
-                breaker.failed()  # not sent: safe to retry whatever it was
+                breaker.failed(leader.epoch)  # not sent: safe to retry whatever it was
                 last = exc
                 await self.view.wait_for(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
                 continue
             except NoAnswer as exc:
-                breaker.failed()
+                breaker.failed(leader.epoch)
                 if not retry_unknown:
                     raise
                 last = exc
