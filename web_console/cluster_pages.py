@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
+import jinja2
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,12 +26,38 @@ from starlette.routing import Route
 from backend_store.errors import PushgateError
 
 from .charts import line_chart
+from .deps import ConsoleDeps
 from .monitor import NodeSample, PartitionSample, Snapshot
 from .session import Session
 from .views import back_to, growth_text, page_bounds, size_text
 
-if TYPE_CHECKING:
-    from .app import Console
+Page = Callable[[Request, Session], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class ConsoleHost(Protocol):
+    """What these pages use of the console (``app.Console`` is one): its guards, its
+    templates and its samples; the narrowest door, so the console imports these pages and
+    never the other way round."""
+
+    deps: ConsoleDeps
+    templates: jinja2.Environment
+    page_max_age_s: float
+
+    def page(self, handler: Page) -> Endpoint: ...
+
+    def action(self, handler: Page) -> Endpoint: ...
+
+    def stream(self, events: Callable[[Request, Session], AsyncIterator[bytes]]) -> Endpoint: ...
+
+    def refused(self, message: str, status: int) -> Response: ...
+
+    def render(
+        self, template: str, session: Session | None, status: int = 200, **context: Any
+    ) -> Response: ...
+
+    def samples(self, session: Session) -> AsyncIterator[Snapshot | bytes]: ...
+
 
 # A replica this many log entries behind its leader is shown in red (the default
 # replication_lag alert fires at 10,000 for a whole node).
@@ -74,11 +101,8 @@ class PartitionListing:
         return "&".join(parts)
 
 
-Handler = Callable[[Request, Session], Awaitable[Response]]
-
-
 class ClusterPages:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: ConsoleHost) -> None:
         self.console = console
         self.deps = console.deps
 
