@@ -10,8 +10,9 @@ The load:
   FIFO queue (two partitions), sending through a gateway's ``ClusterBackend`` (its map
   watch, leader hints, requests held at a replaced leader given up, its send batching), as
   users' sends go, each retried with its dedupe id until acknowledged (one at a time per
-  producer: a group's sends are acknowledged in the order they were made); the slowest send
-  after each fault is what that fault cost a user;
+  producer: a group's sends are acknowledged in the order they were made); the longest any
+  send waited after a fault began (a send already under way counted from the fault on) is
+  what that fault cost a user, and each fault's report waits for the sends under way;
 - one consumer per partition, through ``ClusterHarness.call`` on whoever leads it now,
   receiving (a short visibility timeout, so a receive whose answer was lost in a failover
   comes back soon) and acking what it received.
@@ -120,6 +121,11 @@ class Load:
     ack_confirmed_at: dict[str, float] = field(default_factory=dict)
     # Since the last report: seconds, body, when it began (time.monotonic()).
     slowest_send: tuple[float, str, float] = (0.0, "", 0.0)
+    # What the fault stopped: the longest a send waited after the current fault began
+    # (``fault_at``), so a send already slow before it is counted from the fault on.
+    fault_at: float = 0.0
+    longest_stop: tuple[float, str] = (0.0, "")
+    under_way: dict[str, float] = field(default_factory=dict)  # body -> when its send began
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     consumers_stopping: asyncio.Event = field(default_factory=asyncio.Event)
     producers: list[asyncio.Task[None]] = field(default_factory=list)
@@ -156,13 +162,17 @@ class Load:
         began = time.monotonic()
         deadline = began + scaled(45)
         message = NewMessage(body.encode(), group_id=group, dedupe_id=body)
+        self.under_way[body] = began
         while True:
             try:
                 (result,) = await self.backend.send(TenantId(T), QueueName(queue), [message])
             except RETRYABLE as exc:
                 result = exc
             if isinstance(result, SendResult):
-                self.slowest_send = max(self.slowest_send, (time.monotonic() - began, body, began))
+                now = time.monotonic()
+                del self.under_way[body]
+                self.slowest_send = max(self.slowest_send, (now - began, body, began))
+                self.longest_stop = max(self.longest_stop, (now - max(began, self.fault_at), body))
                 return result
             assert isinstance(result, RETRYABLE), f"send of {body}: {result!r}"
             if time.monotonic() > deadline:
@@ -492,16 +502,25 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
         load.start()
         for fault in run.schedule:
             await asyncio.sleep(fault.gap_s)  # the schedule's own pause between faults
+            load.fault_at = time.monotonic()
             await run.make(fault)
             await run.settle(f"after {fault.kind}")
+            settled_at = time.monotonic()
+
+            async def caught_up(settled_at: float = settled_at) -> bool:
+                # The sends under way when the cluster settled have finished: this fault's
+                # report counts them, not the next one's.
+                load.raise_failures()
+                return all(began > settled_at for began in load.under_way.values())
+
+            await h.wait_for("the sends under way to be acknowledged", caught_up)
             slowest, body, began = load.slowest_send
-            load.slowest_send = (0.0, "", 0.0)
-            # When it began says which fault it waited on: one that began before this fault
-            # and ended after the last report waited on both.
+            stop, stopped = load.longest_stop
+            load.slowest_send, load.longest_stop = (0.0, "", 0.0), (0.0, "")
             run.note(
                 f"{len(load.acknowledged)} sends acknowledged, {len(load.deliveries)} deliveries;"
-                f" slowest send since the last fault {slowest:.2f}s ({body}, began at"
-                f" {began - run.started:.2f}s)"
+                f" longest wait since the fault began {stop:.2f}s ({stopped});"
+                f" slowest send {slowest:.2f}s ({body}, began at {began - run.started:.2f}s)"
             )
         target = len(load.acknowledged) + 20
 
