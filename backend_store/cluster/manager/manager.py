@@ -238,6 +238,7 @@ class Manager:
                 return
             # Our own write: apply it to the view now, so the next tick does not repeat it.
             self.view.partitions.update(change.puts)
+            self._ever_read.update(change.puts)
             self.view.stale -= change.puts.keys()
             for pid in change.deletes:
                 self.view.partitions.pop(pid, None)
