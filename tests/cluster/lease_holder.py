@@ -39,7 +39,9 @@ async def main(endpoints: str, key: str) -> None:
             return
         await session.lost.wait()
         print("lost", flush=True)
-        ok = await coordinator.fenced_commit(key, claim.epoch, {key + "/written-by-old-holder": b"x"})
+        ok = await coordinator.fenced_commit(
+            key, claim.epoch, {key + "/written-by-old-holder": b"x"}, holder=claim.holder
+        )
         print(f"fenced_commit {ok}", flush=True)
 
 

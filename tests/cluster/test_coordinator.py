@@ -184,7 +184,13 @@ async def test_a_fenced_commit_applies_only_under_the_current_epoch(coordinator:
     manager_key, map_key = prefix + "/manager", prefix + "/map/p0"
     first = await coordinator.open_session()
     claim = await coordinator.campaign(first, manager_key, b"manager-1")
-    assert await coordinator.fenced_commit(manager_key, claim.epoch, {map_key: b"v1"})
+    # The epoch is a revision, and revisions repeat across an etcd wiped and restored: the
+    # fence also names the holder, so another holder's claim of the same revision refuses it.
+    assert not await coordinator.fenced_commit(
+        manager_key, claim.epoch, {map_key: b"v0"}, holder=b"manager-2"
+    )
+    assert await coordinator.get(map_key) is None
+    assert await coordinator.fenced_commit(manager_key, claim.epoch, {map_key: b"v1"}, holder=b"manager-1")
     await first.close()  # revoked: the key is gone at once
 
     second = await coordinator.open_session()
@@ -193,15 +199,19 @@ async def test_a_fenced_commit_applies_only_under_the_current_epoch(coordinator:
         assert successor.won and successor.epoch > claim.epoch
         # The deposed manager's change is refused whole: neither the put nor the delete lands.
         assert not await coordinator.fenced_commit(
-            manager_key, claim.epoch, {prefix + "/map/p1": b"stale"}, deletes=[map_key]
+            manager_key, claim.epoch, {prefix + "/map/p1": b"stale"}, deletes=[map_key], holder=b"manager-1"
         )
         state = await coordinator.read_prefix(prefix + "/map/")
         assert state.values() == {"p0": b"v1"}
-        assert await coordinator.fenced_commit(manager_key, successor.epoch, {map_key: b"v2"}, deletes=[])
+        assert await coordinator.fenced_commit(
+            manager_key, successor.epoch, {map_key: b"v2"}, deletes=[], holder=b"manager-2"
+        )
         entry = await coordinator.get(map_key)
         assert entry is not None and entry.value == b"v2"
         with pytest.raises(InvalidRequest):
-            await coordinator.fenced_commit(manager_key, successor.epoch, {map_key: b"v3"}, deletes=[map_key])
+            await coordinator.fenced_commit(
+                manager_key, successor.epoch, {map_key: b"v3"}, deletes=[map_key], holder=b"manager-2"
+            )
     finally:
         await second.close()
 
@@ -294,7 +304,9 @@ async def test_an_etcd_member_killed_in_a_three_member_cluster(tmp_path: Path) -
                 # Writes, fenced commits and the watch go on through the two live members
                 # (calls during etcd's own leader election fail with unavailable: retried).
                 assert await retry_until_ok(
-                    lambda: coordinator.fenced_commit(prefix + "leader", claim.epoch, {prefix + "map": b"1"})
+                    lambda: coordinator.fenced_commit(
+                        prefix + "leader", claim.epoch, {prefix + "map": b"1"}, holder=b"node-a"
+                    )
                 )
                 state = await next_state(states, timeout=15)
                 assert state.values() == {"leader": b"node-a", "map": b"1"}

@@ -240,7 +240,9 @@ async def test_a_drained_leader_hands_over_and_its_replica_moves(harness: Cluste
     key = h.layout.queue(T, Q)
     entry = await h.coordinator.get(key)
     assert entry is not None
-    await h.coordinator.fenced_commit(key, Epoch(entry.create_revision), {}, [key])  # a delete
+    await h.coordinator.fenced_commit(
+        key, Epoch(entry.create_revision), {}, [key], holder=entry.value
+    )  # a delete
     await h.wait_for("the deleted queue's partition to leave the map", lambda: _unmapped(h, pid))
     assert (h.root / down / "partitions" / str(pid)).exists()
     h.nodes[down].start()

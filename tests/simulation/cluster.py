@@ -239,7 +239,9 @@ class SimCluster:
             else:
                 entry = await coordinator.get(key)
                 if entry is not None:
-                    await coordinator.fenced_commit(key, Epoch(entry.create_revision), {}, [key])
+                    await coordinator.fenced_commit(
+                        key, Epoch(entry.create_revision), {}, [key], holder=entry.value
+                    )
                 self.drained.discard(name)
             self.note(f"{'drained' if drain else 'undrained'} {name}")
         except PushgateError as exc:

@@ -65,11 +65,12 @@ class EtcdState:
 
 @dataclass(frozen=True, slots=True)
 class Compare:
-    """``target`` of ``key`` (``create`` or ``mod`` revision) equals ``value``."""
+    """``target`` of ``key`` (its ``create`` or ``mod`` revision, or its ``value``) equals
+    ``value``."""
 
     key: str
     target: str
-    value: int
+    value: int | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +256,10 @@ class EtcdServer:
 
     def _holds(self, compare: Compare) -> bool:
         found = self.state.kv.get(compare.key)
-        if compare.target == "create":
+        actual: int | bytes | None
+        if compare.target == "value":
+            actual = found.value if found is not None else None
+        elif compare.target == "create":
             actual = found.create_revision if found is not None else 0
         else:
             actual = found.mod_revision if found is not None else 0

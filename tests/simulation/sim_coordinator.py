@@ -312,13 +312,16 @@ class SimCoordinator:
         epoch: Epoch,
         puts: Mapping[str, bytes],
         deletes: Sequence[str] = (),
+        *,
+        holder: bytes,
     ) -> bool:
         if set(puts) & set(deletes):
             raise InvalidRequest("a fenced commit cannot both put and delete a key (etcd refuses it)")
         ops: tuple[Put | Delete, ...] = tuple(Put(k, v) for k, v in puts.items()) + tuple(
             Delete(k) for k in deletes
         )
-        return (await self._txn(Txn((Compare(fence_key, "create", epoch),), ops))).succeeded
+        fence = (Compare(fence_key, "create", epoch), Compare(fence_key, "value", holder))
+        return (await self._txn(Txn(fence, ops))).succeeded
 
     def nudged(self, prefix: str) -> None:
         for event in self._nudges.get(prefix, []):

@@ -1,6 +1,7 @@
 """The simulation's seeds that found a restored etcd mishandled by the managers: they hold.
 
-Both found by session 31's sweeps; both failed the same way on the session's first commit.
+The first two were found by session 31's sweeps and failed the same way on that session's
+first commit; the last two by its last sweep, and they failed on 91f0224 too.
 
 - ``etcd`` 6980: etcd is restored three times and partition 3's record is corrupted between
   the second backup and the third restore. The second restore held no map at all, so the
@@ -15,15 +16,27 @@ Both found by session 31's sweeps; both failed the same way on the session's fir
   partition and tombstoned its replicas, and n3 deleted a replica holding acknowledged
   entries (``replica-set-overlap``). A manager now deletes a partition only once etcd, read
   directly, says its queue is gone (``manager/manager.py``: ``_deletions_confirmed``).
+- ``etcd`` 7539 and 7014: etcd comes back empty and m1 leads the empty etcd, claiming the
+  manager key at revision 3; then etcd is restored from a backup in which m2 held that key,
+  also claimed at revision 3. m1's fenced commit compared the epoch (the revision) alone, so
+  it held; and m1's queues watch showed the restored queue while its partitions watch still
+  showed the empty etcd, so it placed a second partition for q0's index 0. Nodes served the
+  new, empty partition; the old one, holding the queue's messages, stayed a stray, and a FIFO
+  group took no send after healing. Two defences now, each enough for both seeds: a fence
+  names its holder as well as its epoch (``coordination/coordinator.py``: ``fenced_commit``),
+  and a manager places a partition only once etcd, read directly, holds none for its slot
+  (``manager/manager.py``: ``_creations_confirmed``).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from .etcd_model import Compare, Delete, Put, Txn
+from .sim_coordinator import SimCoordinator
 from .simulation import config_for, run_seed
 
-FOUND = [("etcd", 6980), ("etcd", 6242)]
+FOUND = [("etcd", 6980), ("etcd", 6242), ("etcd", 7539), ("etcd", 7014)]
 
 
 @pytest.mark.parametrize(("mix", "seed"), FOUND, ids=[f"{m}-{s}" for m, s in FOUND])
@@ -33,3 +46,27 @@ def test_a_restored_etcd_loses_nothing_and_leaves_nothing_unserved(mix: str, see
         f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults {mix}\n{result.trace_text(40)}"
     )
     assert result.acked > 0
+
+
+@pytest.mark.parametrize("seed", [7539, 7014])
+def test_a_manager_whose_fence_holds_by_accident_still_places_no_partition_twice(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct read alone holds both seeds: the fence weakened to the epoch it compared
+    before, the wrong manager's plan gets through it and is stopped by the read."""
+
+    async def epoch_only(
+        self: SimCoordinator,
+        fence_key: str,
+        epoch: int,
+        puts: dict[str, bytes],
+        deletes: tuple[str, ...] = (),
+        *,
+        holder: bytes,
+    ) -> bool:
+        ops = tuple(Put(k, v) for k, v in puts.items()) + tuple(Delete(k) for k in deletes)
+        return (await self._txn(Txn((Compare(fence_key, "create", epoch),), ops))).succeeded
+
+    monkeypatch.setattr(SimCoordinator, "fenced_commit", epoch_only)
+    result = run_seed(config_for(seed, "etcd"))
+    assert result.ok, f"{result.summary()}\n{result.trace_text(40)}"

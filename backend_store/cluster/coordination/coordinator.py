@@ -139,10 +139,18 @@ class Coordinator(Protocol):
         epoch: Epoch,
         puts: Mapping[str, bytes],
         deletes: Sequence[str] = (),
+        *,
+        holder: bytes,
     ) -> bool:
         """Apply ``puts`` and ``deletes`` in one transaction if ``fence_key`` still holds
-        the claim of ``epoch``; return whether it did (nothing is changed otherwise).
-        A key may not be both put and deleted (:class:`InvalidRequest`)."""
+        the claim of ``epoch`` made by ``holder`` (the value claimed); return whether it did
+        (nothing is changed otherwise). A key may not be both put and deleted
+        (:class:`InvalidRequest`).
+
+        The holder is compared as well as the epoch because an epoch is a revision, and
+        revisions repeat across an etcd wiped and then restored: a manager that claimed
+        revision 3 in the empty etcd found the other manager's claim of revision 3 in the
+        restored one, and its fence held (simulation seed `etcd` 7539, session 32)."""
 
     async def close(self) -> None:
         """Close the connection (sessions are not revoked: close them first)."""

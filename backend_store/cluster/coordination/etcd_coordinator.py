@@ -263,13 +263,15 @@ class EtcdCoordinator:
         epoch: Epoch,
         puts: Mapping[str, bytes],
         deletes: Sequence[str] = (),
+        *,
+        holder: bytes,
     ) -> bool:
         if set(puts) & set(deletes):
             raise InvalidRequest("a fenced commit cannot both put and delete a key (etcd refuses it)")
         fence = fence_key.encode()
         ok, _ = await self._call(
             lambda c: c.transaction(
-                compare=[c.transactions.create(fence) == epoch],
+                compare=[c.transactions.create(fence) == epoch, c.transactions.value(fence) == holder],
                 success=[c.transactions.put(k.encode(), v) for k, v in puts.items()]
                 + [c.transactions.delete(k.encode()) for k in deletes],
                 failure=[],

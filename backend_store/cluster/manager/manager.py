@@ -225,6 +225,9 @@ class Manager:
                 continue
             if change.deletes and not await self._deletions_confirmed(change.deletes):
                 continue  # a watch is behind another: plan again once it has caught up
+            created = [rec for pid, rec in change.puts.items() if pid not in self.view.partitions]
+            if created and not await self._creations_confirmed(created):
+                continue  # the same: a partition is never placed twice
             layout = self.layout
             puts = {layout.partition(pid): rec.pack() for pid, rec in change.puts.items()}
             puts.update({layout.tombstone(p, n): rec.pack() for (p, n), rec in change.tombstones.items()})
@@ -232,7 +235,9 @@ class Manager:
                 puts[layout.partition_counter] = pack(change.counter)
             deletes = [layout.partition(pid) for pid in change.deletes]
             deletes += [layout.tombstone(p, n) for p, n in change.tombstone_deletes]
-            ok = await self.coordinator.fenced_commit(layout.manager, epoch, puts, deletes)
+            ok = await self.coordinator.fenced_commit(
+                layout.manager, epoch, puts, deletes, holder=self.manager_id.encode()
+            )
             if not ok:
                 log.warning("%s: fenced out (epoch %d is no longer the manager's)", self.manager_id, epoch)
                 return
@@ -245,6 +250,28 @@ class Manager:
             self.view.tombstones.update(change.tombstones)
             for key in change.tombstone_deletes:
                 self.view.tombstones.pop(key, None)
+
+    async def _creations_confirmed(self, created: list[PartitionRecord]) -> bool:
+        """Whether etcd itself, read now, holds no partition for the queue slots a plan
+        would place anew: never create on the absence a watch shows either.
+
+        After a restore the queues' watch can show the restored queue while the partitions'
+        watch still shows the emptied etcd; a plan on that picture places a second partition
+        for a slot whose replicas hold the queue's messages (simulation seed `etcd` 7539,
+        session 32: the queue was served, empty, from the new partition)."""
+        state = await self.coordinator.read_prefix(self.layout.partitions)
+        read = read_partition_map(state.values(), self._ever_read)
+        for record in created:
+            slot = (record.tenant, record.queue, record.index)
+            if read.unknown or any(_same_slot(record, held) for held in read.records.values()):
+                log.warning(
+                    "%s: not placing %s/%s partition index %d: etcd holds a partition for it"
+                    " or one it cannot read (a watch is behind)",
+                    self.manager_id,
+                    *slot,
+                )
+                return False
+        return True
 
     async def _deletions_confirmed(self, deletes: list[int]) -> bool:
         """Whether etcd itself, read now, says each partition's queue is gone (or is another
@@ -280,6 +307,15 @@ class Manager:
         return True
 
 
+def _same_slot(a: PartitionRecord, b: PartitionRecord) -> bool:
+    """Whether two partition records place the same index of the same queue (a revision not
+    recorded matches any)."""
+    revisions = {a.queue_revision, b.queue_revision}
+    return (a.tenant, a.queue, a.index) == (b.tenant, b.queue, b.index) and (
+        None in revisions or len(revisions) == 1
+    )
+
+
 async def set_drain(
     etcd: str, node_id: str, *, drain: bool, prefix: str | None = None, etcd_tls: EtcdTls | None = None
 ) -> None:
@@ -294,7 +330,9 @@ async def set_drain(
             key = layout.drain + node_id
             entry = await coordinator.get(key)
             if entry is not None:  # a delete fenced on the key itself (the interface has no plain delete)
-                await coordinator.fenced_commit(key, Epoch(entry.create_revision), {}, [key])
+                await coordinator.fenced_commit(
+                    key, Epoch(entry.create_revision), {}, [key], holder=entry.value
+                )
 
 
 async def run_manager(
