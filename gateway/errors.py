@@ -86,7 +86,7 @@ class UnsupportedMediaType(PushgateError):
 class RateLimitedWithFields(RateLimited):
     """A 429 that also carries the IETF ``RateLimit-Policy`` / ``RateLimit`` fields (gateway/limits)."""
 
-    def __init__(self, detail: str, retry_after_s: float, fields: dict[str, str]) -> None:
+    def __init__(self, detail: str, retry_after_s: float, fields: list[tuple[bytes, bytes]]) -> None:
         super().__init__(detail, retry_after_s)
         self.fields = fields
 
@@ -116,7 +116,7 @@ def problem_response(exc: PushgateError) -> Response:
     if isinstance(exc, MethodNotAllowed) and exc.allow:
         headers["Allow"] = exc.allow
     if isinstance(exc, RateLimitedWithFields):
-        headers.update(exc.fields)
+        headers.update((name.decode("latin-1"), value.decode("latin-1")) for name, value in exc.fields)
     if exc.retry_after_s is not None:
         # Whole seconds, rounded up (RFC 9110 delay-seconds).
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

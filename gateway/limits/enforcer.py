@@ -25,7 +25,7 @@ from throttling import ALLOWED, Decision, Limiter, Rule, SharedStateUnavailable
 
 from ..errors import RateLimitedWithFields
 from .document import TenantLimits
-from .headers import rate_limit_headers
+from .headers import Fields, rate_limit_fields
 from .store import LimitsStore
 
 # How old the stored-message count behind max_stored_messages may be. Counting means
@@ -90,12 +90,13 @@ class Enforcer:
 
     async def check(
         self, tenant: TenantId, subject: str, op: Operation, queue: QueueName | None = None
-    ) -> dict[str, str]:
-        """Count a request; raise a 429 (with the IETF fields) if refused, else return its fields."""
+    ) -> Fields:
+        """Count a request; raise a 429 (with the IETF fields) if refused, else return its
+        fields (for :func:`.headers.with_fields`)."""
         decision = await self.decide(tenant, subject, op, queue)
         if not decision.allowed:
             raise self._refusal(op, decision)
-        return rate_limit_headers(decision)
+        return rate_limit_fields(decision)
 
     async def admit(
         self, tenant: TenantId, subject: str, op: Operation, queue: QueueName | None = None
@@ -111,7 +112,7 @@ class Enforcer:
         return RateLimitedWithFields(
             f"rate limit for {op} exceeded; retry after {decision.retry_after_s} s",
             decision.retry_after_s,
-            rate_limit_headers(decision),
+            rate_limit_fields(decision),
         )
 
     # Quotas ----------------------------------------------------------------

@@ -14,25 +14,60 @@ The quota unit (``qu``) is the default, ``requests``.
 
 from __future__ import annotations
 
-from throttling import Decision
+import math
+from typing import TypeVar
+
+from starlette.responses import Response
+
+from throttling import Decision, Window
+
+R = TypeVar("R", bound=Response)
+
+Fields = list[tuple[bytes, bytes]]
+"""Header fields as an ASGI response carries them: lower-case names, latin-1 values."""
+
+_POLICY = b"ratelimit-policy"
+_STATE = b"ratelimit"
+# A policy's quoted name and its ``RateLimit-Policy`` member, by (policy, quota, window):
+# they never change for a counter, and formatting them was most of a limited response's
+# cost for its fields (bench/throttle_bench.py). Policies are the operators' limits, few.
+_members: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
+_MAX_MEMBERS = 4096
+_ceil = math.ceil
 
 
-def rate_limit_headers(decision: Decision) -> dict[str, str]:
-    """The header fields for a decision (none when no limit applied).
+def rate_limit_fields(decision: Decision) -> Fields:
+    """The fields for a decision (none when no limit applied), ready for a response's raw
+    headers: one loop over the windows as counted, without building a :class:`Window`
+    for each, and no header encoding left for Starlette."""
+    report = decision.report
+    if not report:
+        return []
+    policies: list[bytes] = []
+    states: list[bytes] = []
+    for entry in report:
+        if isinstance(entry, Window):
+            policy, quota, window_s, remaining, reset_s = entry
+        else:
+            counter, room, left = entry
+            policy, quota, window_s = counter.policy, counter.amount, counter.window_s
+            remaining, reset_s = int(room), _ceil(left)
+        member = _members.get((policy, quota, window_s))
+        if member is None:
+            if len(_members) >= _MAX_MEMBERS:
+                _members.clear()
+            name = f'"{policy}"'.encode("latin-1")
+            member = _members[(policy, quota, window_s)] = (name, b"%s;q=%d;w=%d" % (name, quota, window_s))
+        policies.append(member[1])
+        states.append(b"%s;r=%d;t=%d" % (member[0], remaining, reset_s))
+    if len(policies) == 1:
+        return [(_POLICY, policies[0]), (_STATE, states[0])]
+    return [(_POLICY, b", ".join(policies)), (_STATE, b", ".join(states))]
 
-    Runs on every limited request: list comprehensions into ``join`` (not generators), and
-    one window, the common case, without a join at all.
-    """
-    windows = decision.windows
-    if not windows:
-        return {}
-    if len(windows) == 1:
-        (w,) = windows
-        return {
-            "RateLimit-Policy": f'"{w.policy}";q={w.quota};w={w.window_s}',
-            "RateLimit": f'"{w.policy}";r={w.remaining};t={w.reset_s}',
-        }
-    return {
-        "RateLimit-Policy": ", ".join([f'"{w.policy}";q={w.quota};w={w.window_s}' for w in windows]),
-        "RateLimit": ", ".join([f'"{w.policy}";r={w.remaining};t={w.reset_s}' for w in windows]),
-    }
+
+def with_fields(response: R, fields: Fields) -> R:
+    """``response`` with ``fields`` appended to its raw headers (Starlette sends them as they
+    are: no second encoding)."""
+    if fields:
+        response.raw_headers.extend(fields)
+    return response

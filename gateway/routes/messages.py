@@ -26,6 +26,7 @@ from push.observer import ACK, HTTP, NACK, OK, RECEIVE
 
 from ..body import JSONResponse, check_fields, read_json, read_object
 from ..errors import problem_for, problem_response
+from ..limits.headers import with_fields
 from ..services import GatewayServices
 from .access import queue_access
 from .endpoint import route
@@ -108,8 +109,9 @@ class MessageRoutes:
             result = outcomes[0]
             if isinstance(result, PushgateError):
                 return problem_response(result)  # recorded with the outcomes
-            return JSONResponse(
-                _result_json(result), status_code=200 if result.duplicate else 201, headers=limit_headers
+            return with_fields(
+                JSONResponse(_result_json(result), status_code=200 if result.duplicate else 201),
+                limit_headers,
             )
         out: list[dict[str, Any]] = []
         for outcome in outcomes:
@@ -118,7 +120,7 @@ class MessageRoutes:
                 if isinstance(outcome, PushgateError)
                 else _result_json(outcome)
             )
-        return JSONResponse({"results": out}, headers=limit_headers)
+        return with_fields(JSONResponse({"results": out}), limit_headers)
 
     # Receive --------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class MessageRoutes:
         if messages:
             nbytes = sum(len(m.body) for m in messages)
             self.services.observer.observe(principal.tenant, queue, RECEIVE, HTTP, OK, len(messages), nbytes)
-        return JSONResponse({"messages": [message_to_json(m) for m in messages]}, headers=limit_headers)
+        return with_fields(JSONResponse({"messages": [message_to_json(m) for m in messages]}), limit_headers)
 
     # Ack, nack, visibility ------------------------------------------------
 

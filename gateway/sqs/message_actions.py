@@ -101,7 +101,7 @@ class SqsMessageActions:
         entries: list[NewMessage | PushgateError],
         started: float,
     ) -> list[Any]:
-        await self.services.throttling.enforcer.check(principal.tenant, principal.subject, "send", queue)
+        await self.services.throttling.enforcer.admit(principal.tenant, principal.subject, "send", queue)
         # The one send path: quota, dedupe front, batching with other sends, usage.
         try:
             return list(await self.services.sends.send(principal.tenant, queue, entries, SQS, started))
@@ -154,7 +154,7 @@ class SqsMessageActions:
     ) -> dict[str, Any]:
         info = await self._queue(principal, params, "receive")
         queue = info.name
-        await self.services.throttling.enforcer.check(principal.tenant, principal.subject, "receive", queue)
+        await self.services.throttling.enforcer.admit(principal.tenant, principal.subject, "receive", queue)
         max_messages = int_param(params, "MaxNumberOfMessages", 1, MAX_BATCH, 1) or 1
         visibility = int_param(params, "VisibilityTimeout", 0, 43200)
         wait_s = int_param(params, "WaitTimeSeconds", 0, 20)
