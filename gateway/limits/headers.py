@@ -15,24 +15,32 @@ The quota unit (``qu``) is the default, ``requests``.
 from __future__ import annotations
 
 import math
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from starlette.responses import Response
 
 from throttling import Decision, Window
 
+if TYPE_CHECKING:
+    from throttling.window_counter import WindowCounter
+
 R = TypeVar("R", bound=Response)
+K = TypeVar("K")
 
 Fields = list[tuple[bytes, bytes]]
 """Header fields as an ASGI response carries them: lower-case names, latin-1 values."""
 
 _POLICY = b"ratelimit-policy"
 _STATE = b"ratelimit"
-# A policy's quoted name and its ``RateLimit-Policy`` member, by (policy, quota, window):
-# they never change for a counter, and formatting them was most of a limited response's
-# cost for its fields (bench/throttle_bench.py). Policies are the operators' limits, few.
-_members: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
-_MAX_MEMBERS = 4096
+# Each policy's quoted name and its ``RateLimit-Policy`` member, formatted once: they never
+# change for a counter, and formatting them per request was most of what a limited response
+# paid for its fields (docs/throttling.md, "What a check costs"). Kept by counter (a window
+# counted with room, the common case: an identity lookup) or by (policy, quota, window) (a
+# window built at the count); policies are the operators' limits, few, and the dicts are
+# emptied when full.
+_by_counter: dict[WindowCounter, tuple[bytes, bytes]] = {}
+_by_window: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
+_MAX_KEPT = 4096
 _ceil = math.ceil
 
 
@@ -47,22 +55,31 @@ def rate_limit_fields(decision: Decision) -> Fields:
     states: list[bytes] = []
     for entry in report:
         if isinstance(entry, Window):
-            policy, quota, window_s, remaining, reset_s = entry
+            member = _by_window.get(entry[:3])
+            if member is None:
+                member = _keep(_by_window, entry[:3], entry.policy, entry.quota, entry.window_s)
+            remaining, reset_s = entry.remaining, entry.reset_s
         else:
             counter, room, left = entry
-            policy, quota, window_s = counter.policy, counter.amount, counter.window_s
+            member = _by_counter.get(counter)
+            if member is None:
+                member = _keep(_by_counter, counter, counter.policy, counter.amount, counter.window_s)
             remaining, reset_s = int(room), _ceil(left)
-        member = _members.get((policy, quota, window_s))
-        if member is None:
-            if len(_members) >= _MAX_MEMBERS:
-                _members.clear()
-            name = f'"{policy}"'.encode("latin-1")
-            member = _members[(policy, quota, window_s)] = (name, b"%s;q=%d;w=%d" % (name, quota, window_s))
         policies.append(member[1])
         states.append(b"%s;r=%d;t=%d" % (member[0], remaining, reset_s))
     if len(policies) == 1:
         return [(_POLICY, policies[0]), (_STATE, states[0])]
     return [(_POLICY, b", ".join(policies)), (_STATE, b", ".join(states))]
+
+
+def _keep(
+    kept: dict[K, tuple[bytes, bytes]], key: K, policy: str, quota: int, window_s: int
+) -> tuple[bytes, bytes]:
+    if len(kept) >= _MAX_KEPT:
+        kept.clear()
+    name = f'"{policy}"'.encode("latin-1")
+    member = kept[key] = (name, b"%s;q=%d;w=%d" % (name, quota, window_s))
+    return member
 
 
 def with_fields(response: R, fields: Fields) -> R:
