@@ -14,15 +14,21 @@ counter (this package's own code; on Redis through local shares), the moving win
 its public strategy API (what the default would cost without our code). Redis rows also
 give the ``redis-server`` process's CPU per check (it shares the machine's cores).
 
-Part 1, overhead per request. Six ``pushgate serve`` processes run side by side for the
+Part 1, overhead per request. Seven ``pushgate serve`` processes run side by side for the
 whole run, and the phases alternate between them, so a neighbour's burst of CPU hits all
 alike; figures are ratios to the unthrottled gateway of the same round and shared state:
 
 - ``none``: no limits set (the limiter is not called: a cached "no limits" lookup);
+- ``control none``: a second gateway with no limits, compared with the first as the others
+  are: the noise floor of every ratio (two identical processes differ by this much);
 - ``memory swc`` / ``memory mw``: ``memory://``, sliding window counter / moving window;
 - ``redis none``: ``--redis`` to the private Redis, no limits: the baseline of the Redis rows
   (a Redis gateway publishes its wake-ups there and keeps the dedupe front there, limits or not);
-- ``redis swc`` / ``redis mw``: ``--redis``, with limits, the same two strategies.
+- ``redis swc`` / ``redis mw``: ``--redis``, with limits, the same two strategies;
+- ``none +limits`` / ``redis none +limits``: the two unthrottled gateways themselves, with
+  the limits set for this phase and removed after it (``PUT /v1/limits``), so the ratio
+  compares one process with itself: the figure to read for the sliding window counter's
+  cost, since two identical processes differ by up to 10% (``control none``).
 
 Throttled gateways get limits no request reaches (10^6/second) on three counters per
 request (tenant, per key, per queue), so every request pays three hits and three window
@@ -60,7 +66,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.push_common import REPO, cpu_seconds, free_port, machine, serve
 
-GATEWAYS = ("none", "memory swc", "memory mw", "redis none", "redis swc", "redis mw")
+HIGH = "1000000/second"
+GATEWAYS = (
+    "none",
+    "control none",
+    "none +limits",
+    "memory swc",
+    "memory mw",
+    "redis none",
+    "redis none +limits",
+    "redis swc",
+    "redis mw",
+)
+# Phases run on another gateway's process with the limits set for their length.
+TOGGLED = {"none +limits": "none", "redis none +limits": "redis none"}
+LIMITS: dict[str, Any] = {"send": HIGH, "receive": HIGH, "per_key": {"send": HIGH, "receive": HIGH}}
+LIMITS["per_queue"] = {"send": HIGH, "receive": HIGH}
+NO_LIMITS: dict[str, Any] = {"send": None, "receive": None, "per_key": {"send": None, "receive": None}}
+NO_LIMITS["per_queue"] = {"send": None, "receive": None}
 
 
 def baseline(name: str) -> str:
@@ -69,7 +92,6 @@ def baseline(name: str) -> str:
     return "redis none" if name.startswith("redis") else "none"
 
 
-HIGH = "1000000/second"
 _HEAD_END = b"\r\n\r\n"
 _LENGTH = re.compile(rb"content-length:\s*(\d+)", re.I)
 
@@ -406,7 +428,7 @@ def main() -> None:
                 cpu_ratios = [b["cpu_us"][0] / r["cpu_us"][0] for r, b in zip(rs, base, strict=True)]
                 rate_ratios = [r["req_per_s"] / b["req_per_s"] for r, b in zip(rs, base, strict=True)]
                 line = (
-                    f"{mode:<5} {name:<11} gateway CPU {statistics.median(r['cpu_us'][0] for r in rs):6.0f} us/req"
+                    f"{mode:<5} {name:<18} gateway CPU {statistics.median(r['cpu_us'][0] for r in rs):6.0f} us/req"
                     f"  {statistics.median(r['req_per_s'] for r in rs):>7,.0f} req/s"
                     f"  p50 {statistics.median(r['p50_ms'] for r in rs):5.1f} ms"
                     f"  cpu ratio {spread([100 * x for x in cpu_ratios], '%', 0)}"
@@ -426,10 +448,11 @@ def main() -> None:
 def gateway_overhead(
     tmp: Path, redis_pid: int, redis_url: str, args: argparse.Namespace, procs: list[subprocess.Popen[Any]]
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Part 1: the six gateways, phases alternating between them, ``args.rounds`` rounds."""
+    """Part 1: the gateways, phases alternating between them, ``args.rounds`` rounds."""
     urls: dict[str, str] = {}
     pids: dict[str, tuple[int, ...]] = {}
-    for name in GATEWAYS:
+    processes = [name for name in GATEWAYS if name not in TOGGLED]
+    for name in processes:
         extra = ["--redis", redis_url] if name.startswith("redis") else []
         strategy = "moving-window" if name.endswith("mw") else "sliding-window-counter"
         proc, url = serve(
@@ -439,21 +462,32 @@ def gateway_overhead(
         urls[name] = url
         pids[name] = (proc.pid, redis_pid) if extra else (proc.pid,)
     keys = {
-        name: (tmp / name.replace(" ", "-") / "bootstrap-admin-key").read_text().strip() for name in GATEWAYS
+        name: (tmp / name.replace(" ", "-") / "bootstrap-admin-key").read_text().strip() for name in processes
     }
-    for name, url in urls.items():
+    for toggled, host in TOGGLED.items():
+        urls[toggled], pids[toggled], keys[toggled] = urls[host], pids[host], keys[host]
+
+    def put_limits(name: str, limits: dict[str, Any]) -> None:
+        headers = {"Authorization": f"Bearer {keys[name]}"}
+        httpx.put(f"{urls[name]}/v1/limits", headers=headers, json=limits).raise_for_status()
+        now = httpx.get(f"{urls[name]}/v1/limits", headers=headers).raise_for_status().json()
+        assert (now.get("receive") is None) == (limits is NO_LIMITS), now
+
+    for name in processes:
         headers = {"Authorization": f"Bearer {keys[name]}"}
         for queue in ("bench", "empty"):
-            httpx.put(f"{url}/v1/queues/{queue}", headers=headers, json={}).raise_for_status()
+            httpx.put(f"{urls[name]}/v1/queues/{queue}", headers=headers, json={}).raise_for_status()
         if not name.endswith("none"):
-            limits = {"send": HIGH, "receive": HIGH, "per_key": {"send": HIGH, "receive": HIGH}}
-            limits["per_queue"] = {"send": HIGH, "receive": HIGH}
-            httpx.put(f"{url}/v1/limits", headers=headers, json=limits).raise_for_status()
+            put_limits(name, LIMITS)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
         for mode in ("poll", "send"):
             for name in GATEWAYS:
+                if name in TOGGLED:
+                    put_limits(name, LIMITS)
                 result = load(urls[name], keys[name], mode, args.duration, args.connections, pids[name])
+                if name in TOGGLED:
+                    put_limits(name, NO_LIMITS)
                 runs.setdefault((mode, name), []).append(result)
     return runs
 
