@@ -223,6 +223,8 @@ class Manager:
             change = plan(self.view, self.memory, now=self.clock(), settings=self.settings)
             if change.empty:
                 continue
+            if (change.deletes or change.tombstones) and not await self._cluster_confirmed():
+                continue  # the cluster's watch is behind the others: plan again after it
             if change.deletes and not await self._deletions_confirmed(change.deletes):
                 continue  # a watch is behind another: plan again once it has caught up
             created = [rec for pid, rec in change.puts.items() if pid not in self.view.partitions]
@@ -250,6 +252,20 @@ class Manager:
             self.view.tombstones.update(change.tombstones)
             for key in change.tombstone_deletes:
                 self.view.tombstones.pop(key, None)
+
+    async def _cluster_confirmed(self) -> bool:
+        """Whether etcd itself, read now, holds a cluster this manager may plan for. Asked
+        before a plan that deletes partitions or writes tombstones: the prefixes are watched
+        apart, and after etcd is wiped the queues' watch can show the empty etcd before the
+        cluster's does; a plan on that picture deletes every partition, and its queue's key,
+        read directly, is gone indeed (a CI run of session 32: a replica deleted 50 ms after
+        this manager led the emptied etcd, 28 ms before it logged "planning nothing")."""
+        entry = await self.coordinator.get(self.layout.cluster)
+        verdict = judge_stateless(ClusterRecord.parse(entry.value if entry else None), None, self.layout)
+        if verdict.refusal is not None:
+            log.warning("%s: deleting nothing: %s", self.manager_id, verdict.refusal)
+            return False
+        return True
 
     async def _creations_confirmed(self, created: list[PartitionRecord]) -> bool:
         """Whether etcd itself, read now, holds no partition for the queue slots a plan

@@ -319,9 +319,13 @@ class Node:
             else:
                 await host.close()
         await self._keep_strays(decision.strays)
-        for pid, why in decision.delete.items():
-            await self._delete_replica(pid, why)
-            known.discard(pid)
+        refusal = await self.identity.refusal_now() if decision.delete else None
+        if refusal is not None:
+            log.warning("node %s: deleting nothing now: %s", self.node_id, refusal)
+        else:
+            for pid, why in decision.delete.items():
+                await self._delete_replica(pid, why)
+                known.discard(pid)
         self._on_disk = known
         if decision.refused is not None:
             await self._publish(session, force=self._publish_now)

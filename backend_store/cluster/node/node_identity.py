@@ -20,7 +20,7 @@ from pathlib import Path
 import msgpack
 
 from ...lmdb_store.engine import LmdbBackend
-from ..coordination.coordinator import Coordinator, PrefixState
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
 from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_node
 from ..coordination.layout import ClusterIdentity, Layout
 from ..coordination.timeline import Timeline, raise_incarnation_past
@@ -151,6 +151,20 @@ class NodeIdentity:
     def observe(self, state: PrefixState) -> None:
         """A watch delivered ``state``: is etcd behind what this node remembers?"""
         self.timeline.observe(self.incarnation, state.revision)
+
+    async def refusal_now(self) -> str | None:
+        """Why etcd, read directly now, is not this node's cluster (None: it is). Asked
+        before a deletion, the one act that cannot be undone: the watches are apart, and
+        after etcd is wiped the tombstones' can show the new etcd before the cluster
+        record's does (a CI run of session 32: a node deleted a replica on a tombstone a
+        manager wrote into the emptied etcd, 0.1 s before it refused that etcd)."""
+        try:
+            entry = await self.coordinator.get(self.layout.cluster)
+        except CoordinatorUnavailable as exc:
+            return f"etcd cannot be read: {exc}"
+        record = ClusterRecord.parse(entry.value if entry is not None else None)
+        judgement = judge_node(record, self.kept, holds_replicas=True, etcd_has_map=True, layout=self.layout)
+        return judgement.verdict.refusal
 
     def on_record(self, state: PrefixState) -> None:
         entry = state.entries.get(self.layout.cluster)
