@@ -1,13 +1,11 @@
 """A simulated gateway and its producers: sends with dedupe ids to FIFO groups, and the reads after healing.
 
-Production code: the partition map is the gateway's own :class:`ClusterView` (three
-:class:`WatchedPrefix` following the coordinator, :class:`PartitionMap`), requests go through
-:class:`NodeClient` (its dialling replaced: :class:`SimNodeClient`), routing is
-``routing.partition_index``. The loop around each request is ``PartitionCalls.call``'s
-(``client/partition_calls.py``) on virtual time: the leader from the map; on ``not_leader``
-/ ``stale_epoch`` re-read the map and wait up to 0.5 s for the leader to move; retry an
-unknown outcome only for reads and deduplicated sends; give up at the deadline (10 s). The
-circuit breaker per node is left out.
+Production code: the partition map is the gateway's own :class:`ClusterView` (watches
+following the coordinator, :class:`PartitionMap`), each request runs the gateway's own loop,
+``PartitionCalls.call`` (``client/partition_calls.py``: the leader from the map, its hints,
+waits for a leader to move, the circuit breaker per node, requests given up at a leader the
+map shows replaced, the deadline of 10 s), on virtual time, through :class:`NodeClient` (its
+dialling replaced: :class:`SimNodeClient`); routing is ``routing.partition_index``.
 
 Each FIFO group has one producer that sends its messages one at a time, each with a dedupe
 id, and repeats a message until it is acknowledged (as a client that must keep order does).
@@ -16,24 +14,30 @@ id, and repeats a message until it is acknowledged (as a client that must keep o
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend_store.cluster.client.node_pool import NoAnswer, NodeClient
-from backend_store.cluster.client.partition_map import ClusterView, PartitionInfo, PartitionMap
+from backend_store.cluster.client.metadata import ClusterMetadata
+from backend_store.cluster.client.node_health import NodeHealth
+from backend_store.cluster.client.node_pool import NodeClient
+from backend_store.cluster.client.partition_calls import PartitionCalls
+from backend_store.cluster.client.partition_map import ClusterView, PartitionInfo
 from backend_store.cluster.client.routing import partition_index
-from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.cluster.protocol.address import NodeUnreachable
 from backend_store.cluster.protocol.connection import Connection
-from backend_store.cluster.protocol.ops import NotLeader
 from backend_store.cluster.protocol.stream import NodeStream
-from backend_store.errors import PushgateError, QueueNotFound, StaleEpoch, Unavailable
-from backend_store.types import NewMessage, PeekedMessage, QueueAttributes, QueueName, SendResult, TenantId
+from backend_store.errors import PushgateError
+from backend_store.types import (
+    Epoch,
+    NewMessage,
+    PeekedMessage,
+    QueueAttributes,
+    QueueName,
+    SendResult,
+    TenantId,
+)
 
 from .kernel import Process
 from .network import Network
@@ -43,18 +47,43 @@ from .sim_coordinator import SimCoordinator
 TENANT = TenantId("t")
 DEADLINE_S = 10.0
 NODE_TIMEOUT_S = 5.0
-RETRY_PAUSE_S = 0.05
 # The producers' pace, all groups together (a group's pauses between sends follow).
 SENDS_PER_S = 8.0
 
 
 class SimNodeClient(NodeClient):
-    """The production client to one node; only its dialling is the simulated network's."""
+    """The production client to one node; only its dialling is the simulated network's. It
+    notes, per task, the partition that last answered (``served``): the oracle records an
+    acknowledged send under the partition that took it."""
 
-    def __init__(self, proc: Process, network: Network, client_id: str, node_id: str, address: str) -> None:
+    def __init__(
+        self,
+        proc: Process,
+        network: Network,
+        client_id: str,
+        node_id: str,
+        address: str,
+        served: dict[asyncio.Task[Any], int],
+    ) -> None:
         super().__init__(client_id, node_id, address, timeout_s=NODE_TIMEOUT_S)
         self._proc = proc
         self._network = network
+        self._served = served
+
+    async def call_with(
+        self,
+        op: str,
+        partition: int,
+        epoch: Epoch,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> Any:
+        result = await super().call_with(op, partition, epoch, arguments, timeout_s=timeout_s)
+        task = asyncio.current_task()
+        assert task is not None
+        self._served[task] = partition
+        return result
 
     async def _connect(self) -> NodeStream:
         """``NodeClient._connect`` with the simulated network's dial (no TLS)."""
@@ -117,14 +146,20 @@ class SimGateway:
         self.oracle = oracle
         self.rng = rng
         self.layout = layout
-        self.view = ClusterView(coordinator, layout, reread_every_s=2.0)
-        self.view.add_listener(self._map_changed)
-        self._moved = asyncio.Event()
-        # PartitionCalls' held requests: partition -> {task: the epoch asked}; a map showing
-        # a newer leader gives them up (failover in the lease, not in the freeze).
-        self._held: dict[int, dict[asyncio.Task[Any], int]] = {}
-        self._given_up: set[asyncio.Task[Any]] = set()
+        loop = asyncio.get_running_loop()
+        self.view = ClusterView(coordinator, layout, reread_every_s=2.0, clock=loop.time)
+        self.calls = PartitionCalls(
+            self.view,
+            ClusterMetadata(coordinator, layout),
+            NodeHealth(clock=loop.time),
+            deadline_s=DEADLINE_S,
+            node_timeout_s=NODE_TIMEOUT_S,
+            clock=loop.time,
+        )
+        self.calls.pool = self
         self._clients: dict[str, SimNodeClient] = {}
+        # The partition that answered each task's last call (``SimNodeClient``).
+        self._served: dict[asyncio.Task[Any], int] = {}
         self.groups: dict[tuple[str, str], GroupProgress] = {}
         self.sending = True
         self.think_s = 0.5
@@ -144,134 +179,34 @@ class SimGateway:
         elif held <= etcd_revision:
             self.stale_map_noted = False
 
-    def _map_changed(self, current: PartitionMap) -> None:
-        self._moved.set()
-        # ``PartitionCalls._leader_replaced``.
-        for pid, held in list(self._held.items()):
-            part = current.partitions.get(pid)
-            if part is None or part.leader is None:
-                continue
-            for task, epoch in list(held.items()):
-                if part.leader.epoch > epoch:
-                    del held[task]
-                    self._given_up.add(task)
-                    task.cancel()
-            if not held:
-                del self._held[pid]
-
     async def start(self) -> None:
         await self.view.start()
 
-    async def _wait_map(self, condition: Callable[[PartitionMap], bool], timeout_s: float) -> None:
-        """``ClusterView.wait_for`` on virtual time."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not condition(self.view.map):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            self._moved.clear()
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._moved.wait()
-            except TimeoutError:
-                return
-
-    def _client(self, node: str, address: str) -> SimNodeClient:
-        client = self._clients.get(node)
+    def client(self, node_id: str, address: str) -> SimNodeClient:
+        """``NodePool.client`` on the simulated network (``PartitionCalls.pool``)."""
+        client = self._clients.get(node_id)
         if client is None or client.address != address:
-            client = self._clients[node] = SimNodeClient(
-                self.proc, self.network, self.proc.name, node, address
+            client = self._clients[node_id] = SimNodeClient(
+                self.proc, self.network, self.proc.name, node_id, address, self._served
             )
         return client
-
-    # PartitionCalls.call ----------------------------------------------------------------------
 
     async def call(
         self, queue: str, index: int, op: str, *, retry_unknown: bool, **kwargs: Any
     ) -> tuple[int, Any]:
-        """Run ``op`` on the leader of partition ``index`` of ``queue``; (partition id, result)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE_S
-        last: PushgateError = Unavailable(f"no leader for partition {index} of {queue!r}")
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise last
-            await self.proc.awake()
-            current = self.view.map.partition(TENANT, QueueName(queue), index, None)
-            if current is None or current.leader is None:
-                if current is None:
-                    await self._check_queue(queue)
-                await self._wait_map(
-                    functools.partial(_has_leader, queue=queue, index=index), min(remaining, 1.0)
-                )
-                continue
-            leader = current.leader
-            client = self._client(leader.node, leader.address)
-            task = asyncio.current_task()
-            assert task is not None
-            held = self._held.setdefault(current.id, {})
-            held[task] = leader.epoch
-            try:
-                try:
-                    result = await client.call_with(
-                        op,
-                        current.id,
-                        leader.epoch,
-                        {"tenant": TENANT, "queue": queue, **kwargs},
-                        timeout_s=min(remaining, NODE_TIMEOUT_S),
-                    )
-                finally:
-                    held.pop(task, None)
-                    if not held and self._held.get(current.id) is held:
-                        del self._held[current.id]
-            except asyncio.CancelledError:
-                if task not in self._given_up:
-                    raise
-                self._given_up.discard(task)
-                if task.uncancel():
-                    raise
-                last = NoAnswer(
-                    f"partition {current.id}: its leader {leader.node} was replaced while it held the request"
-                )
-                if not retry_unknown:
-                    raise last from None
-                continue
-            except (NotLeader, StaleEpoch):
-                last = Unavailable(f"partition {current.id} is changing leader; retry")
-                await self._refresh()
-                await self._wait_map(functools.partial(_leader_moved, part=current), min(remaining, 0.5))
-                continue
-            except NodeUnreachable as exc:
-                last = exc
-                await self._wait_map(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
-                continue
-            except NoAnswer as exc:
-                if not retry_unknown:
-                    raise
-                last = exc
-                await self._wait_map(functools.partial(_leader_moved, part=current), min(remaining, 0.2))
-                continue
-            except Unavailable as exc:
-                if not retry_unknown:
-                    raise
-                last = exc
-                await asyncio.sleep(min(RETRY_PAUSE_S, max(0.0, deadline - loop.time())))
-                continue
-            return current.id, result
-
-    async def _refresh(self) -> None:
-        with contextlib.suppress(CoordinatorUnavailable):
-            await self.view.refresh()
-
-    async def _check_queue(self, queue: str) -> None:
+        """Run ``op`` on the leader of partition ``index`` of ``queue`` through the production
+        ``PartitionCalls.call``; (the id of the partition that answered, its result)."""
+        name = QueueName(queue)
+        part = self.view.map.partition(TENANT, name, index, None) or PartitionInfo(
+            -1, TENANT, name, index, (), None, "sync"
+        )
+        task = asyncio.current_task()
+        assert task is not None
         try:
-            found = await self.coordinator.get(self.layout.queue(TENANT, queue))
-        except CoordinatorUnavailable:
-            return
-        if found is None:
-            raise QueueNotFound(f"queue {queue!r} does not exist")
+            result = await self.calls.call(part, op, retry_unknown=retry_unknown, queue=queue, **kwargs)
+            return self._served[task], result
+        finally:
+            self._served.pop(task, None)
 
     # Producers --------------------------------------------------------------------------------------
 
@@ -328,13 +263,3 @@ class SimGateway:
         _, messages = await self.call(queue, index, "peek", retry_unknown=True, max_messages=1_000_000)
         assert isinstance(messages, list)
         return messages
-
-
-def _has_leader(current: PartitionMap, queue: str, index: int) -> bool:
-    found = current.partition(TENANT, QueueName(queue), index, None)
-    return found is not None and found.leader is not None
-
-
-def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
-    return found is None or (found.leader is not None and found.leader != part.leader)

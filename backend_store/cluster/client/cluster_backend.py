@@ -187,6 +187,8 @@ class ClusterBackend:
             deadline_s=settings.request_deadline_s,
             node_timeout_s=settings.node_timeout_s,
         )
+        # The node connections while the backend runs (``start`` to ``close``).
+        self.pool: NodePool | None = None
         self.send_batcher = SendBatcher(self.calls.call, enabled=settings.send_batching != 0)
         tls_files = settings.tls_files()
         self.tls = NodeTls.load(tls_files) if tls_files is not None else None
@@ -211,7 +213,7 @@ class ClusterBackend:
         except CoordinatorUnavailable as exc:
             await self.close()
             raise Unavailable(f"cannot reach etcd at {self.endpoints}: {exc.detail}") from None
-        self.calls.pool = NodePool(
+        self.pool = self.calls.pool = NodePool(
             self.gateway_id,
             on_notify=self._notified,
             on_delivery=self._delivered,
@@ -224,7 +226,8 @@ class ClusterBackend:
         self._started = True
 
     async def close(self) -> None:
-        pool, self.calls.pool = self.calls.pool, None  # first: a request racing close must not use it
+        # First: a request racing close must not use it.
+        pool, self.pool, self.calls.pool = self.pool, None, None
         releases = list(self._releases)
         for task in releases:
             task.cancel()  # their messages come back after their visibility timeout
@@ -297,7 +300,7 @@ class ClusterBackend:
         check_receive(max_messages, visibility_timeout_s)
         targets: list[Target] = []
         record = self.metadata.cached_queue(tenant, queue)
-        pool = self.calls.pool
+        pool = self.pool
         if record is not None and pool is not None:
             for part in self._holders(record):
                 leader = part.leader
@@ -361,7 +364,7 @@ class ClusterBackend:
         # The node forgot this connection's demands (and anything it was pushing into it
         # comes back after its visibility timeout): wake their dispatchers now, so they
         # receive (dialling again) and register anew, rather than at their safety poll.
-        if self.calls.pool is None:
+        if self.pool is None:
             return  # closing
         for tenant, queue in self.standing.sent_to(node_id):
             self._wake(tenant, queue)

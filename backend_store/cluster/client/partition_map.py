@@ -231,7 +231,15 @@ class PartitionMap:
 class ClusterView:
     """The newest :class:`PartitionMap`, kept current by three watches."""
 
-    def __init__(self, coordinator: Coordinator, paths: Layout, *, reread_every_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        paths: Layout,
+        *,
+        reread_every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
         self.nodes = WatchedPrefix(coordinator, paths.nodes, reread_every_s=reread_every_s)
         self.partitions = WatchedPrefix(coordinator, paths.partitions, reread_every_s=reread_every_s)
         self.leaders = WatchedPrefix(coordinator, paths.leaders, reread_every_s=reread_every_s)
@@ -289,11 +297,11 @@ class ClusterView:
     async def wait_for(self, condition: Callable[[PartitionMap], bool], timeout_s: float) -> bool:
         """Wait until ``condition(map)`` holds; False if it did not within ``timeout_s``, or
         the view is closed."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock() + timeout_s
         while not condition(self.map):
             if self._closed:
                 return False
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock()
             if remaining <= 0:
                 return False
             self._changed.clear()

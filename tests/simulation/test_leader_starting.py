@@ -1,0 +1,43 @@
+"""The simulation's seeds that found a gateway waiting 0.5 s on a leader that was starting its
+term: they hold within 2.2 s.
+
+After a failover the new leader's key is in etcd, and so in the gateway's map, a moment
+before the leader serves (its term starts: a no-op entry committed by a majority). A request
+in that moment is answered ``not_leader`` with no newer leader named, and the gateway then
+waited up to 0.5 s for the map to move; but no move comes, the map already shows the leader,
+so every such request waited out the 0.5 s. The real-process random-fault test measured the
+same 0.4-0.65 s between the new leader's start and the first acknowledged send (session 33,
+with a traced client). ``minority`` seeds 5, 18 and 24 waited 2.3, 2.5 and 2.4 s under one
+minority fault; the gateway now asks again after 25 ms, doubling up to 0.5 s
+(``client/partition_calls.py``), and they wait 1.6 s. The bound here is tighter than the
+mix's 3 s so that the seeds keep their power to find the wait.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend_store.cluster.client import partition_calls
+
+from .simulation import config_for, run_seed
+
+BOUND_S = 2.2
+FOUND = [5, 18, 24]
+
+
+@pytest.mark.parametrize("seed", FOUND)
+def test_sends_resume_promptly_once_a_new_leader_serves(seed: int) -> None:
+    result = run_seed(config_for(seed, "minority", availability_bound_s=BOUND_S))
+    assert result.ok, (
+        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults minority --bound {BOUND_S}\n"
+        f"{result.trace_text(40)}"
+    )
+
+
+def test_the_seed_still_finds_a_fixed_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the gateway's first wait after ``not_leader`` back at 0.5 s, seed 18 fails again:
+    the test above would catch that wait coming back."""
+    monkeypatch.setattr(partition_calls, "_NOT_LEADER_FIRST_WAIT_S", 0.5)
+    result = run_seed(config_for(18, "minority", availability_bound_s=BOUND_S))
+    assert not result.ok
+    assert "minority-fault-availability" in result.summary()
