@@ -252,6 +252,36 @@ async def test_a_watch_hands_out_each_new_state(coordinator: EtcdCoordinator) ->
         await states.aclose()
 
 
+async def test_a_watch_compares_with_the_state_its_consumer_holds(coordinator: EtcdCoordinator) -> None:
+    """A consumer that also takes states of its own reads (``WatchedPrefix.refresh``) may
+    hold one the watch never yielded; etcd then restored to the state the watch last yielded
+    must still reach it. Compared with its own last state, the watch yielded nothing, and a
+    node kept a cluster record etcd no longer held (simulation seed ``etcd`` 100): here the
+    consumer holds a state of its own making, and the next periodic re-read, equal to the
+    last state yielded, is yielded all the same."""
+    prefix = unique_prefix("held") + "/"
+    await coordinator.put(prefix + "a", b"1")
+    held = PrefixState(prefix, 0)
+    states = coordinator.watch_prefix(prefix, reread_every_s=0.3, held=lambda: held)
+    try:
+        first = await next_state(states)
+        assert first.values() == {"a": b"1"}
+        # The consumer's own read showed another state (a write the watch then missed).
+        held = PrefixState(prefix, first.revision + 1, {})
+        again = await next_state(states)
+        assert again.values() == {"a": b"1"}
+    finally:
+        await states.aclose()
+    # Without ``held``, a state equal to the last one yielded is not yielded again.
+    plain = coordinator.watch_prefix(prefix, reread_every_s=0.3)
+    try:
+        await next_state(plain)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(plain), 1.0)
+    finally:
+        await plain.aclose()
+
+
 async def test_a_watch_closed_as_it_opens_stops_without_being_cancelled(
     coordinator: EtcdCoordinator, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from backend_store.cluster.coordination.coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
@@ -225,10 +225,19 @@ class SimCoordinator:
         if not self.server.connect(link):
             raise CoordinatorUnavailable("etcd: connection refused")
         self._link = link
+        loop = asyncio.get_running_loop()
         for prefix in sorted(self._watching):
+            # Each prefix's watch is re-opened on its own retry timer (``_PrefixFollower``:
+            # a broken watch waits ``_WATCH_RETRY_S``, 0.5 s, before it tries again), so after
+            # etcd comes back the prefixes are read again in any order, up to 0.5 s apart: a
+            # process's picture can be fresh for one prefix and stale for another.
+            loop.call_later(self.network.rng.random() * 0.5, self._reopen_watch, link, prefix)
+        return link
+
+    def _reopen_watch(self, link: _Link, prefix: str) -> None:
+        if link is self._link and not link.broken and prefix in self._watching:
             link.call(Watch(prefix))
             self.nudged(prefix)  # a new watch stream: read again
-        return link
 
     def link_lost(self, link: _Link) -> None:
         if self._link is link:
@@ -328,7 +337,12 @@ class SimCoordinator:
             event.set()
 
     async def watch_prefix(
-        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+        self,
+        prefix: str,
+        *,
+        reread_every_s: float = 5.0,
+        stop: asyncio.Event | None = None,
+        held: Callable[[], PrefixState] | None = None,
     ) -> AsyncGenerator[PrefixState, None]:
         nudge = asyncio.Event()
         self._nudges.setdefault(prefix, []).append(nudge)
@@ -355,7 +369,7 @@ class SimCoordinator:
                     fresh = await self.read_prefix(prefix)
                 except CoordinatorUnavailable:
                     continue
-                if fresh.entries != state.entries:
+                if fresh.entries != (held() if held is not None else state).entries:
                     state = fresh
                     yield state
         finally:

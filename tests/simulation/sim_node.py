@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, PrefixState
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, Entry, PrefixState
 from backend_store.cluster.coordination.identity import ClusterRecord, IdentityVerdict, judge_node
 from backend_store.cluster.coordination.layout import (
     ClusterIdentity,
@@ -30,6 +30,7 @@ from backend_store.cluster.coordination.layout import (
     read_partition_map,
 )
 from backend_store.cluster.coordination.timeline import Timeline, raise_incarnation_past
+from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 from backend_store.cluster.node.etcd_records import (
     leaders_moved,
     read_leaders,
@@ -91,7 +92,11 @@ class SimNode:
         self._changed = asyncio.Event()
         self._partitions: MapView | None = None
         self._tombstones: dict[int, Tombstone] = {}
-        self._cluster: ClusterRecord | None = None  # None: not read yet
+        # ``NodeIdentity.watch``: the cluster record is the one this watch holds, and only
+        # that (a record read or written outside it is applied to it with ``refresh``).
+        self.cluster_watch = WatchedPrefix(self.coordinator, self.layout.cluster, reread_every_s=2.0)
+        self.cluster_watch.add_listener(self._cluster_changed)
+        self._parsed: tuple[Entry | None, ClusterRecord] | None = None
         self.timeline = Timeline()  # NodeIdentity.timeline: what this node remembers of etcd
         self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._on_disk: set[int] | None = None  # replicas found on disk at start (first decision)
@@ -128,10 +133,10 @@ class SimNode:
             (self.layout.leaders, self._on_leaders),
             (self.layout.nodes, self._on_nodes),
             (self.layout.queues, self._on_queues),
-            (self.layout.cluster, self._on_cluster),
             (self.layout.tombstones, self._on_tombstones),
         ):
             self.proc.spawn(self._watch(prefix, handler), f"watch {prefix}")
+        self.proc.spawn(self._begin_cluster_watch(), "watch cluster")
         self.proc.spawn(self._run(), "main loop")
 
     async def _watch(self, prefix: str, handler: Callable[[PrefixState], None]) -> None:
@@ -154,9 +159,22 @@ class SimNode:
     def _on_tombstones(self, state: PrefixState) -> None:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
 
-    def _on_cluster(self, state: PrefixState) -> None:
-        entry = state.entries.get(self.layout.cluster)
-        self._cluster = ClusterRecord.parse(entry.value if entry is not None else None)
+    async def _begin_cluster_watch(self) -> None:
+        self.cluster_watch.begin()  # from the node's task: its tasks are the node's
+
+    def _cluster_changed(self, state: PrefixState, _keys: set[str]) -> None:
+        self.timeline.observe(self.incarnation, state.revision)
+        self._changed.set()
+
+    @property
+    def _cluster(self) -> ClusterRecord | None:
+        """``NodeIdentity.record``: the cluster record as the watch holds it."""
+        if not self.cluster_watch.loaded:
+            return None
+        entry = self.cluster_watch.state.entries.get(self.layout.cluster)
+        if self._parsed is None or self._parsed[0] is not entry:
+            self._parsed = (entry, ClusterRecord.parse(entry.value if entry is not None else None))
+        return self._parsed[1]
 
     def _on_leaders(self, state: PrefixState) -> None:
         leaders = read_leaders(self.layout, state)
@@ -211,14 +229,20 @@ class SimNode:
         await self._publish(session, force=True)
         self.note(f"registered (lease {session.lease_id:x})")
 
+    async def _cluster_read(self) -> ClusterRecord:
+        """``NodeIdentity._record_read``."""
+        if self._cluster is None:
+            await self.cluster_watch.refresh()
+        record = self._cluster
+        if record is None:
+            raise CoordinatorUnavailable("the cluster record was not read yet")
+        return record
+
     async def _judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
         """``NodeIdentity.judge`` (node/node_identity.py), the data directory being the
         model disk: create the cluster's id when the rules say so, adopt etcd's."""
-        if self._cluster is None:
-            entry = await self.coordinator.get(self.layout.cluster)
-            self._cluster = ClusterRecord.parse(entry.value if entry is not None else None)
         judgement = judge_node(
-            self._cluster,
+            await self._cluster_read(),
             self.disk.cluster_id,
             holds_replicas=holds_replicas,
             etcd_has_map=etcd_has_map,
@@ -230,10 +254,9 @@ class SimNode:
             made = ClusterIdentity(f"c-{self.node_id}-{loop_time:.6f}", 0, self.proc.clock())
             if await self.coordinator.create(self.layout.cluster, made.pack()):
                 self.note(f"created cluster {made.cluster_id} in etcd")
-            entry = await self.coordinator.get(self.layout.cluster)
-            self._cluster = ClusterRecord.parse(entry.value if entry is not None else None)
+            await self.cluster_watch.refresh()  # ours, or another node's first
             judgement = judge_node(
-                self._cluster,
+                await self._cluster_read(),
                 self.disk.cluster_id,
                 holds_replicas=holds_replicas,
                 etcd_has_map=etcd_has_map,
@@ -360,12 +383,13 @@ class SimNode:
         outcome = await raise_incarnation_past(self.coordinator, self.layout, self.disk.cluster_id, epoch)
         if outcome is None:
             return False
-        self._cluster = outcome.record
+        await self.cluster_watch.refresh()
         if outcome.raised_to is not None:
             self.note(
                 f"etcd went back in time (epoch {epoch}); raised the incarnation to {outcome.raised_to}"
             )
-        self.timeline.settle(self.incarnation, outcome.revision)
+        raised = outcome.record.identity
+        self.timeline.settle(raised.incarnation if raised is not None else 0, outcome.revision)
         return outcome.behind
 
     async def _publish(self, session: SimSession, *, force: bool = False) -> None:

@@ -24,7 +24,7 @@ Errors are :class:`CoordinatorUnavailable` (code ``unavailable``: etcd unreachab
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -122,12 +122,21 @@ class Coordinator(Protocol):
         return whether it existed and was deleted."""
 
     def watch_prefix(
-        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+        self,
+        prefix: str,
+        *,
+        reread_every_s: float = 5.0,
+        stop: asyncio.Event | None = None,
+        held: Callable[[], PrefixState] | None = None,
     ) -> AsyncGenerator[PrefixState, None]:
         """The prefix's state now, then again each time it changes.
 
         Watch events trigger a re-read; a re-read also runs every ``reread_every_s``, so a
-        broken watch delays news by at most that. Only changed states are yielded. Setting
+        broken watch delays news by at most that. Only changed states are yielded: changed
+        from ``held()``, the state the consumer holds, when given (a consumer that also
+        takes states of its own reads, ``WatchedPrefix.refresh``: compared with the last
+        state yielded instead, a restored etcd whose state equals that one but not the
+        consumer's would never be yielded), else from the last state yielded. Setting
         ``stop`` ends the iteration (after a read in flight): the way to stop a watch from
         another task, since a cancellation can be lost inside the etcd client; the task that
         iterates ends it with ``aclose()`` (an async generator).

@@ -282,7 +282,12 @@ class EtcdCoordinator:
     # Watches --------------------------------------------------------------------------
 
     async def watch_prefix(
-        self, prefix: str, *, reread_every_s: float = 5.0, stop: asyncio.Event | None = None
+        self,
+        prefix: str,
+        *,
+        reread_every_s: float = 5.0,
+        stop: asyncio.Event | None = None,
+        held: Callable[[], PrefixState] | None = None,
     ) -> AsyncGenerator[PrefixState, None]:
         follower = _PrefixFollower(self, prefix)
         task = asyncio.create_task(follower.run(), name=f"etcd-watch {prefix}")
@@ -302,7 +307,7 @@ class EtcdCoordinator:
                     fresh = await self.read_prefix(prefix)
                 except CoordinatorUnavailable:
                     continue
-                if fresh.entries != state.entries:
+                if fresh.entries != (held() if held is not None else state).entries:
                     state = fresh
                     yield state
         finally:

@@ -55,6 +55,11 @@ class WatchedPrefix:
         self._stopping = asyncio.Event()
         self._confirming: asyncio.Task[None] | None = None
 
+    @property
+    def loaded(self) -> bool:
+        """Whether a first state is in."""
+        return self._first.is_set()
+
     def add_listener(self, listener: StateListener) -> None:
         self._listeners.append(listener)
 
@@ -138,7 +143,10 @@ class WatchedPrefix:
         while not self._stopping.is_set():
             try:
                 states = self._coordinator.watch_prefix(
-                    self.prefix, reread_every_s=self._reread_every_s, stop=self._stopping
+                    self.prefix,
+                    reread_every_s=self._reread_every_s,
+                    stop=self._stopping,
+                    held=lambda: self.state,
                 )
                 async for state in states:
                     self.apply(state)

@@ -186,10 +186,13 @@ class Node:
             (self.layout.leaders, self._on_leaders),
             (self.layout.nodes, self._on_nodes),
             (self.layout.queues, self._on_queues),
-            (self.layout.cluster, self.identity.on_record),
+            (self.layout.cluster, None),  # the identity's own watch (node_identity.py)
             (self.layout.tombstones, self._on_tombstones),
         ):
-            watched = WatchedPrefix(self.coordinator, prefix, reread_every_s=2.0)
+            if handler is None:
+                watched = self.identity.watch
+            else:
+                watched = WatchedPrefix(self.coordinator, prefix, reread_every_s=2.0)
             watched.add_listener(self._listener(handler))
             watched.begin()
             self._watched.append(watched)
@@ -218,9 +221,10 @@ class Node:
 
     # Watches ----------------------------------------------------------------------------------
 
-    def _listener(self, handler: Callable[[PrefixState], None]) -> StateListener:
+    def _listener(self, handler: Callable[[PrefixState], None] | None) -> StateListener:
         def listen(state: PrefixState, _keys: set[str]) -> None:
-            handler(state)
+            if handler is not None:
+                handler(state)
             self.identity.observe(state)
             self._changed.set()
 

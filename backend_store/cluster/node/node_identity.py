@@ -20,10 +20,11 @@ from pathlib import Path
 import msgpack
 
 from ...lmdb_store.engine import LmdbBackend
-from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Entry, PrefixState
 from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_node
 from ..coordination.layout import ClusterIdentity, Layout
 from ..coordination.timeline import Timeline, raise_incarnation_past
+from ..coordination.watched_prefix import WatchedPrefix
 from .reconcile import ReplicaLabel
 
 log = logging.getLogger("pushgate.cluster")
@@ -97,7 +98,13 @@ async def read_label(store: LmdbBackend) -> ReplicaLabel | None:
 class NodeIdentity:
     """The node's side of the identity rules: what it keeps, what etcd holds, the verdict.
 
-    ``record`` is fed from the watch of the ``cluster`` key; :meth:`judge` applies
+    ``record`` is the one the watch of the ``cluster`` key holds (``watch``), and only that:
+    a record read or written outside the watch is applied to it (``WatchedPrefix.refresh``).
+    A copy kept apart from the watch went stale for good when etcd was restored again before
+    the watch had seen this node's own raise of the incarnation: the restored record equals
+    the watch's, so no change was ever delivered, and the node kept the raised incarnation,
+    holding off every campaign as "designated before etcd went back in time" (simulation
+    seed ``etcd`` 100, session 33). :meth:`judge` applies
     :func:`~..coordination.identity.judge_node`, creating the cluster id in etcd or adopting
     etcd's when the rules say so, and logs each new refusal once (one line)."""
 
@@ -107,13 +114,24 @@ class NodeIdentity:
         self.coordinator = coordinator
         self.layout = layout
         self.kept: str | None = None
-        self.record: ClusterRecord | None = None  # None: not read yet
+        self.watch = WatchedPrefix(coordinator, layout.cluster, reread_every_s=2.0)
+        self._parsed: tuple[Entry | None, ClusterRecord] | None = None
         self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._loaded = False
         self._trusted_before = False
         # The newest epoch this node knows etcd made: its replicas' fences, the leader keys'
         # epochs and the states its watches delivered (coordination/timeline.py).
         self.timeline = Timeline()
+
+    @property
+    def record(self) -> ClusterRecord | None:
+        """The cluster record as the watch holds it (None: not read yet)."""
+        if not self.watch.loaded:
+            return None
+        entry = self.watch.state.entries.get(self.layout.cluster)
+        if self._parsed is None or self._parsed[0] is not entry:
+            self._parsed = (entry, ClusterRecord.parse(entry.value if entry is not None else None))
+        return self._parsed[1]
 
     @property
     def incarnation(self) -> int:
@@ -128,7 +146,7 @@ class NodeIdentity:
         outcome = await raise_incarnation_past(self.coordinator, self.layout, self.kept, epoch)
         if outcome is None:
             return False
-        self.record = outcome.record
+        await self.watch.refresh()
         if outcome.raised_to is not None:
             log.warning(
                 "node %s: etcd is behind epoch %d that this node remembers: etcd went back in"
@@ -137,7 +155,8 @@ class NodeIdentity:
                 epoch,
                 outcome.raised_to,
             )
-        self.timeline.settle(self.incarnation, outcome.revision)
+        raised = outcome.record.identity
+        self.timeline.settle(raised.incarnation if raised is not None else 0, outcome.revision)
         return outcome.behind
 
     async def settle_timeline(self) -> bool:
@@ -166,19 +185,21 @@ class NodeIdentity:
         judgement = judge_node(record, self.kept, holds_replicas=True, etcd_has_map=True, layout=self.layout)
         return judgement.verdict.refusal
 
-    def on_record(self, state: PrefixState) -> None:
-        entry = state.entries.get(self.layout.cluster)
-        self.record = ClusterRecord.parse(entry.value if entry is not None else None)
+    async def _record_read(self) -> ClusterRecord:
+        """The watch's record, read first if the watch holds none yet."""
+        if self.record is None:
+            await self.watch.refresh()
+        record = self.record
+        if record is None:  # a refresh takes a first state whole: not expected
+            raise CoordinatorUnavailable("the cluster record was not read yet")
+        return record
 
     async def judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
         if not self._loaded:
             self.kept = await asyncio.to_thread(read_cluster_id, self.data_dir)
             self._loaded = True
-        if self.record is None:
-            entry = await self.coordinator.get(self.layout.cluster)
-            self.record = ClusterRecord.parse(entry.value if entry is not None else None)
         judgement = judge_node(
-            self.record,
+            await self._record_read(),
             self.kept,
             holds_replicas=holds_replicas,
             etcd_has_map=etcd_has_map,
@@ -193,10 +214,9 @@ class NodeIdentity:
                     made.cluster_id,
                     self.layout.cluster,
                 )
-            entry = await self.coordinator.get(self.layout.cluster)  # ours, or another node's first
-            self.record = ClusterRecord.parse(entry.value if entry is not None else None)
+            await self.watch.refresh()  # ours, or another node's first
             judgement = judge_node(
-                self.record,
+                await self._record_read(),
                 self.kept,
                 holds_replicas=holds_replicas,
                 etcd_has_map=etcd_has_map,
