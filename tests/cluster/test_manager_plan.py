@@ -283,3 +283,36 @@ def test_the_commands_are_listed_and_documented(capsys: pytest.CaptureFixture[st
             main([command, "--help"])
         assert done.value.code == 0
         assert "--etcd" in capsys.readouterr().out
+
+
+def test_after_etcd_went_back_a_stray_ahead_of_every_replica_leads_again() -> None:
+    # Simulation seed ``all`` 21263: a drain moved p5 from n3 to n1 and n3 deleted its copy;
+    # etcd was restored from before the move, so the record names n3 again (a fresh, empty
+    # copy) and not n1, whose stray holds the acknowledged entries 32-42; n4 was cut off at 31.
+    record = PartitionRecord("t", "q", 0, ("n2", "n3", "n4"), "n2", designated_in=0)
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={
+            "n1": replace(
+                node(), strays={5: "the map places this partition on n2, n3, n4"}, stray_ranks={5: (18, 42)}
+            ),
+            "n3": node(p5=(0, 0)),
+            "n4": node(p5=(18, 31)),
+        },
+        partitions={5: record},
+        incarnation=1,
+    )
+    promoted = plan(v).puts[5]
+    assert promoted.leader == "n1"
+    assert promoted.replicas == ("n2", "n3", "n4", "n1")
+    assert promoted.leaving == ("n2",)  # gone: it leaves once the new set has settled
+    assert promoted.designated_in == 1
+    # A designation of this incarnation is not stale: strays are no candidates (a copy a
+    # finished move left behind may hold an unacknowledged tail; a majority of the current
+    # voters holds every acknowledged write).
+    v.partitions[5] = replace(record, designated_in=1)
+    assert plan(v).puts[5].leader == "n4"
+    # Nor is a stray behind the best replica.
+    v.partitions[5] = record
+    v.nodes["n1"] = replace(v.nodes["n1"], stray_ranks={5: (18, 30)})
+    assert plan(v).puts[5].leader == "n4"

@@ -100,7 +100,7 @@ class SimNode:
         self.timeline = Timeline()  # NodeIdentity.timeline: what this node remembers of etcd
         self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._on_disk: set[int] | None = None  # replicas found on disk at start (first decision)
-        self._stray_lsn: dict[int, int] = {}
+        self._stray_ranks: dict[int, tuple[int, int]] = {}  # Node._stray_ranks
         self.strays: dict[int, str] = {}
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
@@ -332,7 +332,9 @@ class SimNode:
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, SimPartitionHost]) -> node_adapter.Decision:
         hosted = {
-            pid: HostedReplica(pid, open=False, last_lsn=self._stray_lsn.get(pid))
+            pid: HostedReplica(
+                pid, open=False, last_lsn=rank[1] if (rank := self._stray_ranks.get(pid)) else None
+            )
             for pid in self._on_disk or ()
         }
         for pid, host in [*self.hosts.items(), *opened.items()]:
@@ -347,7 +349,7 @@ class SimNode:
         for pid, why in strays.items():
             host = self.hosts.pop(pid, None)
             if host is not None:
-                self._stray_lsn[pid] = host.store.last_lsn
+                self._stray_ranks[pid] = host.last_entry()
                 await self.leadership.resign_key(host.partition)
                 await host.close()
             if self.strays.get(pid) != why:
@@ -365,7 +367,7 @@ class SimNode:
             await host.destroy(why)
         else:
             self.disk.delete(pid, why)
-        self._stray_lsn.pop(pid, None)
+        self._stray_ranks.pop(pid, None)
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
 
@@ -402,8 +404,9 @@ class SimNode:
             claim = self._leaders.get(pid)
             replicas[pid] = await host.position(claim[1] if claim is not None else 0)
         refusal = self.verdict.refusal
+        ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
         record = NodeRecord(
-            self.address, "refused" if refusal else "up", replicas, None, dict(self.strays), refusal
+            self.address, "refused" if refusal else "up", replicas, None, dict(self.strays), refusal, ranks
         )
         if record == self._published and not force:
             return

@@ -64,7 +64,7 @@ class SimPartitionHost(LeaderTerm):
 
     async def position(self, leader_epoch: int) -> ReplicaPosition:
         store = self.store
-        self.last_epoch, last = self._last_entry()
+        self.last_epoch, last = self.last_entry()
         resigned = self.resigned
         if resigned is not None:
             return ReplicaPosition("resigned", store.epoch, resigned.lsn, resigned.last_epoch, leader_epoch)
@@ -111,7 +111,7 @@ class SimPartitionHost(LeaderTerm):
         )
         await leader.start()  # raises StaleEpoch if this replica saw a newer term
         node.oracle.leader_started(node.node_id, node.proc.incarnation, self.partition, epoch, store.data)
-        self._term_start = self._last_entry()
+        self._term_start = self.last_entry()
         self.resigned = None
         self.leader = leader
         self.record = record

@@ -190,6 +190,11 @@ class NodeRecord:
     # with it), each with why: never deleted without a tombstone (docs/cluster.md).
     strays: dict[int, str] = field(default_factory=dict)
     refusal: str | None = None  # why the node refuses etcd (state "refused"), one line
+    # ``(last_epoch, lsn)`` of each stray this node has held open since it started (a stray
+    # found on disk at start is not opened: no rank). After etcd went back in time a stray
+    # can hold acknowledged writes the restored replica set lacks (its membership change was
+    # undone): promotion then compares strays too (manager/election.py).
+    stray_ranks: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def pack(self) -> bytes:
         doc: dict[str, Any] = {
@@ -203,6 +208,8 @@ class NodeRecord:
             doc["strays"] = {str(p): why for p, why in self.strays.items()}
         if self.refusal is not None:
             doc["refusal"] = self.refusal
+        if self.stray_ranks:
+            doc["stray_ranks"] = {str(p): list(rank) for p, rank in self.stray_ranks.items()}
         return pack(doc)
 
     @classmethod
@@ -225,6 +232,7 @@ class NodeRecord:
             storage = NodeStorage.from_dict(v.get("storage"))
             strays = {int(p): str(why) for p, why in (v.get("strays") or {}).items()}
             refusal = v.get("refusal")
+            ranks = {int(p): (int(r[0]), int(r[1])) for p, r in (v.get("stray_ranks") or {}).items()}
             return cls(
                 v["address"],
                 v.get("state", "up"),
@@ -232,6 +240,7 @@ class NodeRecord:
                 storage,
                 strays,
                 None if refusal is None else str(refusal),
+                ranks,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise Unavailable(f"malformed node record: {exc}") from None

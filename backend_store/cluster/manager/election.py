@@ -14,6 +14,16 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
   majorities share a replica, so the best of a majority holds it. Ties go to the requested
   successor (a finished hand-over), then to a replica that did not resign, then to one the
   last leader had in sync (it was in contact with the others), then to the node id.
+  **After etcd went back in time** (the designation is of an earlier incarnation), the
+  restored replica set may predate a membership change: a node it no longer names may keep
+  a stray copy holding writes a majority of the *newer* set acknowledged, and a replica it
+  names may have deleted its copy since (a fresh, empty one now counts toward the majority).
+  Then the best copy anywhere leads: a stray ranked above every fresh position is designated
+  and becomes a voter again (its copy holds everything acknowledged: the best of all copies
+  holds the best of every majority's), and a replica set member that is gone leaves
+  (simulation seed ``all`` 21263, session 33: a drain moved p3 from n3 to n1, etcd was
+  restored to before it, and n4, a replica that had been cut off, was promoted without 11
+  acknowledged entries that n1 kept as a stray).
 - **Hand-over** (:func:`choose_successor`, :func:`review_handover`): leadership of a live
   leader moves only to a voter it publishes as in sync (it acknowledged the leader's whole
   log lately, so it is in contact with the leader and its majority) and has for
@@ -62,6 +72,7 @@ def promote(
     last_in_sync: Collection[str] = (),
     draining: Collection[str] = (),
     incarnation: int = 0,
+    stray_ranks: Mapping[str, tuple[int, int]] | None = None,
 ) -> PartitionRecord:
     """The record with a new designated leader if the key is gone and one is due (the
     caller checked that no node holds ``leaders/{pid}``); else ``record`` unchanged.
@@ -69,7 +80,9 @@ def promote(
     ``last_in_sync``: the replicas the last leader published as in sync (a tie-break);
     ``draining``: nodes being drained (they lose ties too); ``incarnation``: the cluster's
     (a designation made in an earlier one, before etcd went back in time, is stale: nobody
-    campaigns on it, and it is made anew on fresh positions)."""
+    campaigns on it, and it is made anew on fresh positions); ``stray_ranks``: the live
+    nodes keeping a stray copy of the partition, with its ``(last_epoch, lsn)``, compared
+    when the designation is stale (the module's docstring)."""
     leader = record.leader
     current = position_of(nodes, leader, pid) if leader is not None else None
     gave_up = current is not None and current.role == "resigned"
@@ -108,6 +121,28 @@ def promote(
 
     best = max(fresh, key=order)
     designated = record.designation + 1
+    ahead = {
+        n: r for n, r in (stray_ranks or {}).items() if n not in record.members and r > rank(fresh[best])
+    }
+    if stale and ahead:
+        holder = max(ahead, key=lambda n: (ahead[n], n))
+        gone = tuple(n for n in record.replicas if n not in nodes)
+        log.warning(
+            "partition %d: %s keeps a stray copy ahead of every replica (%s) after etcd went back in"
+            " time; it leads again, as a voter",
+            pid,
+            holder,
+            ahead[holder],
+        )
+        return replace(
+            record,
+            replicas=(*record.replicas, holder),
+            leader=holder,
+            successor=None,
+            leaving=gone[:1],
+            designation=designated,
+            designated_in=incarnation,
+        )
     if best == leader and record.successor is None:
         if stale:
             log.warning("partition %d: designating %s again in incarnation %d", pid, leader, incarnation)

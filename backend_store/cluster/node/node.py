@@ -168,7 +168,9 @@ class Node:
         self._on_disk: set[int] | None = None
         self._labels: dict[int, ReplicaLabel | None] = {}
         self.strays: dict[int, str] = {}
-        self._stray_lsn: dict[int, int] = {}
+        # (last_epoch, lsn) of each stray this process held open (published: a restored
+        # etcd's promotion compares them).
+        self._stray_ranks: dict[int, tuple[int, int]] = {}
 
     @property
     def address(self) -> str:
@@ -351,7 +353,9 @@ class Node:
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, PartitionHost]) -> Decision:
         hosted = {
-            pid: HostedReplica(pid, open=False, last_lsn=self._stray_lsn.get(pid))
+            pid: HostedReplica(
+                pid, open=False, last_lsn=rank[1] if (rank := self._stray_ranks.get(pid)) else None
+            )
             for pid in self._on_disk or ()
         }
         for pid, host in [*self.hosts.items(), *opened.items()]:
@@ -388,7 +392,7 @@ class Node:
         for pid, why in strays.items():
             host = self.hosts.pop(pid, None)
             if host is not None:
-                self._stray_lsn[pid] = host.store.last_lsn
+                self._stray_ranks[pid] = host.last_entry()
                 self.events.forget_partition(pid)
                 await self.leadership.resign_key(host.partition)
                 await host.close()
@@ -421,7 +425,7 @@ class Node:
             await host.destroy()
         await asyncio.to_thread(self._delete_directories, pid, why)
         self._labels.pop(pid, None)
-        self._stray_lsn.pop(pid, None)
+        self._stray_ranks.pop(pid, None)
         # Done: the tombstone has served (a failure here leaves it; deleting again is a no-op).
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
@@ -457,7 +461,8 @@ class Node:
         storage = await self.storage.current(h.store for h in list(self.hosts.values()))
         refusal = self.identity.verdict.refusal
         state = "up" if refusal is None else "refused"
-        record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal)
+        ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
+        record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal, ranks)
         if record == self._published and not force:
             return
         await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

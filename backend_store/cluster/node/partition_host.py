@@ -110,7 +110,7 @@ class PartitionHost(LeaderTerm):
 
     async def position(self, leader_epoch: int) -> ReplicaPosition:
         store = self.store
-        self.last_epoch, last = self._last_entry()
+        self.last_epoch, last = self.last_entry()
         resigned = self.resigned
         if resigned is not None:
             # Not our last entry: what we vouch for (see quorum.vouched_position).
@@ -155,7 +155,7 @@ class PartitionHost(LeaderTerm):
             voters=record.replicas,
         )
         await leader.start()  # raises StaleEpoch if this replica saw a newer term
-        self._term_start = self._last_entry()
+        self._term_start = self.last_entry()
         self.resigned = None
         self.leader = leader
         self.record = record

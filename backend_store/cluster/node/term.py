@@ -64,7 +64,7 @@ class LeaderTerm(ABC):
     async def step_down(self, why: str) -> None:
         """Stop leading (deposed, no longer designated, or the node's session was lost)."""
 
-    def _last_entry(self) -> tuple[Epoch, Lsn]:
+    def last_entry(self) -> tuple[Epoch, Lsn]:
         """(epoch of the last entry, last LSN); the epoch as last seen if it was trimmed.
 
         From the store's memory, not a log read: no thread hop, and nothing to trip over
@@ -100,7 +100,7 @@ class LeaderTerm(ABC):
         ):
             return None
         leader.resign(f"handed over to {successor}")
-        last_epoch, lsn = self._last_entry()
+        last_epoch, lsn = self.last_entry()
         self.resigned = Resignation(leader.epoch, now, last_epoch, lsn)
         return self.resigned
 
@@ -174,7 +174,7 @@ class LeaderTerm(ABC):
     def resign_stale(self, epoch: int, now: float, designation: int) -> None:
         """A campaign won at ``epoch`` that this replica's own fence refused: published as
         resigned at its own position until a newer term or the hold-off ends it."""
-        last_epoch, lsn = self._last_entry()
+        last_epoch, lsn = self.last_entry()
         self.resigned = Resignation(epoch, now, last_epoch, lsn, designation)
 
     def keep_leading(self, successor: str | None) -> None:
