@@ -76,6 +76,25 @@ def test_a_failing_node_is_cut_off_then_tried_again() -> None:
     breaker.before_request("n1")
 
 
+def test_a_trial_given_up_without_a_verdict_hands_the_trial_on() -> None:
+    # The trial request was held at a leader the map then showed replaced (or its caller
+    # went away): nothing was learnt of the node, and the next request must be able to try
+    # it. Before, the breaker stayed open for good (simulation seed ``restore`` 30325).
+    now = [100.0]
+    health = NodeHealth(BreakerSettings(failures_to_open=1, cooldown_s=1), clock=lambda: now[0])
+    breaker = health.breaker("n1")
+    assert not breaker.before_request("n1")  # closed: no trial
+    breaker.failed()
+    now[0] += 1
+    assert breaker.before_request("n1")  # the half-open trial
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1")
+    breaker.abandon()
+    assert breaker.before_request("n1")  # the next request is the trial
+    breaker.succeeded()
+    assert health.states()["n1"] == "closed"
+
+
 def test_a_node_that_won_a_newer_term_is_tried_at_once() -> None:
     # The node failed at epoch 40 while it led; it restarted and leads again at epoch 52
     # (epochs are etcd revisions): the first request of the new term is the trial, the

@@ -14,6 +14,12 @@ restart) or was never down. Without that a node that came back and led again was
 for the rest of a cool-down that had doubled while it was dead (found by the random-fault
 test, seed 9, session 31: a leader killed for 0.66 s led again 2.2-2.8 s after the kill,
 and its partition's sends waited up to 4.0 s for the breaker).
+
+A trial that ends without a verdict (given up because the map shows a newer leader, or
+cancelled by its caller) hands the trial on (:meth:`Breaker.abandon`). Before, it kept
+``trial_out`` set for good: the breaker stayed open, and every partition the node led was
+refused by that gateway until it restarted (simulation seeds ``restore`` 30325 and 30355,
+session 33, found once the simulation ran the production request loop).
 """
 
 from __future__ import annotations
@@ -56,18 +62,23 @@ class Breaker:
             return "closed"
         return "open" if self.clock() < self.open_until or self.trial_out else "half_open"
 
-    def before_request(self, node_id: str, epoch: int = 0) -> None:
+    def before_request(self, node_id: str, epoch: int = 0) -> bool:
         """Raise :class:`NodeUnavailable` if the request, for a term of ``epoch``, may not go
-        to the node now."""
+        to the node now; else return whether it goes as the trial (its verdict, or
+        :meth:`abandon`, is then due)."""
         state = self.state
         if state == "closed":
-            return
+            return False
         if state == "half_open" or (epoch > self.failed_epoch and not self.trial_out):
             self.trial_out = True  # this request is the trial; the others wait for its verdict
-            return
+            return True
         error = NodeUnavailable(f"node {node_id} is failing; not sending to it for now")
         error.retry_after_s = max(0.05, self.open_until - self.clock())
         raise error
+
+    def abandon(self) -> None:
+        """The trial ended without a verdict: the next request may be the trial."""
+        self.trial_out = False
 
     def succeeded(self) -> None:
         self.failures = 0

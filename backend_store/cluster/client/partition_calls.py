@@ -187,7 +187,7 @@ class PartitionCalls:
             assert leader is not None
             breaker = self.health.breaker(leader.node)
             try:
-                breaker.before_request(leader.node, leader.epoch)
+                trial = breaker.before_request(leader.node, leader.epoch)
             except Unavailable as exc:
                 last = exc
                 # Wait for the map to move the leader away from the failing node.
@@ -214,6 +214,8 @@ class PartitionCalls:
                     if not held and self._held.get(current.id) is held:
                         del self._held[current.id]
             except asyncio.CancelledError:
+                if trial:
+                    breaker.abandon()  # no verdict on the node: another request may be the trial
                 if task not in self._given_up:
                     raise
                 self._given_up.discard(task)

@@ -1,0 +1,40 @@
+"""The simulation's seeds that found a gateway refusing a node for good: they hold.
+
+Once the simulation's gateway ran the production request loop (``PartitionCalls.call``, with
+its circuit breaker per node; session 33), ``restore`` seeds 30325 and 30355 left a FIFO
+group taking no send for 30 s after healing: the half-open trial request to n1 was held
+at a leader the map then showed replaced and was given up (sent to the new leader), with no
+verdict on n1, so the breaker kept its trial out for good and refused every later request
+to n1, and n1 led that partition. A trial that ends without a verdict now hands the trial on
+(``client/node_health.py``, ``Breaker.abandon``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend_store.cluster.client.node_health import Breaker
+
+from .simulation import config_for, run_seed
+
+FOUND = [30325, 30355]
+
+
+@pytest.mark.parametrize("seed", FOUND)
+def test_a_node_whose_trial_was_given_up_is_tried_again(seed: int) -> None:
+    result = run_seed(config_for(seed, "restore"))
+    assert result.ok, (
+        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults restore\n{result.trace_text(40)}"
+    )
+
+
+def test_the_seed_still_finds_a_trial_kept_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a trial that ends without a verdict kept out, seed 30325 fails again."""
+
+    def kept_out(self: Breaker) -> None:
+        return None
+
+    monkeypatch.setattr(Breaker, "abandon", kept_out)
+    result = run_seed(config_for(30325, "restore"))
+    assert not result.ok
+    assert "available-after-heal" in result.summary()
