@@ -68,6 +68,15 @@ async def test_an_unreadable_partition_record_deletes_nothing_and_the_manager_wr
         return record is not None and "cannot be read" in record.strays.get(pid, "")
 
     await h.wait_for(f"{restarted} to keep its replica as a stray", stray_on_the_restarted_node)
+
+    # Found on disk at start and never served, it is still ranked (opened aside, read, closed):
+    # a promotion after an etcd restore compares strays (manager/election.py).
+    async def stray_ranked() -> tuple[int, int] | None:
+        record = (await h.node_records()).get(restarted)
+        return record.stray_ranks.get(pid) if record is not None else None
+
+    last_epoch, lsn = await h.wait_for(f"{restarted} to publish its stray's position", stray_ranked)
+    assert last_epoch > 0 and lsn > 0
     # The others keep serving what they read: sends are still acknowledged (by a majority).
     for i in range(15, 20):
         await h.send_until_ok(pid, T, "q", f"m{i}")

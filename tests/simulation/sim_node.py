@@ -304,6 +304,7 @@ class SimNode:
             else:
                 await host.close()
         await self._keep_strays(decision.strays)
+        self._rank_strays()
         for pid, why in decision.delete.items():
             await self._delete_replica(pid, why)
             known.discard(pid)
@@ -343,6 +344,14 @@ class SimNode:
                 pid, True, data.label if data is not None else None, host.store.last_lsn
             )
         return node_adapter.decide_replicas(self.node_id, hosted, self._partitions, self._tombstones, verdict)
+
+    def _rank_strays(self) -> None:
+        """``Node._rank_strays``: the position of each stray never held open, from the disk."""
+        for pid in [p for p in self.strays if p not in self._stray_ranks and p not in self.hosts]:
+            data = self.disk.partitions.get(pid)
+            if data is not None:
+                self._stray_ranks[pid] = (data.entries[-1].epoch if data.entries else 0, data.last_lsn)
+                self._publish_now = True
 
     async def _keep_strays(self, strays: dict[int, str]) -> None:
         """Stop serving replicas that became strays (their data stays), and note each once."""

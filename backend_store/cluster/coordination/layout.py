@@ -190,8 +190,8 @@ class NodeRecord:
     # with it), each with why: never deleted without a tombstone (docs/cluster.md).
     strays: dict[int, str] = field(default_factory=dict)
     refusal: str | None = None  # why the node refuses etcd (state "refused"), one line
-    # ``(last_epoch, lsn)`` of each stray this node has held open since it started (a stray
-    # found on disk at start is not opened: no rank). After etcd went back in time a stray
+    # ``(last_epoch, lsn)`` of each stray (one found on disk at start is opened aside once
+    # to read it, never served). After etcd went back in time a stray
     # can hold acknowledged writes the restored replica set lacks (its membership change was
     # undone): promotion then compares strays too (manager/election.py).
     stray_ranks: dict[int, tuple[int, int]] = field(default_factory=dict)

@@ -168,8 +168,8 @@ class Node:
         self._on_disk: set[int] | None = None
         self._labels: dict[int, ReplicaLabel | None] = {}
         self.strays: dict[int, str] = {}
-        # (last_epoch, lsn) of each stray this process held open (published: a restored
-        # etcd's promotion compares them).
+        # (last_epoch, lsn) of each stray (published: a restored etcd's promotion compares
+        # them); read when it stops being served, or once at start (``_rank_strays``).
         self._stray_ranks: dict[int, tuple[int, int]] = {}
 
     @property
@@ -325,6 +325,7 @@ class Node:
             else:
                 await host.close()
         await self._keep_strays(decision.strays)
+        await self._rank_strays()
         refusal = await self.identity.refusal_now() if decision.delete else None
         if refusal is not None:
             log.warning("node %s: deleting nothing now: %s", self.node_id, refusal)
@@ -404,6 +405,20 @@ class Node:
         if strays.keys() != self.strays.keys():
             self._publish_now = True
         self.strays = dict(strays)
+
+    async def _rank_strays(self) -> None:
+        """Read the position of each stray this process never held open (found on disk at
+        start): opened aside, read and closed, never served. Published, it lets a promotion
+        after an etcd restore see a stray of a node restarted since it held the replica."""
+        for pid in [p for p in self.strays if p not in self._stray_ranks and p not in self.hosts]:
+            if not self._replica_path(pid).is_dir():
+                continue  # only a re-seed's leftovers: nothing to read
+            host = await self._open_host(pid)
+            try:
+                self._stray_ranks[pid] = host.last_entry()
+            finally:
+                await host.close()
+            self._publish_now = True
 
     def _replica_path(self, partition: int) -> Path:
         return self.data_dir / "partitions" / str(partition)
