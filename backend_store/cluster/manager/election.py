@@ -122,9 +122,11 @@ def promote(
     best = max(fresh, key=order)
     designated = record.designation + 1
     ahead = {
-        n: r for n, r in (stray_ranks or {}).items() if n not in record.members and r > rank(fresh[best])
+        n: r
+        for n, r in (stray_ranks or {}).items()
+        if stale and n not in record.members and r > rank(fresh[best])
     }
-    if stale and ahead:
+    if ahead:
         holder = max(ahead, key=lambda n: (ahead[n], n))
         gone = tuple(n for n in record.replicas if n not in nodes)
         log.warning(
