@@ -316,3 +316,20 @@ def test_after_etcd_went_back_a_stray_ahead_of_every_replica_leads_again() -> No
     v.partitions[5] = record
     v.nodes["n1"] = replace(v.nodes["n1"], stray_ranks={5: (18, 30)})
     assert plan(v).puts[5].leader == "n4"
+
+
+def test_a_hand_over_waits_for_its_successor_rather_than_take_whoever_published_first() -> None:
+    # Simulation seed ``minority`` 40624: n1 handed p5 over to n3 and gave its key up; n2,
+    # as up to date but cut off from its peers, published first and won the tie.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", successor="n3")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": resigned(p5=(7, 40)), "n2": node(p5=(7, 40)), "n3": node(leader_epoch=7, p5=(7, 40))},
+        partitions={5: record},
+    )
+    assert plan(v).puts == {}  # the successor has yet to see the key vanish
+    v.nodes["n3"] = node(p5=(7, 40))
+    assert plan(v).puts[5].leader == "n3"
+    # A successor that died (its node record gone) is not waited for.
+    del v.nodes["n3"]
+    assert plan(v).puts[5].leader == "n2"

@@ -30,7 +30,8 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
   ``settle_s`` (never to a node that just came back, or that just resigned for lack of a
   quorum). The record names it ``successor``; the leader stops taking writes, waits (bounded)
   until the successor holds its whole log and gives its key up, publishing what it vouches
-  for; promotion then designates the successor on fresh positions like any other. A
+  for; promotion then designates the successor on fresh positions like any other, waiting
+  for the successor's own while it is alive (another replica as up to date may be cut off). A
   request not done within ``handover_timeout_s``, or whose successor fell out of sync or
   died, is withdrawn, that successor passed over for ``settle_s``, and another picked.
 
@@ -107,6 +108,19 @@ def promote(
     }
     if len(fresh) < majority(record.replicas):
         return record  # a minority could lack an acknowledged write: wait
+    successor = record.successor
+    if (
+        successor is not None
+        and successor in record.replicas
+        and successor not in fresh
+        and position_of(nodes, successor, pid) is not None
+    ):
+        # The successor a hand-over chose (in sync, so in contact with a majority), alive
+        # and yet to publish after the key vanished: wait for it rather than pick whoever
+        # published first. Another replica as good may be cut off from its peers (simulation
+        # seed ``minority`` 40624, session 33: n2, cut from its peers 1.2 s before, won the
+        # tie 8 ms after the hand-over, and the partition waited 4.2 s for the heal).
+        return record
 
     def order(n: str) -> tuple[tuple[int, int], bool, bool, bool, bool, str]:
         p = fresh[n]
