@@ -305,9 +305,13 @@ class SimNode:
                 await host.close()
         await self._keep_strays(decision.strays)
         self._rank_strays()
-        for pid, why in decision.delete.items():
-            await self._delete_replica(pid, why)
-            known.discard(pid)
+        refusal = await self._refusal_now() if decision.delete else None
+        if refusal is not None:
+            self.note(f"deleting nothing now: {refusal}")
+        else:
+            for pid, why in decision.delete.items():
+                await self._delete_replica(pid, why)
+                known.discard(pid)
         self._on_disk = known
         if decision.refused is not None:
             await self._publish(session, force=self._publish_now)
@@ -344,6 +348,18 @@ class SimNode:
                 pid, True, data.label if data is not None else None, host.store.last_lsn
             )
         return node_adapter.decide_replicas(self.node_id, hosted, self._partitions, self._tombstones, verdict)
+
+    async def _refusal_now(self) -> str | None:
+        """``NodeIdentity.refusal_now``: etcd's cluster record read directly before a deletion."""
+        try:
+            entry = await self.coordinator.get(self.layout.cluster)
+        except CoordinatorUnavailable as exc:
+            return f"etcd cannot be read: {exc}"
+        record = ClusterRecord.parse(entry.value if entry is not None else None)
+        judgement = judge_node(
+            record, self.disk.cluster_id, holds_replicas=True, etcd_has_map=True, layout=self.layout
+        )
+        return judgement.verdict.refusal
 
     def _rank_strays(self) -> None:
         """``Node._rank_strays``: the position of each stray never held open, from the disk."""

@@ -9,15 +9,29 @@ fix (a direct read of the cluster record before any plan that deletes or tombsto
 it, because its model of etcd's client read every prefix again at once when a connection
 came back. Since session 33 each prefix's watch re-opens on its own timer, up to 0.5 s apart,
 as ``etcd_coordinator._PrefixFollower`` does, and ``etcd`` seeds 1, 28 and 121 replay the
-deletion without the direct read (13 of seeds 0-199 do).
+deletion without the manager's direct read (13 of seeds 0-199 did, before the model's node
+read the record directly too, as production's does; now each read alone holds seed 1).
+
+``all`` 51983 (session 33's last sweep): etcd wiped twice; after the second wipe a node new
+to the cluster (it keeps no cluster id) found etcd empty and made a new cluster in it, as a
+first node does. The managers judged etcd by whether it held *a* cluster id, not the one
+they had trusted, so m2 planned on the new etcd, deleted the old cluster's partitions and
+tombstoned their replicas, and n2 deleted a replica holding acknowledged entries. A manager
+now remembers the cluster id it trusted first and refuses another, as gateways do
+(``manager/manager.py``, ``_cluster_id``); the model's node also reads the record directly
+before a deletion now, as production's does (``NodeIdentity.refusal_now``).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from backend_store.cluster.coordination.identity import ClusterRecord, IdentityVerdict, judge_stateless
+from backend_store.cluster.coordination.layout import Layout
+from backend_store.cluster.manager import manager
 from backend_store.cluster.manager.manager import Manager
 
+from .sim_node import SimNode
 from .simulation import config_for, run_seed
 
 FOUND = [1, 28, 121]
@@ -31,14 +45,34 @@ def test_a_wiped_etcd_deletes_nothing(seed: int) -> None:
     )
 
 
-def test_without_the_direct_read_the_seed_finds_the_deletion(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The manager trusting its watches' picture again: seed 1 deletes a replica holding
-    acknowledged entries, so the test above would catch the direct read going away."""
+def test_without_the_direct_reads_the_seed_finds_the_deletion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manager and the nodes trusting their watches' picture again (each read alone
+    holds the seed): seed 1 deletes a replica holding acknowledged entries, so the test
+    above would catch the direct reads going away."""
 
     async def trusting(self: Manager) -> bool:
         return True
 
+    async def no_refusal(self: SimNode) -> str | None:
+        return None
+
     monkeypatch.setattr(Manager, "_cluster_confirmed", trusting)
+    monkeypatch.setattr(SimNode, "_refusal_now", no_refusal)
     result = run_seed(config_for(1, "etcd"))
     assert not result.ok
     assert "deleted its replica" in result.summary()
+
+
+def test_a_manager_refuses_a_cluster_id_it_did_not_trust_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_seed(config_for(51983, "all"))
+    assert result.ok, (
+        f"{result.summary()}\nreplay: scripts/simulate --seed 51983 --faults all\n{result.trace_text(40)}"
+    )
+
+    def any_cluster(record: ClusterRecord, _first_seen: str | None, layout: Layout) -> IdentityVerdict:
+        return judge_stateless(record, None, layout)
+
+    monkeypatch.setattr(manager, "judge_stateless", any_cluster)
+    forgetful = run_seed(config_for(51983, "all"))
+    assert not forgetful.ok
+    assert "deleted its replica" in forgetful.summary()

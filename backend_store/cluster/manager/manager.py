@@ -69,6 +69,10 @@ class Manager:
         self.clock = clock
         self.tick_s = tick_s
         self.view = ClusterView()
+        # The cluster id this manager first trusted: another one (etcd wiped, and a node
+        # new to the cluster made a fresh id in it) is refused like an empty etcd, as
+        # gateways do (simulation seed ``all`` 51983, session 33).
+        self._cluster_id: str | None = None
         # Every partition record read here, kept when it leaves etcd: one that comes back
         # unreadable (etcd restored from a backup that holds it corrupted, after a restore
         # that held no map) is repaired from it, not left unknown for good (simulation seed
@@ -168,7 +172,8 @@ class Manager:
     def _on_cluster(self, state: PrefixState) -> None:
         entry = state.entries.get(self.layout.cluster)
         record = ClusterRecord.parse(entry.value if entry else None)
-        verdict = judge_stateless(record, None, self.layout)
+        verdict = judge_stateless(record, self._cluster_id, self.layout)
+        self._cluster_id = verdict.cluster_id
         if record.identity is not None:
             self.view.incarnation = record.identity.incarnation
         if verdict.refusal is not None and verdict.refusal != self.view.distrust:
@@ -259,9 +264,11 @@ class Manager:
         apart, and after etcd is wiped the queues' watch can show the empty etcd before the
         cluster's does; a plan on that picture deletes every partition, and its queue's key,
         read directly, is gone indeed (a CI run of session 32: a replica deleted 50 ms after
-        this manager led the emptied etcd, 28 ms before it logged "planning nothing")."""
+        this manager led the emptied etcd, 28 ms before it logged "planning nothing"). The
+        record must hold the cluster this manager trusted first, not merely one."""
         entry = await self.coordinator.get(self.layout.cluster)
-        verdict = judge_stateless(ClusterRecord.parse(entry.value if entry else None), None, self.layout)
+        record = ClusterRecord.parse(entry.value if entry else None)
+        verdict = judge_stateless(record, self._cluster_id, self.layout)
         if verdict.refusal is not None:
             log.warning("%s: deleting nothing: %s", self.manager_id, verdict.refusal)
             return False
