@@ -333,3 +333,28 @@ def test_a_hand_over_waits_for_its_successor_rather_than_take_whoever_published_
     # A successor that died (its node record gone) is not waited for.
     del v.nodes["n3"]
     assert plan(v).puts[5].leader == "n2"
+
+
+def test_after_etcd_went_back_every_copy_counts_fresh_or_not_named_or_not() -> None:
+    # Simulation seed ``all`` 51423: etcd restored to a map naming n4, n1, n2 for p5. n1's
+    # position (epoch 44) and n4's (behind by 3) were fresh, n2's (the newest) not yet, and
+    # n3, a voter of the set the restore undid, still served the newest copy.
+    record = PartitionRecord("t", "q", 0, ("n4", "n1", "n2"), "n1", designated_in=0)
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={
+            "n1": node(p5=(44, 34)),
+            "n2": node(leader_epoch=44, p5=(132, 52)),
+            "n3": node(p5=(132, 52)),
+            "n4": node(p5=(132, 49)),
+        },
+        partitions={5: record},
+        incarnation=1,
+    )
+    promoted = plan(v).puts[5]
+    assert promoted.leader == "n3" and promoted.replicas == ("n4", "n1", "n2", "n3")
+    # Without n3: a voter ahead that has yet to publish after the key vanished is waited for.
+    del v.nodes["n3"]
+    assert plan(v).puts == {}
+    v.nodes["n2"] = node(p5=(132, 52))
+    assert plan(v).puts[5].leader == "n2"

@@ -18,12 +18,16 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
   restored replica set may predate a membership change: a node it no longer names may keep
   a stray copy holding writes a majority of the *newer* set acknowledged, and a replica it
   names may have deleted its copy since (a fresh, empty one now counts toward the majority).
-  Then the best copy anywhere leads: a stray ranked above every fresh position is designated
-  and becomes a voter again (its copy holds everything acknowledged: the best of all copies
-  holds the best of every majority's), and a replica set member that is gone leaves
-  (simulation seed ``all`` 21263, session 33: a drain moved p3 from n3 to n1, etcd was
-  restored to before it, and n4, a replica that had been cut off, was promoted without 11
-  acknowledged entries that n1 kept as a stray).
+  Then the best copy anywhere leads (:func:`copies_ahead`: every copy a live node reports,
+  served or stray, fresh or not, in the map's set or not). A voter ahead of the best fresh
+  position is waited for; a node the map does not name (a stray, or one still serving what
+  the newer set gave it) is designated and becomes a voter again (its copy holds everything
+  acknowledged: the best of all copies holds the best of every majority's), and a member
+  that is gone leaves. Found by the simulation, session 33: ``all`` 21263 (a drain moved p3
+  from n3 to n1, etcd was restored to before it, and n4, cut off before, was promoted
+  without 11 acknowledged entries n1 kept as a stray) and ``all`` 51423 (the restored set
+  named n1, n2, n4; n1's old position and n4's, both behind, were fresh, n2's was not yet,
+  and n3, a voter of the newer set, still served the newest copy).
 - **Hand-over** (:func:`choose_successor`, :func:`review_handover`): leadership of a live
   leader moves only to a voter it publishes as in sync (it acknowledged the leader's whole
   log lately, so it is in contact with the leader and its majority) and has for
@@ -73,7 +77,6 @@ def promote(
     last_in_sync: Collection[str] = (),
     draining: Collection[str] = (),
     incarnation: int = 0,
-    stray_ranks: Mapping[str, tuple[int, int]] | None = None,
 ) -> PartitionRecord:
     """The record with a new designated leader if the key is gone and one is due (the
     caller checked that no node holds ``leaders/{pid}``); else ``record`` unchanged.
@@ -81,9 +84,8 @@ def promote(
     ``last_in_sync``: the replicas the last leader published as in sync (a tie-break);
     ``draining``: nodes being drained (they lose ties too); ``incarnation``: the cluster's
     (a designation made in an earlier one, before etcd went back in time, is stale: nobody
-    campaigns on it, and it is made anew on fresh positions); ``stray_ranks``: the live
-    nodes keeping a stray copy of the partition, with its ``(last_epoch, lsn)``, compared
-    when the designation is stale (the module's docstring)."""
+    campaigns on it, and it is made anew on fresh positions, compared with every copy a
+    live node reports: the module's docstring)."""
     leader = record.leader
     current = position_of(nodes, leader, pid) if leader is not None else None
     gave_up = current is not None and current.role == "resigned"
@@ -135,17 +137,15 @@ def promote(
 
     best = max(fresh, key=order)
     designated = record.designation + 1
-    ahead = {
-        n: r
-        for n, r in (stray_ranks or {}).items()
-        if stale and n not in record.members and r > rank(fresh[best])
-    }
+    ahead = copies_ahead(nodes, pid, rank(fresh[best])) if stale else {}
     if ahead:
         holder = max(ahead, key=lambda n: (ahead[n], n))
+        if holder in record.replicas:
+            return record  # a voter further ahead has yet to publish after the key vanished
         gone = tuple(n for n in record.replicas if n not in nodes)
         log.warning(
-            "partition %d: %s keeps a stray copy ahead of every replica (%s) after etcd went back in"
-            " time; it leads again, as a voter",
+            "partition %d: %s holds a copy ahead of every replica the map names (%s) after etcd"
+            " went back in time; it leads, as a voter",
             pid,
             holder,
             ahead[holder],
@@ -153,6 +153,7 @@ def promote(
         return replace(
             record,
             replicas=(*record.replicas, holder),
+            learners=tuple(n for n in record.learners if n != holder),
             leader=holder,
             successor=None,
             leaving=gone[:1],
@@ -180,6 +181,20 @@ def promote(
             why = "gave up its key" if gave_up else "is gone"
             log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
     return replace(record, leader=best, successor=None, designation=designated, designated_in=incarnation)
+
+
+def copies_ahead(
+    nodes: Mapping[str, NodeRecord], pid: int, than: tuple[int, int]
+) -> dict[str, tuple[int, int]]:
+    """Each live node's copy of ``pid`` (served, or kept as a stray) ranked above ``than``,
+    fresh or not, in the map's replica set or not."""
+    out: dict[str, tuple[int, int]] = {}
+    for node_id, record in nodes.items():
+        served = record.replicas.get(pid)
+        held = max(rank(served) if served is not None else (0, 0), record.stray_ranks.get(pid, (0, 0)))
+        if held > than:
+            out[node_id] = held
+    return out
 
 
 def follow_key_holder(

@@ -223,9 +223,6 @@ class _Planner:
                 last_in_sync=self.memory.last_in_sync.get(pid, ()),
                 draining=self.draining,
                 incarnation=view.incarnation,
-                stray_ranks={
-                    n: rank for n, rec in view.nodes.items() if (rank := rec.stray_ranks.get(pid)) is not None
-                },
             )
         if holder != record.leader:
             return election.follow_key_holder(view.nodes, pid, record, holder)
