@@ -301,6 +301,8 @@ def test_after_etcd_went_back_a_stray_ahead_of_every_replica_leads_again() -> No
         },
         partitions={5: record},
         incarnation=1,
+        incarnation_revision=100,  # the raise; every record here was published since
+        node_revisions={"n1": 101, "n3": 102, "n4": 103},
     )
     promoted = plan(v).puts[5]
     assert promoted.leader == "n1"
@@ -350,6 +352,8 @@ def test_after_etcd_went_back_every_copy_counts_fresh_or_not_named_or_not() -> N
         },
         partitions={5: record},
         incarnation=1,
+        incarnation_revision=100,
+        node_revisions={"n1": 101, "n2": 102, "n3": 103, "n4": 104},
     )
     promoted = plan(v).puts[5]
     assert promoted.leader == "n3" and promoted.replicas == ("n4", "n1", "n2", "n3")
@@ -358,3 +362,23 @@ def test_after_etcd_went_back_every_copy_counts_fresh_or_not_named_or_not() -> N
     assert plan(v).puts == {}
     v.nodes["n2"] = node(p5=(132, 52))
     assert plan(v).puts[5].leader == "n2"
+
+
+def test_after_etcd_went_back_a_position_the_restore_brought_back_does_not_count() -> None:
+    # Simulation seed ``restore`` 60781: the records of n2 and n3 came back with the
+    # snapshot (n3 frozen, so it could not publish again), showing their positions of that
+    # time; n3's, 3 entries behind n1's acknowledged ones, was designated.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n3", designated_in=0)
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n2": node(p5=(14, 10)), "n3": node(p5=(14, 12))},
+        partitions={5: record},
+        incarnation=1,
+        incarnation_revision=100,
+        node_revisions={"n2": 60, "n3": 61},  # written before the raise: the snapshot's
+    )
+    assert plan(v).puts == {}
+    # n2 and n1 publish again after the raise: n1 holds the acknowledged entries.
+    v.nodes.update({"n1": node(p5=(101, 15)), "n2": node(p5=(101, 15))})
+    v.node_revisions.update({"n1": 101, "n2": 102})
+    assert plan(v).puts[5].leader in ("n1", "n2")

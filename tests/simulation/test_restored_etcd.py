@@ -35,6 +35,11 @@ first commit; the last two by its last sweep, and they failed on 91f0224 too.
   went back in time", and a partition took no send after healing. A node's cluster record is
   now the one its watch holds, and only that (``node/node_identity.py``), and a watch compares
   a fresh read with the state its consumer holds (``Coordinator.watch_prefix``'s ``held``).
+- ``restore`` 60781 (session 33): etcd restored while n3 was frozen; the node records came
+  back with the snapshot, showing their positions of that time, and the manager designated
+  n3 on its restored position, 3 entries behind what n1 had acknowledged since. After a
+  restore a promotion now counts only positions published since the incarnation was raised
+  (``manager/plan.py``; ``tests/cluster/test_manager_plan.py`` pins the rule).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from .etcd_model import Compare, Delete, Put, Txn
 from .sim_coordinator import SimCoordinator
 from .simulation import config_for, run_seed
 
-FOUND = [("etcd", 6980), ("etcd", 6242), ("etcd", 7539), ("etcd", 7014), ("etcd", 100)]
+FOUND = [("etcd", 6980), ("etcd", 6242), ("etcd", 7539), ("etcd", 7014), ("etcd", 100), ("restore", 60781)]
 
 
 @pytest.mark.parametrize(("mix", "seed"), FOUND, ids=[f"{m}-{s}" for m, s in FOUND])

@@ -133,10 +133,14 @@ class Manager:
 
     def _on_nodes(self, state: PrefixState) -> None:
         out: dict[str, NodeRecord] = {}
-        for node_id, value in state.values().items():
+        revisions: dict[str, int] = {}
+        for key, entry in state.entries.items():
+            node_id = key[len(state.prefix) :]
             with contextlib.suppress(PushgateError):
-                out[node_id] = NodeRecord.unpack(value)
+                out[node_id] = NodeRecord.unpack(entry.value)
+                revisions[node_id] = entry.mod_revision
         self.view.nodes = out
+        self.view.node_revisions = revisions
 
     def _on_partitions(self, state: PrefixState) -> None:
         read = read_partition_map(state.values(), self._ever_read)
@@ -174,8 +178,9 @@ class Manager:
         record = ClusterRecord.parse(entry.value if entry else None)
         verdict = judge_stateless(record, self._cluster_id, self.layout)
         self._cluster_id = verdict.cluster_id
-        if record.identity is not None:
+        if record.identity is not None and entry is not None:
             self.view.incarnation = record.identity.incarnation
+            self.view.incarnation_revision = entry.mod_revision
         if verdict.refusal is not None and verdict.refusal != self.view.distrust:
             log.warning("%s: planning nothing: %s", self.manager_id, verdict.refusal)
         self.view.distrust = verdict.refusal

@@ -53,8 +53,13 @@ class ClusterView:
     drained: set[str] = field(default_factory=set)  # nodes an operator asked to drain
     tombstones: dict[tuple[int, str], Tombstone] = field(default_factory=dict)
     counter: int = 0
-    # The cluster's incarnation (raised when etcd is found to have gone back in time).
+    # The cluster's incarnation (raised when etcd is found to have gone back in time), and
+    # the revision its record was last written at (the raise, after a restore).
     incarnation: int = 0
+    incarnation_revision: int = 0
+    # The revision each node record was last written at: after a restore, records older than
+    # the raise are the snapshot's, with the positions of its time.
+    node_revisions: dict[str, int] = field(default_factory=dict)
     # Why etcd's cluster record is not to be trusted (None: it holds a readable cluster id):
     # a manager plans nothing on an etcd that holds no cluster (coordination/identity.py).
     distrust: str | None = "the cluster record was not read yet"
@@ -216,8 +221,19 @@ class _Planner:
         if record.leader is None and record.replicas:
             return replace(record, leader=record.replicas[0], designated_in=view.incarnation)
         if holder is None:
+            nodes = view.nodes
+            if record.designated_in < view.incarnation:
+                # A designation from before etcd went back in time: only positions published
+                # since the incarnation was raised are current; a record the restore brought
+                # back shows the snapshot's (simulation seed ``restore`` 60781, session 33: a
+                # frozen replica's restored position, 3 entries behind, was designated).
+                nodes = {
+                    n: rec
+                    for n, rec in nodes.items()
+                    if view.node_revisions.get(n, 0) > view.incarnation_revision
+                }
             return election.promote(
-                view.nodes,
+                nodes,
                 pid,
                 record,
                 last_in_sync=self.memory.last_in_sync.get(pid, ()),
