@@ -7,9 +7,9 @@ in that moment is answered ``not_leader`` with no newer leader named, and the ga
 waited up to 0.5 s for the map to move; but no move comes, the map already shows the leader,
 so every such request waited out the 0.5 s. The real-process random-fault test measured the
 same 0.4-0.65 s between the new leader's start and the first acknowledged send (session 33,
-with a traced client). ``minority`` seeds 16, 28 and 38 waited 2.3, 2.4 and 2.3 s under one
+with a traced client). ``minority`` seeds 16, 19 and 38 waited 2.3 s each under one
 minority fault; the gateway now asks again after 25 ms, doubling up to 0.5 s
-(``client/partition_calls.py``), and they wait 1.8, 0.9 and 0 s (seeds 5, 18 and 24 showed
+(``client/partition_calls.py``), and they wait 1.8, 1.9 and 0 s (seeds 5, 18 and 24 showed
 the same before the model of etcd's client re-opened each watch on its own timer, which
 changed every trace). The bound here is tighter than the mix's 3 s so that the seeds keep
 their power to find the wait.
@@ -24,7 +24,7 @@ from backend_store.cluster.client import partition_calls
 from .simulation import config_for, run_seed
 
 BOUND_S = 2.2
-FOUND = [16, 28, 38]
+FOUND = [16, 19, 38]
 
 
 @pytest.mark.parametrize("seed", FOUND)
@@ -37,9 +37,9 @@ def test_sends_resume_promptly_once_a_new_leader_serves(seed: int) -> None:
 
 
 def test_the_seed_still_finds_a_fixed_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the gateway's first wait after ``not_leader`` back at 0.5 s, seed 28 fails again:
+    """With the gateway's first wait after ``not_leader`` back at 0.5 s, seed 16 fails again:
     the test above would catch that wait coming back."""
     monkeypatch.setattr(partition_calls, "_NOT_LEADER_FIRST_WAIT_S", 0.5)
-    result = run_seed(config_for(28, "minority", availability_bound_s=BOUND_S))
+    result = run_seed(config_for(16, "minority", availability_bound_s=BOUND_S))
     assert not result.ok
     assert "minority-fault-availability" in result.summary()

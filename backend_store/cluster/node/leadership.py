@@ -57,6 +57,7 @@ Not leading:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -74,6 +75,9 @@ from ..replication.log_shipping import ReplicationLeader
 from ..replication.quorum import Resignation
 
 log = logging.getLogger("pushgate.cluster")
+
+# Check-quorum is confirmed after this pause, so that answers already received are read first.
+_QUORUM_CONFIRM_S = 0.05
 
 
 class Action(StrEnum):
@@ -351,7 +355,13 @@ class NodeLeadership:
                     await self.resign_key(host.partition)
                     await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")
             case Action.RESIGN_FOR_QUORUM:
-                await self._resign_for_quorum(host, now)
+                # Confirm after a short pause: after this process stalled (a loaded machine),
+                # this tick's timer runs before the tasks that read the followers' answers
+                # already in the sockets, and a majority that answered all along looks
+                # silent (a fresh leader resigned mid-send in CI, test_node_storage.py).
+                await asyncio.sleep(_QUORUM_CONFIRM_S)
+                if host.lacks_quorum(self.clock(), nodes):
+                    await self._resign_for_quorum(host, self.clock())
             case Action.HAND_OVER:
                 assert decision.successor is not None
                 host.update_links(record, addresses)
