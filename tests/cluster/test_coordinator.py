@@ -19,8 +19,14 @@ from typing import TypeVar
 
 import pytest
 
-from backend_store.cluster.coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
+from backend_store.cluster.coordination.coordinator import (
+    Claim,
+    Coordinator,
+    CoordinatorUnavailable,
+    PrefixState,
+)
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator, parse_endpoints
+from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 from backend_store.errors import ConfigurationError, InvalidRequest
 from backend_store.types import Epoch
 from tests.conftest import scaled
@@ -142,6 +148,38 @@ async def test_one_campaign_wins_and_its_epoch_is_the_keys_create_revision(
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_campaign_on_a_designation_etcd_no_longer_holds_is_refused(
+    coordinator: EtcdCoordinator,
+) -> None:
+    """A node claims a partition's leader key only while etcd still holds the partition
+    record it read (simulation seed ``all`` 100074: a node whose map watch was behind led on
+    a designation the manager had replaced)."""
+    typed: Coordinator = coordinator
+    prefix = unique_prefix("designated")
+    key, record = prefix + "/leaders/1", prefix + "/partitions/1"
+    session, other = await typed.open_session(), await typed.open_session()
+    try:
+        await typed.put(record, b"leader n3")
+        await typed.put(record, b"leader n2")  # the manager moved on; n3's watch is behind
+        refused = await typed.campaign(session, key, b"n3", designation=(record, b"leader n3"))
+        assert refused == Claim(False, Epoch(0), b"")
+        assert await typed.get(key) is None  # nothing claimed
+        # Absent, the record designates nobody either.
+        absent = prefix + "/partitions/2"
+        assert not (await typed.campaign(session, key, b"n3", designation=(absent, b"x"))).won
+
+        won = await typed.campaign(other, key, b"n2", designation=(record, b"leader n2"))
+        assert won.won
+        # Held by another: the holder is reported, whatever the designation says.
+        lost = await typed.campaign(session, key, b"n3", designation=(record, b"leader n3"))
+        assert (lost.won, lost.epoch, lost.holder) == (False, won.epoch, b"n2")
+        # One's own earlier claim is still a win, as without a designation.
+        assert await typed.campaign(other, key, b"n2", designation=(record, b"leader n2")) == won
+    finally:
+        await session.close()
+        await other.close()
 
 
 async def test_a_killed_holders_lease_expires_and_the_successor_gets_a_higher_epoch(
@@ -280,6 +318,28 @@ async def test_a_watch_compares_with_the_state_its_consumer_holds(coordinator: E
             await asyncio.wait_for(anext(plain), 1.0)
     finally:
         await plain.aclose()
+
+
+async def test_a_read_of_our_own_that_comes_back_older_is_taken_at_once(
+    coordinator: EtcdCoordinator,
+) -> None:
+    """``WatchedPrefix.refresh`` reads after the held state was taken, so an older answer is
+    etcd gone back in time and is taken before ``refresh`` returns. Left to the confirming
+    read, a node that raised the incarnation after a restore decided on its record from
+    before the restore meanwhile, and led at its restored key's old epoch (simulation seed
+    ``all`` 150423). Here the held state is one from "before a restore": a revision etcd
+    has not reached."""
+    prefix = unique_prefix("refresh") + "/"
+    await coordinator.put(prefix + "cluster", b"incarnation 1")
+    watch = WatchedPrefix(coordinator, prefix, reread_every_s=60.0)
+    try:
+        await watch.start()
+        watch.apply(PrefixState(prefix, 10**12, {}))  # held from an etcd that went further
+        await watch.refresh()
+        assert watch.state.revision < 10**12
+        assert watch.state.values() == {"cluster": b"incarnation 1"}
+    finally:
+        await watch.close()
 
 
 async def test_a_watch_closed_as_it_opens_stops_without_being_cancelled(

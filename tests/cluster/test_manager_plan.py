@@ -10,6 +10,7 @@ import pytest
 
 from backend_store.cluster.coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
 from backend_store.cluster.manager.plan import ClusterView, plan
+from backend_store.types import make_epoch
 from gateway.cli import main
 
 from .plan_runs import Run, publish
@@ -309,11 +310,17 @@ def test_after_etcd_went_back_a_stray_ahead_of_every_replica_leads_again() -> No
     assert promoted.replicas == ("n2", "n3", "n4", "n1")
     assert promoted.leaving == ("n2",)  # gone: it leaves once the new set has settled
     assert promoted.designated_in == 1
-    # A designation of this incarnation is not stale: strays are no candidates (a copy a
-    # finished move left behind may hold an unacknowledged tail; a majority of the current
-    # voters holds every acknowledged write).
+    # Designated again in this incarnation, but no term of it has written an entry yet (n4
+    # froze before it led: simulation seed ``all`` 100400): the set is still the snapshot's,
+    # so every copy still counts.
     v.partitions[5] = replace(record, designated_in=1)
+    assert plan(v).puts[5].leader == "n1"
+    # Once a term of this incarnation has written an entry a majority holds, strays are no
+    # candidates (a copy a finished move left behind may hold an unacknowledged tail; a
+    # majority of the current voters holds every acknowledged write).
+    v.nodes["n4"] = node(p5=(make_epoch(1, 120), 43))
     assert plan(v).puts[5].leader == "n4"
+    v.nodes["n4"] = node(p5=(18, 31))
     # Nor is a stray behind the best replica.
     v.partitions[5] = record
     v.nodes["n1"] = replace(v.nodes["n1"], stray_ranks={5: (18, 30)})
@@ -378,7 +385,56 @@ def test_after_etcd_went_back_a_position_the_restore_brought_back_does_not_count
         node_revisions={"n2": 60, "n3": 61},  # written before the raise: the snapshot's
     )
     assert plan(v).puts == {}
-    # n2 and n1 publish again after the raise: n1 holds the acknowledged entries.
+    # n2 and n1 publish again after the raise: n1 holds the acknowledged entries. While n3's
+    # restored record stands, its copy is not known: wait (simulation seed ``all`` 100851).
     v.nodes.update({"n1": node(p5=(101, 15)), "n2": node(p5=(101, 15))})
     v.node_revisions.update({"n1": 101, "n2": 102})
+    assert plan(v).puts == {}
+    del v.nodes["n3"]  # its lease expires (n3 is frozen)
     assert plan(v).puts[5].leader in ("n1", "n2")
+
+
+def test_after_etcd_went_back_a_live_node_yet_to_publish_is_waited_for() -> None:
+    # Simulation seed ``all`` 100851: after a restore n2 (its copy emptied) and n4 published
+    # since the raise, a majority of the voters; n1, holding the acknowledged LSNs 1-3, had
+    # not published yet, and n2 was designated.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n4"), "n1", designated_in=0)
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": node(p5=(14, 1)), "n2": node(p5=(0, 0)), "n4": node(p5=(0, 0))},
+        partitions={5: record},
+        incarnation=1,
+        incarnation_revision=100,
+        node_revisions={"n1": 40, "n2": 101, "n4": 102},
+    )
+    assert plan(v).puts == {}
+    v.nodes["n1"] = node(p5=(14, 3))
+    v.node_revisions["n1"] = 103
+    assert plan(v).puts[5].leader == "n1"
+    # The same wait while the designation is of this incarnation but no term of it has
+    # written an entry yet (n4 was designated again and died before it led).
+    v.partitions[5] = replace(record, leader="n4", designated_in=1)
+    del v.nodes["n4"]
+    v.node_revisions["n1"] = 40
+    assert plan(v).puts == {}
+    v.node_revisions["n1"] = 103
+    assert plan(v).puts[5].leader == "n1"
+
+
+def test_a_position_published_before_the_last_term_is_not_fresh() -> None:
+    # Simulation seed ``all`` 130837: n1 followed n3's term and acknowledged LSNs 24-26, but
+    # its loop was held in another partition's first commit, so its record still showed the
+    # position it published before n3 led (LSN 23, no key seen). When n3's key vanished, n2
+    # (back from a restart, LSN 23) and that record made a "majority", and n2 was promoted.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n3")
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": node(p5=(129, 23)), "n2": node(p5=(129, 23))},
+        partitions={5: record},
+        node_revisions={"n1": 50, "n2": 80},
+        leader_seen={5: 60},  # n3's key, last seen at revision 60
+    )
+    assert plan(v).puts == {}
+    v.nodes["n1"] = node(p5=(162, 26))
+    v.node_revisions["n1"] = 90
+    assert plan(v).puts[5].leader == "n1"

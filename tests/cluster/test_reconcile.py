@@ -42,6 +42,15 @@ def test_a_replica_the_map_names_here_is_served() -> None:
     assert out.serve == {1: ON_ME} and not out.delete and not out.strays
 
 
+def test_a_served_record_carries_the_bytes_it_was_read_from() -> None:
+    """A campaign claims its key only while etcd still holds those bytes (leadership.py);
+    a record kept from before, unreadable now, has none, so no campaign runs on it."""
+    read = MapView({1: ON_ME, 2: ON_ME}, values={1: ON_ME.pack()})
+    out = decide("me", _hosted(1, 2, label=LABEL), read, {}, TRUSTED)
+    assert set(out.serve) == {1, 2}
+    assert out.serve_values == {1: ON_ME.pack()}
+
+
 def test_an_empty_map_deletes_nothing() -> None:
     out = decide("me", _hosted(1, 2), MapView({}), {}, TRUSTED)
     assert not out.delete and set(out.strays) == {1, 2}

@@ -477,6 +477,9 @@ class Chaos:
         alive = [n for n in cluster.live_nodes() if n not in self._busy() and n not in cluster.drained]
         if len(alive) <= 3 or len(cluster.node_names()) >= self.MAX_NODES or self._still_replacing():
             return None
+        alive = [n for n in alive if not self._would_lose_a_majority(cluster.retired | {n})]
+        if not alive:
+            return None
         node = self.rng.choice(alive)
 
         async def lasts() -> None:
@@ -505,6 +508,27 @@ class Chaos:
                 return True  # cannot tell: wait
             if cluster.retired & set(record.members):
                 return True
+        return False
+
+    def _would_lose_a_majority(self, retired: set[str]) -> bool:
+        """Whether some partition record, in etcd now or in a backup a restore could bring
+        back, names a majority of voters among ``retired`` (lost for good). etcd's state now
+        is not enough: while it is empty (wiped) it names nobody, and a restore then brings
+        back a map whose set lost two of three copies (simulation seed ``all`` 100038,
+        session 34: n2 and n3 replaced while etcd was empty, then the backup of t=0.5
+        restored; p1 was left with n1's copy alone, which no quorum system serves)."""
+        cluster = self.cluster
+        prefix = cluster.layout.partitions
+        for state in [cluster.etcd.state, *(snap for _, snap in cluster.backups)]:
+            for key, found in state.kv.items():
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    record = PartitionRecord.unpack(found.value)
+                except PushgateError:
+                    continue
+                if len(retired & set(record.replicas)) >= len(record.replicas) // 2 + 1:
+                    return True
         return False
 
     # Healing ---------------------------------------------------------------------------------------------------

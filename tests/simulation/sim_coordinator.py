@@ -272,16 +272,25 @@ class SimCoordinator:
         lease_id, ttl = await self.call(Grant(max(1, round(ttl_s))))
         return SimSession(self, lease_id, float(ttl), asked)
 
-    async def campaign(self, session: Any, key: str, value: bytes) -> Claim:
+    async def campaign(
+        self, session: Any, key: str, value: bytes, *, designation: tuple[str, bytes] | None = None
+    ) -> Claim:
+        compares: tuple[Compare, ...] = (Compare(key, "create", 0),)
+        reads: tuple[Get, ...] = (Get(key),)
+        if designation is not None:
+            compares += (Compare(designation[0], "value", designation[1]),)
+            reads += (Get(designation[0]),)
         for _ in range(3):
-            result = await self._txn(
-                Txn((Compare(key, "create", 0),), (Put(key, value, session.lease_id),), (Get(key),))
-            )
+            result = await self._txn(Txn(compares, (Put(key, value, session.lease_id),), reads))
             if result.succeeded:
                 return Claim(True, Epoch(result.revision), value)
             _, holder = result.results[0]
             if holder is not None:
                 return Claim(holder.lease == session.lease_id, Epoch(holder.create_revision), holder.value)
+            if designation is not None:
+                _, named = result.results[1]
+                if named is None or named.value != designation[1]:
+                    return Claim(False, Epoch(0), b"")
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 
     async def resign(self, key: str, epoch: Epoch) -> bool:

@@ -37,7 +37,9 @@ from backend_store.cluster.node.etcd_records import (
     read_nodes,
     read_queues,
     read_tombstones,
+    tombstone_stands,
 )
+from backend_store.cluster.node.publication import Publication
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -105,8 +107,7 @@ class SimNode:
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
         self._queues: dict[tuple[str, str], dict[str, Any]] = {}
-        self._published: NodeRecord | None = None
-        self._published_at = 0.0
+        self.publication = Publication(PUBLISH_EVERY_S)
         # node/leadership.py's shell, on this node's clock, etcd and replicas.
         self.leadership = node_adapter.NodeLeadership(
             coordinator,
@@ -119,7 +120,6 @@ class SimNode:
             identity=self,
             clock=proc.clock,
         )
-        self._publish_now = False
 
     def note(self, text: str) -> None:
         self.network.trace.add(asyncio.get_running_loop().time(), self.node_id, text)
@@ -154,7 +154,7 @@ class SimNode:
     def _on_partitions(self, state: PrefixState) -> None:
         before = self._partitions.records if self._partitions is not None else {}
         read = read_partition_map(state.values(), before)
-        self._partitions = MapView(read.records, read.unknown)
+        self._partitions = MapView(read.records, read.unknown, read.values)
 
     def _on_tombstones(self, state: PrefixState) -> None:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
@@ -181,7 +181,7 @@ class SimNode:
         for _, epoch in leaders.values():
             self.timeline.remember(epoch)
         if leaders_moved(self._leaders, leaders, self.hosts):
-            self._publish_now = True
+            self.publication.ask()
         self._leaders = leaders
 
     def _on_nodes(self, state: PrefixState) -> None:
@@ -219,14 +219,16 @@ class SimNode:
                     await proc.sleep(TICK_S)
             await self._step_down_all("etcd session lost")
             self.session = None
-            self._published = None
 
     async def _open_session(self) -> None:
         session = await self.coordinator.open_session(TTL_S)
         self.session = session
+        for pid in self.disk.partitions.keys() - self.hosts.keys():  # ``Node._open_session``
+            self.strays.setdefault(pid, "found on disk, not examined yet")
         await self._judge(holds_replicas=bool(self.disk.partitions or self.hosts), etcd_has_map=False)
         self.leadership.campaign_epochs.clear()
-        await self._publish(session, force=True)
+        self.publication.ask()
+        await self._publish(session)
         self.note(f"registered (lease {session.lease_id:x})")
 
     async def _cluster_read(self) -> ClusterRecord:
@@ -305,16 +307,23 @@ class SimNode:
                 await host.close()
         await self._keep_strays(decision.strays)
         self._rank_strays()
-        refusal = await self._refusal_now() if decision.delete else None
+        deletions = {
+            pid: why
+            for pid, why in decision.delete.items()
+            if await tombstone_stands(
+                self.coordinator, self.layout, self.node_id, pid, self._tombstones.get(pid)
+            )
+        }
+        refusal = await self._refusal_now() if deletions else None
         if refusal is not None:
             self.note(f"deleting nothing now: {refusal}")
         else:
-            for pid, why in decision.delete.items():
+            for pid, why in deletions.items():
                 await self._delete_replica(pid, why)
                 known.discard(pid)
         self._on_disk = known
         if decision.refused is not None:
-            await self._publish(session, force=self._publish_now)
+            await self._publish(session)
             return
         for host in self.hosts.values():
             self.timeline.remember(host.store.epoch)
@@ -331,9 +340,16 @@ class SimNode:
                     verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
                 )
             await self.leadership.reconcile(
-                session, serving, record, addresses, self._leaders, self._nodes, self._queues
+                session,
+                serving,
+                record,
+                addresses,
+                self._leaders,
+                self._nodes,
+                self._queues,
+                decision.serve_values.get(pid),
             )
-        await self._publish(session, force=self._publish_now)
+        await self._publish(session)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, SimPartitionHost]) -> node_adapter.Decision:
         hosted = {
@@ -367,7 +383,7 @@ class SimNode:
             data = self.disk.partitions.get(pid)
             if data is not None:
                 self._stray_ranks[pid] = (data.entries[-1].epoch if data.entries else 0, data.last_lsn)
-                self._publish_now = True
+                self.publication.ask()
 
     async def _keep_strays(self, strays: dict[int, str]) -> None:
         """Stop serving replicas that became strays (their data stays), and note each once."""
@@ -379,9 +395,9 @@ class SimNode:
                 await host.close()
             if self.strays.get(pid) != why:
                 self.note(f"keeping p{pid} as a stray, not served: {why}")
-                self._publish_now = True
+                self.publication.ask()
         if strays.keys() != self.strays.keys():
-            self._publish_now = True
+            self.publication.ask()
         self.strays = dict(strays)
 
     async def _delete_replica(self, pid: int, why: str) -> None:
@@ -403,7 +419,7 @@ class SimNode:
         return found.incarnation if found is not None else 0
 
     def _publish_soon(self) -> None:
-        self._publish_now = True
+        self.publication.ask()
 
     async def raise_incarnation_past(self, epoch: int) -> bool:
         """``NodeIdentity.raise_incarnation_past`` (coordination/timeline.py does the work)."""
@@ -419,11 +435,10 @@ class SimNode:
         self.timeline.settle(raised.incarnation if raised is not None else 0, outcome.revision)
         return outcome.behind
 
-    async def _publish(self, session: SimSession, *, force: bool = False) -> None:
+    async def _publish(self, session: SimSession) -> None:
         now = self.proc.clock()
-        if not force and now - self._published_at < PUBLISH_EVERY_S:
+        if not self.publication.due(now, self.incarnation):
             return
-        self._publish_now = False
         replicas: dict[int, ReplicaPosition] = {}
         for pid, host in list(self.hosts.items()):
             claim = self._leaders.get(pid)
@@ -433,10 +448,9 @@ class SimNode:
         record = NodeRecord(
             self.address, "refused" if refusal else "up", replicas, None, dict(self.strays), refusal, ranks
         )
-        if record == self._published and not force:
-            return
-        await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
-        self._published, self._published_at = record, now
+        if self.publication.wanted(record):
+            await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
+            self.publication.written(record, now)
 
     # Serving -------------------------------------------------------------------------------------
 

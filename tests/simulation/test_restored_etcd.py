@@ -40,6 +40,35 @@ first commit; the last two by its last sweep, and they failed on 91f0224 too.
   n3 on its restored position, 3 entries behind what n1 had acknowledged since. After a
   restore a promotion now counts only positions published since the incarnation was raised
   (``manager/plan.py``; ``tests/cluster/test_manager_plan.py`` pins the rule).
+- ``restore`` 90601 (session 34, the first sweep after that rule): etcd restored twice, the
+  second time from a backup taken after the first raise, which changed no leader key. n1 and
+  n2, the voters ahead, saw nothing that made them write their records again, so the records
+  etcd held were the backup's, older than the second raise, and the manager waited for their
+  fresh positions for good: q0's index 1 took no send after healing. A node now writes its
+  record again whenever the incarnation moved since its last write (``node/publication.py``,
+  pinned by ``tests/cluster/test_publication.py``).
+- ``all`` 100400 (session 34): etcd restored twice to a backup from before p2 moved from n1
+  to n2. n4, ahead, was designated again in the new incarnation and froze before it led; n5
+  was then promoted on the restored set's majority (n5 and n1, whose copy was deleted by the
+  move) without three acknowledged entries that n4 and n2's stray held. Every copy now counts
+  until a term of the new incarnation has written an entry, designated again or not
+  (``manager/election.py``, ``unsettled``; ``tests/cluster/test_manager_plan.py``).
+- ``all`` 100851 (session 34): after a restore n2 (its copy emptied) and another voter had
+  published since the raise, a majority; the node holding LSNs 1-3 had not, and n2 was
+  designated. While every copy counts, every live node must now have published since the
+  raise (a dead one's restored record expires): ``manager/election.py``, ``unheard``.
+- ``all`` 130314 (session 34): etcd came back empty, a new node made a new cluster id in it,
+  and a manager restarted then trusted that id first; once the real etcd was restored it
+  refused it for good (session 33's rule for ``all`` 51983) and a partition took no send
+  after healing. A manager plans for any readable cluster id again; deletions are guarded
+  on the node (``test_wiped_etcd.py``).
+- ``all`` 150423 (session 34's last sweep): after a restore n4 raised the incarnation and read
+  its raise back with ``WatchedPrefix.refresh``; the read was older than the record held from
+  before the restore, so it was left to a confirming read, and n4 decided on incarnation 0
+  meanwhile: designated by the restored map, it found its own restored leader key and led at
+  that key's old epoch from an emptied copy, writing an LSN 1 unlike the others'
+  (``log-matching``). A read of our own that comes back older is now taken at once
+  (``coordination/watched_prefix.py``; ``tests/cluster/test_coordinator.py``).
 """
 
 from __future__ import annotations
@@ -50,7 +79,19 @@ from .etcd_model import Compare, Delete, Put, Txn
 from .sim_coordinator import SimCoordinator
 from .simulation import config_for, run_seed
 
-FOUND = [("etcd", 6980), ("etcd", 6242), ("etcd", 7539), ("etcd", 7014), ("etcd", 100), ("restore", 60781)]
+FOUND = [
+    ("etcd", 6980),
+    ("etcd", 6242),
+    ("etcd", 7539),
+    ("etcd", 7014),
+    ("etcd", 100),
+    ("restore", 60781),
+    ("restore", 90601),
+    ("all", 100400),
+    ("all", 100851),
+    ("all", 130314),
+    ("all", 150423),
+]
 
 
 @pytest.mark.parametrize(("mix", "seed"), FOUND, ids=[f"{m}-{s}" for m, s in FOUND])

@@ -16,21 +16,26 @@ read the record directly too, as production's does; now each read alone holds se
 to the cluster (it keeps no cluster id) found etcd empty and made a new cluster in it, as a
 first node does. The managers judged etcd by whether it held *a* cluster id, not the one
 they had trusted, so m2 planned on the new etcd, deleted the old cluster's partitions and
-tombstoned their replicas, and n2 deleted a replica holding acknowledged entries. A manager
-now remembers the cluster id it trusted first and refuses another, as gateways do
-(``manager/manager.py``, ``_cluster_id``); the model's node also reads the record directly
-before a deletion now, as production's does (``NodeIdentity.refusal_now``).
+tombstoned their replicas, and n2 deleted a replica holding acknowledged entries. Session 33
+made a manager refuse a cluster id other than the one it trusted first; session 34 found
+that a manager started while the foreign id was there then planned nothing for good once
+the real etcd was restored (``all`` 130314, 130698, 131073, 131174), and found why a
+replica was deleted: the tombstones the manager wrote into the foreign etcd were still the
+node's watch's when the real etcd came back, and the cluster record, read directly, was
+the node's own again. A node now reads each tombstone directly too before deleting
+(``node/etcd_records.py``, ``tombstone_stands``), and a manager plans for any readable
+cluster id again.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.coordination.identity import ClusterRecord, IdentityVerdict, judge_stateless
-from backend_store.cluster.coordination.layout import Layout
-from backend_store.cluster.manager import manager
+from backend_store.cluster.coordination.layout import Tombstone
+from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 from backend_store.cluster.manager.manager import Manager
 
+from . import sim_node
 from .sim_node import SimNode
 from .simulation import config_for, run_seed
 
@@ -63,16 +68,32 @@ def test_without_the_direct_reads_the_seed_finds_the_deletion(monkeypatch: pytes
     assert "deleted its replica" in result.summary()
 
 
-def test_a_manager_refuses_a_cluster_id_it_did_not_trust_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_deletes_only_on_a_tombstone_etcd_holds_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``all`` 51983 holds. Two defences hold it now, each alone: the node's direct read of
+    each tombstone, and ``WatchedPrefix.refresh`` taking a read that shows etcd went back
+    (session 34, seed ``all`` 150423). With the refresh as it was, the seed still holds on
+    the tombstone read; with the node trusting its tombstones' watch as well, the tombstones
+    a manager wrote into the foreign cluster's etcd are still the watch's when the real etcd
+    is restored, the cluster record read directly is the node's own, and a replica holding
+    acknowledged entries is deleted."""
     result = run_seed(config_for(51983, "all"))
     assert result.ok, (
         f"{result.summary()}\nreplay: scripts/simulate --seed 51983 --faults all\n{result.trace_text(40)}"
     )
 
-    def any_cluster(record: ClusterRecord, _first_seen: str | None, layout: Layout) -> IdentityVerdict:
-        return judge_stateless(record, None, layout)
+    async def deferred_refresh(self: WatchedPrefix) -> None:
+        self.apply(await self._coordinator.read_prefix(self.prefix))
 
-    monkeypatch.setattr(manager, "judge_stateless", any_cluster)
-    forgetful = run_seed(config_for(51983, "all"))
-    assert not forgetful.ok
-    assert "deleted its replica" in forgetful.summary()
+    monkeypatch.setattr(WatchedPrefix, "refresh", deferred_refresh)
+    guarded = run_seed(config_for(51983, "all"))
+    assert guarded.ok, guarded.summary()
+
+    async def watched_only(
+        _coordinator: object, _layout: object, _node_id: str, _pid: int, watched: Tombstone | None
+    ) -> bool:
+        return watched is not None
+
+    monkeypatch.setattr(sim_node, "tombstone_stands", watched_only)
+    trusting = run_seed(config_for(51983, "all"))
+    assert not trusting.ok
+    assert "deleted its replica" in trusting.summary()

@@ -88,11 +88,21 @@ class Coordinator(Protocol):
     async def open_session(self, ttl_s: float = 2.0) -> Session:
         """Grant a lease and keep it alive until the session is closed or lost."""
 
-    async def campaign(self, session: Session, key: str, value: bytes) -> Claim:
+    async def campaign(
+        self, session: Session, key: str, value: bytes, *, designation: tuple[str, bytes] | None = None
+    ) -> Claim:
         """Create ``key`` under the session's lease if it is absent.
 
         Won: the epoch is the new key's create_revision. Lost: the current holder's
         value and epoch (it may be this session's own earlier claim: then ``won`` is True).
+
+        ``designation``: a key and the value the caller read there (the partition record
+        that names it leader); the claim is made in the same transaction only while etcd
+        still holds that value. Refused: ``won`` False, epoch 0, holder empty. A node whose
+        map watch is behind etcd cannot lead on a designation the manager has replaced
+        (simulation seed ``all`` 100074, session 34: a node cut from etcd, back after an
+        outage had expired every lease, claimed the free key on its old designation and
+        led without entries a majority had acknowledged since).
         """
 
     async def resign(self, key: str, epoch: Epoch) -> bool:

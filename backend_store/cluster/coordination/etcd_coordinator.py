@@ -180,14 +180,18 @@ class EtcdCoordinator:
         lease = await self._call(lambda c: c.lease(max(1, round(ttl_s))))
         return EtcdSession(self, lease.id, float(lease.ttl), asked)
 
-    async def campaign(self, session: Any, key: str, value: bytes) -> Claim:
+    async def campaign(
+        self, session: Any, key: str, value: bytes, *, designation: tuple[str, bytes] | None = None
+    ) -> Claim:
         k = key.encode()
+        d = (designation[0].encode(), designation[1]) if designation is not None else None
         for _ in range(3):
             ok, responses = await self._call(
                 lambda c: c.transaction(
-                    compare=[c.transactions.create(k) == 0],
+                    compare=[c.transactions.create(k) == 0]
+                    + ([c.transactions.value(d[0]) == d[1]] if d is not None else []),
                     success=[c.transactions.put(k, value, lease=session.lease_id)],
-                    failure=[c.transactions.get(k)],
+                    failure=[c.transactions.get(k)] + ([c.transactions.get(d[0])] if d is not None else []),
                 )
             )
             if ok:
@@ -196,6 +200,8 @@ class EtcdCoordinator:
                 holder = responses[0][0][1]
                 mine = holder.lease == session.lease_id
                 return Claim(mine, Epoch(holder.create_revision), holder.value)
+            if d is not None and not (responses[1] and responses[1][0][1].value == d[1]):
+                return Claim(False, Epoch(0), b"")  # the designation changed: not ours to claim
             # The holder vanished between the compare and the read: try again.
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 

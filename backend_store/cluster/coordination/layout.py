@@ -387,22 +387,26 @@ class PartitionMapRead:
     if the change that broke it had not arrived yet (a watch may lag; every reader already
     copes with that). ``unknown``: ids whose record could not be read and was never read by
     this reader: neither absent nor known, so nothing may be placed or deleted on the
-    strength of it."""
+    strength of it. ``values``: the bytes each record read now was read from (a stale one
+    has none), for a claim made only while etcd still holds them (``Coordinator.campaign``)."""
 
     records: dict[int, PartitionRecord]
     stale: frozenset[int] = frozenset()
     unknown: frozenset[int] = frozenset()
+    values: dict[int, bytes] = field(default_factory=dict)
 
 
 def read_partition_map(entries: dict[str, bytes], before: Mapping[int, PartitionRecord]) -> PartitionMapRead:
     """``partitions/``'s values (keys relative to the prefix) read against what the reader
     held ``before``: the one decoder of the map for nodes and managers."""
     records: dict[int, PartitionRecord] = {}
+    values: dict[int, bytes] = {}
     stale: set[int] = set()
     unknown: set[int] = set()
     for pid, value in parse_ids(entries).items():
         try:
             records[pid] = PartitionRecord.unpack(value)
+            values[pid] = value
         except PushgateError:
             known = before.get(pid)
             if known is None:
@@ -410,7 +414,7 @@ def read_partition_map(entries: dict[str, bytes], before: Mapping[int, Partition
             else:
                 records[pid] = known
                 stale.add(pid)
-    return PartitionMapRead(records, frozenset(stale), frozenset(unknown))
+    return PartitionMapRead(records, frozenset(stale), frozenset(unknown), values)
 
 
 # Cluster identity and deletions (docs/cluster.md, "Cluster identity" and "Never delete on

@@ -123,21 +123,38 @@ class WatchedPrefix:
                         await self._stopping.wait()
                 continue
             if fresh.revision < held:
-                log.warning(
-                    "etcd's revision went back from %d to %d under %s: etcd was restored or"
-                    " replaced; reloading everything under it",
-                    held,
-                    fresh.revision,
-                    self.prefix,
-                )
-                self._take(fresh)
+                self._went_back(held, fresh)
             else:
                 self.apply(fresh)
             return
 
     async def refresh(self) -> None:
-        """Read the prefix now (after a write of our own, or when a node says the map moved)."""
-        self.apply(await self._coordinator.read_prefix(self.prefix))
+        """Read the prefix now (after a write of our own, or when a node says the map moved).
+
+        The read begins after the held state was taken, so if it comes back older, etcd went
+        back in time: it is taken at once, not left to a confirming read. A node that raised
+        the incarnation after a restore otherwise read its own raise back as older than the
+        record from before the restore, and decided on incarnation 0 until the confirming
+        read landed: it led at its restored leader key's old epoch from an emptied copy
+        (simulation seed ``all`` 150423, session 34, ``log-matching``)."""
+        held = self.state.revision
+        fresh = await self._coordinator.read_prefix(self.prefix)
+        if fresh.revision < held:
+            self._went_back(held, fresh)
+        else:
+            self.apply(fresh)
+
+    def _went_back(self, held: int, fresh: PrefixState) -> None:
+        """A read begun after the state of revision ``held`` was taken came back older: etcd
+        went back in time (restored or replaced); the older state is taken whole."""
+        log.warning(
+            "etcd's revision went back from %d to %d under %s: etcd was restored or replaced;"
+            " reloading everything under it",
+            held,
+            fresh.revision,
+            self.prefix,
+        )
+        self._take(fresh)
 
     async def _follow(self) -> None:
         while not self._stopping.is_set():

@@ -49,6 +49,7 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
+from ...types import epoch_incarnation
 from ..coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
 
 log = logging.getLogger("pushgate.cluster")
@@ -77,6 +78,8 @@ def promote(
     last_in_sync: Collection[str] = (),
     draining: Collection[str] = (),
     incarnation: int = 0,
+    unheard: Collection[str] = (),
+    outdated: Collection[str] = (),
 ) -> PartitionRecord:
     """The record with a new designated leader if the key is gone and one is due (the
     caller checked that no node holds ``leaders/{pid}``); else ``record`` unchanged.
@@ -85,7 +88,10 @@ def promote(
     ``draining``: nodes being drained (they lose ties too); ``incarnation``: the cluster's
     (a designation made in an earlier one, before etcd went back in time, is stale: nobody
     campaigns on it, and it is made anew on fresh positions, compared with every copy a
-    live node reports: the module's docstring)."""
+    live node reports: the module's docstring); ``unheard``: live nodes that have not
+    published since the incarnation was raised (their copies are not known yet);
+    ``outdated``: nodes whose record was written before the partition's leader key was last
+    seen (their position, whatever it says, predates the term that ended)."""
     leader = record.leader
     current = position_of(nodes, leader, pid) if leader is not None else None
     gave_up = current is not None and current.role == "resigned"
@@ -105,8 +111,16 @@ def promote(
         and not handing_over
     ):
         return record  # alive and not resigned: it campaigns again itself
+    # A position counts only if published after the key vanished: it says so (no key seen)
+    # and its record was written after the key was last seen. The second half because a node
+    # may go on acknowledging a new leader's entries while its record stands still (its loop
+    # held in another partition's first commit, in the simulation seed ``all`` 130837,
+    # session 34): its record from before that leader's term said "no key", and the manager
+    # promoted a replica without the entries that node and the dead leader had acknowledged.
     fresh = {
-        n: p for n in record.replicas if (p := position_of(nodes, n, pid)) is not None and p.leader_epoch == 0
+        n: p
+        for n in record.replicas
+        if (p := position_of(nodes, n, pid)) is not None and p.leader_epoch == 0 and n not in outdated
     }
     if len(fresh) < majority(record.replicas):
         return record  # a minority could lack an acknowledged write: wait
@@ -137,7 +151,21 @@ def promote(
 
     best = max(fresh, key=order)
     designated = record.designation + 1
-    ahead = copies_ahead(nodes, pid, rank(fresh[best])) if stale else {}
+    # The voters the map names are trusted again only once a term of this incarnation has
+    # written an entry: until then the best of a majority may still lack what a newer set
+    # acknowledged, designated again or not (simulation seed ``all`` 100400, session 34: a
+    # restore undid a move of p2 from n1 to n2; n4, ahead, was designated again in the new
+    # incarnation and froze before it led, and n5 was promoted on the restored set's
+    # majority without three acknowledged entries that n4 and n2's stray held).
+    unsettled = stale or epoch_incarnation(fresh[best].last_epoch) < incarnation
+    if unsettled and unheard:
+        # Every copy counts, so every live node must have said what it holds: one yet to
+        # publish since the raise may hold the best (simulation seed ``all`` 100851, session
+        # 34: n2's empty copy and another were published since the raise, a majority; the
+        # node holding LSNs 1-3 had not published yet, and n2 was designated). A live node
+        # publishes at once when it sees the raise; a record of a dead one expires.
+        return record
+    ahead = copies_ahead(nodes, pid, rank(fresh[best])) if unsettled else {}
     if ahead:
         holder = max(ahead, key=lambda n: (ahead[n], n))
         if holder in record.replicas:

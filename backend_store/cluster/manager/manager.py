@@ -69,10 +69,6 @@ class Manager:
         self.clock = clock
         self.tick_s = tick_s
         self.view = ClusterView()
-        # The cluster id this manager first trusted: another one (etcd wiped, and a node
-        # new to the cluster made a fresh id in it) is refused like an empty etcd, as
-        # gateways do (simulation seed ``all`` 51983, session 33).
-        self._cluster_id: str | None = None
         # Every partition record read here, kept when it leaves etcd: one that comes back
         # unreadable (etcd restored from a backup that holds it corrupted, after a restore
         # that held no map) is repaired from it, not left unknown for good (simulation seed
@@ -157,6 +153,7 @@ class Manager:
     def _on_leaders(self, state: PrefixState) -> None:
         out: dict[int, str] = {}
         for pid, value in parse_ids(state.values()).items():
+            self.view.leader_seen[pid] = state.revision
             with contextlib.suppress(PushgateError):
                 out[pid] = LeaderRecord.unpack(value).node
         self.view.leaders = out
@@ -176,9 +173,16 @@ class Manager:
     def _on_cluster(self, state: PrefixState) -> None:
         entry = state.entries.get(self.layout.cluster)
         record = ClusterRecord.parse(entry.value if entry else None)
-        verdict = judge_stateless(record, self._cluster_id, self.layout)
-        self._cluster_id = verdict.cluster_id
+        # Any readable cluster id is planned for, not only the first this manager saw: one
+        # that first saw an id a new node made in a wiped etcd planned nothing for good once
+        # the real cluster was restored (simulation seeds ``all`` 130314, 130698, 131073,
+        # 131174, session 34). A plan on a foreign cluster's etcd cannot delete this
+        # cluster's data: a node deletes only on a tombstone and a cluster record both read
+        # directly (``node/etcd_records.tombstone_stands``, ``NodeIdentity.refusal_now``).
+        verdict = judge_stateless(record, None, self.layout)
         if record.identity is not None and entry is not None:
+            if record.identity.incarnation != self.view.incarnation:
+                self.view.leader_seen.clear()  # a restore: revisions start over
             self.view.incarnation = record.identity.incarnation
             self.view.incarnation_revision = entry.mod_revision
         if verdict.refusal is not None and verdict.refusal != self.view.distrust:
@@ -269,11 +273,10 @@ class Manager:
         apart, and after etcd is wiped the queues' watch can show the empty etcd before the
         cluster's does; a plan on that picture deletes every partition, and its queue's key,
         read directly, is gone indeed (a CI run of session 32: a replica deleted 50 ms after
-        this manager led the emptied etcd, 28 ms before it logged "planning nothing"). The
-        record must hold the cluster this manager trusted first, not merely one."""
+        this manager led the emptied etcd, 28 ms before it logged "planning nothing")."""
         entry = await self.coordinator.get(self.layout.cluster)
         record = ClusterRecord.parse(entry.value if entry else None)
-        verdict = judge_stateless(record, self._cluster_id, self.layout)
+        verdict = judge_stateless(record, None, self.layout)
         if verdict.refusal is not None:
             log.warning("%s: deleting nothing: %s", self.manager_id, verdict.refusal)
             return False

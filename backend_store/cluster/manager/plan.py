@@ -50,6 +50,10 @@ class ClusterView:
     stale: frozenset[int] = frozenset()
     unknown: frozenset[int] = frozenset()
     leaders: dict[int, str] = field(default_factory=dict)  # partition -> node holding its key
+    # The revision of the last read of ``leaders/`` that showed each partition's key: a node
+    # record written before it shows a position from before that term ended (cleared when
+    # the incarnation is raised, since a restored etcd's revisions start over).
+    leader_seen: dict[int, int] = field(default_factory=dict)
     drained: set[str] = field(default_factory=set)  # nodes an operator asked to drain
     tombstones: dict[tuple[int, str], Tombstone] = field(default_factory=dict)
     counter: int = 0
@@ -222,16 +226,19 @@ class _Planner:
             return replace(record, leader=record.replicas[0], designated_in=view.incarnation)
         if holder is None:
             nodes = view.nodes
+            # Records not written since the incarnation was raised: the restore brought them
+            # back, with the snapshot's positions, or their node has yet to publish again.
+            unheard = frozenset(
+                n for n in nodes if view.node_revisions.get(n, 0) <= view.incarnation_revision
+            )
+            seen = view.leader_seen.get(pid, 0)
+            outdated = frozenset(n for n in nodes if seen and view.node_revisions.get(n, 0) <= seen)
             if record.designated_in < view.incarnation:
                 # A designation from before etcd went back in time: only positions published
-                # since the incarnation was raised are current; a record the restore brought
-                # back shows the snapshot's (simulation seed ``restore`` 60781, session 33: a
-                # frozen replica's restored position, 3 entries behind, was designated).
-                nodes = {
-                    n: rec
-                    for n, rec in nodes.items()
-                    if view.node_revisions.get(n, 0) > view.incarnation_revision
-                }
+                # since the incarnation was raised are current (simulation seed ``restore``
+                # 60781, session 33: a frozen replica's restored position, 3 entries behind,
+                # was designated).
+                nodes = {n: rec for n, rec in nodes.items() if n not in unheard}
             return election.promote(
                 nodes,
                 pid,
@@ -239,6 +246,8 @@ class _Planner:
                 last_in_sync=self.memory.last_in_sync.get(pid, ()),
                 draining=self.draining,
                 incarnation=view.incarnation,
+                unheard=unheard,
+                outdated=outdated,
             )
         if holder != record.leader:
             return election.follow_key_holder(view.nodes, pid, record, holder)

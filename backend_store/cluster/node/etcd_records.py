@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import PushgateError
 from ...types import Epoch
-from ..coordination.coordinator import PrefixState
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
 from ..coordination.layout import Layout, LeaderRecord, NodeRecord, Tombstone, unpack
 
 Leaders = dict[int, tuple[LeaderRecord, Epoch]]
@@ -66,3 +66,26 @@ def read_tombstones(layout: Layout, node_id: str, state: PrefixState) -> dict[in
         with contextlib.suppress(PushgateError):
             out[pid] = Tombstone.unpack(value)
     return out
+
+
+async def tombstone_stands(
+    coordinator: Coordinator, layout: Layout, node_id: str, pid: int, watched: Tombstone | None
+) -> bool:
+    """Whether etcd, read directly now, still holds the tombstone the watch showed for this
+    node's replica of ``pid``. Asked before a deletion, with the cluster record read after
+    it: a watch can hold a tombstone of another etcd than the one the cluster record now
+    comes from (simulation seed ``all`` 51983, session 33: tombstones a manager wrote into a
+    foreign cluster's etcd, after a wipe, were still the watch's when etcd was restored, and
+    the cluster record, read directly, was this node's again)."""
+    if watched is None:
+        return False
+    try:
+        entry = await coordinator.get(layout.tombstone(pid, node_id))
+    except CoordinatorUnavailable:
+        return False
+    if entry is None:
+        return False
+    try:
+        return Tombstone.unpack(entry.value) == watched
+    except PushgateError:
+        return False

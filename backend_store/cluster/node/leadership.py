@@ -322,8 +322,10 @@ class NodeLeadership:
         leaders: Mapping[int, tuple[LeaderRecord, Epoch]],
         nodes: Mapping[str, NodeRecord],
         queues: Mapping[tuple[str, str], Mapping[str, Any]],
+        record_value: bytes | None,
     ) -> None:
-        """Decide for one replica and act (the node's reconcile tick)."""
+        """Decide for one replica and act (the node's reconcile tick). ``record_value``: the
+        bytes ``record`` was read from (None: it is unreadable now, kept from before)."""
         claim = leaders.get(host.partition)
         key = (claim[0].node, int(claim[1])) if claim is not None else None
         now = self.clock()
@@ -389,21 +391,27 @@ class NodeLeadership:
             case Action.FOLLOW | Action.HOLD_OFF:
                 host.record = record
             case Action.CAMPAIGN:
-                await self._campaign(session, host, record, addresses, queues)
+                if record_value is not None:  # else the manager writes the record again first
+                    await self._campaign(session, host, record, record_value, addresses, queues)
 
     async def _campaign(
         self,
         session: Session,
         host: LeadingReplica,
         record: PartitionRecord,
+        record_value: bytes,
         addresses: Mapping[str, str],
         queues: Mapping[tuple[str, str], Mapping[str, Any]],
     ) -> None:
         claim_value = LeaderRecord(self.node_id, self.address(), self.identity.incarnation).pack()
         key = self.layout.leader(host.partition)
-        result = await self.coordinator.campaign(session, key, claim_value)
+        # Claimed only while etcd still holds the record that designates this node: a map
+        # watch behind etcd (the node was cut off, etcd was down) must not lead on a
+        # designation the manager has replaced (simulation seed ``all`` 100074).
+        designation = (self.layout.partition(host.partition), record_value)
+        result = await self.coordinator.campaign(session, key, claim_value, designation=designation)
         if not result.won or not session.valid():
-            return  # someone else holds the key; it vanishes with their lease
+            return  # someone else holds the key (it vanishes with their lease), or the map moved
         # Our claim (perhaps an earlier one of this session): its epoch is the one it records.
         epoch = LeaderRecord.unpack(result.holder).epoch(result.epoch)
         try:

@@ -9,7 +9,7 @@ Coordination, all through etcd (see :mod:`.layout`):
 
 - It registers ``nodes/{id}`` under its session's lease and republishes its replicas'
   positions (role, fence, last LSN, last entry's epoch) when they change, at most every
-  ``publish_every_s``.
+  ``publish_every_s`` (:mod:`.publication`: at once after the incarnation was raised).
 - It watches the partition map, the leader keys, the other nodes, queue attributes, the
   cluster's identity record and its tombstones (one :class:`.WatchedPrefix` each), and
   reconciles on every change (and every ``tick_s``) as :func:`.reconcile.decide` says: opens
@@ -61,11 +61,19 @@ from ..protocol.stream import NodeStream
 from ..protocol.tls import NodeTls, serve_node_protocol
 from ..protocol.wire import Demand, Hello, Request, Withdraw
 from .demands import NodeDemands
-from .etcd_records import leaders_moved, read_leaders, read_nodes, read_queues, read_tombstones
+from .etcd_records import (
+    leaders_moved,
+    read_leaders,
+    read_nodes,
+    read_queues,
+    read_tombstones,
+    tombstone_stands,
+)
 from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_identity import NodeIdentity, pack_label, read_label
 from .partition_host import PartitionHost
+from .publication import Publication
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
 from .storage_gauge import StorageGauge
 
@@ -114,7 +122,6 @@ class Node:
         self.advertise = advertise
         self.ttl_s = ttl_s
         self.tick_s = tick_s
-        self.publish_every_s = publish_every_s
         self.request_timeout_s = request_timeout_s
         # One TTL: a leader cut from its followers costs what a leader cut from etcd costs
         # (its lease), issue 24's "no minority fault costs more than its lease" (two TTLs,
@@ -147,9 +154,7 @@ class Node:
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
         self._queues: dict[tuple[str, str], dict[str, Any]] = {}
-        self._published: NodeRecord | None = None
-        self._published_at = 0.0
-        self._publish_now = False
+        self.publication = Publication(publish_every_s)
         # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
         self.identity = NodeIdentity(node_id, data_dir, coordinator, self.layout)
         self.leadership = NodeLeadership(
@@ -235,7 +240,7 @@ class Node:
     def _on_partitions(self, state: PrefixState) -> None:
         before = self._partitions.records if self._partitions is not None else {}
         read = read_partition_map(state.values(), before)
-        self._partitions = MapView(read.records, read.unknown)
+        self._partitions = MapView(read.records, read.unknown, read.values)
 
     def _on_tombstones(self, state: PrefixState) -> None:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
@@ -245,7 +250,7 @@ class Node:
         for _, epoch in leaders.values():
             self.identity.timeline.remember(epoch)
         if leaders_moved(self._leaders, leaders, self.hosts):
-            self._publish_now = True
+            self.publication.ask()
         self._leaders = leaders
 
     def _on_nodes(self, state: PrefixState) -> None:
@@ -283,16 +288,23 @@ class Node:
             # The session is lost: nothing claimed under it is ours any more.
             await self._step_down_all("etcd session lost")
             self.session = None
-            self._published = None
 
     async def _open_session(self) -> None:
         session = await self.coordinator.open_session(self.ttl_s)
         self.session = session
         # Registered as refused, not up, until etcd is known to hold this node's cluster.
         on_disk = await asyncio.to_thread(self._replicas_on_disk)
+        # A copy on disk is reported from the first record on (a stray until examined): a
+        # record without it tells the manager the copy is gone, and the manager then drops
+        # its tombstone before this node, which reads each tombstone again before deleting,
+        # acts on it (tests/cluster/test_failover.py, a replica down while its queue was
+        # deleted, session 34).
+        for pid in on_disk - self.hosts.keys():
+            self.strays.setdefault(pid, "found on disk, not examined yet")
         await self.identity.judge(holds_replicas=bool(on_disk or self.hosts), etcd_has_map=False)
         self.leadership.campaign_epochs.clear()
-        await self._publish(session, force=True)
+        self.publication.ask()
+        await self._publish(session)
         log.info("node %s: registered at %s (lease %x)", self.node_id, self.address, session.lease_id)
 
     async def _step_down_all(self, why: str) -> None:
@@ -326,16 +338,25 @@ class Node:
                 await host.close()
         await self._keep_strays(decision.strays)
         await self._rank_strays()
-        refusal = await self.identity.refusal_now() if decision.delete else None
+        # Each tombstone read again directly, then the cluster record: never delete on what a
+        # watch shows alone.
+        deletions = {
+            pid: why
+            for pid, why in decision.delete.items()
+            if await tombstone_stands(
+                self.coordinator, self.layout, self.node_id, pid, self._tombstones.get(pid)
+            )
+        }
+        refusal = await self.identity.refusal_now() if deletions else None
         if refusal is not None:
             log.warning("node %s: deleting nothing now: %s", self.node_id, refusal)
         else:
-            for pid, why in decision.delete.items():
+            for pid, why in deletions.items():
                 await self._delete_replica(pid, why)
                 known.discard(pid)
         self._on_disk = known
         if decision.refused is not None:
-            await self._publish(session, force=self._publish_now)
+            await self._publish(session)
             return
         for host in self.hosts.values():
             self.identity.timeline.remember(host.store.epoch)
@@ -349,8 +370,10 @@ class Node:
                 # second decision above): opened on the next round, 0.2 s on.
                 continue
             await self._label(serving, record, verdict)
-            await self._reconcile_partition(session, serving, record, addresses)
-        await self._publish(session, force=self._publish_now)
+            await self._reconcile_partition(
+                session, serving, record, decision.serve_values.get(pid), addresses
+            )
+        await self._publish(session)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, PartitionHost]) -> Decision:
         hosted = {
@@ -401,9 +424,9 @@ class Node:
                 log.warning(
                     "node %s: keeping partition %d as a stray, not served: %s", self.node_id, pid, why
                 )
-                self._publish_now = True
+                self.publication.ask()
         if strays.keys() != self.strays.keys():
-            self._publish_now = True
+            self.publication.ask()
         self.strays = dict(strays)
 
     async def _rank_strays(self) -> None:
@@ -418,7 +441,7 @@ class Node:
                 self._stray_ranks[pid] = host.last_entry()
             finally:
                 await host.close()
-            self._publish_now = True
+            self.publication.ask()
 
     def _replica_path(self, partition: int) -> Path:
         return self.data_dir / "partitions" / str(partition)
@@ -455,20 +478,31 @@ class Node:
                 shutil.rmtree(path, ignore_errors=True)
 
     async def _reconcile_partition(
-        self, session: Session, host: PartitionHost, record: PartitionRecord, addresses: dict[str, str]
+        self,
+        session: Session,
+        host: PartitionHost,
+        record: PartitionRecord,
+        record_value: bytes | None,
+        addresses: dict[str, str],
     ) -> None:
         await self.leadership.reconcile(
-            session, host, record, addresses, self._leaders, self._nodes, self._queues
+            session,
+            host,
+            record,
+            addresses,
+            self._leaders,
+            self._nodes,
+            self._queues,
+            record_value,
         )
 
     def _publish_soon(self) -> None:
-        self._publish_now = True
+        self.publication.ask()
 
-    async def _publish(self, session: Session, *, force: bool = False) -> None:
+    async def _publish(self, session: Session) -> None:
         now = time.monotonic()
-        if not force and now - self._published_at < self.publish_every_s:
+        if not self.publication.due(now, self.identity.incarnation):
             return  # the next tick publishes what changed meanwhile
-        self._publish_now = False
         replicas: dict[int, ReplicaPosition] = {}
         for pid, host in self.hosts.items():
             claim = self._leaders.get(pid)
@@ -478,10 +512,9 @@ class Node:
         state = "up" if refusal is None else "refused"
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
         record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal, ranks)
-        if record == self._published and not force:
-            return
-        await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
-        self._published, self._published_at = record, now
+        if self.publication.wanted(record):
+            await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
+            self.publication.written(record, now)
 
     # Serving -----------------------------------------------------------------------------------
 

@@ -63,12 +63,17 @@ class MapView:
     records: Mapping[int, PartitionRecord]
     # Ids under ``partitions/`` whose records could not be parsed: unknown, not absent.
     unreadable: frozenset[int] = frozenset()
+    # The bytes each record was read from (none for one kept from before, unreadable now):
+    # a campaign claims its key only while etcd still holds them (leadership.py).
+    values: Mapping[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     # Named here by the map: open (created if absent), then serve in the role the record says.
     serve: dict[int, PartitionRecord] = field(default_factory=dict)
+    # The bytes each served record was read from (``MapView.values``), when it has them.
+    serve_values: dict[int, bytes] = field(default_factory=dict)
     # Replicas to delete (open or on disk), with the reason logged.
     delete: dict[int, str] = field(default_factory=dict)
     # Replicas kept but not served (open ones are closed), with the reason reported.
@@ -105,6 +110,8 @@ def decide(
         conflict = _conflict(found.label, record, identity) if found is not None else None
         if conflict is None:
             out.serve[pid] = record
+            if pid in partitions.values:
+                out.serve_values[pid] = partitions.values[pid]
         else:
             out.strays[pid] = conflict
     for pid, replica in hosted.items():

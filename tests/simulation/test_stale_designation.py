@@ -1,0 +1,46 @@
+"""The simulation's seed that found a node leading on a designation the manager had replaced.
+
+``all`` 100074 (session 34's first sweep): n3 led partition 1, was cut from etcd at 6.3 s and
+deposed (the manager promoted n2, which then acknowledged LSNs 65-91 with n1). n3 came back
+while etcd was down; when etcd returned, every lease had expired, n2's leader key with them.
+n3 opened a new session at once, but its map watch re-opens on its own timer
+(``_PrefixFollower``), so its map still named it leader: it claimed the free key and led
+epoch 81 from LSN 64, without entries a majority had acknowledged (``leader-completeness``).
+A node now claims a leader key only in the same etcd transaction that finds the partition
+record it read still there (``Coordinator.campaign``'s ``designation``; the real-etcd side
+is ``tests/cluster/test_coordinator.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backend_store.cluster.coordination.coordinator import Claim
+
+from .sim_coordinator import SimCoordinator
+from .simulation import config_for, run_seed
+
+
+def test_a_node_behind_the_map_does_not_lead_on_its_old_designation() -> None:
+    result = run_seed(config_for(100074, "all"))
+    assert result.ok, (
+        f"{result.summary()}\nreplay: scripts/simulate --seed 100074 --faults all\n{result.trace_text(40)}"
+    )
+
+
+def test_without_the_designation_in_the_claim_the_seed_loses_acknowledged_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Campaigns that ignore the record they acted on: the seed's n3 leads without what a
+    majority acknowledged, so the test above would catch the compare going away."""
+    campaign = SimCoordinator.campaign
+
+    async def blind(self: SimCoordinator, session: Any, key: str, value: bytes, **_: Any) -> Claim:
+        return await campaign(self, session, key, value)
+
+    monkeypatch.setattr(SimCoordinator, "campaign", blind)
+    result = run_seed(config_for(100074, "all"))
+    assert not result.ok
+    assert "leader-completeness" in result.summary()

@@ -1,0 +1,41 @@
+"""The simulation's seed that found a promotion on a position published before the last term.
+
+``all`` 130837 (session 34): n1 followed n3's term of p1 and acknowledged LSNs 24-26 with it,
+but its node loop was held in another partition's first commit (it had just been designated
+for p4, whose followers it could not reach), so its record still showed the position it
+published before n3 led: LSN 23, no leader key seen. When n3's key vanished, that record and
+n2's (back from a restart at LSN 23) made a majority of "fresh" positions, and n2 led without
+LSNs 24-26 (``leader-completeness``). A position now counts only if its record was written
+after the partition's key was last seen (``ClusterView.leader_seen``, ``election.promote``'s
+``outdated``; the rule alone is pinned in ``tests/cluster/test_manager_plan.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend_store.cluster.coordination.coordinator import PrefixState
+from backend_store.cluster.manager.manager import Manager
+
+from .simulation import config_for, run_seed
+
+
+def test_a_position_from_before_the_last_term_is_not_fresh() -> None:
+    result = run_seed(config_for(130837, "all"))
+    assert result.ok, (
+        f"{result.summary()}\nreplay: scripts/simulate --seed 130837 --faults all\n{result.trace_text(40)}"
+    )
+
+
+def test_without_the_sightings_the_seed_loses_acknowledged_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A manager that never records when it saw a leader key judges freshness as before."""
+    on_leaders = Manager._on_leaders
+
+    def forgetful(self: Manager, state: PrefixState) -> None:
+        on_leaders(self, state)
+        self.view.leader_seen.clear()
+
+    monkeypatch.setattr(Manager, "_on_leaders", forgetful)
+    result = run_seed(config_for(130837, "all"))
+    assert not result.ok
+    assert "leader-completeness" in result.summary()
