@@ -7,6 +7,9 @@ at a leader the map then showed replaced and was given up (sent to the new leade
 verdict on n1, so the breaker kept its trial out for good and refused every later request
 to n1, and n1 led that partition. A trial that ends without a verdict now hands the trial on
 (``client/node_health.py``, ``Breaker.abandon``).
+
+Later fixes moved 30325's trajectory off the race; session 35 re-found it with ``abandon``
+disabled: ``restore`` 30132, 30160 and 30380 fail without it and hold with it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from backend_store.cluster.client.node_health import Breaker
 
 from .simulation import config_for, run_seed
 
-FOUND = [30325, 30355]
+FOUND = [30325, 30355, 30132, 30160, 30380]
+WITHOUT_ABANDON_FAIL = [30132, 30160, 30380]
 
 
 @pytest.mark.parametrize("seed", FOUND)
@@ -29,12 +33,12 @@ def test_a_node_whose_trial_was_given_up_is_tried_again(seed: int) -> None:
 
 
 def test_the_seed_still_finds_a_trial_kept_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a trial that ends without a verdict kept out, seed 30325 fails again."""
+    """With a trial that ends without a verdict kept out, the seeds fail again (any one is
+    enough: a later change may move one seed's trajectory off the race)."""
 
     def kept_out(self: Breaker) -> None:
         return None
 
     monkeypatch.setattr(Breaker, "abandon", kept_out)
-    result = run_seed(config_for(30325, "restore"))
-    assert not result.ok
-    assert "available-after-heal" in result.summary()
+    summaries = [run_seed(config_for(seed, "restore")).summary() for seed in WITHOUT_ABANDON_FAIL]
+    assert any("available-after-heal" in summary for summary in summaries), summaries

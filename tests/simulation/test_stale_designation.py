@@ -9,6 +9,10 @@ epoch 81 from LSN 64, without entries a majority had acknowledged (``leader-comp
 A node now claims a leader key only in the same etcd transaction that finds the partition
 record it read still there (``Coordinator.campaign``'s ``designation``; the real-etcd side
 is ``tests/cluster/test_coordinator.py``).
+
+Later fixes moved 100074's trajectory so that it no longer reaches the race without the
+compare; session 35 re-found the class with the compare disabled (``all`` 100522, 101620,
+101664 lose acknowledged entries without it, and hold with it).
 """
 
 from __future__ import annotations
@@ -22,25 +26,29 @@ from backend_store.cluster.coordination.coordinator import Claim
 from .sim_coordinator import SimCoordinator
 from .simulation import config_for, run_seed
 
+FOUND = [100074, 100522, 101620, 101664]
+WITHOUT_THE_COMPARE_FAIL = [100522, 101620, 101664]
 
-def test_a_node_behind_the_map_does_not_lead_on_its_old_designation() -> None:
-    result = run_seed(config_for(100074, "all"))
+
+@pytest.mark.parametrize("seed", FOUND)
+def test_a_node_behind_the_map_does_not_lead_on_its_old_designation(seed: int) -> None:
+    result = run_seed(config_for(seed, "all"))
     assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed 100074 --faults all\n{result.trace_text(40)}"
+        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults all\n{result.trace_text(40)}"
     )
 
 
 def test_without_the_designation_in_the_claim_the_seed_loses_acknowledged_entries(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Campaigns that ignore the record they acted on: the seed's n3 leads without what a
-    majority acknowledged, so the test above would catch the compare going away."""
+    """Campaigns that ignore the record they acted on: a node leads without what a majority
+    acknowledged, so the test above would catch the compare going away. Any one of the seeds
+    failing is enough: a later change may move one seed's trajectory off the race."""
     campaign = SimCoordinator.campaign
 
     async def blind(self: SimCoordinator, session: Any, key: str, value: bytes, **_: Any) -> Claim:
         return await campaign(self, session, key, value)
 
     monkeypatch.setattr(SimCoordinator, "campaign", blind)
-    result = run_seed(config_for(100074, "all"))
-    assert not result.ok
-    assert "leader-completeness" in result.summary()
+    summaries = [run_seed(config_for(seed, "all")).summary() for seed in WITHOUT_THE_COMPARE_FAIL]
+    assert any("leader-completeness" in summary for summary in summaries), summaries
