@@ -266,6 +266,27 @@ def test_a_set_placed_on_too_few_nodes_grows_one_learner_at_a_time() -> None:
     assert final.replicas == ("n1", "n2", "n3") and final.learners == ()
 
 
+def test_a_queue_waits_settle_s_for_as_many_nodes_as_its_replication_factor() -> None:
+    # A cluster starting: two of three nodes have registered when the queue is planned.
+    v = view(queues={("t", "q"): {"replication_factor": 3}}, nodes={"n1": node(), "n2": node()})
+    run = Run(v)
+    assert (
+        run.step().puts == {}
+    )  # the third may be a moment away: a short set loses its majority to one failure
+    v.nodes["n3"] = node()
+    placed = run.step(after=0.1).puts
+    assert [sorted(r.replicas) for r in placed.values()] == [["n1", "n2", "n3"]]
+
+
+def test_a_queue_with_too_few_nodes_for_it_is_placed_short_after_settle_s() -> None:
+    v = view(queues={("t", "q"): {"replication_factor": 3}}, nodes={"n1": node(), "n2": node()})
+    run = Run(v)
+    assert run.step().puts == {}
+    assert run.step(after=2.9).puts == {}
+    placed = run.step(after=0.1).puts  # settle_s (3 s) without a third node: the set grows later
+    assert [sorted(r.replicas) for r in placed.values()] == [["n1", "n2"]]
+
+
 def test_new_partitions_spread_their_leaders_too() -> None:
     v = view(
         queues={("t", f"q{i}"): {"replication_factor": 2} for i in range(3)},

@@ -81,8 +81,9 @@ class Manager:
         self._tasks: list[asyncio.Task[None]] = []
         self._seen: set[str] = set()
 
-    async def start(self) -> None:
-        for prefix, handler in (
+    def _handlers(self) -> tuple[tuple[str, Callable[[PrefixState], None]], ...]:
+        """What the manager plans on: each prefix and the handler that takes it into the view."""
+        return (
             (self.layout.queues, self._on_queues),
             (self.layout.nodes, self._on_nodes),
             (self.layout.partitions, self._on_partitions),
@@ -90,7 +91,10 @@ class Manager:
             (self.layout.drain, self._on_drain),
             (self.layout.cluster, self._on_cluster),
             (self.layout.tombstones, self._on_tombstones),
-        ):
+        )
+
+    async def start(self) -> None:
+        for prefix, handler in self._handlers():
             self._tasks.append(asyncio.create_task(self._watch(prefix, handler), name=f"watch {prefix}"))
         self._tasks.append(asyncio.create_task(self._run(), name=self.manager_id))
 
@@ -100,10 +104,12 @@ class Manager:
         if self._tasks:
             await asyncio.wait(self._tasks)
 
-    async def _watch(self, prefix: str, handler: Any) -> None:
+    async def _watch(self, prefix: str, handler: Callable[[PrefixState], None]) -> None:
         while True:
             try:
                 async for state in self.coordinator.watch_prefix(prefix, reread_every_s=2.0):
+                    if self.epoch is not None and state.revision < self.epoch:
+                        continue  # read before this manager led: _read_everything read it since
                     handler(state)
                     self._seen.add(prefix)
                     self._changed.set()
@@ -225,6 +231,7 @@ class Manager:
     async def _lead(self, session: Session) -> None:
         epoch = self.epoch
         assert epoch is not None
+        await self._read_everything()
         while session.valid():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.tick_s):
@@ -266,6 +273,18 @@ class Manager:
             self.view.tombstones.update(change.tombstones)
             for key in change.tombstone_deletes:
                 self.view.tombstones.pop(key, None)
+
+    async def _read_everything(self) -> None:
+        """Read every prefix afresh, after winning: a plan stands only on what etcd held
+        once this manager led. A watch can be seconds behind (this manager was cut off, etcd
+        was down), and the last manager's plans since are not in it (simulation seed ``all``
+        101788, session 35: m2 led on an etcd back from an outage with a view of the nodes
+        from before it was cut off, took n3's old record, serving p3 as leader, for a key n3
+        held, designated n3, and n3 led without entries n5 had since committed with n4)."""
+        for prefix, handler in self._handlers():
+            handler(await self.coordinator.read_prefix(prefix))
+            self._seen.add(prefix)
+        self._changed.set()
 
     async def _cluster_confirmed(self) -> bool:
         """Whether etcd itself, read now, holds a cluster this manager may plan for. Asked
