@@ -79,7 +79,7 @@ class Manager:
         self.leading = asyncio.Event()
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._seen: set[str] = set()
+        self._held: dict[str, PrefixState] = {}  # per prefix, the state the view was last given
 
     def _handlers(self) -> tuple[tuple[str, Callable[[PrefixState], None]], ...]:
         """What the manager plans on: each prefix and the handler that takes it into the view."""
@@ -105,13 +105,18 @@ class Manager:
             await asyncio.wait(self._tasks)
 
     async def _watch(self, prefix: str, handler: Callable[[PrefixState], None]) -> None:
+        # The watch compares its re-reads with what the view holds, not with what it last
+        # yielded: a state dropped below is then not taken for the view's.
+        def held() -> PrefixState:
+            return self._held.get(prefix) or PrefixState(prefix, 0)
+
         while True:
             try:
-                async for state in self.coordinator.watch_prefix(prefix, reread_every_s=2.0):
+                async for state in self.coordinator.watch_prefix(prefix, reread_every_s=2.0, held=held):
                     if self.epoch is not None and state.revision < self.epoch:
                         continue  # read before this manager led: _read_everything read it since
+                    self._held[prefix] = state
                     handler(state)
-                    self._seen.add(prefix)
                     self._changed.set()
             except (CoordinatorUnavailable, PushgateError) as exc:
                 log.warning("watch on %s failed: %s", prefix, exc)
@@ -237,7 +242,7 @@ class Manager:
                 async with asyncio.timeout(self.tick_s):
                     await self._changed.wait()
             self._changed.clear()
-            if len(self._seen) < _WATCHED or not session.valid() or self.view.distrust is not None:
+            if len(self._held) < _WATCHED or not session.valid() or self.view.distrust is not None:
                 continue  # never plan on a partial picture, nor on an etcd without the cluster
             counter = await self.coordinator.get(self.layout.partition_counter)
             self.view.counter = int(unpack(counter.value)) if counter is not None else 0
@@ -282,8 +287,8 @@ class Manager:
         from before it was cut off, took n3's old record, serving p3 as leader, for a key n3
         held, designated n3, and n3 led without entries n5 had since committed with n4)."""
         for prefix, handler in self._handlers():
-            handler(await self.coordinator.read_prefix(prefix))
-            self._seen.add(prefix)
+            self._held[prefix] = state = await self.coordinator.read_prefix(prefix)
+            handler(state)
         self._changed.set()
 
     async def _cluster_confirmed(self) -> bool:
