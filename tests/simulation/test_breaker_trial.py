@@ -9,7 +9,8 @@ to n1, and n1 led that partition. A trial that ends without a verdict now hands 
 (``client/node_health.py``, ``Breaker.abandon``).
 
 Later fixes moved 30325's trajectory off the race; session 35 re-found it with ``abandon``
-disabled: ``restore`` 30132, 30160 and 30380 fail without it and hold with it.
+disabled, on its final tree: ``restore`` 31085, 32042 and 32199 fail without it and hold
+with it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from backend_store.cluster.client.node_health import Breaker
 
 from .simulation import config_for, run_seed
 
-FOUND = [30325, 30355, 30132, 30160, 30380]
-WITHOUT_ABANDON_FAIL = [30132, 30160, 30380]
+FOUND = [30325, 30355, 31085, 32042, 32199]
+WITHOUT_ABANDON_FAIL = [31085, 32042, 32199]
 
 
 @pytest.mark.parametrize("seed", FOUND)

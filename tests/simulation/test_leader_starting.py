@@ -12,7 +12,8 @@ minority fault; the gateway now asks again after 25 ms, doubling up to 0.5 s
 (``client/partition_calls.py``), and they wait 1.8, 1.9 and 0 s (seeds 5, 18 and 24 showed
 the same before the model of etcd's client re-opened each watch on its own timer, which
 changed every trace). The bound here is tighter than the mix's 3 s so that the seeds keep
-their power to find the wait.
+their power to find the wait. Session 35's manager changes moved 16 off it; with the fixed
+wait, ``minority`` 6, 11 and 14 (among others of 0-199) fail, and hold without it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from backend_store.cluster.client import partition_calls
 from .simulation import config_for, run_seed
 
 BOUND_S = 2.2
-FOUND = [16, 19, 38]
+FOUND = [16, 19, 38, 6, 11, 14]
+WITH_A_FIXED_WAIT_FAIL = [6, 11, 14]
 
 
 @pytest.mark.parametrize("seed", FOUND)
@@ -37,9 +39,12 @@ def test_sends_resume_promptly_once_a_new_leader_serves(seed: int) -> None:
 
 
 def test_the_seed_still_finds_a_fixed_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the gateway's first wait after ``not_leader`` back at 0.5 s, seed 16 fails again:
-    the test above would catch that wait coming back."""
+    """With the gateway's first wait after ``not_leader`` back at 0.5 s, the seeds fail again
+    (any one is enough: a later change may move one seed's trajectory off the wait): the
+    test above would catch that wait coming back."""
     monkeypatch.setattr(partition_calls, "_NOT_LEADER_FIRST_WAIT_S", 0.5)
-    result = run_seed(config_for(16, "minority", availability_bound_s=BOUND_S))
-    assert not result.ok
-    assert "minority-fault-availability" in result.summary()
+    summaries = [
+        run_seed(config_for(seed, "minority", availability_bound_s=BOUND_S)).summary()
+        for seed in WITH_A_FIXED_WAIT_FAIL
+    ]
+    assert any("minority-fault-availability" in summary for summary in summaries), summaries

@@ -11,8 +11,8 @@ record it read still there (``Coordinator.campaign``'s ``designation``; the real
 is ``tests/cluster/test_coordinator.py``).
 
 Later fixes moved 100074's trajectory so that it no longer reaches the race without the
-compare; session 35 re-found the class with the compare disabled (``all`` 100522, 101620,
-101664 lose acknowledged entries without it, and hold with it).
+compare; session 35 re-found the class with the compare disabled, on its final tree
+(``all`` 100164, 100277 and 100371 lose acknowledged entries without it, and hold with it).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from backend_store.cluster.coordination.coordinator import Claim
 from .sim_coordinator import SimCoordinator
 from .simulation import config_for, run_seed
 
-FOUND = [100074, 100522, 101620, 101664]
-WITHOUT_THE_COMPARE_FAIL = [100522, 101620, 101664]
+FOUND = [100074, 100522, 100164, 100277, 100371]
+WITHOUT_THE_COMPARE_FAIL = [100164, 100277, 100371]
 
 
 @pytest.mark.parametrize("seed", FOUND)
