@@ -150,33 +150,41 @@ async def test_one_campaign_wins_and_its_epoch_is_the_keys_create_revision(
         await second.close()
 
 
-async def test_a_campaign_on_a_designation_etcd_no_longer_holds_is_refused(
+async def test_a_campaign_on_records_etcd_no_longer_holds_is_refused(
     coordinator: EtcdCoordinator,
 ) -> None:
     """A node claims a partition's leader key only while etcd still holds the partition
-    record it read (simulation seed ``all`` 100074: a node whose map watch was behind led on
-    a designation the manager had replaced)."""
+    record it read and the cluster record it judged it by (simulation seeds ``all`` 100074:
+    a node whose map watch was behind led on a designation the manager had replaced; 50473:
+    one whose cluster watch was behind led on a designation from before a restore)."""
     typed: Coordinator = coordinator
     prefix = unique_prefix("designated")
-    key, record = prefix + "/leaders/1", prefix + "/partitions/1"
+    key, record, cluster = prefix + "/leaders/1", prefix + "/partitions/1", prefix + "/cluster"
     session, other = await typed.open_session(), await typed.open_session()
     try:
+        await typed.put(cluster, b"incarnation 0")
         await typed.put(record, b"leader n3")
         await typed.put(record, b"leader n2")  # the manager moved on; n3's watch is behind
-        refused = await typed.campaign(session, key, b"n3", designation=(record, b"leader n3"))
+        refused = await typed.campaign(session, key, b"n3", unchanged={record: b"leader n3"})
         assert refused == Claim(False, Epoch(0), b"")
         assert await typed.get(key) is None  # nothing claimed
         # Absent, the record designates nobody either.
         absent = prefix + "/partitions/2"
-        assert not (await typed.campaign(session, key, b"n3", designation=(absent, b"x"))).won
+        assert not (await typed.campaign(session, key, b"n3", unchanged={absent: b"x"})).won
+        # The record stands, but the incarnation it was judged by does not.
+        await typed.put(cluster, b"incarnation 1")
+        stale = {record: b"leader n2", cluster: b"incarnation 0"}
+        assert await typed.campaign(other, key, b"n2", unchanged=stale) == Claim(False, Epoch(0), b"")
+        assert await typed.get(key) is None
 
-        won = await typed.campaign(other, key, b"n2", designation=(record, b"leader n2"))
+        current = {record: b"leader n2", cluster: b"incarnation 1"}
+        won = await typed.campaign(other, key, b"n2", unchanged=current)
         assert won.won
-        # Held by another: the holder is reported, whatever the designation says.
-        lost = await typed.campaign(session, key, b"n3", designation=(record, b"leader n3"))
+        # Held by another: the holder is reported, whatever the records say.
+        lost = await typed.campaign(session, key, b"n3", unchanged={record: b"leader n3"})
         assert (lost.won, lost.epoch, lost.holder) == (False, won.epoch, b"n2")
-        # One's own earlier claim is still a win, as without a designation.
-        assert await typed.campaign(other, key, b"n2", designation=(record, b"leader n2")) == won
+        # One's own earlier claim is still a win, as without records to compare.
+        assert await typed.campaign(other, key, b"n2", unchanged=current) == won
     finally:
         await session.close()
         await other.close()

@@ -273,13 +273,11 @@ class SimCoordinator:
         return SimSession(self, lease_id, float(ttl), asked)
 
     async def campaign(
-        self, session: Any, key: str, value: bytes, *, designation: tuple[str, bytes] | None = None
+        self, session: Any, key: str, value: bytes, *, unchanged: Mapping[str, bytes] | None = None
     ) -> Claim:
-        compares: tuple[Compare, ...] = (Compare(key, "create", 0),)
-        reads: tuple[Get, ...] = (Get(key),)
-        if designation is not None:
-            compares += (Compare(designation[0], "value", designation[1]),)
-            reads += (Get(designation[0]),)
+        kept = tuple((unchanged or {}).items())
+        compares = (Compare(key, "create", 0), *(Compare(name, "value", held) for name, held in kept))
+        reads = (Get(key), *(Get(name) for name, _ in kept))
         for _ in range(3):
             result = await self._txn(Txn(compares, (Put(key, value, session.lease_id),), reads))
             if result.succeeded:
@@ -287,9 +285,8 @@ class SimCoordinator:
             _, holder = result.results[0]
             if holder is not None:
                 return Claim(holder.lease == session.lease_id, Epoch(holder.create_revision), holder.value)
-            if designation is not None:
-                _, named = result.results[1]
-                if named is None or named.value != designation[1]:
+            for (_, held), (_, found) in zip(kept, result.results[1:], strict=True):
+                if found is None or found.value != held:
                     return Claim(False, Epoch(0), b"")
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 

@@ -418,6 +418,14 @@ class SimNode:
         found = self._cluster.identity if self._cluster is not None else None
         return found.incarnation if found is not None else 0
 
+    @property
+    def cluster_value(self) -> bytes | None:
+        """``NodeIdentity.cluster_value``: the cluster record's bytes as the watch holds them."""
+        entry = (
+            self.cluster_watch.state.entries.get(self.layout.cluster) if self.cluster_watch.loaded else None
+        )
+        return entry.value if entry is not None else None
+
     def _publish_soon(self) -> None:
         self.publication.ask()
 

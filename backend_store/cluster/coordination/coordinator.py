@@ -89,20 +89,22 @@ class Coordinator(Protocol):
         """Grant a lease and keep it alive until the session is closed or lost."""
 
     async def campaign(
-        self, session: Session, key: str, value: bytes, *, designation: tuple[str, bytes] | None = None
+        self, session: Session, key: str, value: bytes, *, unchanged: Mapping[str, bytes] | None = None
     ) -> Claim:
         """Create ``key`` under the session's lease if it is absent.
 
         Won: the epoch is the new key's create_revision. Lost: the current holder's
         value and epoch (it may be this session's own earlier claim: then ``won`` is True).
 
-        ``designation``: a key and the value the caller read there (the partition record
-        that names it leader); the claim is made in the same transaction only while etcd
-        still holds that value. Refused: ``won`` False, epoch 0, holder empty. A node whose
-        map watch is behind etcd cannot lead on a designation the manager has replaced
-        (simulation seed ``all`` 100074, session 34: a node cut from etcd, back after an
-        outage had expired every lease, claimed the free key on its old designation and
-        led without entries a majority had acknowledged since).
+        ``unchanged``: keys and the values the caller read there (the partition record that
+        names it leader, the cluster record whose incarnation it judged that record by); the
+        claim is made in the same transaction only while etcd still holds each of them.
+        Refused: ``won`` False, epoch 0, holder empty. A node whose watches are behind etcd
+        cannot lead on a designation the manager has replaced (simulation seed ``all``
+        100074, session 34: a node cut from etcd, back after an outage had expired every
+        lease, claimed the free key on its old designation and led without entries a
+        majority had acknowledged since), nor on one made before etcd was restored while it
+        has not seen the incarnation raised since (``all`` 50473, session 35).
         """
 
     async def resign(self, key: str, epoch: Epoch) -> bool:

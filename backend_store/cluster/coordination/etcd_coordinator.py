@@ -181,17 +181,16 @@ class EtcdCoordinator:
         return EtcdSession(self, lease.id, float(lease.ttl), asked)
 
     async def campaign(
-        self, session: Any, key: str, value: bytes, *, designation: tuple[str, bytes] | None = None
+        self, session: Any, key: str, value: bytes, *, unchanged: Mapping[str, bytes] | None = None
     ) -> Claim:
         k = key.encode()
-        d = (designation[0].encode(), designation[1]) if designation is not None else None
+        kept = [(name.encode(), held) for name, held in (unchanged or {}).items()]
         for _ in range(3):
             ok, responses = await self._call(
                 lambda c: c.transaction(
-                    compare=[c.transactions.create(k) == 0]
-                    + ([c.transactions.value(d[0]) == d[1]] if d is not None else []),
+                    compare=[c.transactions.create(k) == 0] + [c.transactions.value(n) == v for n, v in kept],
                     success=[c.transactions.put(k, value, lease=session.lease_id)],
-                    failure=[c.transactions.get(k)] + ([c.transactions.get(d[0])] if d is not None else []),
+                    failure=[c.transactions.get(k)] + [c.transactions.get(n) for n, _ in kept],
                 )
             )
             if ok:
@@ -200,8 +199,9 @@ class EtcdCoordinator:
                 holder = responses[0][0][1]
                 mine = holder.lease == session.lease_id
                 return Claim(mine, Epoch(holder.create_revision), holder.value)
-            if d is not None and not (responses[1] and responses[1][0][1].value == d[1]):
-                return Claim(False, Epoch(0), b"")  # the designation changed: not ours to claim
+            for (_, held), found in zip(kept, responses[1:], strict=True):
+                if not (found and found[0][1].value == held):
+                    return Claim(False, Epoch(0), b"")  # a record it acted on changed: not ours
             # The holder vanished between the compare and the read: try again.
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 

@@ -193,6 +193,11 @@ class Incarnations(Protocol):
     def incarnation(self) -> int: ...
 
     @property
+    def cluster_value(self) -> bytes | None:
+        """The cluster record's bytes that ``incarnation`` was read from (None: none read)."""
+        ...
+
+    @property
     def timeline(self) -> Timeline: ...
 
     async def raise_incarnation_past(self, epoch: int) -> bool: ...
@@ -405,11 +410,18 @@ class NodeLeadership:
     ) -> None:
         claim_value = LeaderRecord(self.node_id, self.address(), self.identity.incarnation).pack()
         key = self.layout.leader(host.partition)
-        # Claimed only while etcd still holds the record that designates this node: a map
-        # watch behind etcd (the node was cut off, etcd was down) must not lead on a
-        # designation the manager has replaced (simulation seed ``all`` 100074).
-        designation = (self.layout.partition(host.partition), record_value)
-        result = await self.coordinator.campaign(session, key, claim_value, designation=designation)
+        # Claimed only while etcd still holds the record that designates this node, and the
+        # cluster record this node judged it by: a map watch behind etcd (the node was cut
+        # off, etcd was down) must not lead on a designation the manager has replaced
+        # (simulation seed ``all`` 100074), nor a cluster watch behind it on a designation
+        # from before etcd was restored (``all`` 50473: its map watch showed the restored
+        # record, its cluster watch not yet the raised incarnation that makes it stale).
+        unchanged = {self.layout.partition(host.partition): record_value}
+        cluster_value = self.identity.cluster_value
+        if cluster_value is None:
+            return  # no cluster record read: nothing to judge the designation by
+        unchanged[self.layout.cluster] = cluster_value
+        result = await self.coordinator.campaign(session, key, claim_value, unchanged=unchanged)
         if not result.won or not session.valid():
             return  # someone else holds the key (it vanishes with their lease), or the map moved
         # Our claim (perhaps an earlier one of this session): its epoch is the one it records.

@@ -138,6 +138,12 @@ class NodeIdentity:
         found = self.record.identity if self.record is not None else None
         return found.incarnation if found is not None else 0
 
+    @property
+    def cluster_value(self) -> bytes | None:
+        """The cluster record's bytes as the watch holds them (None: not read, or absent)."""
+        entry = self.watch.state.entries.get(self.layout.cluster) if self.watch.loaded else None
+        return entry.value if entry is not None else None
+
     async def raise_incarnation_past(self, epoch: int) -> bool:
         """If etcd went back in time (it cannot make an epoch newer than ``epoch``, a
         replica's fence or what this node remembers: it was restored from an older

@@ -1,0 +1,58 @@
+"""The simulation's seed that found a node leading on a designation from before a restore.
+
+``all`` 50473 (session 35): n4 led p2 and was cut off from everything at 2.7 s; m2 promoted
+n2, which acknowledged LSNs 12-14. etcd was then restored from a backup of t=0.5, whose map
+designated n4 again; n1 found etcd gone back and raised the cluster's incarnation, so the
+restored designation was stale (the manager waits for every copy before designating anew).
+n4, healed after another outage, re-read the map (the restored record, naming it) before
+its cluster watch showed the raise: judged by incarnation 0, the designation looked
+current, the record was still in etcd, and n4 claimed the free key and led from LSN 11
+(``leader-completeness``). A node's claim now also compares the cluster record it judged
+the designation by (``Coordinator.campaign``'s ``unchanged``; the real-etcd side is
+``tests/cluster/test_coordinator.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from backend_store.cluster.coordination.coordinator import Claim
+
+from .sim_coordinator import SimCoordinator
+from .simulation import config_for, run_seed
+
+SEED = 50473
+
+
+def test_a_node_behind_the_incarnation_does_not_lead_on_a_restored_designation() -> None:
+    result = run_seed(config_for(SEED, "all"))
+    assert result.ok, (
+        f"{result.summary()}\nreplay: scripts/simulate --seed {SEED} --faults all\n{result.trace_text(40)}"
+    )
+
+
+def test_without_the_cluster_record_in_the_claim_the_seed_loses_acknowledged_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Claims that compare the partition record alone: n4 leads without LSNs a majority
+    acknowledged, so the test above would catch the cluster record's compare going away."""
+    campaign = SimCoordinator.campaign
+
+    async def partition_only(
+        self: SimCoordinator,
+        session: Any,
+        key: str,
+        value: bytes,
+        *,
+        unchanged: Mapping[str, bytes] | None = None,
+    ) -> Claim:
+        kept = {name: held for name, held in (unchanged or {}).items() if not name.endswith("/cluster")}
+        return await campaign(self, session, key, value, unchanged=kept)
+
+    monkeypatch.setattr(SimCoordinator, "campaign", partition_only)
+    result = run_seed(config_for(SEED, "all"))
+    assert not result.ok
+    assert "leader-completeness" in result.summary()
