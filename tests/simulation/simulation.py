@@ -99,6 +99,10 @@ class Result:
     def trace_text(self, last: int = 60) -> str:
         return "\n".join(f"  {at:9.3f} {actor:>8} {text}" for at, actor, text in self.trace[-last:])
 
+    def report(self) -> str:
+        """A failing test's message: the summary, how to replay the seed, its last events."""
+        return f"{self.summary()}\nreplay: scripts/simulate --seed {self.seed} --faults {self.mix}\n{self.trace_text(40)}"
+
 
 def run_seed(config: Config) -> Result:
     """Run one seed to its end (or its first violation); never raises for a violation."""

@@ -28,9 +28,7 @@ WITHOUT_ABANDON_FAIL = [31085, 32042, 32199]
 @pytest.mark.parametrize("seed", FOUND)
 def test_a_node_whose_trial_was_given_up_is_tried_again(seed: int) -> None:
     result = run_seed(config_for(seed, "restore"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults restore\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
 
 
 def test_the_seed_still_finds_a_trial_kept_out(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,4 @@ from .simulation import config_for, run_seed
 
 def test_a_hand_over_goes_to_its_successor() -> None:
     result = run_seed(config_for(40624, "minority"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed 40624 --faults minority\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()

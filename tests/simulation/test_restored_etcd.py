@@ -97,9 +97,7 @@ FOUND = [
 @pytest.mark.parametrize(("mix", "seed"), FOUND, ids=[f"{m}-{s}" for m, s in FOUND])
 def test_a_restored_etcd_loses_nothing_and_leaves_nothing_unserved(mix: str, seed: int) -> None:
     result = run_seed(config_for(seed, mix))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults {mix}\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
     assert result.acked > 0
 
 

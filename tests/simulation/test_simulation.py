@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from .seeds import CI_SEEDS, KNOWN_DEFECT_SEEDS
-from .simulation import Result, config_for, run_seed
+from .simulation import config_for, run_seed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,14 +34,10 @@ KNOWN = sorted(KNOWN_DEFECT_SEEDS)
 REPLAYED = ("etcd", 4)
 
 
-def _explain(result: Result) -> str:
-    return f"{result.summary()}\nlast events (replay: scripts/simulate --seed {result.seed} --faults {result.mix}):\n{result.trace_text(40)}"
-
-
 @pytest.mark.parametrize(("mix", "seed"), HOLDING, ids=[f"{m}-{s}" for m, s in HOLDING])
 def test_seed_holds_every_invariant(mix: str, seed: int) -> None:
     result = run_seed(config_for(seed, mix))
-    assert result.ok, _explain(result)
+    assert result.ok, result.report()
     assert result.acked > 0, "a run that acknowledged nothing tested nothing"
 
 
@@ -56,7 +52,7 @@ if KNOWN:  # defined only while the table lists a seed (an empty parameter set i
             f"seed {seed} ({mix}) holds now ({shows}): if that was fixed, remove it from"
             f" KNOWN_DEFECT_SEEDS (tests/simulation/seeds.py)\n{result.summary()}"
         )
-        assert result.violation.invariant == invariant, _explain(result)
+        assert result.violation.invariant == invariant, result.report()
 
 
 def test_the_seeds_that_found_issue_24s_defects_run_in_ci() -> None:

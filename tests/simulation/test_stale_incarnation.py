@@ -29,9 +29,7 @@ SEED = 50473
 
 def test_a_node_behind_the_incarnation_does_not_lead_on_a_restored_designation() -> None:
     result = run_seed(config_for(SEED, "all"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed {SEED} --faults all\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
 
 
 def test_without_the_cluster_record_in_the_claim_the_seed_loses_acknowledged_entries(

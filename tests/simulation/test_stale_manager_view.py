@@ -23,9 +23,7 @@ SEED = 101788
 
 def test_a_new_manager_does_not_plan_on_a_view_from_before_it_led() -> None:
     result = run_seed(config_for(SEED, "all"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed {SEED} --faults all\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
 
 
 def test_without_the_fresh_read_the_seed_loses_acknowledged_entries(monkeypatch: pytest.MonkeyPatch) -> None:

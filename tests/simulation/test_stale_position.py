@@ -31,9 +31,7 @@ FOUND = [130837, 130684]
 @pytest.mark.parametrize("seed", FOUND)
 def test_a_position_from_before_the_last_term_is_not_fresh(seed: int) -> None:
     result = run_seed(config_for(seed, "all"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults all\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
 
 
 def test_without_the_sightings_the_seed_loses_acknowledged_entries(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,9 +45,7 @@ FOUND = [1, 28, 121]
 @pytest.mark.parametrize("seed", FOUND)
 def test_a_wiped_etcd_deletes_nothing(seed: int) -> None:
     result = run_seed(config_for(seed, "etcd"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed {seed} --faults etcd\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
 
 
 def test_without_the_direct_reads_the_seed_finds_the_deletion(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,9 +81,7 @@ def test_a_node_deletes_only_on_a_tombstone_etcd_holds_now(monkeypatch: pytest.M
     ``all`` 51696 holds with the refresh as it was (the tombstone read alone) and, with both
     taken out, deletes a replica holding acknowledged entries."""
     result = run_seed(config_for(51983, "all"))
-    assert result.ok, (
-        f"{result.summary()}\nreplay: scripts/simulate --seed 51983 --faults all\n{result.trace_text(40)}"
-    )
+    assert result.ok, result.report()
 
     async def deferred_refresh(self: WatchedPrefix) -> None:
         self.apply(await self._coordinator.read_prefix(self.prefix))
