@@ -185,6 +185,11 @@ async def test_a_campaign_on_records_etcd_no_longer_holds_is_refused(
         assert (lost.won, lost.epoch, lost.holder) == (False, won.epoch, b"n2")
         # One's own earlier claim is still a win, as without records to compare.
         assert await typed.campaign(other, key, b"n2", unchanged=current) == won
+        # But not once a record it compares changed (etcd restored from a snapshot that holds
+        # this lease's old key, ``all`` 203747): refused, and the key is given back.
+        await typed.put(record, b"leader n4")
+        assert await typed.campaign(other, key, b"n2", unchanged=current) == Claim(False, Epoch(0), b"")
+        assert await typed.get(key) is None
     finally:
         await session.close()
         await other.close()

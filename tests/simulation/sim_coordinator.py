@@ -282,12 +282,18 @@ class SimCoordinator:
             result = await self._txn(Txn(compares, (Put(key, value, session.lease_id),), reads))
             if result.succeeded:
                 return Claim(True, Epoch(result.revision), value)
+            changed = any(
+                found is None or found.value != held
+                for (_, held), (_, found) in zip(kept, result.results[1:], strict=True)
+            )
             _, holder = result.results[0]
             if holder is not None:
-                return Claim(holder.lease == session.lease_id, Epoch(holder.create_revision), holder.value)
-            for (_, held), (_, found) in zip(kept, result.results[1:], strict=True):
-                if found is None or found.value != held:
-                    return Claim(False, Epoch(0), b"")
+                mine = holder.lease == session.lease_id
+                if not (mine and changed):
+                    return Claim(mine, Epoch(holder.create_revision), holder.value)
+                await self.resign(key, Epoch(holder.create_revision))  # ours, on a stale record
+            if changed:
+                return Claim(False, Epoch(0), b"")
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 
     async def resign(self, key: str, epoch: Epoch) -> bool:

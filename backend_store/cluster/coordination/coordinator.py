@@ -105,6 +105,12 @@ class Coordinator(Protocol):
         lease, claimed the free key on its old designation and led without entries a
         majority had acknowledged since), nor on one made before etcd was restored while it
         has not seen the incarnation raised since (``all`` 50473, session 35).
+
+        A key held under this session's lease while one of those records changed is not a
+        win either: it is deleted (on its create revision) and the claim refused. etcd
+        restored from a snapshot can hold a key this session made long ago, under a lease
+        still alive; led on, it acknowledged writes at an old epoch while a newer term's
+        entries existed (``all`` 203747, session 36).
         """
 
     async def resign(self, key: str, epoch: Epoch) -> bool:

@@ -195,13 +195,18 @@ class EtcdCoordinator:
             )
             if ok:
                 return Claim(True, Epoch(responses[0].response_put.header.revision), value)
+            changed = any(
+                not (found and found[0][1].value == held)
+                for (_, held), found in zip(kept, responses[1:], strict=True)
+            )
             if responses and responses[0]:
                 holder = responses[0][0][1]
                 mine = holder.lease == session.lease_id
-                return Claim(mine, Epoch(holder.create_revision), holder.value)
-            for (_, held), found in zip(kept, responses[1:], strict=True):
-                if not (found and found[0][1].value == held):
-                    return Claim(False, Epoch(0), b"")  # a record it acted on changed: not ours
+                if not (mine and changed):
+                    return Claim(mine, Epoch(holder.create_revision), holder.value)
+                await self.resign(key, Epoch(holder.create_revision))  # ours, on a stale record
+            if changed:
+                return Claim(False, Epoch(0), b"")  # a record it acted on changed: not ours
             # The holder vanished between the compare and the read: try again.
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 

@@ -1,0 +1,65 @@
+"""The simulation's seed that found a node leading on its own leader key from a restored etcd.
+
+``all`` 203747 (session 35): n1 led p1 at epoch 10 and was cut off from its peers; n3 led
+epoch 37 and then lost its quorum too, and m1 named n1 again. etcd was then restored from a
+backup of t=0.5, which held n1's epoch-10 leader key under n1's lease (still alive: leases
+survive a restore). n1 campaigned on the record that named it before the restore; the
+record's compare failed, but ``campaign`` reported the key under n1's own lease as won
+before it looked at the compares, and n1 led epoch 10 again and acknowledged LSN 28 while
+epoch 37 existed (``leader-completeness``). A key of one's own lease found while a compared
+record changed is now refused and deleted (``Coordinator.campaign``; the real-etcd side is
+``tests/cluster/test_coordinator.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from backend_store.cluster.coordination.coordinator import Claim
+from backend_store.types import Epoch
+
+from .etcd_model import Compare, Get, Put, Txn
+from .sim_coordinator import SimCoordinator
+from .simulation import config_for, run_seed
+
+SEED = 203747
+
+
+def test_a_node_does_not_lead_on_its_restored_key_once_its_record_changed() -> None:
+    result = run_seed(config_for(SEED, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_the_compares_on_ones_own_key_the_seed_loses_acknowledged_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key under one's own lease taken for a win whatever the records say: n1 leads the
+    old epoch, so the test above would catch that check going away."""
+
+    async def own_key_wins(
+        self: SimCoordinator,
+        session: Any,
+        key: str,
+        value: bytes,
+        *,
+        unchanged: Mapping[str, bytes] | None = None,
+    ) -> Claim:
+        # Session 35's campaign, one etcd transaction as now, the holder checked first.
+        kept = tuple((unchanged or {}).items())
+        compares = (Compare(key, "create", 0), *(Compare(name, "value", held) for name, held in kept))
+        reads = (Get(key), *(Get(name) for name, _ in kept))
+        result = await self._txn(Txn(compares, (Put(key, value, session.lease_id),), reads))
+        if result.succeeded:
+            return Claim(True, Epoch(result.revision), value)
+        _, holder = result.results[0]
+        if holder is not None:
+            return Claim(holder.lease == session.lease_id, Epoch(holder.create_revision), holder.value)
+        return Claim(False, Epoch(0), b"")
+
+    monkeypatch.setattr(SimCoordinator, "campaign", own_key_wins)
+    result = run_seed(config_for(SEED, "all"))
+    assert not result.ok
+    assert "leader-completeness" in result.summary()
