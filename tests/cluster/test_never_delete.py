@@ -123,3 +123,50 @@ async def test_a_node_started_with_another_prefix_refuses_and_deletes_nothing(
 
     await h.wait_for("n2 to serve its replica again", serving_again)
     assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(10))
+
+
+async def test_a_record_no_running_manager_ever_read_is_rebuilt_from_what_the_nodes_kept(
+    harness: ClusterHarness,
+) -> None:
+    """Corrupted while no manager runs, and its leader killed: the managers that start never
+    read the record. The nodes that did keep serving on it and publish it; the manager writes
+    it back with no leader, promotes the best copy on fresh positions, and every acknowledged
+    send is still read (simulation seeds ``all`` 130473, 131005, 203853: the partition stayed
+    unserved for good)."""
+    h = harness
+    assert h.coordinator is not None
+    coordinator = h.coordinator
+    await h.create_queue(T, "q", RF3)
+    pid = await h.partition_of(T, "q")
+    leader, _, _ = await h.serving_leader(pid)
+    for i in range(10):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
+    key = h.layout.partition(pid)
+    for manager in h.managers:
+        manager.stop()
+    await coordinator.put(key, b"\xc1 not msgpack")
+    h.nodes[leader].kill()
+
+    async def kept_by_the_followers() -> bool:
+        records = await h.node_records()
+        return all(pid in records[n].kept for n in h.nodes if n != leader and n in records)
+
+    await h.wait_for("the followers to publish the record they keep", kept_by_the_followers)
+    for manager in h.managers:
+        manager.start()
+
+    async def rebuilt() -> PartitionRecord | None:
+        found = await coordinator.get(key)
+        try:
+            return PartitionRecord.unpack(found.value) if found is not None else None
+        except PushgateError:
+            return None
+
+    await h.wait_for("the manager to write the record back", rebuilt)
+    await h.serving_leader(pid, not_node=leader)
+    for i in range(10, 15):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
+    h.nodes[leader].start()
+    assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(15))
+    assert any("rebuilt from what" in m.log_path.read_text() for m in h.managers)
+    assert all(_files(h, pid).values())

@@ -453,9 +453,9 @@ class SimNode:
             replicas[pid] = await host.position(claim[1] if claim is not None else 0)
         refusal = self.verdict.refusal
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
-        record = NodeRecord(
-            self.address, "refused" if refusal else "up", replicas, None, dict(self.strays), refusal, ranks
-        )
+        kept = self._partitions.kept(self.hosts) if self._partitions is not None else {}
+        state = "refused" if refusal else "up"
+        record = NodeRecord(self.address, state, replicas, None, dict(self.strays), refusal, ranks, kept)
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
             self.publication.written(record, now)

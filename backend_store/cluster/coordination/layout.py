@@ -16,6 +16,7 @@ Everything lives under a prefix, ``/pushgate/`` by default (:class:`Layout`); va
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,6 +196,10 @@ class NodeRecord:
     # can hold acknowledged writes the restored replica set lacks (its membership change was
     # undone): promotion then compares strays too (manager/election.py).
     stray_ranks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # The record this node still serves each replica on while etcd holds that record
+    # unreadable (the last one it read): a manager that never read it rebuilds it from these
+    # (manager/recovery.py) rather than leave the partition unserved for good.
+    kept: dict[int, PartitionRecord] = field(default_factory=dict)
 
     def pack(self) -> bytes:
         doc: dict[str, Any] = {
@@ -210,6 +215,8 @@ class NodeRecord:
             doc["refusal"] = self.refusal
         if self.stray_ranks:
             doc["stray_ranks"] = {str(p): list(rank) for p, rank in self.stray_ranks.items()}
+        if self.kept:
+            doc["kept"] = {str(p): record.pack() for p, record in self.kept.items()}
         return pack(doc)
 
     @classmethod
@@ -233,6 +240,7 @@ class NodeRecord:
             strays = {int(p): str(why) for p, why in (v.get("strays") or {}).items()}
             refusal = v.get("refusal")
             ranks = {int(p): (int(r[0]), int(r[1])) for p, r in (v.get("stray_ranks") or {}).items()}
+            kept = _kept_records(v.get("kept") or {})
             return cls(
                 v["address"],
                 v.get("state", "up"),
@@ -241,9 +249,20 @@ class NodeRecord:
                 strays,
                 None if refusal is None else str(refusal),
                 ranks,
+                kept,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise Unavailable(f"malformed node record: {exc}") from None
+
+
+def _kept_records(doc: Mapping[Any, Any]) -> dict[int, PartitionRecord]:
+    """A node record's ``kept`` records; one that cannot be read is left out (the others and
+    the node's positions still count)."""
+    out: dict[int, PartitionRecord] = {}
+    for p, value in doc.items():
+        with contextlib.suppress(PushgateError, TypeError, ValueError):
+            out[int(p)] = PartitionRecord.unpack(bytes(value))
+    return out
 
 
 def _position_doc(r: ReplicaPosition) -> dict[str, Any]:

@@ -253,7 +253,11 @@ class Manager:
                 continue  # the cluster's watch is behind the others: plan again after it
             if change.deletes and not await self._deletions_confirmed(change.deletes):
                 continue  # a watch is behind another: plan again once it has caught up
-            created = [rec for pid, rec in change.puts.items() if pid not in self.view.partitions]
+            created = [
+                rec
+                for pid, rec in change.puts.items()
+                if pid not in self.view.partitions and pid not in self.view.unknown  # unknown: rebuilt
+            ]
             if created and not await self._creations_confirmed(created):
                 continue  # the same: a partition is never placed twice
             layout = self.layout
@@ -273,6 +277,7 @@ class Manager:
             self.view.partitions.update(change.puts)
             self._ever_read.update(change.puts)
             self.view.stale -= change.puts.keys()
+            self.view.unknown -= change.puts.keys()
             for pid in change.deletes:
                 self.view.partitions.pop(pid, None)
             self.view.tombstones.update(change.tombstones)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..coordination.layout import NodeRecord, PartitionRecord, Tombstone
-from . import election, membership
+from . import election, membership, recovery
 from .membership import Serving
 
 log = logging.getLogger("pushgate.cluster")
@@ -473,6 +473,8 @@ def plan(
         # A record that cannot be read now, known as last read: written again as it was.
         if pid not in out.puts and pid not in out.deletes:
             out.puts[pid] = view.partitions[pid]
+    # One never read here: rebuilt from what the nodes serving it kept.
+    out.puts.update(recovery.rebuilt_records(view.unknown, view.nodes, view.leaders))
     if settings.rebalance and not out.puts and not out.deletes and planner.settled():
         out.puts.update(planner.rebalance())
     for pid, record in out.puts.items():

@@ -511,7 +511,8 @@ class Node:
         refusal = self.identity.verdict.refusal
         state = "up" if refusal is None else "refused"
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
-        record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal, ranks)
+        kept = self._partitions.kept(self.hosts) if self._partitions is not None else {}
+        record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal, ranks, kept)
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
             self.publication.written(record, now)

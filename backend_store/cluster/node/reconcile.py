@@ -24,7 +24,7 @@ and why, and, when the identity check refused etcd, that one-line reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..coordination.identity import IdentityVerdict
@@ -66,6 +66,12 @@ class MapView:
     # The bytes each record was read from (none for one kept from before, unreadable now):
     # a campaign claims its key only while etcd still holds them (leadership.py).
     values: Mapping[int, bytes] = field(default_factory=dict)
+
+    def kept(self, served: Iterable[int]) -> dict[int, PartitionRecord]:
+        """The records ``served`` replicas are served on while etcd holds them unreadable
+        (read before, kept): published, so that a manager that never read one can rebuild it
+        (manager/recovery.py)."""
+        return {pid: self.records[pid] for pid in served if pid in self.records and pid not in self.values}
 
 
 @dataclass(frozen=True, slots=True)

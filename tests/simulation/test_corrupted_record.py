@@ -1,0 +1,37 @@
+"""The simulation's seeds that found a corrupted partition record left unserved for good.
+
+``all`` 130473 (session 35): etcd's record of p2 was corrupted while n4 led it on replicas
+n4, n5, n1; m1 was killed before and came back never having read it, so it was unknown to the
+manager that led from then on (neither absent nor known: nothing is planned on it). n4 lost
+its etcd session and gave its key up, nobody was designated again, and p2 took no send for
+the rest of the run (``available-after-heal``). 131005 and 203853 are the same with the
+leader's key still held. The nodes that read the record kept serving on it; they now publish
+it (``NodeRecord.kept``) and the manager writes it back (manager/recovery.py). The pure rules
+are in tests/cluster/test_unreadable_records.py, the real processes in
+tests/cluster/test_never_delete.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend_store.cluster.manager import recovery
+
+from .simulation import config_for, run_seed
+
+SEEDS = (130473, 131005, 203853)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_record_the_manager_never_read_is_rebuilt_from_what_the_nodes_kept(seed: int) -> None:
+    result = run_seed(config_for(seed, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_the_rebuild_a_seed_leaves_its_partition_unserved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing rebuilt: the partition stays unserved after healing, so the tests above would
+    catch the rebuild going away."""
+    monkeypatch.setattr(recovery, "rebuilt_records", lambda *_: {})
+    failed = [r for r in (run_seed(config_for(seed, "all")) for seed in SEEDS) if not r.ok]
+    assert failed, "every seed held without the rebuild"
+    assert "available-after-heal" in failed[0].summary()
