@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.client.node_health import Breaker
-
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = [30325, 30355, 31085, 32042, 32199]
@@ -35,9 +34,6 @@ def test_the_seed_still_finds_a_trial_kept_out(monkeypatch: pytest.MonkeyPatch) 
     """With a trial that ends without a verdict kept out, the seeds fail again (any one is
     enough: a later change may move one seed's trajectory off the race)."""
 
-    def kept_out(self: Breaker) -> None:
-        return None
-
-    monkeypatch.setattr(Breaker, "abandon", kept_out)
+    take_out(["breaker-abandon"], monkeypatch.setattr)
     summaries = [run_seed(config_for(seed, "restore")).summary() for seed in WITHOUT_ABANDON_FAIL]
     assert any("available-after-heal" in summary for summary in summaries), summaries

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.manager import recovery
-
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 SEEDS = (130473, 131005, 203853)
@@ -31,7 +30,7 @@ def test_a_record_the_manager_never_read_is_rebuilt_from_what_the_nodes_kept(see
 def test_without_the_rebuild_a_seed_leaves_its_partition_unserved(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing rebuilt: the partition stays unserved after healing, so the tests above would
     catch the rebuild going away."""
-    monkeypatch.setattr(recovery, "rebuilt_records", lambda *_: {})
+    take_out(["record-rebuild"], monkeypatch.setattr)
     failed = [r for r in (run_seed(config_for(seed, "all")) for seed in SEEDS) if not r.ok]
     assert failed, "every seed held without the rebuild"
     assert "available-after-heal" in failed[0].summary()

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.client import partition_calls
-
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 BOUND_S = 2.2
@@ -42,7 +41,7 @@ def test_the_seed_still_finds_a_fixed_wait(monkeypatch: pytest.MonkeyPatch) -> N
     """With the gateway's first wait after ``not_leader`` back at 0.5 s, the seeds fail again
     (any one is enough: a later change may move one seed's trajectory off the wait): the
     test above would catch that wait coming back."""
-    monkeypatch.setattr(partition_calls, "_NOT_LEADER_FIRST_WAIT_S", 0.5)
+    take_out(["not-leader-wait"], monkeypatch.setattr)
     summaries = [
         run_seed(config_for(seed, "minority", availability_bound_s=BOUND_S)).summary()
         for seed in WITH_A_FIXED_WAIT_FAIL

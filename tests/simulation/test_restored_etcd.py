@@ -75,8 +75,7 @@ from __future__ import annotations
 
 import pytest
 
-from .etcd_model import Compare, Delete, Put, Txn
-from .sim_coordinator import SimCoordinator
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = [
@@ -107,19 +106,6 @@ def test_a_manager_whose_fence_holds_by_accident_still_places_no_partition_twice
 ) -> None:
     """The direct read alone holds both seeds: the fence weakened to the epoch it compared
     before, the wrong manager's plan gets through it and is stopped by the read."""
-
-    async def epoch_only(
-        self: SimCoordinator,
-        fence_key: str,
-        epoch: int,
-        puts: dict[str, bytes],
-        deletes: tuple[str, ...] = (),
-        *,
-        holder: bytes,
-    ) -> bool:
-        ops = tuple(Put(k, v) for k, v in puts.items()) + tuple(Delete(k) for k in deletes)
-        return (await self._txn(Txn((Compare(fence_key, "create", epoch),), ops))).succeeded
-
-    monkeypatch.setattr(SimCoordinator, "fenced_commit", epoch_only)
+    take_out(["fence-holder"], monkeypatch.setattr)
     result = run_seed(config_for(seed, "etcd"))
     assert result.ok, f"{result.summary()}\n{result.trace_text(40)}"

@@ -13,16 +13,9 @@ record changed is now refused and deleted (``Coordinator.campaign``; the real-et
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import pytest
 
-from backend_store.cluster.coordination.coordinator import Claim
-from backend_store.types import Epoch
-
-from .etcd_model import Compare, Get, Put, Txn
-from .sim_coordinator import SimCoordinator
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 SEED = 203747
@@ -39,27 +32,7 @@ def test_without_the_compares_on_ones_own_key_the_seed_loses_acknowledged_entrie
     """A key under one's own lease taken for a win whatever the records say: n1 leads the
     old epoch, so the test above would catch that check going away."""
 
-    async def own_key_wins(
-        self: SimCoordinator,
-        session: Any,
-        key: str,
-        value: bytes,
-        *,
-        unchanged: Mapping[str, bytes] | None = None,
-    ) -> Claim:
-        # Session 35's campaign, one etcd transaction as now, the holder checked first.
-        kept = tuple((unchanged or {}).items())
-        compares = (Compare(key, "create", 0), *(Compare(name, "value", held) for name, held in kept))
-        reads = (Get(key), *(Get(name) for name, _ in kept))
-        result = await self._txn(Txn(compares, (Put(key, value, session.lease_id),), reads))
-        if result.succeeded:
-            return Claim(True, Epoch(result.revision), value)
-        _, holder = result.results[0]
-        if holder is not None:
-            return Claim(holder.lease == session.lease_id, Epoch(holder.create_revision), holder.value)
-        return Claim(False, Epoch(0), b"")
-
-    monkeypatch.setattr(SimCoordinator, "campaign", own_key_wins)
+    take_out(["own-key-compares"], monkeypatch.setattr)
     result = run_seed(config_for(SEED, "all"))
     assert not result.ok
     assert "leader-completeness" in result.summary()

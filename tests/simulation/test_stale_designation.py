@@ -17,13 +17,9 @@ compare; session 35 re-found the class with the compare disabled, on its final t
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from backend_store.cluster.coordination.coordinator import Claim
-
-from .sim_coordinator import SimCoordinator
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = [100074, 100522, 100164, 100277, 100371]
@@ -42,11 +38,6 @@ def test_without_the_designation_in_the_claim_the_seed_loses_acknowledged_entrie
     """Campaigns that ignore the record they acted on: a node leads without what a majority
     acknowledged, so the test above would catch the compare going away. Any one of the seeds
     failing is enough: a later change may move one seed's trajectory off the race."""
-    campaign = SimCoordinator.campaign
-
-    async def blind(self: SimCoordinator, session: Any, key: str, value: bytes, **_: Any) -> Claim:
-        return await campaign(self, session, key, value)
-
-    monkeypatch.setattr(SimCoordinator, "campaign", blind)
+    take_out(["claim-compares"], monkeypatch.setattr)
     summaries = [run_seed(config_for(seed, "all")).summary() for seed in WITHOUT_THE_COMPARE_FAIL]
     assert any("leader-completeness" in summary for summary in summaries), summaries

@@ -14,14 +14,9 @@ the designation by (``Coordinator.campaign``'s ``unchanged``; the real-etcd side
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import pytest
 
-from backend_store.cluster.coordination.coordinator import Claim
-
-from .sim_coordinator import SimCoordinator
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 SEED = 50473
@@ -37,20 +32,7 @@ def test_without_the_cluster_record_in_the_claim_the_seed_loses_acknowledged_ent
 ) -> None:
     """Claims that compare the partition record alone: n4 leads without LSNs a majority
     acknowledged, so the test above would catch the cluster record's compare going away."""
-    campaign = SimCoordinator.campaign
-
-    async def partition_only(
-        self: SimCoordinator,
-        session: Any,
-        key: str,
-        value: bytes,
-        *,
-        unchanged: Mapping[str, bytes] | None = None,
-    ) -> Claim:
-        kept = {name: held for name, held in (unchanged or {}).items() if not name.endswith("/cluster")}
-        return await campaign(self, session, key, value, unchanged=kept)
-
-    monkeypatch.setattr(SimCoordinator, "campaign", partition_only)
+    take_out(["claim-cluster-compare"], monkeypatch.setattr)
     result = run_seed(config_for(SEED, "all"))
     assert not result.ok
     assert "leader-completeness" in result.summary()

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.manager.manager import Manager
-
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 SEED = 101788
@@ -29,11 +28,7 @@ def test_a_new_manager_does_not_plan_on_a_view_from_before_it_led() -> None:
 def test_without_the_fresh_read_the_seed_loses_acknowledged_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     """A manager that plans on whatever its watches last showed: n3 leads without LSNs a
     majority acknowledged, so the test above would catch the fresh read going away."""
-
-    async def watches_only(self: Manager) -> None:
-        return None
-
-    monkeypatch.setattr(Manager, "_read_everything", watches_only)
+    take_out(["fresh-read"], monkeypatch.setattr)
     result = run_seed(config_for(SEED, "all"))
     assert not result.ok
     assert "leader-completeness" in result.summary()

@@ -31,12 +31,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend_store.cluster.coordination.layout import Tombstone
-from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
-from backend_store.cluster.manager.manager import Manager
-
-from . import sim_node
-from .sim_node import SimNode
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = [1, 28, 121]
@@ -53,19 +48,7 @@ def test_without_the_direct_reads_the_seed_finds_the_deletion(monkeypatch: pytes
     holds the seeds, and since session 35 so does the manager's fresh read when it wins):
     seeds 1, 3 and 6 delete a replica holding acknowledged entries (any one is enough), so
     the test above would catch the direct reads going away."""
-
-    async def trusting(self: Manager) -> bool:
-        return True
-
-    async def no_refusal(self: SimNode) -> str | None:
-        return None
-
-    async def watches_only(self: Manager) -> None:
-        return None
-
-    monkeypatch.setattr(Manager, "_cluster_confirmed", trusting)
-    monkeypatch.setattr(SimNode, "_refusal_now", no_refusal)
-    monkeypatch.setattr(Manager, "_read_everything", watches_only)
+    take_out(["direct-reads", "fresh-read"], monkeypatch.setattr)
     summaries = [run_seed(config_for(seed, "etcd")).summary() for seed in (1, 3, 6)]
     assert any("deleted its replica" in summary for summary in summaries), summaries
 
@@ -82,20 +65,10 @@ def test_a_node_deletes_only_on_a_tombstone_etcd_holds_now(monkeypatch: pytest.M
     taken out, deletes a replica holding acknowledged entries."""
     result = run_seed(config_for(51983, "all"))
     assert result.ok, result.report()
-
-    async def deferred_refresh(self: WatchedPrefix) -> None:
-        self.apply(await self._coordinator.read_prefix(self.prefix))
-
-    monkeypatch.setattr(WatchedPrefix, "refresh", deferred_refresh)
+    take_out(["refresh-back-in-time"], monkeypatch.setattr)
     guarded = run_seed(config_for(51696, "all"))
     assert guarded.ok, guarded.summary()
-
-    async def watched_only(
-        _coordinator: object, _layout: object, _node_id: str, _pid: int, watched: Tombstone | None
-    ) -> bool:
-        return watched is not None
-
-    monkeypatch.setattr(sim_node, "tombstone_stands", watched_only)
+    take_out(["tombstone-read"], monkeypatch.setattr)
     trusting = run_seed(config_for(51696, "all"))
     assert not trusting.ok
     assert "deleted its replica" in trusting.summary()

@@ -1,0 +1,224 @@
+"""Each fix the simulation found, taken out again: what a seed that pins the fix runs without.
+
+A test that shows a fix matters runs its seeds with the fix taken out and needs one to fail
+(``test_without_...``), and ``scripts/simulate --without NAME`` runs any seeds so: when a
+later change moves those seeds' trajectories off the race, the sweep finds new ones
+(docs/testing.md, "Simulation"). Both take the fix out the same way, from here. Each
+ablation is applied through a ``setattr``-like callable: pytest's ``monkeypatch.setattr``
+in a test (undone after it), the builtin in a sweep's worker process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Setter = Callable[[Any, str, Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Ablation:
+    name: str
+    fix: str  # what is taken out, in a line
+    apply: Callable[[Setter], None]
+
+
+def _breaker_abandon(setter: Setter) -> None:
+    from backend_store.cluster.client.node_health import Breaker
+
+    def kept_out(self: Breaker) -> None:
+        return None
+
+    setter(Breaker, "abandon", kept_out)
+
+
+def _not_leader_wait(setter: Setter) -> None:
+    from backend_store.cluster.client import partition_calls
+
+    setter(partition_calls, "_NOT_LEADER_FIRST_WAIT_S", 0.5)
+
+
+def _claim_compares(setter: Setter) -> None:
+    from backend_store.cluster.coordination.coordinator import Claim
+
+    from .sim_coordinator import SimCoordinator
+
+    campaign = SimCoordinator.campaign
+
+    async def blind(self: SimCoordinator, session: Any, key: str, value: bytes, **_: Any) -> Claim:
+        return await campaign(self, session, key, value)
+
+    setter(SimCoordinator, "campaign", blind)
+
+
+def _claim_cluster_compare(setter: Setter) -> None:
+    from backend_store.cluster.coordination.coordinator import Claim
+
+    from .sim_coordinator import SimCoordinator
+
+    campaign = SimCoordinator.campaign
+
+    async def partition_only(
+        self: SimCoordinator,
+        session: Any,
+        key: str,
+        value: bytes,
+        *,
+        unchanged: Mapping[str, bytes] | None = None,
+    ) -> Claim:
+        kept = {name: held for name, held in (unchanged or {}).items() if not name.endswith("/cluster")}
+        return await campaign(self, session, key, value, unchanged=kept)
+
+    setter(SimCoordinator, "campaign", partition_only)
+
+
+def _own_key_compares(setter: Setter) -> None:
+    from backend_store.cluster.coordination.coordinator import Claim
+    from backend_store.types import Epoch
+
+    from .etcd_model import Compare, Get, Put, Txn
+    from .sim_coordinator import SimCoordinator
+
+    async def own_key_wins(
+        self: SimCoordinator,
+        session: Any,
+        key: str,
+        value: bytes,
+        *,
+        unchanged: Mapping[str, bytes] | None = None,
+    ) -> Claim:
+        # Session 35's campaign, one etcd transaction as now, the holder checked first.
+        kept = tuple((unchanged or {}).items())
+        compares = (Compare(key, "create", 0), *(Compare(name, "value", held) for name, held in kept))
+        reads = (Get(key), *(Get(name) for name, _ in kept))
+        result = await self._txn(Txn(compares, (Put(key, value, session.lease_id),), reads))
+        if result.succeeded:
+            return Claim(True, Epoch(result.revision), value)
+        _, holder = result.results[0]
+        if holder is not None:
+            return Claim(holder.lease == session.lease_id, Epoch(holder.create_revision), holder.value)
+        return Claim(False, Epoch(0), b"")
+
+    setter(SimCoordinator, "campaign", own_key_wins)
+
+
+def _leader_sightings(setter: Setter) -> None:
+    from backend_store.cluster.coordination.coordinator import PrefixState
+    from backend_store.cluster.manager.manager import Manager
+
+    on_leaders = Manager._on_leaders
+
+    def forgetful(self: Manager, state: PrefixState) -> None:
+        on_leaders(self, state)
+        self.view.leader_seen.clear()
+
+    setter(Manager, "_on_leaders", forgetful)
+
+
+def _fresh_read(setter: Setter) -> None:
+    from backend_store.cluster.manager.manager import Manager
+
+    async def watches_only(self: Manager) -> None:
+        return None
+
+    setter(Manager, "_read_everything", watches_only)
+
+
+def _direct_reads(setter: Setter) -> None:
+    from backend_store.cluster.manager.manager import Manager
+
+    from .sim_node import SimNode
+
+    async def trusting(self: Manager) -> bool:
+        return True
+
+    async def no_refusal(self: SimNode) -> str | None:
+        return None
+
+    setter(Manager, "_cluster_confirmed", trusting)
+    setter(SimNode, "_refusal_now", no_refusal)
+
+
+def _refresh_back_in_time(setter: Setter) -> None:
+    from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
+
+    async def deferred_refresh(self: WatchedPrefix) -> None:
+        self.apply(await self._coordinator.read_prefix(self.prefix))
+
+    setter(WatchedPrefix, "refresh", deferred_refresh)
+
+
+def _tombstone_read(setter: Setter) -> None:
+    from backend_store.cluster.coordination.layout import Tombstone
+
+    from . import sim_node
+
+    async def watched_only(
+        _coordinator: object, _layout: object, _node_id: str, _pid: int, watched: Tombstone | None
+    ) -> bool:
+        return watched is not None
+
+    setter(sim_node, "tombstone_stands", watched_only)
+
+
+def _fence_holder(setter: Setter) -> None:
+    from .etcd_model import Compare, Delete, Put, Txn
+    from .sim_coordinator import SimCoordinator
+
+    async def epoch_only(
+        self: SimCoordinator,
+        fence_key: str,
+        epoch: int,
+        puts: dict[str, bytes],
+        deletes: tuple[str, ...] = (),
+        *,
+        holder: bytes,
+    ) -> bool:
+        ops = tuple(Put(k, v) for k, v in puts.items()) + tuple(Delete(k) for k in deletes)
+        return (await self._txn(Txn((Compare(fence_key, "create", epoch),), ops))).succeeded
+
+    setter(SimCoordinator, "fenced_commit", epoch_only)
+
+
+def _record_rebuild(setter: Setter) -> None:
+    from backend_store.cluster.manager import recovery
+
+    setter(recovery, "rebuilt_records", lambda *_: {})
+
+
+ABLATIONS: dict[str, Ablation] = {
+    a.name: a
+    for a in (
+        Ablation(
+            "breaker-abandon", "a breaker trial that ends without a verdict is tried again", _breaker_abandon
+        ),
+        Ablation("not-leader-wait", "the gateway's first wait after not_leader is short", _not_leader_wait),
+        Ablation("claim-compares", "a leader-key claim compares the records it acted on", _claim_compares),
+        Ablation(
+            "claim-cluster-compare", "the claim compares the cluster record too", _claim_cluster_compare
+        ),
+        Ablation(
+            "own-key-compares", "a key of one's own lease wins only on unchanged records", _own_key_compares
+        ),
+        Ablation(
+            "leader-sightings", "a position counts only if written after the key was seen", _leader_sightings
+        ),
+        Ablation("fresh-read", "a manager reads every prefix afresh when it wins", _fresh_read),
+        Ablation("direct-reads", "manager and node read the cluster record before deleting", _direct_reads),
+        Ablation(
+            "refresh-back-in-time", "a fresh read older than the held state is taken", _refresh_back_in_time
+        ),
+        Ablation("tombstone-read", "a node reads each tombstone directly before deleting", _tombstone_read),
+        Ablation("fence-holder", "a manager's fenced commit compares the holder too", _fence_holder),
+        Ablation(
+            "record-rebuild", "an unreadable record never read is rebuilt from the nodes", _record_rebuild
+        ),
+    )
+}
+
+
+def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
+    """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
+    for name in names:
+        ABLATIONS[name].apply(setter)
