@@ -4,8 +4,6 @@ test_etcd_loss.py and test_never_delete.py see from outside, case by case."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from backend_store.cluster.coordination.identity import (
     ClusterRecord,
     NodeJudgement,
@@ -51,23 +49,6 @@ def test_a_served_record_carries_the_bytes_it_was_read_from() -> None:
     out = decide("me", _hosted(1, 2, label=LABEL), read, {}, TRUSTED)
     assert set(out.serve) == {1, 2}
     assert out.serve_values == {1: ON_ME.pack()}
-
-
-def test_a_replica_held_nowhere_is_created_only_on_a_designation_of_this_incarnation() -> None:
-    """Simulation seed ``all`` 222767: a restore undid a move, and the node whose copy had
-    been moved away and deleted made an empty one on the restored record; it counted toward
-    the restored set's majority and a replica without an acknowledged entry was designated."""
-    restored = MapView({1: ON_ME, 2: ON_ME})
-    held = _hosted(2, label=LABEL)
-    # etcd may have gone back in time and nobody settled it: nothing is created.
-    out = decide("me", held, restored, {}, TRUSTED, incarnation=None)
-    assert set(out.serve) == {2} and set(out.deferred) == {1} and not out.strays
-    # Settled: the record is of an earlier incarnation, still nothing is created.
-    assert set(decide("me", held, restored, {}, TRUSTED, incarnation=1).deferred) == {1}
-    # Designated anew, in this incarnation: created (served), and caught up by its leader.
-    anew = MapView({1: replace(ON_ME, designated_in=1), 2: ON_ME})
-    out = decide("me", held, anew, {}, TRUSTED, incarnation=1)
-    assert set(out.serve) == {1, 2} and not out.deferred
 
 
 def test_an_empty_map_deletes_nothing() -> None:

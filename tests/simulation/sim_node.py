@@ -363,14 +363,7 @@ class SimNode:
             hosted[pid] = HostedReplica(
                 pid, True, data.label if data is not None else None, host.store.last_lsn
             )
-        return node_adapter.decide_replicas(
-            self.node_id,
-            hosted,
-            self._partitions,
-            self._tombstones,
-            verdict,
-            None if self.timeline.suspect else self.incarnation,
-        )
+        return node_adapter.decide_replicas(self.node_id, hosted, self._partitions, self._tombstones, verdict)
 
     async def _refusal_now(self) -> str | None:
         """``NodeIdentity.refusal_now``: etcd's cluster record read directly before a deletion."""

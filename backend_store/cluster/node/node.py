@@ -384,8 +384,7 @@ class Node:
         }
         for pid, host in [*self.hosts.items(), *opened.items()]:
             hosted[pid] = HostedReplica(pid, True, self._labels.get(pid), host.store.last_lsn)
-        incarnation = None if self.identity.timeline.suspect else self.identity.incarnation
-        return decide(self.node_id, hosted, self._partitions, self._tombstones, verdict, incarnation)
+        return decide(self.node_id, hosted, self._partitions, self._tombstones, verdict)
 
     async def _open_host(self, pid: int) -> PartitionHost:
         host = PartitionHost(

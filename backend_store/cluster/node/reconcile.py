@@ -4,7 +4,7 @@ The node (:mod:`.node`) gathers what it knows and acts on what :func:`decide` an
 deterministic simulation (``tests/simulation/``) drives the same function. Its signature is
 kept stable::
 
-    decide(node_id, hosted, partitions, tombstones, identity, incarnation) -> Decision
+    decide(node_id, hosted, partitions, tombstones, identity) -> Decision
 
 - ``node_id``: this node's id, as the partition map names it.
 - ``hosted``: every replica this node holds, by partition id: open ones (a
@@ -16,10 +16,6 @@ kept stable::
 - ``tombstones``: the deletions the manager (or an operator) wrote for this node's replicas,
   by partition id (:class:`~..coordination.layout.Tombstone`).
 - ``identity``: whether etcd holds this node's cluster (:class:`IdentityVerdict`).
-- ``incarnation``: the cluster's incarnation as this node knows it, or None while etcd may
-  have gone back in time and no fresh read settled it (``coordination/timeline.py``): a
-  replica this node does not hold is created only on a record designated in the current
-  incarnation (below).
 
 The :class:`Decision` says which partitions to serve (open if needed, then reconcile their
 role with the record), which replicas to delete and why, which to keep unserved as strays
@@ -88,8 +84,6 @@ class Decision:
     delete: dict[int, str] = field(default_factory=dict)
     # Replicas kept but not served (open ones are closed), with the reason reported.
     strays: dict[int, str] = field(default_factory=dict)
-    # Named here, held nowhere, and not created yet, with why (the manager designates anew).
-    deferred: dict[int, str] = field(default_factory=dict)
     # Set when etcd is not trusted: nothing is served or deleted.
     refused: str | None = None
 
@@ -100,7 +94,6 @@ def decide(
     partitions: MapView | None,
     tombstones: Mapping[int, Tombstone],
     identity: IdentityVerdict,
-    incarnation: int | None = 0,
 ) -> Decision:
     """What to do with ``hosted`` given the map (see the module's docstring).
 
@@ -109,18 +102,6 @@ def decide(
     tombstone's LSN, when both are known). A record that cannot be parsed is unknown, not
     absent. A replica labelled for another cluster, or for another queue than the map's
     record of its partition (an id reused after an etcd restore), is never served or deleted.
-
-    A replica the map names here but this node does not hold is created only on a record
-    designated in the current incarnation, and never while etcd may have gone back in time
-    and that is not settled yet (the map read may be a restored one whose incarnation nobody
-    has raised yet). One designated before etcd went back in time may
-    name this node as a voter from before a membership change undone by the restore: this
-    node's copy was moved away and deleted since, and an empty copy made now would count
-    toward the restored set's majority, so the manager could designate a replica without
-    what the newer set acknowledged (simulation seed ``all`` 222767, session 36: n1's new,
-    empty copy and n2's made a majority of the restored set while the copies holding LSN 32
-    were cut off, and n2 led without it). Once the manager has designated anew on fresh
-    positions, the replica is created and catches up.
     """
     if identity.refusal is not None:
         why = f"not served: {identity.refusal}"
@@ -132,9 +113,6 @@ def decide(
         if node_id not in record.members:  # a voter or a learner
             continue
         found = hosted.get(pid)
-        if found is None and (incarnation is None or record.designated_in < incarnation):
-            out.deferred[pid] = "designated before etcd went back in time: not created until designated anew"
-            continue
         conflict = _conflict(found.label, record, identity) if found is not None else None
         if conflict is None:
             out.serve[pid] = record
