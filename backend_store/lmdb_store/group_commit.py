@@ -28,7 +28,7 @@ from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
-from .replication_log import ReplicationLog
+from .replication_log import NotLeading, ReplicationLog
 
 log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
@@ -181,6 +181,12 @@ class GroupCommitWriter:
             except _TermEnded:
                 self._fail_term_ended(batch)
                 break
+            except NotLeading as exc:
+                # Nothing of the batch was logged or shipped (the check comes before the
+                # offer): each operation fails, a follower's own (an apply, a truncation)
+                # is sent again by its link, and a write is retried at the new leader.
+                self._fail_all_with(batch, Unavailable(f"not the leader any more: {exc}"))
+                break
         self.operations += len(batch)
         self._resolve(batch, touched)
 
@@ -312,6 +318,8 @@ class GroupCommitWriter:
                 pending.outcome = (False, self._unavailable(exc))
             except _TermEnded:
                 pending.outcome = (False, self._term_ended())
+            except NotLeading as exc:
+                pending.outcome = (False, Unavailable(f"not the leader any more: {exc}"))
         return touched
 
     def _fail_all(self, batch: list[_Pending[Any]], exc: lmdb.Error) -> None:
@@ -320,7 +328,10 @@ class GroupCommitWriter:
             pending.outcome = (False, error)
 
     def _fail_term_ended(self, batch: list[_Pending[Any]]) -> None:
-        error = self._term_ended()
+        self._fail_all_with(batch, self._term_ended())
+
+    @staticmethod
+    def _fail_all_with(batch: list[_Pending[Any]], error: PushgateError) -> None:
         for pending in batch:
             pending.outcome = (False, error)
 

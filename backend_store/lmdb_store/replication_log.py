@@ -41,6 +41,10 @@ _TRIM_PER_BATCH = 64
 _DB_NUMBERS = frozenset(int(db) for db in Db if db != Db.REPLOG)
 
 
+class NotLeading(Exception):
+    """The batch would log this store's own writes at a fence its term no longer holds."""
+
+
 class ReplicationLog:
     def __init__(self, keep: int) -> None:
         self.keep = max(0, keep)
@@ -56,6 +60,15 @@ class ReplicationLog:
         self._staged: tuple[Lsn, Epoch, Epoch | None] | None = None
         # The entry the open transaction appended, as followers get it (None: none, or no log kept).
         self.appended: LogEntry | None = None
+        # The epoch of the term this store's own writes are logged in: the last one started
+        # here (raise_epoch), or the fence as loaded. A newer leader's entries or truncation
+        # raise the fence past it, and from then on this store logs none of its own writes:
+        # a write queued under the deposed term and committed after the fence rose would
+        # carry the new term's epoch at an LSN where the new leader wrote something else
+        # (simulation seed ``all`` 231542, session 36: two different entries at LSN 58,
+        # epoch ...842, and log matching took them for one).
+        self.term: Epoch = Epoch(0)
+        self._staged_term: Epoch | None = None
 
     def load(self, txn: Any, dbs: dict[Db, Any]) -> None:
         raw = txn.get(_LAST_LSN, db=dbs[Db.META])
@@ -64,6 +77,7 @@ class ReplicationLog:
         fence = Epoch(read_u64(raw) if raw else 0)
         raw = txn.get(u64(last), db=dbs[Db.REPLOG]) if last else None
         self.committed = (last, fence, Epoch(unpack(raw)[0]) if raw is not None else None)
+        self.term = fence
 
     @property
     def last_lsn(self) -> Lsn:
@@ -77,12 +91,16 @@ class ReplicationLog:
 
     def begin(self) -> None:
         self._staged = None
+        self._staged_term = None
         self.appended = None
 
     def commit(self) -> None:
         if self._staged is not None:
             self.committed = self._staged
             self._staged = None
+        if self._staged_term is not None:
+            self.term = self._staged_term
+            self._staged_term = None
 
     def _current(self) -> tuple[Lsn, Epoch]:
         last, fence, _ = self._staged or self.committed
@@ -102,8 +120,14 @@ class ReplicationLog:
     # The leader's side ---------------------------------------------------------
 
     def append(self, writes: Writes) -> Lsn:
-        """Write the batch's mutations as the next entry, in the batch's own transaction."""
+        """Write the batch's mutations as the next entry, in the batch's own transaction.
+
+        Refused with :class:`NotLeading` when the fence has passed this store's term: a
+        newer leader's entries arrived since its writes were queued."""
         last, epoch = self._current()
+        term = self._staged_term if self._staged_term is not None else self.term
+        if self.keep and epoch != term:
+            raise NotLeading(f"this replica's term {term} is over (fence {epoch})")
         lsn = Lsn(last + 1)
         if self.keep:
             if not isinstance(writes, LoggedWrites):
@@ -121,6 +145,7 @@ class ReplicationLog:
         if epoch < fence:
             raise StaleEpoch(f"epoch {epoch} is older than {fence}")
         self._stage(writes, last, epoch, self._entry_epoch())
+        self._staged_term = epoch
         return epoch
 
     def _trim(self, writes: Writes, lsn: Lsn) -> None:

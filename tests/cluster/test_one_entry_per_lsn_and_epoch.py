@@ -96,3 +96,34 @@ async def test_a_shipped_entry_whose_commit_failed_is_never_followed_by_another_
     finally:
         await leader.close()
         await follower.close()
+
+
+async def test_a_write_queued_under_a_deposed_term_is_never_logged_in_the_next(tmp_path: Path) -> None:
+    """Simulation seed ``all`` 231542 (session 36): n1 led epoch 832 on a slow disk, resigned,
+    and n2's term (842) truncated n1's tail; a send n1 had queued as leader then committed,
+    and the writer logged it at LSN 58 with the fence's epoch, 842, where n2 had written
+    something else. A store logs its own writes only in the term it started last; once a
+    newer leader's truncation or entries raise the fence past it, they fail, unlogged."""
+    store = await open_store(tmp_path / "n1", 8 << 20)
+    try:
+        await store.create_queue(T, Q, {})
+        await store.raise_epoch(Epoch(5))
+        await store.send(T, Q, [NewMessage(b"term 5", is_text=True)])
+        last, epoch = store.last_entry
+        assert epoch == 5
+        # A newer leader (epoch 7) rolls back this deposed leader's unacknowledged tail.
+        assert await store.truncate_after(Lsn(last - 1), Epoch(7)) == 1
+        before = store.last_entry
+        try:
+            await store.send(T, Q, [NewMessage(b"queued under term 5", is_text=True)])
+            raise AssertionError("a deposed term's write was logged")
+        except Unavailable as exc:
+            assert "not the leader" in str(exc.detail)
+        assert store.last_entry == before
+        assert [e.epoch for e in await store.read_replication_log(Lsn(0))] == [0] * (last - 1)
+        # Leading again, in a newer term: its writes are logged at its epoch.
+        await store.raise_epoch(Epoch(9))
+        await store.send(T, Q, [NewMessage(b"term 9", is_text=True)])
+        assert store.last_entry == (Lsn(last), Epoch(9))
+    finally:
+        await store.close()

@@ -24,6 +24,18 @@ class Ablation:
     apply: Callable[[Setter], None]
 
 
+ABLATIONS: dict[str, Ablation] = {}
+
+
+def _ablation(name: str, fix: str) -> Callable[[Callable[[Setter], None]], Callable[[Setter], None]]:
+    def register(apply: Callable[[Setter], None]) -> Callable[[Setter], None]:
+        ABLATIONS[name] = Ablation(name, fix, apply)
+        return apply
+
+    return register
+
+
+@_ablation("breaker-abandon", "a breaker trial that ends without a verdict is tried again")
 def _breaker_abandon(setter: Setter) -> None:
     from backend_store.cluster.client.node_health import Breaker
 
@@ -33,12 +45,14 @@ def _breaker_abandon(setter: Setter) -> None:
     setter(Breaker, "abandon", kept_out)
 
 
+@_ablation("not-leader-wait", "the gateway's first wait after not_leader is short")
 def _not_leader_wait(setter: Setter) -> None:
     from backend_store.cluster.client import partition_calls
 
     setter(partition_calls, "_NOT_LEADER_FIRST_WAIT_S", 0.5)
 
 
+@_ablation("claim-compares", "a leader-key claim compares the records it acted on")
 def _claim_compares(setter: Setter) -> None:
     from backend_store.cluster.coordination.coordinator import Claim
 
@@ -52,6 +66,7 @@ def _claim_compares(setter: Setter) -> None:
     setter(SimCoordinator, "campaign", blind)
 
 
+@_ablation("claim-cluster-compare", "the claim compares the cluster record too")
 def _claim_cluster_compare(setter: Setter) -> None:
     from backend_store.cluster.coordination.coordinator import Claim
 
@@ -73,6 +88,7 @@ def _claim_cluster_compare(setter: Setter) -> None:
     setter(SimCoordinator, "campaign", partition_only)
 
 
+@_ablation("own-key-compares", "a key of one's own lease wins only on unchanged records")
 def _own_key_compares(setter: Setter) -> None:
     from backend_store.cluster.coordination.coordinator import Claim
     from backend_store.types import Epoch
@@ -103,6 +119,7 @@ def _own_key_compares(setter: Setter) -> None:
     setter(SimCoordinator, "campaign", own_key_wins)
 
 
+@_ablation("leader-sightings", "a position counts only if written after the key was seen")
 def _leader_sightings(setter: Setter) -> None:
     from backend_store.cluster.coordination.coordinator import PrefixState
     from backend_store.cluster.manager.manager import Manager
@@ -116,6 +133,7 @@ def _leader_sightings(setter: Setter) -> None:
     setter(Manager, "_on_leaders", forgetful)
 
 
+@_ablation("fresh-read", "a manager reads every prefix afresh when it wins")
 def _fresh_read(setter: Setter) -> None:
     from backend_store.cluster.manager.manager import Manager
 
@@ -125,6 +143,7 @@ def _fresh_read(setter: Setter) -> None:
     setter(Manager, "_read_everything", watches_only)
 
 
+@_ablation("direct-reads", "manager and node read the cluster record before deleting")
 def _direct_reads(setter: Setter) -> None:
     from backend_store.cluster.manager.manager import Manager
 
@@ -140,6 +159,7 @@ def _direct_reads(setter: Setter) -> None:
     setter(SimNode, "_refusal_now", no_refusal)
 
 
+@_ablation("refresh-back-in-time", "a fresh read older than the held state is taken")
 def _refresh_back_in_time(setter: Setter) -> None:
     from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 
@@ -149,6 +169,7 @@ def _refresh_back_in_time(setter: Setter) -> None:
     setter(WatchedPrefix, "refresh", deferred_refresh)
 
 
+@_ablation("tombstone-read", "a node reads each tombstone directly before deleting")
 def _tombstone_read(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import Tombstone
 
@@ -162,6 +183,7 @@ def _tombstone_read(setter: Setter) -> None:
     setter(sim_node, "tombstone_stands", watched_only)
 
 
+@_ablation("fence-holder", "a manager's fenced commit compares the holder too")
 def _fence_holder(setter: Setter) -> None:
     from .etcd_model import Compare, Delete, Put, Txn
     from .sim_coordinator import SimCoordinator
@@ -181,41 +203,21 @@ def _fence_holder(setter: Setter) -> None:
     setter(SimCoordinator, "fenced_commit", epoch_only)
 
 
+@_ablation("record-rebuild", "an unreadable record never read is rebuilt from the nodes")
 def _record_rebuild(setter: Setter) -> None:
     from backend_store.cluster.manager import recovery
 
     setter(recovery, "rebuilt_records", lambda *_: {})
 
 
-ABLATIONS: dict[str, Ablation] = {
-    a.name: a
-    for a in (
-        Ablation(
-            "breaker-abandon", "a breaker trial that ends without a verdict is tried again", _breaker_abandon
-        ),
-        Ablation("not-leader-wait", "the gateway's first wait after not_leader is short", _not_leader_wait),
-        Ablation("claim-compares", "a leader-key claim compares the records it acted on", _claim_compares),
-        Ablation(
-            "claim-cluster-compare", "the claim compares the cluster record too", _claim_cluster_compare
-        ),
-        Ablation(
-            "own-key-compares", "a key of one's own lease wins only on unchanged records", _own_key_compares
-        ),
-        Ablation(
-            "leader-sightings", "a position counts only if written after the key was seen", _leader_sightings
-        ),
-        Ablation("fresh-read", "a manager reads every prefix afresh when it wins", _fresh_read),
-        Ablation("direct-reads", "manager and node read the cluster record before deleting", _direct_reads),
-        Ablation(
-            "refresh-back-in-time", "a fresh read older than the held state is taken", _refresh_back_in_time
-        ),
-        Ablation("tombstone-read", "a node reads each tombstone directly before deleting", _tombstone_read),
-        Ablation("fence-holder", "a manager's fenced commit compares the holder too", _fence_holder),
-        Ablation(
-            "record-rebuild", "an unreadable record never read is rebuilt from the nodes", _record_rebuild
-        ),
-    )
-}
+@_ablation("term-fence", "a store logs its own writes only in the term it started last")
+def _term_fence(setter: Setter) -> None:
+    from . import sim_store
+
+    def always(_staged: sim_store._Batch) -> bool:
+        return True  # each commit logs its own writes at whatever the fence is
+
+    setter(sim_store.SimReplicaStore, "_logs_own_writes", staticmethod(always))
 
 
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:

@@ -13,7 +13,10 @@ after the map grows, as ``group_commit.py`` does) and a slow disk.
 (``send`` and ``peek``), with the group-commit writer's rules:
 
 - operations queued while a commit runs go together in the next one, which appends one log
-  entry for all their writes (the next LSN, the store's fence as its epoch);
+  entry for all their writes (the next LSN, the store's fence as its epoch), only while the
+  fence is the term this store last started (``raise_epoch``; the fence as opened before
+  that): once a newer leader's entries or truncation raised it, its own writes fail
+  (``replication_log.py``'s ``NotLeading``);
 - with early shipping on, that entry is offered to the leader **before** the commit
   (``ship_early``); if the commit then fails, ``lost(lsn)`` is called and the term ends in
   the writer: no entry of that epoch is committed after it, the retry of the batch
@@ -144,6 +147,7 @@ class _Batch:
     base: list[LogEntry]
     now: float
     fence: int
+    term: int  # the term this store's own writes are logged in (replication_log.py)
     keep: int = 0
     added: list[LogEntry] = field(default_factory=list)
     ops: list[list[Any]] = field(default_factory=list)  # logged writes: one entry at the end
@@ -186,6 +190,8 @@ class SimReplicaStore:
         self._lost: Callable[[Lsn], None] | None = None
         # The newest epoch whose early-shipped entry failed to commit (group_commit.py).
         self._lost_epoch: Epoch | None = None
+        # ``ReplicationLog.term``: the last term started here, or the fence as opened.
+        self._term = self.data.fence
         self._writer = proc.spawn(self._write_loop(), f"writer p{partition}")
         self.closed = False
         self._cache: tuple[int, MessageState, LogEntry | None] = (0, MessageState(), None)
@@ -248,7 +254,7 @@ class SimReplicaStore:
         def op(b: _Batch) -> Epoch:
             if epoch < b.fence:
                 raise StaleEpoch(f"epoch {epoch} is older than {b.fence}")
-            b.fence = epoch
+            b.fence = b.term = epoch
             return epoch
 
         result: Epoch = await self._submit(op)
@@ -350,7 +356,7 @@ class SimReplicaStore:
     async def _commit(self, batch: list[tuple[_Op, asyncio.Future[Any]]]) -> None:
         disk, data = self.disk, self.data
         while True:
-            staged = _Batch(data.entries, self._clock(), data.fence)
+            staged = _Batch(data.entries, self._clock(), data.fence, self._term)
             outcomes: list[tuple[bool, Any]] = []
             for op, _ in batch:
                 before = staged.changes()
@@ -361,6 +367,14 @@ class SimReplicaStore:
                     assert before == staged.changes()
                     outcomes.append((False, exc))
             appended: LogEntry | None = None
+            if staged.ops and not self._logs_own_writes(staged):
+                # ``NotLeading``: a newer leader's entries raised the fence past this
+                # store's term; nothing of the batch is logged (replication_log.py).
+                error = Unavailable(
+                    f"not the leader any more: term {staged.term} is over (fence {staged.fence})"
+                )
+                outcomes = [(False, error)] * len(batch)
+                break
             if staged.ops:
                 lsn = Lsn(staged.length() + 1)
                 record = msgpack.packb([staged.now, staged.ops], use_bin_type=True)
@@ -407,6 +421,12 @@ class SimReplicaStore:
             else:
                 future.set_exception(value)
 
+    @staticmethod
+    def _logs_own_writes(staged: _Batch) -> bool:
+        """Whether the batch may log this store's own writes: its fence is still the term it
+        started last (``ReplicationLog.append``)."""
+        return staged.fence == staged.term
+
     def _make_durable(self, staged: _Batch) -> None:
         """Appends extend the log in place; a truncation makes a new list (so a copy of
         the list taken earlier, the oracle's record of a leader's log, stays as it was)."""
@@ -417,6 +437,7 @@ class SimReplicaStore:
             data.entries = data.entries[: staged.keep]
             self.disk.observer.truncated(self.disk.node, self.partition, Lsn(staged.keep), dropped)
         data.fence = staged.fence
+        self._term = staged.term
         if staged.added:
             data.entries.extend(staged.added)
             self.disk.observer.appended(self.disk.node, self.partition, staged.added)
