@@ -4,9 +4,11 @@
 n4, n5, n1; m1 was killed before and came back never having read it, so it was unknown to the
 manager that led from then on (neither absent nor known: nothing is planned on it). n4 lost
 its etcd session and gave its key up, nobody was designated again, and p2 took no send for
-the rest of the run (``available-after-heal``). 131005 and 203853 are the same with the
-leader's key still held. The nodes that read the record kept serving on it; they now publish
-it (``NodeRecord.kept``) and the manager writes it back (manager/recovery.py). The pure rules
+the rest of the run (``available-after-heal``). 131005 and 203853 fail the same way. The
+nodes that read the record kept serving on it; they now publish it (``NodeRecord.kept``) and
+the manager writes it back (manager/recovery.py): in all three, the leader's own kept record,
+while it still held the key (the rebuild without a leader is covered by the pure rules and
+the real processes). The pure rules
 are in tests/cluster/test_unreadable_records.py, the real processes in
 tests/cluster/test_never_delete.py.
 """
