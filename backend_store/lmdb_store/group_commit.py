@@ -185,7 +185,7 @@ class GroupCommitWriter:
                 # Nothing of the batch was logged or shipped (the check comes before the
                 # offer): each operation fails, a follower's own (an apply, a truncation)
                 # is sent again by its link, and a write is retried at the new leader.
-                self._fail_all_with(batch, Unavailable(f"not the leader any more: {exc}"))
+                self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
         self._resolve(batch, touched)
@@ -319,7 +319,7 @@ class GroupCommitWriter:
             except _TermEnded:
                 pending.outcome = (False, self._term_ended())
             except NotLeading as exc:
-                pending.outcome = (False, Unavailable(f"not the leader any more: {exc}"))
+                pending.outcome = (False, self._not_leading(exc))
         return touched
 
     def _fail_all(self, batch: list[_Pending[Any]], exc: lmdb.Error) -> None:
@@ -342,6 +342,11 @@ class GroupCommitWriter:
             f"a write of epoch {self._lost_epoch} was shipped but did not commit here; "
             "this term takes no more writes (the next leader's does)"
         )
+
+    @staticmethod
+    def _not_leading(exc: NotLeading) -> Unavailable:
+        # Refused before anything was logged: the write is retried at the new leader.
+        return Unavailable(f"not the leader any more: {exc}")
 
     def _unavailable(self, exc: lmdb.Error) -> Unavailable:
         if is_disk_full(exc, self._env.path):

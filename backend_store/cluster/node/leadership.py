@@ -416,11 +416,10 @@ class NodeLeadership:
         # (simulation seed ``all`` 100074), nor a cluster watch behind it on a designation
         # from before etcd was restored (``all`` 50473: its map watch showed the restored
         # record, its cluster watch not yet the raised incarnation that makes it stale).
-        unchanged = {self.layout.partition(host.partition): record_value}
         cluster_value = self.identity.cluster_value
         if cluster_value is None:
             return  # no cluster record read: nothing to judge the designation by
-        unchanged[self.layout.cluster] = cluster_value
+        unchanged = {self.layout.partition(host.partition): record_value, self.layout.cluster: cluster_value}
         result = await self.coordinator.campaign(session, key, claim_value, unchanged=unchanged)
         if not result.won or not session.valid():
             return  # someone else holds the key (it vanishes with their lease), or the map moved
