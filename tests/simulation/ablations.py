@@ -220,6 +220,25 @@ def _term_fence(setter: Setter) -> None:
     setter(sim_store.SimReplicaStore, "_logs_own_writes", staticmethod(always))
 
 
+@_ablation("remade-copies", "an empty copy made again after a move deleted it counts for nothing")
+def _remade_copies(setter: Setter) -> None:
+    from backend_store.cluster.coordination.layout import ReplicaPosition
+
+    from . import sim_node
+
+    def as_any_copy(_kept: Any, _label: Any, position: ReplicaPosition) -> ReplicaPosition:
+        return position  # published as any empty copy: it counts toward a majority
+
+    setter(sim_node, "remade", as_any_copy)
+
+
+@_ablation("receipt-majority", "without a majority of a set, a remade copy's receipt's set decides")
+def _receipt_majority(setter: Setter) -> None:
+    from backend_store.cluster.manager import election
+
+    setter(election, "newest_receipt", lambda *_: None)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

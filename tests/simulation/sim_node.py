@@ -40,6 +40,7 @@ from backend_store.cluster.node.etcd_records import (
     tombstone_stands,
 )
 from backend_store.cluster.node.publication import Publication
+from backend_store.cluster.node.receipts import KeptReceipt, remade
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -403,6 +404,9 @@ class SimNode:
     async def _delete_replica(self, pid: int, why: str) -> None:
         host = self.hosts.pop(pid, None)
         self.note(f"deleting the replica of p{pid} ({why})")
+        tombstone, found = self._tombstones.get(pid), self.disk.partitions.get(pid)
+        if tombstone is not None and tombstone.receipt is not None and found is not None and found.label:
+            self.disk.receipts[pid] = KeptReceipt(found.label, tombstone.receipt)  # before the copy goes
         if host is not None:
             await self.leadership.resign_key(host.partition)
             await host.destroy(why)
@@ -450,7 +454,10 @@ class SimNode:
         replicas: dict[int, ReplicaPosition] = {}
         for pid, host in list(self.hosts.items()):
             claim = self._leaders.get(pid)
-            replicas[pid] = await host.position(claim[1] if claim is not None else 0)
+            position = await host.position(claim[1] if claim is not None else 0)
+            data = self.disk.partitions.get(pid)
+            label = data.label if data is not None else None
+            replicas[pid] = remade(self.disk.receipts.get(pid), label, position)
         refusal = self.verdict.refusal
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
         kept = self._partitions.kept(self.hosts) if self._partitions is not None else {}

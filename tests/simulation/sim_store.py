@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from backend_store.cluster.node.receipts import KeptReceipt
 from backend_store.cluster.node.reconcile import ReplicaLabel
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
 from backend_store.types import (
@@ -107,6 +108,8 @@ class NodeDisk:
         self.failing_fsyncs = 0  # the next N commits fail (EIO)
         self.map_full_once = False  # the next commit fails with MapFullError, then is retried
         self.slow_s = 0.0
+        # DATA/receipts/ (node/receipts.py): what was deleted on moves' tombstones.
+        self.receipts: dict[int, KeptReceipt] = {}
 
     def open(self, partition: int) -> ReplicaData:
         found = self.partitions.get(partition)

@@ -159,6 +159,26 @@ def unpack(data: bytes) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveReceipt:
+    """What a node keeps on its disk when it deletes a copy on a move's tombstone: the voting
+    set that had committed past everything the copy held, and that set's leader's epoch
+    (which orders receipts). A restore of etcd can undo the move; it cannot undo this."""
+
+    voters: tuple[str, ...]
+    epoch: int
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"voters": list(self.voters), "epoch": self.epoch}
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> MoveReceipt | None:
+        """The receipt a document holds (None: none; ``ValueError`` etc.: malformed)."""
+        if doc is None:
+            return None
+        return cls(tuple(str(n) for n in doc["voters"]), int(doc["epoch"]))
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaPosition:
     """What a node publishes of one replica it hosts."""
 
@@ -177,6 +197,12 @@ class ReplicaPosition:
     voters: tuple[str, ...] = ()
     committed: int = 0
     in_sync: tuple[str, ...] = ()
+    # An empty copy this node made again after it deleted its earlier copy of the same
+    # partition on a move's tombstone (a restored etcd named it again), with what that
+    # tombstone said: the copy knows nothing of what was acknowledged, so a promotion does
+    # not count it, and looks for the majority of the set that replaced it instead
+    # (manager/election.py).
+    remade: MoveReceipt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +259,7 @@ class NodeRecord:
                     tuple(str(n) for n in r.get("voters", ())),
                     int(r.get("committed", 0)),
                     tuple(str(n) for n in r.get("in_sync", ())),
+                    MoveReceipt.from_doc(r.get("remade")),
                 )
                 for p, r in v.get("replicas", {}).items()
             }
@@ -277,6 +304,8 @@ def _position_doc(r: ReplicaPosition) -> dict[str, Any]:
         doc["voters"] = list(r.voters)
         doc["committed"] = r.committed
         doc["in_sync"] = list(r.in_sync)
+    if r.remade is not None:
+        doc["remade"] = r.remade.to_doc()
     return doc
 
 
@@ -488,18 +517,22 @@ class Tombstone:
     # partition id reused after an etcd restore) is never deleted by it.
     tenant: str | None = None
     queue: str | None = None
+    # A move's only: the voting set that committed past ``lsn`` and its leader's epoch; the
+    # node keeps them as its receipt (:class:`MoveReceipt`) when it deletes the copy.
+    receipt: MoveReceipt | None = None
 
     def pack(self) -> bytes:
-        return pack(
-            {
-                "partition": self.partition,
-                "node": self.node,
-                "reason": self.reason,
-                "lsn": self.lsn,
-                "tenant": self.tenant,
-                "queue": self.queue,
-            }
-        )
+        doc: dict[str, Any] = {
+            "partition": self.partition,
+            "node": self.node,
+            "reason": self.reason,
+            "lsn": self.lsn,
+            "tenant": self.tenant,
+            "queue": self.queue,
+        }
+        if self.receipt is not None:
+            doc["receipt"] = self.receipt.to_doc()
+        return pack(doc)
 
     @classmethod
     def unpack(cls, data: bytes) -> Tombstone:
@@ -513,6 +546,7 @@ class Tombstone:
                 None if lsn is None else int(lsn),
                 None if tenant is None else str(tenant),
                 None if queue is None else str(queue),
+                MoveReceipt.from_doc(v.get("receipt")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise Unavailable(f"malformed tombstone: {exc}") from None

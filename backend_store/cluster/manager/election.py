@@ -50,7 +50,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from ...types import epoch_incarnation
-from ..coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
+from ..coordination.layout import MoveReceipt, NodeRecord, PartitionRecord, ReplicaPosition
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -117,12 +117,29 @@ def promote(
     # held in another partition's first commit, in the simulation seed ``all`` 130837,
     # session 34): its record from before that leader's term said "no key", and the manager
     # promoted a replica without the entries that node and the dead leader had acknowledged.
+    # A copy made again after its node deleted the earlier one on a move's tombstone (etcd,
+    # restored, named it again) knows nothing, and does not count (simulation seeds ``all``
+    # 222767, 234061, 240328, session 37: n3's copy of p3 was deleted on a move at 5.3 s, n4
+    # and n1 acknowledged LSN 22, etcd was restored to before the move at 15.9 s, and n3's
+    # new, empty copy made a majority with n2's, which led from LSN 21).
     fresh = {
         n: p
         for n in record.replicas
-        if (p := position_of(nodes, n, pid)) is not None and p.leader_epoch == 0 and n not in outdated
+        if (p := position_of(nodes, n, pid)) is not None
+        and p.leader_epoch == 0
+        and n not in outdated
+        and p.remade is None
     }
-    if len(fresh) < majority(record.replicas):
+    # Without a majority of the set, the receipt of such a copy says where the writes went:
+    # a majority of the set that replaced it held everything when the copy was deleted.
+    receipt = newest_receipt(nodes, pid, record)
+    by_receipt = (
+        len(fresh) < majority(record.replicas)
+        and bool(fresh)
+        and receipt is not None
+        and len(heard(nodes, pid, receipt.voters, unheard, outdated)) >= majority(receipt.voters)
+    )
+    if len(fresh) < majority(record.replicas) and not by_receipt:
         return record  # a minority could lack an acknowledged write: wait
     successor = record.successor
     if (
@@ -157,7 +174,7 @@ def promote(
     # restore undid a move of p2 from n1 to n2; n4, ahead, was designated again in the new
     # incarnation and froze before it led, and n5 was promoted on the restored set's
     # majority without three acknowledged entries that n4 and n2's stray held).
-    unsettled = stale or epoch_incarnation(fresh[best].last_epoch) < incarnation
+    unsettled = by_receipt or stale or epoch_incarnation(fresh[best].last_epoch) < incarnation
     if unsettled and unheard:
         # Every copy counts, so every live node must have said what it holds: one yet to
         # publish since the raise may hold the best (simulation seed ``all`` 100851, session
@@ -209,6 +226,34 @@ def promote(
             why = "gave up its key" if gave_up else "is gone"
             log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
     return replace(record, leader=best, successor=None, designation=designated, designated_in=incarnation)
+
+
+def newest_receipt(nodes: Mapping[str, NodeRecord], pid: int, record: PartitionRecord) -> MoveReceipt | None:
+    """The newest receipt among the voters' copies made again after a move deleted them."""
+    receipts = [
+        p.remade for n in record.replicas if (p := position_of(nodes, n, pid)) is not None and p.remade
+    ]
+    return max(receipts, key=lambda r: r.epoch, default=None)
+
+
+def heard(
+    nodes: Mapping[str, NodeRecord],
+    pid: int,
+    among: Collection[str],
+    unheard: Collection[str],
+    outdated: Collection[str],
+) -> set[str]:
+    """The nodes of ``among`` whose copy of ``pid`` is known: served and published after the
+    leader key vanished (and not made again), or kept as a stray with its rank."""
+    out: set[str] = set()
+    for n in among:
+        record = nodes.get(n)
+        if record is None or n in unheard or n in outdated:
+            continue
+        p = record.replicas.get(pid)
+        if (p is not None and p.leader_epoch == 0 and p.remade is None) or pid in record.stray_ranks:
+            out.add(n)
+    return out
 
 
 def copies_ahead(

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
-from ..coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition, Tombstone
+from ..coordination.layout import MoveReceipt, NodeRecord, PartitionRecord, ReplicaPosition, Tombstone
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -178,8 +178,9 @@ def tombstones(
             if not settled or held > (lead.epoch, lead.committed):
                 continue  # the new set has not committed past what this copy holds (yet)
             log.info("partition %d: %s's copy is no longer needed (tombstone)", pid, node_id)
+            receipt = MoveReceipt(tuple(record.replicas), lead.epoch)
             puts[(pid, node_id)] = Tombstone(
-                pid, node_id, "moved", lead.committed, tenant=record.tenant, queue=record.queue
+                pid, node_id, "moved", lead.committed, record.tenant, record.queue, receipt
             )
     return puts, deletes
 

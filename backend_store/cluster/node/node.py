@@ -74,6 +74,7 @@ from .leadership import NodeLeadership
 from .node_identity import NodeIdentity, pack_label, read_label
 from .partition_host import PartitionHost
 from .publication import Publication
+from .receipts import KeptReceipt, keep_receipt, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
 from .storage_gauge import StorageGauge
 
@@ -176,6 +177,8 @@ class Node:
         # (last_epoch, lsn) of each stray (published: a restored etcd's promotion compares
         # them); read when it stops being served, or once at start (``_rank_strays``).
         self._stray_ranks: dict[int, tuple[int, int]] = {}
+        # What this node deleted on moves' tombstones (receipts.py; read at start).
+        self._receipts: dict[int, KeptReceipt] = {}
 
     @property
     def address(self) -> str:
@@ -185,6 +188,7 @@ class Node:
 
     async def start(self) -> None:
         """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
+        self._receipts = await asyncio.to_thread(read_receipts, self.data_dir)
         server_tls = self.tls.server if self.tls is not None else None
         self._server = await serve_node_protocol(self._accept, self.host, self.port, server_tls)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -457,6 +461,11 @@ class Node:
     async def _delete_replica(self, pid: int, why: str) -> None:
         host = self.hosts.pop(pid, None)
         log.warning("node %s: deleting the replica of partition %d (%s)", self.node_id, pid, why)
+        tombstone, label = self._tombstones.get(pid), self._labels.get(pid)
+        if tombstone is not None and tombstone.receipt is not None and label is not None:
+            kept = KeptReceipt(label, tombstone.receipt)
+            await asyncio.to_thread(keep_receipt, self.data_dir, pid, kept)  # before the copy goes
+            self._receipts[pid] = kept
         if host is not None:
             self.events.forget_partition(pid)
             await self.leadership.resign_key(host.partition)
@@ -506,7 +515,8 @@ class Node:
         replicas: dict[int, ReplicaPosition] = {}
         for pid, host in self.hosts.items():
             claim = self._leaders.get(pid)
-            replicas[pid] = await host.position(claim[1] if claim is not None else 0)
+            position = await host.position(claim[1] if claim is not None else 0)
+            replicas[pid] = remade(self._receipts.get(pid), self._labels.get(pid), position)
         storage = await self.storage.current(h.store for h in list(self.hosts.values()))
         refusal = self.identity.verdict.refusal
         state = "up" if refusal is None else "refused"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_node
 from ..coordination.layout import ClusterIdentity, Layout
 from ..coordination.timeline import Timeline, raise_incarnation_past
 from ..coordination.watched_prefix import WatchedPrefix
+from .durable_file import write_durably
 from .reconcile import ReplicaLabel
 
 log = logging.getLogger("pushgate.cluster")
@@ -42,19 +42,8 @@ def read_cluster_id(data_dir: Path) -> str | None:
 
 
 def keep_cluster_id(data_dir: Path, cluster_id: str) -> None:
-    """Write ``DATA/cluster-id`` durably (a new file, fsynced, renamed into place)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    staged = data_dir / (CLUSTER_ID_FILE + ".new")
-    with staged.open("w") as out:
-        out.write(cluster_id + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    staged.replace(data_dir / CLUSTER_ID_FILE)
-    directory = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    """Write ``DATA/cluster-id`` durably."""
+    write_durably(data_dir / CLUSTER_ID_FILE, (cluster_id + "\n").encode())
 
 
 def pack_label(label: ReplicaLabel) -> bytes:
