@@ -206,3 +206,64 @@ async def _gone(h: ClusterHarness, node: str, pid: int) -> bool:
         and not (h.root / node / "partitions" / str(pid)).exists()
         and await h.coordinator.get(h.layout.tombstone(pid, node)) is None  # type: ignore[union-attr]
     )
+
+
+async def test_a_restore_that_undoes_a_move_does_not_count_the_copy_made_again(
+    own_etcd: EtcdCluster, tmp_path: Path
+) -> None:
+    """The simulation's seeds ``all`` 222767, 234061, 240328 as an operator meets them. A
+    drain moves a replica from X to the spare Y, and X deletes its copy on the move's
+    tombstone (keeping a receipt). Follower B goes down; sends are acknowledged by the
+    leader A and Y. A and Y go down, etcd is restored from a snapshot taken before the move
+    (its set is A, B, X), and B comes back. X makes a new, empty copy on the restored record:
+    counted, it and B would be a majority, and B would lead without the sends (it did,
+    before receipts). It is published as made again and counts for nothing, so the
+    partition waits for A; once A and Y are back, every acknowledged message is served."""
+    (tmp_path / "cluster").mkdir()
+    h = ClusterHarness(own_etcd.endpoints, tmp_path / "cluster", unique_prefix("undo") + "/")
+    try:
+        await h.start(nodes=4, managers=1, running=3)
+        await h.create_queue(T, "moved", RF3)
+        pid = await h.partition_of(T, "moved")
+        a, _, _ = await h.serving_leader(pid)
+        before = [f"b{i}" for i in range(10)]
+        for body in before:
+            await h.send_until_ok(pid, T, "moved", body)
+        snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
+        b, x = sorted(n for n in (await h.partitions())[pid].replicas if n != a)
+        (y,) = set(h.nodes) - {a, b, x}
+        h.nodes[y].start()
+        await h.wait_registered([y])
+
+        await h.manager_command("--drain", x)
+        await h.wait_for(f"{x}'s copy moved to {y} and deleted", lambda: _gone(h, x, pid), timeout=60)
+        assert (h.root / x / "receipts" / str(pid)).is_file()
+        assert set((await h.partitions())[pid].replicas) == {a, b, y}
+        h.nodes[b].kill()
+        during = [f"d{i}" for i in range(10)]
+        for body in during:  # acknowledged by A and Y
+            await h.send_until_ok(pid, T, "moved", body)
+        h.nodes[a].kill()
+        h.nodes[y].kill()
+
+        restore(own_etcd, snapshot)
+        h.nodes[b].start()
+        await h.wait_for(f"{x} to publish its new copy as made again", lambda: _remade(h, x, pid), timeout=60)
+        # Long enough for a promotion on B's and X's positions: a few lease TTLs.
+        await asyncio.sleep(4 * h.lease_ttl * _scale())
+        assert await h.leader(pid) is None, "a leader was made without the copies holding the sends"
+
+        h.nodes[a].start()
+        h.nodes[y].start()
+        bodies = await h.wait_for(
+            "every acknowledged message", lambda: _all_of(h, pid, "moved", before + during), timeout=90
+        )
+        assert bodies == before + during
+    finally:
+        await h.close()
+
+
+async def _remade(h: ClusterHarness, node: str, pid: int) -> bool:
+    record = (await h.node_records()).get(node)
+    position = record.replicas.get(pid) if record is not None else None
+    return position is not None and position.remade is not None
