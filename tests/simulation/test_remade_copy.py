@@ -1,0 +1,54 @@
+"""The simulation's seeds that found a copy made again after a move counted as a voter.
+
+``all`` 234061 (session 36; 222767 and 240328 fail the same way): a drain moved p4's replica
+from n3 to another node, and n3 deleted its copy on the move's tombstone at 5.3 s; n4 and n1
+acknowledged LSN 22; etcd was restored at 15.9 s from a backup that named n3 again, and n3
+made a new, empty copy. With the copies holding LSN 22 down or cut off, that copy and n2's
+made a majority of the restored set, and n2 led from LSN 21 at 19.1 s
+(``leader-completeness``). The node now keeps the move's receipt on its disk and publishes
+the new copy as ``remade``; the promotion counts it for nothing (``node/receipts.py``,
+``manager/election.py``; real processes in tests/cluster/test_etcd_loss.py).
+
+Not counting it alone left partitions unserved for good (``all`` 230870, session 36's tried
+gate): the restored set named one live copy, the copy made again and a node gone for good.
+Then a majority of the newest receipt's set heard (the set that replaced the copy, whose
+members keep what it acknowledged, served or as strays) lets the best copy anywhere lead.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .ablations import take_out
+from .simulation import config_for, run_seed
+
+LOST = 234061
+UNSERVED = 230870
+
+
+def test_a_copy_made_again_after_a_move_does_not_make_a_majority() -> None:
+    result = run_seed(config_for(LOST, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_remade_copies_the_seed_leads_without_an_acknowledged_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    take_out(["remade-copies"], monkeypatch.setattr)
+    result = run_seed(config_for(LOST, "all"))
+    assert not result.ok
+    assert "leader-completeness" in result.summary()
+
+
+def test_the_receipts_set_serves_a_restored_set_with_one_copy_left() -> None:
+    result = run_seed(config_for(UNSERVED, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_the_receipts_set_that_partition_is_unserved_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    take_out(["receipt-majority"], monkeypatch.setattr)
+    result = run_seed(config_for(UNSERVED, "all"))
+    assert not result.ok
+    assert "available-after-heal" in result.summary()
