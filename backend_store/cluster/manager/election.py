@@ -17,8 +17,11 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
   **After etcd went back in time** (the designation is of an earlier incarnation), the
   restored replica set may predate a membership change: a node it no longer names may keep
   a stray copy holding writes a majority of the *newer* set acknowledged, and a replica it
-  names may have deleted its copy since (a fresh, empty one now counts toward the majority).
-  Then the best copy anywhere leads (:func:`copies_ahead`: every copy a live node reports,
+  names may have deleted its copy since. Such a node's new, empty copy is published as
+  ``remade`` with the receipt its deletion left (node/receipts.py) and counts for nothing;
+  without a majority of the set, a majority of the newest receipt's set heard (the set
+  that replaced the copy, whose members keep what it acknowledged) will do (simulation
+  seeds ``all`` 234061 and 230870, session 37). Then the best copy anywhere leads (:func:`copies_ahead`: every copy a live node reports,
   served or stray, fresh or not, in the map's set or not). A voter ahead of the best fresh
   position is waited for; a node the map does not name (a stray, or one still serving what
   the newer set gave it) is designated and becomes a voter again (its copy holds everything
