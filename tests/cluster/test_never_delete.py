@@ -170,3 +170,46 @@ async def test_a_record_no_running_manager_ever_read_is_rebuilt_from_what_the_no
     assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(15))
     assert any("rebuilt from what" in m.log_path.read_text() for m in h.managers)
     assert all(_files(h, pid).values())
+
+
+async def test_a_record_every_node_restarted_since_is_rebuilt_from_what_their_disks_kept(
+    harness: ClusterHarness,
+) -> None:
+    """As above, and every follower restarted after the corruption: no process holds the
+    record in memory any more. Each node wrote the record it served on to
+    ``DATA/records/<id>`` and publishes that, so the manager still rebuilds it (simulation
+    seed ``all`` 245739: nodes restarted or reloaded their maps, and the partition stayed
+    unserved for good)."""
+    h = harness
+    assert h.coordinator is not None
+    coordinator = h.coordinator
+    await h.create_queue(T, "q", RF3)
+    pid = await h.partition_of(T, "q")
+    leader, _, _ = await h.serving_leader(pid)
+    for i in range(10):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
+    followers = [n for n in h.nodes if n != leader]
+    assert all((h.root / n / "records" / str(pid)).is_file() for n in h.nodes)
+    key = h.layout.partition(pid)
+    for manager in h.managers:
+        manager.stop()
+    await coordinator.put(key, b"\xc1 not msgpack")
+    h.nodes[leader].kill()
+    for n in followers:
+        h.nodes[n].kill()
+        h.nodes[n].start()
+
+    async def kept_from_disk() -> bool:
+        records = await h.node_records()
+        return all(n in records and pid in records[n].kept and pid in records[n].strays for n in followers)
+
+    await h.wait_for("the restarted followers to publish the record their disks kept", kept_from_disk)
+    for manager in h.managers:
+        manager.start()
+    await h.serving_leader(pid, not_node=leader)
+    for i in range(10, 15):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
+    h.nodes[leader].start()
+    assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(15))
+    assert any("rebuilt from what" in m.log_path.read_text() for m in h.managers)
+    assert all(_files(h, pid).values())

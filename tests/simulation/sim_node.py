@@ -340,6 +340,8 @@ class SimNode:
                 data.label = ReplicaLabel(
                     verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
                 )
+            if pid in decision.serve_values:
+                self.disk.remembered[pid] = record
             await self.leadership.reconcile(
                 session,
                 serving,
@@ -413,6 +415,7 @@ class SimNode:
         else:
             self.disk.delete(pid, why)
         self._stray_ranks.pop(pid, None)
+        self.disk.remembered.pop(pid, None)
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
 
@@ -460,7 +463,7 @@ class SimNode:
             replicas[pid] = remade(self.disk.receipts.get(pid), label, position)
         refusal = self.verdict.refusal
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
-        kept = self._partitions.kept(self.hosts) if self._partitions is not None else {}
+        kept = self._partitions.kept(self.hosts, self.disk.remembered) if self._partitions is not None else {}
         state = "refused" if refusal else "up"
         record = NodeRecord(self.address, state, replicas, None, dict(self.strays), refusal, ranks, kept)
         if self.publication.wanted(record):

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from backend_store.cluster.coordination.layout import PartitionRecord
 from backend_store.cluster.node.receipts import KeptReceipt
 from backend_store.cluster.node.reconcile import ReplicaLabel
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
@@ -110,6 +111,8 @@ class NodeDisk:
         self.slow_s = 0.0
         # DATA/receipts/ (node/receipts.py): what was deleted on moves' tombstones.
         self.receipts: dict[int, KeptReceipt] = {}
+        # DATA/records/ (node/remembered_records.py): the record each replica was served on.
+        self.remembered: dict[int, PartitionRecord] = {}
 
     def open(self, partition: int) -> ReplicaData:
         found = self.partitions.get(partition)

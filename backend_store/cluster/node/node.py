@@ -76,6 +76,7 @@ from .partition_host import PartitionHost
 from .publication import Publication
 from .receipts import KeptReceipt, keep_receipt, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
+from .remembered_records import forget, read_remembered, remember
 from .storage_gauge import StorageGauge
 
 log = logging.getLogger("pushgate.cluster")
@@ -177,8 +178,10 @@ class Node:
         # (last_epoch, lsn) of each stray (published: a restored etcd's promotion compares
         # them); read when it stops being served, or once at start (``_rank_strays``).
         self._stray_ranks: dict[int, tuple[int, int]] = {}
-        # What this node deleted on moves' tombstones (receipts.py; read at start).
+        # What this node deleted on moves' tombstones (receipts.py), and the record each
+        # replica was last served on (remembered_records.py): both read at start.
         self._receipts: dict[int, KeptReceipt] = {}
+        self._remembered: dict[int, PartitionRecord] = {}
 
     @property
     def address(self) -> str:
@@ -189,6 +192,7 @@ class Node:
     async def start(self) -> None:
         """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
         self._receipts = await asyncio.to_thread(read_receipts, self.data_dir)
+        self._remembered = await asyncio.to_thread(read_remembered, self.data_dir)
         server_tls = self.tls.server if self.tls is not None else None
         self._server = await serve_node_protocol(self._accept, self.host, self.port, server_tls)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -374,6 +378,9 @@ class Node:
                 # second decision above): opened on the next round, 0.2 s on.
                 continue
             await self._label(serving, record, verdict)
+            if pid in decision.serve_values and self._remembered.get(pid) != record:
+                await asyncio.to_thread(remember, self.data_dir, pid, record)
+                self._remembered[pid] = record
             await self._reconcile_partition(
                 session, serving, record, decision.serve_values.get(pid), addresses
             )
@@ -473,6 +480,8 @@ class Node:
         await asyncio.to_thread(self._delete_directories, pid, why)
         self._labels.pop(pid, None)
         self._stray_ranks.pop(pid, None)
+        if self._remembered.pop(pid, None) is not None:
+            await asyncio.to_thread(forget, self.data_dir, pid)
         # Done: the tombstone has served (a failure here leaves it; deleting again is a no-op).
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
@@ -521,7 +530,7 @@ class Node:
         refusal = self.identity.verdict.refusal
         state = "up" if refusal is None else "refused"
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
-        kept = self._partitions.kept(self.hosts) if self._partitions is not None else {}
+        kept = self._partitions.kept(self.hosts, self._remembered) if self._partitions is not None else {}
         record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal, ranks, kept)
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

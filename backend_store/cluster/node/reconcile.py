@@ -67,11 +67,18 @@ class MapView:
     # a campaign claims its key only while etcd still holds them (leadership.py).
     values: Mapping[int, bytes] = field(default_factory=dict)
 
-    def kept(self, served: Iterable[int]) -> dict[int, PartitionRecord]:
+    def kept(
+        self, served: Iterable[int], remembered: Mapping[int, PartitionRecord] | None = None
+    ) -> dict[int, PartitionRecord]:
         """The records ``served`` replicas are served on while etcd holds them unreadable
-        (read before, kept): published, so that a manager that never read one can rebuild it
-        (manager/recovery.py)."""
-        return {pid: self.records[pid] for pid in served if pid in self.records and pid not in self.values}
+        (read before, kept), and for an unreadable one never read here, the one this node
+        ``remembered`` on its disk (remembered_records.py): published, so that a manager that
+        never read one can rebuild it (manager/recovery.py)."""
+        out = {pid: self.records[pid] for pid in served if pid in self.records and pid not in self.values}
+        for pid, record in (remembered or {}).items():
+            if pid in self.unreadable and pid not in self.records:
+                out[pid] = record
+        return out
 
 
 @dataclass(frozen=True, slots=True)
