@@ -239,6 +239,18 @@ def _receipt_majority(setter: Setter) -> None:
     setter(election, "newest_receipt", lambda *_: None)
 
 
+@_ablation("remembered-records", "a node publishes the record its disk kept for one never read")
+def _remembered_records(setter: Setter) -> None:
+    from backend_store.cluster.node.reconcile import MapView
+
+    kept = MapView.kept
+
+    def from_memory_only(self: MapView, served: Any, remembered: Any = None) -> Any:
+        return kept(self, served)
+
+    setter(MapView, "kept", from_memory_only)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:
