@@ -21,8 +21,9 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
   ``remade`` with the receipt its deletion left (node/receipts.py) and counts for nothing;
   without a majority of the set, a majority of the newest receipt's set heard (the set
   that replaced the copy, whose members keep what it acknowledged) will do (simulation
-  seeds ``all`` 234061 and 230870, session 37). Then the best copy anywhere leads (:func:`copies_ahead`: every copy a live node reports,
-  served or stray, fresh or not, in the map's set or not). A voter ahead of the best fresh
+  seeds ``all`` 234061 and 230870, session 37). Then the best copy anywhere leads
+  (:func:`copies_ahead`: every copy a live node reports, served or stray, fresh or not, in
+  the map's set or not). A voter ahead of the best fresh
   position is waited for; a node the map does not name (a stray, or one still serving what
   the newer set gave it) is designated and becomes a voter again (its copy holds everything
   acknowledged: the best of all copies holds the best of every majority's), and a member
