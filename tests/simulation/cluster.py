@@ -222,8 +222,9 @@ class SimCluster:
     def corrupt(self, key: str) -> None:
         """Write a value no decoder reads under ``key`` (one revision, as a put would)."""
         if self.etcd.up:
+            before = self.etcd.state.kv.get(key)
             self.etcd.put_raw(key, b"\xc1not msgpack")
-            self.oracle.fact("corrupt-record", f"{key} cannot be read any more")
+            self.oracle.corrupted(key, before.value if before is not None else None)
 
     # Operators -------------------------------------------------------------------------------------
 

@@ -36,3 +36,13 @@ def test_without_the_rebuild_a_seed_leaves_its_partition_unserved(monkeypatch: p
     failed = [r for r in (run_seed(config_for(seed, "all")) for seed in SEEDS) if not r.ok]
     assert failed, "every seed held without the rebuild"
     assert "available-after-heal" in failed[0].summary()
+
+
+def test_a_copy_deleted_on_its_tombstone_is_judged_against_the_set_its_garbled_record_held() -> None:
+    """``all`` 275876 (session 37): a move's tombstone let n4 delete its copy of p2, and the
+    record was garbled 53 ms before n4 did (its tombstone and cluster reads came first). The
+    new set held everything, so nothing was unsafe, but the oracle judged the deletion
+    against the garbled record, no set at all: it now judges against the set the record held
+    before it was garbled (``Oracle.corrupted``)."""
+    result = run_seed(config_for(275876, "all"))
+    assert result.ok, result.report()
