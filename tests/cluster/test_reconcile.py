@@ -85,6 +85,21 @@ def test_a_tombstone_never_deletes_entries_past_its_lsn() -> None:
     assert decide("me", _hosted(1, lsn=10), MapView({1: ELSEWHERE}), {1: tomb}, TRUSTED).delete
 
 
+def test_a_tombstone_with_a_bound_waits_until_the_replicas_last_lsn_is_read() -> None:
+    """Found on disk at start, not opened yet: the bound cannot be checked, so it is not met
+    (simulation seed ``all`` 291729: a restarted node deleted a copy holding LSN 153 on a
+    tombstone covering LSN 1 that it had refused before the restart)."""
+    tomb = Tombstone(1, "me", "moved", 10)
+    on_disk = {1: HostedReplica(1, open=False)}
+    out = decide("me", on_disk, MapView({1: ELSEWHERE}), {1: tomb}, TRUSTED)
+    assert not out.delete and "not read yet" in out.strays[1]
+    read = {1: HostedReplica(1, open=False, last_lsn=9)}
+    assert decide("me", read, MapView({1: ELSEWHERE}), {1: tomb}, TRUSTED).delete
+    # A tombstone without a bound (a deleted queue, an operator's) needs no LSN.
+    gone = Tombstone(1, "me", "partition_deleted", None, "t", "q")
+    assert decide("me", on_disk, MapView({}), {1: gone}, TRUSTED).delete
+
+
 def test_a_tombstone_for_another_queue_deletes_nothing() -> None:
     tomb = Tombstone(1, "me", "partition_deleted", None, "t", "other")
     out = decide("me", _hosted(1, label=LABEL), MapView({}), {1: tomb}, TRUSTED)

@@ -251,6 +251,20 @@ def _remembered_records(setter: Setter) -> None:
     setter(MapView, "kept", from_memory_only)
 
 
+@_ablation("unread-bound", "a tombstone's LSN bound is not met by a replica whose last LSN is unread")
+def _unread_bound(setter: Setter) -> None:
+    from backend_store.cluster.node import reconcile
+
+    refused = reconcile._tombstone_refused
+
+    def unread_passes(replica: reconcile.HostedReplica, tombstone: Any) -> str | None:
+        if replica.last_lsn is None:
+            return None  # as before session 37: an unread replica met any bound
+        return refused(replica, tombstone)
+
+    setter(reconcile, "_tombstone_refused", unread_passes)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

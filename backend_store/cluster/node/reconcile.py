@@ -106,8 +106,8 @@ def decide(
 
     Never deletes on absence: a replica the map does not name here is a stray, kept and
     reported, unless a tombstone names it (and the replica holds nothing past the
-    tombstone's LSN, when both are known). A record that cannot be parsed is unknown, not
-    absent. A replica labelled for another cluster, or for another queue than the map's
+    tombstone's LSN, when it has one: a replica whose last LSN is not read yet is kept). A
+    record that cannot be parsed is unknown, not absent. A replica labelled for another cluster, or for another queue than the map's
     record of its partition (an id reused after an etcd restore), is never served or deleted.
     """
     if identity.refusal is not None:
@@ -185,6 +185,13 @@ def _tombstone_refused(replica: HostedReplica, tombstone: Tombstone) -> str | No
             f"a tombstone names {tombstone.tenant}/{tombstone.queue} but this replica holds"
             f" {label.tenant}/{label.queue}"
         )
-    if tombstone.lsn is not None and replica.last_lsn is not None and replica.last_lsn > tombstone.lsn:
+    if tombstone.lsn is None:
+        return None
+    if replica.last_lsn is None:
+        # Found on disk at start and not read yet: a bound it cannot check is not met
+        # (simulation seed ``all`` 291729, session 37: n2, restarted, deleted a copy holding
+        # LSN 153 on a tombstone covering LSN 1 that its previous process had refused).
+        return f"a tombstone covers LSN {tombstone.lsn} but this replica's last LSN is not read yet; kept"
+    if replica.last_lsn > tombstone.lsn:
         return f"a tombstone covers LSN {tombstone.lsn} but this replica holds LSN {replica.last_lsn}; kept"
     return None
