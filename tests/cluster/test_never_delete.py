@@ -136,16 +136,8 @@ async def test_a_record_no_running_manager_ever_read_is_rebuilt_from_what_the_no
     h = harness
     assert h.coordinator is not None
     coordinator = h.coordinator
-    await h.create_queue(T, "q", RF3)
-    pid = await h.partition_of(T, "q")
-    leader, _, _ = await h.serving_leader(pid)
-    for i in range(10):
-        await h.send_until_ok(pid, T, "q", f"m{i}")
+    pid, leader = await _garble_with_no_manager_then_kill_the_leader(h)
     key = h.layout.partition(pid)
-    for manager in h.managers:
-        manager.stop()
-    await coordinator.put(key, b"\xc1 not msgpack")
-    h.nodes[leader].kill()
 
     async def kept_by_the_followers() -> bool:
         records = await h.node_records()
@@ -163,13 +155,7 @@ async def test_a_record_no_running_manager_ever_read_is_rebuilt_from_what_the_no
             return None
 
     await h.wait_for("the manager to write the record back", rebuilt)
-    await h.serving_leader(pid, not_node=leader)
-    for i in range(10, 15):
-        await h.send_until_ok(pid, T, "q", f"m{i}")
-    h.nodes[leader].start()
-    assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(15))
-    assert any("rebuilt from what" in m.log_path.read_text() for m in h.managers)
-    assert all(_files(h, pid).values())
+    await _rebuilt_and_served(h, pid, leader)
 
 
 async def test_a_record_every_node_restarted_since_is_rebuilt_from_what_their_disks_kept(
@@ -181,20 +167,9 @@ async def test_a_record_every_node_restarted_since_is_rebuilt_from_what_their_di
     seed ``all`` 245739: nodes restarted or reloaded their maps, and the partition stayed
     unserved for good)."""
     h = harness
-    assert h.coordinator is not None
-    coordinator = h.coordinator
-    await h.create_queue(T, "q", RF3)
-    pid = await h.partition_of(T, "q")
-    leader, _, _ = await h.serving_leader(pid)
-    for i in range(10):
-        await h.send_until_ok(pid, T, "q", f"m{i}")
-    followers = [n for n in h.nodes if n != leader]
+    pid, leader = await _garble_with_no_manager_then_kill_the_leader(h)
     assert all((h.root / n / "records" / str(pid)).is_file() for n in h.nodes)
-    key = h.layout.partition(pid)
-    for manager in h.managers:
-        manager.stop()
-    await coordinator.put(key, b"\xc1 not msgpack")
-    h.nodes[leader].kill()
+    followers = [n for n in h.nodes if n != leader]
     for n in followers:
         h.nodes[n].kill()
         h.nodes[n].start()
@@ -206,6 +181,28 @@ async def test_a_record_every_node_restarted_since_is_rebuilt_from_what_their_di
     await h.wait_for("the restarted followers to publish the record their disks kept", kept_from_disk)
     for manager in h.managers:
         manager.start()
+    await _rebuilt_and_served(h, pid, leader)
+
+
+async def _garble_with_no_manager_then_kill_the_leader(h: ClusterHarness) -> tuple[int, str]:
+    """An RF 3 queue with 10 acknowledged sends; every manager stopped, its partition's
+    record garbled in etcd, its leader SIGKILLed. Returns (partition, leader)."""
+    assert h.coordinator is not None
+    await h.create_queue(T, "q", RF3)
+    pid = await h.partition_of(T, "q")
+    leader, _, _ = await h.serving_leader(pid)
+    for i in range(10):
+        await h.send_until_ok(pid, T, "q", f"m{i}")
+    for manager in h.managers:
+        manager.stop()
+    await h.coordinator.put(h.layout.partition(pid), b"\xc1 not msgpack")
+    h.nodes[leader].kill()
+    return pid, leader
+
+
+async def _rebuilt_and_served(h: ClusterHarness, pid: int, leader: str) -> None:
+    """A follower leads the rebuilt record, 5 more sends are acknowledged, and with the old
+    leader back all 15 messages are read; the rebuild was logged and nothing was deleted."""
     await h.serving_leader(pid, not_node=leader)
     for i in range(10, 15):
         await h.send_until_ok(pid, T, "q", f"m{i}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -20,3 +21,13 @@ def write_durably(path: Path, data: bytes) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def numbered_files(root: Path) -> Iterator[tuple[int, Path]]:
+    """Each file ``root/<id>`` with its id (none if ``root`` is missing); a write's leftover
+    ``<id>.new`` is passed over."""
+    if not root.is_dir():
+        return
+    for path in root.iterdir():
+        if path.name.isdigit():
+            yield int(path.name), path

@@ -23,7 +23,7 @@ from pathlib import Path
 import msgpack
 
 from ..coordination.layout import MoveReceipt, ReplicaPosition
-from .durable_file import write_durably
+from .durable_file import numbered_files, write_durably
 from .node_identity import pack_label, unpack_label
 from .reconcile import ReplicaLabel
 
@@ -53,13 +53,8 @@ def remade(
 def read_receipts(data_dir: Path) -> dict[int, KeptReceipt]:
     """Every receipt kept under ``data_dir`` (one that cannot be read is logged and skipped:
     its copy then counts as any empty copy did before receipts)."""
-    root = data_dir / RECEIPTS_DIR
     out: dict[int, KeptReceipt] = {}
-    if not root.is_dir():
-        return out
-    for path in root.iterdir():
-        if not path.name.isdigit():
-            continue  # a write's leftover ``<id>.new``
+    for pid, path in numbered_files(data_dir / RECEIPTS_DIR):
         try:
             doc = msgpack.unpackb(path.read_bytes(), raw=False)
             label = unpack_label(doc["label"])
@@ -69,7 +64,7 @@ def read_receipts(data_dir: Path) -> dict[int, KeptReceipt]:
         except (OSError, KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             log.warning("ignoring the unreadable receipt %s: %s", path, exc)
             continue
-        out[int(path.name)] = KeptReceipt(label, receipt)
+        out[pid] = KeptReceipt(label, receipt)
     return out
 
 

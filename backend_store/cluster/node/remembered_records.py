@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ...errors import Unavailable
 from ..coordination.layout import PartitionRecord
-from .durable_file import write_durably
+from .durable_file import numbered_files, write_durably
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -28,15 +28,10 @@ RECORDS_DIR = "records"
 
 def read_remembered(data_dir: Path) -> dict[int, PartitionRecord]:
     """Every record kept under ``data_dir`` (one that cannot be read is logged and skipped)."""
-    root = data_dir / RECORDS_DIR
     out: dict[int, PartitionRecord] = {}
-    if not root.is_dir():
-        return out
-    for path in root.iterdir():
-        if not path.name.isdigit():
-            continue  # a write's leftover ``<id>.new``
+    for pid, path in numbered_files(data_dir / RECORDS_DIR):
         try:
-            out[int(path.name)] = PartitionRecord.unpack(path.read_bytes())
+            out[pid] = PartitionRecord.unpack(path.read_bytes())
         except (OSError, Unavailable) as exc:
             log.warning("ignoring the unreadable record %s: %s", path, exc)
     return out
