@@ -265,6 +265,16 @@ def _unread_bound(setter: Setter) -> None:
     setter(reconcile, "_tombstone_refused", unread_passes)
 
 
+@_ablation("repair-marks", "a record the watch shows garbled during a commit stays marked for repair")
+def _repair_marks(setter: Setter) -> None:
+    from backend_store.cluster.manager import manager
+
+    def every_write(change: Any, _view: Any) -> set[int]:
+        return set(change.puts)  # as before session 37: the commit clears every mark it wrote
+
+    setter(manager, "repaired", every_write)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

@@ -46,3 +46,20 @@ def test_a_copy_deleted_on_its_tombstone_is_judged_against_the_set_its_garbled_r
     before it was garbled (``Oracle.corrupted``)."""
     result = run_seed(config_for(275876, "all"))
     assert result.ok, result.report()
+
+
+def test_a_record_garbled_while_the_managers_commit_was_in_flight_is_repaired() -> None:
+    """``all`` 303592 (session 37; it also fails on session 36's tree): m2 promoted n1, and
+    p1's record was garbled just after that commit. m2's watch showed the garbled record
+    before the commit returned, and m2 then cleared the mark on its own write. It never
+    wrote the record again, and p1 was unserved for good (``available-after-heal``). A
+    commit now clears only the marks the plan saw (``manager.repaired``)."""
+    result = run_seed(config_for(303592, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_the_marks_the_plan_saw_the_garbled_record_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    take_out(["repair-marks"], monkeypatch.setattr)
+    result = run_seed(config_for(303592, "all"))
+    assert not result.ok
+    assert "available-after-heal" in result.summary()
