@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -249,9 +250,11 @@ async def test_a_restore_that_undoes_a_move_does_not_count_the_copy_made_again(
         restore(own_etcd, snapshot)
         h.nodes[b].start()
         await h.wait_for(f"{x} to publish its new copy as made again", lambda: _remade(h, x, pid), timeout=60)
-        # Long enough for a promotion on B's and X's positions: a few lease TTLs.
-        await asyncio.sleep(4 * h.lease_ttl * _scale())
-        assert await h.leader(pid) is None, "a leader was made without the copies holding the sends"
+        # Neither B nor X leads for a few lease TTLs, long enough for a promotion on their
+        # positions: checked at every poll, so a leader made at any moment fails at once (the
+        # key the snapshot holds, A's, lasts until its restored lease expires).
+        await _not_led_by(h, pid, {b, x}, 4 * h.lease_ttl * _scale())
+        assert await h.leader(pid) is None
 
         h.nodes[a].start()
         h.nodes[y].start()
@@ -267,3 +270,13 @@ async def _remade(h: ClusterHarness, node: str, pid: int) -> bool:
     record = (await h.node_records()).get(node)
     position = record.replicas.get(pid) if record is not None else None
     return position is not None and position.remade is not None
+
+
+async def _not_led_by(h: ClusterHarness, pid: int, nodes: set[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        leader = await h.leader(pid)
+        assert leader is None or leader[0] not in nodes, (
+            f"{leader} leads without the copies holding the sends"
+        )
+        await asyncio.sleep(0.05)
