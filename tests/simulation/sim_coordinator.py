@@ -291,13 +291,14 @@ class SimCoordinator:
                 mine = holder.lease == session.lease_id
                 if not (mine and changed):
                     return Claim(mine, Epoch(holder.create_revision), holder.value)
-                await self.resign(key, Epoch(holder.create_revision))  # ours, on a stale record
+                await self.resign(key, Epoch(holder.create_revision), holder.value)  # ours, on a stale record
             if changed:
                 return Claim(False, Epoch(0), b"")
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 
-    async def resign(self, key: str, epoch: Epoch) -> bool:
-        result = await self._txn(Txn((Compare(key, "create", epoch),), (Delete(key),)))
+    async def resign(self, key: str, epoch: Epoch, holder: bytes) -> bool:
+        compares = (Compare(key, "create", epoch), Compare(key, "value", holder))
+        result = await self._txn(Txn(compares, (Delete(key),)))
         return result.succeeded
 
     async def register(self, session: Any, key: str, value: bytes) -> None:

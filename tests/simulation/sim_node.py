@@ -227,7 +227,7 @@ class SimNode:
         for pid in self.disk.partitions.keys() - self.hosts.keys():  # ``Node._open_session``
             self.strays.setdefault(pid, "found on disk, not examined yet")
         await self._judge(holds_replicas=bool(self.disk.partitions or self.hosts), etcd_has_map=False)
-        self.leadership.campaign_epochs.clear()
+        self.leadership.claims.clear()
         self.publication.ask()
         await self._publish(session)
         self.note(f"registered (lease {session.lease_id:x})")

@@ -113,8 +113,11 @@ class Coordinator(Protocol):
         entries existed (``all`` 203747, session 36).
         """
 
-    async def resign(self, key: str, epoch: Epoch) -> bool:
-        """Delete ``key`` if it still holds the claim of ``epoch``; return whether it did."""
+    async def resign(self, key: str, epoch: Epoch, holder: bytes) -> bool:
+        """Delete ``key`` if it still holds the claim of ``epoch`` with the value ``holder``;
+        return whether it did. The value is compared too: a restored etcd numbers its
+        revisions again from the snapshot's, so another node's claim can be created at the
+        revision a stale claim of ours had."""
 
     async def register(self, session: Session, key: str, value: bytes) -> None:
         """Put ``key`` under the session's lease (a membership record, a published LSN)."""

@@ -204,17 +204,17 @@ class EtcdCoordinator:
                 mine = holder.lease == session.lease_id
                 if not (mine and changed):
                     return Claim(mine, Epoch(holder.create_revision), holder.value)
-                await self.resign(key, Epoch(holder.create_revision))  # ours, on a stale record
+                await self.resign(key, Epoch(holder.create_revision), holder.value)  # ours, on a stale record
             if changed:
                 return Claim(False, Epoch(0), b"")  # a record it acted on changed: not ours
             # The holder vanished between the compare and the read: try again.
         raise CoordinatorUnavailable(f"campaign for {key} did not settle")
 
-    async def resign(self, key: str, epoch: Epoch) -> bool:
+    async def resign(self, key: str, epoch: Epoch, holder: bytes) -> bool:
         k = key.encode()
         ok, _ = await self._call(
             lambda c: c.transaction(
-                compare=[c.transactions.create(k) == epoch],
+                compare=[c.transactions.create(k) == epoch, c.transactions.value(k) == holder],
                 success=[c.transactions.delete(k)],
                 failure=[],
             )

@@ -279,8 +279,8 @@ class NodeLeadership:
         # The cluster's incarnation, which epochs carry (raised when etcd went back in time).
         self.identity = identity
         self.clock = clock  # the node's monotonic clock (the simulation's, skewed, in it)
-        # The epoch of each leader key this node holds (cleared with a new session).
-        self.campaign_epochs: dict[int, Epoch] = {}
+        # The epoch and value of each leader key this node holds (cleared with a new session).
+        self.claims: dict[int, tuple[Epoch, bytes]] = {}
 
     def situation(
         self,
@@ -387,10 +387,11 @@ class NodeLeadership:
             case Action.ABANDON_HAND_OVER:
                 host.abandon_hand_over()
             case Action.DELETE_OWN_KEY:
-                assert key is not None
+                assert claim is not None
+                # Packed again: this node wrote it with the same code (LeaderRecord.pack).
                 with contextlib.suppress(CoordinatorUnavailable):
                     await self.coordinator.resign(
-                        self.layout.leader(host.partition), Epoch(epoch_revision(key[1]))
+                        self.layout.leader(host.partition), Epoch(epoch_revision(claim[1])), claim[0].pack()
                     )
                 host.record = record
             case Action.FOLLOW | Action.HOLD_OFF:
@@ -432,14 +433,14 @@ class NodeLeadership:
             # went back in time (restored), raise the incarnation past the fence first.
             log.warning("partition %d: cannot lead at epoch %d: %s", host.partition, epoch, exc)
             await self.identity.raise_incarnation_past(host.store.epoch)
-            await self.coordinator.resign(key, Epoch(epoch_revision(epoch)))
+            await self.coordinator.resign(key, Epoch(epoch_revision(epoch)), result.holder)
             await host.step_down("stale")
             # Designated by a map older than this replica's fence: vouch for what it holds
             # and let the manager designate again on fresh positions (rule 1).
             host.resign_stale(epoch, self.clock(), record.designation)
             self.publish_soon()
             return
-        self.campaign_epochs[host.partition] = epoch
+        self.claims[host.partition] = (epoch, result.holder)
 
     async def _holds_key(self, partition: int, epoch: int) -> bool:
         """Whether etcd holds this node's leader key of ``epoch`` (a linearizable read; an
@@ -472,7 +473,10 @@ class NodeLeadership:
 
     async def resign_key(self, partition: int) -> None:
         """Delete the leader key this node holds for ``partition`` (if it does)."""
-        epoch = self.campaign_epochs.pop(partition, None)
-        if epoch is not None:
+        claim = self.claims.pop(partition, None)
+        if claim is not None:
+            epoch, holder = claim
             with contextlib.suppress(CoordinatorUnavailable):
-                await self.coordinator.resign(self.layout.leader(partition), Epoch(epoch_revision(epoch)))
+                await self.coordinator.resign(
+                    self.layout.leader(partition), Epoch(epoch_revision(epoch)), holder
+                )

@@ -310,7 +310,7 @@ class Node:
         for pid in on_disk - self.hosts.keys():
             self.strays.setdefault(pid, "found on disk, not examined yet")
         await self.identity.judge(holds_replicas=bool(on_disk or self.hosts), etcd_has_map=False)
-        self.leadership.campaign_epochs.clear()
+        self.leadership.claims.clear()
         self.publication.ask()
         await self._publish(session)
         log.info("node %s: registered at %s (lease %x)", self.node_id, self.address, session.lease_id)
