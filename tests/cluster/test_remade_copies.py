@@ -24,7 +24,13 @@ from backend_store.cluster.coordination.layout import (
 )
 from backend_store.cluster.manager.election import promote
 from backend_store.cluster.manager.membership import Serving, deletion_tombstones, tombstones
-from backend_store.cluster.node.receipts import KeptReceipt, keep_receipt, read_receipts, remade
+from backend_store.cluster.node.receipts import (
+    KeptReceipt,
+    keep_receipt,
+    published_receipts,
+    read_receipts,
+    remade,
+)
 from backend_store.cluster.node.reconcile import ReplicaLabel
 
 INCARNATION = 1
@@ -83,6 +89,47 @@ def test_the_newest_receipt_decides() -> None:
     assert _promote(nodes) == RESTORED
 
 
+def test_a_receipts_set_that_moved_on_is_followed_to_its_members_newer_receipt() -> None:
+    # After X's copy went to Y, Y's went to Z (simulation seed ``all`` 320038): Y deleted its
+    # copy too, and publishes that move's receipt. A is gone; B serves LSN 21, Z keeps 22.
+    later = MoveReceipt(("A", "B", "Z"), EARLIER, 40)
+    nodes = {
+        "B": NodeRecord("b:1", replicas={5: _follower(21)}),
+        "X": NodeRecord("x:1", replicas={5: _follower(0, made_again=RECEIPT)}),
+        "Y": NodeRecord("y:1", receipts={5: later}),
+        "Z": NodeRecord("z:1", strays={5: "not named"}, stray_ranks={5: (EARLIER, 22)}),
+    }
+    promoted = _promote(nodes)
+    assert promoted.leader == "Z" and "Z" in promoted.replicas
+    # Without Y's receipt, only B of X's receipt's set (A, B, Y) holds a copy: it waits.
+    assert _promote({**nodes, "Y": NodeRecord("y:1")}) == RESTORED
+    # An older receipt of Y's (before X's move) is not followed.
+    older = {**nodes, "Y": NodeRecord("y:1", receipts={5: MoveReceipt(("A", "B", "Z"), EARLIER - 1)})}
+    assert _promote(older) == RESTORED
+
+
+def test_a_receipt_of_a_node_outside_the_chain_says_nothing() -> None:
+    # W is in no receipt's set the chain reached: its receipt may be older than the record
+    # (a move before the backup was taken), whatever its epoch says.
+    nodes = {
+        "B": NodeRecord("b:1", replicas={5: _follower(21)}),
+        "X": NodeRecord("x:1", replicas={5: _follower(0, made_again=RECEIPT)}),
+        "W": NodeRecord("w:1", receipts={5: MoveReceipt(("B", "V", "Z"), EARLIER + 1)}),
+        "Z": NodeRecord("z:1", strays={5: "not named"}, stray_ranks={5: (EARLIER, 22)}),
+    }
+    assert _promote(nodes) == RESTORED
+
+
+def test_a_node_publishes_the_receipts_of_named_partitions_it_holds_no_copy_of() -> None:
+    kept = {5: KeptReceipt(LABEL, RECEIPT), 6: KeptReceipt(LABEL, RECEIPT), 7: KeptReceipt(LABEL, RECEIPT)}
+    # 5: published; 6: held again (its receipt goes with the copy, as remade); 7: not named.
+    assert published_receipts(kept, hosted={6}, named={5, 6}) == {5: RECEIPT}
+    record = NodeRecord("y:1", receipts={5: RECEIPT})
+    assert NodeRecord.unpack(record.pack()) == record
+    # A receipt written before receipts carried the LSN still reads (LSN 0 orders it first).
+    assert MoveReceipt.from_doc({"voters": ["A"], "epoch": 3}) == MoveReceipt(("A",), 3, 0)
+
+
 def test_a_move_tombstone_carries_its_receipt_and_a_deleted_queue_none() -> None:
     record = PartitionRecord("t", "q", 0, ("A", "B", "Y"), "A")
     lead = ReplicaPosition("leader", 9, 30, 9, 9, ("A", "B", "Y"), 30, ("B", "Y"))
@@ -92,7 +139,7 @@ def test_a_move_tombstone_carries_its_receipt_and_a_deleted_queue_none() -> None
     }
     puts, _ = tombstones(nodes, {5: record}, {5: Serving(record, lead)}, {})
     tombstone = puts[(5, "X")]
-    assert tombstone.receipt == MoveReceipt(("A", "B", "Y"), 9)
+    assert tombstone.receipt == MoveReceipt(("A", "B", "Y"), 9, 30)  # the set, its epoch and commit
     assert Tombstone.unpack(tombstone.pack()) == tombstone
     assert all(t.receipt is None for t in deletion_tombstones(5, record, ["X"]).values())
     # A tombstone of an older manager (no receipt) still reads.

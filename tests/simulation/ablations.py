@@ -239,6 +239,22 @@ def _receipt_majority(setter: Setter) -> None:
     setter(election, "newest_receipt", lambda *_: None)
 
 
+@_ablation("receipt-chain", "a receipt's set is followed to the newer receipt of a member moved away")
+def _receipt_chain(setter: Setter) -> None:
+    from backend_store.cluster.coordination.layout import MoveReceipt
+    from backend_store.cluster.manager import election
+
+    def remade_only(nodes: Any, pid: int, record: Any) -> MoveReceipt | None:
+        receipts = [
+            p.remade
+            for n in record.replicas
+            if (p := election.position_of(nodes, n, pid)) is not None and p.remade
+        ]
+        return max(receipts, key=MoveReceipt.order, default=None)
+
+    setter(election, "newest_receipt", remade_only)
+
+
 @_ablation("remembered-records", "a node publishes the record its disk kept for one never read")
 def _remembered_records(setter: Setter) -> None:
     from backend_store.cluster.node.reconcile import MapView

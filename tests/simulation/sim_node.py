@@ -40,7 +40,7 @@ from backend_store.cluster.node.etcd_records import (
     tombstone_stands,
 )
 from backend_store.cluster.node.publication import Publication
-from backend_store.cluster.node.receipts import KeptReceipt, remade
+from backend_store.cluster.node.receipts import KeptReceipt, published_receipts, remade
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -464,8 +464,12 @@ class SimNode:
         refusal = self.verdict.refusal
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
         kept = self._partitions.kept(self.hosts, self.disk.remembered) if self._partitions is not None else {}
+        named = self._partitions.records if self._partitions is not None else {}
+        receipts = published_receipts(self.disk.receipts, self.hosts, named)
         state = "refused" if refusal else "up"
-        record = NodeRecord(self.address, state, replicas, None, dict(self.strays), refusal, ranks, kept)
+        record = NodeRecord(
+            self.address, state, replicas, None, dict(self.strays), refusal, ranks, kept, receipts
+        )
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
             self.publication.written(record, now)

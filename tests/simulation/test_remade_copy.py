@@ -13,6 +13,11 @@ Not counting it alone left partitions unserved for good (``all`` 230870, session
 gate): the restored set named one live copy, the copy made again and a node gone for good.
 Then a majority of the newest receipt's set heard (the set that replaced the copy, whose
 members keep what it acknowledged, served or as strays) lets the best copy anywhere lead.
+
+That set may have moved on (``all`` 320038, session 38): p2 moved from n2 to n3, then from
+n3 to n5, and n1 died for good; etcd, wiped, was restored from a backup naming n4, n1, n2.
+n2's receipt named n4, n1, n3, of which only n4 held a copy: unserved for good. n3 publishes
+its own, newer receipt (n4, n1, n5), and the promotion follows it: n4 and n5 are a majority.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .simulation import config_for, run_seed
 
 LOST = 234061
 UNSERVED = 230870
+MOVED_ON = 320038
 
 
 def test_a_copy_made_again_after_a_move_does_not_make_a_majority() -> None:
@@ -50,5 +56,19 @@ def test_without_the_receipts_set_that_partition_is_unserved_for_good(
 ) -> None:
     take_out(["receipt-majority"], monkeypatch.setattr)
     result = run_seed(config_for(UNSERVED, "all"))
+    assert not result.ok
+    assert "available-after-heal" in result.summary()
+
+
+def test_a_receipts_set_that_moved_on_is_followed_to_the_newer_receipt() -> None:
+    result = run_seed(config_for(MOVED_ON, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_the_receipt_chain_that_partition_is_unserved_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    take_out(["receipt-chain"], monkeypatch.setattr)
+    result = run_seed(config_for(MOVED_ON, "all"))
     assert not result.ok
     assert "available-after-heal" in result.summary()

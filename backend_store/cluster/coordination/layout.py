@@ -161,21 +161,27 @@ def unpack(data: bytes) -> Any:
 @dataclass(frozen=True, slots=True)
 class MoveReceipt:
     """What a node keeps on its disk when it deletes a copy on a move's tombstone: the voting
-    set that had committed past everything the copy held, and that set's leader's epoch
-    (which orders receipts). A restore of etcd can undo the move; it cannot undo this."""
+    set that had committed past everything the copy held, that set's leader's epoch and the
+    LSN it had committed (which order receipts: two moves under one leader share its
+    epoch). A restore of etcd can undo the move; it cannot undo this."""
 
     voters: tuple[str, ...]
     epoch: int
+    lsn: int = 0  # 0 in a receipt written before receipts carried it
 
     def to_doc(self) -> dict[str, Any]:
-        return {"voters": list(self.voters), "epoch": self.epoch}
+        return {"voters": list(self.voters), "epoch": self.epoch, "lsn": self.lsn}
 
     @classmethod
     def from_doc(cls, doc: Any) -> MoveReceipt | None:
         """The receipt a document holds (None: none; ``ValueError`` etc.: malformed)."""
         if doc is None:
             return None
-        return cls(tuple(str(n) for n in doc["voters"]), int(doc["epoch"]))
+        return cls(tuple(str(n) for n in doc["voters"]), int(doc["epoch"]), int(doc.get("lsn", 0)))
+
+    def order(self) -> tuple[int, int]:
+        """Newer receipts sort higher."""
+        return self.epoch, self.lsn
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +232,10 @@ class NodeRecord:
     # unreadable (the last one it read): a manager that never read it rebuilds it from these
     # (manager/recovery.py) rather than leave the partition unserved for good.
     kept: dict[int, PartitionRecord] = field(default_factory=dict)
+    # The receipt (node/receipts.py) of each partition the map names whose copy this node
+    # deleted on a move and does not hold again: after etcd went back in time, the newest
+    # receipt anywhere says which set held the partition last (manager/election.py).
+    receipts: dict[int, MoveReceipt] = field(default_factory=dict)
 
     def pack(self) -> bytes:
         doc: dict[str, Any] = {
@@ -243,6 +253,8 @@ class NodeRecord:
             doc["stray_ranks"] = {str(p): list(rank) for p, rank in self.stray_ranks.items()}
         if self.kept:
             doc["kept"] = {str(p): record.pack() for p, record in self.kept.items()}
+        if self.receipts:
+            doc["receipts"] = {str(p): receipt.to_doc() for p, receipt in self.receipts.items()}
         return pack(doc)
 
     @classmethod
@@ -268,6 +280,7 @@ class NodeRecord:
             refusal = v.get("refusal")
             ranks = {int(p): (int(r[0]), int(r[1])) for p, r in (v.get("stray_ranks") or {}).items()}
             kept = _kept_records(v.get("kept") or {})
+            receipts = {int(p): MoveReceipt.from_doc(r) for p, r in (v.get("receipts") or {}).items()}
             return cls(
                 v["address"],
                 v.get("state", "up"),
@@ -277,6 +290,7 @@ class NodeRecord:
                 None if refusal is None else str(refusal),
                 ranks,
                 kept,
+                {p: r for p, r in receipts.items() if r is not None},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise Unavailable(f"malformed node record: {exc}") from None

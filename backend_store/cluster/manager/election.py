@@ -233,11 +233,27 @@ def promote(
 
 
 def newest_receipt(nodes: Mapping[str, NodeRecord], pid: int, record: PartitionRecord) -> MoveReceipt | None:
-    """The newest receipt among the voters' copies made again after a move deleted them."""
-    receipts = [
-        p.remade for n in record.replicas if (p := position_of(nodes, n, pid)) is not None and p.remade
-    ]
-    return max(receipts, key=lambda r: r.epoch, default=None)
+    """The newest receipt known to be newer than ``record``: the newest among the voters'
+    copies made again after a move deleted them (the record still names their nodes, so it
+    predates those moves), then, while a member of that receipt's set has published a newer
+    one, that one (its copy was moved away in turn, after the record; simulation seed ``all``
+    320038, session 38: a restore named n2 again, whose receipt's set had since given n3's
+    copy to n5, and n3's receipt named the set that held the partition last). A receipt of
+    a node outside that chain may be older than the record, and says nothing."""
+    remade = [p.remade for n in record.replicas if (p := position_of(nodes, n, pid)) is not None and p.remade]
+    newest = max(remade, key=MoveReceipt.order, default=None)
+    while newest is not None:
+        later = [
+            r
+            for n in newest.voters
+            if (node := nodes.get(n)) is not None
+            and (r := node.receipts.get(pid)) is not None
+            and r.order() > newest.order()
+        ]
+        if not later:
+            return newest
+        newest = max(later, key=MoveReceipt.order)
+    return None
 
 
 def heard(

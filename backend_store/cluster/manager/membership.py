@@ -178,7 +178,7 @@ def tombstones(
             if not settled or held > (lead.epoch, lead.committed):
                 continue  # the new set has not committed past what this copy holds (yet)
             log.info("partition %d: %s's copy is no longer needed (tombstone)", pid, node_id)
-            receipt = MoveReceipt(tuple(record.replicas), lead.epoch)
+            receipt = MoveReceipt(tuple(record.replicas), lead.epoch, lead.committed)
             puts[(pid, node_id)] = Tombstone(
                 pid, node_id, "moved", lead.committed, record.tenant, record.queue, receipt
             )

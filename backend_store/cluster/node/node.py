@@ -74,7 +74,7 @@ from .leadership import NodeLeadership
 from .node_identity import NodeIdentity, pack_label, read_label
 from .partition_host import PartitionHost
 from .publication import Publication
-from .receipts import KeptReceipt, keep_receipt, read_receipts, remade
+from .receipts import KeptReceipt, keep_receipt, published_receipts, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
 from .remembered_records import forget, read_remembered, remember
 from .storage_gauge import StorageGauge
@@ -531,7 +531,11 @@ class Node:
         state = "up" if refusal is None else "refused"
         ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
         kept = self._partitions.kept(self.hosts, self._remembered) if self._partitions is not None else {}
-        record = NodeRecord(self.address, state, replicas, storage, dict(self.strays), refusal, ranks, kept)
+        named = self._partitions.records if self._partitions is not None else {}
+        receipts = published_receipts(self._receipts, self.hosts, named)
+        record = NodeRecord(
+            self.address, state, replicas, storage, dict(self.strays), refusal, ranks, kept, receipts
+        )
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
             self.publication.written(record, now)

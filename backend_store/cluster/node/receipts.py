@@ -17,6 +17,7 @@ renamed into place before the copy's directories go. A newer receipt replaces an
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +49,15 @@ def remade(
     if kept is None or label != kept.label or position.lsn != 0 or position.last_epoch != 0:
         return position
     return replace(position, remade=kept.receipt)
+
+
+def published_receipts(
+    kept: Mapping[int, KeptReceipt], hosted: Collection[int], named: Collection[int]
+) -> dict[int, MoveReceipt]:
+    """The receipts a node publishes beside its positions: those of partitions the map names
+    (``named``) that it does not hold again (``hosted``: a copy made again carries its receipt
+    as ``remade``)."""
+    return {pid: k.receipt for pid, k in kept.items() if pid in named and pid not in hosted}
 
 
 def read_receipts(data_dir: Path) -> dict[int, KeptReceipt]:
