@@ -255,6 +255,13 @@ def _receipt_chain(setter: Setter) -> None:
     setter(election, "newest_receipt", remade_only)
 
 
+@_ablation("served-sets", "after a restore, a majority of each set a live copy was served on is heard first")
+def _served_sets(setter: Setter) -> None:
+    from backend_store.cluster.manager import election
+
+    setter(election, "earlier_sets_heard", lambda *_: True)
+
+
 @_ablation("remembered-records", "a node publishes the record its disk kept for one never read")
 def _remembered_records(setter: Setter) -> None:
     from backend_store.cluster.node.reconcile import MapView

@@ -42,6 +42,7 @@ from backend_store.cluster.node.etcd_records import (
 from backend_store.cluster.node.publication import Publication
 from backend_store.cluster.node.receipts import KeptReceipt, published_receipts, remade
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
+from backend_store.cluster.node.served_sets import ServedSets
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from backend_store.cluster.protocol.stream import NodeStream
@@ -81,6 +82,7 @@ class SimNode:
         self.proc = proc
         self.node_id = node_id
         self.disk = disk
+        self.served_sets = ServedSets(disk.served_sets)  # DATA/sets/, kept on the disk
         self.network = network
         self.coordinator = coordinator
         self.oracle = oracle
@@ -342,6 +344,10 @@ class SimNode:
                 )
             if pid in decision.serve_values:
                 self.disk.remembered[pid] = record
+                last_epoch, last_lsn = serving.last_entry()
+                served = self.served_sets.served(pid, record.replicas, self.incarnation, last_epoch, last_lsn)
+                if served is not None:
+                    self.served_sets.keep(pid, served)
             await self.leadership.reconcile(
                 session,
                 serving,
@@ -416,6 +422,7 @@ class SimNode:
             self.disk.delete(pid, why)
         self._stray_ranks.pop(pid, None)
         self.disk.remembered.pop(pid, None)
+        self.served_sets.forget(pid)
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
 
@@ -466,9 +473,19 @@ class SimNode:
         kept = self._partitions.kept(self.hosts, self.disk.remembered) if self._partitions is not None else {}
         named = self._partitions.records if self._partitions is not None else {}
         receipts = published_receipts(self.disk.receipts, self.hosts, named)
+        served_sets = self.served_sets.earlier({*self.hosts, *self.strays}, self.incarnation)
         state = "refused" if refusal else "up"
         record = NodeRecord(
-            self.address, state, replicas, None, dict(self.strays), refusal, ranks, kept, receipts
+            self.address,
+            state,
+            replicas,
+            None,
+            dict(self.strays),
+            refusal,
+            ranks,
+            kept,
+            receipts,
+            served_sets,
         )
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 import msgpack
 
-from backend_store.cluster.coordination.layout import PartitionRecord
+from backend_store.cluster.coordination.layout import PartitionRecord, ServedSet
 from backend_store.cluster.node.receipts import KeptReceipt
 from backend_store.cluster.node.reconcile import ReplicaLabel
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
@@ -113,6 +113,8 @@ class NodeDisk:
         self.receipts: dict[int, KeptReceipt] = {}
         # DATA/records/ (node/remembered_records.py): the record each replica was served on.
         self.remembered: dict[int, PartitionRecord] = {}
+        # DATA/sets/ (node/served_sets.py): the voting set each replica was served on.
+        self.served_sets: dict[int, ServedSet] = {}
 
     def open(self, partition: int) -> ReplicaData:
         found = self.partitions.get(partition)

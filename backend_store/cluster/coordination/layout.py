@@ -185,6 +185,22 @@ class MoveReceipt:
 
 
 @dataclass(frozen=True, slots=True)
+class ServedSet:
+    """The voting set a node's copy was last served on, and the cluster's incarnation then
+    (node/served_sets.py)."""
+
+    voters: tuple[str, ...]
+    incarnation: int
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"voters": list(self.voters), "incarnation": self.incarnation}
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> ServedSet:
+        return cls(tuple(str(n) for n in doc["voters"]), int(doc["incarnation"]))
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaPosition:
     """What a node publishes of one replica it hosts."""
 
@@ -236,6 +252,10 @@ class NodeRecord:
     # deleted on a move and does not hold again: after etcd went back in time, the newest
     # receipt anywhere says which set held the partition last (manager/election.py).
     receipts: dict[int, MoveReceipt] = field(default_factory=dict)
+    # The voting set each copy here was last served on, where that was in an incarnation
+    # before the cluster's (node/served_sets.py): after etcd went back in time, a majority of
+    # each must be heard before a promotion (manager/election.py).
+    served_sets: dict[int, ServedSet] = field(default_factory=dict)
 
     def pack(self) -> bytes:
         doc: dict[str, Any] = {
@@ -255,6 +275,8 @@ class NodeRecord:
             doc["kept"] = {str(p): record.pack() for p, record in self.kept.items()}
         if self.receipts:
             doc["receipts"] = {str(p): receipt.to_doc() for p, receipt in self.receipts.items()}
+        if self.served_sets:
+            doc["served_sets"] = {str(p): served.to_doc() for p, served in self.served_sets.items()}
         return pack(doc)
 
     @classmethod
@@ -281,6 +303,7 @@ class NodeRecord:
             ranks = {int(p): (int(r[0]), int(r[1])) for p, r in (v.get("stray_ranks") or {}).items()}
             kept = _kept_records(v.get("kept") or {})
             receipts = {int(p): MoveReceipt.from_doc(r) for p, r in (v.get("receipts") or {}).items()}
+            served_sets = {int(p): ServedSet.from_doc(s) for p, s in (v.get("served_sets") or {}).items()}
             return cls(
                 v["address"],
                 v.get("state", "up"),
@@ -291,6 +314,7 @@ class NodeRecord:
                 ranks,
                 kept,
                 {p: r for p, r in receipts.items() if r is not None},
+                served_sets,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise Unavailable(f"malformed node record: {exc}") from None

@@ -179,6 +179,12 @@ def promote(
     # incarnation and froze before it led, and n5 was promoted on the restored set's
     # majority without three acknowledged entries that n4 and n2's stray held).
     unsettled = by_receipt or stale or epoch_incarnation(fresh[best].last_epoch) < incarnation
+    if unsettled and not earlier_sets_heard(nodes, pid, record, unheard, outdated):
+        # A live copy was served on another set before etcd went back in time (a set that
+        # replaced a dead replica: simulation seed ``returns`` 255, session 38, where n1's
+        # copy had been served on n1, n2, n4 and the restored set named n1, n2, n3): that
+        # set may have acknowledged what a majority of the restored one lacks.
+        return record
     if unsettled and unheard:
         # Every copy counts, so every live node must have said what it holds: one yet to
         # publish since the raise may hold the best (simulation seed ``all`` 100851, session
@@ -230,6 +236,25 @@ def promote(
             why = "gave up its key" if gave_up else "is gone"
             log.warning("partition %d: leader %s %s; promoting %s", pid, leader, why, best)
     return replace(record, leader=best, successor=None, designation=designated, designated_in=incarnation)
+
+
+def earlier_sets_heard(
+    nodes: Mapping[str, NodeRecord],
+    pid: int,
+    record: PartitionRecord,
+    unheard: Collection[str],
+    outdated: Collection[str],
+) -> bool:
+    """Whether a majority of every voting set a live node's copy of ``pid`` was served on
+    in an earlier incarnation (node/served_sets.py) has been heard; the set the record
+    names needs nothing more."""
+    for published in nodes.values():
+        served = published.served_sets.get(pid)
+        if served is None or set(served.voters) == set(record.replicas):
+            continue
+        if len(heard(nodes, pid, served.voters, unheard, outdated)) < majority(served.voters):
+            return False
+    return True
 
 
 def newest_receipt(nodes: Mapping[str, NodeRecord], pid: int, record: PartitionRecord) -> MoveReceipt | None:

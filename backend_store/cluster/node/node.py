@@ -77,6 +77,7 @@ from .publication import Publication
 from .receipts import KeptReceipt, keep_receipt, published_receipts, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
 from .remembered_records import forget, read_remembered, remember
+from .served_sets import ServedSets, forget_served_set, keep_served_set, read_served_sets
 from .storage_gauge import StorageGauge
 
 log = logging.getLogger("pushgate.cluster")
@@ -178,10 +179,12 @@ class Node:
         # (last_epoch, lsn) of each stray (published: a restored etcd's promotion compares
         # them); read when it stops being served, or once at start (``_rank_strays``).
         self._stray_ranks: dict[int, tuple[int, int]] = {}
-        # What this node deleted on moves' tombstones (receipts.py), and the record each
-        # replica was last served on (remembered_records.py): both read at start.
+        # What this node deleted on moves' tombstones (receipts.py), the record each
+        # replica was last served on (remembered_records.py) and the voting set, by
+        # incarnation (served_sets.py): all read at start.
         self._receipts: dict[int, KeptReceipt] = {}
         self._remembered: dict[int, PartitionRecord] = {}
+        self._served_sets = ServedSets({})
 
     @property
     def address(self) -> str:
@@ -193,6 +196,7 @@ class Node:
         """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
         self._receipts = await asyncio.to_thread(read_receipts, self.data_dir)
         self._remembered = await asyncio.to_thread(read_remembered, self.data_dir)
+        self._served_sets = ServedSets(await asyncio.to_thread(read_served_sets, self.data_dir))
         server_tls = self.tls.server if self.tls is not None else None
         self._server = await serve_node_protocol(self._accept, self.host, self.port, server_tls)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -381,10 +385,22 @@ class Node:
             if pid in decision.serve_values and self._remembered.get(pid) != record:
                 await asyncio.to_thread(remember, self.data_dir, pid, record)
                 self._remembered[pid] = record
+            if pid in decision.serve_values:
+                await self._keep_served_set(pid, record, serving)
             await self._reconcile_partition(
                 session, serving, record, decision.serve_values.get(pid), addresses
             )
         await self._publish(session)
+
+    async def _keep_served_set(self, pid: int, record: PartitionRecord, host: PartitionHost) -> None:
+        """Keep the voting set ``host``'s copy is served on (served_sets.py)."""
+        last_epoch, last_lsn = host.last_entry()
+        served = self._served_sets.served(
+            pid, record.replicas, self.identity.incarnation, last_epoch, last_lsn
+        )
+        if served is not None:
+            await asyncio.to_thread(keep_served_set, self.data_dir, pid, served)
+            self._served_sets.keep(pid, served)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, PartitionHost]) -> Decision:
         hosted = {
@@ -482,6 +498,8 @@ class Node:
         self._stray_ranks.pop(pid, None)
         if self._remembered.pop(pid, None) is not None:
             await asyncio.to_thread(forget, self.data_dir, pid)
+        if self._served_sets.forget(pid):
+            await asyncio.to_thread(forget_served_set, self.data_dir, pid)
         # Done: the tombstone has served (a failure here leaves it; deleting again is a no-op).
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
@@ -533,8 +551,19 @@ class Node:
         kept = self._partitions.kept(self.hosts, self._remembered) if self._partitions is not None else {}
         named = self._partitions.records if self._partitions is not None else {}
         receipts = published_receipts(self._receipts, self.hosts, named)
+        held = {*self.hosts, *self.strays}
+        served_sets = self._served_sets.earlier(held, self.identity.incarnation)
         record = NodeRecord(
-            self.address, state, replicas, storage, dict(self.strays), refusal, ranks, kept, receipts
+            self.address,
+            state,
+            replicas,
+            storage,
+            dict(self.strays),
+            refusal,
+            ranks,
+            kept,
+            receipts,
+            served_sets,
         )
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

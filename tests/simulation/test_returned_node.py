@@ -1,0 +1,35 @@
+"""The simulation's seed that found a node replaced after it died, back after a restore.
+
+``returns`` 255 (session 38): n3 died for good at 2.8 s and was drained; p1 moved its replica
+to n4, and n4, leading at epoch 67, acknowledged LSN 22 with n2. etcd was restored at 10.4 s
+from the backup of t=0.5, whose set for p1 was n1, n2, n3. n4 and n2 were then killed, n3's
+host came back with its old copy, and n1 (LSN 19) and n3 made a majority of the restored set:
+n1 led without LSN 22 (``leader-completeness``). The dead n3 deleted nothing, so no receipt
+told of the move. n1's copy had been served on n1, n2, n4 and keeps that set on its disk
+(``node/served_sets.py``); after a restore the promotion waits until a majority of every such
+set is heard (``manager/election.py``). The mix ``returns`` exists for this: ``all`` never
+brings a replaced node back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .ablations import take_out
+from .simulation import config_for, run_seed
+
+FOUND = 255
+
+
+def test_a_node_back_after_its_replacement_does_not_make_a_majority_with_an_old_copy() -> None:
+    result = run_seed(config_for(FOUND, "returns"))
+    assert result.ok, result.report()
+
+
+def test_without_the_served_sets_the_seed_leads_without_an_acknowledged_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    take_out(["served-sets"], monkeypatch.setattr)
+    result = run_seed(config_for(FOUND, "returns"))
+    assert not result.ok
+    assert "leader-completeness" in result.summary()
