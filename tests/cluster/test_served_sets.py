@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend_store.cluster.coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition, ServedSet
+from backend_store.cluster.coordination.layout import (
+    MoveReceipt,
+    NodeRecord,
+    PartitionRecord,
+    ReplicaPosition,
+    ServedSet,
+)
 from backend_store.cluster.manager.election import promote
 from backend_store.cluster.node.served_sets import (
     ServedSets,
@@ -101,3 +107,20 @@ def test_after_a_restore_a_majority_of_each_earlier_set_is_heard_before_a_promot
         "C": NodeRecord("c:1", replicas={5: ReplicaPosition("follower", AFTER, 2, AFTER, 0)}),
     }
     assert promote(current, 5, settled, incarnation=1).leader == "A"
+
+
+def test_a_member_that_deleted_its_copy_on_a_move_counts_when_the_best_copy_covers_its_receipt() -> None:
+    # C's copy was served on A, C, D; A is gone for good, D moved its copy away after the
+    # restore (its receipt's bound: LSN 2). C's copy holds LSN 2: what D acknowledged, C has.
+    earlier = ServedSet(("A", "C", "D"), 0)
+    restored = PartitionRecord("t", "q", 0, ("A", "B", "C"), "A", designated_in=0)
+    receipt = MoveReceipt(("A", "B", "C"), BEFORE, 2)
+    nodes = {
+        "B": NodeRecord("b:1", replicas={5: _follower(2)}),
+        "C": NodeRecord("c:1", replicas={5: _follower(2)}, served_sets={5: earlier}),
+        "D": NodeRecord("d:1", receipts={5: receipt}),
+    }
+    assert promote(nodes, 5, restored, incarnation=1).leader in ("B", "C")
+    # A receipt past every live copy: D may have acknowledged what none of them holds.
+    beyond = {**nodes, "D": NodeRecord("d:1", receipts={5: MoveReceipt(("A", "B", "C"), BEFORE, 9)})}
+    assert promote(beyond, 5, restored, incarnation=1) == restored

@@ -9,6 +9,10 @@ told of the move. n1's copy had been served on n1, n2, n4 and keeps that set on 
 (``node/served_sets.py``); after a restore the promotion waits until a majority of every such
 set is heard (``manager/election.py``). The mix ``returns`` exists for this: ``all`` never
 brings a replaced node back.
+
+That gate alone left partitions unserved for good (``returns`` 1071 and 1333, the first
+sweep of the mix): a member of an earlier set that moved its copy away after the restore
+could never be heard. It counts when the best live copy reaches its receipt's bound.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = 255
+UNSERVED = [1071, 1333]
 
 
 def test_a_node_back_after_its_replacement_does_not_make_a_majority_with_an_old_copy() -> None:
@@ -33,3 +38,9 @@ def test_without_the_served_sets_the_seed_leads_without_an_acknowledged_entry(
     result = run_seed(config_for(FOUND, "returns"))
     assert not result.ok
     assert "leader-completeness" in result.summary()
+
+
+@pytest.mark.parametrize("seed", UNSERVED)
+def test_a_member_that_moved_its_copy_away_counts_by_its_receipt(seed: int) -> None:
+    result = run_seed(config_for(seed, "returns"))
+    assert result.ok, result.report()

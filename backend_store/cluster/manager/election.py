@@ -247,12 +247,26 @@ def earlier_sets_heard(
 ) -> bool:
     """Whether a majority of every voting set a live node's copy of ``pid`` was served on
     in an earlier incarnation (node/served_sets.py) has been heard; the set the record
-    names needs nothing more."""
+    names needs nothing more. A member that deleted its copy on a move counts as heard when
+    its receipt is no further than the best live copy: it held nothing past the receipt's
+    LSN when it deleted (the node refuses a tombstone its copy goes past), so what it
+    acknowledged the best copy holds (simulation seed ``returns`` 1071, session 38: n4's
+    copy of p1 was moved away after the restore, and n3's earlier set n1, n3, n4 had no
+    other member left: n1 was gone for good)."""
+    best = max(copies_ahead(nodes, pid, (-1, -1)).values(), default=(0, 0))
     for published in nodes.values():
         served = published.served_sets.get(pid)
         if served is None or set(served.voters) == set(record.replicas):
             continue
-        if len(heard(nodes, pid, served.voters, unheard, outdated)) < majority(served.voters):
+        known = heard(nodes, pid, served.voters, unheard, outdated)
+        known |= {
+            n
+            for n in served.voters
+            if (found := nodes.get(n)) is not None
+            and (receipt := found.receipts.get(pid)) is not None
+            and receipt.order() <= best
+        }
+        if len(known) < majority(served.voters):
             return False
     return True
 
