@@ -151,3 +151,24 @@ def test_a_key_of_ours_that_this_replica_does_not_serve_is_deleted() -> None:
     assert decide(situation(key=relic)).action is Action.CAMPAIGN
     # Another node's key is theirs to give up.
     assert decide(situation(key=("n2", 5), record=replace(RECORD, leader="n2"))).action is Action.FOLLOW
+
+
+def test_a_resignation_ends_on_entries_of_a_newer_term_and_while_holding_off() -> None:
+    """Simulation seed ``returns`` 2652: a replica that resigned, then acknowledged entries
+    of a newer term it never saw the key of (or saw only while holding off), must stop
+    publishing the position it vouched for."""
+    resigned = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40)
+    assert decide(
+        situation(resigned=resigned, last_epoch=9, record=replace(RECORD, leader="n2"))
+    ).end_resignation
+    assert not decide(situation(resigned=resigned, last_epoch=7)).end_resignation
+    # A stale resignation at the replica's own newer entries is not ended by them.
+    stale = Resignation(epoch=7, at=99.0, last_epoch=9, lsn=40, stale_designation=3)
+    assert not decide(
+        situation(resigned=stale, last_epoch=9, record=replace(RECORD, designation=3))
+    ).end_resignation
+    # Seen while holding off on a designation from before etcd went back in time.
+    held = decide(
+        situation(resigned=resigned, key=("n2", 9), record=replace(RECORD, designated_in=0), incarnation=1)
+    )
+    assert held.action is Action.HOLD_OFF and held.end_resignation

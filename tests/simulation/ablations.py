@@ -262,6 +262,23 @@ def _served_sets(setter: Setter) -> None:
     setter(election, "earlier_sets_heard", lambda *_: True)
 
 
+@_ablation("resignation-ends", "a resignation ends on entries of a newer term, and while holding off")
+def _resignation_ends(setter: Setter) -> None:
+    from dataclasses import replace
+
+    from backend_store.cluster.node import leadership
+
+    decide = leadership._decide
+
+    def as_before(s: Any) -> Any:
+        decision = decide(replace(s, last_epoch=0))
+        if decision.action == leadership.Action.HOLD_OFF:
+            return replace(decision, end_resignation=False)
+        return decision
+
+    setter(leadership, "_decide", as_before)
+
+
 @_ablation("remembered-records", "a node publishes the record its disk kept for one never read")
 def _remembered_records(setter: Setter) -> None:
     from backend_store.cluster.node.reconcile import MapView

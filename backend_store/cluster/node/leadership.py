@@ -67,7 +67,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from ...errors import PushgateError, StaleEpoch
-from ...types import Epoch, epoch_revision
+from ...types import Epoch, Lsn, epoch_revision
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
 from ..coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord
 from ..coordination.timeline import Timeline
@@ -120,6 +120,9 @@ class Situation:
     # The voters this node knows registered (itself included): a term needs links to a
     # majority to commit anything, and they are made from the registrations.
     registered_voters: int = 0
+    # The epoch of this replica's last entry: past a resignation's term, a newer leader has
+    # written here even if its key was never seen (this node's loop was held meanwhile).
+    last_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +168,13 @@ def _decide(s: Situation) -> Decision:
     end = False
     resigned = s.resigned
     if resigned is not None:
-        if s.key is not None and s.key[1] > resigned.epoch:
+        # Ended by a newer term's key, or by entries of a newer term: this replica has
+        # acknowledged past what it vouched for, and its position must say so (simulation
+        # seed ``returns`` 2652, session 38: n2 resigned p4 at epoch 12 vouching for LSN 10,
+        # then acknowledged LSN 16 under n3's term while it held off on a stale
+        # designation; it kept publishing LSN 10, and n4 was promoted without LSN 16).
+        newer_entries = s.last_epoch > max(resigned.epoch, resigned.last_epoch)
+        if (s.key is not None and s.key[1] > resigned.epoch) or newer_entries:
             end = True
         elif s.key is not None and s.key == (s.node_id, resigned.epoch):
             return Decision(Action.DELETE_OWN_KEY, "our resigned key still stands")
@@ -176,13 +185,17 @@ def _decide(s: Situation) -> Decision:
     if not designated or not s.session_valid:
         return Decision(Action.FOLLOW, end_resignation=end)
     if s.etcd_behind:
-        return Decision(Action.HOLD_OFF, "etcd may have gone back in time: not settled yet")
+        return Decision(
+            Action.HOLD_OFF, "etcd may have gone back in time: not settled yet", end_resignation=end
+        )
     if record.designated_in < s.incarnation:
-        return Decision(Action.HOLD_OFF, "designated before etcd went back in time: waiting for the manager")
+        why = "designated before etcd went back in time: waiting for the manager"
+        return Decision(Action.HOLD_OFF, why, end_resignation=end)
     if s.registered_voters < len(record.replicas) // 2 + 1:
         # Not yet heard of a majority's registrations (a node just started): a term begun
         # now would have no links, and its first commit would wait with the node's loop.
-        return Decision(Action.HOLD_OFF, "a majority of the voters is not registered yet")
+        why = "a majority of the voters is not registered yet"
+        return Decision(Action.HOLD_OFF, why, end_resignation=end)
     return Decision(Action.CAMPAIGN, end_resignation=end)
 
 
@@ -241,6 +254,10 @@ class LeadingReplica(Protocol):
     def hand_over(self, successor: str, now: float) -> Resignation | None: ...
 
     def abandon_hand_over(self) -> None: ...
+
+    def last_entry(self) -> tuple[Epoch, Lsn]:
+        """(epoch of the last entry, last LSN)."""
+        ...
 
     def lacks_quorum(self, now: float, live: Collection[str]) -> bool: ...
 
@@ -305,6 +322,7 @@ class NodeLeadership:
             "incarnation": self.identity.incarnation,
             "etcd_behind": self.identity.timeline.suspect,
             "registered_voters": sum(1 for n in record.replicas if n == self.node_id or n in nodes),
+            "last_epoch": host.last_entry()[0],
         }
         if leader is None:
             return Situation(**common)
