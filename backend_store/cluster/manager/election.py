@@ -303,14 +303,17 @@ def heard(
     outdated: Collection[str],
 ) -> set[str]:
     """The nodes of ``among`` whose copy of ``pid`` is known: served and published after the
-    leader key vanished (and not made again), or kept as a stray with its rank."""
+    leader key vanished (and not made again), or kept as a stray with its rank (a stray takes
+    no entries, so a record from before the key was last seen still says what it holds:
+    simulation seed ``returns`` 3853, session 38, where n5's stray went unheard for good)."""
     out: set[str] = set()
     for n in among:
         record = nodes.get(n)
-        if record is None or n in unheard or n in outdated:
+        if record is None or n in unheard:
             continue
         p = record.replicas.get(pid)
-        if (p is not None and p.leader_epoch == 0 and p.remade is None) or pid in record.stray_ranks:
+        fresh = p is not None and p.leader_epoch == 0 and p.remade is None and n not in outdated
+        if fresh or pid in record.stray_ranks:
             out.add(n)
     return out
 
