@@ -125,6 +125,10 @@ class Chaos:
         self._next = 0
         self.history: list[tuple[float, float | None, str, str]] = []  # (start, end, fault, target)
         self._healing = False
+        # Nodes of a replace-return under way: healing brings them back too (simulation seed
+        # ``returns`` 3716, session 38: healing left one retired for good, undrained, and its
+        # partition with one live copy of the three its restored record named).
+        self.returning: set[str] = set()
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -507,8 +511,10 @@ class Chaos:
         node, replacing = replaced
 
         async def lasts() -> None:
+            self.returning.add(node)
             await replacing
             await asyncio.sleep(self._lasting(1.0, 6.0))
+            self.returning.discard(node)
             self.cluster.retired.discard(node)
             self.cluster.restart(node)
 
@@ -566,6 +572,8 @@ class Chaos:
         cluster.etcd.slow_s = 0.0
         for disk in cluster.disks.values():
             disk.full, disk.failing_fsyncs, disk.map_full_once, disk.slow_s = False, 0, False, 0.0
+        cluster.retired -= self.returning
+        self.returning.clear()
         for name in cluster.node_names():
             node = cluster.nodes.get(name)
             if node is not None:
