@@ -170,3 +170,21 @@ def test_receipts_survive_on_disk_and_an_unreadable_one_is_skipped(tmp_path: Pat
     (tmp_path / "receipts" / "8.new").write_bytes(b"a write's leftover")
     assert read_receipts(tmp_path) == {5: kept, 6: KeptReceipt(LABEL, MoveReceipt(("B",), 2))}
     assert read_receipts(tmp_path / "nothing here") == {}
+
+
+def test_a_member_of_the_receipts_set_that_moved_its_copy_away_counts_when_the_best_copy_covers_it() -> None:
+    # Simulation seed ``all`` 324971: A is gone for good, X's copy is made again, and Y, the
+    # other member of X's receipt's set, moved its copy away at LSN 2. B holds LSN 2.
+    receipt = MoveReceipt(("A", "B", "Y"), EARLIER, 2)
+    nodes = {
+        "B": NodeRecord("b:1", replicas={5: _follower(2)}),
+        "X": NodeRecord("x:1", replicas={5: _follower(0, made_again=receipt)}),
+        "Y": NodeRecord("y:1", receipts={5: MoveReceipt(("A", "B", "X"), EARLIER, 2)}),
+    }
+    assert _promote(nodes).leader == "B"
+    # B behind Y's receipt: Y may have acknowledged what B lacks.
+    behind = {**nodes, "B": NodeRecord("b:1", replicas={5: _follower(1)})}
+    assert _promote(behind) == RESTORED
+    # A receipt of Y's older than X's: it tells nothing of the copy Y held in X's set.
+    older = {**nodes, "Y": NodeRecord("y:1", receipts={5: MoveReceipt(("A", "B", "X"), EARLIER, 1)})}
+    assert _promote(older) == RESTORED

@@ -255,6 +255,16 @@ def _receipt_chain(setter: Setter) -> None:
     setter(election, "newest_receipt", remade_only)
 
 
+@_ablation("moved-away-members", "a member that moved its copy away is accounted for by its receipt")
+def _moved_away_members(setter: Setter) -> None:
+    from backend_store.cluster.manager import election
+
+    def heard_only(nodes: Any, pid: int, among: Any, unheard: Any, outdated: Any, **_: Any) -> set[str]:
+        return election.heard(nodes, pid, among, unheard, outdated)
+
+    setter(election, "accounted_for", heard_only)
+
+
 @_ablation("served-sets", "after a restore, a majority of each set a live copy was served on is heard first")
 def _served_sets(setter: Setter) -> None:
     from backend_store.cluster.manager import election

@@ -18,6 +18,11 @@ That set may have moved on (``all`` 320038, session 38): p2 moved from n2 to n3,
 n3 to n5, and n1 died for good; etcd, wiped, was restored from a backup naming n4, n1, n2.
 n2's receipt named n4, n1, n3, of which only n4 held a copy: unserved for good. n3 publishes
 its own, newer receipt (n4, n1, n5), and the promotion follows it: n4 and n5 are a majority.
+
+Or a member of it moved its copy away too (``all`` 324971, session 38): n1, gone for good,
+n2 made again, n4 moved its copy of p1 away at LSN 2 after the restore, n3 holds LSN 2. n4
+held nothing past its receipt's LSN when it deleted, so n3 holds what it acknowledged: n3
+and n4 account for a majority of n2's receipt's set (``election.accounted_for``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from .simulation import config_for, run_seed
 LOST = 234061
 UNSERVED = 230870
 MOVED_ON = 320038
+MOVED_AWAY = 324971
 
 
 def test_a_copy_made_again_after_a_move_does_not_make_a_majority() -> None:
@@ -70,7 +76,20 @@ def test_a_receipts_set_that_moved_on_is_followed_to_the_newer_receipt() -> None
 def test_without_the_receipt_chain_that_partition_is_unserved_for_good(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    take_out(["receipt-chain"], monkeypatch.setattr)
+    """n3's receipt also accounts for it in n2's receipt's set (``accounted_for``): both go."""
+    take_out(["receipt-chain", "moved-away-members"], monkeypatch.setattr)
     result = run_seed(config_for(MOVED_ON, "all"))
     assert not result.ok
     assert "available-after-heal" in result.summary()
+
+
+def test_a_member_that_moved_its_copy_away_is_accounted_for_by_its_receipt() -> None:
+    result = run_seed(config_for(MOVED_AWAY, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_it_that_partition_is_unserved_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    take_out(["moved-away-members"], monkeypatch.setattr)
+    result = run_seed(config_for(MOVED_AWAY, "all"))
+    assert not result.ok
+    assert "readable-after-heal" in result.summary() or "available-after-heal" in result.summary()

@@ -141,7 +141,8 @@ def promote(
         len(fresh) < majority(record.replicas)
         and bool(fresh)
         and receipt is not None
-        and len(heard(nodes, pid, receipt.voters, unheard, outdated)) >= majority(receipt.voters)
+        and len(accounted_for(nodes, pid, receipt.voters, unheard, outdated, since=receipt.order()))
+        >= majority(receipt.voters)
     )
     if len(fresh) < majority(record.replicas) and not by_receipt:
         return record  # a minority could lack an acknowledged write: wait
@@ -246,29 +247,42 @@ def earlier_sets_heard(
     outdated: Collection[str],
 ) -> bool:
     """Whether a majority of every voting set a live node's copy of ``pid`` was served on
-    in an earlier incarnation (node/served_sets.py) has been heard; the set the record
-    names needs nothing more. A member that deleted its copy on a move counts as heard when
-    its receipt is no further than the best live copy: it held nothing past the receipt's
-    LSN when it deleted (the node refuses a tombstone its copy goes past), so what it
-    acknowledged the best copy holds (simulation seed ``returns`` 1071, session 38: n4's
-    copy of p1 was moved away after the restore, and n3's earlier set n1, n3, n4 had no
-    other member left: n1 was gone for good)."""
-    best = max(copies_ahead(nodes, pid, (-1, -1)).values(), default=(0, 0))
+    in an earlier incarnation (node/served_sets.py) is accounted for; the set the record
+    names needs nothing more."""
     for published in nodes.values():
         served = published.served_sets.get(pid)
         if served is None or set(served.voters) == set(record.replicas):
             continue
-        known = heard(nodes, pid, served.voters, unheard, outdated)
-        known |= {
-            n
-            for n in served.voters
-            if (found := nodes.get(n)) is not None
-            and (receipt := found.receipts.get(pid)) is not None
-            and receipt.order() <= best
-        }
-        if len(known) < majority(served.voters):
+        if len(accounted_for(nodes, pid, served.voters, unheard, outdated)) < majority(served.voters):
             return False
     return True
+
+
+def accounted_for(
+    nodes: Mapping[str, NodeRecord],
+    pid: int,
+    among: Collection[str],
+    unheard: Collection[str],
+    outdated: Collection[str],
+    *,
+    since: tuple[int, int] = (0, 0),
+) -> set[str]:
+    """The nodes of ``among`` whose copy is :func:`heard`, and those that moved their copy
+    away with a receipt no further than the best live copy: such a node held nothing past
+    the receipt's LSN when it deleted (it refuses a tombstone its copy goes past), so what
+    it acknowledged the best copy holds (simulation seeds ``returns`` 1071, session 38: a
+    member of an earlier served set moved its copy away after the restore, and another was
+    gone for good; ``all`` 324971: a member of the newest receipt's set did). ``since``:
+    the receipt must be at least that new (one older than the set asked about tells
+    nothing of the copy the node held in it)."""
+    best = max(copies_ahead(nodes, pid, (-1, -1)).values(), default=(0, 0))
+    out = heard(nodes, pid, among, unheard, outdated)
+    for n in among:
+        found = nodes.get(n)
+        receipt = found.receipts.get(pid) if found is not None else None
+        if receipt is not None and since <= receipt.order() <= best:
+            out.add(n)
+    return out
 
 
 def newest_receipt(nodes: Mapping[str, NodeRecord], pid: int, record: PartitionRecord) -> MoveReceipt | None:
