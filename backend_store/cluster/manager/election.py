@@ -21,7 +21,12 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
   ``remade`` with the receipt its deletion left (node/receipts.py) and counts for nothing;
   without a majority of the set, a majority of the newest receipt's set heard (the set
   that replaced the copy, whose members keep what it acknowledged) will do (simulation
-  seeds ``all`` 234061 and 230870, session 37). Then the best copy anywhere leads
+  seeds ``all`` 234061 and 230870, session 37), following members that moved their copies
+  away in turn to their newer receipts (:func:`newest_receipt`), and counting a member
+  whose receipt the best live copy covers (:func:`accounted_for`). A set that deleted
+  nothing (a dead replica replaced) leaves no receipt, but its members remember it: a
+  majority of every earlier set a live copy was served on must be accounted for too
+  (:func:`earlier_sets_heard`, node/served_sets.py; session 38). Then the best copy anywhere leads
   (:func:`copies_ahead`: every copy a live node reports, served or stray, fresh or not, in
   the map's set or not). A voter ahead of the best fresh
   position is waited for; a node the map does not name (a stray, or one still serving what
