@@ -39,8 +39,8 @@ from backend_store.cluster.node.etcd_records import (
     read_tombstones,
     tombstone_stands,
 )
-from backend_store.cluster.node.publication import Publication
-from backend_store.cluster.node.receipts import KeptReceipt, published_receipts, remade
+from backend_store.cluster.node.publication import Publication, node_record
+from backend_store.cluster.node.receipts import KeptReceipt, remade
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
 from backend_store.cluster.node.served_sets import ServedSets
 from backend_store.cluster.protocol import ops
@@ -468,24 +468,18 @@ class SimNode:
             data = self.disk.partitions.get(pid)
             label = data.label if data is not None else None
             replicas[pid] = remade(self.disk.receipts.get(pid), label, position)
-        refusal = self.verdict.refusal
-        ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
-        kept = self._partitions.kept(self.hosts, self.disk.remembered) if self._partitions is not None else {}
-        named = self._partitions.records if self._partitions is not None else {}
-        receipts = published_receipts(self.disk.receipts, self.hosts, named)
-        served_sets = self.served_sets.earlier({*self.hosts, *self.strays}, self.incarnation)
-        state = "refused" if refusal else "up"
-        record = NodeRecord(
+        record = node_record(
             self.address,
-            state,
             replicas,
             None,
-            dict(self.strays),
-            refusal,
-            ranks,
-            kept,
-            receipts,
-            served_sets,
+            refusal=self.verdict.refusal,
+            strays=self.strays,
+            stray_ranks=self._stray_ranks,
+            partitions=self._partitions,
+            remembered=self.disk.remembered,
+            receipts=self.disk.receipts,
+            served_sets=self.served_sets,
+            incarnation=self.incarnation,
         )
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

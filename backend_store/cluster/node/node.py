@@ -73,8 +73,8 @@ from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_identity import NodeIdentity, pack_label, read_label
 from .partition_host import PartitionHost
-from .publication import Publication
-from .receipts import KeptReceipt, keep_receipt, published_receipts, read_receipts, remade
+from .publication import Publication, node_record
+from .receipts import KeptReceipt, keep_receipt, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
 from .remembered_records import forget, read_remembered, remember
 from .served_sets import ServedSets, forget_served_set, keep_served_set, read_served_sets
@@ -382,10 +382,10 @@ class Node:
                 # second decision above): opened on the next round, 0.2 s on.
                 continue
             await self._label(serving, record, verdict)
-            if pid in decision.serve_values and self._remembered.get(pid) != record:
-                await asyncio.to_thread(remember, self.data_dir, pid, record)
-                self._remembered[pid] = record
             if pid in decision.serve_values:
+                if self._remembered.get(pid) != record:
+                    await asyncio.to_thread(remember, self.data_dir, pid, record)
+                    self._remembered[pid] = record
                 await self._keep_served_set(pid, record, serving)
             await self._reconcile_partition(
                 session, serving, record, decision.serve_values.get(pid), addresses
@@ -545,25 +545,18 @@ class Node:
             position = await host.position(claim[1] if claim is not None else 0)
             replicas[pid] = remade(self._receipts.get(pid), self._labels.get(pid), position)
         storage = await self.storage.current(h.store for h in list(self.hosts.values()))
-        refusal = self.identity.verdict.refusal
-        state = "up" if refusal is None else "refused"
-        ranks = {pid: rank for pid, rank in self._stray_ranks.items() if pid in self.strays}
-        kept = self._partitions.kept(self.hosts, self._remembered) if self._partitions is not None else {}
-        named = self._partitions.records if self._partitions is not None else {}
-        receipts = published_receipts(self._receipts, self.hosts, named)
-        held = {*self.hosts, *self.strays}
-        served_sets = self._served_sets.earlier(held, self.identity.incarnation)
-        record = NodeRecord(
+        record = node_record(
             self.address,
-            state,
             replicas,
             storage,
-            dict(self.strays),
-            refusal,
-            ranks,
-            kept,
-            receipts,
-            served_sets,
+            refusal=self.identity.verdict.refusal,
+            strays=self.strays,
+            stray_ranks=self._stray_ranks,
+            partitions=self._partitions,
+            remembered=self._remembered,
+            receipts=self._receipts,
+            served_sets=self._served_sets,
+            incarnation=self.identity.incarnation,
         )
         if self.publication.wanted(record):
             await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())

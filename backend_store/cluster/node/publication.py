@@ -16,8 +16,46 @@ written:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-from ..coordination.layout import NodeRecord
+from ..coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
+from ..coordination.storage_record import NodeStorage
+from .receipts import KeptReceipt, published_receipts
+from .reconcile import MapView
+from .served_sets import ServedSets
+
+
+def node_record(
+    address: str,
+    replicas: dict[int, ReplicaPosition],
+    storage: NodeStorage | None,
+    *,
+    refusal: str | None,
+    strays: Mapping[int, str],
+    stray_ranks: Mapping[int, tuple[int, int]],
+    partitions: MapView | None,
+    remembered: Mapping[int, PartitionRecord],
+    receipts: Mapping[int, KeptReceipt],
+    served_sets: ServedSets,
+    incarnation: int,
+) -> NodeRecord:
+    """The record a node writes: the positions of the replicas it hosts (``replicas``), its
+    strays, and what its disk remembers that a manager needs after etcd lost or garbled
+    something (kept records, receipts, earlier served sets). Built here for the node process
+    and the simulation's node alike."""
+    hosted = replicas.keys()
+    return NodeRecord(
+        address,
+        "up" if refusal is None else "refused",
+        replicas,
+        storage,
+        dict(strays),
+        refusal,
+        {pid: rank for pid, rank in stray_ranks.items() if pid in strays},
+        partitions.kept(hosted, remembered) if partitions is not None else {},
+        published_receipts(receipts, hosted, partitions.records if partitions is not None else {}),
+        served_sets.earlier({*hosted, *strays}, incarnation),
+    )
 
 
 class Publication:
