@@ -48,6 +48,7 @@ async def test_a_peek_and_counts_show_only_what_a_majority_holds(tmp_path: Path)
         record = PartitionRecord("t", "q", 0, ("leader", "f1", "f2"), "leader")
         addresses = {name: f"127.0.0.1:{node.port}" for name, node in followers.items()}
         await host.lead(Epoch(3), record, addresses, QUEUES)
+        await until(lambda: host.ready, "the term's first entry")
         await host.handle("send", Epoch(3), sending(b"kept"), timeout_s=scaled(5))
         peek = encode_args("peek", tenant="t", queue="q", max_messages=10)
         assert len(await host.handle("peek", Epoch(3), peek, timeout_s=scaled(5))) == 1

@@ -325,6 +325,32 @@ def _repair_marks(setter: Setter) -> None:
     setter(manager, "repaired", every_write)
 
 
+@_ablation("handover-answer", "a hand-over begins only once the successor answered after it was asked")
+def _handover_answer(setter: Setter) -> None:
+    from backend_store.cluster.node.term import LeaderTerm
+
+    def heard_within_a_heartbeat(self: LeaderTerm, successor: str, now: float) -> bool:
+        return self._in_contact(successor, now)  # as before session 39
+
+    setter(LeaderTerm, "_answered_since_asked", heard_within_a_heartbeat)
+
+
+@_ablation("first-entry-task", "a new term's first entry is written off the reconcile tick")
+def _first_entry_task(setter: Setter) -> None:
+    import asyncio
+
+    from .sim_partition import SimPartitionHost
+
+    lead = SimPartitionHost.lead
+
+    async def lead_and_wait(self: SimPartitionHost, *args: Any, **kwargs: Any) -> None:
+        await lead(self, *args, **kwargs)
+        if self._upkeep is not None:  # as before session 39: the tick waited for it
+            await asyncio.wait([self._upkeep])
+
+    setter(SimPartitionHost, "lead", lead_and_wait)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

@@ -116,10 +116,8 @@ class SimPartitionHost(LeaderTerm):
         self.leader = leader
         self.record = record
         self.update_links(record, addresses)
-        await store.check_writable()
         self._applied.clear()
-        await self.apply_queue_attributes(queues)
-        node.note(f"p{self.partition}: leading at epoch {epoch} (LSN {store.last_lsn})")
+        self.open_term(queues)
 
     def update_links(self, record: PartitionRecord, addresses: Mapping[str, str]) -> None:
         leader = self.leader
@@ -186,7 +184,8 @@ class SimPartitionHost(LeaderTerm):
         leader, self.leader = self.leader, None
         self.handing_over_to = None
         links, self._links = list(self._links.values()), {}
-        tasks = [task for _, task in links]
+        upkeep = self._cancel_upkeep()
+        tasks = [task for _, task in links] + ([upkeep] if upkeep is not None else [])
         for task in tasks:
             task.cancel()
         if tasks:

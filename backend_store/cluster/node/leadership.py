@@ -247,7 +247,7 @@ class LeadingReplica(Protocol):
 
     def update_links(self, record: PartitionRecord, addresses: Mapping[str, str]) -> None: ...
 
-    async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None: ...
+    def apply_queue_attributes_soon(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None: ...
 
     def keep_leading(self, successor: str | None) -> None: ...
 
@@ -360,7 +360,7 @@ class NodeLeadership:
             case Action.SERVE:
                 host.keep_leading(record.successor)
                 host.update_links(record, addresses)
-                await host.apply_queue_attributes(queues)
+                host.apply_queue_attributes_soon(queues)
             case Action.STEP_DOWN:
                 await self.resign_key(host.partition)
                 await host.step_down(decision.why)
@@ -375,7 +375,7 @@ class NodeLeadership:
                     # Ours (the watch lags behind our campaign): serve as SERVE does.
                     host.keep_leading(record.successor)
                     host.update_links(record, addresses)
-                    await host.apply_queue_attributes(queues)
+                    host.apply_queue_attributes_soon(queues)
                 else:
                     await self.resign_key(host.partition)
                     await host.step_down("its leader key is gone from etcd (restored from a snapshot?)")

@@ -165,11 +165,8 @@ class PartitionHost(LeaderTerm):
         self.update_links(record, addresses)
         if self.sweep_every_s > 0:
             self._sweeper = asyncio.create_task(self._sweep(leader), name=f"sweep p{self.partition}")
-        # A no-op entry in the new term: followers align on it (a deposed tail is dropped).
-        await store.check_writable()
         self._applied_attributes.clear()
-        await self.apply_queue_attributes(queues)
-        log.info("partition %d: leading at epoch %d (LSN %d)", self.partition, epoch, store.last_lsn)
+        self.open_term(queues)
 
     def _on_change(self, store: LmdbBackend, tenant: str, queue: str) -> None:
         if self.leading and self.follower is not None and self.follower.store is store:
@@ -307,7 +304,8 @@ class PartitionHost(LeaderTerm):
         self.handing_over_to = None
         links, self._links = list(self._links.values()), {}
         sweeper, self._sweeper = self._sweeper, None
-        tasks = [task for _, task in links] + ([sweeper] if sweeper is not None else [])
+        upkeep = self._cancel_upkeep()
+        tasks = [task for _, task in links] + [t for t in (sweeper, upkeep) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -321,6 +319,17 @@ class PartitionHost(LeaderTerm):
             log.warning("partition %d: stepped down from epoch %d (%s)", self.partition, leader.epoch, why)
 
     # Serving -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Leading and serving requests: the queue's attributes are applied (after the
+        term's first entry) and no hand-over is under way."""
+        return (
+            self.leading
+            and self.handing_over_to is None
+            and self.record is not None
+            and (self.record.tenant, self.record.queue) in self._applied_attributes
+        )
 
     async def handle(self, op: str, epoch: Epoch, args: Mapping[str, Any], *, timeout_s: float) -> Any:
         """Run a gateway's request as the leader; raise NotLeader / StaleLeader otherwise."""

@@ -91,6 +91,12 @@ class QuorumCheck:
         at = self._heard.get(node_id)
         return at is not None and now - at <= within_s
 
+    def heard_after(self, node_id: str, since: float) -> bool:
+        """Whether ``node_id`` answered after ``since`` (not merely counted as heard since it
+        joined)."""
+        at = self._heard.get(node_id)
+        return at is not None and at > since
+
     def silent(self, now: float) -> list[str]:
         """The followers not heard from within the window."""
         return sorted(set(self._heard) - self.in_contact(now))
