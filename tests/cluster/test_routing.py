@@ -115,3 +115,31 @@ def test_a_node_that_won_a_newer_term_is_tried_at_once() -> None:
     breaker.before_request("n1", epoch=60)
     breaker.succeeded()
     assert breaker.state == "closed"
+
+
+def test_a_request_refused_while_a_trial_is_out_hears_the_trials_verdict() -> None:
+    # A node back in a newer term: one request is the trial, another is refused with the
+    # rest of a doubled cool-down as its retry_after_s. It must not sleep that out once the
+    # trial succeeded (simulation seed ``minority`` 401977: 1.8 s more).
+    now = [100.0]
+    breaker = NodeHealth(BreakerSettings(failures_to_open=1, cooldown_s=2), clock=lambda: now[0]).breaker(
+        "n1"
+    )
+    breaker.failed(epoch=40)
+    assert breaker.before_request("n1", epoch=52)  # the trial
+    with pytest.raises(NodeUnavailable) as refused:
+        breaker.before_request("n1", epoch=52)
+    assert refused.value.retry_after_s > 1.5
+    verdict = breaker.verdict()
+    assert not verdict.is_set()
+    breaker.succeeded()
+    assert verdict.is_set()
+    assert not breaker.before_request("n1", epoch=52)  # closed: it goes
+    # A failed trial is a verdict too: the refused ask again, and wait out the cool-down.
+    breaker.failed(epoch=52)
+    verdict = breaker.verdict()
+    breaker.before_request("n1", epoch=60)
+    breaker.failed(epoch=60)
+    assert verdict.is_set()
+    with pytest.raises(NodeUnavailable):
+        breaker.before_request("n1", epoch=60)

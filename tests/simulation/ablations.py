@@ -351,6 +351,20 @@ def _first_entry_task(setter: Setter) -> None:
     setter(SimPartitionHost, "lead", lead_and_wait)
 
 
+@_ablation("breaker-verdict", "a request the breaker refused wakes at the node's next verdict")
+def _breaker_verdict(setter: Setter) -> None:
+    import asyncio
+
+    from backend_store.cluster.client.partition_calls import PartitionCalls
+
+    wait = PartitionCalls._until_moved_or_verdict
+
+    async def cool_down_only(self: PartitionCalls, part: Any, _verdict: Any, timeout_s: float) -> None:
+        await wait(self, part, asyncio.Event(), timeout_s)  # as before session 39: never set
+
+    setter(PartitionCalls, "_until_moved_or_verdict", cool_down_only)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

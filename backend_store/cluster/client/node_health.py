@@ -15,6 +15,11 @@ for the rest of a cool-down that had doubled while it was dead (found by the ran
 test, seed 9, session 31: a leader killed for 0.66 s led again 2.2-2.8 s after the kill,
 and its partition's sends waited up to 4.0 s for the breaker).
 
+A request refused while a trial is out waits for the trial's verdict (:meth:`Breaker.verdict`),
+not for the cool-down alone: a node back in a newer term was tried by one request, which
+succeeded at once, while another, refused 3 ms before, slept out the rest of a doubled
+cool-down, 1.8 s (simulation seed ``minority`` 401977, session 39).
+
 A trial that ends without a verdict (given up because the map shows a newer leader, or
 cancelled by its caller) hands the trial on (:meth:`Breaker.abandon`). Before, it kept
 ``trial_out`` set for good: the breaker stayed open, and every partition the node led was
@@ -24,6 +29,7 @@ session 33, found once the simulation ran the production request loop).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +61,7 @@ class Breaker:
     opened: int = field(default=0)
     # The newest epoch (term) a failed request was for.
     failed_epoch: int = 0
+    _verdict: asyncio.Event | None = None
 
     @property
     def state(self) -> str:
@@ -76,19 +83,34 @@ class Breaker:
         error.retry_after_s = max(0.05, self.open_until - self.clock())
         raise error
 
+    def verdict(self) -> asyncio.Event:
+        """Set at the next verdict on the node (or a trial given up): what a refused request
+        waits for besides its ``retry_after_s``, to ask :meth:`before_request` again."""
+        if self._verdict is None:
+            self._verdict = asyncio.Event()
+        return self._verdict
+
+    def _heard(self) -> None:
+        event, self._verdict = self._verdict, None
+        if event is not None:
+            event.set()
+
     def abandon(self) -> None:
         """The trial ended without a verdict: the next request may be the trial."""
         self.trial_out = False
+        self._heard()
 
     def succeeded(self) -> None:
         self.failures = 0
         self.cooldown_s = 0.0
         self.trial_out = False
+        self._heard()
 
     def failed(self, epoch: int = 0) -> None:
         self.failed_epoch = max(self.failed_epoch, epoch)
         self.failures += 1
         self.trial_out = False
+        self._heard()
         if self.failures >= self.settings.failures_to_open:
             self.cooldown_s = (
                 self.settings.cooldown_s

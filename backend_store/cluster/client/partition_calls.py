@@ -190,9 +190,10 @@ class PartitionCalls:
                 trial = breaker.before_request(leader.node, leader.epoch)
             except Unavailable as exc:
                 last = exc
-                # Wait for the map to move the leader away from the failing node.
-                await self.view.wait_for(
-                    functools.partial(_leader_moved, part=current), min(remaining, exc.retry_after_s)
+                # Wait for the map to move the leader away from the failing node, or for the
+                # node's next verdict (a trial under way may succeed at once).
+                await self._until_moved_or_verdict(
+                    current, breaker.verdict(), min(remaining, exc.retry_after_s)
                 )
                 continue
             client = pool.client(leader.node, leader.address)
@@ -280,6 +281,19 @@ class PartitionCalls:
                 raise
             breaker.succeeded()
             return result
+
+    async def _until_moved_or_verdict(
+        self, part: PartitionInfo, verdict: asyncio.Event, timeout_s: float
+    ) -> None:
+        moved = asyncio.ensure_future(
+            self.view.wait_for(functools.partial(_leader_moved, part=part), timeout_s)
+        )
+        heard = asyncio.ensure_future(verdict.wait())
+        try:
+            await asyncio.wait((moved, heard), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            moved.cancel()
+            heard.cancel()
 
 
 def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
