@@ -11,19 +11,18 @@ to n1, and n1 led that partition. A trial that ends without a verdict now hands 
 Later fixes moved 30325's trajectory off the race; session 35 re-found it with ``abandon``
 disabled, on its final tree: ``restore`` 31085, 32042 and 32199 fail without it and hold
 with it. Session 39's hand-over and first-entry fixes moved those off the race too; with
-those two taken out as well (``BACK_ON_THE_RACE``), 31085 and 32042 fail again.
+them taken out as well (``BACK_ON_THE_RACE``), 31085 and 32042 fail again.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 FOUND = [30325, 30355, 31085, 32042, 32199]
 WITHOUT_ABANDON_FAIL = [31085, 32042, 32199]
-BACK_ON_THE_RACE = ["handover-answer", "first-entry-task"]
 
 
 @pytest.mark.parametrize("seed", FOUND)

@@ -21,21 +21,21 @@ from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = (400087, 401977)
-BACK_ON_THE_RACE = ["handover-answer", "first-entry-task"]
+THE_OTHER_TWO = ["handover-answer", "first-entry-task"]
 
 
 @pytest.mark.parametrize("seed", FOUND)
 def test_a_refused_request_goes_once_the_nodes_trial_succeeded(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    take_out(BACK_ON_THE_RACE, monkeypatch.setattr)
+    take_out(THE_OTHER_TWO, monkeypatch.setattr)
     result = run_seed(config_for(seed, "minority"))
     assert result.ok, result.report()
 
 
 @pytest.mark.parametrize("seed", FOUND)
 def test_without_it_the_request_sleeps_out_the_cool_down(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    take_out([*BACK_ON_THE_RACE, "breaker-verdict"], monkeypatch.setattr)
+    take_out([*THE_OTHER_TWO, "breaker-verdict"], monkeypatch.setattr)
     result = run_seed(config_for(seed, "minority"))
     assert not result.ok
     assert "minority-fault-availability" in result.summary()

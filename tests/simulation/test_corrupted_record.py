@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 SEEDS = (130473, 131005, 203853)
@@ -32,7 +32,7 @@ def test_a_record_the_manager_never_read_is_rebuilt_from_what_the_nodes_kept(see
 def test_without_the_rebuild_a_seed_leaves_its_partition_unserved(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing rebuilt: the partition stays unserved after healing, so the tests above would
     catch the rebuild going away."""
-    take_out(["record-rebuild"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "record-rebuild"], monkeypatch.setattr)
     failed = [r for r in (run_seed(config_for(seed, "all")) for seed in SEEDS) if not r.ok]
     assert failed, "every seed held without the rebuild"
     assert "available-after-heal" in failed[0].summary()
@@ -59,7 +59,7 @@ def test_a_record_garbled_while_the_managers_commit_was_in_flight_is_repaired() 
 
 
 def test_without_the_marks_the_plan_saw_the_garbled_record_stays(monkeypatch: pytest.MonkeyPatch) -> None:
-    take_out(["repair-marks"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "repair-marks"], monkeypatch.setattr)
     result = run_seed(config_for(303592, "all"))
     assert not result.ok
     assert "available-after-heal" in result.summary()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 BOUND_S = 2.2
@@ -41,7 +41,7 @@ def test_the_seed_still_finds_a_fixed_wait(monkeypatch: pytest.MonkeyPatch) -> N
     """With the gateway's first wait after ``not_leader`` back at 0.5 s, the seeds fail again
     (any one is enough: a later change may move one seed's trajectory off the wait): the
     test above would catch that wait coming back."""
-    take_out(["not-leader-wait"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "not-leader-wait"], monkeypatch.setattr)
     summaries = [
         run_seed(config_for(seed, "minority", availability_bound_s=BOUND_S)).summary()
         for seed in WITH_A_FIXED_WAIT_FAIL

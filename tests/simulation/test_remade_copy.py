@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 LOST = 234061
@@ -62,7 +62,7 @@ def test_the_receipts_set_serves_a_restored_set_with_one_copy_left() -> None:
 def test_without_the_receipts_set_that_partition_is_unserved_for_good(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    take_out(["receipt-majority"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "receipt-majority"], monkeypatch.setattr)
     result = run_seed(config_for(UNSERVED, "all"))
     assert not result.ok
     assert "available-after-heal" in result.summary()
@@ -77,7 +77,7 @@ def test_without_the_receipt_chain_that_partition_is_unserved_for_good(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """n3's receipt also accounts for it in n2's receipt's set (``accounted_for``): both go."""
-    take_out(["receipt-chain", "moved-away-members"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "receipt-chain", "moved-away-members"], monkeypatch.setattr)
     result = run_seed(config_for(MOVED_ON, "all"))
     assert not result.ok
     assert "available-after-heal" in result.summary()
@@ -89,7 +89,7 @@ def test_a_member_that_moved_its_copy_away_is_accounted_for_by_its_receipt() -> 
 
 
 def test_without_it_that_partition_is_unserved_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
-    take_out(["moved-away-members"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "moved-away-members"], monkeypatch.setattr)
     result = run_seed(config_for(MOVED_AWAY, "all"))
     assert not result.ok
     assert "readable-after-heal" in result.summary() or "available-after-heal" in result.summary()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 FOUND = 255
@@ -37,7 +37,7 @@ def test_a_node_back_after_its_replacement_does_not_make_a_majority_with_an_old_
 def test_without_the_served_sets_the_seed_leads_without_an_acknowledged_entry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    take_out(["served-sets"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "served-sets"], monkeypatch.setattr)
     result = run_seed(config_for(FOUND, "returns"))
     assert not result.ok
     assert "leader-completeness" in result.summary()

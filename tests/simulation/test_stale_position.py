@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 FOUND = [130837, 130684]
@@ -34,7 +34,7 @@ def test_a_position_from_before_the_last_term_is_not_fresh(seed: int) -> None:
 
 def test_without_the_sightings_the_seed_loses_acknowledged_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     """A manager that never records when it saw a leader key judges freshness as before."""
-    take_out(["leader-sightings"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "leader-sightings"], monkeypatch.setattr)
     result = run_seed(config_for(130684, "all"))
     assert not result.ok
     assert "leader-completeness" in result.summary()

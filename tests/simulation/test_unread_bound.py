@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 SEED = 291729
@@ -25,7 +25,7 @@ def test_a_restarted_node_keeps_a_copy_until_it_has_read_its_last_lsn() -> None:
 
 
 def test_without_the_rule_the_seed_deletes_acknowledged_entries(monkeypatch: pytest.MonkeyPatch) -> None:
-    take_out(["unread-bound"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "unread-bound"], monkeypatch.setattr)
     result = run_seed(config_for(SEED, "all"))
     assert not result.ok
     assert "deleted its replica" in result.summary()

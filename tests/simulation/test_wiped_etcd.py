@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import pytest
 
-from .ablations import take_out
+from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 FOUND = [1, 28, 121]
@@ -48,7 +48,7 @@ def test_without_the_direct_reads_the_seed_finds_the_deletion(monkeypatch: pytes
     holds the seeds, and since session 35 so does the manager's fresh read when it wins):
     seeds 1, 3 and 6 delete a replica holding acknowledged entries (any one is enough), so
     the test above would catch the direct reads going away."""
-    take_out(["direct-reads", "fresh-read"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "direct-reads", "fresh-read"], monkeypatch.setattr)
     summaries = [run_seed(config_for(seed, "etcd")).summary() for seed in (1, 3, 6)]
     assert any("deleted its replica" in summary for summary in summaries), summaries
 
@@ -69,6 +69,6 @@ def test_a_node_deletes_only_on_a_tombstone_etcd_holds_now(monkeypatch: pytest.M
     tested on a real etcd in tests/cluster/test_tombstone_read.py."""
     result = run_seed(config_for(51983, "all"))
     assert result.ok, result.report()
-    take_out(["refresh-back-in-time"], monkeypatch.setattr)
+    take_out([*BACK_ON_THE_RACE, "refresh-back-in-time"], monkeypatch.setattr)
     guarded = run_seed(config_for(51696, "all"))
     assert guarded.ok, guarded.summary()
