@@ -33,25 +33,29 @@ from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 LOST = 234061
+WITHOUT_IT_LOSE = [LOST, 240328]
 UNSERVED = 230870
 MOVED_ON = 320038
 MOVED_AWAY = 324971
 
 
-def test_a_copy_made_again_after_a_move_does_not_make_a_majority() -> None:
-    result = run_seed(config_for(LOST, "all"))
+@pytest.mark.parametrize("seed", WITHOUT_IT_LOSE)
+def test_a_copy_made_again_after_a_move_does_not_make_a_majority(seed: int) -> None:
+    result = run_seed(config_for(seed, "all"))
     assert result.ok, result.report()
 
 
 def test_without_remade_copies_the_seed_leads_without_an_acknowledged_entry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Since session 38 the served sets (node/served_sets.py) hold this seed too: n4 and n1
-    were served on the newer set, and a majority of it must be heard first. So both go."""
-    take_out(["remade-copies", "served-sets"], monkeypatch.setattr)
-    result = run_seed(config_for(LOST, "all"))
-    assert not result.ok
-    assert "leader-completeness" in result.summary()
+    """Since session 38 the served sets (node/served_sets.py) hold these seeds too: n4 and n1
+    were served on the newer set, and a majority of it must be heard first. So both go.
+    Since session 39 234061 no longer reaches the race even then; 240328 does, with session
+    39's fixes taken out too (it holds with remade-copies, or served-sets, taken out alone).
+    Either failing is enough: a later change may move one trajectory off the race."""
+    take_out([*BACK_ON_THE_RACE, "remade-copies", "served-sets"], monkeypatch.setattr)
+    summaries = [run_seed(config_for(seed, "all")).summary() for seed in WITHOUT_IT_LOSE]
+    assert any("leader-completeness" in summary for summary in summaries), summaries
 
 
 def test_the_receipts_set_serves_a_restored_set_with_one_copy_left() -> None:
