@@ -359,3 +359,63 @@ async def test_a_node_back_after_its_replacement_does_not_make_a_majority_after_
         assert bodies == before + during
     finally:
         await h.close()
+
+
+async def test_a_restore_made_while_every_node_was_down_is_noticed_by_the_records(
+    own_etcd: EtcdCluster, tmp_path: Path
+) -> None:
+    """Session 40's case (simulation seeds ``bumped`` 23, 25, 31): a restore nobody's
+    revisions show. The leader A is killed; B is promoted and acknowledges sends with C.
+    Every process stops; etcd is restored from a snapshot taken before the promotion (its
+    record designates A) and written to past every revision the lost etcd had made (as a
+    restore with ``--bump-revision`` is at once), so no fence and no epoch a node remembers
+    is ahead of it. Then every process starts again. Judged by revisions, A's designation
+    is current, and A would lead without the sends. B and C hold the partition's record
+    marked at a newer mod revision than the restored one: etcd went back, the incarnation
+    is raised, the manager designates anew, and every acknowledged message is served."""
+    (tmp_path / "cluster").mkdir()
+    h = ClusterHarness(own_etcd.endpoints, tmp_path / "cluster", unique_prefix("down") + "/")
+    try:
+        await h.start(nodes=3, managers=1)
+        coordinator = h.coordinator
+        assert coordinator is not None
+        await h.create_queue(T, "restored", RF3)
+        pid = await h.partition_of(T, "restored")
+        a, _, _ = await h.serving_leader(pid)
+        before = [f"b{i}" for i in range(10)]
+        for body in before:
+            await h.send_until_ok(pid, T, "restored", body)
+        snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
+
+        h.nodes[a].kill()
+        await h.serving_leader(pid, not_node=a)
+        during = [f"d{i}" for i in range(10)]
+        for body in during:  # acknowledged by B and C
+            await h.send_until_ok(pid, T, "restored", body)
+        last_revision = (await coordinator.read_prefix(h.layout.cluster)).revision
+        for proc in [*h.managers, *h.nodes.values()]:
+            if proc.running:
+                proc.kill()
+
+        restore(own_etcd, snapshot)
+        restored_revision = (await coordinator.read_prefix(h.layout.cluster)).revision
+        assert restored_revision < last_revision
+        for start in range(restored_revision, last_revision + 50, 100):
+            await asyncio.gather(
+                *(coordinator.put(f"{h.prefix}scratch/{i}", b"x") for i in range(start, start + 100))
+            )
+        assert (await coordinator.read_prefix(h.layout.cluster)).revision > last_revision
+        for proc in [*h.nodes.values(), *h.managers]:
+            proc.start()
+
+        bodies = await h.wait_for(
+            "every acknowledged message", lambda: _all_of(h, pid, "restored", before + during), timeout=90
+        )
+        assert bodies == before + during
+        identity = await coordinator.get(h.layout.cluster)
+        assert identity is not None and ClusterIdentity.unpack(identity.value).incarnation >= 1
+        assert any(
+            "older than this node saw them" in h.nodes[n].log_tail(200_000) for n in h.nodes if n != a
+        ), h.logs()
+    finally:
+        await h.close()

@@ -6,23 +6,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend_store.cluster.coordination.layout import PartitionRecord
+from backend_store.cluster.coordination.timeline import RecordMark
 from backend_store.cluster.node.reconcile import MapView
-from backend_store.cluster.node.remembered_records import forget, read_remembered, remember
+from backend_store.cluster.node.remembered_records import forget, read_marks, read_remembered, remember
 
 RECORD = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", designation=4)
 
 
 def test_records_survive_on_disk_and_an_unreadable_one_is_skipped(tmp_path: Path) -> None:
-    remember(tmp_path, 5, RECORD)
+    remember(tmp_path, 5, RECORD, RecordMark(0, 40))
     moved = PartitionRecord("t", "q", 1, ("n1", "n2", "n4"), "n2")
-    remember(tmp_path, 6, RECORD)
-    remember(tmp_path, 6, moved)  # a change replaces it
+    remember(tmp_path, 6, RECORD, RecordMark(0, 41))
+    remember(tmp_path, 6, moved, RecordMark(1, 12))  # a change replaces it, and its mark
+    remember(tmp_path, 10, RECORD, None)  # not read now: no mark
     (tmp_path / "records" / "7").write_bytes(b"\xc1garbage")
     (tmp_path / "records" / "8.new").write_bytes(b"a write's leftover")
-    assert read_remembered(tmp_path) == {5: RECORD, 6: moved}
+    assert read_remembered(tmp_path) == {5: RECORD, 6: moved, 10: RECORD}
+    assert read_marks(tmp_path) == {5: RecordMark(0, 40), 6: RecordMark(1, 12)}
+    (tmp_path / "records" / "10.mark").write_bytes(b"garbage")
+    assert read_marks(tmp_path) == {5: RecordMark(0, 40), 6: RecordMark(1, 12)}  # skipped
     forget(tmp_path, 5)
     forget(tmp_path, 9)  # never kept: nothing to do
-    assert read_remembered(tmp_path) == {6: moved}
+    assert read_remembered(tmp_path) == {6: moved, 10: RECORD}
+    assert read_marks(tmp_path) == {6: RecordMark(1, 12)}
     assert read_remembered(tmp_path / "nothing here") == {}
 
 

@@ -372,6 +372,16 @@ def _breaker_verdict(setter: Setter) -> None:
     setter(PartitionCalls, "_until_moved_or_verdict", cool_down_only)
 
 
+@_ablation("record-marks", "a record etcd holds older than a node marked it shows etcd went back")
+def _record_marks(setter: Setter) -> None:
+    from backend_store.cluster.coordination.timeline import Timeline
+
+    def revisions_only(self: Timeline, marks: Any, mod_revisions: Any, incarnation: int) -> list[int]:
+        return []  # as before session 40: only etcd's revision counter speaks
+
+    setter(Timeline, "check_marks", revisions_only)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

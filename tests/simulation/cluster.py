@@ -49,6 +49,7 @@ class SimCluster:
         self.managers: dict[str, tuple[Process, Manager]] = {}
         self.gateway: SimGateway | None = None
         self.backups: list[tuple[float, EtcdState]] = []
+        self._highest_revision = 0  # what a bumped restore must pass (``etcd_restore``)
         self.retired: set[str] = set()  # nodes replaced for good: never restarted
         self.drained: set[str] = set()
         self._incarnations: dict[str, int] = {}
@@ -176,6 +177,7 @@ class SimCluster:
             self.note(f"etcd backed up at revision {self.etcd.state.revision}")
 
     def etcd_stop(self) -> None:
+        self._highest_revision = max(self._highest_revision, self.etcd.state.revision)
         self.etcd.stop()
         self.oracle.fact("etcd-stopped", f"etcd stopped at revision {self.etcd.state.revision}")
 
@@ -185,7 +187,7 @@ class SimCluster:
         self.etcd.start(EtcdState())
         self.oracle.fact("etcd-empty", f"etcd came back empty (revision {was} -> {self.etcd.state.revision})")
 
-    def etcd_restore(self, index: int = -1) -> bool:
+    def etcd_restore(self, index: int = -1, bumped: bool = False) -> bool:
         if not self.backups:
             return False
         if index == -1:
@@ -196,10 +198,15 @@ class SimCluster:
             index = held[-1] if held else -1
         taken_at, snapshot = self.backups[index]
         was = self.etcd.state.revision
-        self.etcd.restore(snapshot)
+        # etcd's guide bumps past every revision the lost store may have reached: here past
+        # the highest this store ever made, so every revision after the restore is newer.
+        self._highest_revision = max(self._highest_revision, was)
+        bump = self._highest_revision - snapshot.revision + 1000 if bumped else 0
+        self.etcd.restore(snapshot, bump)
         self.oracle.fact(
             "etcd-restored",
-            f"etcd restored from the backup of t={taken_at:.1f}: revision {was} -> {snapshot.revision}",
+            f"etcd restored from the backup of t={taken_at:.1f}: revision {was} -> {self.etcd.state.revision}"
+            + (f" (bumped by {bump})" if bump else ""),
         )
         return True
 

@@ -340,6 +340,11 @@ class EtcdServer:
         self.stop()
         self.start(EtcdState())
 
-    def restore(self, snapshot: EtcdState) -> None:
+    def restore(self, snapshot: EtcdState, bump: int = 0) -> None:
+        """``etcdutl snapshot restore`` (etcd 3.5+ takes ``--bump-revision N``: the restored
+        store's revision is raised by ``N``, keys keep their revisions, watches must re-read)."""
         self.stop()
+        if bump:
+            snapshot = copy.deepcopy(snapshot)
+            snapshot.revision += bump
         self.start(snapshot)

@@ -27,6 +27,8 @@ Mixes (``--faults``):
 ``returns``    a node replaced after it died comes back with its disk, under restores of
                etcd and kills (not in ``all``: added in session 38, after ``all``'s seeds
                were pinned by tests, whose trajectories a new fault would move)
+``bumped``     etcd restored with ``--bump-revision`` (keys go back, revisions jump ahead
+               of every one made before), with the faults of ``returns`` (session 40)
 =============  ==========================================================================
 A mix may also be a comma-separated list of fault names (``kill,cut-peers``).
 """
@@ -97,7 +99,11 @@ MIXES: dict[str, Mix] = {
 ALL_FAULTS = tuple(sorted({f for mix in MIXES.values() for f in mix.faults}))
 MIXES["all"] = Mix("all", ALL_FAULTS, 3, 1.5)
 MIXES["returns"] = Mix("returns", ("replace-return", "etcd-restore", "kill", "kill", "freeze"), 3, 1.5)
-FAULTS = (*ALL_FAULTS, "replace-return")  # every fault a comma-separated mix may name
+# A restore whose revisions jump ahead (session 40), with nodes coming back after a replacement.
+MIXES["bumped"] = Mix(
+    "bumped", ("etcd-restore-bumped", "replace-return", "etcd-restore", "kill", "kill", "freeze"), 3, 1.5
+)
+FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped")  # every fault a comma-separated mix may name
 
 
 def mix_named(spec: str) -> Mix:
@@ -412,6 +418,18 @@ class Chaos:
 
         def restore() -> None:
             self.cluster.etcd_restore(index)
+
+        return self._while(ETCD, restore, lambda: None, 0.5, 2.0)
+
+    def _etcd_restore_bumped(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """``etcdutl snapshot restore --bump-revision``, as etcd's own guide restores: keys
+        go back to the backup's, while revisions jump past every one made before."""
+        if self._etcd_busy() or not self.cluster.backups:
+            return None
+        index = 0 if self.rng.random() < 0.5 else self.rng.randrange(len(self.cluster.backups))
+
+        def restore() -> None:
+            self.cluster.etcd_restore(index, bumped=True)
 
         return self._while(ETCD, restore, lambda: None, 0.5, 2.0)
 

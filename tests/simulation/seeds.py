@@ -28,6 +28,7 @@ CI_SEEDS: dict[str, range] = {
     "ops": range(0, 30),
     "all": range(0, 30),
     "returns": range(0, 20),
+    "bumped": range(0, 20),
 }
 
 # (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci. Empty

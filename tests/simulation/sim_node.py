@@ -27,9 +27,10 @@ from backend_store.cluster.coordination.layout import (
     NodeRecord,
     ReplicaPosition,
     Tombstone,
+    parse_ids,
     read_partition_map,
 )
-from backend_store.cluster.coordination.timeline import Timeline, raise_incarnation_past
+from backend_store.cluster.coordination.timeline import RecordMark, Timeline, raise_incarnation_past
 from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 from backend_store.cluster.node.etcd_records import (
     leaders_moved,
@@ -157,7 +158,7 @@ class SimNode:
     def _on_partitions(self, state: PrefixState) -> None:
         before = self._partitions.records if self._partitions is not None else {}
         read = read_partition_map(state.values(), before)
-        self._partitions = MapView(read.records, read.unknown, read.values)
+        self._partitions = MapView(read.records, read.unknown, read.values, parse_ids(state.mod_revisions()))
 
     def _on_tombstones(self, state: PrefixState) -> None:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
@@ -330,6 +331,8 @@ class SimNode:
             return
         for host in self.hosts.values():
             self.timeline.remember(host.store.epoch)
+        if self._partitions is not None:  # Node._check_marks
+            self.timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, self.incarnation)
         if self.timeline.suspect:  # NodeIdentity.settle_timeline
             await self.raise_incarnation_past(self.timeline.high_water)
         addresses = {n: rec.address for n, rec in self._nodes.items()}
@@ -343,7 +346,11 @@ class SimNode:
                     verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
                 )
             if pid in decision.serve_values:
-                self.disk.remembered[pid] = record
+                if self.disk.remembered.get(pid) != record and not self.timeline.suspect:
+                    self.disk.remembered[pid] = record  # and its mark (Node._mark_now)
+                    revision = self._partitions.mod_revisions.get(pid) if self._partitions else None
+                    if revision is not None:
+                        self.disk.marks[pid] = RecordMark(self.incarnation, revision)
                 last_epoch, last_lsn = serving.last_entry()
                 served = self.served_sets.served(pid, record.replicas, self.incarnation, last_epoch, last_lsn)
                 if served is not None:
@@ -422,6 +429,7 @@ class SimNode:
             self.disk.delete(pid, why)
         self._stray_ranks.pop(pid, None)
         self.disk.remembered.pop(pid, None)
+        self.disk.marks.pop(pid, None)
         self.served_sets.forget(pid)
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))

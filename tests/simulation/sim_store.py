@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import msgpack
 
 from backend_store.cluster.coordination.layout import PartitionRecord, ServedSet
+from backend_store.cluster.coordination.timeline import RecordMark
 from backend_store.cluster.node.receipts import KeptReceipt
 from backend_store.cluster.node.reconcile import ReplicaLabel
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
@@ -113,6 +114,7 @@ class NodeDisk:
         self.receipts: dict[int, KeptReceipt] = {}
         # DATA/records/ (node/remembered_records.py): the record each replica was served on.
         self.remembered: dict[int, PartitionRecord] = {}
+        self.marks: dict[int, RecordMark] = {}  # DATA/records/<id>.mark, beside each record
         # DATA/sets/ (node/served_sets.py): the voting set each replica was served on.
         self.served_sets: dict[int, ServedSet] = {}
 

@@ -59,6 +59,10 @@ class PrefixState:
         """Key (without the prefix) to value."""
         return {key[len(self.prefix) :]: e.value for key, e in self.entries.items()}
 
+    def mod_revisions(self) -> dict[str, int]:
+        """Key (without the prefix) to the revision that last changed it."""
+        return {key[len(self.prefix) :]: e.mod_revision for key, e in self.entries.items()}
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:

@@ -19,13 +19,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from ...errors import InvalidRequest, PushgateError, Unavailable
 from ...types import Epoch, QueueName, TenantId, make_epoch
 from ..coordination.storage_record import NodeStorage
+
+_T = TypeVar("_T")
 
 DEFAULT_PREFIX = "/pushgate/"
 # The embedded store's limit on ``namespace \0 key`` (and on tenant + queue): the same here,
@@ -459,7 +461,7 @@ class LeaderRecord:
         return make_epoch(self.incarnation, create_revision)
 
 
-def parse_ids(entries: dict[str, bytes]) -> dict[int, bytes]:
+def parse_ids(entries: Mapping[str, _T]) -> dict[int, _T]:
     """``{"12": value}`` (keys relative to a prefix) as ``{12: value}``; other keys are skipped."""
     return {int(k): v for k, v in entries.items() if k.isdigit()}
 

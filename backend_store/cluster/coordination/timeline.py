@@ -19,16 +19,48 @@ was merely older than another watch's) clears it.
 A process restarted while etcd was away remembers only its fences; the others, which
 remember more, settle it for everyone (the raise is a compare-and-put, and a raise that is
 not needed is harmless).
+
+Revisions alone miss two restores (session 40): one with every node down, whose revisions
+passed the fences before a node started, and one with ``etcdutl snapshot restore
+--bump-revision`` (etcd's own guide for restores), whose revisions jump past everything at
+once while its keys go back. Keys show both: within one incarnation a key's mod revision
+only grows, so a record etcd holds at an older mod revision than a node saw it at (a
+:class:`RecordMark`, kept on the node's disk with the record) means etcd went back, and the
+incarnation is over: :meth:`Timeline.check_marks` makes the node suspect the whole of it
+(simulation seeds ``bumped`` 23, 25, 31: a designation undone by the restore was obeyed
+as current, and a replica without acknowledged entries led).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ...types import epoch_incarnation, make_epoch
+from ...types import EPOCH_REVISION_BITS, epoch_incarnation, make_epoch
 from .coordinator import Coordinator
 from .identity import ClusterRecord
 from .layout import Layout
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMark:
+    """A record as a process saw it change: the cluster's incarnation then and the record's
+    mod revision in etcd."""
+
+    incarnation: int
+    mod_revision: int
+
+    def pack(self) -> bytes:
+        return f"{self.incarnation} {self.mod_revision}".encode()
+
+    @classmethod
+    def unpack(cls, data: bytes) -> RecordMark:
+        incarnation, mod_revision = (int(part) for part in data.split())
+        return cls(incarnation, mod_revision)
+
+
+def last_epoch_of(incarnation: int) -> int:
+    return make_epoch(incarnation, (1 << EPOCH_REVISION_BITS) - 1)
 
 
 class Timeline:
@@ -50,6 +82,23 @@ class Timeline:
             self.suspect = True
         else:
             self.high_water = now
+
+    def check_marks(
+        self, marks: Mapping[int, RecordMark], mod_revisions: Mapping[int, int], incarnation: int
+    ) -> list[int]:
+        """The records (by id) etcd holds, in the ``incarnation`` they were marked in, at an
+        older mod revision than their mark: etcd went back in time, whatever its revision.
+        Any makes etcd suspect until the incarnation is raised past it."""
+        rewound = [
+            key
+            for key, mark in marks.items()
+            if mark.incarnation == incarnation
+            and mod_revisions.get(key, mark.mod_revision) < mark.mod_revision
+        ]
+        if rewound:
+            self.remember(last_epoch_of(incarnation))
+            self.suspect = True
+        return rewound
 
     def settle(self, incarnation: int, revision: int) -> bool:
         """A fresh read showed etcd at (``incarnation``, ``revision``): whether that settles

@@ -52,8 +52,10 @@ from ..coordination.layout import (
     PartitionRecord,
     ReplicaPosition,
     Tombstone,
+    parse_ids,
     read_partition_map,
 )
+from ..coordination.timeline import RecordMark
 from ..coordination.watched_prefix import StateListener, WatchedPrefix
 from ..protocol import ops
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -76,7 +78,7 @@ from .partition_host import PartitionHost
 from .publication import Publication, node_record
 from .receipts import KeptReceipt, keep_receipt, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
-from .remembered_records import forget, read_remembered, remember
+from .remembered_records import forget, read_marks, read_remembered, remember
 from .served_sets import ServedSets, forget_served_set, keep_served_set, read_served_sets
 from .storage_gauge import StorageGauge
 
@@ -184,6 +186,7 @@ class Node:
         # incarnation (served_sets.py): all read at start.
         self._receipts: dict[int, KeptReceipt] = {}
         self._remembered: dict[int, PartitionRecord] = {}
+        self._marks: dict[int, RecordMark] = {}
         self._served_sets = ServedSets({})
 
     @property
@@ -196,6 +199,7 @@ class Node:
         """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
         self._receipts = await asyncio.to_thread(read_receipts, self.data_dir)
         self._remembered = await asyncio.to_thread(read_remembered, self.data_dir)
+        self._marks = await asyncio.to_thread(read_marks, self.data_dir)
         self._served_sets = ServedSets(await asyncio.to_thread(read_served_sets, self.data_dir))
         server_tls = self.tls.server if self.tls is not None else None
         self._server = await serve_node_protocol(self._accept, self.host, self.port, server_tls)
@@ -252,7 +256,7 @@ class Node:
     def _on_partitions(self, state: PrefixState) -> None:
         before = self._partitions.records if self._partitions is not None else {}
         read = read_partition_map(state.values(), before)
-        self._partitions = MapView(read.records, read.unknown, read.values)
+        self._partitions = MapView(read.records, read.unknown, read.values, parse_ids(state.mod_revisions()))
 
     def _on_tombstones(self, state: PrefixState) -> None:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
@@ -372,6 +376,7 @@ class Node:
             return
         for host in self.hosts.values():
             self.identity.timeline.remember(host.store.epoch)
+        self._check_marks()
         # Before any campaign: settle whether etcd went back in time (coordination/timeline.py).
         await self.identity.settle_timeline()
         addresses = {n: rec.address for n, rec in self._nodes.items()}
@@ -383,14 +388,41 @@ class Node:
                 continue
             await self._label(serving, record, verdict)
             if pid in decision.serve_values:
-                if self._remembered.get(pid) != record:
-                    await asyncio.to_thread(remember, self.data_dir, pid, record)
+                # Not while etcd is suspect: the record may be one a restore brought back,
+                # and its mark would bury the evidence.
+                if self._remembered.get(pid) != record and not self.identity.timeline.suspect:
+                    mark = self._mark_now(pid)
+                    await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
                     self._remembered[pid] = record
+                    if mark is not None:
+                        self._marks[pid] = mark
                 await self._keep_served_set(pid, record, serving)
             await self._reconcile_partition(
                 session, serving, record, decision.serve_values.get(pid), addresses
             )
         await self._publish(session)
+
+    def _check_marks(self) -> None:
+        """Whether etcd holds a record this node marked at an older mod revision: it went
+        back in time, even when its revision did not (coordination/timeline.py)."""
+        if self._partitions is None or not self._marks:
+            return
+        incarnation = self.identity.incarnation
+        rewound = self.identity.timeline.check_marks(self._marks, self._partitions.mod_revisions, incarnation)
+        if rewound:
+            log.warning(
+                "node %s: etcd holds the records of partitions %s older than this node saw them"
+                " in incarnation %d: etcd went back in time (restored from a snapshot?)",
+                self.node_id,
+                rewound,
+                incarnation,
+            )
+
+    def _mark_now(self, pid: int) -> RecordMark | None:
+        """The mark of ``pid``'s record as this node holds it now (None: not read now)."""
+        if self._partitions is None or pid not in self._partitions.mod_revisions:
+            return None
+        return RecordMark(self.identity.incarnation, self._partitions.mod_revisions[pid])
 
     async def _keep_served_set(self, pid: int, record: PartitionRecord, host: PartitionHost) -> None:
         """Keep the voting set ``host``'s copy is served on (served_sets.py)."""
@@ -496,6 +528,7 @@ class Node:
         await asyncio.to_thread(self._delete_directories, pid, why)
         self._labels.pop(pid, None)
         self._stray_ranks.pop(pid, None)
+        self._marks.pop(pid, None)
         if self._remembered.pop(pid, None) is not None:
             await asyncio.to_thread(forget, self.data_dir, pid)
         if self._served_sets.forget(pid):

@@ -66,6 +66,8 @@ class MapView:
     # The bytes each record was read from (none for one kept from before, unreadable now):
     # a campaign claims its key only while etcd still holds them (leadership.py).
     values: Mapping[int, bytes] = field(default_factory=dict)
+    # The revision that last changed each record read now (coordination/timeline.py's marks).
+    mod_revisions: Mapping[int, int] = field(default_factory=dict)
 
     def kept(
         self, served: Iterable[int], remembered: Mapping[int, PartitionRecord] | None = None

@@ -10,6 +10,11 @@ unserved for good. So a node writes each record it serves a replica on here when
 (a membership change or a designation: rare), and publishes it for a partition whose record
 etcd holds unreadable and this process never read (:meth:`.reconcile.MapView.kept`). It is
 only published, never served on: serving waits for a readable record.
+
+Beside each record, its mark (``DATA/records/<id>.mark``): the incarnation and the record's
+mod revision in etcd when it was written here. etcd holding the record at an older mod
+revision in that incarnation went back in time (coordination/timeline.py, ``check_marks``):
+a node that was down while etcd was restored sees it there, whatever etcd's revision.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from pathlib import Path
 
 from ...errors import Unavailable
 from ..coordination.layout import PartitionRecord
+from ..coordination.timeline import RecordMark
 from .durable_file import numbered_files, write_durably
 
 log = logging.getLogger("pushgate.cluster")
 
 RECORDS_DIR = "records"
+MARK_SUFFIX = ".mark"
 
 
 def read_remembered(data_dir: Path) -> dict[int, PartitionRecord]:
@@ -37,9 +44,28 @@ def read_remembered(data_dir: Path) -> dict[int, PartitionRecord]:
     return out
 
 
-def remember(data_dir: Path, partition: int, record: PartitionRecord) -> None:
-    write_durably(data_dir / RECORDS_DIR / str(partition), record.pack())
+def read_marks(data_dir: Path) -> dict[int, RecordMark]:
+    """Every record's mark kept under ``data_dir`` (one that cannot be read is skipped)."""
+    out: dict[int, RecordMark] = {}
+    for pid, path in numbered_files(data_dir / RECORDS_DIR):
+        mark = path.with_name(path.name + MARK_SUFFIX)
+        try:
+            out[pid] = RecordMark.unpack(mark.read_bytes())
+        except FileNotFoundError:
+            continue  # kept by a version before marks
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring the unreadable mark %s: %s", mark, exc)
+    return out
+
+
+def remember(data_dir: Path, partition: int, record: PartitionRecord, mark: RecordMark | None) -> None:
+    path = data_dir / RECORDS_DIR / str(partition)
+    write_durably(path, record.pack())
+    if mark is not None:
+        write_durably(path.with_name(path.name + MARK_SUFFIX), mark.pack())
 
 
 def forget(data_dir: Path, partition: int) -> None:
-    (data_dir / RECORDS_DIR / str(partition)).unlink(missing_ok=True)
+    path = data_dir / RECORDS_DIR / str(partition)
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + MARK_SUFFIX).unlink(missing_ok=True)
