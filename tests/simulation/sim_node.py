@@ -346,9 +346,10 @@ class SimNode:
                     verdict.cluster_id, pid, record.tenant, record.queue, record.index, record.queue_revision
                 )
             if pid in decision.serve_values:
-                if self.disk.remembered.get(pid) != record and not self.timeline.suspect:
+                revision = self._partitions.mod_revisions.get(pid) if self._partitions else None
+                marked = revision is not None and pid not in self.disk.marks
+                if (self.disk.remembered.get(pid) != record or marked) and not self.timeline.suspect:
                     self.disk.remembered[pid] = record  # and its mark (Node._mark_now)
-                    revision = self._partitions.mod_revisions.get(pid) if self._partitions else None
                     if revision is not None:
                         self.disk.marks[pid] = RecordMark(self.incarnation, revision)
                 last_epoch, last_lsn = serving.last_entry()

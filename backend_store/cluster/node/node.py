@@ -388,10 +388,12 @@ class Node:
                 continue
             await self._label(serving, record, verdict)
             if pid in decision.serve_values:
-                # Not while etcd is suspect: the record may be one a restore brought back,
-                # and its mark would bury the evidence.
-                if self._remembered.get(pid) != record and not self.identity.timeline.suspect:
-                    mark = self._mark_now(pid)
+                # Marked when it changes, or first seen by a version that marks. Not while
+                # etcd is suspect: the record may be one a restore brought back, and its
+                # mark would bury the evidence.
+                mark = self._mark_now(pid)
+                changed = self._remembered.get(pid) != record or (mark is not None and pid not in self._marks)
+                if changed and not self.identity.timeline.suspect:
                     await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
                     self._remembered[pid] = record
                     if mark is not None:
