@@ -15,14 +15,12 @@ from pathlib import Path
 import pytest
 
 from backend_store.cluster.coordination.layout import PartitionRecord
-from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.protocol.ops import encode_args
 from backend_store.errors import Unavailable
-from backend_store.options import StoreOptions
 from backend_store.types import Epoch, NewMessage
 from tests.conftest import scaled
 
-from .test_replication import PARTITION, FollowerNode, open_store, until
+from .test_replication import FollowerNode, leader_host, open_store, until
 
 QUEUES = {("t", "q"): {"replication_factor": 3}}
 
@@ -35,14 +33,7 @@ async def test_a_peek_and_counts_show_only_what_a_majority_holds(tmp_path: Path)
     followers = {name: FollowerNode(name, await open_store(tmp_path / name)) for name in ("f1", "f2")}
     for node in followers.values():
         await node.start()
-    host = PartitionHost(
-        PARTITION,
-        tmp_path / "leader",
-        "leader",
-        StoreOptions(replication_log_keep=1000, sweep_interval_s=0),
-        lambda partition, tenant, queue: None,
-        sweep_every_s=0,
-    )
+    host = leader_host(tmp_path / "leader")
     await host.open()
     try:
         record = PartitionRecord("t", "q", 0, ("leader", "f1", "f2"), "leader")

@@ -179,6 +179,18 @@ async def test_a_restore_from_an_older_snapshot_keeps_what_was_made_since(
     await h.send_until_ok(newer, T, "newer", "n0", timeout=60)
 
 
+async def _queue_with_sends(h: ClusterHarness, queue: str) -> tuple[int, str, list[str]]:
+    """An RF 3 queue of one partition with ten acknowledged sends: its partition, its
+    leader and the bodies."""
+    await h.create_queue(T, queue, RF3)
+    pid = await h.partition_of(T, queue)
+    leader, _, _ = await h.serving_leader(pid)
+    sent = [f"b{i}" for i in range(10)]
+    for body in sent:
+        await h.send_until_ok(pid, T, queue, body)
+    return pid, leader, sent
+
+
 async def _status(client: httpx.AsyncClient, code: int) -> bool:
     try:
         return (await _readyz(client)).status_code == code
@@ -226,12 +238,7 @@ async def test_a_restore_that_undoes_a_move_does_not_count_the_copy_made_again(
     h = ClusterHarness(own_etcd.endpoints, tmp_path / "cluster", unique_prefix("undo") + "/")
     try:
         await h.start(nodes=4, managers=1, running=3)
-        await h.create_queue(T, "moved", RF3)
-        pid = await h.partition_of(T, "moved")
-        a, _, _ = await h.serving_leader(pid)
-        before = [f"b{i}" for i in range(10)]
-        for body in before:
-            await h.send_until_ok(pid, T, "moved", body)
+        pid, a, before = await _queue_with_sends(h, "moved")
         snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
         b, x = sorted(n for n in (await h.partitions())[pid].replicas if n != a)
         (y,) = set(h.nodes) - {a, b, x}
@@ -311,12 +318,7 @@ async def test_a_node_back_after_its_replacement_does_not_make_a_majority_after_
     h = ClusterHarness(own_etcd.endpoints, tmp_path / "cluster", unique_prefix("back") + "/")
     try:
         await h.start(nodes=4, managers=1, running=3)
-        await h.create_queue(T, "replaced", RF3)
-        pid = await h.partition_of(T, "replaced")
-        a, _, _ = await h.serving_leader(pid)
-        before = [f"b{i}" for i in range(10)]
-        for body in before:
-            await h.send_until_ok(pid, T, "replaced", body)
+        pid, a, before = await _queue_with_sends(h, "replaced")
         snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
         b, c = sorted(n for n in (await h.partitions())[pid].replicas if n != a)
         (y,) = set(h.nodes) - {a, b, c}
@@ -379,12 +381,7 @@ async def test_a_restore_made_while_every_node_was_down_is_noticed_by_the_record
         await h.start(nodes=3, managers=1)
         coordinator = h.coordinator
         assert coordinator is not None
-        await h.create_queue(T, "restored", RF3)
-        pid = await h.partition_of(T, "restored")
-        a, _, _ = await h.serving_leader(pid)
-        before = [f"b{i}" for i in range(10)]
-        for body in before:
-            await h.send_until_ok(pid, T, "restored", body)
+        pid, a, before = await _queue_with_sends(h, "restored")
         snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
 
         h.nodes[a].kill()

@@ -22,11 +22,10 @@ import pytest
 from backend_store.cluster.coordination.layout import PartitionRecord
 from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.protocol.ops import encode_args
-from backend_store.options import StoreOptions
 from backend_store.types import Epoch, NewMessage
 from tests.conftest import scaled
 
-from .test_replication import PARTITION, FollowerNode, open_store, until
+from .test_replication import FollowerNode, leader_host, open_store, until
 
 QUEUES = {("t", "q"): {"replication_factor": 3}}
 RECORD = PartitionRecord("t", "q", 0, ("leader", "f1", "f2"), "leader")
@@ -46,14 +45,7 @@ async def followers(tmp_path: Path) -> AsyncIterator[dict[str, FollowerNode]]:
 
 @pytest.fixture
 async def host(tmp_path: Path) -> AsyncIterator[PartitionHost]:
-    host = PartitionHost(
-        PARTITION,
-        tmp_path / "leader",
-        "leader",
-        StoreOptions(replication_log_keep=1000, sweep_interval_s=0),
-        lambda partition, tenant, queue: None,
-        sweep_every_s=0,
-    )
+    host = leader_host(tmp_path / "leader")
     await host.open()
     yield host
     await host.close()

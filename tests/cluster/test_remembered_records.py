@@ -8,7 +8,13 @@ from pathlib import Path
 from backend_store.cluster.coordination.layout import PartitionRecord
 from backend_store.cluster.coordination.timeline import RecordMark
 from backend_store.cluster.node.reconcile import MapView
-from backend_store.cluster.node.remembered_records import forget, read_marks, read_remembered, remember
+from backend_store.cluster.node.remembered_records import (
+    forget,
+    read_marks,
+    read_remembered,
+    remember,
+    worth_keeping,
+)
 
 RECORD = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", designation=4)
 
@@ -40,3 +46,12 @@ def test_a_remembered_record_is_published_only_for_an_unreadable_one_never_read(
     # (served). 7: readable: nothing to rebuild.
     assert view.kept([6, 7], remembered) == {5: RECORD, 6: other}
     assert view.kept([6, 7]) == {6: other}
+
+
+def test_a_record_is_written_again_when_it_changed_or_can_be_marked_at_last() -> None:
+    mark = RecordMark(0, 40)
+    assert not worth_keeping(RECORD, mark, RECORD, mark)
+    assert not worth_keeping(RECORD, None, RECORD, None)  # not read now: nothing to add
+    assert worth_keeping(RECORD, mark, RECORD, None)  # kept by a version before marks
+    other = PartitionRecord("t", "q", 0, ("n1", "n2", "n4"), "n1", designation=5)
+    assert worth_keeping(other, RecordMark(0, 52), RECORD, mark)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.node.reseed import LmdbReseeder
 from backend_store.cluster.replication.log_shipping import (
     ReplicationFollower,
@@ -34,6 +35,14 @@ PARTITION = 0
 
 def store_options(keep: int = 1000) -> StoreOptions:
     return StoreOptions(replication_log_keep=keep, sweep_interval_s=0)
+
+
+def leader_host(root: Path) -> PartitionHost:
+    """A :class:`PartitionHost` (not opened) whose store lives under ``root``: it leads the
+    followers below in test_committed_reads.py and test_new_term.py."""
+    return PartitionHost(
+        PARTITION, root, "leader", store_options(), lambda partition, tenant, queue: None, sweep_every_s=0
+    )
 
 
 async def open_store(path: Path, keep: int = 1000) -> LmdbBackend:

@@ -43,6 +43,7 @@ from backend_store.cluster.node.etcd_records import (
 from backend_store.cluster.node.publication import Publication, node_record
 from backend_store.cluster.node.receipts import KeptReceipt, remade
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
+from backend_store.cluster.node.remembered_records import worth_keeping
 from backend_store.cluster.node.served_sets import ServedSets
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -347,11 +348,14 @@ class SimNode:
                 )
             if pid in decision.serve_values:
                 revision = self._partitions.mod_revisions.get(pid) if self._partitions else None
-                marked = revision is not None and pid not in self.disk.marks
-                if (self.disk.remembered.get(pid) != record or marked) and not self.timeline.suspect:
-                    self.disk.remembered[pid] = record  # and its mark (Node._mark_now)
-                    if revision is not None:
-                        self.disk.marks[pid] = RecordMark(self.incarnation, revision)
+                mark = (
+                    RecordMark(self.incarnation, revision) if revision is not None else None
+                )  # Node._mark_now
+                kept, kept_mark = self.disk.remembered.get(pid), self.disk.marks.get(pid)
+                if worth_keeping(record, mark, kept, kept_mark) and not self.timeline.suspect:
+                    self.disk.remembered[pid] = record
+                    if mark is not None:
+                        self.disk.marks[pid] = mark
                 last_epoch, last_lsn = serving.last_entry()
                 served = self.served_sets.served(pid, record.replicas, self.incarnation, last_epoch, last_lsn)
                 if served is not None:

@@ -78,7 +78,7 @@ from .partition_host import PartitionHost
 from .publication import Publication, node_record
 from .receipts import KeptReceipt, keep_receipt, read_receipts, remade
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
-from .remembered_records import forget, read_marks, read_remembered, remember
+from .remembered_records import forget, read_marks, read_remembered, remember, worth_keeping
 from .served_sets import ServedSets, forget_served_set, keep_served_set, read_served_sets
 from .storage_gauge import StorageGauge
 
@@ -392,8 +392,8 @@ class Node:
                 # etcd is suspect: the record may be one a restore brought back, and its
                 # mark would bury the evidence.
                 mark = self._mark_now(pid)
-                changed = self._remembered.get(pid) != record or (mark is not None and pid not in self._marks)
-                if changed and not self.identity.timeline.suspect:
+                kept, kept_mark = self._remembered.get(pid), self._marks.get(pid)
+                if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
                     await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
                     self._remembered[pid] = record
                     if mark is not None:
@@ -409,9 +409,10 @@ class Node:
         back in time, even when its revision did not (coordination/timeline.py)."""
         if self._partitions is None or not self._marks:
             return
-        incarnation = self.identity.incarnation
-        rewound = self.identity.timeline.check_marks(self._marks, self._partitions.mod_revisions, incarnation)
-        if rewound:
+        incarnation, timeline = self.identity.incarnation, self.identity.timeline
+        was_suspect = timeline.suspect
+        rewound = timeline.check_marks(self._marks, self._partitions.mod_revisions, incarnation)
+        if rewound and not was_suspect:  # once, not at every tick until the raise
             log.warning(
                 "node %s: etcd holds the records of partitions %s older than this node saw them"
                 " in incarnation %d: etcd went back in time (restored from a snapshot?)",

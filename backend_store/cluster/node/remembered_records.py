@@ -58,6 +58,17 @@ def read_marks(data_dir: Path) -> dict[int, RecordMark]:
     return out
 
 
+def worth_keeping(
+    record: PartitionRecord,
+    mark: RecordMark | None,
+    kept: PartitionRecord | None,
+    kept_mark: RecordMark | None,
+) -> bool:
+    """Whether ``record`` (with ``mark``) is to be written over what is ``kept``: it changed,
+    or a record kept by a version before marks can get one now."""
+    return record != kept or (mark is not None and kept_mark is None)
+
+
 def remember(data_dir: Path, partition: int, record: PartitionRecord, mark: RecordMark | None) -> None:
     path = data_dir / RECORDS_DIR / str(partition)
     write_durably(path, record.pack())
