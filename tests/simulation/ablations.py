@@ -322,14 +322,16 @@ def _unread_bound(setter: Setter) -> None:
     setter(reconcile, "_tombstone_refused", unread_passes)
 
 
-@_ablation("repair-marks", "a record the watch shows garbled during a commit stays marked for repair")
+@_ablation("repair-marks", "a commit the watch spoke during leaves the watch's garbled-record marks")
 def _repair_marks(setter: Setter) -> None:
+    from collections.abc import Collection
+
     from backend_store.cluster.manager import manager
 
-    def every_write(change: Any, _view: Any) -> set[int]:
-        return set(change.puts)  # as before session 37: the commit clears every mark it wrote
+    def every_write(written: Collection[int], _at_plan: int, _now: int) -> set[int]:
+        return set(written)  # as before session 37: the commit clears every mark it wrote
 
-    setter(manager, "repaired", every_write)
+    setter(manager, "cleared_marks", every_write)
 
 
 @_ablation("handover-answer", "a hand-over begins only once the successor answered after it was asked")

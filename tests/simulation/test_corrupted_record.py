@@ -53,7 +53,8 @@ def test_a_record_garbled_while_the_managers_commit_was_in_flight_is_repaired() 
     p1's record was garbled just after that commit. m2's watch showed the garbled record
     before the commit returned, and m2 then cleared the mark on its own write. It never
     wrote the record again, and p1 was unserved for good (``available-after-heal``). A
-    commit now clears only the marks the plan saw (``manager.repaired``)."""
+    commit now clears no mark if the watch spoke while it was under way
+    (``manager.cleared_marks``)."""
     result = run_seed(config_for(303592, "all"))
     assert result.ok, result.report()
 
@@ -61,5 +62,23 @@ def test_a_record_garbled_while_the_managers_commit_was_in_flight_is_repaired() 
 def test_without_the_marks_the_plan_saw_the_garbled_record_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     take_out([*BACK_ON_THE_RACE, "repair-marks"], monkeypatch.setattr)
     result = run_seed(config_for(303592, "all"))
+    assert not result.ok
+    assert "available-after-heal" in result.summary()
+
+
+def test_a_record_garbled_again_while_the_commit_that_repaired_it_was_in_flight_is_repaired() -> None:
+    """``all`` 421472 (session 40; it holds on session 38's code, and fails since session
+    39's first fix moved its trajectory): p1's record was garbled; m2's promotion of n3
+    wrote it again, and it was garbled again 1 ms later. The watch showed that before the
+    commit returned, with the mark the plan had seen, and the commit cleared it as its own
+    repair: no manager wrote p1 again, the nodes held the restored record whose designation
+    was stale, and p1 took no send after healing (``available-after-heal``)."""
+    result = run_seed(config_for(421472, "all"))
+    assert result.ok, result.report()
+
+
+def test_without_the_watchs_marks_the_record_garbled_again_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    take_out(["repair-marks"], monkeypatch.setattr)
+    result = run_seed(config_for(421472, "all"))
     assert not result.ok
     assert "available-after-heal" in result.summary()

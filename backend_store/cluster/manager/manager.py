@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ...errors import PushgateError
@@ -35,7 +35,7 @@ from ..coordination.layout import (
     read_partition_map,
     unpack,
 )
-from .plan import ClusterView, Memory, Plan, PlanSettings, plan
+from .plan import ClusterView, Memory, PlanSettings, plan
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -75,6 +75,9 @@ class Manager:
         # `etcd` 6980, session 31: three restores and a corrupted record left a partition
         # unserved after healing).
         self._ever_read: dict[int, PartitionRecord] = {}
+        # States of ``partitions/`` the watch delivered: a commit that saw none arrive while it
+        # was under way clears the garbled-record marks of what it wrote (``cleared_marks``).
+        self._partition_states = 0
         self.epoch: Epoch | None = None  # set while leading
         self.leading = asyncio.Event()
         self._changed = asyncio.Event()
@@ -150,6 +153,7 @@ class Manager:
         self.view.node_revisions = revisions
 
     def _on_partitions(self, state: PrefixState) -> None:
+        self._partition_states += 1
         read = read_partition_map(state.values(), self._ever_read)
         self._ever_read.update((pid, r) for pid, r in read.records.items() if pid not in read.stale)
         if read.unknown - self.view.unknown:
@@ -249,7 +253,7 @@ class Manager:
             change = plan(self.view, self.memory, now=self.clock(), settings=self.settings)
             if change.empty:
                 continue
-            repairs = repaired(change, self.view)
+            states_seen = self._partition_states
             if (change.deletes or change.tombstones) and not await self._cluster_confirmed():
                 continue  # the cluster's watch is behind the others: plan again after it
             if change.deletes and not await self._deletions_confirmed(change.deletes):
@@ -277,8 +281,9 @@ class Manager:
             # Our own write: apply it to the view now, so the next tick does not repeat it.
             self.view.partitions.update(change.puts)
             self._ever_read.update(change.puts)
-            self.view.stale -= repairs
-            self.view.unknown -= repairs
+            cleared = cleared_marks(change.puts, states_seen, self._partition_states)
+            self.view.stale -= cleared
+            self.view.unknown -= cleared
             for pid in change.deletes:
                 self.view.partitions.pop(pid, None)
             self.view.tombstones.update(change.tombstones)
@@ -427,10 +432,15 @@ async def run_manager(
         await coordinator.close()
 
 
-def repaired(change: Plan, view: ClusterView) -> set[int]:
-    """The garbled records (stale or unknown) ``change`` writes again, as the plan saw them.
-    One the watch shows garbled only after the plan may have been garbled after the commit
-    too: it stays so marked, and is written again (simulation seed ``all`` 303592, session
-    37: a record was garbled just after m2's promotion committed, the watch showed it before
-    the commit returned, and m2 cleared the mark on its own write and never repaired it)."""
-    return set(change.puts.keys() & (view.stale | view.unknown))
+def cleared_marks(written: Collection[int], states_at_plan: int, states_now: int) -> set[int]:
+    """The garbled-record marks (stale or unknown) a commit that wrote ``written`` clears:
+    those records, unless the watch delivered a state of ``partitions/`` while the commit
+    was under way. Then the watch's marks stand, for a record garbled after the write shows
+    the mark the plan saw, or none: simulation seed ``all`` 303592 (session 37: the record
+    was garbled just after m2's promotion committed, the watch showed it before the commit
+    returned, and m2 cleared the mark on its own write), and ``all`` 421472 (session 40:
+    garbled, written again by m2's promotion, garbled again 1 ms later). Cleared, the record
+    was never written again, and its partition stayed unserved. A state that shows the
+    write itself clears its mark there; one older than it leaves the mark, and the record
+    is written once more."""
+    return set(written) if states_now == states_at_plan else set()
