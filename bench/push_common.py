@@ -77,9 +77,21 @@ def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.
         proc.kill()
         raise SystemExit("the gateway did not start")
     if spy := os.environ.get("PUSHGATE_BENCH_PYSPY"):
-        # py-spy attached to the gateway (all threads, collapsed stacks), written when stop() ends it.
+        # py-spy attached to the gateway (all threads, collapsed stacks), written when stop() ends it;
+        # PUSHGATE_BENCH_PYSPY_RATE samples per second (default 200: more slows the gateway).
         py_spy = str(Path(sys.executable).with_name("py-spy"))
-        command = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200", "-o", spy]
+        command = [
+            py_spy,
+            "record",
+            "--pid",
+            str(proc.pid),
+            "--format",
+            "raw",
+            "--rate",
+            os.environ.get("PUSHGATE_BENCH_PYSPY_RATE", "200"),
+            "-o",
+            spy,
+        ]
         if os.environ.get("PUSHGATE_BENCH_PYSPY_GIL"):
             # Only samples holding the GIL: where the CPU goes (otherwise waits in C, such as
             # fsync or a thread waiting for work, show as busy).
