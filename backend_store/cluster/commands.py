@@ -56,7 +56,24 @@ def _dump_tasks() -> None:
         logging.getLogger("pushgate.tasks").warning("task %s\n%s", task.get_name(), _await_chain(task))
 
 
-def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str) -> int:
+def _loop_factory(tls_listener: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (``uvicorn[standard]`` brings it on Linux, and
+    the gateway already runs on it): a node's work is mostly socket reads and writes, which
+    uvloop does in C (a cluster of three nodes sent 28% more messages per second with it,
+    bench/README.md, session 41). None (asyncio's own loop) elsewhere, and for a node that
+    listens with TLS: its listener reads nothing before ``start_tls`` takes the connection
+    over (protocol/tls.py, to log why a handshake was refused), and uvloop's ``start_tls``
+    on a server's stream never sees the ClientHello (uvloop issue 707)."""
+    if tls_listener:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str, *, tls_listener: bool = False) -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def supervised() -> None:
@@ -69,7 +86,8 @@ def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str) -> int:
             await task
 
     try:
-        asyncio.run(supervised())
+        with asyncio.Runner(loop_factory=_loop_factory(tls_listener)) as runner:
+            runner.run(supervised())
     except (ConfigurationError, PushgateError) as exc:
         print(f"pushgate: {exc.detail}", file=sys.stderr)
         return 2
@@ -145,6 +163,7 @@ def node_main(argv: Sequence[str]) -> int:
             etcd_tls=etcd_tls,
         ),
         args.log_level,
+        tls_listener=node_tls is not None,
     )
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -224,8 +225,9 @@ class _HandshakeFirst(asyncio.StreamReaderProtocol):
     the peer's ClientHello would otherwise land in the plaintext reader's buffer."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.ReadTransport)
-        transport.pause_reading()  # start_tls resumes it under its TLS protocol
+        # A TCP transport reads (uvloop's are not subclasses of asyncio's ReadTransport).
+        # start_tls resumes it under its TLS protocol.
+        cast(asyncio.ReadTransport, transport).pause_reading()
         super().connection_made(transport)
 
     def eof_received(self) -> bool:
