@@ -292,7 +292,7 @@ class LoggedWrites(Writes):
         self.undo: list[list[Any]] = []
 
     def put(self, db: Db, key: bytes, value: bytes) -> None:
-        self.undo.append([int(db), key, self.txn.replace(key, value, db=self.dbs[db])])
+        self.undo.append([db, key, self.txn.replace(key, value, db=self.dbs[db])])
         self.mutations.append((db, key, value))
         self.write_count += 1
 
@@ -300,7 +300,7 @@ class LoggedWrites(Writes):
         old = self.txn.pop(key, db=self.dbs[db])
         if old is None:
             return False
-        self.undo.append([int(db), key, old])
+        self.undo.append([db, key, old])
         self.mutations.append((db, key, None))
         self.write_count += 1
         return True

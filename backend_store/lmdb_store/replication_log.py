@@ -39,6 +39,10 @@ _EPOCH = b"\0sys\0epoch"
 _TRIM_PER_BATCH = 64
 # Replicated mutations may touch every database but the log itself.
 _DB_NUMBERS = frozenset(int(db) for db in Db if db != Db.REPLOG)
+# Each database by its number: ``Db(n)`` is an enum call, which a follower made for every
+# mutation it applied (8% of its samples in a profile).
+_DB_BY_NUMBER = tuple(sorted(Db))
+assert all(int(db) == n for n, db in enumerate(_DB_BY_NUMBER))
 
 
 class NotLeading(Exception):
@@ -132,7 +136,9 @@ class ReplicationLog:
         if self.keep:
             if not isinstance(writes, LoggedWrites):
                 raise TypeError("a store that keeps a log writes through LoggedWrites")
-            record = pack([[int(db), key, value] for db, key, value in writes.mutations])
+            # msgpack packs a Db (an int subclass) as its number and a tuple as a list: the
+            # mutations go as they are, without a list built for each (it showed in profiles).
+            record = pack(writes.mutations)
             writes.txn.put(u64(lsn), pack([epoch, record, writes.undo]), db=writes.dbs[Db.REPLOG])
             self.appended = LogEntry(lsn, epoch, record)
         self._stage(writes, lsn, epoch, epoch if self.keep else None)
@@ -251,9 +257,9 @@ class ReplicationLog:
         for n, undo in undos:
             for db, key, old in reversed(undo):
                 if old is None:
-                    writes.txn.delete(key, db=writes.dbs[Db(db)])
+                    writes.txn.delete(key, db=writes.dbs[_DB_BY_NUMBER[db]])
                 else:
-                    writes.txn.put(key, old, db=writes.dbs[Db(db)])
+                    writes.txn.put(key, old, db=writes.dbs[_DB_BY_NUMBER[db]])
             writes.txn.delete(u64(n), db=writes.dbs[Db.REPLOG])
         raw = writes.txn.get(u64(lsn), db=writes.dbs[Db.REPLOG]) if lsn else None
         entry_epoch = Epoch(unpack(raw)[0]) if raw is not None else None
@@ -264,9 +270,9 @@ class ReplicationLog:
 def _apply_mutation(writes: Writes, db: int, key: bytes, value: bytes | None) -> list[Any]:
     """Apply one replicated mutation; return its before-image ``[db, key, old]``."""
     if value is None:
-        old = writes.txn.pop(key, db=writes.dbs[Db(db)])
+        old = writes.txn.pop(key, db=writes.dbs[_DB_BY_NUMBER[db]])
     else:
-        old = writes.txn.replace(key, value, db=writes.dbs[Db(db)])
+        old = writes.txn.replace(key, value, db=writes.dbs[_DB_BY_NUMBER[db]])
     return [db, key, old]
 
 
