@@ -59,7 +59,7 @@ def _dump_tasks() -> None:
 def _loop_factory(tls_listener: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (``uvicorn[standard]`` brings it on Linux, and
     the gateway already runs on it): a node's work is mostly socket reads and writes, which
-    uvloop does in C (a cluster of three nodes sent 28% more messages per second with it,
+    uvloop does in C (a cluster of three nodes sent 21-34% more messages per second with it,
     bench/README.md, session 41). None (asyncio's own loop) elsewhere, and for a node that
     listens with TLS: its listener reads nothing before ``start_tls`` takes the connection
     over (protocol/tls.py, to log why a handshake was refused), and uvloop's ``start_tls``
