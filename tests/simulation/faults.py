@@ -31,7 +31,7 @@ Mixes (``--faults``):
                of every one made before), with the faults of ``returns`` (session 40)
 ``late``       etcd restored with ``--bump-revision`` from a backup taken after the last
                change of every partition record (the restored map is the current one; leader
-               keys and node records go back), under kills, freezes and cuts from etcd
+               keys and node records go back), under kills, freezes and cuts from etcd or peers
                (session 41)
 =============  ==========================================================================
 A mix may also be a comma-separated list of fault names (``kill,cut-peers``).
