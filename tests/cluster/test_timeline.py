@@ -3,7 +3,7 @@ against what etcd shows, and the raise of the cluster's incarnation on a real et
 
 from __future__ import annotations
 
-from backend_store.cluster.coordination.timeline import RecordMark, Timeline
+from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark, Timeline
 from backend_store.types import make_epoch
 
 
@@ -71,3 +71,54 @@ def test_a_record_older_than_its_mark_ends_the_incarnation_whatever_the_revision
     # Marks of an earlier incarnation say nothing of this one (the restore was noticed).
     assert timeline.check_marks(marks, {4: 50}, incarnation=1) == []
     assert not suspect(timeline)
+
+
+LEADER = "/pushgate/leaders/2"
+OWN = "/pushgate/nodes/n1"
+
+
+def test_a_key_held_older_than_seen_ends_the_incarnation_when_every_record_is_unchanged() -> None:
+    """Session 41 (simulation mix ``late``): etcd restored with ``--bump-revision`` from a
+    snapshot taken after the last change of every partition record, so no record mark sees
+    it; a leader key and this node's own record went back to the snapshot's."""
+    timeline, seen = Timeline(), KeysSeen()
+    timeline.observe(0, 40)
+    assert timeline.check_keys(seen, {LEADER: 12, OWN: 38}, incarnation=0) == []
+    # etcd moves on: a new term's key (deleted and made again: newer), the record rewritten.
+    assert timeline.check_keys(seen, {LEADER: 55, OWN: 60}, incarnation=0) == []
+    assert not suspect(timeline)
+    # Restored, bumped: every revision ahead of what was remembered, the keys not.
+    timeline.observe(0, 1060)
+    assert not suspect(timeline)
+    assert timeline.check_keys(seen, {LEADER: 12, OWN: 38}, incarnation=0) == [LEADER, OWN]
+    assert suspect(timeline)
+    assert not timeline.settle(0, 5000)  # only a raised incarnation settles it
+    assert timeline.settle(1, 1061)
+    # Seen again in the new incarnation: what the restore left is the new starting point.
+    assert timeline.check_keys(seen, {LEADER: 12, OWN: 38}, incarnation=1) == []
+    assert timeline.check_keys(seen, {OWN: 1070}, incarnation=1) == []
+    assert not suspect(timeline)
+    assert seen.marks[OWN] == RecordMark(1, 1070)
+
+
+def test_one_key_going_back_is_enough_and_a_key_gone_is_no_evidence() -> None:
+    timeline, seen = Timeline(), KeysSeen()
+    timeline.check_keys(seen, {LEADER: 55, OWN: 60}, incarnation=0)
+    # The leader's lease expired (key gone); this node's record written again.
+    assert timeline.check_keys(seen, {OWN: 61}, incarnation=0) == []
+    assert not suspect(timeline)
+    # Restored: the record back at 60, the leader key absent in the snapshot too.
+    assert timeline.check_keys(seen, {OWN: 60}, incarnation=0) == [OWN]
+    assert suspect(timeline)
+
+
+def test_nothing_is_remembered_while_etcd_is_suspect() -> None:
+    """A state a restore brought back must not become the mark: seen as current, it would
+    bury the evidence that another key, or a later state, still holds."""
+    timeline, seen = Timeline(), KeysSeen()
+    timeline.check_keys(seen, {OWN: 60}, incarnation=0)
+    timeline.observe(0, 70)
+    timeline.observe(0, 20)  # a watch state behind (a restore without a bump, or a lag)
+    assert suspect(timeline)
+    timeline.check_keys(seen, {LEADER: 15, OWN: 62}, incarnation=0)
+    assert seen.marks == {OWN: RecordMark(0, 60)}

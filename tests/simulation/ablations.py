@@ -384,6 +384,16 @@ def _record_marks(setter: Setter) -> None:
     setter(Timeline, "check_marks", revisions_only)
 
 
+@_ablation("key-revisions", "a leader key or own node record held older than seen shows etcd went back")
+def _key_revisions(setter: Setter) -> None:
+    from backend_store.cluster.coordination.timeline import Timeline
+
+    def records_only(self: Timeline, seen: Any, mod_revisions: Any, incarnation: int) -> list[str]:
+        return []  # as before session 41: only revisions and the records' marks speak
+
+    setter(Timeline, "check_keys", records_only)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

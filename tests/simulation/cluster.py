@@ -197,6 +197,10 @@ class SimCluster:
             held = [i for i, (_, snap) in enumerate(self.backups) if self._holds_the_cluster(snap)]
             index = held[-1] if held else -1
         taken_at, snapshot = self.backups[index]
+        self.etcd_restore_snapshot(taken_at, snapshot, bumped=bumped)
+        return True
+
+    def etcd_restore_snapshot(self, taken_at: float, snapshot: EtcdState, *, bumped: bool) -> None:
         was = self.etcd.state.revision
         # etcd's guide bumps past every revision the lost store may have reached: here past
         # the highest this store ever made, so every revision after the restore is newer.
@@ -208,7 +212,15 @@ class SimCluster:
             f"etcd restored from the backup of t={taken_at:.1f}: revision {was} -> {self.etcd.state.revision}"
             + (f" (bumped by {bump})" if bump else ""),
         )
-        return True
+
+    def partitions_changed_since(self, snapshot: EtcdState) -> bool:
+        """Whether etcd's partition records differ from ``snapshot``'s (their mod revisions)."""
+
+        def records(state: EtcdState) -> dict[str, int]:
+            prefix = self.layout.partitions
+            return {k: v.mod_revision for k, v in state.kv.items() if k.startswith(prefix)}
+
+        return records(self.etcd.state) != records(snapshot)
 
     def cluster_id_in(self, state: EtcdState) -> str | None:
         found = state.kv.get(self.layout.cluster)

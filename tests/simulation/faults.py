@@ -29,6 +29,10 @@ Mixes (``--faults``):
                were pinned by tests, whose trajectories a new fault would move)
 ``bumped``     etcd restored with ``--bump-revision`` (keys go back, revisions jump ahead
                of every one made before), with the faults of ``returns`` (session 40)
+``late``       etcd restored with ``--bump-revision`` from a backup taken after the last
+               change of every partition record (the restored map is the current one; leader
+               keys and node records go back), under kills, freezes and cuts from etcd or peers
+               (session 41)
 =============  ==========================================================================
 A mix may also be a comma-separated list of fault names (``kill,cut-peers``).
 """
@@ -103,7 +107,12 @@ MIXES["returns"] = Mix("returns", ("replace-return", "etcd-restore", "kill", "ki
 MIXES["bumped"] = Mix(
     "bumped", ("etcd-restore-bumped", "replace-return", "etcd-restore", "kill", "kill", "freeze"), 3, 1.5
 )
-FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped")  # every fault a comma-separated mix may name
+# A bumped restore no record mark can see (session 41): only leader keys and node records go back.
+MIXES["late"] = Mix(
+    "late", ("etcd-restore-late", "etcd-restore-late", "kill", "freeze", "cut-etcd", "cut-peers"), 3, 1.5
+)
+# Every fault a comma-separated mix may name.
+FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped", "etcd-restore-late")
 
 
 def mix_named(spec: str) -> Mix:
@@ -432,6 +441,28 @@ class Chaos:
             self.cluster.etcd_restore(index, bumped=True)
 
         return self._while(ETCD, restore, lambda: None, 0.5, 2.0)
+
+    def _etcd_restore_late(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """``etcdutl snapshot restore --bump-revision`` of a backup taken now, a few seconds
+        later, if no partition record changed meanwhile: the restored map is the current one,
+        so no node's record marks see the restore, while leader keys and node records go back
+        to the backup's (what session 40 left unseen)."""
+        cluster = self.cluster
+        if self._etcd_busy() or not cluster.etcd.up:
+            return None
+        taken_at, snapshot = self.now(), cluster.etcd.snapshot()
+
+        async def lasts() -> None:
+            await asyncio.sleep(self._lasting(0.5, 6.0))
+            if self._healing or not cluster.etcd.up:
+                return
+            if cluster.partitions_changed_since(snapshot):
+                self.note(f"no late restore: a partition record changed since t={taken_at:.1f}")
+                return
+            cluster.etcd_restore_snapshot(taken_at, snapshot, bumped=True)
+            await asyncio.sleep(self._lasting(0.5, 2.0))
+
+        return ETCD, lasts()
 
     def _corrupt_record(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
         """A partition record that cannot be read (written by a bug, or by hand), until

@@ -29,6 +29,7 @@ CI_SEEDS: dict[str, range] = {
     "all": range(0, 30),
     "returns": range(0, 20),
     "bumped": range(0, 20),
+    "late": range(0, 10),
 }
 
 # (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci. Empty

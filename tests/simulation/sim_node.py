@@ -30,7 +30,7 @@ from backend_store.cluster.coordination.layout import (
     parse_ids,
     read_partition_map,
 )
-from backend_store.cluster.coordination.timeline import RecordMark, Timeline, raise_incarnation_past
+from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark, Timeline, raise_incarnation_past
 from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 from backend_store.cluster.node.etcd_records import (
     leaders_moved,
@@ -105,6 +105,7 @@ class SimNode:
         self.cluster_watch.add_listener(self._cluster_changed)
         self._parsed: tuple[Entry | None, ClusterRecord] | None = None
         self.timeline = Timeline()  # NodeIdentity.timeline: what this node remembers of etcd
+        self._keys_seen = KeysSeen()  # Node._keys_seen: leader keys and this node's record
         self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._on_disk: set[int] | None = None  # replicas found on disk at start (first decision)
         self._stray_ranks: dict[int, tuple[int, int]] = {}  # Node._stray_ranks
@@ -182,6 +183,7 @@ class SimNode:
         return self._parsed[1]
 
     def _on_leaders(self, state: PrefixState) -> None:
+        self._check_keys({key: entry.mod_revision for key, entry in state.entries.items()})
         leaders = read_leaders(self.layout, state)
         for _, epoch in leaders.values():
             self.timeline.remember(epoch)
@@ -190,7 +192,17 @@ class SimNode:
         self._leaders = leaders
 
     def _on_nodes(self, state: PrefixState) -> None:
+        own = state.entries.get(self.layout.node(self.node_id))
+        if own is not None:
+            self._check_keys({own.key: own.mod_revision})
         self._nodes = read_nodes(state)
+
+    def _check_keys(self, mod_revisions: dict[str, int]) -> None:
+        """``Node._check_keys``."""
+        was_suspect = self.timeline.suspect
+        rewound = self.timeline.check_keys(self._keys_seen, mod_revisions, self.incarnation)
+        if rewound and not was_suspect:
+            self.note(f"etcd holds {rewound} older than seen in incarnation {self.incarnation}: it went back")
 
     def _on_queues(self, state: PrefixState) -> None:
         self._queues = read_queues(state)

@@ -29,6 +29,16 @@ only grows, so a record etcd holds at an older mod revision than a node saw it a
 incarnation is over: :meth:`Timeline.check_marks` makes the node suspect the whole of it
 (simulation seeds ``bumped`` 23, 25, 31: a designation undone by the restore was obeyed
 as current, and a replica without acknowledged entries led).
+
+Marks on disk miss one more: a bumped restore to a snapshot taken after the last change of
+every record a node marked (the restored map is the current one) while leader keys and node
+records went back to the snapshot's. Keys a process watches show it the same way
+(:class:`KeysSeen`, :meth:`Timeline.check_keys`, session 41): a node remembers the newest
+mod revision it saw each leader key and its own node record at, and etcd showing one older
+in the same incarnation went back. No simulation seed lost anything to that restore
+(``late``, docs/testing.md), but unnoticed it leaves the snapshot's node records, positions
+and all, standing as current, and every rule that counts only records written since a
+restore needs the raise to know there was one.
 """
 
 from __future__ import annotations
@@ -61,6 +71,38 @@ class RecordMark:
 
 def last_epoch_of(incarnation: int) -> int:
     return make_epoch(incarnation, (1 << EPOCH_REVISION_BITS) - 1)
+
+
+class KeysSeen:
+    """The newest mod revision a process saw each of some etcd keys at, with the cluster's
+    incarnation then, in memory (the keys a node watches this way live under leases: a
+    restarted node starts afresh, and its record marks on disk cover what outlives it).
+
+    Within one etcd history a key's mod revision only grows: a write raises it, and a key
+    deleted and made again gets a newer one. A watch hands out states in revision order (an
+    older one only after a fresh read showed etcd went back), so a key a state shows at an
+    older mod revision than seen before, in the same incarnation, is one etcd lost: it
+    went back in time. A key absent is no evidence (its lease expired, it was deleted)."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, RecordMark] = {}
+
+    def older(self, mod_revisions: Mapping[str, int], incarnation: int) -> list[str]:
+        """The keys held at an older mod revision than seen in ``incarnation``."""
+        return sorted(
+            key
+            for key, revision in mod_revisions.items()
+            if (mark := self.marks.get(key)) is not None
+            and mark.incarnation == incarnation
+            and revision < mark.mod_revision
+        )
+
+    def see(self, mod_revisions: Mapping[str, int], incarnation: int) -> None:
+        """Remember these keys as seen now (a mark of an earlier incarnation is replaced)."""
+        for key, revision in mod_revisions.items():
+            mark = self.marks.get(key)
+            if mark is None or mark.incarnation != incarnation or revision > mark.mod_revision:
+                self.marks[key] = RecordMark(incarnation, revision)
 
 
 class Timeline:
@@ -98,6 +140,19 @@ class Timeline:
         if rewound:
             self.remember(last_epoch_of(incarnation))
             self.suspect = True
+        return rewound
+
+    def check_keys(self, seen: KeysSeen, mod_revisions: Mapping[str, int], incarnation: int) -> list[str]:
+        """A watch state's keys (``mod_revisions``, seen in ``incarnation``) against what
+        ``seen`` remembers: any held older makes etcd suspect until the incarnation is raised
+        past it, as :meth:`check_marks` does. Remembered only while etcd is not suspect: a
+        state a restore brought back would otherwise become the mark and bury the evidence."""
+        rewound = seen.older(mod_revisions, incarnation)
+        if rewound:
+            self.remember(last_epoch_of(incarnation))
+            self.suspect = True
+        elif not self.suspect:
+            seen.see(mod_revisions, incarnation)
         return rewound
 
     def settle(self, incarnation: int, revision: int) -> bool:

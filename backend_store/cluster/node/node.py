@@ -55,7 +55,7 @@ from ..coordination.layout import (
     parse_ids,
     read_partition_map,
 )
-from ..coordination.timeline import RecordMark
+from ..coordination.timeline import KeysSeen, RecordMark
 from ..coordination.watched_prefix import StateListener, WatchedPrefix
 from ..protocol import ops
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -188,6 +188,9 @@ class Node:
         self._remembered: dict[int, PartitionRecord] = {}
         self._marks: dict[int, RecordMark] = {}
         self._served_sets = ServedSets({})
+        # The newest mod revision of each leader key and of this node's own record seen in
+        # this process: one held older shows a restore the records' marks cannot see.
+        self._keys_seen = KeysSeen()
 
     @property
     def address(self) -> str:
@@ -262,6 +265,7 @@ class Node:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
 
     def _on_leaders(self, state: PrefixState) -> None:
+        self._check_keys({key: entry.mod_revision for key, entry in state.entries.items()})
         leaders = read_leaders(self.layout, state)
         for _, epoch in leaders.values():
             self.identity.timeline.remember(epoch)
@@ -270,7 +274,27 @@ class Node:
         self._leaders = leaders
 
     def _on_nodes(self, state: PrefixState) -> None:
+        own = state.entries.get(self.layout.node(self.node_id))
+        if own is not None:
+            self._check_keys({own.key: own.mod_revision})
         self._nodes = read_nodes(state)
+
+    def _check_keys(self, mod_revisions: dict[str, int]) -> None:
+        """Whether etcd holds a leader key or this node's record at an older mod revision
+        than this node saw it at: it went back in time, even when every record this node
+        marked is unchanged (a bumped restore to a snapshot taken after their last change;
+        coordination/timeline.py, ``KeysSeen``)."""
+        incarnation, timeline = self.identity.incarnation, self.identity.timeline
+        was_suspect = timeline.suspect
+        rewound = timeline.check_keys(self._keys_seen, mod_revisions, incarnation)
+        if rewound and not was_suspect:  # once, not at every state until the raise
+            log.warning(
+                "node %s: etcd holds %s older than this node saw them in incarnation %d: etcd"
+                " went back in time (restored from a snapshot?)",
+                self.node_id,
+                rewound,
+                incarnation,
+            )
 
     def _on_queues(self, state: PrefixState) -> None:
         self._queues = read_queues(state)
