@@ -27,7 +27,6 @@ from backend_store.types import Epoch, NewMessage, QueueName, TenantId
 from tests.cluster.test_replication import contents
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
-from tests.fixtures.tcp_proxy import TcpProxy
 
 T = TenantId("tenant-one")
 Q = QueueName("orders")
@@ -160,48 +159,3 @@ async def test_a_write_cut_off_by_a_deposition_is_answered_as_outcome_unknown(
     assert not isinstance(raised.value, NotLeader), "not_leader promises nothing was applied"
     assert raised.value.code == "unavailable"
     assert leader.store.last_lsn > before, "the write is in the deposed leader's log"
-
-
-async def test_a_node_revokes_the_lease_of_a_session_it_gave_up(
-    etcd_endpoints: list[str], tmp_path: Path
-) -> None:
-    """A node counts its lease's TTL from when it sent a renewal, so it can give a session up
-    while etcd, which got the renewals, still holds the lease: the node's keys (its record,
-    its leader keys) would stand a TTL more and keep every claim under them out, its own
-    included (random faults seed 8, session 41: a 1.39 s cut cost sends 4.4 s). Here etcd's
-    answers are held, not its requests: the node loses its session, etcd keeps the lease
-    renewed until then, and the node's revoke (a request) still reaches it."""
-    host, port = etcd_endpoints[0].rsplit(":", 1)
-    proxy = await TcpProxy(int(port), host).start()
-    coordinator = await EtcdCoordinator([proxy.address], timeout_s=0.5).connect()
-    probe = await EtcdCoordinator(etcd_endpoints).connect()
-    layout = Layout(unique_prefix("revoke") + "/")
-    ttl_s = scaled(8.0)
-    node = Node("n0", tmp_path / "n0", coordinator, layout=layout, ttl_s=ttl_s)
-    record = layout.node("n0")
-
-    async def registered() -> bool:
-        return record in (await probe.read_prefix(layout.nodes)).entries
-
-    await node.start()
-    try:
-        await until("the node's record", registered)
-        session = node.session
-        assert session is not None
-        proxy.hold_replies()
-        await until("the session given up", lambda: asyncio.sleep(0, not session.valid()), timeout=ttl_s * 2)
-        given_up = time.monotonic()
-        # etcd renewed the lease until the node stopped asking; without the revoke, the
-        # record would stand a whole TTL more (and then go: the node cannot write it again
-        # without etcd's answers).
-        while await registered():
-            assert time.monotonic() - given_up < ttl_s / 2, "the lost session's record outlived the revoke"
-            await asyncio.sleep(0.05)
-        proxy.heal()
-        await until("registered again under a new session", registered)
-    finally:
-        proxy.heal()
-        await node.stop()
-        await coordinator.close()
-        await probe.close()
-        await proxy.close()
