@@ -31,9 +31,7 @@ ABLATIONS: dict[str, Ablation] = {}
 # nearly every leader change, and moved most pinned seeds off the race their test needs. A
 # test that pins an older fix takes these out too, which puts its seed back on that race:
 # it then shows the older fix is still what holds it (docs/testing.md, "Session 39").
-# Session 41's revoke of a lost lease moved them again (a node that lost its session no
-# longer waits for etcd to expire its keys), so it is taken out with them.
-BACK_ON_THE_RACE = ("handover-answer", "first-entry-task", "breaker-verdict", "revoke-lost-lease")
+BACK_ON_THE_RACE = ("handover-answer", "first-entry-task", "breaker-verdict")
 
 
 def _ablation(name: str, fix: str) -> Callable[[Callable[[Setter], None]], Callable[[Setter], None]]:
@@ -394,16 +392,6 @@ def _key_revisions(setter: Setter) -> None:
         return []  # as before session 41: only revisions and the records' marks speak
 
     setter(Timeline, "check_keys", records_only)
-
-
-@_ablation("revoke-lost-lease", "a node revokes the lease of a session it lost")
-def _revoke_lost_lease(setter: Setter) -> None:
-    from tests.simulation import sim_node
-
-    async def left_to_expire(session: Any) -> None:
-        return None  # as before session 41: etcd expires the lease when it will
-
-    setter(sim_node, "_revoke", left_to_expire)
 
 
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:

@@ -236,7 +236,6 @@ class SimNode:
                     await proc.sleep(TICK_S)
             await self._step_down_all("etcd session lost")
             self.session = None
-            proc.spawn(_revoke(session), "revoke a lost lease")  # ``Node._run``
 
     async def _open_session(self) -> None:
         session = await self.coordinator.open_session(TTL_S)
@@ -589,8 +588,3 @@ class SimNode:
         if claim is None:
             return Epoch(0), None
         return claim[1], claim[0].address
-
-
-async def _revoke(session: SimSession) -> None:
-    with contextlib.suppress(CoordinatorUnavailable):
-        await session.close()

@@ -328,13 +328,6 @@ class Node:
             # The session is lost: nothing claimed under it is ours any more.
             await self._step_down_all("etcd session lost")
             self.session = None
-            # Revoked in the background, while a new session opens: etcd may still hold the
-            # lease (a renewal held by a cut reached it after this node's own deadline had
-            # passed), and its keys, this node's leader keys among them, would keep every
-            # claim on those partitions out until etcd expired it: a cut of 1.4 s cost sends
-            # 4.1-4.4 s (tests/cluster/test_random_faults.py seed 8, session 41).
-            self._tasks = [task for task in self._tasks if not task.done()]
-            self._tasks.append(asyncio.create_task(_revoke(session), name="revoke a lost lease"))
 
     async def _open_session(self) -> None:
         session = await self.coordinator.open_session(self.ttl_s)
@@ -801,10 +794,3 @@ async def run_node(
     finally:
         await node.stop()
         await coordinator.close()
-
-
-async def _revoke(session: Session) -> None:
-    """Revoke a lost session's lease if etcd still holds it (best effort: etcd may be out of
-    reach, and the lease then expires on its own)."""
-    with contextlib.suppress(CoordinatorUnavailable):
-        await session.close()
