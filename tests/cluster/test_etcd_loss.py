@@ -114,6 +114,58 @@ async def test_an_etcd_that_comes_back_empty_deletes_nothing_and_a_restore_serve
             await h.wait_for("the gateway ready again", lambda: _status(client, 200), timeout=60)
 
 
+async def test_a_node_added_while_etcd_is_empty_founds_no_second_cluster(
+    own_etcd: EtcdCluster, tmp_path: Path
+) -> None:
+    """A node added (a fresh data directory) while etcd is empty must not make a cluster id
+    of its own: the cluster's nodes would refuse that etcd, and after the restore the new
+    node would refuse the restored one for good (simulation seed ``all`` 452512)."""
+    (tmp_path / "cluster").mkdir()
+    h = ClusterHarness(own_etcd.endpoints, tmp_path / "cluster", unique_prefix("found") + "/")
+    try:
+        await h.start(nodes=4, managers=1, running=3)
+        assert h.coordinator is not None
+        await h.create_queue(T, "orders", RF3)
+        pid = await h.partition_of(T, "orders")
+        await h.serving_leader(pid)
+        sent = [f"m{i}" for i in range(20)]
+        for body in sent:
+            await h.send_until_ok(pid, T, "orders", body)
+        snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
+        old, new = ["n0", "n1", "n2"], "n3"
+
+        async def refusing(names: list[str], words: str) -> bool:
+            records = await h.node_records()
+            return all(
+                name in records and records[name].state == "refused" and words in str(records[name].refusal)
+                for name in names
+            )
+
+        wipe(own_etcd)
+        await h.wait_for("the nodes to refuse the empty etcd", lambda: refusing(old, "holds no cluster id"))
+        h.nodes[new].start()
+        await h.wait_for("the new node to refuse", lambda: refusing([new], "will not found a second cluster"))
+        assert await h.coordinator.get(h.layout.cluster) is None
+        assert "refusing to serve or delete anything" in h.nodes[new].log_tail(200_000)
+
+        restore(own_etcd, snapshot)
+
+        async def all_up() -> bool:
+            records = await h.node_records()
+            return set(records) == {*old, new} and all(r.state == "up" for r in records.values())
+
+        await h.wait_for("every node, the new one too, to serve the restored etcd", all_up, timeout=60)
+        assert (tmp_path / "cluster" / new / "cluster-id").read_text().strip() == (
+            (tmp_path / "cluster" / "n0" / "cluster-id").read_text().strip()
+        )
+        bodies = await h.wait_for(
+            "every acknowledged message back", lambda: _all_of(h, pid, "orders", sent), timeout=60
+        )
+        assert bodies == sent
+    finally:
+        await h.close()
+
+
 async def test_a_restore_from_an_older_snapshot_keeps_what_was_made_since(
     cluster: ClusterHarness, own_etcd: EtcdCluster, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from backend_store.cluster.coordination.identity import (
     ClusterRecord,
     NodeJudgement,
+    founding_refusal,
     judge_node,
     judge_stateless,
 )
@@ -145,6 +146,14 @@ def test_identity_rules_for_a_node() -> None:
     assert not judge(ClusterRecord(), None, holds=True).create
     assert judge(ClusterRecord(), None, holds=True, has_map=True).create
     assert ClusterRecord.parse(b"\xc1").unreadable is not None
+
+
+def test_a_node_founds_a_cluster_only_where_no_other_node_is_registered() -> None:
+    # A first start: every node is judged before it registers.
+    assert founding_refusal([], LAYOUT) is None
+    # etcd wiped under a running cluster: its nodes registered, refused, waiting for a restore.
+    refusal = str(founding_refusal(["n2", "n1"], LAYOUT))
+    assert "nodes n1, n2 are registered" in refusal and "will not found a second cluster" in refusal
 
 
 def test_identity_rules_for_a_gateway() -> None:

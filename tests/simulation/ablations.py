@@ -42,6 +42,19 @@ def _ablation(name: str, fix: str) -> Callable[[Callable[[Setter], None]], Calla
     return register
 
 
+@_ablation("founding", "a node added while etcd is empty does not found a second cluster")
+def _founding(setter: Setter) -> None:
+    from backend_store.cluster.node import node_identity
+
+    from . import sim_node
+
+    def may_found(registered: object, layout: object) -> None:
+        return None
+
+    setter(node_identity, "founding_refusal", may_found)
+    setter(sim_node, "founding_refusal", may_found)
+
+
 @_ablation("breaker-abandon", "a breaker trial that ends without a verdict is tried again")
 def _breaker_abandon(setter: Setter) -> None:
     from backend_store.cluster.client.node_health import Breaker

@@ -588,25 +588,32 @@ class Chaos:
         return False
 
     def _would_lose_a_majority(self, retired: set[str]) -> bool:
-        """Whether some partition record, in etcd now or in a backup a restore could bring
-        back, names a majority of voters among ``retired`` (lost for good). etcd's state now
-        is not enough: while it is empty (wiped) it names nobody, and a restore then brings
-        back a map whose set lost two of three copies (simulation seed ``all`` 100038,
-        session 34: n2 and n3 replaced while etcd was empty, then the backup of t=0.5
-        restored; p1 was left with n1's copy alone, which no quorum system serves)."""
+        """Whether some voting set a partition's acknowledged writes may live on has a
+        majority among ``retired`` (lost for good): a set a record names, in etcd now or in
+        a backup a restore could bring back, or a set a node's disk remembers serving a copy
+        on (node/served_sets.py). etcd's state now is not enough: while it is empty (wiped)
+        it names nobody, and a restore then brings back a map whose set lost two of three
+        copies (simulation seed ``all`` 100038, session 34: n2 and n3 replaced while etcd
+        was empty, then the backup of t=0.5 restored; p1 was left with n1's copy alone,
+        which no quorum system serves). Nor are records: a restore can undo a move, and
+        the set the move made then lives on only in its members' memory (seed ``all``
+        452512, session 42: p2 moved from n2 to n1, a restore put n2 back in the map, and
+        n3 and then n1 were replaced; n5, behind on a full disk, remembered serving on
+        {n3, n5, n1}, two of whose three copies were gone, and rightly never served)."""
         cluster = self.cluster
         prefix = cluster.layout.partitions
+        sets: list[tuple[str, ...]] = []
         for state in [cluster.etcd.state, *(snap for _, snap in cluster.backups)]:
             for key, found in state.kv.items():
                 if not key.startswith(prefix):
                     continue
                 try:
-                    record = PartitionRecord.unpack(found.value)
+                    sets.append(PartitionRecord.unpack(found.value).replicas)
                 except PushgateError:
                     continue
-                if len(retired & set(record.replicas)) >= len(record.replicas) // 2 + 1:
-                    return True
-        return False
+        for disk in cluster.disks.values():
+            sets.extend(served.voters for served in disk.served_sets.values())
+        return any(len(retired & set(voters)) >= len(voters) // 2 + 1 for voters in sets)
 
     # Healing ---------------------------------------------------------------------------------------------------
 

@@ -19,7 +19,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, Entry, PrefixState
-from backend_store.cluster.coordination.identity import ClusterRecord, IdentityVerdict, judge_node
+from backend_store.cluster.coordination.identity import (
+    ClusterRecord,
+    IdentityVerdict,
+    NodeJudgement,
+    founding_refusal,
+    judge_node,
+)
 from backend_store.cluster.coordination.layout import (
     ClusterIdentity,
     Layout,
@@ -267,6 +273,11 @@ class SimNode:
             etcd_has_map=etcd_has_map,
             layout=self.layout,
         )
+        if judgement.create:
+            registered = await self.coordinator.read_prefix(self.layout.nodes)
+            others = [node for node in registered.values() if node != self.node_id]
+            if refusal := founding_refusal(others, self.layout):
+                judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
             # Deterministic where production takes a uuid4: the node and the virtual time.
             loop_time = asyncio.get_running_loop().time()

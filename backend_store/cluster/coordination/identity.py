@@ -10,7 +10,10 @@ each replica's store:
 - etcd holds none, the node keeps Y: refused (etcd was wiped or replaced, or the prefix is
   wrong): only restoring etcd (docs/cluster.md, "Backup and restore") brings the node back.
 - etcd holds none, the node keeps none and holds no replica: a brand-new cluster; the node
-  creates the id (the first to do so wins; the others adopt it). A node holding replicas but
+  creates the id (the first to do so wins; the others adopt it), unless other nodes are
+  registered in etcd: they belong to a cluster this etcd lost, and a node added while etcd
+  is empty must not found a second one, which would refuse the restored etcd for good
+  (:func:`founding_refusal`; simulation seed ``all`` 452512). A node holding replicas but
   no id (data from before cluster ids) creates it only if etcd holds a partition map, which a
   wiped etcd does not; otherwise it is refused.
 - the record cannot be read: refused.
@@ -23,6 +26,7 @@ it first saw; a manager plans nothing while etcd holds no readable record.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ...errors import PushgateError
@@ -105,6 +109,21 @@ def judge_node(
             f" no cluster id: etcd may have been wiped; {RESTORE_HINT}; refusing to serve or"
             " delete anything",
         )
+    )
+
+
+def founding_refusal(registered: Collection[str], layout: Layout) -> str | None:
+    """Why a node that :func:`judge_node` would let create a cluster id must not (None: it
+    may): ``registered`` are the other nodes registered under the prefix. At a first start
+    every node is judged before it registers, so none is; after etcd was wiped, the
+    cluster's nodes register (refused) while they wait for the restore."""
+    if not registered:
+        return None
+    names = ", ".join(sorted(registered))
+    return (
+        f"etcd key {layout.cluster} holds no cluster id, but nodes {names} are registered: they"
+        f" belong to a cluster this etcd lost (wiped or replaced); {RESTORE_HINT}; this node will"
+        " not found a second cluster; refusing to serve or delete anything"
     )
 
 

@@ -20,7 +20,13 @@ import msgpack
 
 from ...lmdb_store.engine import LmdbBackend
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Entry, PrefixState
-from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_node
+from ..coordination.identity import (
+    ClusterRecord,
+    IdentityVerdict,
+    NodeJudgement,
+    founding_refusal,
+    judge_node,
+)
 from ..coordination.layout import ClusterIdentity, Layout
 from ..coordination.timeline import Timeline, raise_incarnation_past
 from ..coordination.watched_prefix import WatchedPrefix
@@ -189,6 +195,11 @@ class NodeIdentity:
             raise CoordinatorUnavailable("the cluster record was not read yet")
         return record
 
+    async def _others_registered(self) -> list[str]:
+        """The other nodes registered in etcd now (read only before founding a cluster)."""
+        state = await self.coordinator.read_prefix(self.layout.nodes)
+        return [node for node in state.values() if node != self.node_id]
+
     async def judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
         if not self._loaded:
             self.kept = await asyncio.to_thread(read_cluster_id, self.data_dir)
@@ -200,6 +211,8 @@ class NodeIdentity:
             etcd_has_map=etcd_has_map,
             layout=self.layout,
         )
+        if judgement.create and (refusal := founding_refusal(await self._others_registered(), self.layout)):
+            judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
             made = ClusterIdentity(uuid.uuid4().hex, 0, time.time())
             if await self.coordinator.create(self.layout.cluster, made.pack()):
