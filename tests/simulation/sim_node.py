@@ -118,6 +118,7 @@ class SimNode:
         self.strays: dict[int, str] = {}
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
+        self._nodes_read = False
         self._queues: dict[tuple[str, str], dict[str, Any]] = {}
         self.publication = Publication(PUBLISH_EVERY_S)
         # node/leadership.py's shell, on this node's clock, etcd and replicas.
@@ -202,6 +203,7 @@ class SimNode:
         if own is not None:
             self._check_keys({own.key: own.mod_revision})
         self._nodes = read_nodes(state)
+        self._nodes_read = True
 
     def _check_keys(self, mod_revisions: dict[str, int]) -> None:
         """``Node._check_keys``."""
@@ -273,11 +275,9 @@ class SimNode:
             etcd_has_map=etcd_has_map,
             layout=self.layout,
         )
-        if judgement.create:
-            registered = await self.coordinator.read_prefix(self.layout.nodes)
-            others = [node for node in registered.values() if node != self.node_id]
-            if refusal := founding_refusal(others, self.layout):
-                judgement = NodeJudgement(IdentityVerdict(None, refusal))
+        registered = [node for node in self._nodes if node != self.node_id] if self._nodes_read else None
+        if judgement.create and (refusal := founding_refusal(registered, self.layout)):
+            judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
             # Deterministic where production takes a uuid4: the node and the virtual time.
             loop_time = asyncio.get_running_loop().time()

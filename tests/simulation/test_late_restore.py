@@ -4,8 +4,7 @@ etcd restored with ``etcdutl snapshot restore --bump-revision`` from a snapshot 
 the last change of every partition record: the restored map is the current one, so no
 node's record marks (``bumped``, session 40) see the restore, and its revisions jump past
 every one made before, so no node's timeline does either. What went back are the leader
-keys and the node records, positions and all: in seed 4 etcd was restored at 7.1 s from the
-snapshot of 3.3 s, and the records of n2 and n4 came back as they had been written before it.
+keys and the node records, positions and all, as they had been written before the snapshot.
 
 No seed of the mix lost anything without the fix (``late`` 0-1299 held on main at
 29316f7: docs/testing.md, "Session 41"); what the fix changes is that the restore is
@@ -23,7 +22,9 @@ import pytest
 from .ablations import take_out
 from .simulation import Result, config_for, run_seed
 
-SEEDS = [4, 5, 6]
+# Seed 4 was one of them until session 42: the founding rule (a node founds no cluster before
+# it has read who is registered) moved its trajectory off a late restore's noticing.
+SEEDS = [5, 6, 7]
 
 
 def raised_after_a_restore(result: Result) -> bool:

@@ -112,11 +112,14 @@ def judge_node(
     )
 
 
-def founding_refusal(registered: Collection[str], layout: Layout) -> str | None:
+def founding_refusal(registered: Collection[str] | None, layout: Layout) -> str | None:
     """Why a node that :func:`judge_node` would let create a cluster id must not (None: it
-    may): ``registered`` are the other nodes registered under the prefix. At a first start
-    every node is judged before it registers, so none is; after etcd was wiped, the
-    cluster's nodes register (refused) while they wait for the restore."""
+    may): ``registered`` are the other nodes registered under the prefix (None: not read
+    yet, so not now). At a first start every node is judged before it registers, so none
+    is; after etcd was wiped, the cluster's nodes register (refused) while they wait for
+    the restore."""
+    if registered is None:
+        return f"etcd key {layout.cluster} holds no cluster id, and the nodes registered are not read yet"
     if not registered:
         return None
     names = ", ".join(sorted(registered))

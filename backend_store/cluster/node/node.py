@@ -158,6 +158,7 @@ class Node:
         self._partitions: MapView | None = None
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
+        self._nodes_read = False
         self._queues: dict[tuple[str, str], dict[str, Any]] = {}
         self.publication = Publication(publish_every_s)
         # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
@@ -278,6 +279,7 @@ class Node:
         if own is not None:
             self._check_keys({own.key: own.mod_revision})
         self._nodes = read_nodes(state)
+        self._nodes_read = True
 
     def _check_keys(self, mod_revisions: dict[str, int]) -> None:
         """Whether etcd holds a leader key or this node's record at an older mod revision
@@ -295,6 +297,10 @@ class Node:
                 rewound,
                 incarnation,
             )
+
+    def _others_registered(self) -> list[str] | None:
+        """The other nodes registered in etcd, from the watch (None: not read yet)."""
+        return [node for node in self._nodes if node != self.node_id] if self._nodes_read else None
 
     def _on_queues(self, state: PrefixState) -> None:
         self._queues = read_queues(state)
@@ -341,7 +347,11 @@ class Node:
         # deleted, session 34).
         for pid in on_disk - self.hosts.keys():
             self.strays.setdefault(pid, "found on disk, not examined yet")
-        await self.identity.judge(holds_replicas=bool(on_disk or self.hosts), etcd_has_map=False)
+        await self.identity.judge(
+            holds_replicas=bool(on_disk or self.hosts),
+            etcd_has_map=False,
+            registered=self._others_registered(),
+        )
         self.leadership.claims.clear()
         self.publication.ask()
         await self._publish(session)
@@ -360,6 +370,7 @@ class Node:
         verdict = await self.identity.judge(
             holds_replicas=bool(known or self.hosts),
             etcd_has_map=bool(self._partitions is not None and self._partitions.records),
+            registered=self._others_registered(),
         )
         decision = self._decide(verdict, {})
         opened: dict[int, PartitionHost] = {}

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 import msgpack
@@ -195,12 +196,12 @@ class NodeIdentity:
             raise CoordinatorUnavailable("the cluster record was not read yet")
         return record
 
-    async def _others_registered(self) -> list[str]:
-        """The other nodes registered in etcd now (read only before founding a cluster)."""
-        state = await self.coordinator.read_prefix(self.layout.nodes)
-        return [node for node in state.values() if node != self.node_id]
-
-    async def judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
+    async def judge(
+        self, *, holds_replicas: bool, etcd_has_map: bool, registered: Collection[str] | None
+    ) -> IdentityVerdict:
+        """Judge etcd's cluster record against this node's id; create the id or adopt
+        etcd's where the rules say so. ``registered``: the other nodes registered in etcd,
+        from the node's watch (None: not read yet)."""
         if not self._loaded:
             self.kept = await asyncio.to_thread(read_cluster_id, self.data_dir)
             self._loaded = True
@@ -211,7 +212,7 @@ class NodeIdentity:
             etcd_has_map=etcd_has_map,
             layout=self.layout,
         )
-        if judgement.create and (refusal := founding_refusal(await self._others_registered(), self.layout)):
+        if judgement.create and (refusal := founding_refusal(registered, self.layout)):
             judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
             made = ClusterIdentity(uuid.uuid4().hex, 0, time.time())
