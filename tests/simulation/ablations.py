@@ -32,8 +32,10 @@ ABLATIONS: dict[str, Ablation] = {}
 # test that pins an older fix takes these out too, which puts its seed back on that race:
 # it then shows the older fix is still what holds it (docs/testing.md, "Session 39").
 # Session 42's ``founding`` joins them: several pinned restore seeds (``all`` 230870, 240328)
-# reached their race through a node added while etcd was empty founding a cluster of its own.
-BACK_ON_THE_RACE = ("handover-answer", "first-entry-task", "breaker-verdict", "founding")
+# reached their race through a node added while etcd was empty founding a cluster of its own;
+# and so does its revoke of a lost lease (a node that lost its session no longer waits for
+# etcd to expire the keys under it), which moves every seed where a session is lost.
+BACK_ON_THE_RACE = ("handover-answer", "first-entry-task", "breaker-verdict", "founding", "revoke-lost-lease")
 
 
 def _ablation(name: str, fix: str) -> Callable[[Callable[[Setter], None]], Callable[[Setter], None]]:
@@ -407,6 +409,16 @@ def _key_revisions(setter: Setter) -> None:
         return []  # as before session 41: only revisions and the records' marks speak
 
     setter(Timeline, "check_keys", records_only)
+
+
+@_ablation("revoke-lost-lease", "a node revokes the lease of a session it lost, once registered again")
+def _revoke_lost_lease(setter: Setter) -> None:
+    from . import sim_node
+
+    async def left_to_expire(session: Any) -> None:
+        return None  # as before session 42: etcd expires the lease when it will
+
+    setter(sim_node, "revoke_lost", left_to_expire)
 
 
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:

@@ -119,6 +119,7 @@ class SimNode:
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
         self._nodes_read = False
+        self._lost_sessions: list[SimSession] = []
         self._queues: dict[tuple[str, str], dict[str, Any]] = {}
         self.publication = Publication(PUBLISH_EVERY_S)
         # node/leadership.py's shell, on this node's clock, etcd and replicas.
@@ -244,6 +245,7 @@ class SimNode:
                     await proc.sleep(TICK_S)
             await self._step_down_all("etcd session lost")
             self.session = None
+            self._lost_sessions.append(session)
 
     async def _open_session(self) -> None:
         session = await self.coordinator.open_session(TTL_S)
@@ -255,6 +257,9 @@ class SimNode:
         self.publication.ask()
         await self._publish(session)
         self.note(f"registered (lease {session.lease_id:x})")
+        lost, self._lost_sessions = self._lost_sessions, []  # ``Node._open_session``
+        for old in lost:
+            self.proc.spawn(revoke_lost(old), f"revoke lease {old.lease_id:x}")
 
     async def _cluster_read(self) -> ClusterRecord:
         """``NodeIdentity._record_read``."""
@@ -599,3 +604,9 @@ class SimNode:
         if claim is None:
             return Epoch(0), None
         return claim[1], claim[0].address
+
+
+async def revoke_lost(session: SimSession) -> None:
+    """``node.revoke_lost``."""
+    with contextlib.suppress(CoordinatorUnavailable):
+        await session.close()
