@@ -148,14 +148,14 @@ def test_identity_rules_for_a_node() -> None:
     assert ClusterRecord.parse(b"\xc1").unreadable is not None
 
 
-def test_a_node_founds_a_cluster_only_where_no_other_node_is_registered() -> None:
-    # A first start: every node is judged before it registers.
+def test_a_node_founds_a_cluster_only_where_no_other_node_refuses_etcd() -> None:
+    # A first start: no other node has judged etcd and refused it.
     assert founding_refusal([], LAYOUT) is None
-    # Who is registered is not read yet: not now (the next reconcile judges again).
-    assert "not read yet" in str(founding_refusal(None, LAYOUT))
-    # etcd wiped under a running cluster: its nodes registered, refused, waiting for a restore.
+    # etcd wiped under a running cluster: its nodes registered, refusing, waiting for a restore.
     refusal = str(founding_refusal(["n2", "n1"], LAYOUT))
-    assert "nodes n1, n2 are registered" in refusal and "will not found a second cluster" in refusal
+    assert (
+        "nodes n1, n2 are registered refusing it" in refusal and "will not found a second cluster" in refusal
+    )
 
 
 def test_identity_rules_for_a_gateway() -> None:

@@ -261,6 +261,13 @@ class SimNode:
         for old in lost:
             self.proc.spawn(revoke_lost(old), f"revoke lease {old.lease_id:x}")
 
+    async def _others_refusing(self) -> list[str]:
+        """``Node._others_refusing``."""
+        nodes = self._nodes
+        if not self._nodes_read:
+            nodes = read_nodes(await self.coordinator.read_prefix(self.layout.nodes))
+        return [node for node, record in nodes.items() if node != self.node_id and record.state == "refused"]
+
     async def _cluster_read(self) -> ClusterRecord:
         """``NodeIdentity._record_read``."""
         if self._cluster is None:
@@ -280,8 +287,7 @@ class SimNode:
             etcd_has_map=etcd_has_map,
             layout=self.layout,
         )
-        registered = [node for node in self._nodes if node != self.node_id] if self._nodes_read else None
-        if judgement.create and (refusal := founding_refusal(registered, self.layout)):
+        if judgement.create and (refusal := founding_refusal(await self._others_refusing(), self.layout)):
             judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
             # Deterministic where production takes a uuid4: the node and the virtual time.

@@ -112,21 +112,20 @@ def judge_node(
     )
 
 
-def founding_refusal(registered: Collection[str] | None, layout: Layout) -> str | None:
+def founding_refusal(refusing: Collection[str], layout: Layout) -> str | None:
     """Why a node that :func:`judge_node` would let create a cluster id must not (None: it
-    may): ``registered`` are the other nodes registered under the prefix (None: not read
-    yet, so not now). At a first start every node is judged before it registers, so none
-    is; after etcd was wiped, the cluster's nodes register (refused) while they wait for
-    the restore."""
-    if registered is None:
-        return f"etcd key {layout.cluster} holds no cluster id, and the nodes registered are not read yet"
-    if not registered:
+    may): ``refusing`` are the other nodes registered under the prefix as refusing this
+    etcd. After etcd was wiped, the cluster's nodes register so while they wait for the
+    restore. At a first start none does: a node refuses only what it has judged, and the
+    first judged finds no other node refusing; nor do nodes of a version before cluster ids
+    (registered up, in an etcd whose map lets them create the id)."""
+    if not refusing:
         return None
-    names = ", ".join(sorted(registered))
+    names = ", ".join(sorted(refusing))
     return (
-        f"etcd key {layout.cluster} holds no cluster id, but nodes {names} are registered: they"
-        f" belong to a cluster this etcd lost (wiped or replaced); {RESTORE_HINT}; this node will"
-        " not found a second cluster; refusing to serve or delete anything"
+        f"etcd key {layout.cluster} holds no cluster id, but nodes {names} are registered refusing"
+        f" it: they belong to a cluster this etcd lost (wiped or replaced); {RESTORE_HINT}; this"
+        " node will not found a second cluster; refusing to serve or delete anything"
     )
 
 

@@ -299,9 +299,13 @@ class Node:
                 incarnation,
             )
 
-    def _others_registered(self) -> list[str] | None:
-        """The other nodes registered in etcd, from the watch (None: not read yet)."""
-        return [node for node in self._nodes if node != self.node_id] if self._nodes_read else None
+    async def _others_refusing(self) -> list[str]:
+        """The other nodes registered in etcd as refusing it: from the watch, or read now
+        if the watch has not delivered yet (asked only before founding a cluster)."""
+        nodes = self._nodes
+        if not self._nodes_read:
+            nodes = read_nodes(await self.coordinator.read_prefix(self.layout.nodes))
+        return [node for node, record in nodes.items() if node != self.node_id and record.state == "refused"]
 
     def _on_queues(self, state: PrefixState) -> None:
         self._queues = read_queues(state)
@@ -352,7 +356,7 @@ class Node:
         await self.identity.judge(
             holds_replicas=bool(on_disk or self.hosts),
             etcd_has_map=False,
-            registered=self._others_registered(),
+            refusing=self._others_refusing,
         )
         self.leadership.claims.clear()
         self.publication.ask()
@@ -383,7 +387,7 @@ class Node:
         verdict = await self.identity.judge(
             holds_replicas=bool(known or self.hosts),
             etcd_has_map=bool(self._partitions is not None and self._partitions.records),
-            registered=self._others_registered(),
+            refusing=self._others_refusing,
         )
         decision = self._decide(verdict, {})
         opened: dict[int, PartitionHost] = {}

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 
 import msgpack
@@ -197,11 +197,15 @@ class NodeIdentity:
         return record
 
     async def judge(
-        self, *, holds_replicas: bool, etcd_has_map: bool, registered: Collection[str] | None
+        self,
+        *,
+        holds_replicas: bool,
+        etcd_has_map: bool,
+        refusing: Callable[[], Awaitable[Collection[str]]],
     ) -> IdentityVerdict:
         """Judge etcd's cluster record against this node's id; create the id or adopt
-        etcd's where the rules say so. ``registered``: the other nodes registered in etcd,
-        from the node's watch (None: not read yet)."""
+        etcd's where the rules say so. ``refusing``: the other nodes registered in etcd as
+        refusing it (asked only before creating an id)."""
         if not self._loaded:
             self.kept = await asyncio.to_thread(read_cluster_id, self.data_dir)
             self._loaded = True
@@ -212,7 +216,7 @@ class NodeIdentity:
             etcd_has_map=etcd_has_map,
             layout=self.layout,
         )
-        if judgement.create and (refusal := founding_refusal(registered, self.layout)):
+        if judgement.create and (refusal := founding_refusal(await refusing(), self.layout)):
             judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
             made = ClusterIdentity(uuid.uuid4().hex, 0, time.time())
