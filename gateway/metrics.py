@@ -293,8 +293,10 @@ def _cluster(snapshot: Snapshot) -> Iterator[Metric]:
     disk_free = _gauge("pushgate_cluster_node_disk_free_bytes", ["node"])
     disk_total = _gauge("pushgate_cluster_node_disk_total_bytes", ["node"])
     strays = _gauge("pushgate_cluster_node_stray_replicas", ["node"])
+    refused = _gauge("pushgate_cluster_node_refused", ["node"])
     for node in snapshot.nodes:
         up.add_metric([node.id], 1.0 if node.healthy else 0.0)
+        refused.add_metric([node.id], 1.0 if node.state == "refused" else 0.0)
         strays.add_metric([node.id], node.strays)
         lag.add_metric([node.id], node.lag)
         if node.epoch is not None:
@@ -304,7 +306,13 @@ def _cluster(snapshot: Snapshot) -> Iterator[Metric]:
             map_ratio.add_metric([node.id], storage.map_used_ratio)
             disk_free.add_metric([node.id], storage.disk_free_bytes)
             disk_total.add_metric([node.id], storage.disk_total_bytes)
-    yield from (up, lag, epoch, used, map_ratio, disk_free, disk_total, strays)
+    yield from (up, lag, epoch, used, map_ratio, disk_free, disk_total, strays, refused)
+    if (identity := snapshot.identity) is not None:
+        yield GaugeMetricFamily(
+            "pushgate_cluster_metadata_trusted",
+            help_of("pushgate_cluster_metadata_trusted"),
+            value=1.0 if identity.trusted else 0.0,
+        )
 
 
 def _alerts(engine: AlertEngine) -> Iterator[Metric]:

@@ -290,6 +290,20 @@ CATALOG: tuple[MetricDoc, ...] = (
         "cluster",
     ),
     MetricDoc(
+        "pushgate_cluster_metadata_trusted",
+        "gauge",
+        (),
+        "1 when etcd holds the cluster this gateway trusts, else 0 (etcd wiped, replaced or of another cluster: /readyz and GET /v1/cluster say why).",
+        "cluster",
+    ),
+    MetricDoc(
+        "pushgate_cluster_node_refused",
+        "gauge",
+        ("node",),
+        "1 when a node refuses etcd (it holds no cluster id, or another cluster's): the node serves and deletes nothing.",
+        "cluster",
+    ),
+    MetricDoc(
         "pushgate_cluster_node_stray_replicas",
         "gauge",
         ("node",),

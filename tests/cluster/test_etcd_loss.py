@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import msgpack
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from backend_store.cluster.coordination.layout import ClusterIdentity
 from tests.fixtures.etcd_server import EtcdCluster, etcd_cluster, unique_prefix
@@ -82,9 +83,17 @@ async def test_an_etcd_that_comes_back_empty_deletes_nothing_and_a_restore_serve
     sent = [f"m{i}" for i in range(100)]
     for body in sent:
         await h.send_until_ok(pid, T, "orders", body)
-    with running_cluster_gateway(h, tmp_path / "gateway") as gateway:
+    with running_cluster_gateway(
+        h, tmp_path / "gateway", metrics_listen="127.0.0.1:0", monitor_interval_s=0.2
+    ) as gateway:
+        listener = gateway.app.state.operations.listener
+        assert listener is not None  # /metrics without a token: the keys live in etcd
+        metrics = f"http://127.0.0.1:{listener.bound_port}/metrics"
         async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as client:
             await h.wait_for("the gateway to be ready", lambda: _status(client, 200))
+            await h.wait_for(
+                "the metrics to trust etcd", lambda: _identity_metrics(client, metrics, 1.0, 0.0)
+            )
             snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
             before = _replica_files(h, pid)
             assert all(before.values()), before
@@ -100,6 +109,10 @@ async def test_an_etcd_that_comes_back_empty_deletes_nothing_and_a_restore_serve
             await h.wait_for("the gateway to be not ready", lambda: _status(client, 503))
             reply = await _readyz(client)
             assert "cannot be trusted" in reply.text, reply.text
+            # And the metrics say so: the gateway's verdict, and each node's refusal.
+            await h.wait_for(
+                "the metrics to distrust etcd", lambda: _identity_metrics(client, metrics, 0.0, 1.0)
+            )
             # Time for the deletions the old code made within 15 s: a reconcile runs every
             # 0.2 s, and each node has refused for a while.
             await asyncio.sleep(3 * _scale())
@@ -112,6 +125,9 @@ async def test_an_etcd_that_comes_back_empty_deletes_nothing_and_a_restore_serve
             )
             assert bodies == sent
             await h.wait_for("the gateway ready again", lambda: _status(client, 200), timeout=60)
+            await h.wait_for(
+                "the metrics to trust etcd again", lambda: _identity_metrics(client, metrics, 1.0, 0.0)
+            )
 
 
 async def test_a_node_added_while_etcd_is_empty_founds_no_second_cluster(
@@ -241,6 +257,22 @@ async def _queue_with_sends(h: ClusterHarness, queue: str) -> tuple[int, str, li
     for body in sent:
         await h.send_until_ok(pid, T, queue, body)
     return pid, leader, sent
+
+
+async def _identity_metrics(client: httpx.AsyncClient, url: str, trusted: float, refused: float) -> bool:
+    """Whether /metrics shows the gateway's trust as ``trusted`` and every node's refusal as
+    ``refused``."""
+    try:
+        text = (await client.get(url)).text
+    except httpx.HTTPError:
+        return False
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    if "pushgate_cluster_metadata_trusted" not in families or "pushgate_cluster_node_refused" not in families:
+        return False
+    nodes = [s.value for s in families["pushgate_cluster_node_refused"].samples]
+    return [s.value for s in families["pushgate_cluster_metadata_trusted"].samples] == [trusted] and (
+        len(nodes) == 3 and all(value == refused for value in nodes)
+    )
 
 
 async def _status(client: httpx.AsyncClient, code: int) -> bool:
