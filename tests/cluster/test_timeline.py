@@ -3,7 +3,7 @@ against what etcd shows, and the raise of the cluster's incarnation on a real et
 
 from __future__ import annotations
 
-from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark, Timeline
+from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark, Timeline, last_epoch_of
 from backend_store.types import make_epoch
 
 
@@ -122,3 +122,17 @@ def test_nothing_is_remembered_while_etcd_is_suspect() -> None:
     assert suspect(timeline)
     timeline.check_keys(seen, {LEADER: 15, OWN: 62}, incarnation=0)
     assert seen.marks == {OWN: RecordMark(0, 60)}
+
+
+def test_what_etcd_held_before_a_write_is_checked_against_the_mark_taken_before_it() -> None:
+    timeline = Timeline()
+    before = RecordMark(2, 500)  # the watch showed the node's record at 500 in incarnation 2
+    # etcd answered the write: it held the record at 500 or later (the watch lagged): fine.
+    assert not timeline.check_write(before, 500, 2) and not timeline.check_write(before, 640, 2)
+    assert not timeline.check_write(before, None, 2)  # absent: no evidence (its lease ended)
+    assert not timeline.check_write(None, 120, 2)  # nothing seen yet
+    assert not timeline.check_write(before, 120, 3)  # seen in another incarnation
+    assert not timeline.suspect
+    # It held the record at 120: a restore brought back an older one, which this write buries.
+    assert timeline.check_write(before, 120, 2)
+    assert timeline.suspect and timeline.high_water == last_epoch_of(2)

@@ -421,6 +421,19 @@ def _revoke_lost_lease(setter: Setter) -> None:
     setter(sim_node, "revoke_lost", left_to_expire)
 
 
+@_ablation("publish-check", "a node checks what etcd held before each write of its record")
+def _publish_check(setter: Setter) -> None:
+    from . import sim_coordinator
+
+    register = sim_coordinator.SimCoordinator.register
+
+    async def blind(self: Any, session: Any, key: str, value: bytes) -> int | None:
+        await register(self, session, key, value)
+        return None  # as before session 42: the write says nothing of what it replaced
+
+    setter(sim_coordinator.SimCoordinator, "register", blind)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

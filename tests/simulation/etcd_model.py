@@ -243,7 +243,7 @@ class EtcdServer:
                 created = old.create_revision if old is not None else revision
                 state.kv[op.key] = KeyValue(op.value, created, revision, op.lease)
                 changed.append(op.key)
-                results.append(None)
+                results.append(old)  # etcd's prev_kv
             else:
                 deleted = state.kv.pop(op.key, None)
                 if deleted is not None:

@@ -301,8 +301,10 @@ class SimCoordinator:
         result = await self._txn(Txn(compares, (Delete(key),)))
         return result.succeeded
 
-    async def register(self, session: Any, key: str, value: bytes) -> None:
-        await self._txn(Txn((), (Put(key, value, session.lease_id),)))
+    async def register(self, session: Any, key: str, value: bytes) -> int | None:
+        result = await self._txn(Txn((), (Put(key, value, session.lease_id),)))
+        before = result.results[0]
+        return None if before is None else int(before.mod_revision)
 
     async def get(self, key: str) -> Entry | None:
         result = await self._txn(Txn((), (Get(key),)))

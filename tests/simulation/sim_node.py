@@ -529,8 +529,14 @@ class SimNode:
             incarnation=self.incarnation,
         )
         if self.publication.wanted(record):
-            await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
+            key = self.layout.node(self.node_id)
+            before = self._keys_seen.marks.get(key)
+            held = await self.coordinator.register(session, key, record.pack())
             self.publication.written(record, now)
+            if self.timeline.check_write(before, held, self.incarnation):  # ``Node._publish``
+                self.note(
+                    f"etcd held {key} at revision {held}, older than seen in incarnation {self.incarnation}"
+                )
 
     # Serving -------------------------------------------------------------------------------------
 

@@ -123,8 +123,9 @@ class Coordinator(Protocol):
         revisions again from the snapshot's, so another node's claim can be created at the
         revision a stale claim of ours had."""
 
-    async def register(self, session: Session, key: str, value: bytes) -> None:
-        """Put ``key`` under the session's lease (a membership record, a published LSN)."""
+    async def register(self, session: Session, key: str, value: bytes) -> int | None:
+        """Put ``key`` under the session's lease (a membership record, a published LSN);
+        return the mod revision etcd held the key at before (None: it held none)."""
 
     async def get(self, key: str) -> Entry | None:
         """Read one key (a linearizable read)."""

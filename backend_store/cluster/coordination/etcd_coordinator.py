@@ -221,8 +221,10 @@ class EtcdCoordinator:
         )
         return bool(ok)
 
-    async def register(self, session: Any, key: str, value: bytes) -> None:
-        await self._call(lambda c: c.put(key.encode(), value, lease=session.lease_id))
+    async def register(self, session: Any, key: str, value: bytes) -> int | None:
+        put = await self._call(lambda c: c.put(key.encode(), value, lease=session.lease_id, prev_kv=True))
+        prev = put.prev_kv
+        return int(prev.mod_revision) if prev is not None and prev.key else None
 
     # Reads and writes ---------------------------------------------------------------
 

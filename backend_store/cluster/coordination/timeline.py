@@ -155,6 +155,18 @@ class Timeline:
             seen.see(mod_revisions, incarnation)
         return rewound
 
+    def check_write(self, before: RecordMark | None, held: int | None, incarnation: int) -> bool:
+        """What etcd held a key at just before a write of ours (``held``, its answer) against
+        the mark ``before`` the write was sent: older in the same incarnation means etcd went
+        back, as in :meth:`check_keys`. The mark must be taken before the write: the watch
+        may show the write's own result before its answer is read. Never remembered: the
+        watch may still be behind the write, and hands out what it shows in order."""
+        if before is None or held is None or before.incarnation != incarnation or held >= before.mod_revision:
+            return False
+        self.remember(last_epoch_of(incarnation))
+        self.suspect = True
+        return True
+
     def settle(self, incarnation: int, revision: int) -> bool:
         """A fresh read showed etcd at (``incarnation``, ``revision``): whether that settles
         the suspicion (etcd not behind any epoch remembered)."""

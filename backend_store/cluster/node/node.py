@@ -647,8 +647,23 @@ class Node:
             incarnation=self.identity.incarnation,
         )
         if self.publication.wanted(record):
-            await self.coordinator.register(session, self.layout.node(self.node_id), record.pack())
+            key = self.layout.node(self.node_id)
+            before = self._keys_seen.marks.get(key)
+            held = await self.coordinator.register(session, key, record.pack())
             self.publication.written(record, now)
+            # What etcd held before this write is evidence too: a node that writes its record
+            # (a position or its storage changed) before its watch shows the restored one
+            # buries it under a newer mod revision (a CI run of session 42, load average 7:
+            # no node of test_etcd_loss.py's late restore noticed it).
+            if self.identity.timeline.check_write(before, held, self.identity.incarnation):
+                log.warning(
+                    "node %s: etcd held %s at revision %s, older than this node saw it in"
+                    " incarnation %d: etcd went back in time (restored from a snapshot?)",
+                    self.node_id,
+                    key,
+                    held,
+                    self.identity.incarnation,
+                )
 
     # Serving -----------------------------------------------------------------------------------
 
