@@ -151,12 +151,12 @@ def _queue(raw: dict[str, Any]) -> str:
 
 def _receipts(raw: dict[str, Any]) -> list[str]:
     receipts = raw.get("receipts")
-    if (
-        not isinstance(receipts, list)
-        or not 1 <= len(receipts) <= MAX_RECEIPTS
-        or not all(isinstance(r, str) and 1 <= len(r) <= MAX_RECEIPT_CHARS for r in receipts)
-    ):
+    if not isinstance(receipts, list) or not 1 <= len(receipts) <= MAX_RECEIPTS:
         raise InvalidRequest(f"receipts must be a list of 1-{MAX_RECEIPTS} receipt strings")
+    # A loop, not all() over a generator: an ack frame per message passes here per frame.
+    for receipt in receipts:
+        if not isinstance(receipt, str) or not 1 <= len(receipt) <= MAX_RECEIPT_CHARS:
+            raise InvalidRequest(f"receipts must be a list of 1-{MAX_RECEIPTS} receipt strings")
     return receipts
 
 
