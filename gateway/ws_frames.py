@@ -65,7 +65,9 @@ class FrameSplitter:
     __slots__ = ("_buffer", "max_size", "passthrough")
 
     def __init__(self, max_size: int | None) -> None:
-        self._buffer = bytearray()
+        # The start of a frame whose rest has not come yet (bytes: joined to the next read
+        # in one copy).
+        self._buffer = b""
         # The largest payload a frame may announce before the splitter stops splitting.
         self.max_size = max_size
         # True once a frame was too large: from then on data is handed on as it comes.
@@ -89,9 +91,8 @@ class FrameSplitter:
         if self.passthrough:
             return data, [(0, -1, len(data))] if data else []
         if self._buffer:
-            self._buffer += data
-            data = bytes(self._buffer)
-            self._buffer.clear()
+            data = self._buffer + data
+            self._buffer = b""
         spans: list[tuple[int, int, int]] = []
         pos, end_of_data = 0, len(data)
         max_size = self.max_size
@@ -123,11 +124,11 @@ class FrameSplitter:
             spans.append((pos, mask_at, end))
             pos = end
         if pos < end_of_data:
-            self._buffer += data[pos:]
+            self._buffer = data[pos:]
         return data, spans
 
     def take_buffer(self) -> bytes:
         """What waits for the rest of a frame (handed on when splitting stops)."""
-        rest = bytes(self._buffer)
-        self._buffer.clear()
+        rest = self._buffer
+        self._buffer = b""
         return rest

@@ -73,11 +73,14 @@ class Inbox:
     ``websocket.receive`` event only if the app asks through ASGI ``receive``; the push
     handler takes it as it is (:meth:`PushWebSocketProtocol.take_text`)."""
 
-    __slots__ = ("_waiter", "items")
+    __slots__ = ("_loop", "_waiter", "items")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.items: deque[ASGIReceiveEvent | str] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        # The connection's loop, known when the protocol is made: asking for the running
+        # loop costs a getpid() system call in Python 3.11, and the app waits once per read.
+        self._loop = loop
 
     def put_nowait(self, event: ASGIReceiveEvent | str) -> None:
         self.items.append(event)
@@ -92,7 +95,7 @@ class Inbox:
     async def wait(self) -> None:
         """Return once something waits."""
         while not self.items:
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            waiter = self._waiter = (self._loop or asyncio.get_running_loop()).create_future()
             try:
                 await waiter
             finally:
@@ -154,7 +157,7 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.inbox = Inbox()
+        self.inbox = Inbox(self.loop)
         # uvicorn's protocol puts every event through self.queue.
         self.queue = cast("asyncio.Queue[ASGIReceiveEvent]", self.inbox)
 
@@ -209,17 +212,23 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
         conn = self.conn
         items = self.inbox.items
         queued = len(items)
+        # Whether a whole text message is taken here: the connection is open with no
+        # fragmented message under way; and whether it is kept (past websocket.close it is
+        # discarded, as uvicorn does). Only websockets' own path below changes them, so they
+        # are asked once per read and again after that path ran, not per frame.
+        fast = conn.state is State.OPEN and not within_message(conn)
+        keep = not self.close_sent
         try:
             for start, mask_at, end in spans:
                 # A whole text message of an open connection is queued here, as uvicorn's
                 # handle_text would queue it (inlined: most frames are these).
-                if mask_at >= 0 and conn.state is State.OPEN and not within_message(conn):
+                if mask_at >= 0 and fast:
                     try:
                         text: str | None = unmask(data, mask_at, end).decode()
                     except UnicodeDecodeError:
                         text = None  # uvicorn's path answers it (1007)
                     if text is not None:
-                        if not self.close_sent:  # past websocket.close: discarded, as uvicorn does
+                        if keep:
                             items.append(text)  # a websocket.receive event, as the Inbox keeps them
                         continue
                 super().data_received(data[start:end])
@@ -231,6 +240,8 @@ class PushWebSocketProtocol(WebSocketsSansIOProtocol):
                     if rest and not parser_failed(conn):
                         super().data_received(rest)
                     return
+                fast = not within_message(conn)
+                keep = not self.close_sent
         finally:
             if len(items) > queued:
                 # Once per read, not per frame: wake the app. Flow control: reading goes on

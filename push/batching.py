@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from backend_store.backend import ReceiptShards
@@ -20,13 +20,13 @@ from backend_store.errors import PushgateError
 from backend_store.limits import MAX_RECEIPTS
 from backend_store.types import AckResult, QueueName, ReceiptFailure, TenantId
 
+from .observed import AckReply, QueueOf, SettledTally, observed_ack_reply
+from .observer import ACK, NACK, Observer
+
 logger = logging.getLogger("pushgate.push")
 
 K = TypeVar("K", bound=Hashable)
 I = TypeVar("I")  # noqa: E741 - an item, as in the typing docs
-
-# What a request hears back: its own share of the combined call, or the call's error.
-AckReply = Callable[[AckResult | BaseException], None]
 
 
 class KeyedBatcher(Generic[K, I]):
@@ -144,36 +144,63 @@ class Settles(Protocol):
 
 # An ack batch's key: the tenant, the shard (see ReceiptShards) and the nack delay (None: an ack).
 AckKey = tuple[TenantId, int | None, float | None]
+# How a request's receipts count in usage: the transport it came by and each receipt's queue.
+# None: not counted (the gateway's own releases).
+Counted = tuple[str, QueueOf]
+AckItem = tuple[Sequence[str], AckReply | None, Counted | None]
 
 
-class AckBatcher(KeyedBatcher[AckKey, tuple[Sequence[str], AckReply | None]]):
+class AckBatcher(KeyedBatcher[AckKey, AckItem]):
     """Acks (delay ``None``) and nacks (delay in seconds) per tenant and shard.
 
     A shard is what a backend settles on its own (a cluster partition: its leader); with
     the backend's optional :class:`~backend_store.backend.ReceiptShards` each shard has its
     own call in flight, so one slow or frozen shard holds up only its own receipts.
     A request whose receipts span shards is split, and answered once every part is.
+
+    A request given ``counted`` is recorded with ``observer`` once the store answers
+    (``ack`` or ``nack``, per queue and outcome): the requests of one call together, in
+    one observer call per queue and outcome (:class:`~push.observed.SettledTally`).
     """
 
-    def __init__(self, backend: Settles) -> None:
+    def __init__(self, backend: Settles, observer: Observer | None = None) -> None:
         super().__init__()
         self._backend = backend
+        self._observer = observer
         self._shards: ReceiptShards | None = backend if isinstance(backend, ReceiptShards) else None
 
-    def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
-        self._add(tenant, None, receipts, reply)
+    def ack(
+        self,
+        tenant: TenantId,
+        receipts: Sequence[str],
+        reply: AckReply | None = None,
+        counted: Counted | None = None,
+    ) -> None:
+        self._add(tenant, None, receipts, reply, counted)
 
     def nack(
-        self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
+        self,
+        tenant: TenantId,
+        receipts: Sequence[str],
+        delay_s: float = 0,
+        reply: AckReply | None = None,
+        counted: Counted | None = None,
     ) -> None:
-        self._add(tenant, delay_s, receipts, reply)
+        self._add(tenant, delay_s, receipts, reply, counted)
 
     def _add(
-        self, tenant: TenantId, delay: float | None, receipts: Sequence[str], reply: AckReply | None
+        self,
+        tenant: TenantId,
+        delay: float | None,
+        receipts: Sequence[str],
+        reply: AckReply | None,
+        counted: Counted | None,
     ) -> None:
+        if self._observer is None:
+            counted = None
         shards = self._shards
         if shards is None:
-            self.add((tenant, None, delay), (receipts, reply))
+            self.add((tenant, None, delay), (receipts, reply, counted))
             return
         shard_of = shards.receipt_shard
         first = shard_of(receipts[0]) if receipts else None
@@ -186,15 +213,22 @@ class AckBatcher(KeyedBatcher[AckKey, tuple[Sequence[str], AckReply | None]]):
                 by_shard = {first: list(receipts[:i])}
             by_shard.setdefault(shard, []).append(receipt)
         if by_shard is None:  # the common case: one shard
-            self.add((tenant, first, delay), (receipts, reply))
+            self.add((tenant, first, delay), (receipts, reply, counted))
             return
+        if counted is not None and self._observer is not None:
+            # Counted once, as one request, when its parts are joined.
+            transport, queue_of = counted
+            operation = ACK if delay is None else NACK
+            reply = observed_ack_reply(
+                self._observer, tenant, operation, transport, receipts, queue_of, reply
+            )
         joined = None if reply is None else _JoinedReply(receipts, len(by_shard), reply)
         for shard, part in by_shard.items():
-            self.add((tenant, shard, delay), (part, None if joined is None else joined.part(part)))
+            self.add((tenant, shard, delay), (part, None if joined is None else joined.part(part), None))
 
-    async def flush(self, key: AckKey, items: list[tuple[Sequence[str], AckReply | None]]) -> None:
+    async def flush(self, key: AckKey, items: list[AckItem]) -> None:
         tenant, _, delay = key
-        receipts = [r for rs, _ in items for r in rs]
+        receipts = [r for rs, _, _ in items for r in rs]
         failed: dict[str, str] = {}
         try:
             for start in range(0, len(receipts), MAX_RECEIPTS):
@@ -207,13 +241,46 @@ class AckBatcher(KeyedBatcher[AckKey, tuple[Sequence[str], AckReply | None]]):
         except Exception as exc:
             if not isinstance(exc, PushgateError):
                 logger.exception("ack/nack failed")
-            for _, reply in items:
+            self._record(tenant, delay, items, failed, exc)
+            for _, reply, _ in items:
                 if reply is not None:
                     reply(exc)
             return
-        for rs, reply in items:
-            if reply is not None:
+        self._record(tenant, delay, items, failed, None)
+        # Requests of as many receipts that all settled hear the same (immutable) result.
+        settled: dict[int, AckResult] = {}
+        for rs, reply, _ in items:
+            if reply is None:
+                continue
+            if failed:
                 reply(_split_ack(rs, failed))
+                continue
+            shared = settled.get(len(rs))
+            if shared is None:
+                shared = settled[len(rs)] = AckResult(len(rs), [])
+            reply(shared)
+
+    def _record(
+        self,
+        tenant: TenantId,
+        delay: float | None,
+        items: list[AckItem],
+        failed: dict[str, str],
+        error: Exception | None,
+    ) -> None:
+        """Usage of a call's counted requests, before they are answered (as a request alone is)."""
+        observer = self._observer
+        if observer is None:
+            return
+        tally = SettledTally(tenant, ACK if delay is None else NACK)
+        for rs, _, counted in items:
+            if counted is None:
+                continue
+            if error is None:
+                tally.add(counted[0], rs, counted[1], failed)
+            else:
+                tally.add_error(counted[0], rs, counted[1], error)
+        tally.report(observer)
 
 
 class _JoinedReply:

@@ -29,11 +29,11 @@ from backend_store.backend import InMemoryReceive, QueueStore, StandingReceive
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unavailable
 from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, TenantId
 
-from .batching import AckBatcher, AckReply
+from .batching import AckBatcher
 from .close_codes import CloseCode, close_code_for
 from .dispatcher import Dispatcher
 from .long_poll import LongPolls
-from .observed import observed_ack_reply, observed_auto_ack
+from .observed import AckReply
 from .observer import WS, Observer, Observers
 from .principal import PrincipalLike, Recheck
 from .send_group import SendGroup
@@ -77,7 +77,7 @@ class PushEngine:
         self.hub = hub
         self.settings = settings or PushSettings()
         self._recheck = recheck
-        self.acks = AckBatcher(backend)
+        self.acks = AckBatcher(backend, self.observer)
         self.polls = LongPolls(backend, hub, self.settings.safety_poll_s)
         self.draining = False
         # Receipt -> the subscription holding it, so acks from any path (WS, HTTP) free credit.
@@ -322,23 +322,16 @@ class PushEngine:
     def ack_delivered(self, tenant: TenantId, queue: QueueName, transport: str, receipts: list[str]) -> None:
         """Delete messages handed to auto-ack subscriptions (at most once); each counts as an
         ``ack`` on ``transport`` once the store answers."""
-        self.acks.ack(tenant, receipts, observed_auto_ack(self.observer, tenant, queue, transport, receipts))
+        self.acks.ack(tenant, receipts, None, (transport, queue))
 
     def ack(self, tenant: TenantId, receipts: Sequence[str], reply: AckReply | None = None) -> None:
         """The WebSocket ack: coalesced with other acks of the tenant into one store call."""
-        queue_of = self.settle(receipts)
-        self.acks.ack(
-            tenant,
-            receipts,
-            observed_ack_reply(self.observer, tenant, "ack", "ws", receipts, queue_of, reply),
-        )
+        self.acks.ack(tenant, receipts, reply, (WS, self.settle(receipts)))
 
     def nack(
         self, tenant: TenantId, receipts: Sequence[str], delay_s: float = 0, reply: AckReply | None = None
     ) -> None:
-        queue_of = self.settle(receipts)
-        observed = observed_ack_reply(self.observer, tenant, "nack", "ws", receipts, queue_of, reply)
-        self.acks.nack(tenant, receipts, delay_s, observed)
+        self.acks.nack(tenant, receipts, delay_s, reply, (WS, self.settle(receipts)))
 
     async def ack_now(self, tenant: TenantId, receipts: Sequence[str], queue: QueueName) -> AckResult:
         """The HTTP ack: through the store now, freeing the credit of the streams that held them."""

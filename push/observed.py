@@ -8,13 +8,15 @@ makes one observer call per outcome kind, never one per message.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from backend_store.errors import PushgateError
 from backend_store.types import AckResult, NewMessage, ReceivedMessage, SendResult
 
-from .batching import AckReply
-from .observer import ACK, DEDUPLICATED, OK, PUSH, SEND, Observer
+from .observer import DEDUPLICATED, OK, PUSH, SEND, Observer
+
+# What an ack or nack request hears back: its own share of the combined call, or the call's error.
+AckReply = Callable[[AckResult | BaseException], None]
 
 
 def error_code(exc: BaseException) -> str:
@@ -91,31 +93,77 @@ def record_group_sends(
     return len(latencies)
 
 
+# Each receipt's queue (the gateway knows the queue of the receipts it delivered; others
+# count under ``""``), or one queue for all of them.
+QueueOf = Mapping[str, str] | str
+
+
+class SettledTally:
+    """Acks or nacks of one tenant counted per queue, transport and outcome, then reported
+    in one observer call per count: the requests answered by one store call are counted
+    together (an ack frame per message would otherwise cost a few observer calls a frame)."""
+
+    __slots__ = ("_counts", "operation", "tenant")
+
+    def __init__(self, tenant: str, operation: str) -> None:
+        self.tenant = tenant
+        self.operation = operation
+        self._counts: dict[tuple[str, str, str], int] = {}
+
+    def add(
+        self, transport: str, receipts: Sequence[str], queue_of: QueueOf, failed: Mapping[str, str]
+    ) -> None:
+        """A request's receipts, each settled unless ``failed`` maps it to its error code."""
+        if failed:
+            counts = self._counts
+            for receipt in receipts:
+                queue = queue_of if isinstance(queue_of, str) else queue_of.get(receipt, "")
+                key = (queue, transport, failed.get(receipt, OK))
+                counts[key] = counts.get(key, 0) + 1
+            return
+        self._add_all(transport, receipts, queue_of, OK)
+
+    def add_error(
+        self, transport: str, receipts: Sequence[str], queue_of: QueueOf, error: BaseException
+    ) -> None:
+        """A request whose store call failed: every receipt counts under the error's code."""
+        self._add_all(transport, receipts, queue_of, error_code(error))
+
+    def _add_all(self, transport: str, receipts: Sequence[str], queue_of: QueueOf, outcome: str) -> None:
+        counts = self._counts
+        if isinstance(queue_of, str) or len(receipts) == 1:
+            # One queue (the common case, and every ack frame of one receipt): no per-receipt count.
+            queue = queue_of if isinstance(queue_of, str) else queue_of.get(receipts[0], "")
+            key = (queue, transport, outcome)
+            counts[key] = counts.get(key, 0) + len(receipts)
+            return
+        for queue, n in Counter([queue_of.get(r, "") for r in receipts]).items():
+            key = (queue, transport, outcome)
+            counts[key] = counts.get(key, 0) + n
+
+    def report(self, observer: Observer) -> None:
+        tenant, operation = self.tenant, self.operation
+        for (queue, transport, outcome), n in self._counts.items():
+            observer.observe(tenant, queue, operation, transport, outcome, n)
+        self._counts = {}
+
+
 def record_settled(
     observer: Observer,
     tenant: str,
     operation: str,
     transport: str,
     receipts: Sequence[str],
-    queue_of: Mapping[str, str],
+    queue_of: QueueOf,
     result: AckResult | BaseException,
 ) -> None:
-    """An ack or nack's outcome, per queue: ``queue_of`` maps a receipt to its queue (the
-    gateway knows the queue of the receipts it delivered; others count under ``default``)."""
+    """One ack or nack request's outcome, per queue (see :class:`SettledTally`)."""
+    tally = SettledTally(tenant, operation)
     if isinstance(result, BaseException):
-        code = error_code(result)
-        for queue, n in Counter(queue_of.get(r, "") for r in receipts).items():
-            observer.observe(tenant, queue, operation, transport, code, n)
-        return
-    if not result.failed:
-        # Every receipt settled: counts per queue only (an ack frame per 20 messages passes here).
-        for queue, n in Counter([queue_of.get(r, "") for r in receipts]).items():
-            observer.observe(tenant, queue, operation, transport, OK, n)
-        return
-    failed = {f.receipt: f.code for f in result.failed}
-    counts: Counter[tuple[str, str]] = Counter((queue_of.get(r, ""), failed.get(r, OK)) for r in receipts)
-    for (queue, outcome), n in counts.items():
-        observer.observe(tenant, queue, operation, transport, outcome, n)
+        tally.add_error(transport, receipts, queue_of, result)
+    else:
+        tally.add(transport, receipts, queue_of, {f.receipt: f.code for f in result.failed})
+    tally.report(observer)
 
 
 def observed_ack_reply(
@@ -124,9 +172,12 @@ def observed_ack_reply(
     operation: str,
     transport: str,
     receipts: Sequence[str],
-    queue_of: Mapping[str, str],
+    queue_of: QueueOf,
     reply: AckReply | None,
 ) -> AckReply:
+    """``reply``, recording the request's outcome first (a request the ack batcher splits
+    across shards is counted once, when its parts are joined)."""
+
     def observed(result: AckResult | BaseException) -> None:
         record_settled(observer, tenant, operation, transport, receipts, queue_of, result)
         if reply is not None:
@@ -150,16 +201,3 @@ def record_delivered(
         nbytes += len(m.body)
         latencies.append(max(0.0, now - m.sent_at))
     observer.observe_latencies(tenant, queue, PUSH, transport, nbytes, latencies)
-
-
-def observed_auto_ack(
-    observer: Observer, tenant: str, queue: str, transport: str, receipts: Sequence[str]
-) -> AckReply:
-    """The gateway's own ack of messages pushed to an auto-ack stream, recorded as ``ack``
-    on that stream's transport once the store answers (as SQS counts a receive and a delete,
-    and as the store's ``acked_total`` counts it)."""
-
-    def observed(result: AckResult | BaseException) -> None:
-        record_settled(observer, tenant, ACK, transport, receipts, dict.fromkeys(receipts, queue), result)
-
-    return observed

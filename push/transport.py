@@ -95,6 +95,7 @@ class BufferedTransport:
         "_bytes",
         "_frames",
         "_limit",
+        "_loop",
         "_on_close",
         "_on_drain",
         "_waiter",
@@ -109,6 +110,9 @@ class BufferedTransport:
         self._limit = limit
         self.blocked_since: float | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # The loop the writer waits on, once known (asking for the running loop costs a
+        # getpid() system call in Python 3.11; a transport stays on its connection's loop).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._on_close: OnClose | None = None
         self._on_drain: Callable[[], None] | None = None
         self.close_code: CloseCode | None = None
@@ -146,7 +150,10 @@ class BufferedTransport:
             waiter.set_result(None)
 
     async def _wait(self) -> None:
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
         try:
             await waiter
         finally:

@@ -140,6 +140,10 @@ class WebSocketSession:
         if self.room is not None and self.pending < self.engine.settings.max_pending_requests:
             self.room.set()
 
+    def settled(self, result: AckResult | BaseException) -> None:
+        """The reply of an ack or nack without an id: nothing to answer, one request fewer."""
+        self.request_done()
+
     async def wait_for_room(self) -> None:
         while self.pending >= self.engine.settings.max_pending_requests and not self.transport.closed:
             self.room = asyncio.Event()
@@ -403,12 +407,12 @@ class WebSocketHandler:
     def _ack_reply(
         session: WebSocketSession, request_id: RequestId
     ) -> Callable[[AckResult | BaseException], None]:
+        if request_id is None:
+            return session.settled  # fire and forget: no closure per frame
         protocol = session.protocol
 
         def reply(result: AckResult | BaseException) -> None:
             session.request_done()
-            if request_id is None:
-                return  # fire and forget
             if isinstance(result, PushgateError):
                 protocol.error(request_id, result)
             elif isinstance(result, AckResult):

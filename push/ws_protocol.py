@@ -151,12 +151,12 @@ def _queue(raw: dict[str, Any]) -> str:
 
 def _receipts(raw: dict[str, Any]) -> list[str]:
     receipts = raw.get("receipts")
-    if (
-        not isinstance(receipts, list)
-        or not 1 <= len(receipts) <= MAX_RECEIPTS
-        or not all(isinstance(r, str) and 1 <= len(r) <= MAX_RECEIPT_CHARS for r in receipts)
-    ):
+    if not isinstance(receipts, list) or not 1 <= len(receipts) <= MAX_RECEIPTS:
         raise InvalidRequest(f"receipts must be a list of 1-{MAX_RECEIPTS} receipt strings")
+    # A loop, not all() over a generator: an ack frame per message passes here per frame.
+    for receipt in receipts:
+        if not isinstance(receipt, str) or not 1 <= len(receipt) <= MAX_RECEIPT_CHARS:
+            raise InvalidRequest(f"receipts must be a list of 1-{MAX_RECEIPTS} receipt strings")
     return receipts
 
 
@@ -164,6 +164,7 @@ class WsProtocol:
     """One connection's protocol state: who it is, what it may do, what to send next."""
 
     __slots__ = (
+        "_may_settle",
         "_sendable",
         "close_code",
         "close_reason",
@@ -187,6 +188,9 @@ class WsProtocol:
         # Queue names this principal was found allowed to send to, name checked too: a
         # producer sending a frame per message to one queue is checked once, not per frame.
         self._sendable: set[str] = set()
+        # Whether this principal may ack and nack (the receive scope), once asked: a consumer
+        # acking every message frame is checked once, not per frame (None: not asked yet).
+        self._may_settle: bool | None = None
 
     # In ----------------------------------------------------------------------
 
@@ -263,8 +267,11 @@ class WsProtocol:
         elif isinstance(request, SubscribeRequest):
             if not principal.can("receive", request.queue):
                 raise Forbidden(f"forbidden: the token cannot receive from {request.queue}")
-        elif isinstance(request, (AckRequest, NackRequest)) and not principal.can("receive"):
-            raise Forbidden("forbidden: the token has no receive scope")
+        elif isinstance(request, (AckRequest, NackRequest)):
+            if self._may_settle is None:
+                self._may_settle = principal.can("receive")
+            if not self._may_settle:
+                raise Forbidden("forbidden: the token has no receive scope")
 
     # Authentication ----------------------------------------------------------------
 
@@ -284,6 +291,7 @@ class WsProtocol:
                 return False
         self.principal = principal
         self._sendable.clear()  # new scopes: checked again
+        self._may_settle = None
         if self.state is State.AWAITING_AUTH:
             self.state = State.OPEN
         if request_id is not None or refresh:

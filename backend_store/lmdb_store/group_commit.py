@@ -395,7 +395,8 @@ def _hand_over(
         except Exception:
             log.exception("post-commit callback failed")
     if items:
-        asyncio.get_running_loop().call_soon(_resolve_futures, items)
+        # The items' loop is this one (asking for the running loop costs a getpid() call).
+        items[0].loop.call_soon(_resolve_futures, items)
 
 
 def _resolve_futures(items: list[_Pending[Any]]) -> None:

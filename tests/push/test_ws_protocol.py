@@ -275,6 +275,16 @@ def test_a_refresh_checks_send_scopes_again() -> None:
     assert fails_with(proto, frame(op="send", queue="q", body="z")) is CloseCode.FORBIDDEN
 
 
+def test_a_refresh_checks_the_receive_scope_of_acks_again() -> None:
+    # Whether the principal may ack is asked once per connection; new credentials ask again.
+    proto = WsProtocol(PushSettings())
+    proto.authenticated(Caller())
+    assert isinstance(proto.receive_text(frame(op="ack", receipts=["r1"])), AckRequest)
+    assert isinstance(proto.receive_text(frame(op="nack", receipts=["r2"])), NackRequest)
+    assert proto.authenticated(Caller(receive=""), "r")
+    assert fails_with(proto, frame(op="ack", receipts=["r3"])) is CloseCode.FORBIDDEN
+
+
 def test_a_remembered_queue_still_gets_its_message_checked(proto: WsProtocol) -> None:
     assert isinstance(proto.receive_text(frame(op="send", queue="q", body="x")), SendRequest)
     reply = answered_with(proto, frame(op="send", queue="q", body="x", colour="red", id=2))
