@@ -135,4 +135,4 @@ def test_what_etcd_held_before_a_write_is_checked_against_the_mark_taken_before_
     assert not timeline.suspect
     # It held the record at 120: a restore brought back an older one, which this write buries.
     assert timeline.check_write(before, 120, 2)
-    assert timeline.suspect and timeline.high_water == last_epoch_of(2)
+    assert (timeline.suspect, timeline.high_water) == (True, last_epoch_of(2))
