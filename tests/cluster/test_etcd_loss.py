@@ -141,12 +141,7 @@ async def test_a_node_added_while_etcd_is_empty_founds_no_second_cluster(
     try:
         await h.start(nodes=4, managers=1, running=3)
         assert h.coordinator is not None
-        await h.create_queue(T, "orders", RF3)
-        pid = await h.partition_of(T, "orders")
-        await h.serving_leader(pid)
-        sent = [f"m{i}" for i in range(20)]
-        for body in sent:
-            await h.send_until_ok(pid, T, "orders", body)
+        pid, _, sent = await _queue_with_sends(h, "orders")
         snapshot = snapshot_save(own_etcd, tmp_path / "etcd.snapshot")
         old, new = ["n0", "n1", "n2"], "n3"
 
