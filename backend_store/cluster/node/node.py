@@ -370,8 +370,9 @@ class Node:
         # stands under the new lease: revoked before, the record would vanish for a moment
         # and the manager act on a node it saw gone (session 41's try, simulation all 451585).
         lost, self._lost_sessions = self._lost_sessions, []
-        for old in lost:
+        if lost:
             self._tasks = [task for task in self._tasks if not task.done()]
+        for old in lost:
             self._tasks.append(asyncio.create_task(revoke_lost(old), name=f"revoke lease {old.lease_id:x}"))
 
     async def _step_down_all(self, why: str) -> None:
