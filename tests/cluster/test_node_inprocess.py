@@ -176,7 +176,7 @@ async def test_a_node_revokes_the_lease_of_a_session_it_gave_up_once_registered_
     moment, too short to catch here: the simulation's seed all 451585 pins that order.)"""
     host, port = etcd_endpoints[0].rsplit(":", 1)
     proxy = await TcpProxy(int(port), host).start()
-    coordinator = await EtcdCoordinator([proxy.address], timeout_s=0.5).connect()
+    coordinator = await EtcdCoordinator([proxy.address]).connect()
     probe = await EtcdCoordinator(etcd_endpoints).connect()
     layout = Layout(unique_prefix("revoke") + "/")
     ttl_s = scaled(8.0)

@@ -25,6 +25,7 @@ from backend_store.cluster.coordination.identity import (
     NodeJudgement,
     founding_refusal,
     judge_node,
+    refusing_nodes,
 )
 from backend_store.cluster.coordination.layout import (
     ClusterIdentity,
@@ -266,7 +267,7 @@ class SimNode:
         nodes = self._nodes
         if not self._nodes_read:
             nodes = read_nodes(await self.coordinator.read_prefix(self.layout.nodes))
-        return [node for node, record in nodes.items() if node != self.node_id and record.state == "refused"]
+        return refusing_nodes(nodes, self.node_id)
 
     async def _cluster_read(self) -> ClusterRecord:
         """``NodeIdentity._record_read``."""

@@ -26,11 +26,11 @@ it first saw; a manager plans nothing while etcd holds no readable record.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ...errors import PushgateError
-from .layout import ClusterIdentity, Layout
+from .layout import ClusterIdentity, Layout, NodeRecord
 
 RESTORE_HINT = "restore etcd from a backup (docs/cluster.md, Backup and restore)"
 
@@ -110,6 +110,12 @@ def judge_node(
             " delete anything",
         )
     )
+
+
+def refusing_nodes(nodes: Mapping[str, NodeRecord], node_id: str) -> list[str]:
+    """The nodes other than ``node_id`` registered as refusing etcd (what
+    :func:`founding_refusal` counts)."""
+    return [node for node, record in nodes.items() if node != node_id and record.state == "refused"]
 
 
 def founding_refusal(refusing: Collection[str], layout: Layout) -> str | None:

@@ -45,6 +45,7 @@ from ...options import StoreOptions
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
 from ..coordination.etcd_tls import EtcdTls
+from ..coordination.identity import refusing_nodes
 from ..coordination.layout import (
     Layout,
     LeaderRecord,
@@ -305,7 +306,7 @@ class Node:
         nodes = self._nodes
         if not self._nodes_read:
             nodes = read_nodes(await self.coordinator.read_prefix(self.layout.nodes))
-        return [node for node, record in nodes.items() if node != self.node_id and record.state == "refused"]
+        return refusing_nodes(nodes, self.node_id)
 
     def _on_queues(self, state: PrefixState) -> None:
         self._queues = read_queues(state)
