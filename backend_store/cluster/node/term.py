@@ -128,7 +128,9 @@ class LeaderTerm(ABC):
         manager asked was heard from just before, and a term handed to it commits nothing
         until check-quorum gives it up (issue 24's defect 7 again: ``minority`` seeds 400568
         and 400730). Asking costs no refused request: writes go on until the answer (one
-        heartbeat when idle, the next acknowledgement under load)."""
+        heartbeat when idle, the next acknowledgement under load). An answer read after the ask
+        but sent before it counts too: it left at most a round trip earlier, and answers
+        carry nothing to tell them apart."""
         leader = self.leader
         quorum = leader.quorum if leader is not None else None
         if quorum is None:
