@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,8 +89,16 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     async def start(self) -> None:
         if self._env is not None:
             return
+        # A store that keeps a replication log (a backend node) syncs every commit: a
+        # replica's log must never lose its tail, receives included.
         env = await asyncio.to_thread(
-            Environment, self.path, self.options.map_size, self.options.max_map_size
+            functools.partial(
+                Environment,
+                self.path,
+                self.options.map_size,
+                self.options.max_map_size,
+                sync_meta=self._replication_log.keep > 0,
+            )
         )
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
         await self._take_hold_lock(env)
@@ -246,8 +255,11 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     ) -> list[ReceivedMessage]:
         check_receive(max_messages, visibility_timeout_s)
         count = int(max_messages)
+        # Not durable (docs/store.md, "Durability"): a receive a machine crash undoes only
+        # delivers its messages again, which at-least-once allows.
         return await self._write(
-            lambda w, now: self._ops.receive(w, now, tenant, queue, count, visibility_timeout_s, in_memory)
+            lambda w, now: self._ops.receive(w, now, tenant, queue, count, visibility_timeout_s, in_memory),
+            durable=False,
         )
 
     async def ack(

@@ -44,6 +44,7 @@ class _Pending(Generic[T]):
     op: Operation[T]
     future: asyncio.Future[T]
     loop: asyncio.AbstractEventLoop
+    durable: bool
     outcome: tuple[bool, Any] = field(default=(False, None))
 
 
@@ -109,13 +110,19 @@ class GroupCommitWriter:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, op: Operation[T]) -> asyncio.Future[T]:
-        """Queue an operation; the future resolves after its batch is committed and synced."""
+    def submit(self, op: Operation[T], *, durable: bool = True) -> asyncio.Future[T]:
+        """Queue an operation; the future resolves after its batch is committed and synced.
+
+        ``durable=False`` (receives): the operation's commit may be left undone by a crash
+        of the machine (never of the process) until a later commit syncs, when the
+        environment does not sync each commit itself (``Environment.sync_meta``). A batch
+        of such operations only is committed with one fdatasync instead of two; a batch
+        with any other operation is synced whole before any caller hears of it."""
         if self._closed:
             raise Unavailable("store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Pending(op, future, loop))
+        self._queue.put(_Pending(op, future, loop, durable))
         return future
 
     def stop(self) -> None:
@@ -203,6 +210,7 @@ class GroupCommitWriter:
     def _apply(self, batch: list[_Pending[Any]], *, after_ops: bool = True) -> Touched:
         now = self._clock()
         txn = self._env.begin_write()
+        committed = False
         self._log.begin()
         writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
@@ -220,6 +228,9 @@ class GroupCommitWriter:
             self._offer_early(writes)
             started = time.perf_counter()
             txn.commit()
+            committed = True
+            if writes.write_count and not self._env.sync_meta and any(pending.durable for pending in batch):
+                self._env.sync()
             self._log.commit()
             if writes.write_count:
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
@@ -229,9 +240,13 @@ class GroupCommitWriter:
             if writes.events:
                 self._events.append(writes.events)
         except BaseException:
-            txn.abort()
-            for undo in reversed(writes.on_abort):
-                undo()
+            if not committed:
+                txn.abort()
+                for undo in reversed(writes.on_abort):
+                    undo()
+            # Committed but not synced (the sync failed): the batch's callers hear it
+            # failed (an lmdb.Error: "store write failed", outcome unknown), as when a
+            # commit's own sync fails; its writes and holds stand.
             raise
         return writes.touched
 

@@ -50,10 +50,10 @@ class StoreCore:
             raise Unavailable("store is not started")
         return self._env
 
-    async def _write(self, op: Callable[[Writes, float], T]) -> T:
+    async def _write(self, op: Callable[[Writes, float], T], *, durable: bool = True) -> T:
         if self._writer is None:
             raise Unavailable("store is not started")
-        return await self._writer.submit(op)
+        return await self._writer.submit(op, durable=durable)
 
     async def _read(self, fn: Callable[[View], T]) -> T:
         env = self._require_env()

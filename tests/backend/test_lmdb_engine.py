@@ -326,14 +326,63 @@ async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -
 # ---------------------------------------------------------------------------
 
 
-async def test_commits_are_synced(lmdb_factory: StoreFactory) -> None:
+def counted_syncs(store: LmdbBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the writer's explicit syncs of ``store``'s environment (one fdatasync each)."""
+    env = store._require_env()
+    calls: list[int] = []
+    sync = env.sync
+
+    def counted() -> None:
+        sync()
+        calls.append(1)
+
+    monkeypatch.setattr(env, "sync", counted)
+    return calls
+
+
+async def test_commits_are_synced_and_receives_only_sync_their_data(
+    lmdb_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The crash tests kill the process, not the machine: the page cache survives SIGKILL, so
-    # they cannot tell a synced commit from an unsynced one. Guard the flags instead.
+    # they cannot tell a synced commit from an unsynced one. Guard the flags and the syncs.
+    # A standalone store: LMDB syncs each commit's data pages, not its meta page (a machine
+    # crash can undo, never corrupt); the writer syncs every batch but one of receives only
+    # (docs/store.md, "Durability"), before any caller hears of it.
     store = engine(await lmdb_factory.open())
     flags = store._require_env().env.flags()
-    assert flags["sync"] and flags["metasync"], flags
+    assert flags["sync"] and not flags["metasync"], flags
     # writemap is fine with sync; writemap with map_async flushes asynchronously.
     assert not (flags["writemap"] and flags["map_async"]), flags
+    await store.create_queue(T1, q("a"), {})
+    syncs = counted_syncs(store, monkeypatch)
+    await send_one(store, T1, q("a"), "m1")
+    await send_one(store, T1, q("a"), "m2")
+    assert len(syncs) == 2  # each send was synced before it returned
+    got = await store.receive(T1, q("a"), 1, 30)
+    held = await store.receive_in_memory(T1, q("a"), 1, 30)
+    assert len(got) == len(held) == 1
+    assert len(syncs) == 2  # receives: their data pages only
+    await store.nack(T1, [got[0].receipt])
+    await store.ack(T1, [held[0].receipt])
+    assert len(syncs) == 4
+    # A receive sharing a batch with a send is synced with it.
+    results = await asyncio.gather(store.receive(T1, q("a"), 1, 30), send_one(store, T1, q("a"), "m3"))
+    assert results[0] and len(syncs) >= 5
+
+
+async def test_a_store_that_keeps_a_log_syncs_every_commit(
+    lmdb_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A backend node's replica must never lose its log's tail, receives included: LMDB syncs
+    # every commit whole, and the writer never needs to.
+    store = engine(await lmdb_factory.open(replication_log_keep=LOG_KEEP))
+    flags = store._require_env().env.flags()
+    assert flags["sync"] and flags["metasync"], flags
+    await store.create_queue(T1, q("a"), {})
+    syncs = counted_syncs(store, monkeypatch)
+    await send_one(store, T1, q("a"), "m1")
+    assert await store.receive(T1, q("a"), 1, 30)
+    assert syncs == []
 
 
 async def test_the_event_loop_thread_never_calls_into_lmdb(lmdb_factory: StoreFactory) -> None:
