@@ -29,6 +29,10 @@ Pushgate's event loop) and its other threads ("threads": Pushgate's store writer
 ``--rounds N`` repeats every case N times against the same servers and ends with the median
 of each ratio (and the rounds' own), the figure to quote on a machine whose load moves.
 
+``--targets`` also runs ``push_latency.py`` and ``throttle_bench.py`` (parts 0 and 1) for as
+many rounds and ends with every target of issue 25 in one table: each round's figure, the
+median, met or not (``bench/targets.py``).
+
 ``--pin`` runs each server on CPU 0 and this script with its clients on CPU 1: the server's
 CPU per message and its split then measure the server alone, without the preemptions and GIL
 hand-offs that two shared cores add (use it to compare changes; the issue's targets are
@@ -58,7 +62,7 @@ from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import nats_peer
+from bench import nats_peer, targets
 from bench.push_common import (
     cpu_seconds,
     create_queue,
@@ -357,6 +361,12 @@ def main() -> None:
         action="store_true",
         help="max phase also on a dev cluster (3 nodes, RF 3 sync) and on NATS JetStream R3 (sync always)",
     )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="also run push_latency.py and throttle_bench.py for as many rounds and end with "
+        "every target of issue 25, met or not (bench/targets.py)",
+    )
     args = parser.parse_args()
     if args.pin:
         pin(os.getpid(), {1})  # the clients started from here inherit it
@@ -491,6 +501,10 @@ def main() -> None:
                     f" (Redis {statistics.median(r[f'redis {name}']['p50_ms'] for r in kind):.1f}/"
                     f"{statistics.median(r[f'redis {name}']['p99_ms'] for r in kind):.1f} ms)"
                 )
+    if args.targets:
+        found = targets.peer_targets(rounds, phases, [mode for mode, _ in modes])
+        found += targets.latency_and_limit_targets(args.rounds)
+        targets.print_targets(found)
 
 
 def cluster_ratios(results: dict[str, dict[str, Any]], mode: str) -> tuple[float, float] | None:

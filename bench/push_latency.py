@@ -194,6 +194,9 @@ def main() -> None:
         "nothing, which leaves the code path alone in the figures",
     )
     parser.add_argument("--one", action="store_true", help="one gateway only (no Redis)")
+    parser.add_argument(
+        "--json", help="also write each round's p50s to this file (peer_compare.py --targets)"
+    )
     args = parser.parse_args()
     print(machine())
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -271,6 +274,11 @@ def main() -> None:
         )
     one = statistics.median(r[0] for r in results["one gateway"])
     print(f"one gateway p50 median {one:.2f} ms; target: at most 1.50 ms")
+    if args.json:
+        figures = {"one_p50_ms": [r[0] for r in results["one gateway"]]}
+        if not args.one:
+            figures["extra_p50_ms"] = extra_ms
+        Path(args.json).write_bytes(orjson.dumps(figures))
 
 
 if __name__ == "__main__":

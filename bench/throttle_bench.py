@@ -357,6 +357,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--messages", type=int, default=300, help="messages per latency series")
     parser.add_argument("--parts", default="0,1,2", help="which parts to run (comma-separated)")
+    parser.add_argument(
+        "--json", help="also write the figures behind the targets to this file (peer_compare.py --targets)"
+    )
     args = parser.parse_args()
     parts = {int(p) for p in args.parts.split(",")}
     procs: list[subprocess.Popen[Any]] = []
@@ -438,6 +441,25 @@ def main() -> None:
                     line += f"  redis-server {statistics.median(r['cpu_us'][1] for r in rs):.1f} us/req"
                 errors = sum(r["errors"] for r in rs)
                 print(line + (f"  errors {errors}" if errors else ""))
+    if args.json:
+        # Each round's: a three-rule check's CPU (the default strategy, as a WebSocket frame
+        # makes it), and each request kind's CPU ratio of a gateway to itself without limits.
+        figures = {
+            "check_3_rules_us": {
+                storage: [c[0] for c in micro.get((storage, "ours", 3), [])]
+                for storage in ("memory", "redis")
+            },
+            "cpu_ratio": {
+                f"{mode} {name}": [
+                    b["cpu_us"][0] / r["cpu_us"][0]
+                    for r, b in zip(runs[(mode, name)], runs[(mode, baseline(name))], strict=True)
+                ]
+                for mode in ("poll", "send")
+                for name in TOGGLED
+                if (mode, name) in runs
+            },
+        }
+        Path(args.json).write_text(json.dumps(figures))
     if same:
         print(f"\nPart 2: send through A (HTTP) to push (WebSocket), {args.messages} messages one at a time")
         for name, values in (("same gateway (A -> A)", same), ("cross gateway (A -> B)", cross)):
