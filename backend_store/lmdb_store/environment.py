@@ -86,9 +86,10 @@ class Environment:
     what makes it durable. Without it a commit still syncs its data pages before it writes
     the meta page, so a crash of the machine can undo the last commits but never corrupt
     the store (LMDB's ``MDB_NOMETASYNC``), and a process crash loses nothing (the page cache
-    keeps the meta page); :meth:`sync` then makes every commit so far durable. The writer
-    calls it for every batch but one of receives only (group_commit.py: one fdatasync
-    instead of two per receive)."""
+    keeps the meta page); the next commit's data sync, or :meth:`sync`, makes it durable.
+    The group-commit writer tells a batch's callers only once it is (group_commit.py,
+    ``_settle``): under load one fdatasync per commit instead of two, and a batch of
+    receives only never waits for one of its own."""
 
     def __init__(self, path: Path, map_size: int, max_map_size: int, *, sync_meta: bool = True) -> None:
         path.mkdir(parents=True, exist_ok=True)

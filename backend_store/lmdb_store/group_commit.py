@@ -5,8 +5,10 @@ batch's clock reading) and await its result. The writer drains whatever is queue
 each operation in the batch's transaction (an operation that fails half-way makes the
 writer redo the batch one operation per transaction, so it undoes only itself), appends the
 batch's mutations to the replication log, commits once, and resolves every caller of the
-batch with one hop back to the event loop (:func:`_hand_over`). Nothing on the event loop
-ever waits on LMDB or fsync.
+batch with one hop back to the event loop (:func:`_hand_over`) once the commit is durable:
+at once where LMDB syncs each commit whole (a backend node), else after the next commit's
+data sync or a sync of its own when there is no next commit (:meth:`GroupCommitWriter._settle`).
+Nothing on the event loop ever waits on LMDB or fsync.
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ class _Pending(Generic[T]):
     loop: asyncio.AbstractEventLoop
     durable: bool
     outcome: tuple[bool, Any] = field(default=(False, None))
+
+
+@dataclass(slots=True)
+class _Committed:
+    """A committed batch and what its callers and listeners get once it is durable."""
+
+    batch: list[_Pending[Any]]
+    touched: Touched
+    post_commit: list[PostCommit]
+    events: list[dict[tuple[str, str, str], int]]
 
 
 _STOP = object()
@@ -90,6 +102,10 @@ class GroupCommitWriter:
         # handed to on_events from the writer thread once the batch is resolved.
         self._on_events = on_events
         self._events: list[dict[tuple[str, str, str], int]] = []
+        # Whether the current batch's commits wrote anything (and so synced their data).
+        self._wrote = False
+        # Committed batches whose meta page is not yet synced, callers not yet told (_settle).
+        self._unsynced: list[_Committed] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Early shipping (LmdbBackend.ship_early): each logged entry is offered just before
         # its commit, and reported lost if that commit then fails.
@@ -115,9 +131,9 @@ class GroupCommitWriter:
 
         ``durable=False`` (receives): the operation's commit may be left undone by a crash
         of the machine (never of the process) until a later commit syncs, when the
-        environment does not sync each commit itself (``Environment.sync_meta``). A batch
-        of such operations only is committed with one fdatasync instead of two; a batch
-        with any other operation is synced whole before any caller hears of it."""
+        environment does not sync each commit itself (``Environment.sync_meta``): a batch
+        of such operations only is answered without waiting for its meta page to reach
+        the disk. Any other batch is durable before any caller hears of it (``_settle``)."""
         if self._closed:
             raise Unavailable("store is closed")
         loop = asyncio.get_running_loop()
@@ -136,7 +152,16 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            if self._unsynced:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    # Nothing more to commit, whose data sync would carry the meta page
+                    # of the commit waiting: sync it alone.
+                    self._sync_unsynced()
+                    item = self._queue.get()
+            else:
+                item = self._queue.get()
             batch: list[_Pending[Any]] = []
             stopping = item is _STOP
             if not stopping:
@@ -153,12 +178,14 @@ class GroupCommitWriter:
             if batch:
                 self._commit_batch(batch)
             if stopping:
+                self._sync_unsynced()
                 return
 
     def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
         touched: Touched = set()
         self._post_commit = []
         self._events = []
+        self._wrote = False
         advanced = False
         while True:
             try:
@@ -195,7 +222,50 @@ class GroupCommitWriter:
                 self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
-        self._resolve(batch, touched)
+        self._settle(_Committed(batch, touched, self._post_commit, self._events))
+
+    def _settle(self, committed: _Committed) -> None:
+        """Tell the batch's callers, once its commit is durable.
+
+        An environment that syncs each commit whole (``sync_meta``, a backend node): at once.
+        Otherwise a commit that wrote synced its data pages, then wrote its meta page
+        unsynced; the next commit's data sync carries that page to disk too. So a batch that
+        needs to be durable waits for the next batch that writes (or for an explicit sync
+        when the writer runs out of work, or the next batch writes nothing): under load one
+        fdatasync per commit instead of two, at the cost of a caller waiting for the next
+        commit rather than a sync of its own. Callers are told in commit order: a later
+        batch may have read what an earlier one wrote (a held receive of a message just sent).
+        """
+        if self._env.sync_meta:
+            self._resolve(committed)
+            return
+        if self._wrote:
+            # This commit's data sync carried every earlier meta page to disk.
+            self._resolve_unsynced()
+            if any(pending.durable for pending in committed.batch):
+                self._unsynced.append(committed)
+                return
+        elif self._unsynced:
+            self._sync_unsynced()
+        self._resolve(committed)
+
+    def _sync_unsynced(self) -> None:
+        if not self._unsynced:
+            return
+        try:
+            self._env.sync()
+        except lmdb.Error as exc:
+            # Committed, durable or not: the callers hear "store write failed" (outcome
+            # unknown, as when a commit's own sync fails); deliveries are not made.
+            for committed in self._unsynced:
+                self._fail_all(committed.batch, exc)
+                committed.post_commit.clear()
+        self._resolve_unsynced()
+
+    def _resolve_unsynced(self) -> None:
+        unsynced, self._unsynced = self._unsynced, []
+        for committed in unsynced:
+            self._resolve(committed)
 
     def _advance(self) -> bool:
         txn = self._env.begin_write()
@@ -210,7 +280,6 @@ class GroupCommitWriter:
     def _apply(self, batch: list[_Pending[Any]], *, after_ops: bool = True) -> Touched:
         now = self._clock()
         txn = self._env.begin_write()
-        committed = False
         self._log.begin()
         writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
@@ -228,11 +297,9 @@ class GroupCommitWriter:
             self._offer_early(writes)
             started = time.perf_counter()
             txn.commit()
-            committed = True
-            if writes.write_count and not self._env.sync_meta and any(pending.durable for pending in batch):
-                self._env.sync()
             self._log.commit()
             if writes.write_count:
+                self._wrote = True
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
             if lsn is not None:
                 self.batches += 1
@@ -240,13 +307,9 @@ class GroupCommitWriter:
             if writes.events:
                 self._events.append(writes.events)
         except BaseException:
-            if not committed:
-                txn.abort()
-                for undo in reversed(writes.on_abort):
-                    undo()
-            # Committed but not synced (the sync failed): the batch's callers hear it
-            # failed (an lmdb.Error: "store write failed", outcome unknown), as when a
-            # commit's own sync fails; its writes and holds stand.
+            txn.abort()
+            for undo in reversed(writes.on_abort):
+                undo()
             raise
         return writes.touched
 
@@ -370,21 +433,19 @@ class GroupCommitWriter:
         log.error("LMDB write failed: %s", exc)
         return Unavailable("store write failed")
 
-    def _resolve(self, batch: list[_Pending[Any]], touched: Touched) -> None:
+    def _resolve(self, committed: _Committed) -> None:
         # One hop to each loop per batch (_hand_over), carrying everything that loop gets.
         hops: dict[asyncio.AbstractEventLoop, tuple[list[_Pending[Any]], list[Callable[[], None]]]] = {}
-        for pending in batch:
+        for pending in committed.batch:
             hops.setdefault(pending.loop, ([], []))[0].append(pending)
-        for loop, callback in self._post_commit:
+        for loop, callback in committed.post_commit:
             hops.setdefault(loop, ([], []))[1].append(callback)
-        self._post_commit = []
         for loop, (items, callbacks) in hops.items():
             # A closed loop means nobody is waiting any more; the writes stand.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_hand_over, items, callbacks, touched, self._on_commit)
-        if self._events and self._on_events is not None:
-            events, self._events = self._events, []
-            self._on_events(events)
+                loop.call_soon_threadsafe(_hand_over, items, callbacks, committed.touched, self._on_commit)
+        if committed.events and self._on_events is not None:
+            self._on_events(committed.events)
 
 
 def _hand_over(
