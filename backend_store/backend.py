@@ -227,6 +227,23 @@ class StandingReceive(Protocol):
 
 
 @runtime_checkable
+class EarlyChanges(Protocol):
+    """Optional capability: hear of a queue's new messages as the commit that makes them
+    visible begins, before it ends (embedded stores only).
+
+    For telling *other processes* that share the store (the Redis wake-ups between gateways
+    on one data directory): their receive waits for the commit anyway (LMDB has one writer
+    at a time) and syncs the file with its own commit, so they deliver nothing that is not
+    on disk, and the wake-up's trip through Redis overlaps this commit's fsyncs instead of
+    following them. Never for this process's own receives: they would run before the
+    commit's standing receives are served. A commit that fails has woken them for nothing
+    (an empty receive). Listeners are called on the store's event loop.
+    """
+
+    def add_early_listener(self, listener: ChangeListener) -> None: ...
+
+
+@runtime_checkable
 class InMemoryReceive(Protocol):
     """Optional capability: a receive that keeps in-flight state in memory, writing nothing
     for a first delivery (embedded stores only: replicas must agree, so a cluster never holds).

@@ -81,6 +81,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     def __init__(self, path: Path, options: StoreOptions) -> None:
         super().__init__(path, options)
         self._listeners: list[ChangeListener] = []
+        self._early_listeners: list[ChangeListener] = []
         self._event_listeners: list[EventListener] = []
         self._max_batch = options.max_batch
 
@@ -113,6 +114,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             after_ops=self._serve_demands,
             on_events=self._committed_events,
             index_listener=self._ops.holds.indexed,
+            on_commit_start=self._commit_starts,
         )
         self._writer.start()
         try:
@@ -144,6 +146,24 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
 
     def add_listener(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
+
+    def add_early_listener(self, listener: ChangeListener) -> None:
+        """backend.EarlyChanges: told as the commit begins, for other processes only."""
+        self._early_listeners.append(listener)
+
+    def _commit_starts(self, touched: Touched) -> None:
+        # Writer thread: one hop to the loop, only when somebody listens.
+        if self._early_listeners and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+                self._loop.call_soon_threadsafe(self._tell_early, frozenset(touched))
+
+    def _tell_early(self, touched: frozenset[tuple[str, str]]) -> None:
+        for tenant, queue in touched:
+            for listener in self._early_listeners:
+                try:
+                    listener(TenantId(tenant), QueueName(queue))
+                except Exception:
+                    log.exception("store listener failed")
 
     # Message events (backend_store.backend.MessageEvents) ---------------------------
 

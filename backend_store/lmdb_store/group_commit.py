@@ -89,6 +89,7 @@ class GroupCommitWriter:
         after_ops: AfterOps | None = None,
         on_events: Callable[[list[dict[tuple[str, str, str], int]]], None] | None = None,
         index_listener: Callable[[int, bytes], None] | None = None,
+        on_commit_start: Callable[[Touched], None] | None = None,
     ) -> None:
         self._env = env
         self._log = replication_log
@@ -97,6 +98,9 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._after_ops = after_ops
         self._index_listener = index_listener  # Writes.index_listener of every transaction
+        # Told (on this thread) what a transaction touched just before it commits
+        # (backend.EarlyChanges).
+        self._on_commit_start = on_commit_start
         self._post_commit: list[PostCommit] = []
         # Events (Writes.events) of the transactions of the current batch that committed;
         # handed to on_events from the writer thread once the batch is resolved.
@@ -295,6 +299,8 @@ class GroupCommitWriter:
             if appended is not None and self._lost_epoch is not None and appended.epoch <= self._lost_epoch:
                 raise _TermEnded()
             self._offer_early(writes)
+            if self._on_commit_start is not None and writes.touched:
+                self._on_commit_start(writes.touched)
             started = time.perf_counter()
             txn.commit()
             self._log.commit()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
 
-from backend_store.backend import Backend
+from backend_store.backend import Backend, EarlyChanges
 from backend_store.types import QueueName
 from push.principal import Operation, PrincipalLike
 from push.wakeup import WakeupHub
@@ -110,7 +110,12 @@ class Throttling:
     async def start(self) -> None:
         await self.state.start()
         if self.signals is not None:
-            self._backend.add_listener(self.signals.local_change)
+            # Other gateways on this data directory: told as the commit begins (their
+            # receive waits for it), else once it is done.
+            if isinstance(self._backend, EarlyChanges):
+                self._backend.add_early_listener(self.signals.local_change)
+            else:
+                self._backend.add_listener(self.signals.local_change)
 
     async def drain(self) -> None:
         return None
