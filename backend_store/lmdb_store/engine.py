@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,15 +155,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         # Writer thread: one hop to the loop, only when somebody listens.
         if self._early_listeners and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
-                self._loop.call_soon_threadsafe(self._tell_early, frozenset(touched))
-
-    def _tell_early(self, touched: frozenset[tuple[str, str]]) -> None:
-        for tenant, queue in touched:
-            for listener in self._early_listeners:
-                try:
-                    listener(TenantId(tenant), QueueName(queue))
-                except Exception:
-                    log.exception("store listener failed")
+                self._loop.call_soon_threadsafe(_tell, self._early_listeners, frozenset(touched))
 
     # Message events (backend_store.backend.MessageEvents) ---------------------------
 
@@ -345,12 +337,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     # Internals ------------------------------------------------------------------
 
     def _notify(self, touched: Touched) -> None:
-        for tenant, queue in touched:
-            for listener in self._listeners:
-                try:
-                    listener(TenantId(tenant), QueueName(queue))
-                except Exception:
-                    log.exception("store listener failed")
+        _tell(self._listeners, touched)
 
     def _check_store(self, w: Writes, now: float) -> None:
         """At start, one write for both checks: the store's format, then its keys."""
@@ -405,3 +392,12 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             for key_id in missing:
                 checks[key_id] = keyring.seal_with(key_id, _KEY_CHECK_PLAINTEXT)
             w.put(Db.META, _KEY_CHECKS, pack(checks))
+
+
+def _tell(listeners: Sequence[ChangeListener], touched: Collection[tuple[str, str]]) -> None:
+    for tenant, queue in touched:
+        for listener in listeners:
+            try:
+                listener(TenantId(tenant), QueueName(queue))
+            except Exception:
+                log.exception("store listener failed")
