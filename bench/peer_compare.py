@@ -77,13 +77,13 @@ from bench.push_common import (
     thread_cpu_seconds,
     wait_for_port,
 )
+from bench.targets import ACKS, cluster_ratios, ratios
 
 WINDOW = 100
 HALF_WINDOW = WINDOW // 2
 # How the consumer acks (--acks): after every frame it gets (a ``messages`` frame, a
 # ``message`` frame, an XREADGROUP reply), or 50 receipts at a time (half its window), as a
 # worker that acks as it goes.
-ACKS = {"frame": "acks every frame", "half": "acks every 50"}
 # The Pushgate cases (--frames): a name in the report, and the subscription's batch size.
 MODES = {"batch": ("batch frames", 100), "single": ("frame per message", 1)}
 STREAM, GROUP = "bench", "consumers"
@@ -505,20 +505,6 @@ def main() -> None:
         found = targets.peer_targets(rounds, phases, [mode for mode, _ in modes])
         found += targets.latency_and_limit_targets(args.rounds)
         targets.print_targets(found)
-
-
-def cluster_ratios(results: dict[str, dict[str, Any]], mode: str) -> tuple[float, float] | None:
-    """(throughput against the embedded store's, against NATS JetStream R3's) of the cluster."""
-    if f"cluster {mode} max" not in results:
-        return None
-    r = results[f"cluster {mode} max"]["msg_per_s"]
-    return r / results[f"pushgate {mode} max"]["msg_per_s"], r / results["nats max"]["msg_per_s"]
-
-
-def ratios(results: dict[str, dict[str, Any]], phase_name: str, mode: str) -> tuple[float, float]:
-    """(throughput, server CPU per message) of a Pushgate case as ratios to Redis's."""
-    base, r = results[f"redis {phase_name}"], results[f"pushgate {mode} {phase_name}"]
-    return r["msg_per_s"] / base["msg_per_s"], r["cpu_us_per_msg"] / max(base["cpu_us_per_msg"], 1e-9)
 
 
 def print_round(results: dict[str, dict[str, Any]], phases: list[str], modes: list[str]) -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+# The consumer kinds of peer_compare.py (--acks).
+ACKS = {"frame": "acks every frame", "half": "acks every 50"}
 
 
 @dataclass(frozen=True)
@@ -39,86 +41,58 @@ class Target:
         return median >= self.bound if self.at_least else median <= self.bound
 
 
+def ratios(results: dict[str, dict[str, Any]], phase_name: str, mode: str) -> tuple[float, float]:
+    """(throughput, server CPU per message) of a Pushgate case as ratios to Redis's."""
+    base, r = results[f"redis {phase_name}"], results[f"pushgate {mode} {phase_name}"]
+    return r["msg_per_s"] / base["msg_per_s"], r["cpu_us_per_msg"] / max(base["cpu_us_per_msg"], 1e-9)
+
+
+def cluster_ratios(results: dict[str, dict[str, Any]], mode: str) -> tuple[float, float] | None:
+    """(throughput against the embedded store's, against NATS JetStream R3's) of the cluster."""
+    if f"cluster {mode} max" not in results:
+        return None
+    r = results[f"cluster {mode} max"]["msg_per_s"]
+    return r / results[f"pushgate {mode} max"]["msg_per_s"], r / results["nats max"]["msg_per_s"]
+
+
 def peer_targets(
     rounds: Sequence[dict[str, dict[str, Any]]], phases: Sequence[str], modes: Sequence[str]
 ) -> list[Target]:
     """The targets of peer_compare.py's own rounds (ratios to Redis of the same round)."""
     targets: list[Target] = []
-    kinds = sorted({r[""]["acks"] for r in rounds})
-    for acks in kinds:
+    for acks, consumer in ACKS.items():
         kind = [r for r in rounds if r[""]["acks"] == acks]
-        consumer = "acks every frame" if acks == "frame" else "acks every 50"
+        if not kind:
+            continue
         for mode in modes:
             single = mode == "frame per message"
-            if "max" in phases:
-                throughput = [
-                    r[f"pushgate {mode} max"]["msg_per_s"] / r["redis max"]["msg_per_s"] for r in kind
-                ]
-                cpu = [_cpu_ratio(r, mode, "max") for r in kind]
-                targets.append(
-                    Target(
-                        f"max, {mode}, {consumer}: throughput vs Redis",
-                        1.0 if single else 1.3,
-                        True,
-                        "x",
-                        throughput,
+            for phase in phases:
+                each = [ratios(r, phase, mode) for r in kind]
+                cpu = [c for _, c in each]
+                case = f"{phase}, {mode}, {consumer}"
+                if phase == "max":
+                    throughput = [t for t, _ in each]
+                    targets.append(
+                        Target(f"{case}: throughput vs Redis", 1.0 if single else 1.3, True, "x", throughput)
                     )
-                )
-                targets.append(
-                    Target(
-                        f"max, {mode}, {consumer}: server CPU/msg vs Redis",
-                        2.0 if single else 1.5,
-                        False,
-                        "x",
-                        cpu,
+                    targets.append(
+                        Target(f"{case}: server CPU/msg vs Redis", 2.0 if single else 1.5, False, "x", cpu)
                     )
-                )
-            if "paced" in phases:
-                paced = [r[f"pushgate {mode} paced"] for r in kind]
-                targets.append(
-                    Target(f"paced, {mode}, {consumer}: p50", 2.0, False, " ms", [p["p50_ms"] for p in paced])
-                )
-                targets.append(
-                    Target(f"paced, {mode}, {consumer}: p99", 5.0, False, " ms", [p["p99_ms"] for p in paced])
-                )
-                targets.append(
-                    Target(
-                        f"paced, {mode}, {consumer}: server CPU/msg vs Redis",
-                        1.5,
-                        False,
-                        "x",
-                        [_cpu_ratio(r, mode, "paced") for r in kind],
-                    )
-                )
-            clustered = [r for r in kind if f"cluster {mode} max" in r]
+                else:
+                    paced = [r[f"pushgate {mode} paced"] for r in kind]
+                    targets.append(Target(f"{case}: p50", 2.0, False, " ms", [p["p50_ms"] for p in paced]))
+                    targets.append(Target(f"{case}: p99", 5.0, False, " ms", [p["p99_ms"] for p in paced]))
+                    targets.append(Target(f"{case}: server CPU/msg vs Redis", 1.5, False, "x", cpu))
+            clustered = [pair for r in kind if (pair := cluster_ratios(r, mode)) is not None]
             if clustered:
-                cluster = [r[f"cluster {mode} max"]["msg_per_s"] for r in clustered]
-                embedded = [r[f"pushgate {mode} max"]["msg_per_s"] for r in clustered]
-                nats = [r["nats max"]["msg_per_s"] for r in clustered]
+                case = f"cluster RF 3, {mode}, {consumer}"
                 targets.append(
-                    Target(
-                        f"cluster RF 3, {mode}, {consumer}: vs the embedded store",
-                        0.8,
-                        True,
-                        "x",
-                        [c / e for c, e in zip(cluster, embedded, strict=True)],
-                    )
+                    Target(f"{case}: vs the embedded store", 0.8, True, "x", [e for e, _ in clustered])
                 )
                 targets.append(
-                    Target(
-                        f"cluster RF 3, {mode}, {consumer}: vs NATS JetStream R3",
-                        1.0,
-                        True,
-                        "x",
-                        [c / n for c, n in zip(cluster, nats, strict=True)],
-                    )
+                    Target(f"{case}: vs NATS JetStream R3", 1.0, True, "x", [n for _, n in clustered])
                 )
     return targets
-
-
-def _cpu_ratio(results: dict[str, dict[str, Any]], mode: str, phase: str) -> float:
-    base = float(results[f"redis {phase}"]["cpu_us_per_msg"])
-    return float(results[f"pushgate {mode} {phase}"]["cpu_us_per_msg"]) / max(base, 1e-9)
 
 
 def latency_and_limit_targets(rounds: int) -> list[Target]:
