@@ -237,8 +237,34 @@ class ClusterHarness:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
+                raise AssertionError(f"timed out waiting for {what}\n{await self.summary()}{self.logs()}")
             await asyncio.sleep(0.05)
+
+    async def summary(self) -> str:
+        """What etcd holds now of each node and partition, a line each: put ahead of the logs
+        on a timeout, since CI shows a failure's first and last lines only (a late-restore
+        failure of session 44's CI left its node logs in the cut middle)."""
+        try:
+            records = await self.node_records()
+            partitions = await self.partitions()
+            leaders = {pid: await self.leader(pid) for pid in partitions}
+        except CoordinatorUnavailable as exc:
+            return f"(etcd not read: {exc})\n"
+        lines = [
+            f"node {n}: {r.state} replicas={sorted(r.replicas)} strays={sorted(r.strays)}"
+            + (f" refusal={r.refusal!r}" if r.refusal else "")
+            for n, r in sorted(records.items())
+        ]
+        for pid, rec in sorted(partitions.items()):
+            leader = leaders[pid]
+            lines.append(
+                f"partition {pid} ({rec.tenant}/{rec.queue}#{rec.index}): members={list(rec.members)}"
+                f" leader={leader[0] if leader else None}"
+            )
+        missing = sorted(set(self.nodes) - set(records))
+        if missing:
+            lines.append(f"no record in etcd: {missing}")
+        return "".join(f"{line}\n" for line in lines)
 
     async def partition_of(self, tenant: str, queue: str, index: int = 0) -> int:
         async def find() -> int | None:
