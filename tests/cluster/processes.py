@@ -248,8 +248,8 @@ class ClusterHarness:
             records = await self.node_records()
             partitions = await self.partitions()
             leaders = {pid: await self.leader(pid) for pid in partitions}
-        except CoordinatorUnavailable as exc:
-            return f"(etcd not read: {exc})\n"
+        except Exception as exc:  # a diagnosis that fails must not hide the timeout it explains
+            return f"(etcd not read: {type(exc).__name__}: {exc})\n"
         lines = [
             f"node {n}: {r.state} replicas={sorted(r.replicas)} strays={sorted(r.strays)}"
             + (f" refusal={r.refusal!r}" if r.refusal else "")
