@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -89,6 +90,20 @@ class ClusterProcess:
 
     def log_tail(self, chars: int = 12000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def _warnings(log: str) -> str:
+    """A process's log lines at WARNING or above, without its task dump (``pushgate.tasks``);
+    of a traceback, only its last line (what was raised)."""
+    return "\n".join(
+        line
+        for line in log.splitlines()
+        if (" WARNING " in line or " ERROR " in line or " CRITICAL " in line or _RAISED.match(line))
+        and "pushgate.tasks" not in line
+    )
 
 
 @dataclass
@@ -185,7 +200,12 @@ class ClusterHarness:
             "pushgate.tasks" not in p.log_path.read_text(errors="replace")[before[p.name] :] for p in asked
         ):
             time.sleep(0.05)
-        return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in [*self.managers, *self.nodes.values()])
+        everyone = [*self.nodes.values(), *self.managers]
+        # Warnings first, nodes before managers: CI keeps a failure's first lines, and the
+        # task dumps and INFO lines (a watch re-opening, a link closing) are long.
+        brief = "\n".join(f"--- {p.name}: warnings and errors\n{_warnings(p.log_tail())}" for p in everyone)
+        whole = "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in everyone)
+        return f"{brief}\n=== the logs' ends, with each live process's tasks (SIGUSR1)\n{whole}"
 
     # etcd, as a gateway and an operator see it ---------------------------------------------
 
