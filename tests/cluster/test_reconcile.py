@@ -67,6 +67,17 @@ def test_an_unreadable_record_is_unknown_not_absent() -> None:
     assert not out.delete and "cannot be read" in out.strays[1]
 
 
+def test_a_replica_named_here_that_cannot_be_opened_is_a_stray_the_others_serve() -> None:
+    """tests/cluster/test_unopenable_replica.py on real processes."""
+    hosted = {
+        **_hosted(1, label=LABEL),
+        2: HostedReplica(2, open=False, unopenable="cannot be opened here: not an LMDB file"),
+    }
+    out = decide("me", hosted, MapView({1: ON_ME, 2: ON_ME}), {}, TRUSTED)
+    assert out.serve == {1: ON_ME}
+    assert out.strays == {2: "cannot be opened here: not an LMDB file"} and not out.delete
+
+
 def test_a_tombstone_deletes_an_unnamed_replica() -> None:
     tomb = Tombstone(1, "me", "partition_deleted", None, "t", "q")
     out = decide("me", _hosted(1, label=LABEL), MapView({}), {1: tomb}, TRUSTED)

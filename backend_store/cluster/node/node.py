@@ -84,6 +84,8 @@ from .served_sets import ServedSets, forget_served_set, keep_served_set, read_se
 from .storage_gauge import StorageGauge
 
 log = logging.getLogger("pushgate.cluster")
+# A replica that would not open is tried again this long after (kept as a stray meanwhile).
+_REOPEN_AFTER_S = 30.0
 
 
 class Node:
@@ -184,6 +186,8 @@ class Node:
         # (last_epoch, lsn) of each stray (published: a restored etcd's promotion compares
         # them); read when it stops being served, or once at start (``_rank_strays``).
         self._stray_ranks: dict[int, tuple[int, int]] = {}
+        # Replicas that would not open (why, and when to try again): strays meanwhile.
+        self._unopenable: dict[int, tuple[str, float]] = {}
         # What this node deleted on moves' tombstones (receipts.py), the record each
         # replica was last served on (remembered_records.py) and the voting set, by
         # incarnation (served_sets.py): all read at start.
@@ -393,18 +397,23 @@ class Node:
         )
         decision = self._decide(verdict, {})
         opened: dict[int, PartitionHost] = {}
-        if decision.refused is None:
-            # New replicas are opened aside and their labels read before anything serves
-            # them: a replica of another cluster or queue is never served, not even once.
-            for pid in [p for p in decision.serve if p not in self.hosts]:
-                opened[pid] = await self._open_host(pid)
-            if opened:
-                decision = self._decide(verdict, opened)
-        for pid, host in opened.items():
-            if pid in decision.serve:
-                self.hosts[pid] = host
+        try:
+            if decision.refused is None:
+                # New replicas are opened aside and their labels read before anything serves
+                # them: a replica of another cluster or queue is never served, not even once.
+                tried = [p for p in decision.serve if p not in self.hosts]
+                for pid in tried:
+                    if (host := await self._try_open(pid)) is not None:
+                        opened[pid] = host
+                if tried:
+                    decision = self._decide(verdict, opened)
+            for pid in [p for p in opened if p in decision.serve]:
+                self.hosts[pid] = opened.pop(pid)
                 known.add(pid)
-            else:
+        finally:
+            # Not served (a stray now), or the round failed: never left open unrecorded (a
+            # second open of it in this process would fail for good).
+            for host in opened.values():
                 await host.close()
         await self._keep_strays(decision.strays)
         await self._rank_strays()
@@ -498,9 +507,31 @@ class Node:
             )
             for pid in self._on_disk or ()
         }
+        now = time.monotonic()
+        for pid, (why, retry_at) in self._unopenable.items():
+            if now < retry_at:
+                hosted[pid] = HostedReplica(pid, open=False, unopenable=why)
         for pid, host in [*self.hosts.items(), *opened.items()]:
             hosted[pid] = HostedReplica(pid, True, self._labels.get(pid), host.store.last_lsn)
         return decide(self.node_id, hosted, self._partitions, self._tombstones, verdict)
+
+    async def _try_open(self, pid: int) -> PartitionHost | None:
+        """Open a replica the map names here; None if it cannot be opened. Then it is kept as
+        a stray, reported with why, and tried again after ``_REOPEN_AFTER_S``: one damaged
+        replica must not stop the node serving the others (it stopped every partition of
+        the node, and kept its healthy replicas open unrecorded: tests/cluster/
+        test_unopenable_replica.py)."""
+        try:
+            host = await self._open_host(pid)
+        except Exception as exc:  # whatever a damaged or unreadable replica raises: its failure alone
+            why = f"cannot be opened here: {exc}"
+            if self._unopenable.get(pid, ("",))[0] != why:
+                log.error("node %s: partition %d %s", self.node_id, pid, why, exc_info=exc)
+            self._unopenable[pid] = (why, time.monotonic() + _REOPEN_AFTER_S)
+            return None
+        if self._unopenable.pop(pid, None) is not None:
+            log.warning("node %s: partition %d opens again", self.node_id, pid)
+        return host
 
     async def _open_host(self, pid: int) -> PartitionHost:
         host = PartitionHost(
@@ -513,7 +544,11 @@ class Node:
             tls=self.tls.client if self.tls is not None else None,
         )
         await host.open()
-        self._labels[pid] = await read_label(host.store)
+        try:
+            self._labels[pid] = await read_label(host.store)
+        except BaseException:
+            await host.close()
+            raise
         return host
 
     async def _label(self, host: PartitionHost, record: PartitionRecord, verdict: IdentityVerdict) -> None:
@@ -550,9 +585,11 @@ class Node:
         start): opened aside, read and closed, never served. Published, it lets a promotion
         after an etcd restore see a stray of a node restarted since it held the replica."""
         for pid in [p for p in self.strays if p not in self._stray_ranks and p not in self.hosts]:
-            if not self._replica_path(pid).is_dir():
-                continue  # only a re-seed's leftovers: nothing to read
-            host = await self._open_host(pid)
+            if not self._replica_path(pid).is_dir() or pid in self._unopenable:
+                continue  # a re-seed's leftovers, or a copy that cannot be read: no position
+            host = await self._try_open(pid)
+            if host is None:
+                continue
             try:
                 self._stray_ranks[pid] = host.last_entry()
             finally:
@@ -585,6 +622,7 @@ class Node:
         await asyncio.to_thread(self._delete_directories, pid, why)
         self._labels.pop(pid, None)
         self._stray_ranks.pop(pid, None)
+        self._unopenable.pop(pid, None)
         self._marks.pop(pid, None)
         if self._remembered.pop(pid, None) is not None:
             await asyncio.to_thread(forget, self.data_dir, pid)

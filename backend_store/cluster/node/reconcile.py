@@ -54,6 +54,9 @@ class HostedReplica:
     open: bool
     label: ReplicaLabel | None = None  # None: unlabelled (made before labels) or not read
     last_lsn: int | None = None  # None: not known (not opened)
+    # Why this node cannot open it (a damaged or unreadable file): kept and reported, never
+    # served; None: it opened, or was not tried.
+    unopenable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +112,10 @@ def decide(
     Never deletes on absence: a replica the map does not name here is a stray, kept and
     reported, unless a tombstone names it (and the replica holds nothing past the
     tombstone's LSN, when it has one: a replica whose last LSN is not read yet is kept). A
-    record that cannot be parsed is unknown, not absent. A replica labelled for another cluster, or for another queue than the map's
-    record of its partition (an id reused after an etcd restore), is never served or deleted.
+    record that cannot be parsed is unknown, not absent. A replica labelled for another
+    cluster, or for another queue than the map's record of its partition (an id reused after
+    an etcd restore), is never served or deleted. One named here that this node cannot open
+    is a stray too: kept, reported with why, never served.
     """
     if identity.refusal is not None:
         why = f"not served: {identity.refusal}"
@@ -123,7 +128,9 @@ def decide(
             continue
         found = hosted.get(pid)
         conflict = _conflict(found.label, record, identity) if found is not None else None
-        if conflict is None:
+        if found is not None and found.unopenable is not None:
+            out.strays[pid] = found.unopenable
+        elif conflict is None:
             out.serve[pid] = record
             if pid in partitions.values:
                 out.serve_values[pid] = partitions.values[pid]
