@@ -516,16 +516,16 @@ class Node:
         return decide(self.node_id, hosted, self._partitions, self._tombstones, verdict)
 
     async def _try_open(self, pid: int) -> PartitionHost | None:
-        """Open a replica the map names here; None if it cannot be opened. Then it is kept as
-        a stray, reported with why, and tried again after ``_REOPEN_AFTER_S``: one damaged
-        replica must not stop the node serving the others (it stopped every partition of
-        the node, and kept its healthy replicas open unrecorded: tests/cluster/
-        test_unopenable_replica.py)."""
+        """Open a replica (to serve it, or to read a stray's position); None if it cannot be
+        opened. Then it is kept as a stray, reported with why, and tried again after
+        ``_REOPEN_AFTER_S``: one damaged replica must not stop the node serving the others
+        (it stopped every partition of the node, and kept its healthy replicas open
+        unrecorded: tests/cluster/test_unopenable_replica.py)."""
         try:
             host = await self._open_host(pid)
         except Exception as exc:  # whatever a damaged or unreadable replica raises: its failure alone
             why = f"cannot be opened here: {exc}"
-            if self._unopenable.get(pid, ("",))[0] != why:
+            if (before := self._unopenable.get(pid)) is None or before[0] != why:
                 log.error("node %s: partition %d %s", self.node_id, pid, why, exc_info=exc)
             self._unopenable[pid] = (why, time.monotonic() + _REOPEN_AFTER_S)
             return None
