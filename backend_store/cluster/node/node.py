@@ -35,7 +35,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,10 @@ class Node:
         self._stray_ranks: dict[int, tuple[int, int]] = {}
         # Replicas that would not open (why, and when to try again): strays meanwhile.
         self._unopenable: dict[int, tuple[str, float]] = {}
+        # Why a partition's step of the last rounds failed (``_partition_step``), and the
+        # copies whose tombstones could not delete them yet: strays meanwhile.
+        self._failing: dict[int, str] = {}
+        self._undeleted: dict[int, str] = {}
         # What this node deleted on moves' tombstones (receipts.py), the record each
         # replica was last served on (remembered_records.py) and the voting set, by
         # incarnation (served_sets.py): all read at start.
@@ -415,7 +419,10 @@ class Node:
             # second open of it in this process would fail for good).
             for host in opened.values():
                 await host.close()
-        await self._keep_strays(decision.strays)
+        # A copy its tombstone could not delete yet is a stray meanwhile (not served, reported
+        # with why: the manager keeps the tombstone while a node reports the copy).
+        undeleted = {pid: why for pid, why in self._undeleted.items() if pid in decision.delete}
+        await self._keep_strays({**decision.strays, **undeleted})
         await self._rank_strays()
         # Each tombstone read again directly, then the cluster record: never delete on what a
         # watch shows alone.
@@ -431,8 +438,16 @@ class Node:
             log.warning("node %s: deleting nothing now: %s", self.node_id, refusal)
         else:
             for pid, why in deletions.items():
-                await self._delete_replica(pid, why)
-                known.discard(pid)
+                failed = await self._partition_step(pid, "deleting its copy", self._delete_replica(pid, why))
+                if failed is None:
+                    known.discard(pid)
+                    undeleted.pop(pid, None)
+                else:
+                    undeleted[pid] = failed
+            if undeleted != self._undeleted:
+                self.strays = {p: w for p, w in self.strays.items() if p not in self._undeleted} | undeleted
+                self.publication.ask()
+        self._undeleted = undeleted
         self._on_disk = known
         if decision.refused is not None:
             await self._publish(session)
@@ -449,23 +464,65 @@ class Node:
                 # Named by the map as it changed while other replicas were being opened (the
                 # second decision above): opened on the next round, 0.2 s on.
                 continue
-            await self._label(serving, record, verdict)
-            if pid in decision.serve_values:
-                # Marked when it changes, or first seen by a version that marks. Not while
-                # etcd is suspect: the record may be one a restore brought back, and its
-                # mark would bury the evidence.
-                mark = self._mark_now(pid)
-                kept, kept_mark = self._remembered.get(pid), self._marks.get(pid)
-                if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
-                    await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
-                    self._remembered[pid] = record
-                    if mark is not None:
-                        self._marks[pid] = mark
-                await self._keep_served_set(pid, record, serving)
-            await self._reconcile_partition(
-                session, serving, record, decision.serve_values.get(pid), addresses
+            await self._partition_step(
+                pid,
+                "serving it",
+                self._serve(session, serving, record, decision.serve_values.get(pid), verdict, addresses),
             )
         await self._publish(session)
+
+    async def _partition_step(self, pid: int, what: str, step: Awaitable[None]) -> str | None:
+        """Await one partition's ``step`` of a round: None once done, else why it failed.
+
+        A failure costs that partition alone, this round: logged (once per reason, with its
+        traceback) and tried again next round, while the node goes on with its other
+        partitions and publishes its record. A round was all or nothing: one partition whose
+        step kept failing (a small file that a full disk will not take) stopped the node's
+        record and every other partition's role changes for good
+        (tests/cluster/test_failing_partition_steps.py). etcd unavailable is no partition's
+        failure: it ends the round (``_run``)."""
+        try:
+            await step
+        except CoordinatorUnavailable:
+            raise
+        except Exception as exc:  # a store's or a file's error, or a bug: this partition's alone
+            why = f"{what} failed: {exc}"
+            if self._failing.get(pid) != why:
+                log.error("node %s: partition %d: %s", self.node_id, pid, why, exc_info=exc)
+            self._failing[pid] = why
+            return why
+        if self._failing.pop(pid, None) is not None:
+            log.warning("node %s: partition %d: %s works again", self.node_id, pid, what)
+        return None
+
+    async def _serve(
+        self,
+        session: Session,
+        host: PartitionHost,
+        record: PartitionRecord,
+        record_value: bytes | None,
+        verdict: IdentityVerdict,
+        addresses: dict[str, str],
+    ) -> None:
+        """Serve ``host`` in the role ``record`` gives it; what it must keep on disk first
+        (its label, the record, the voting set) is kept first, or it does not serve."""
+        pid = host.partition
+        await self._label(host, record, verdict)
+        if record_value is not None:
+            # Marked when it changes, or first seen by a version that marks. Not while
+            # etcd is suspect: the record may be one a restore brought back, and its
+            # mark would bury the evidence.
+            mark = self._mark_now(pid)
+            kept, kept_mark = self._remembered.get(pid), self._marks.get(pid)
+            if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
+                await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
+                self._remembered[pid] = record
+                if mark is not None:
+                    self._marks[pid] = mark
+            await self._keep_served_set(pid, record, host)
+        await self.leadership.reconcile(
+            session, host, record, addresses, self._leaders, self._nodes, self._queues, record_value
+        )
 
     def _check_marks(self) -> None:
         """Whether etcd holds a record this node marked at an older mod revision: it went
@@ -569,8 +626,7 @@ class Node:
             if host is not None:
                 self._stray_ranks[pid] = host.last_entry()
                 self.events.forget_partition(pid)
-                await self.leadership.resign_key(host.partition)
-                await host.close()
+                await self._partition_step(pid, "closing it", self._stop_serving(host))
             if self.strays.get(pid) != why:
                 log.warning(
                     "node %s: keeping partition %d as a stray, not served: %s", self.node_id, pid, why
@@ -579,6 +635,10 @@ class Node:
         if strays.keys() != self.strays.keys():
             self.publication.ask()
         self.strays = dict(strays)
+
+    async def _stop_serving(self, host: PartitionHost) -> None:
+        await self.leadership.resign_key(host.partition)
+        await host.close()
 
     async def _rank_strays(self) -> None:
         """Read the position of each stray this process never held open (found on disk at
@@ -608,13 +668,15 @@ class Node:
         return {int(name) for path in root.iterdir() if (name := path.name.split(".")[0]).isdigit()}
 
     async def _delete_replica(self, pid: int, why: str) -> None:
-        host = self.hosts.pop(pid, None)
-        log.warning("node %s: deleting the replica of partition %d (%s)", self.node_id, pid, why)
         tombstone, label = self._tombstones.get(pid), self._labels.get(pid)
         if tombstone is not None and tombstone.receipt is not None and label is not None:
             kept = KeptReceipt(label, tombstone.receipt)
-            await asyncio.to_thread(keep_receipt, self.data_dir, pid, kept)  # before the copy goes
+            # Before the copy goes; and before anything else, so that a receipt that cannot
+            # be written (a full disk) leaves the copy as it was, to be tried again.
+            await asyncio.to_thread(keep_receipt, self.data_dir, pid, kept)
             self._receipts[pid] = kept
+        log.warning("node %s: deleting the replica of partition %d (%s)", self.node_id, pid, why)
+        host = self.hosts.pop(pid, None)
         if host is not None:
             self.events.forget_partition(pid)
             await self.leadership.resign_key(host.partition)
@@ -640,25 +702,6 @@ class Node:
             if path.name.split(".")[0] == str(pid):
                 log.info("node %s: deleting %s (%s)", self.node_id, path, why)
                 shutil.rmtree(path, ignore_errors=True)
-
-    async def _reconcile_partition(
-        self,
-        session: Session,
-        host: PartitionHost,
-        record: PartitionRecord,
-        record_value: bytes | None,
-        addresses: dict[str, str],
-    ) -> None:
-        await self.leadership.reconcile(
-            session,
-            host,
-            record,
-            addresses,
-            self._leaders,
-            self._nodes,
-            self._queues,
-            record_value,
-        )
 
     def _publish_soon(self) -> None:
         self.publication.ask()
