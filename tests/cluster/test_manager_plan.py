@@ -164,6 +164,25 @@ def test_a_live_leader_that_did_not_resign_is_not_replaced() -> None:
     assert plan(v).puts == {}
 
 
+def test_a_live_leader_that_reports_its_copy_as_a_stray_is_replaced_on_fresh_positions() -> None:
+    # n1 is up but cannot open its copy (a damaged file, a full disk): it will not campaign.
+    # Left designated, the partition waited for it for as long as it was up (session 46).
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
+    cannot = NodeRecord(
+        "127.0.0.1:1", strays={5: "cannot be opened here: [Errno 28] No space left on device"}
+    )
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": cannot, "n2": node(p5=(7, 40)), "n3": node(p5=(7, 45))},
+        partitions={5: record},
+    )
+    promoted = plan(v).puts[5]
+    assert promoted.leader == "n3" and promoted.replicas == ("n1", "n2", "n3")
+    # Only with a majority of fresh positions, as for a dead leader.
+    del v.nodes["n3"]
+    assert plan(v).puts == {}
+
+
 def test_a_leader_that_lost_its_key_during_a_hand_over_is_replaced_on_fresh_positions() -> None:
     # Asked to hand over to n3, n1 was killed and is back (its node record stands, its key is
     # gone). Left to campaign, it would lead only to hand over at once: n3 is promoted.

@@ -82,3 +82,23 @@ async def test_a_replica_that_cannot_be_opened_is_kept_as_a_stray_and_the_others
 
     damaged_leader, _, _ = await h.serving_leader(damaged)
     await h.wait_for("n0 to open the repaired replica and catch up", n0_serves_it_again, timeout=60)
+
+
+async def test_a_designated_leader_that_cannot_open_its_replica_gives_the_partition_up(
+    harness: ClusterHarness,
+) -> None:
+    # n0 can open no new replica (its partitions directory cannot be made, as on a full
+    # disk); a new queue is placed [n0, n1, n2] and n0, designated to lead it, never will.
+    # Before session 46 the manager waited for n0 to campaign for as long as n0 was up, and
+    # the queue was never served although two of its three replicas were fine.
+    h = harness
+    (h.root / "n0" / "partitions").write_text("not a directory: n0 can open no new replica")
+    await h.create_queue(T, "q", RF3)
+    pid = await h.partition_of(T, "q")
+    assert (await h.partitions())[pid].replicas[0] == "n0"
+    await h.send_until_ok(pid, T, "q", "m0")
+    leader, _, _ = await h.serving_leader(pid)
+    assert leader != "n0"
+    record = (await h.node_records())["n0"]
+    assert "cannot be opened here" in record.strays[pid]
+    assert await h.read_queue(pid, T, "q") == ["m0"]
