@@ -50,11 +50,6 @@ async def _lsn(h: ClusterHarness, node: str, pid: int) -> int | None:
     return position.lsn if position is not None else None
 
 
-async def _hosts(h: ClusterHarness, node: str, queue: str) -> bool:
-    records = await h.partitions()
-    return any(r.queue == queue and node in r.replicas for r in records.values())
-
-
 async def test_a_deletion_whose_receipt_cannot_be_written_costs_that_replica_alone(
     harness: ClusterHarness,
 ) -> None:
@@ -93,9 +88,15 @@ async def test_a_deletion_whose_receipt_cannot_be_written_costs_that_replica_alo
     kept = {q: pid for q, pid in pids.items() if pid != moved and "n0" in (await h.partitions())[pid].members}
     assert kept
     for queue, pid in kept.items():
+        before = await _lsn(h, "n0", pid)
+        assert before is not None
         sent[queue].append(f"{queue}-after")
         await h.send_until_ok(pid, T, queue, sent[queue][-1])
-        await replicated_everywhere(h, pid, list((await h.partitions())[pid].replicas))
+
+        async def n0_published_it(pid: int = pid, before: int = before) -> bool:
+            return (await _lsn(h, "n0", pid) or 0) > before
+
+        await h.wait_for("n0 to publish the new send", n0_published_it)
 
     # The disk has room again: the copy goes, its receipt kept, and n0 reports nothing stray.
     blocker.unlink()
@@ -118,13 +119,12 @@ async def test_a_deletion_whose_receipt_cannot_be_written_costs_that_replica_alo
 async def test_a_served_set_that_cannot_be_kept_costs_that_replica_alone(harness: ClusterHarness) -> None:
     h = await harness.start(nodes=3, managers=1)
     rf3 = {"replication_factor": 3, "partitions": 1, "replication_mode": "sync"}
-    # One more replica on n0 than on the others, so that the second queue's set is placed
-    # [n1, n2, n0] and n0 is a follower of it: a designated leader that cannot serve its
-    # partition leaves it leaderless, with this fix or without (noted in docs/cluster.md).
-    await h.create_queue(T, "ballast", {"replication_factor": 1, "partitions": 1})
-    await h.wait_for("the ballast on n0", lambda: _hosts(h, "n0", "ballast"))
-    await h.create_queue(T, "first", rf3)
+    # Three partitions, their leaders spread over the three nodes: the next queue's leader is
+    # then the first of its set, n0.
+    await h.create_queue(T, "first", {**rf3, "partitions": 3})
     first = await h.partition_of(T, "first")
+    for index in (1, 2):
+        await h.partition_of(T, "first", index)
     await h.send_until_ok(first, T, "first", "first-0")
     await replicated_everywhere(h, first, ["n0", "n1", "n2"])
     sets = h.root / "n0" / SETS_DIR
@@ -132,12 +132,22 @@ async def test_a_served_set_that_cannot_be_kept_costs_that_replica_alone(harness
     sets.rename(aside)
     sets.write_text("not a directory: n0 cannot keep a served set (as on a full disk)")
 
-    # n0's replica of a new queue cannot be served on its set once it holds an entry (a set
-    # is kept from then on); the queue goes on.
+    # A new queue designated to n0, which cannot keep its voting set: n0 does not serve it,
+    # says why, and another replica is promoted in its place.
     await h.create_queue(T, "second", rf3)
     second = await h.partition_of(T, "second")
-    assert (await h.partitions())[second].leader != "n0"
-    await h.send_until_ok(second, T, "second", "second-0", timeout=60)
+    assert (await h.partitions())[second].leader == "n0"
+
+    async def n0_reports_it() -> bool:
+        record = (await h.node_records()).get("n0")
+        if record is None or second in record.replicas:
+            return False
+        return record.strays.get(second, "").startswith("keeping on disk what serving it needs failed")
+
+    await h.send_until_ok(second, T, "second", "second-0")
+    leader, _, _ = await h.serving_leader(second)
+    assert leader != "n0"
+    await h.wait_for("n0 to report the replica it cannot serve", n0_reports_it)
     # n0 goes on with the first queue: it follows new sends and publishes them (before, its
     # record stopped changing at the first failed round).
     before = await _lsn(h, "n0", first)
@@ -150,15 +160,22 @@ async def test_a_served_set_that_cannot_be_kept_costs_that_replica_alone(harness
     await h.wait_for("n0 to publish the first queue's new send", n0_published_it)
     await replicated_everywhere(h, first, ["n0", "n1", "n2"])
 
-    # Once the set can be kept, n0 keeps it and serves the second queue, caught up.
+    # Once the set can be kept, n0 tries again (every 30 s), keeps it and serves the second
+    # queue, caught up.
     sets.unlink()
     aside.rename(sets)
     kept = sets / str(second)
 
-    async def n0_kept_it() -> bool:
-        return kept.is_file()
+    async def n0_serves_it() -> bool:
+        record = (await h.node_records()).get("n0")
+        return (
+            kept.is_file()
+            and record is not None
+            and second in record.replicas
+            and second not in record.strays
+        )
 
-    await h.wait_for("n0 to keep the second queue's set", n0_kept_it)
+    await h.wait_for("n0 to keep the second queue's set and serve it", n0_serves_it, timeout=60)
     await h.send_until_ok(second, T, "second", "second-1")
     await replicated_everywhere(h, second, ["n0", "n1", "n2"])
     assert sorted(await h.read_queue(first, T, "first")) == ["first-0", "first-1"]

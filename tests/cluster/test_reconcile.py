@@ -71,7 +71,7 @@ def test_a_replica_named_here_that_cannot_be_opened_is_a_stray_the_others_serve(
     """tests/cluster/test_unopenable_replica.py on real processes."""
     hosted = {
         **_hosted(1, label=LABEL),
-        2: HostedReplica(2, open=False, unopenable="cannot be opened here: not an LMDB file"),
+        2: HostedReplica(2, open=False, unservable="cannot be opened here: not an LMDB file"),
     }
     out = decide("me", hosted, MapView({1: ON_ME, 2: ON_ME}), {}, TRUSTED)
     assert out.serve == {1: ON_ME}

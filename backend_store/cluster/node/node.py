@@ -84,8 +84,9 @@ from .served_sets import ServedSets, forget_served_set, keep_served_set, read_se
 from .storage_gauge import StorageGauge
 
 log = logging.getLogger("pushgate.cluster")
-# A replica that would not open is tried again this long after (kept as a stray meanwhile).
-_REOPEN_AFTER_S = 30.0
+# A replica this node could not serve (it would not open, or what serving it needs could not
+# be kept on disk) is tried again this long after: a stray meanwhile.
+_RETRY_AFTER_S = 30.0
 
 
 class Node:
@@ -186,11 +187,11 @@ class Node:
         # (last_epoch, lsn) of each stray (published: a restored etcd's promotion compares
         # them); read when it stops being served, or once at start (``_rank_strays``).
         self._stray_ranks: dict[int, tuple[int, int]] = {}
-        # Replicas that would not open (why, and when to try again): strays meanwhile.
-        self._unopenable: dict[int, tuple[str, float]] = {}
-        # Why a partition's step of the last rounds failed (``_partition_step``), and the
+        # Replicas this node could not serve (why, and when to try again): strays meanwhile.
+        self._unservable: dict[int, tuple[str, float]] = {}
+        # Why each partition's steps failed at their last try (``_partition_step``), and the
         # copies whose tombstones could not delete them yet: strays meanwhile.
-        self._failing: dict[int, str] = {}
+        self._failing: dict[tuple[int, str], str] = {}
         self._undeleted: dict[int, str] = {}
         # What this node deleted on moves' tombstones (receipts.py), the record each
         # replica was last served on (remembered_records.py) and the voting set, by
@@ -464,10 +465,21 @@ class Node:
                 # Named by the map as it changed while other replicas were being opened (the
                 # second decision above): opened on the next round, 0.2 s on.
                 continue
+            value = decision.serve_values.get(pid)
+            kept = await self._partition_step(
+                pid,
+                "keeping on disk what serving it needs",
+                self._keep_first(serving, record, value, verdict),
+            )
+            if kept is not None:
+                await self._set_aside(pid, kept)
+                continue
             await self._partition_step(
                 pid,
                 "serving it",
-                self._serve(session, serving, record, decision.serve_values.get(pid), verdict, addresses),
+                self.leadership.reconcile(
+                    session, serving, record, addresses, self._leaders, self._nodes, self._queues, value
+                ),
             )
         await self._publish(session)
 
@@ -487,42 +499,45 @@ class Node:
             raise
         except Exception as exc:  # a store's or a file's error, or a bug: this partition's alone
             why = f"{what} failed: {exc}"
-            if self._failing.get(pid) != why:
+            if self._failing.get((pid, what)) != why:
                 log.error("node %s: partition %d: %s", self.node_id, pid, why, exc_info=exc)
-            self._failing[pid] = why
+            self._failing[pid, what] = why
             return why
-        if self._failing.pop(pid, None) is not None:
+        if self._failing.pop((pid, what), None) is not None:
             log.warning("node %s: partition %d: %s works again", self.node_id, pid, what)
         return None
 
-    async def _serve(
+    async def _keep_first(
         self,
-        session: Session,
         host: PartitionHost,
         record: PartitionRecord,
         record_value: bytes | None,
         verdict: IdentityVerdict,
-        addresses: dict[str, str],
     ) -> None:
-        """Serve ``host`` in the role ``record`` gives it; what it must keep on disk first
-        (its label, the record, the voting set) is kept first, or it does not serve."""
+        """Keep what serving ``host`` on ``record`` needs on disk first: the replica's label,
+        the record (remembered_records.py) and the voting set (served_sets.py)."""
         pid = host.partition
         await self._label(host, record, verdict)
-        if record_value is not None:
-            # Marked when it changes, or first seen by a version that marks. Not while
-            # etcd is suspect: the record may be one a restore brought back, and its
-            # mark would bury the evidence.
-            mark = self._mark_now(pid)
-            kept, kept_mark = self._remembered.get(pid), self._marks.get(pid)
-            if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
-                await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
-                self._remembered[pid] = record
-                if mark is not None:
-                    self._marks[pid] = mark
-            await self._keep_served_set(pid, record, host)
-        await self.leadership.reconcile(
-            session, host, record, addresses, self._leaders, self._nodes, self._queues, record_value
-        )
+        if record_value is None:
+            return
+        # Marked when it changes, or first seen by a version that marks. Not while etcd is
+        # suspect: the record may be one a restore brought back, and its mark would bury the
+        # evidence.
+        mark = self._mark_now(pid)
+        kept, kept_mark = self._remembered.get(pid), self._marks.get(pid)
+        if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
+            await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
+            self._remembered[pid] = record
+            if mark is not None:
+                self._marks[pid] = mark
+        await self._keep_served_set(pid, record, host)
+
+    async def _set_aside(self, pid: int, why: str) -> None:
+        """Stop serving a replica whose needs could not be kept (a full disk): a stray with
+        why, tried again after ``_RETRY_AFTER_S``. Left serving, it would hold a role it may
+        not: as a designated leader that never campaigns, its partition had no leader."""
+        self._unservable[pid] = (why, time.monotonic() + _RETRY_AFTER_S)
+        await self._keep_strays({**self.strays, pid: why})
 
     def _check_marks(self) -> None:
         """Whether etcd holds a record this node marked at an older mod revision: it went
@@ -565,9 +580,9 @@ class Node:
             for pid in self._on_disk or ()
         }
         now = time.monotonic()
-        for pid, (why, retry_at) in self._unopenable.items():
+        for pid, (why, retry_at) in self._unservable.items():
             if now < retry_at:
-                hosted[pid] = HostedReplica(pid, open=False, unopenable=why)
+                hosted[pid] = HostedReplica(pid, open=False, unservable=why)
         for pid, host in [*self.hosts.items(), *opened.items()]:
             hosted[pid] = HostedReplica(pid, True, self._labels.get(pid), host.store.last_lsn)
         return decide(self.node_id, hosted, self._partitions, self._tombstones, verdict)
@@ -575,19 +590,19 @@ class Node:
     async def _try_open(self, pid: int) -> PartitionHost | None:
         """Open a replica (to serve it, or to read a stray's position); None if it cannot be
         opened. Then it is kept as a stray, reported with why, and tried again after
-        ``_REOPEN_AFTER_S``: one damaged replica must not stop the node serving the others
+        ``_RETRY_AFTER_S``: one damaged replica must not stop the node serving the others
         (it stopped every partition of the node, and kept its healthy replicas open
         unrecorded: tests/cluster/test_unopenable_replica.py)."""
         try:
             host = await self._open_host(pid)
         except Exception as exc:  # whatever a damaged or unreadable replica raises: its failure alone
             why = f"cannot be opened here: {exc}"
-            if (before := self._unopenable.get(pid)) is None or before[0] != why:
+            if (before := self._unservable.get(pid)) is None or before[0] != why:
                 log.error("node %s: partition %d %s", self.node_id, pid, why, exc_info=exc)
-            self._unopenable[pid] = (why, time.monotonic() + _REOPEN_AFTER_S)
+            self._unservable[pid] = (why, time.monotonic() + _RETRY_AFTER_S)
             return None
-        if self._unopenable.pop(pid, None) is not None:
-            log.warning("node %s: partition %d opens again", self.node_id, pid)
+        if self._unservable.pop(pid, None) is not None:
+            log.warning("node %s: partition %d opens again; serving it is tried again", self.node_id, pid)
         return host
 
     async def _open_host(self, pid: int) -> PartitionHost:
@@ -645,7 +660,7 @@ class Node:
         start): opened aside, read and closed, never served. Published, it lets a promotion
         after an etcd restore see a stray of a node restarted since it held the replica."""
         for pid in [p for p in self.strays if p not in self._stray_ranks and p not in self.hosts]:
-            if not self._replica_path(pid).is_dir() or pid in self._unopenable:
+            if not self._replica_path(pid).is_dir() or pid in self._unservable:
                 continue  # a re-seed's leftovers, or a copy that cannot be read: no position
             host = await self._try_open(pid)
             if host is None:
@@ -684,7 +699,7 @@ class Node:
         await asyncio.to_thread(self._delete_directories, pid, why)
         self._labels.pop(pid, None)
         self._stray_ranks.pop(pid, None)
-        self._unopenable.pop(pid, None)
+        self._unservable.pop(pid, None)
         self._marks.pop(pid, None)
         if self._remembered.pop(pid, None) is not None:
             await asyncio.to_thread(forget, self.data_dir, pid)

@@ -54,9 +54,10 @@ class HostedReplica:
     open: bool
     label: ReplicaLabel | None = None  # None: unlabelled (made before labels) or not read
     last_lsn: int | None = None  # None: not known (not opened)
-    # Why this node cannot open it (a damaged or unreadable file): kept and reported, never
-    # served; None: it opened, or was not tried.
-    unopenable: str | None = None
+    # Why this node cannot serve it now (it cannot open it: a damaged or unreadable file; or
+    # cannot keep on disk first what serving it needs): kept and reported, never served;
+    # None: it can, or was not tried.
+    unservable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +115,9 @@ def decide(
     tombstone's LSN, when it has one: a replica whose last LSN is not read yet is kept). A
     record that cannot be parsed is unknown, not absent. A replica labelled for another
     cluster, or for another queue than the map's record of its partition (an id reused after
-    an etcd restore), is never served or deleted. One named here that this node cannot open
-    is a stray too: kept, reported with why, never served.
+    an etcd restore), is never served or deleted. One named here that this node cannot serve
+    (it cannot open it, or keep on disk what serving it needs) is a stray too: kept,
+    reported with why, never served.
     """
     if identity.refusal is not None:
         why = f"not served: {identity.refusal}"
@@ -128,8 +130,8 @@ def decide(
             continue
         found = hosted.get(pid)
         conflict = _conflict(found.label, record, identity) if found is not None else None
-        if found is not None and found.unopenable is not None:
-            out.strays[pid] = found.unopenable
+        if found is not None and found.unservable is not None:
+            out.strays[pid] = found.unservable
         elif conflict is None:
             out.serve[pid] = record
             if pid in partitions.values:
