@@ -7,7 +7,7 @@ what the replicas publish in etcd (:class:`~..coordination.layout.ReplicaPositio
 
 - **Promotion** (:func:`promote`): the leader key is gone and the designated leader is dead,
   gave the key up (it resigned for lack of a quorum, or handed over) or reports its copy as
-  a stray (it cannot open it). Only a replica
+  a stray (it cannot open it, or keep on disk what serving it needs). Only a replica
   whose position shows everything a majority acknowledged may lead: the manager waits for
   positions published *after* each replica saw the key vanish (``leader_epoch == 0``) from
   a majority of the voters, and designates the best of them by ``(last_epoch, lsn)``
@@ -113,8 +113,8 @@ def promote(
     # instead; the successor wins ties, and a leader holding more than the others stays.
     handing_over = record.successor is not None
     # A leader that reports its copy as a stray does not campaign while it does (it cannot
-    # open it: a damaged file, a full disk): promoted over on fresh positions, as a dead one
-    # is (session 46: a new queue designated to a node that could open no replica was never
+    # open it, or keep on disk what serving it needs: a damaged file, a full disk): promoted
+    # over on fresh positions, as a dead one is (session 46: a new queue designated to a node that could open no replica was never
     # served, though two of its three replicas were fine; test_unopenable_replica.py).
     leaders_record = nodes.get(leader) if leader is not None else None
     stray = leaders_record is not None and current is None and pid in leaders_record.strays
