@@ -35,7 +35,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,7 @@ log = logging.getLogger("pushgate.cluster")
 # A replica this node could not serve (it would not open, or what serving it needs could not
 # be kept on disk) is tried again this long after: a stray meanwhile.
 _RETRY_AFTER_S = 30.0
+_DELETING = "deleting its copy"  # the step's name, in its failures' reasons
 
 
 class Node:
@@ -189,10 +190,8 @@ class Node:
         self._stray_ranks: dict[int, tuple[int, int]] = {}
         # Replicas this node could not serve (why, and when to try again): strays meanwhile.
         self._unservable: dict[int, tuple[str, float]] = {}
-        # Why each partition's steps failed at their last try (``_partition_step``), and the
-        # copies whose tombstones could not delete them yet: strays meanwhile.
+        # Why each partition's steps failed at their last try (``_partition_step``).
         self._failing: dict[tuple[int, str], str] = {}
-        self._undeleted: dict[int, str] = {}
         # What this node deleted on moves' tombstones (receipts.py), the record each
         # replica was last served on (remembered_records.py) and the voting set, by
         # incarnation (served_sets.py): all read at start.
@@ -420,9 +419,8 @@ class Node:
             # second open of it in this process would fail for good).
             for host in opened.values():
                 await host.close()
-        # A copy its tombstone could not delete yet is a stray meanwhile (not served, reported
-        # with why: the manager keeps the tombstone while a node reports the copy).
-        undeleted = {pid: why for pid, why in self._undeleted.items() if pid in decision.delete}
+        # A copy its tombstone could not delete yet is a stray meanwhile.
+        undeleted = self._undeleted(decision.delete)
         await self._keep_strays({**decision.strays, **undeleted})
         await self._rank_strays()
         # Each tombstone read again directly, then the cluster record: never delete on what a
@@ -439,16 +437,11 @@ class Node:
             log.warning("node %s: deleting nothing now: %s", self.node_id, refusal)
         else:
             for pid, why in deletions.items():
-                failed = await self._partition_step(pid, "deleting its copy", self._delete_replica(pid, why))
-                if failed is None:
+                if await self._partition_step(pid, _DELETING, self._delete_replica(pid, why)) is None:
                     known.discard(pid)
-                    undeleted.pop(pid, None)
-                else:
-                    undeleted[pid] = failed
-            if undeleted != self._undeleted:
-                self.strays = {p: w for p, w in self.strays.items() if p not in self._undeleted} | undeleted
+            if (now := self._undeleted(decision.delete)) != undeleted:
+                self.strays = {p: w for p, w in self.strays.items() if p not in undeleted} | now
                 self.publication.ask()
-        self._undeleted = undeleted
         self._on_disk = known
         if decision.refused is not None:
             await self._publish(session)
@@ -482,6 +475,12 @@ class Node:
                 ),
             )
         await self._publish(session)
+
+    def _undeleted(self, delete: Collection[int]) -> dict[int, str]:
+        """The copies of ``delete`` whose deletion failed at its last try, with why: strays
+        meanwhile (not served, reported: the manager keeps a tombstone while a node reports
+        the copy)."""
+        return {pid: why for (pid, step), why in self._failing.items() if step == _DELETING and pid in delete}
 
     async def _partition_step(self, pid: int, what: str, step: Awaitable[None]) -> str | None:
         """Await one partition's ``step`` of a round: None once done, else why it failed.
