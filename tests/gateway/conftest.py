@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +26,7 @@ import pytest
 
 from backend_store.backend import Backend
 from gateway.app import create_app
-from gateway.server import GatewayServer, uvicorn_config
+from gateway.server import GatewayServer, bind_socket, uvicorn_config
 from gateway.services import GatewayServices
 from gateway.settings import Settings
 from tests.conftest import scaled
@@ -49,9 +48,10 @@ class RunningGateway:
         self.app = app  # the Starlette app, typed (uvicorn's config holds any ASGI app)
         self.services: GatewayServices = app.state.services
         self.server = GatewayServer(uvicorn_config(settings, app), self.services)
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))  # a given port: a restart on the same address
+        # The product's own listening socket (a given port: a restart on the same address). On
+        # this thread's asyncio loop a keep-alive client's every request after its first
+        # waited 40 ms for a delayed ACK until that socket said it was TCP (gateway/server.py).
+        self._sock = bind_socket(replace(settings, host="127.0.0.1", port=port))
         self.port: int = self._sock.getsockname()[1]
         scheme = "https" if settings.tls else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}"
