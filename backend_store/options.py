@@ -30,3 +30,7 @@ class StoreOptions:
     # The embedded store holds up to this many received messages per queue in memory instead
     # of writing their state (docs/store.md); past it, receives are written.
     max_held: int = DEFAULT_MAX_HELD
+    # Room on disk that sends may not use, so receives and acks can still drain a store whose
+    # disk is full (lmdb_store/room.py); None: 2% of the file system (or of max_map_size, if
+    # less), from 1 MiB to 1 GiB.
+    disk_reserve_bytes: int | None = None

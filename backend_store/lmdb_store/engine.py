@@ -47,6 +47,7 @@ from .message_ops import next_visible_ms
 from .metadata import MetadataRole
 from .records import MessageRecord, pack, unpack
 from .replica import ReplicaRole
+from .room import RoomGauge, default_reserve
 from .sweeper import Sweeper
 
 log = logging.getLogger("pushgate.store")
@@ -115,6 +116,9 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             on_events=self._committed_events,
             index_listener=self._ops.holds.indexed,
             on_commit_start=self._commit_starts,
+            room_gauge=RoomGauge(
+                env, self.options.disk_reserve_bytes or default_reserve(self.path, env.max_map_size)
+            ),
         )
         self._writer.start()
         try:

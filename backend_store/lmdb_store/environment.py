@@ -15,13 +15,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import lmdb
 
 from ..errors import Unavailable
 from ..types import StorageUsage
 from .records import QueueRecord
+
+if TYPE_CHECKING:
+    from .room import RoomGauge
 
 log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
@@ -245,15 +248,21 @@ class Writes(View):
     them, for a store that keeps a replication log)."""
 
     __slots__ = (
+        "_room_left",
         "dirty_queues",
         "events",
         "index_listener",
         "on_abort",
         "queue_cache",
         "queue_saves",
+        "room_gauge",
         "touched",
         "write_count",
     )
+
+    # How many times the store keeps what a send writes: its record (LoggedWrites: and the
+    # log entry that carries it to followers).
+    copies = 1
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)
@@ -275,6 +284,33 @@ class Writes(View):
         self.on_abort: list[Callable[[], object]] = []
         # Told of every visibility entry put (queue id, key): the skip hints of holds.py.
         self.index_listener: Callable[[int, bytes], None] | None = None
+        # Measures the room the store has left (room.py; None: never short of room), once
+        # per transaction, when a send or the log's trimming first asks.
+        self.room_gauge: RoomGauge | None = None
+        self._room_left: int | None = None
+
+    def _room(self) -> int:
+        """Room left beyond the reserve, less what this transaction's sends took of it."""
+        assert self.room_gauge is not None
+        if self._room_left is None:
+            self._room_left = self.room_gauge.room(self.txn) - self.room_gauge.reserve
+        return self._room_left
+
+    def has_room_for(self, nbytes: int) -> bool:
+        """Whether sends of ``nbytes`` of bodies leave the reserve untouched (room.py); if so
+        they are counted against the room, so a batch's sends add up."""
+        if self.room_gauge is None:
+            return True
+        need = nbytes * self.copies
+        if self._room() < need:
+            return False
+        self._room_left = self._room() - need
+        return True
+
+    def short_of_room(self) -> bool:
+        """Whether the room left is within twice the reserve: the replication log then keeps
+        only what it must (replication_log.py), so acks free room on a backend node too."""
+        return self.room_gauge is not None and self._room() < self.room_gauge.reserve
 
     def note(self, tenant: str, queue: str, kind: str, count: int = 1) -> None:
         key = (tenant, queue, kind)
@@ -303,6 +339,7 @@ class LoggedWrites(Writes):
     ``replace``/``pop`` cost the same B-tree walk as ``put``/``delete``."""
 
     __slots__ = ("mutations", "undo")
+    copies = 2
 
     def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
         super().__init__(txn, dbs)

@@ -31,6 +31,7 @@ from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
 from .replication_log import NotLeading, ReplicationLog
+from .room import RoomGauge
 
 log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
@@ -90,8 +91,10 @@ class GroupCommitWriter:
         on_events: Callable[[list[dict[tuple[str, str, str], int]]], None] | None = None,
         index_listener: Callable[[int, bytes], None] | None = None,
         on_commit_start: Callable[[Touched], None] | None = None,
+        room_gauge: RoomGauge | None = None,
     ) -> None:
         self._env = env
+        self._room_gauge = room_gauge  # Writes.room_gauge of every transaction
         self._log = replication_log
         self._clock = clock
         self._on_commit = on_commit
@@ -287,6 +290,7 @@ class GroupCommitWriter:
         self._log.begin()
         writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
+        writes.room_gauge = self._room_gauge
         try:
             for pending in batch:
                 pending.outcome = self._run_op(writes, pending.op, now)

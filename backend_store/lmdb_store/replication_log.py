@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import ReplicationGap, StaleEpoch, Unavailable
 from ..types import Epoch, LogEntry, Lsn
+from . import log_pages
 from .environment import Db, LoggedWrites, Writes
 from .keys import read_u64, u64
 from .records import pack, unpack
@@ -37,6 +38,11 @@ from .records import pack, unpack
 _LAST_LSN = b"\0sys\0last_lsn"
 _EPOCH = b"\0sys\0epoch"
 _TRIM_PER_BATCH = 64
+# Short of room (room.py), the log keeps only its newest entries and what followers still
+# need, trimmed faster: on a backend node an ack's entry holds the message it deletes, so
+# without this, acks would free no room until ``keep`` more batches had passed.
+_KEEP_SHORT_OF_ROOM = 64
+_TRIM_SHORT_OF_ROOM = 1024
 # Replicated mutations may touch every database but the log itself.
 _DB_NUMBERS = frozenset(int(db) for db in Db if db != Db.REPLOG)
 # Each database by its number: ``Db(n)`` is an enum call, which a follower made for every
@@ -79,7 +85,7 @@ class ReplicationLog:
         last = Lsn(read_u64(raw) if raw else 0)
         raw = txn.get(_EPOCH, db=dbs[Db.META])
         fence = Epoch(read_u64(raw) if raw else 0)
-        raw = txn.get(u64(last), db=dbs[Db.REPLOG]) if last else None
+        raw = log_pages.get_entry(txn, dbs[Db.REPLOG], last) if last else None
         self.committed = (last, fence, Epoch(unpack(raw)[0]) if raw is not None else None)
         self.term = fence
 
@@ -139,7 +145,7 @@ class ReplicationLog:
             # msgpack packs a Db (an int subclass) as its number and a tuple as a list: the
             # mutations go as they are, without a list built for each (it showed in profiles).
             record = pack(writes.mutations)
-            writes.txn.put(u64(lsn), pack([epoch, record, writes.undo]), db=writes.dbs[Db.REPLOG])
+            log_pages.put_entry(writes.txn, writes.dbs[Db.REPLOG], lsn, pack([epoch, record, writes.undo]))
             self.appended = LogEntry(lsn, epoch, record)
         self._stage(writes, lsn, epoch, epoch if self.keep else None)
         self._trim(writes, lsn)
@@ -155,17 +161,15 @@ class ReplicationLog:
         return epoch
 
     def _trim(self, writes: Writes, lsn: Lsn) -> None:
-        horizon = lsn - max(1, self.keep)
+        short = writes.short_of_room()
+        horizon = lsn - max(1, min(self.keep, _KEEP_SHORT_OF_ROOM) if short else self.keep)
         if self.follower_floor is not None:
             horizon = min(horizon, self.follower_floor - 1)
         if horizon <= 0:
             return
-        cursor = writes.txn.cursor(db=writes.dbs[Db.REPLOG])
         # Trim a little per batch so no single commit pays for a long backlog.
-        for _ in range(_TRIM_PER_BATCH):
-            if not cursor.first() or read_u64(cursor.key()) > horizon:
-                break
-            cursor.delete()
+        limit = _TRIM_SHORT_OF_ROOM if short else _TRIM_PER_BATCH
+        log_pages.trim_through(writes.txn, writes.dbs[Db.REPLOG], horizon, limit)
 
     # Reading ---------------------------------------------------------------------
 
@@ -173,20 +177,19 @@ class ReplicationLog:
     def read(txn: Any, dbs: dict[Db, Any], after: Lsn, limit: int) -> list[LogEntry]:
         """Entries with LSN > ``after``, oldest first (a read transaction)."""
         out: list[LogEntry] = []
-        cursor = txn.cursor(db=dbs[Db.REPLOG])
-        if not cursor.set_range(u64(after + 1)):
+        if limit <= 0:
             return out
-        for key, value in cursor:
+        for lsn, value in log_pages.entries_from(txn, dbs[Db.REPLOG], after + 1):
             epoch, record, _undo = unpack(value)
-            out.append(LogEntry(Lsn(read_u64(key)), Epoch(epoch), record))
+            out.append(LogEntry(Lsn(lsn), Epoch(epoch), record))
             if len(out) >= limit:
                 break
         return out
 
     @staticmethod
     def first_lsn(txn: Any, dbs: dict[Db, Any]) -> Lsn | None:
-        cursor = txn.cursor(db=dbs[Db.REPLOG])
-        return Lsn(read_u64(cursor.key())) if cursor.first() else None
+        first = log_pages.first_lsn(txn, dbs[Db.REPLOG])
+        return None if first is None else Lsn(first)
 
     # The follower's side -----------------------------------------------------------
 
@@ -221,7 +224,9 @@ class ReplicationLog:
             last, previous = entry.lsn, entry.epoch
         for entry, mutations in zip(entries, decoded, strict=True):
             undo = [_apply_mutation(writes, db, key, value) for db, key, value in mutations]
-            writes.txn.put(u64(entry.lsn), pack([entry.epoch, entry.record, undo]), db=writes.dbs[Db.REPLOG])
+            log_pages.put_entry(
+                writes.txn, writes.dbs[Db.REPLOG], entry.lsn, pack([entry.epoch, entry.record, undo])
+            )
         if entries or sender > fence:
             self._stage(writes, last, max(fence, sender), previous if entries else self._entry_epoch())
         if entries:
@@ -248,7 +253,7 @@ class ReplicationLog:
             raise ReplicationGap("cannot truncate below LSN 0")
         undos: list[tuple[int, list[Any]]] = []
         for n in range(last, lsn, -1):
-            raw = writes.txn.get(u64(n), db=writes.dbs[Db.REPLOG])
+            raw = log_pages.get_entry(writes.txn, writes.dbs[Db.REPLOG], n)
             undo = unpack(raw)[2] if raw is not None else None
             if undo is None:
                 # Trimmed already, or written by a store that keeps no log.
@@ -260,8 +265,8 @@ class ReplicationLog:
                     writes.txn.delete(key, db=writes.dbs[_DB_BY_NUMBER[db]])
                 else:
                     writes.txn.put(key, old, db=writes.dbs[_DB_BY_NUMBER[db]])
-            writes.txn.delete(u64(n), db=writes.dbs[Db.REPLOG])
-        raw = writes.txn.get(u64(lsn), db=writes.dbs[Db.REPLOG]) if lsn else None
+            log_pages.delete_entry(writes.txn, writes.dbs[Db.REPLOG], n)
+        raw = log_pages.get_entry(writes.txn, writes.dbs[Db.REPLOG], lsn) if lsn else None
         entry_epoch = Epoch(unpack(raw)[0]) if raw is not None else None
         self._stage(writes, lsn, max(fence, epoch or fence), entry_epoch)
         return len(undos)

@@ -51,11 +51,14 @@ class ClusterProcess:
     argv: list[str]
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    # Run before the command, which it must exec in its place (the PID stays the node's):
+    # tests/cluster/test_full_disks.py puts a node's data on a small tmpfs of its own.
+    wrapper: Sequence[str] = ()
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", *self.argv],
+                [*self.wrapper, sys.executable, "-m", "gateway.cli", *self.argv],
                 cwd=REPO,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 stdout=log,

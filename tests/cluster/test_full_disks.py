@@ -1,0 +1,138 @@
+"""Every node's disk full at once (real node processes, real etcd, a real gateway).
+
+The replicas of a partition hold the same data, so on nodes with disks of one size they fill
+together: the worst day of a replicated queue whose consumers fell behind. What a user
+expects (docs/cluster.md, section 7): sends are refused with ``503 unavailable`` ("disk
+full") and nothing acknowledged is lost; consumers go on receiving and acking; the room
+their acks free takes sends again, with no operator and no restart.
+
+Found by trying it (session 47). Before the reserve of room that sends may not use
+(backend_store/lmdb_store/room.py), the send that found the disk full failed at its commit,
+after the leader had shipped its entry: the term ended, and on each of the three nodes the
+small files that serving the partition again writes first failed too. Every node set its
+copy aside as a stray, retried every 30 s, and the queue had no leader until an operator
+freed space: "no leader for partition 0" to every receive and ack, for good.
+
+Each node runs in its own mount namespace (``unshare -rm``) with its data directory on a
+small tmpfs, so its writes fail as on a full disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+
+from .conftest import running_cluster_gateway
+from .processes import ClusterHarness
+from .workload import replicated_everywhere
+
+DISK_BYTES = 12 * 1024 * 1024
+_TMPFS = 'mount -t tmpfs -o size={size} tmpfs "$1" && shift && exec "$@"'
+QUEUE = "backlog"
+PER_SEND = 10
+PER_RECEIVE = 10
+
+
+def _namespaces_allowed() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
+    if not _namespaces_allowed():
+        pytest.fail("this test needs mount namespaces (unshare -rm), as CI has")
+    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("full") + "/")
+    (tmp_path / "cluster").mkdir()
+    try:
+        await h.start(nodes=3, managers=1, running=0)
+        for name, node in h.nodes.items():
+            data = h.root / name
+            data.mkdir()
+            node.wrapper = ["unshare", "-rm", "sh", "-c", _TMPFS.format(size=DISK_BYTES), "sh", str(data)]
+            node.start()
+        await h.wait_registered(list(h.nodes))
+        yield h
+    finally:
+        await h.close()
+
+
+async def _fill(http: httpx.AsyncClient, body: str) -> tuple[list[str], httpx.Response]:
+    """Send batches until one is refused: the ids stored, and the refusal."""
+    stored: list[str] = []
+    for _ in range(4 * DISK_BYTES // (len(body) * PER_SEND)):  # far more than fits
+        r = await http.post(f"/v1/queues/{QUEUE}/messages", json={"messages": [{"body": body}] * PER_SEND})
+        if r.status_code != 200:
+            return stored, r
+        stored += [result["id"] for result in r.json()["results"]]
+    raise AssertionError("the disk never filled")
+
+
+async def _drain(http: httpx.AsyncClient, expected: set[str]) -> list[str]:
+    """Receive and ack in batches, as a consumer does, retrying what is refused, until every
+    expected message was acked; return every refusal met on the way."""
+    acked: set[str] = set()
+    refusals: list[str] = []
+    deadline = time.monotonic() + scaled(60)
+    while not expected <= acked:
+        assert time.monotonic() < deadline, f"{len(expected - acked)} never acked; refusals: {refusals[-5:]}"
+        r = await http.post(f"/v1/queues/{QUEUE}/receive", json={"max": PER_RECEIVE, "wait_s": 0})
+        if r.status_code != 200:
+            refusals.append(f"receive: {r.status_code} {r.text}")
+            await asyncio.sleep(0.2)
+            continue
+        got = r.json()["messages"]
+        a = await http.post(f"/v1/queues/{QUEUE}/ack", json={"receipts": [m["receipt"] for m in got]})
+        if a.status_code != 200:
+            refusals.append(f"ack: {a.status_code} {a.text}")
+            continue  # delivered again once their visibility timeout ends
+        acked.update(m["id"] for m in got)
+    return refusals
+
+
+async def test_full_disks_refuse_sends_and_acks_make_room_again(
+    harness: ClusterHarness, tmp_path: Path
+) -> None:
+    h = harness
+    await h.create_queue(
+        "default", QUEUE, {"replication_factor": 3, "partitions": 1, "visibility_timeout_s": 2}
+    )
+    pid = await h.partition_of("default", QUEUE)
+    leader = await h.serving_leader(pid)
+    body = base64.b64encode(os.urandom(3 * 1024)).decode()  # 4 KiB as JSON
+    with running_cluster_gateway(h, tmp_path / "gateway") as gateway:
+        headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+        async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+            stored, refusal = await _fill(http, body)
+            assert refusal.status_code == 503, refusal.text
+            assert refusal.json()["code"] == "unavailable" and refusal.json()["detail"] == "disk full"
+            assert "retry-after" in refusal.headers
+            assert len(stored) > 500
+            # Refused before anything was written: the leader's term goes on.
+            assert await h.leader(pid) == leader
+
+            # Consumers drain the backlog: every stored message is delivered and acked.
+            refusals = await _drain(http, set(stored))
+            assert refusals == [], refusals[:5]
+
+            # The room the acks freed takes sends again, on every replica.
+            again, refusal = await _fill(http, body)
+            assert refusal.status_code == 503 and refusal.json()["detail"] == "disk full", refusal.text
+            assert len(again) > len(stored) * 3 // 4
+            await replicated_everywhere(h, pid, list(h.nodes))
+            refusals = await _drain(http, set(again))
+            assert refusals == [], refusals[:5]
+            assert await h.leader(pid) == leader
