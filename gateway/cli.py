@@ -37,6 +37,12 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--jwt-audience", help="the aud claim JWTs must carry (default: none allowed)")
     parser.add_argument("--max-request-bytes", type=int, help="largest request body (default 4 MiB)")
     parser.add_argument(
+        "--disk-reserve-mib",
+        type=int,
+        help="room on the store's disk that sends may not use, so consumers can still drain a full"
+        " disk (default: 2%% of the disk, 1 MiB to 1 GiB)",
+    )
+    parser.add_argument(
         "--metrics-listen", help="HOST:PORT: also serve /metrics there, without a token (a private network)"
     )
     parser.add_argument(

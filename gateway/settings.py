@@ -45,6 +45,9 @@ class Settings:
     # Whole request bodies past this are refused with 413 before they are read whole.
     # A batch of 100 messages or one 1 MiB message in base64 fits.
     max_request_bytes: int = 4 * 1024 * 1024
+    # Room on the embedded store's disk that sends may not use, so consumers can still drain
+    # a full disk (docs/store.md, "Full disk or map"); None: 2% of the disk, 1 MiB to 1 GiB.
+    disk_reserve_mib: int | None = None
     # Queue metadata is cached this long at most (another gateway or `pushgate admin` may change it).
     queue_cache_ttl_s: float = 5.0
     log_level: str = "warning"
@@ -115,7 +118,8 @@ class Settings:
         return None
 
     def store_options(self) -> StoreOptions:
-        return StoreOptions(keyring=self.keyring())
+        reserve = None if self.disk_reserve_mib is None else self.disk_reserve_mib * 1024 * 1024
+        return StoreOptions(keyring=self.keyring(), disk_reserve_bytes=reserve)
 
     @staticmethod
     def env_var(name: str) -> str:
@@ -134,6 +138,8 @@ class Settings:
             raise ConfigurationError("monitor_interval_s must be positive")
         if self.usage_flush_interval_s < 0:
             raise ConfigurationError("usage_flush_interval_s must be 0 (off) or positive")
+        if self.disk_reserve_mib is not None and self.disk_reserve_mib < 1:
+            raise ConfigurationError("disk_reserve_mib must be at least 1")
         if self.max_request_bytes < 1024:
             raise ConfigurationError("max_request_bytes must be at least 1024")
         if self.redis_fail not in ("open", "closed"):

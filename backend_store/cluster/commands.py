@@ -119,6 +119,12 @@ def node_main(argv: Sequence[str]) -> int:
         help="JSON key document: encrypt bodies at rest (the same file on every node;"
         f" default: ${ENV_VAR} if set)",
     )
+    parser.add_argument(
+        "--disk-reserve-mib",
+        type=int,
+        help="room on each replica's disk that sends may not use, so consumers can still drain a"
+        " full disk (default: 2%% of the disk, 1 MiB to 1 GiB; docs/store.md)",
+    )
     tls = parser.add_argument_group(
         "mutual TLS on the node protocol (all three or none; docs/cluster.md)",
         "the port then serves TLS only, to peers with a certificate signed by the CA;"
@@ -131,6 +137,9 @@ def node_main(argv: Sequence[str]) -> int:
     parser.add_argument("--log-level", default="warning", choices=["error", "warning", "info", "debug"])
     _add_etcd_tls(parser)
     args = parser.parse_args(argv)
+    if args.disk_reserve_mib is not None and args.disk_reserve_mib < 1:
+        print("pushgate node: --disk-reserve-mib must be at least 1", file=sys.stderr)
+        return 2
     try:
         etcd_tls = _etcd_tls(args)
         keyring = (
@@ -161,6 +170,7 @@ def node_main(argv: Sequence[str]) -> int:
             keyring=keyring,
             tls=node_tls,
             etcd_tls=etcd_tls,
+            disk_reserve_bytes=None if args.disk_reserve_mib is None else args.disk_reserve_mib << 20,
         ),
         args.log_level,
         tls_listener=node_tls is not None,

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -51,14 +52,17 @@ def _namespaces_allowed() -> bool:
     return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
-@pytest.fixture
-async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
+@contextlib.asynccontextmanager
+async def _cluster_on_small_disks(
+    etcd_endpoints: list[str], root: Path, node_args: Sequence[str] = ()
+) -> AsyncIterator[ClusterHarness]:
+    """Three nodes (and a manager), each node with its data on a tmpfs of its own."""
     if not _namespaces_allowed():
         pytest.fail("this test needs mount namespaces (unshare -rm), as CI has")
-    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("full") + "/")
-    (tmp_path / "cluster").mkdir()
+    h = ClusterHarness(etcd_endpoints, root, unique_prefix("full") + "/")
+    h.root.mkdir()
     try:
-        await h.start(nodes=3, managers=1, running=0)
+        await h.start(nodes=3, managers=1, running=0, node_args=node_args)
         for name, node in h.nodes.items():
             data = h.root / name
             data.mkdir()
@@ -68,6 +72,12 @@ async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[Cl
         yield h
     finally:
         await h.close()
+
+
+@pytest.fixture
+async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
+    async with _cluster_on_small_disks(etcd_endpoints, tmp_path / "cluster") as h:
+        yield h
 
 
 async def _fill(http: httpx.AsyncClient, body: str) -> tuple[list[str], httpx.Response]:
@@ -136,3 +146,21 @@ async def test_full_disks_refuse_sends_and_acks_make_room_again(
             refusals = await _drain(http, set(again))
             assert refusals == [], refusals[:5]
             assert await h.leader(pid) == leader
+
+
+async def test_a_node_takes_its_reserve_from_the_command_line(
+    etcd_endpoints: list[str], tmp_path: Path
+) -> None:
+    # A reserve larger than the disk: no send fits, receives still answer.
+    async with _cluster_on_small_disks(
+        etcd_endpoints, tmp_path / "cluster", ["--disk-reserve-mib", "64"]
+    ) as h:
+        await h.create_queue("default", QUEUE, {"replication_factor": 3, "partitions": 1})
+        await h.serving_leader(await h.partition_of("default", QUEUE))
+        with running_cluster_gateway(h, tmp_path / "gateway") as gateway:
+            headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+            async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+                r = await http.post(f"/v1/queues/{QUEUE}/messages", json={"body": "small"})
+                assert r.status_code == 503 and r.json()["detail"] == "disk full", r.text
+                r = await http.post(f"/v1/queues/{QUEUE}/receive", json={"wait_s": 0})
+                assert r.status_code == 200 and r.json()["messages"] == [], r.text

@@ -87,3 +87,21 @@ def test_a_full_disk_refuses_sends_and_keeps_receives_and_acks(
             assert stats["visible"] + stats["in_flight"] == stored - 3 + 1
     finally:
         assert proc.terminate() == -signal.SIGTERM, "".join(proc.output)
+
+
+def test_the_reserve_sends_may_not_use_is_set_on_the_command_line(tmp_path: Path) -> None:
+    # docs/store.md, "Full disk or map": a reserve larger than any disk (16 TiB) leaves no
+    # room for a send; everything else works.
+    serve = [sys.executable, "-m", "gateway.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0"]
+    proc = ServeProcess([*serve, "--disk-reserve-mib", str(16 << 20)], cwd=REPO).wait_until_serving(30)
+    try:
+        assert proc.key is not None
+        headers = {"Authorization": f"Bearer {proc.key}"}
+        with httpx.Client(base_url=proc.url, headers=headers, timeout=scaled(30)) as http:
+            assert http.put("/v1/queues/q").status_code == 201
+            r = http.post("/v1/queues/q/messages", json={"body": "small"})
+            # "store is full" where the map's maximum (64 GiB) is less than the disk's room.
+            assert r.status_code == 503 and r.json()["detail"] in ("disk full", "store is full"), r.text
+            assert http.post("/v1/queues/q/receive", json={"wait_s": 0}).json()["messages"] == []
+    finally:
+        assert proc.terminate() == -signal.SIGTERM, "".join(proc.output)

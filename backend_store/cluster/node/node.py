@@ -112,6 +112,7 @@ class Node:
         layout: Layout | None = None,
         tls: NodeTls | None = None,
         clock: Callable[[], float] | None = None,
+        disk_reserve_bytes: int | None = None,
     ) -> None:
         """``quorum_window_s``: check-quorum's window (default one lease TTL; 0: off).
         ``handover_timeout_s``: how long a hand-over may refuse writes waiting for its
@@ -119,6 +120,8 @@ class Node:
         ``keyring``: bodies are sealed at rest in every partition store (the same keys on
         every node: a follower promoted must open what its leader sealed).
         ``tls``: the port serves mutual TLS only, and leader links dial with it (tls.py).
+        ``disk_reserve_bytes``: room on each replica's disk that sends may not use
+        (docs/store.md, "Full disk or map"; None: 2% of the disk, 1 MiB to 1 GiB).
         ``clock``: the stores' time (message timestamps, visibility, retention, dedupe
         windows); None: ``time.time``. An embedding that holds its clock still (the contract
         suite's in-process cluster) calls ``PartitionHost.sweep_soon`` when it moves it."""
@@ -142,7 +145,11 @@ class Node:
         # No sweeper in the stores: a follower's store changes only through the leader's log;
         # the leader sweeps (PartitionHost) and its deletions replicate like any write.
         self.options = StoreOptions(
-            replication_log_keep=log_keep, sweep_interval_s=0, keyring=keyring, clock=clock
+            replication_log_keep=log_keep,
+            sweep_interval_s=0,
+            keyring=keyring,
+            clock=clock,
+            disk_reserve_bytes=disk_reserve_bytes,
         )
         self.sweep_every_s = sweep_every_s
         self.hosts: dict[int, PartitionHost] = {}
@@ -906,6 +913,7 @@ async def run_node(
     keyring: Keyring | None = None,
     tls: NodeTls | None = None,
     etcd_tls: EtcdTls | None = None,
+    disk_reserve_bytes: int | None = None,
 ) -> None:
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
     from ..coordination.etcd_coordinator import EtcdCoordinator
@@ -925,6 +933,7 @@ async def run_node(
         keyring=keyring,
         layout=Layout(prefix) if prefix else None,
         tls=tls,
+        disk_reserve_bytes=disk_reserve_bytes,
     )
     await node.start()
     secured = " (mutual TLS)" if tls is not None else ""
