@@ -32,5 +32,6 @@ class StoreOptions:
     max_held: int = DEFAULT_MAX_HELD
     # Room on disk that sends may not use, so receives and acks can still drain a store whose
     # disk is full (lmdb_store/room.py); None: 2% of the file system (or of max_map_size, if
-    # less), from 1 MiB to 1 GiB.
+    # less), from 1 MiB to 1 GiB; 0: none, sends may fill the disk (tests of what a failed
+    # commit costs).
     disk_reserve_bytes: int | None = None

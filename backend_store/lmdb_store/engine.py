@@ -106,6 +106,9 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         await self._take_hold_lock(env)
         self._env = env
         self._loop = asyncio.get_running_loop()
+        reserve = self.options.disk_reserve_bytes
+        if reserve is None:
+            reserve = default_reserve(self.path, env.max_map_size)
         self._writer = GroupCommitWriter(
             env,
             self._replication_log,
@@ -116,9 +119,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             on_events=self._committed_events,
             index_listener=self._ops.holds.indexed,
             on_commit_start=self._commit_starts,
-            room_gauge=RoomGauge(
-                env, self.options.disk_reserve_bytes or default_reserve(self.path, env.max_map_size)
-            ),
+            room_gauge=RoomGauge(env, reserve) if reserve else None,
         )
         self._writer.start()
         try:

@@ -24,11 +24,18 @@ T, Q = TenantId("t"), QueueName("q")
 
 
 async def open_store(path: Path, map_size: int) -> LmdbBackend:
-    # Room to grow once: the batch whose commit failed is retried after the map grows.
+    # Room to grow once: the batch whose commit failed is retried after the map grows. No
+    # reserve of room (lmdb_store/room.py), which would refuse the sends before the map
+    # fills: a commit can still fail (a failed fsync, a write the reserve did not cover),
+    # and this is what must follow.
     store = LmdbBackend(
         path,
         StoreOptions(
-            replication_log_keep=100_000, sweep_interval_s=0, map_size=map_size, max_map_size=2 * map_size
+            replication_log_keep=100_000,
+            sweep_interval_s=0,
+            map_size=map_size,
+            max_map_size=2 * map_size,
+            disk_reserve_bytes=0,
         ),
     )
     await store.start()
