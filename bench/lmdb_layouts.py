@@ -14,6 +14,9 @@ rewrites the queue's record.
 - ``message``: a record per message, as ``backend_store/lmdb_store`` keeps them.
 - ``batch``: one record per batch of messages (their bodies side by side), one index entry,
   and the acks of a batch as one small record before the batch goes.
+- ``bodies``: the middle way (session 47): each message keeps its small record and index
+  entry, but the bodies of a batch share one record, with a count of the messages still
+  using it; the last ack of a batch deletes it.
 - ``+log``: each commit also appends an entry to a replication log, as a cluster node does:
   the mutations with their values, and the before-images an ack deletes (truncation undoes
   them), the oldest entry past 1,000 trimmed.
@@ -42,6 +45,7 @@ _LSN = struct.Struct(">Q")
 _BACKLOG = 2000
 _LOG_KEPT = 1000
 _MSGS, _EXPIRY_DB = 3, 10  # the store's Db numbers, as a log entry names them
+_BODIES = 11  # a database the store does not have
 
 
 def _cpu() -> float:
@@ -56,17 +60,21 @@ class Result:
 
 
 class Layout:
-    def __init__(self, path: str, *, per_batch: bool, logged: bool, body: bytes) -> None:
+    def __init__(self, path: str, *, kind: str, logged: bool, body: bytes) -> None:
         self.env = lmdb.open(path, map_size=8 << 30, max_dbs=8, sync=True, metasync=False)
         self.msgs = self.env.open_db(b"msgs")
         self.expiry = self.env.open_db(b"expiry")
         self.queues = self.env.open_db(b"queues")
         self.acked = self.env.open_db(b"acked")
         self.replog = self.env.open_db(b"replog")
-        self.per_batch, self.logged, self.body = per_batch, logged, body
+        self.bodies = self.env.open_db(b"bodies")
+        self.kind, self.per_batch, self.logged, self.body = kind, kind == "batch", logged, body
         self.tail = self.head = self.lsn = 0
 
     def send(self, n: int) -> None:
+        if self.kind == "bodies":
+            self._send_bodies(n)
+            return
         mutations: list[list[Any]] = []
         with self.env.begin(write=True) as txn:
             for value in [self.body * n] if self.per_batch else [self.body] * n:
@@ -78,7 +86,58 @@ class Layout:
                 mutations += [[_MSGS, key, value], [_EXPIRY_DB, expiry, b""]]
             self._finish(txn, mutations, [])
 
+    def _send_bodies(self, n: int) -> None:
+        mutations: list[list[Any]] = []
+        with self.env.begin(write=True) as txn:
+            batch_key = _LSN.pack(self.tail + 1)
+            bodies = self.body * n
+            txn.put(batch_key, bodies, db=self.bodies)
+            txn.put(b"n" + batch_key, _LSN.pack(n), db=self.bodies)
+            mutations += [[_BODIES, batch_key, bodies], [_BODIES, b"n" + batch_key, _LSN.pack(n)]]
+            for i in range(n):
+                self.tail += 1
+                key = _KEY.pack(1, self.tail)
+                # Where its body is, and the rest of a message record's small fields.
+                record = batch_key + _KEY.pack(i * len(self.body), len(self.body)) + bytes(24)
+                expiry = _EXPIRY.pack(10**9 + self.tail, 1, self.tail)
+                txn.put(key, record, db=self.msgs)
+                txn.put(expiry, b"", db=self.expiry)
+                mutations += [[_MSGS, key, record], [_EXPIRY_DB, expiry, b""]]
+            self._finish(txn, mutations, [])
+
+    def _ack_bodies(self, n: int) -> None:
+        mutations: list[list[Any]] = []
+        undo: list[list[Any]] = []
+        acked: dict[bytes, int] = {}
+        with self.env.begin(write=True) as txn:
+            for _ in range(n):
+                self.head += 1
+                key = _KEY.pack(1, self.head)
+                expiry = _EXPIRY.pack(10**9 + self.head, 1, self.head)
+                old = txn.pop(key, db=self.msgs)
+                assert old is not None
+                txn.delete(expiry, db=self.expiry)
+                acked[old[:8]] = acked.get(old[:8], 0) + 1
+                mutations += [[_MSGS, key, None], [_EXPIRY_DB, expiry, None]]
+                undo += [[_MSGS, key, old], [_EXPIRY_DB, expiry, b""]]
+            for batch_key, count in acked.items():
+                count_key = b"n" + batch_key
+                held = txn.get(count_key, db=self.bodies)
+                assert held is not None
+                left = int.from_bytes(held, "big") - count
+                if left:
+                    txn.put(count_key, _LSN.pack(left), db=self.bodies)
+                    mutations.append([_BODIES, count_key, _LSN.pack(left)])
+                    continue
+                undo.append([_BODIES, batch_key, txn.pop(batch_key, db=self.bodies)])
+                txn.delete(count_key, db=self.bodies)
+                mutations += [[_BODIES, batch_key, None], [_BODIES, count_key, None]]
+            self._finish(txn, mutations, undo)
+
     def ack(self, n: int) -> None:
+        if self.kind == "bodies":
+            self._ack_bodies(n)
+            return
         mutations: list[list[Any]] = []
         undo: list[list[Any]] = []
         with self.env.begin(write=True) as txn:
@@ -125,22 +184,23 @@ def main() -> None:
     args = parser.parse_args()
     body = os.urandom(args.size)
     print(f"{args.batch} messages a commit, {args.size} B bodies, fsync per commit, {args.repeat} runs")
-    print(f"{'layout':14s} {'CPU us/msg':>18s} {'wall us/msg':>18s}  batch/message CPU")
+    print(f"{'layout':14s} {'CPU us/msg':>18s} {'wall us/msg':>18s}  CPU against message")
+    kinds = ("message", "batch", "bodies")
     for logged in (False, True):
-        figures: dict[bool, list[Result]] = {False: [], True: []}
+        figures: dict[str, list[Result]] = {kind: [] for kind in kinds}
         for _ in range(args.repeat):
-            for per_batch in (False, True):
+            for kind in kinds:
                 with tempfile.TemporaryDirectory(dir=args.dir, prefix="pushgate-layouts-") as tmp:
-                    layout = Layout(tmp, per_batch=per_batch, logged=logged, body=body)
-                    figures[per_batch].append(layout.run(args.batch, args.rounds))
+                    layout = Layout(tmp, kind=kind, logged=logged, body=body)
+                    figures[kind].append(layout.run(args.batch, args.rounds))
                     layout.env.close()
-        for per_batch in (False, True):
-            name = ("batch" if per_batch else "message") + ("+log" if logged else "")
-            cpu = [r.cpu_us for r in figures[per_batch]]
-            wall = [r.wall_us for r in figures[per_batch]]
+        for kind in kinds:
+            name = kind + ("+log" if logged else "")
+            cpu = [r.cpu_us for r in figures[kind]]
+            wall = [r.wall_us for r in figures[kind]]
             ratio = ""
-            if per_batch:
-                ratios = [b.cpu_us / m.cpu_us for b, m in zip(figures[True], figures[False], strict=True)]
+            if kind != "message":
+                ratios = [b.cpu_us / m.cpu_us for b, m in zip(figures[kind], figures["message"], strict=True)]
                 ratio = f"  {min(ratios):.2f}-{max(ratios):.2f}x"
             print(
                 f"{name:14s} {min(cpu):8.1f}-{max(cpu):<8.1f}  {min(wall):8.1f}-{max(wall):<8.1f}{ratio}",

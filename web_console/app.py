@@ -333,10 +333,18 @@ class Console:
                 yield snapshot
                 continue
             listing = Listing.of(snapshot.for_tenant(session.tenant), request.query_params)
+            # The caption and the pager again from this sample: queues created or deleted
+            # since the page's own change the count of pages too.
+            fragments = {
+                part: self.templates.get_template(f"_{part.replace('-', '_')}.html").render(
+                    session=session, listing=listing
+                )
+                for part in ("queue-caption", "queue-pager")
+            }
             doc = {
                 "at": snapshot.at,
                 "queues": [queue_row(q) for q in listing.queues],
-                "total": listing.total,
+                "fragments": fragments,
                 "alerts": [alert_row(a) for a in self.deps.alerts.active(session.tenant)],
             }
             yield b"event: overview\ndata: " + orjson.dumps(doc) + b"\n\n"

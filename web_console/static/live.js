@@ -87,8 +87,6 @@
       empty.appendChild(td);
       body.appendChild(empty);
     }
-    var total = document.getElementById("queue-total");
-    if (total && typeof doc.total === "number") total.textContent = String(doc.total);
   }
 
   function applyFragments(fragments) {
@@ -106,6 +104,7 @@
   source.addEventListener("overview", function (event) {
     var doc = JSON.parse(event.data);
     renderQueues(doc);
+    applyFragments(doc.fragments);
     renderAlerts(doc.alerts);
   });
   source.addEventListener("queue", function (event) {
