@@ -161,6 +161,8 @@ class ReplicationLog:
         return epoch
 
     def _trim(self, writes: Writes, lsn: Lsn) -> None:
+        if not self.keep:
+            return  # no entries are written (a standalone store), none to trim
         short = writes.short_of_room()
         horizon = lsn - max(1, min(self.keep, _KEEP_SHORT_OF_ROOM) if short else self.keep)
         if self.follower_floor is not None:
