@@ -296,16 +296,17 @@ class Writes(View):
             self._room_left = self.room_gauge.room(self.txn) - self.room_gauge.reserve
         return self._room_left
 
-    def has_room_for(self, nbytes: int) -> bool:
-        """Whether sends of ``nbytes`` of bodies leave the reserve untouched (room.py); if so
-        they are counted against the room, so a batch's sends add up."""
+    def no_room_for(self, nbytes: int) -> str | None:
+        """None when sends of ``nbytes`` of bodies leave the reserve untouched (room.py), and
+        they are counted against the room, so a batch's sends add up; else why they do not
+        fit (``disk full`` or ``store is full``)."""
         if self.room_gauge is None:
-            return True
-        need = nbytes * self.copies
-        if self._room() < need:
-            return False
-        self._room_left = self._room() - need
-        return True
+            return None
+        left = self._room() - nbytes * self.copies
+        if left < 0:
+            return self.room_gauge.full
+        self._room_left = left
+        return None
 
     def short_of_room(self) -> bool:
         """Whether the room left is within twice the reserve: the replication log then keeps

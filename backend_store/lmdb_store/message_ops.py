@@ -179,9 +179,9 @@ class MessageOps:
         self, w: Writes, now: float, tenant: str, queue: str, messages: Sequence[NewMessage]
     ) -> list[SendResult | PushgateError]:
         record = find_queue(w, tenant, queue)
-        if not w.has_room_for(sum(len(m.body) for m in messages)):
-            assert w.room_gauge is not None
-            raise Unavailable(w.room_gauge.full)  # before any write: room.py
+        full = w.no_room_for(sum(len(m.body) for m in messages))
+        if full is not None:
+            raise Unavailable(full)  # before any write: room.py
         attrs = attributes_of(record)
         fifo = attrs.ordering == "fifo"
         now_ms = to_ms(now)
