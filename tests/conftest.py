@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -22,6 +23,14 @@ import pytest
 # ("Java gateway process exited", every Spark test of the run in error). Nothing here forks
 # to keep using gRPC in the child, so gRPC installs no fork handlers (read at its import).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# A run started in the background of a non-interactive shell (``./scripts/test &``) begins
+# with SIGINT ignored, and an ignored signal stays ignored in every child: the servers tests
+# start then ran their Ctrl-C drain (uvicorn catches SIGINT itself) but exited 0, not 130,
+# as SIGINT was no signal to die of (tests/newcomer/test_cli.py). Caught again here, it is
+# back to the default in each child, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Shared session fixtures, one file per external program (tests/fixtures/).
 pytest_plugins = [
