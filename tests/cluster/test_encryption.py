@@ -36,6 +36,10 @@ def _files_of(root: Path) -> bytes:
     return b"".join(path.read_bytes() for path in sorted(root.rglob("*.mdb")))
 
 
+async def _on_every_replica(root: Path, nodes: list[str], data: bytes) -> bool:
+    return all(data in _files_of(root / name) for name in nodes)
+
+
 async def test_bodies_are_sealed_on_every_replica_and_open_after_failover(
     harness: ClusterHarness, tmp_path: Path
 ) -> None:
@@ -48,13 +52,18 @@ async def test_bodies_are_sealed_on_every_replica_and_open_after_failover(
     await h.serving_leader(pid)
 
     sent = await h.send_until_ok(pid, T, Q, MARKER)
+    # The message on every replica (its id is stored in the clear, as SQS keeps ids). Waited
+    # for, not taken from the published positions: those can agree on the LSN before the
+    # send while the leader has yet to publish its own, and the third replica of a sync
+    # write may still be applying it (a fresh clone's run, session 47).
+    await h.wait_for(
+        "the message's id in every replica's files",
+        lambda: _on_every_replica(tmp_path, list(h.nodes), sent.id.encode()),
+    )
     await replicated_everywhere(h, pid, list(h.nodes))
     for name in h.nodes:
-        stored = _files_of(tmp_path / name)
-        # The message is on this replica (its id is stored in the clear, as SQS keeps ids)...
-        assert sent.id.encode() in stored, name
         # ...and its body only sealed.
-        assert MARKER.encode() not in stored, name
+        assert MARKER.encode() not in _files_of(tmp_path / name), name
     assert await h.read_queue(pid, T, Q) == [MARKER]
 
     # A follower promoted opens what the old leader sealed.
