@@ -6,9 +6,13 @@ each message exactly once, in one atomic step of the store, so a task cut short 
 gateway that stops) never moves a message twice; moving what is left is another task.
 
 A task's record lives in the store's metadata (namespace :data:`NAMESPACE`), so any gateway
-lists it and cancels it: the running gateway reads the record before each chunk and stops
-when it says ``CANCELLING``. A ``RUNNING`` record not updated for :data:`STALE_S` belongs to
-a gateway that stopped: it is listed as ``FAILED``.
+lists it and cancels it. A cancel is a key of its own (namespace :data:`CANCELS`), never a
+change to the record: the running gateway rewrites the record after each chunk, and a
+cancel written into it between the runner's read and its write was lost (the task ran to
+``COMPLETED``; tests/sqs/test_move_tasks.py, once requests stopped waiting 40 ms each). The
+runner looks for the key before each chunk; a ``RUNNING`` record with one is listed as
+``CANCELLING``. A ``RUNNING`` record not updated for :data:`STALE_S` belongs to a gateway
+that stopped: it is listed as ``FAILED``.
 
 Like AWS, a task moves at most the messages its source held when it started
 (``ApproximateNumberOfMessagesToMove``), one task per source at a time, and at most
@@ -36,6 +40,7 @@ from .errors import SqsError
 logger = logging.getLogger("pushgate.sqs")
 
 NAMESPACE = "sqs_move_tasks"
+CANCELS = "sqs_move_task_cancels"
 RUNNING, COMPLETED, CANCELLING, CANCELLED, FAILED = (
     "RUNNING",
     "COMPLETED",
@@ -108,15 +113,20 @@ class MoveTasks:
         raw = await self._backend.meta_get(NAMESPACE, key)
         return None if raw is None else MoveTask(**orjson.loads(raw))
 
-    def _as_listed(self, task: MoveTask) -> MoveTask:
+    def _as_listed(self, task: MoveTask, cancelled: bool) -> MoveTask:
+        if task.status == RUNNING and cancelled:
+            task.status = CANCELLING
         if task.status in (RUNNING, CANCELLING) and self._now_ms() - task.updated_ms > STALE_S * 1000:
             task.status, task.failure = FAILED, "the gateway running the task stopped"
         return task
 
     async def list(self, tenant: TenantId, source: QueueName) -> list[MoveTask]:
         """The source's tasks, the most recent first."""
-        found = await self._backend.meta_list(NAMESPACE, f"{tenant}/{source}/")
-        tasks = [self._as_listed(MoveTask(**orjson.loads(raw))) for _, raw in found]
+        prefix = f"{tenant}/{source}/"
+        found = await self._backend.meta_list(NAMESPACE, prefix)
+        cancels = {key for key, _ in await self._backend.meta_list(CANCELS, prefix)}
+        tasks = [MoveTask(**orjson.loads(raw)) for _, raw in found]
+        tasks = [self._as_listed(task, task.key() in cancels) for task in tasks]
         return sorted(tasks, key=lambda t: t.started_ms, reverse=True)
 
     async def start(
@@ -139,22 +149,23 @@ class MoveTasks:
 
     async def cancel(self, tenant: TenantId, handle: str) -> MoveTask:
         source, handle = handle_parts(handle)
-        task = await self._load(_key(tenant, source, handle))
-        if task is None or self._as_listed(task).status != RUNNING:
+        key = _key(tenant, source, handle)
+        task = await self._load(key)
+        cancelled = await self._backend.meta_get(CANCELS, key) is not None
+        if task is None or self._as_listed(task, cancelled).status != RUNNING:
             raise SqsError(
                 "ResourceNotFoundException",
                 "The resource that you specified for the TaskHandle does not exist.",
             )
+        await self._backend.meta_put(CANCELS, key, b"")
         task.status = CANCELLING
-        await self._save(task)
         return task
 
     async def _run(self, task: MoveTask, dead_letters: DeadLetters) -> None:
         tenant, source, to = TenantId(task.tenant), QueueName(task.source), QueueName(task.destination)
         try:
             while task.moved < task.to_move:
-                current = await self._load(task.key())
-                if current is not None and current.status == CANCELLING:
+                if await self._backend.meta_get(CANCELS, task.key()) is not None:
                     task.status = CANCELLED
                     break
                 chunk = min(task.rate or CHUNK, task.to_move - task.moved)
@@ -175,6 +186,8 @@ class MoveTasks:
             task.status, task.failure = FAILED, "internal error"
         try:
             await self._save(task)
+            # The record says how it ended now: a cancel that came too late to stop it is moot.
+            await self._backend.meta_delete(CANCELS, task.key())
         except PushgateError:
             logger.warning("message move task %s: its final state could not be saved", task.handle)
 
