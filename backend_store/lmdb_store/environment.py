@@ -15,16 +15,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import lmdb
 
 from ..errors import Unavailable
 from ..types import StorageUsage
 from .records import QueueRecord
-
-if TYPE_CHECKING:
-    from .room import RoomGauge
 
 log = logging.getLogger("pushgate.store")
 T = TypeVar("T")
@@ -243,6 +240,16 @@ class View:
 Touched = set[tuple[str, str]]
 
 
+class RoomMeasure(Protocol):
+    """What a write transaction asks of the room it may grow by (room.py's ``RoomGauge``)."""
+
+    reserve: int
+    # The refusal's detail when a send would not fit: "disk full" or "store is full".
+    full: str
+
+    def room(self, txn: Any) -> int: ...
+
+
 class Writes(View):
     """The write side of a transaction; counts its writes (:class:`LoggedWrites` also records
     them, for a store that keeps a replication log)."""
@@ -286,7 +293,7 @@ class Writes(View):
         self.index_listener: Callable[[int, bytes], None] | None = None
         # Measures the room the store has left (room.py; None: never short of room), once
         # per transaction, when a send or the log's trimming first asks.
-        self.room_gauge: RoomGauge | None = None
+        self.room_gauge: RoomMeasure | None = None
         self._room_left: int | None = None
 
     def _room(self) -> int:
