@@ -23,8 +23,6 @@ import asyncio
 import base64
 import contextlib
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -34,22 +32,16 @@ import pytest
 
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
+from tests.fixtures.small_disk import namespaces_allowed, on_small_disk
 
 from .conftest import running_cluster_gateway
 from .processes import ClusterHarness
 from .workload import replicated_everywhere
 
 DISK_BYTES = 12 * 1024 * 1024
-_TMPFS = 'mount -t tmpfs -o size={size} tmpfs "$1" && shift && exec "$@"'
 QUEUE = "backlog"
 PER_SEND = 10
 PER_RECEIVE = 10
-
-
-def _namespaces_allowed() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +49,7 @@ async def _cluster_on_small_disks(
     etcd_endpoints: list[str], root: Path, node_args: Sequence[str] = ()
 ) -> AsyncIterator[ClusterHarness]:
     """Three nodes (and a manager), each node with its data on a tmpfs of its own."""
-    if not _namespaces_allowed():
+    if not namespaces_allowed():
         pytest.fail("this test needs mount namespaces (unshare -rm), as CI has")
     h = ClusterHarness(etcd_endpoints, root, unique_prefix("full") + "/")
     h.root.mkdir()
@@ -66,7 +58,7 @@ async def _cluster_on_small_disks(
         for name, node in h.nodes.items():
             data = h.root / name
             data.mkdir()
-            node.wrapper = ["unshare", "-rm", "sh", "-c", _TMPFS.format(size=DISK_BYTES), "sh", str(data)]
+            node.wrapper = on_small_disk(data, DISK_BYTES)
             node.start()
         await h.wait_registered(list(h.nodes))
         yield h

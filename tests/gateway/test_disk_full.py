@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import scaled
+from tests.fixtures.small_disk import namespaces_allowed, on_small_disk
 
 from .processes import REPO, ServeProcess
 
@@ -30,22 +29,13 @@ from .processes import REPO, ServeProcess
 pytestmark = pytest.mark.embedded_only
 
 DISK_BYTES = 3 * 1024 * 1024
-_TMPFS = 'mount -t tmpfs -o size={size} tmpfs "$1" && shift && exec "$@"'
-
-
-def namespaces_allowed() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
-    return probe.returncode == 0
 
 
 def serve_on_a_small_disk(data: Path) -> tuple[ServeProcess, str]:
     data.mkdir()
     serve = [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data), "--port", "0"]
     if namespaces_allowed():
-        script = _TMPFS.format(size=DISK_BYTES)
-        args, how = ["unshare", "-rm", "sh", "-c", script, "sh", str(data), *serve], "tmpfs (ENOSPC)"
+        args, how = [*on_small_disk(data, DISK_BYTES), *serve], "tmpfs (ENOSPC)"
     else:
         args, how = ["prlimit", f"--fsize={DISK_BYTES}", *serve], "RLIMIT_FSIZE (EFBIG)"
     return ServeProcess(args, cwd=REPO).wait_until_serving(30), how
