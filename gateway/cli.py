@@ -13,6 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from backend_store.errors import ConfigurationError
+from backend_store.open_files import raise_open_file_limit
 
 from .settings import Settings
 
@@ -138,6 +139,7 @@ def serve(argv: Sequence[str]) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    raise_open_file_limit("pushgate serve")  # every connection is a descriptor (open_files.py)
     app = create_app(settings)
     server = GatewayServer(uvicorn_config(settings, app), app.state.services, announce=True)
     tune_for_serving()  # the process is a server from here on (see collector.py)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
+from ..open_files import raise_open_file_limit
 from .coordination.etcd_tls import EtcdTls
 from .protocol.tls import NodeTls, TlsFiles
 
@@ -73,8 +74,18 @@ def _loop_factory(tls_listener: bool) -> Callable[[], asyncio.AbstractEventLoop]
     return uvloop.new_event_loop
 
 
-def _run(main: Callable[[], Coroutine[Any, Any, None]], log_level: str, *, tls_listener: bool = False) -> int:
+def _run(
+    main: Callable[[], Coroutine[Any, Any, None]],
+    log_level: str,
+    *,
+    tls_listener: bool = False,
+    server: str | None = None,
+) -> int:
+    """Run ``main`` on its own loop until it ends or a signal stops it. ``server``: a command
+    that serves until stopped (its open-file limit is raised, open_files.py)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if server is not None:
+        raise_open_file_limit(server)
 
     async def supervised() -> None:
         task: asyncio.Task[None] = asyncio.create_task(main())
@@ -174,6 +185,7 @@ def node_main(argv: Sequence[str]) -> int:
         ),
         args.log_level,
         tls_listener=node_tls is not None,
+        server="pushgate node",
     )
 
 
@@ -251,6 +263,7 @@ def manager_main(argv: Sequence[str]) -> int:
             etcd_tls=etcd_tls,
         ),
         args.log_level,
+        server="pushgate manager",
     )
 
 
