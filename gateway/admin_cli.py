@@ -1,6 +1,8 @@
-"""``pushgate admin``: tenants, API keys, JWT keys and queue deletion on a data directory.
+"""``pushgate admin``: tenants, API keys, JWT keys, queue deletion, and backups of a data
+directory's store.
 
-Works whether or not a gateway runs on the same directory (LMDB lets both open it).
+Works whether or not a gateway runs on the same directory (LMDB lets both open it); but
+``restore``, which needs the gateway stopped.
 A running gateway caches key records and limits for a few seconds, so a change made here
 takes effect there within that time; with ``--redis`` (or ``PUSHGATE_REDIS_URL``) the
 gateways sharing that Redis are told at once (the output then has ``"announced": true``). Each command prints one JSON object on stdout; errors
@@ -23,7 +25,9 @@ import orjson
 from backend_store import StoreOptions, open_backend
 from backend_store.backend import Backend
 from backend_store.errors import ConfigurationError, PushgateError
+from backend_store.lmdb_store.backup import backup, restore
 from backend_store.types import QueueName, TenantId
+from backend_store.url import lmdb_path
 from gateway.settings import Settings
 from web_console.alerts import KINDS, RuleStore, parse_rule
 
@@ -36,6 +40,7 @@ from .limits.store import LimitsStore
 from .usage.audit import AUDIT_SUBDIR, AuditAction, AuditLog, cli_actor
 
 Command = Callable[[Backend, argparse.Namespace], Awaitable[dict[str, Any]]]
+FileCommand = Callable[[Path, argparse.Namespace], dict[str, Any]]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,12 +60,14 @@ class _CommandError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pushgate admin",
-        description="Tenants, API keys, JWT keys and queue deletion on a gateway's data directory, "
-        "whether or not the gateway runs. Each command prints one JSON object.",
+        description="Tenants, API keys, JWT keys, queue deletion and store backups on a gateway's data "
+        "directory, whether or not the gateway runs (restore: with it stopped). Each command prints one "
+        "JSON object.",
         epilog="examples:\n"
         "  pushgate admin --data ./data tenant create acme --origin https://app.acme.com\n"
         '  pushgate admin --data ./data key create --tenant acme --scope "send:orders receive:orders"\n'
         "  pushgate admin --data ./data key revoke KEY_ID\n"
+        "  pushgate admin --data ./data backup /backups/pushgate-$(date +%F).mdb\n"
         "Each group has its own help: pushgate admin key create --help",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -167,6 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--tenant", required=True)
     delete.add_argument("name")
     delete.set_defaults(run=_delete_queue)
+
+    # On the store's files, not through a Backend (backend_store/lmdb_store/backup.py).
+    backup = groups.add_parser(
+        "backup", help="copy the embedded store into a new file, while a gateway serves it or not"
+    )
+    backup.add_argument("file", type=Path, help="the backup file to write (never overwritten)")
+    backup.set_defaults(run=_backup)
+    restore = groups.add_parser(
+        "restore", help="put a backup in place of the store (the gateway stopped; the old store is kept)"
+    )
+    restore.add_argument("file", type=Path, help="a file pushgate admin backup wrote")
+    restore.set_defaults(run=_restore)
     return parser
 
 
@@ -276,11 +295,44 @@ async def _delete_queue(backend: Backend, args: argparse.Namespace) -> dict[str,
     return {"deleted": args.name}
 
 
+def _backup(store: Path, args: argparse.Namespace) -> dict[str, Any]:
+    info = backup(store, args.file.resolve())
+    return {
+        "backup": str(info.path),
+        "bytes": info.bytes,
+        "format": info.format,
+        "seconds": round(info.seconds, 3),
+    }
+
+
+def _restore(store: Path, args: argparse.Namespace) -> dict[str, Any]:
+    info = restore(args.file.resolve(), store)
+    replaced = None if info.replaced is None else str(info.replaced)
+    return {
+        "restored": str(args.file.resolve()),
+        "store": str(info.store),
+        "bytes": info.bytes,
+        "replaced": replaced,
+    }
+
+
+# Commands on the embedded store's files (no Backend opened).
+_FILE_COMMANDS: set[FileCommand] = {_backup, _restore}
+
+
 # What each command changes, for the audit log: (action, tenant, target, details) from
 # the arguments and the command's result. Read-only commands are not audited.
 _AUDITED: dict[
-    Command, Callable[[argparse.Namespace, dict[str, Any]], tuple[AuditAction, str, str, dict[str, Any]]]
+    Command | FileCommand,
+    Callable[[argparse.Namespace, dict[str, Any]], tuple[AuditAction, str, str, dict[str, Any]]],
 ] = {
+    _backup: lambda a, r: (AuditAction.STORE_BACKED_UP, "", r["backup"], {"bytes": r["bytes"]}),
+    _restore: lambda a, r: (
+        AuditAction.STORE_RESTORED,
+        "",
+        r["store"],
+        {"from": r["restored"], "replaced": r["replaced"]},
+    ),
     _tenant_create: lambda a, r: (
         AuditAction.TENANT_CREATED,
         r["tenant"],
@@ -334,7 +386,9 @@ _ANNOUNCED: dict[Command, str] = {
 }
 
 
-def _audit(data_dir: Path | None, command: Command, args: argparse.Namespace, result: dict[str, Any]) -> None:
+def _audit(
+    data_dir: Path | None, command: Command | FileCommand, args: argparse.Namespace, result: dict[str, Any]
+) -> None:
     """Record a command that changed something in ``<data>/audit`` (only with a data
     directory: a store given by URL alone has no place for it)."""
     describe = _AUDITED.get(command)
@@ -354,14 +408,26 @@ def _store(args: argparse.Namespace) -> tuple[str, StoreOptions, Path | None]:
         settings = Settings.from_sources(flags)
     except ConfigurationError as exc:
         raise _UsageError(f"pushgate admin: error: {exc.detail}") from None
-    if args.store is None and not settings.data_dir.is_dir():
-        # Opening a store creates it; a typo in --data must not make an empty one.
+    if args.store is None and not settings.data_dir.is_dir() and args.run is not _restore:
+        # Opening a store creates it; a typo in --data must not make an empty one. (A restore
+        # onto a new machine makes the directory it is given.)
         raise _CommandError(f"no data directory at {settings.data_dir.resolve()}")
     args.operator_tenant = settings.operator_tenant
     args.keyring = settings.keyring()
     # No retention sweeps from a command that lives for a moment.
     data_dir = None if args.data is None and args.store is not None else settings.data_dir
     return settings.resolved_store_url, replace(settings.store_options(), sweep_interval_s=0), data_dir
+
+
+def _embedded_store(store_url: str) -> Path:
+    try:
+        return lmdb_path(store_url)
+    except ConfigurationError:
+        raise _CommandError(
+            "backup and restore work on the embedded store (lmdb://); a cluster keeps every"
+            " message on several nodes, and its metadata is backed up with etcd (docs/cluster.md,"
+            " section 11)"
+        ) from None
 
 
 def main(argv: list[str]) -> int:
@@ -373,7 +439,10 @@ def main(argv: list[str]) -> int:
         store_url, options, data_dir = _store(args)
         if args.run is _jwt_key_add:
             args.material = _read_key_material(args)
-        result = asyncio.run(_run(store_url, options, args.run, args))
+        if args.run in _FILE_COMMANDS:
+            result = args.run(_embedded_store(store_url), args)
+        else:
+            result = asyncio.run(_run(store_url, options, args.run, args))
         _audit(data_dir, args.run, args, result)
         if args.run is _key_revoke:
             del result["tenant"]

@@ -58,7 +58,7 @@ _KEY_CHECKS = b"\0sys\0key_checks"
 # marked newer than this is refused at start, so a rollback cannot strand what a newer
 # version wrote (versions before the marker cannot check it).
 STORE_FORMAT = 2
-_FORMAT = b"\0sys\0format"
+FORMAT_KEY = b"\0sys\0format"  # the store format record (backup.py reads it too)
 _HEARTBEAT = b"\0sys\0heartbeat"
 _KEY_CHECK_PLAINTEXT = b"pushgate key check"
 
@@ -354,7 +354,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         The mark goes outside the logged writes: each replica keeps its own, and a re-seed
         copies the leader's."""
         meta = w.dbs[Db.META]
-        raw = w.txn.get(_FORMAT, db=meta)
+        raw = w.txn.get(FORMAT_KEY, db=meta)
         found = read_u64(raw) if raw else 1
         if found > STORE_FORMAT:
             raise ConfigurationError(
@@ -362,7 +362,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
                 f"version reads formats up to {STORE_FORMAT}: run the newer version"
             )
         if found < STORE_FORMAT:
-            w.txn.put(_FORMAT, u64(STORE_FORMAT), db=meta)
+            w.txn.put(FORMAT_KEY, u64(STORE_FORMAT), db=meta)
 
     def _check_keys(self, w: Writes) -> None:
         """Refuse to start without every key that sealed data here, or with a wrong one."""

@@ -47,6 +47,8 @@ class AuditAction(enum.StrEnum):
     LIMITS_CHANGED = "limits.changed"  # a tenant's rate limits and quotas
     NODE_DRAIN_REQUESTED = "node.drain_requested"  # the console asked the managers to drain a node
     NODE_DRAIN_WITHDRAWN = "node.drain_withdrawn"
+    STORE_BACKED_UP = "store.backed_up"  # pushgate admin backup
+    STORE_RESTORED = "store.restored"  # pushgate admin restore
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,9 @@ async def test_a_gateway_started_with_a_soft_limit_of_256_serves_400_websockets(
             sockets: list[ClientConnection] = []
             try:
                 for i in range(CONNECTIONS):
-                    ws = await connect(url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers)
+                    ws = await connect(
+                        url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers
+                    )
                     sockets.append(ws)
                     await ws.send(orjson.dumps({"op": "subscribe", "queue": "jobs", "id": i}).decode())
                 for i, ws in enumerate(sockets):
