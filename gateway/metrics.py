@@ -39,6 +39,7 @@ from web_console.monitor import QueueSample, Snapshot
 
 from .metrics_catalog import help_of
 from .metrics_messages import MessageCounts
+from .tls_reload import CertificateReloader
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics", "ScrapeSources"]
 
@@ -54,6 +55,7 @@ class ScrapeSources:
     commit_stats: Callable[[], CommitStats | None] | None = None
     push_stats: Callable[[], Mapping[str, Any]] | None = None
     alerts: AlertEngine | None = None
+    tls_certificate: CertificateReloader | None = None  # with --tls-cert (gateway/server.py)
 
 
 class GatewayMetrics:
@@ -194,6 +196,12 @@ class StateCollector(Collector):
                     yield GaugeMetricFamily(name, help_of(name), value=float(push[key]))
         if src.alerts is not None:
             yield from _alerts(src.alerts)
+        if (certificate := src.tls_certificate) is not None:
+            name = "pushgate_tls_certificate_expiry_timestamp_seconds"
+            yield GaugeMetricFamily(name, help_of(name), value=certificate.not_after)
+            reloads = _counter("pushgate_tls_certificate_reloads", [])
+            reloads.add_metric([], certificate.loaded)
+            yield reloads
 
     def _queues(self, queues: tuple[QueueSample, ...], sampled_at: float) -> Iterator[Metric]:
         present = {q.key for q in queues}

@@ -311,6 +311,22 @@ CATALOG: tuple[MetricDoc, ...] = (
         "cluster",
     ),
     # Process (prometheus_client's own collectors) -----------------------------
+    # TLS (with --tls-cert) ------------------------------------------------
+    MetricDoc(
+        "pushgate_tls_certificate_expiry_timestamp_seconds",
+        "gauge",
+        (),
+        "When the certificate served now stops being valid (Unix seconds); renewals are loaded"
+        " without a restart.",
+        "--tls-cert",
+    ),
+    MetricDoc(
+        "pushgate_tls_certificate_reloads",
+        "counter",
+        (),
+        "Renewed certificates loaded since start (files changed, or SIGHUP).",
+        "--tls-cert",
+    ),
     MetricDoc("process_cpu_seconds", "counter", (), "CPU time of the gateway process."),
     MetricDoc("process_resident_memory_bytes", "gauge", (), "Resident memory of the gateway process."),
     MetricDoc("process_virtual_memory_bytes", "gauge", (), "Virtual memory of the gateway process."),

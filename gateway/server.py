@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 
 import uvicorn
@@ -15,7 +17,10 @@ from starlette.applications import Starlette
 from . import client_noise
 from .services import GatewayServices
 from .settings import Settings
+from .tls_reload import CertificateReloader
 from .ws_server_protocol import PushWebSocketProtocol
+
+log = logging.getLogger("pushgate.gateway")
 
 
 def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
@@ -82,10 +87,13 @@ class GatewayServer(uvicorn.Server):
         self.services = services
         self.announce = announce
         self._quiet: Callable[[], None] = lambda: None
+        self.certificate: CertificateReloader | None = None
+        self._certificate_watch: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._quiet = client_noise.install()
         await super().startup(sockets)
+        self._watch_certificate()
         if self.started and self.announce:
             scheme = "https" if self.services.settings.tls else "http"
             for server in self.servers:
@@ -93,7 +101,31 @@ class GatewayServer(uvicorn.Server):
                     host, port = sock.getsockname()[:2]
                     print(f"Pushgate serving on {scheme}://{host}:{port}", file=sys.stdout, flush=True)
 
+    def _watch_certificate(self) -> None:
+        """Serve a renewed certificate without a restart (tls_reload.py): looked at every
+        ``tls_reload_interval_s`` and on SIGHUP, which without TLS does nothing (instead of
+        its default, ending the process: ``systemctl reload`` must never stop a gateway)."""
+        settings = self.services.settings
+        loop = asyncio.get_running_loop()
+        if settings.tls_cert is not None and settings.tls_key is not None and self.config.ssl is not None:
+            # uvicorn's own context (Config.ssl, made by Config.load before startup).
+            self.certificate = CertificateReloader(
+                self.config.ssl, settings.tls_cert, settings.tls_key, settings.tls_reload_interval_s
+            )
+            self.services.metrics.sources.tls_certificate = self.certificate
+            self._certificate_watch = loop.create_task(self.certificate.run())
+        if threading.current_thread() is threading.main_thread():
+            loop.add_signal_handler(signal.SIGHUP, self._reload)
+
+    def _reload(self) -> None:
+        if self.certificate is None:
+            log.info("SIGHUP: nothing to reload (no --tls-cert)")
+        elif not self.certificate.check():
+            log.info("SIGHUP: the TLS certificate files have not changed")
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._certificate_watch is not None:
+            self._certificate_watch.cancel()
         # Before uvicorn closes connections (WebSockets with its own 1012): push closes
         # them with 1001 and releases their messages, SSE streams and long-polls end.
         await self.services.drain()
