@@ -34,12 +34,12 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from backend_store.commit_stats import CommitStats, FixedHistogram
+from backend_store.tls_reload import TlsReloader
 from web_console.alerts import AlertEngine
 from web_console.monitor import QueueSample, Snapshot
 
 from .metrics_catalog import help_of
 from .metrics_messages import MessageCounts
-from .tls_reload import CertificateReloader
 
 __all__ = ["CONTENT_TYPE_LATEST", "GatewayMetrics", "ScrapeSources"]
 
@@ -55,7 +55,7 @@ class ScrapeSources:
     commit_stats: Callable[[], CommitStats | None] | None = None
     push_stats: Callable[[], Mapping[str, Any]] | None = None
     alerts: AlertEngine | None = None
-    tls_certificate: CertificateReloader | None = None  # with --tls-cert (gateway/server.py)
+    tls_certificate: TlsReloader | None = None  # with --tls-cert (gateway/server.py)
 
 
 class GatewayMetrics:

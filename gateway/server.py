@@ -14,10 +14,11 @@ from collections.abc import Callable
 import uvicorn
 from starlette.applications import Starlette
 
+from backend_store.tls_reload import TlsReloader, server_pair_loader
+
 from . import client_noise
 from .services import GatewayServices
 from .settings import Settings
-from .tls_reload import CertificateReloader
 from .ws_server_protocol import PushWebSocketProtocol
 
 log = logging.getLogger("pushgate.gateway")
@@ -87,7 +88,7 @@ class GatewayServer(uvicorn.Server):
         self.services = services
         self.announce = announce
         self._quiet: Callable[[], None] = lambda: None
-        self.certificate: CertificateReloader | None = None
+        self.certificate: TlsReloader | None = None
         self._certificate_watch: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -102,15 +103,17 @@ class GatewayServer(uvicorn.Server):
                     print(f"Pushgate serving on {scheme}://{host}:{port}", file=sys.stdout, flush=True)
 
     def _watch_certificate(self) -> None:
-        """Serve a renewed certificate without a restart (tls_reload.py): looked at every
+        """Serve a renewed certificate without a restart (backend_store/tls_reload.py): looked at every
         ``tls_reload_interval_s`` and on SIGHUP, which without TLS does nothing (instead of
         its default, ending the process: ``systemctl reload`` must never stop a gateway)."""
         settings = self.services.settings
         loop = asyncio.get_running_loop()
         if settings.tls_cert is not None and settings.tls_key is not None and self.config.ssl is not None:
             # uvicorn's own context (Config.ssl, made by Config.load before startup).
-            self.certificate = CertificateReloader(
-                self.config.ssl, settings.tls_cert, settings.tls_key, settings.tls_reload_interval_s
+            self.certificate = TlsReloader(
+                (settings.tls_cert, settings.tls_key),
+                server_pair_loader(self.config.ssl),
+                settings.tls_reload_interval_s,
             )
             self.services.metrics.sources.tls_certificate = self.certificate
             self._certificate_watch = loop.create_task(self.certificate.run())

@@ -40,7 +40,7 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     # How often the certificate files are looked at for a renewal, loaded without a restart
-    # (gateway/tls_reload.py; SIGHUP looks at once).
+    # (backend_store/tls_reload.py; SIGHUP looks at once).
     tls_reload_interval_s: float = 10.0
     encryption_key_file: Path | None = None
     # The key document itself, from PUSHGATE_ENCRYPTION_KEYS; kept out of repr so it is never logged.

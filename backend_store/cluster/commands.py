@@ -180,6 +180,7 @@ def node_main(argv: Sequence[str]) -> int:
             quorum_window_s=args.quorum_window,
             keyring=keyring,
             tls=node_tls,
+            tls_files=files,
             etcd_tls=etcd_tls,
             disk_reserve_bytes=None if args.disk_reserve_mib is None else args.disk_reserve_mib << 20,
         ),

@@ -1,4 +1,4 @@
-"""A renewed TLS certificate is served without a restart (gateway/tls_reload.py), through real
+"""A renewed TLS certificate is served without a restart (backend_store/tls_reload.py), through real
 ``pushgate serve`` processes, real TLS clients and a real WebSocket.
 
 What an operator relies on: after certbot (or anyone) replaces the pair, new connections get
@@ -148,7 +148,7 @@ async def test_a_renewed_pair_is_served_while_open_websockets_stay_open(tmp_path
     finally:
         assert gateway.terminate() == -signal.SIGTERM
     log = "".join(gateway.output) + "".join(_drain(gateway))
-    assert "not loaded (still serving the previous pair)" in log
+    assert "not loaded (still serving the previous ones)" in log
     assert "TLS certificate reloaded from" in log and "CN=new" in log
 
 

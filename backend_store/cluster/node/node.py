@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
@@ -42,6 +43,7 @@ from typing import Any
 from ...encryption import Keyring
 from ...errors import PushgateError, Unavailable
 from ...options import StoreOptions
+from ...tls_reload import TlsReloader
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
 from ..coordination.etcd_tls import EtcdTls
@@ -61,7 +63,7 @@ from ..coordination.watched_prefix import StateListener, WatchedPrefix
 from ..protocol import ops
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from ..protocol.stream import NodeStream
-from ..protocol.tls import NodeTls, serve_node_protocol
+from ..protocol.tls import NodeTls, TlsFiles, node_tls_loader, serve_node_protocol
 from ..protocol.wire import Demand, Hello, Request, Withdraw
 from .demands import NodeDemands
 from .etcd_records import (
@@ -87,6 +89,8 @@ log = logging.getLogger("pushgate.cluster")
 # A replica this node could not serve (it would not open, or what serving it needs could not
 # be kept on disk) is tried again this long after: a stray meanwhile.
 _RETRY_AFTER_S = 30.0
+# How often the TLS files are looked at for a renewal (SIGHUP looks at once).
+TLS_RELOAD_S = 10.0
 _DELETING = "deleting its copy"  # the step's name, in its failures' reasons
 
 
@@ -912,10 +916,12 @@ async def run_node(
     quorum_window_s: float | None = None,
     keyring: Keyring | None = None,
     tls: NodeTls | None = None,
+    tls_files: TlsFiles | None = None,
     etcd_tls: EtcdTls | None = None,
     disk_reserve_bytes: int | None = None,
 ) -> None:
-    """``pushgate node``: run until cancelled (SIGINT/SIGTERM)."""
+    """``pushgate node``: run until cancelled (SIGINT/SIGTERM). ``tls_files``: where ``tls``
+    came from, looked at for renewals every 10 s and on SIGHUP (backend_store/tls_reload.py)."""
     from ..coordination.etcd_coordinator import EtcdCoordinator
     from ..protocol.address import split_address
 
@@ -938,9 +944,19 @@ async def run_node(
     await node.start()
     secured = " (mutual TLS)" if tls is not None else ""
     print(f"pushgate node {node_id} listening on {node.address}{secured}", flush=True)
+    reload: asyncio.Task[None] | None = None
+    if tls is not None and tls_files is not None:
+        reloader = TlsReloader(
+            (tls_files.cert, tls_files.key, tls_files.ca), node_tls_loader(tls), TLS_RELOAD_S
+        )
+        reload = asyncio.create_task(reloader.run())
+        # Not restarting for a renewal keeps this node's partitions' leaders where they are.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.check)
     try:
         await asyncio.Event().wait()
     finally:
+        if reload is not None:
+            reload.cancel()
         await node.stop()
         await coordinator.close()
 

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -34,6 +34,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from ...errors import ConfigurationError
+from ...tls_reload import Apply, leaf_certificate
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -81,6 +82,26 @@ class NodeTls:
         """Build both contexts; :class:`ConfigurationError` names the file that is wrong."""
         _check_signed_by_ca(files)
         return cls(server_context(files), client_context(files))
+
+
+def node_tls_loader(live: NodeTls) -> Apply:
+    """Renewed files (certificate, key, CA) for a :class:`~backend_store.tls_reload.TlsReloader`:
+    checked as :meth:`NodeTls.load` checks them at start, then loaded into both live contexts.
+
+    A CA file's certificates are *added* to what the contexts trust: a context can learn a CA
+    but never forget one. So a CA rotation works without restarts in its first two steps (the
+    new CA beside the old on every member, then certificates the new CA signed), and its last
+    (the old CA gone) takes effect at each process's next start (docs/cluster.md, section 10)."""
+
+    def apply(copies: Sequence[Path]) -> x509.Certificate:
+        cert, key, ca = copies
+        NodeTls.load(TlsFiles(cert, key, ca))  # raises, naming what is wrong, before any change
+        for context in (live.server, live.client):
+            context.load_cert_chain(cert, key)
+            context.load_verify_locations(cafile=ca)
+        return leaf_certificate(cert.read_bytes())
+
+    return apply
 
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:

@@ -1,0 +1,163 @@
+"""A node's renewed TLS files are loaded without a restart (backend_store/tls_reload.py,
+``node_tls_loader`` in cluster/protocol/tls.py), with a real ``pushgate node`` process, real
+etcd and real TLS clients.
+
+What an operator relies on: a renewed certificate is served after SIGHUP (or the next look, 10
+s) by the same process, so its partitions' leaders stay put; a pair caught half-written is
+not loaded and the node serves on with the old one; a CA added to the CA file is trusted
+from then on (the first step of a CA rotation), with no restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import signal
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from backend_store.cluster.protocol.address import split_address
+from backend_store.cluster.protocol.tls import TlsFiles
+from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
+from tests.conftest import scaled
+from tests.fixtures.etcd_server import unique_prefix
+
+from .processes import ClusterHarness
+
+
+def _renewed(ca_dir: Path, member: str, out: Path) -> tuple[bytes, bytes]:
+    """A new certificate and key for ``member``, signed by the CA in ``ca_dir`` (as a renewal
+    is): PEM bytes, not written anywhere yet."""
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca-key.pem").read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca_cert = x509.load_pem_x509_certificate((ca_dir / "ca.pem").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{member} renewed")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=60))
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def _replace(path: Path, data: bytes) -> None:
+    new = path.with_name(path.name + ".new")
+    new.write_bytes(data)
+    os.replace(new, path)
+
+
+def _context(files: TlsFiles, trust: Path) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.load_verify_locations(cafile=trust)
+    context.load_cert_chain(files.cert, files.key)
+    return context
+
+
+def _handshake(address: str, context: ssl.SSLContext) -> bytes | None:
+    """The node's certificate (DER), or None when it refused us."""
+    host, port = split_address(address)
+    with socket.create_connection((host, port), timeout=scaled(5)) as raw:
+        try:
+            with context.wrap_socket(raw) as tls:
+                der = tls.getpeercert(binary_form=True)
+                # TLS 1.3: the server checks our certificate after its own Finished, so a
+                # refusal comes as an alert on the first read; an accepted client reads nothing.
+                tls.settimeout(0.5)
+                try:
+                    if tls.recv(1) == b"":
+                        return None
+                except TimeoutError:
+                    pass
+        except (ssl.SSLError, ConnectionError):
+            return None
+    return der
+
+
+def _serves(address: str, context: ssl.SSLContext, expected: bytes) -> Callable[[], Awaitable[bool]]:
+    """A check for ``ClusterHarness.wait_for``: a handshake shows ``expected``."""
+
+    async def check() -> bool:
+        return await asyncio.to_thread(_handshake, address, context) == expected
+
+    return check
+
+
+@pytest.fixture
+async def node(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[tuple[ClusterHarness, TlsFiles]]:
+    certs = make_cluster_certificates(tmp_path / "ca", ["n0", "client"])
+    files = certs["n0"]
+    # The node's own copies, as a PKI agent would keep them.
+    own = TlsFiles(tmp_path / "n0.pem", tmp_path / "n0-key.pem", tmp_path / "ca-bundle.pem")
+    for src, dst in zip((files.cert, files.key, files.ca), (own.cert, own.key, own.ca), strict=True):
+        dst.write_bytes(src.read_bytes())
+    args = ["--tls-cert", str(own.cert), "--tls-key", str(own.key), "--tls-ca", str(own.ca)]
+    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("tlsreload") + "/")
+    h.root.mkdir()
+    try:
+        await h.start(nodes=1, managers=0, node_args=args, client_tls=_context(certs["client"], files.ca))
+        yield h, own
+    finally:
+        await h.close()
+
+
+async def test_a_node_serves_a_renewed_certificate_and_a_new_ca_without_a_restart(
+    node: tuple[ClusterHarness, TlsFiles], tmp_path: Path
+) -> None:
+    h, own = node
+    n0 = h.nodes["n0"]
+    assert n0.process is not None
+    pid, address = n0.process.pid, h.addresses["n0"]
+    ca = tmp_path / "ca"
+    client = _context(TlsFiles(ca / "client.pem", ca / "client-key.pem", ca / "ca.pem"), ca / "ca.pem")
+    first = x509.load_pem_x509_certificate(own.cert.read_bytes()).public_bytes(serialization.Encoding.DER)
+    assert await asyncio.to_thread(_handshake, address, client) == first
+
+    # Half a renewal (the new certificate, the old key): not loaded, the old pair served on.
+    cert_pem, key_pem = _renewed(ca, "n0", tmp_path)
+    _replace(own.cert, cert_pem)
+    n0.signal(signal.SIGHUP)
+    await asyncio.sleep(0.5)
+    assert await asyncio.to_thread(_handshake, address, client) == first
+    # The key follows: the renewed pair is served, by the same process.
+    _replace(own.key, key_pem)
+    n0.signal(signal.SIGHUP)
+    renewed = x509.load_pem_x509_certificate(cert_pem).public_bytes(serialization.Encoding.DER)
+    await h.wait_for("the renewed certificate", _serves(address, client, renewed), timeout=10)
+
+    # A client whose certificate another CA signed is refused ... until that CA joins the file.
+    other = make_cluster_certificates(tmp_path / "other-ca", ["newcomer"], ca_name="Next CA")["newcomer"]
+    newcomer = _context(other, ca / "ca.pem")  # it trusts the node's CA; the node does not trust its
+    assert await asyncio.to_thread(_handshake, address, newcomer) is None
+    _replace(own.ca, (ca / "ca.pem").read_bytes() + other.ca.read_bytes())
+    n0.signal(signal.SIGHUP)
+    await h.wait_for("the new CA trusted", _serves(address, newcomer, renewed), timeout=10)
+    assert await asyncio.to_thread(_handshake, address, client) == renewed  # the first CA still trusted
+
+    assert n0.process.pid == pid and n0.running
+    await h.wait_registered(["n0"])
+    log = n0.log_path.read_text()
+    assert "not loaded (still serving the previous ones)" in log
+    assert log.count("TLS certificate reloaded from") == 2
