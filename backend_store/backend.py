@@ -443,6 +443,15 @@ class MessageEvents(Protocol):
 
 
 @runtime_checkable
+class ReloadsTls(Protocol):
+    """Optional capability: a backend that dials its storage over TLS (``cluster://`` with
+    ``tls_*``) loads renewed certificate files without a restart. It looks by itself every
+    few seconds; ``reload_tls`` looks at once (a gateway's SIGHUP) and says whether it loaded."""
+
+    def reload_tls(self) -> bool: ...
+
+
+@runtime_checkable
 class ClusterStatus(Protocol):
     """Optional capability: the cluster's nodes and partitions (distributed backends)."""
 

@@ -35,6 +35,8 @@ from cryptography import x509
 
 log = logging.getLogger("pushgate.tls")
 
+# How often a process looks at its TLS files when nothing says otherwise.
+RELOAD_EVERY_S = 10.0
 # Given copies of the watched files (same order), check them and load them into the live
 # contexts, touching those only once the copies passed; return the served leaf certificate.
 Apply = Callable[[Sequence[Path]], x509.Certificate]

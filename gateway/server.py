@@ -14,6 +14,7 @@ from collections.abc import Callable
 import uvicorn
 from starlette.applications import Starlette
 
+from backend_store.backend import ReloadsTls
 from backend_store.tls_reload import TlsReloader, server_pair_loader
 
 from . import client_noise
@@ -121,10 +122,13 @@ class GatewayServer(uvicorn.Server):
             loop.add_signal_handler(signal.SIGHUP, self._reload)
 
     def _reload(self) -> None:
-        if self.certificate is None:
-            log.info("SIGHUP: nothing to reload (no --tls-cert)")
-        elif not self.certificate.check():
-            log.info("SIGHUP: the TLS certificate files have not changed")
+        """SIGHUP: look at every TLS file now, the listener's and the store connections'."""
+        loaded = self.certificate is not None and self.certificate.check()
+        backend = self.services.backend
+        if isinstance(backend, ReloadsTls):
+            loaded = backend.reload_tls() or loaded
+        if not loaded:
+            log.info("SIGHUP: no TLS file changed")
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self._certificate_watch is not None:

@@ -17,6 +17,7 @@ from backend_store.encryption import ENV_VAR as ENCRYPTION_KEYS_ENV
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError
 from backend_store.options import StoreOptions
+from backend_store.tls_reload import RELOAD_EVERY_S
 from push.settings import PushSettings
 from throttling import InvalidLimit, Strategy, parse_shared_state_url
 from throttling.limiter import STRATEGIES
@@ -41,7 +42,7 @@ class Settings:
     tls_key: Path | None = None
     # How often the certificate files are looked at for a renewal, loaded without a restart
     # (backend_store/tls_reload.py; SIGHUP looks at once).
-    tls_reload_interval_s: float = 10.0
+    tls_reload_interval_s: float = RELOAD_EVERY_S
     encryption_key_file: Path | None = None
     # The key document itself, from PUSHGATE_ENCRYPTION_KEYS; kept out of repr so it is never logged.
     encryption_keys: str | None = field(default=None, repr=False)

@@ -25,13 +25,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.protocol.address import split_address
 from backend_store.cluster.protocol.tls import TlsFiles
 from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
+from backend_store.errors import Unavailable
+from backend_store.options import StoreOptions
+from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 
 from .processes import ClusterHarness
+from .workload import Q, T
 
 
 def _renewed(ca_dir: Path, member: str, out: Path) -> tuple[bytes, bytes]:
@@ -161,3 +166,80 @@ async def test_a_node_serves_a_renewed_certificate_and_a_new_ca_without_a_restar
     log = n0.log_path.read_text()
     assert "not loaded (still serving the previous ones)" in log
     assert log.count("TLS certificate reloaded from") == 2
+
+
+async def test_a_ca_rotation_restarts_no_gateway_and_each_node_once(
+    etcd_endpoints: list[str], tmp_path: Path
+) -> None:
+    """The whole rotation, from CA 1 to CA 2, on a node and a gateway's store connections
+    (``ClusterBackend``, ``ReloadsTls``): the new CA beside the old everywhere, then the new
+    certificates, each loaded where it is; then the node restarted with the new CA alone. The
+    gateway, never restarted, still sends: it presents the certificate CA 2 signed."""
+    old = make_cluster_certificates(tmp_path / "ca1", ["n0", "gateway"])
+    new = make_cluster_certificates(tmp_path / "ca2", ["n0", "gateway"], ca_name="Next CA")
+    files = {name: _own_copies(old[name], tmp_path / name) for name in ("n0", "gateway")}
+    node_args = ["--tls-cert", str(files["n0"].cert), "--tls-key", str(files["n0"].key)]
+    node_args += ["--tls-ca", str(files["n0"].ca)]
+    h = ClusterHarness(etcd_endpoints, tmp_path / "cluster", unique_prefix("rotate") + "/")
+    h.root.mkdir()
+    backend = None
+    try:
+        await h.start(
+            nodes=1, managers=1, node_args=node_args, client_tls=_context(old["gateway"], old["n0"].ca)
+        )
+        gw = files["gateway"]
+        url = (
+            f"cluster://{','.join(h.endpoints)}{h.prefix}?tls_cert={gw.cert}&tls_key={gw.key}&tls_ca={gw.ca}"
+        )
+        backend = open_cluster_backend(f"{url}&node_timeout_s={scaled(5)}", StoreOptions())
+        await backend.start()
+        await backend.create_queue(TenantId(T), QueueName(Q), {"replication_factor": 1, "partitions": 1})
+        await h.serving_leader(await h.partition_of(T, Q))
+        assert isinstance(
+            (await backend.send(TenantId(T), QueueName(Q), [NewMessage(b"ca 1")]))[0], SendResult
+        )
+        n0 = h.nodes["n0"]
+        both = old["n0"].ca.read_bytes() + new["n0"].ca.read_bytes()
+        # 1. The new CA beside the old, everywhere.
+        for name in ("n0", "gateway"):
+            _replace(files[name].ca, both)
+        n0.signal(signal.SIGHUP)
+        assert backend.reload_tls()
+        # 2. Certificates the new CA signed.
+        for name in ("n0", "gateway"):
+            _replace(files[name].key, new[name].key.read_bytes())
+            _replace(files[name].cert, new[name].cert.read_bytes())
+        n0.signal(signal.SIGHUP)
+        assert backend.reload_tls()
+        # 3. The old CA gone: the node's next start trusts the new one alone.
+        _replace(files["n0"].ca, new["n0"].ca.read_bytes())
+        n0.stop()
+        n0.start()
+        await h.wait_registered(["n0"])
+        refused = _context(old["gateway"], new["n0"].ca)  # the gateway's old certificate
+        assert await asyncio.to_thread(_handshake, h.addresses["n0"], refused) is None
+        sent = await h.wait_for("a send by the gateway that never restarted", lambda: _send(backend, b"ca 2"))
+        assert isinstance(sent, SendResult)
+        got = await backend.receive(TenantId(T), QueueName(Q), 10)
+        assert sorted(m.body for m in got) == [b"ca 1", b"ca 2"]
+    finally:
+        if backend is not None:
+            await backend.close()
+        await h.close()
+
+
+def _own_copies(files: TlsFiles, directory: Path) -> TlsFiles:
+    """A member's own copies of its files, which a rotation replaces."""
+    directory.mkdir()
+    own = TlsFiles(directory / "cert.pem", directory / "key.pem", directory / "ca.pem")
+    for src, dst in zip((files.cert, files.key, files.ca), (own.cert, own.key, own.ca), strict=True):
+        dst.write_bytes(src.read_bytes())
+    return own
+
+
+async def _send(backend: ClusterBackend, body: bytes) -> SendResult | None:
+    try:
+        [result] = await backend.send(TenantId(T), QueueName(Q), [NewMessage(body)])
+    except Unavailable:
+        return None  # the node is back, its partition not yet led
+    return result if isinstance(result, SendResult) else None

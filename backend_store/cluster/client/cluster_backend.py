@@ -46,6 +46,7 @@ from ...errors import (
 )
 from ...limits import MAX_RECEIVE_PER_CALL
 from ...options import StoreOptions
+from ...tls_reload import RELOAD_EVERY_S, TlsReloader
 from ...types import (
     AckResult,
     NewMessage,
@@ -65,7 +66,7 @@ from ..coordination.etcd_tls import EtcdTls
 from ..coordination.layout import DEFAULT_PREFIX, Layout
 from ..coordination.queue_record import store_attributes
 from ..protocol.ops import decode_received
-from ..protocol.tls import NodeTls, TlsFiles
+from ..protocol.tls import NodeTls, TlsFiles, node_tls_loader
 from ..protocol.wire import Delivery, Events, Notify
 from .metadata import ClusterMetadata, MetaListener, QueueListener, QueueRecord
 from .node_health import BreakerSettings, NodeHealth
@@ -192,6 +193,15 @@ class ClusterBackend:
         self.send_batcher = SendBatcher(self.calls.call, enabled=settings.send_batching != 0)
         tls_files = settings.tls_files()
         self.tls = NodeTls.load(tls_files) if tls_files is not None else None
+        # Renewed files are loaded into self.tls's contexts while the backend runs (ReloadsTls).
+        self._tls_reloader = (
+            TlsReloader(
+                (tls_files.cert, tls_files.key, tls_files.ca), node_tls_loader(self.tls), RELOAD_EVERY_S
+            )
+            if tls_files is not None and self.tls is not None
+            else None
+        )
+        self._tls_watch: asyncio.Task[None] | None = None
         self._listeners: list[ChangeListener] = []
         self._round_robin = itertools.count()
         self._leaders: dict[int, LeaderClaim | None] = {}
@@ -223,9 +233,17 @@ class ClusterBackend:
             tls=self.tls.client if self.tls is not None else None,
         )
         self.view.add_listener(self._map_changed)
+        if self._tls_reloader is not None:
+            self._tls_watch = asyncio.create_task(self._tls_reloader.run())
         self._started = True
 
+    def reload_tls(self) -> bool:
+        """``ReloadsTls``: look at the TLS files now; whether a renewed set was loaded."""
+        return self._tls_reloader is not None and self._tls_reloader.check()
+
     async def close(self) -> None:
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
         # First: a request racing close must not use it.
         pool, self.pool, self.calls.pool = self.pool, None, None
         releases = list(self._releases)

@@ -43,7 +43,7 @@ from typing import Any
 from ...encryption import Keyring
 from ...errors import PushgateError, Unavailable
 from ...options import StoreOptions
-from ...tls_reload import TlsReloader
+from ...tls_reload import RELOAD_EVERY_S, TlsReloader
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
 from ..coordination.etcd_tls import EtcdTls
@@ -89,8 +89,6 @@ log = logging.getLogger("pushgate.cluster")
 # A replica this node could not serve (it would not open, or what serving it needs could not
 # be kept on disk) is tried again this long after: a stray meanwhile.
 _RETRY_AFTER_S = 30.0
-# How often the TLS files are looked at for a renewal (SIGHUP looks at once).
-TLS_RELOAD_S = 10.0
 _DELETING = "deleting its copy"  # the step's name, in its failures' reasons
 
 
@@ -947,7 +945,7 @@ async def run_node(
     reload: asyncio.Task[None] | None = None
     if tls is not None and tls_files is not None:
         reloader = TlsReloader(
-            (tls_files.cert, tls_files.key, tls_files.ca), node_tls_loader(tls), TLS_RELOAD_S
+            (tls_files.cert, tls_files.key, tls_files.ca), node_tls_loader(tls), RELOAD_EVERY_S
         )
         reload = asyncio.create_task(reloader.run())
         # Not restarting for a renewal keeps this node's partitions' leaders where they are.
