@@ -17,8 +17,9 @@ old pair until the next look, with a warning. Loading into a live context straig
 paths would not: OpenSSL replaces the certificate first and then fails on the key, leaving a
 pair that matches nothing.
 
-Users: the gateway's HTTPS listener (``gateway/server.py``, :func:`server_pair_loader`) and a
-node's mutual TLS (``cluster/protocol/tls.py``, ``node_tls_loader``).
+Users: the gateway's HTTPS listener (``gateway/server.py``, :func:`server_pair_loader`), and
+the node protocol's mutual TLS (``cluster/protocol/tls.py``, ``node_tls_loader``) on a node and
+in a gateway's ``cluster://`` backend.
 """
 
 from __future__ import annotations

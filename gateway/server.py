@@ -95,7 +95,8 @@ class GatewayServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._quiet = client_noise.install()
         await super().startup(sockets)
-        self._watch_certificate()
+        if self.started:  # (uvicorn calls no shutdown after a failed start: nothing to stop then)
+            self._watch_certificate()
         if self.started and self.announce:
             scheme = "https" if self.services.settings.tls else "http"
             for server in self.servers:
