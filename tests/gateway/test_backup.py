@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
+from backend_store.encryption import Keyring
 from tests.conftest import scaled
 
 from .processes import REPO, serve
@@ -205,3 +206,43 @@ def test_bad_backups_and_restores_are_refused_before_anything_is_touched(tmp_pat
         timeout=scaled(60),
     )
     assert cluster.returncode == 1 and "embedded store" in cluster.stderr, cluster.stderr
+
+
+async def test_an_encrypted_stores_backup_stays_sealed_and_restores_with_its_keys(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(Keyring.generate_document("k1"))
+    data = tmp_path / "data"
+    gateway = serve(data, "--encryption-key-file", str(keys))
+    key = gateway.key
+    try:
+        async with _client(gateway.url, key) as http:
+            assert (await http.put(f"/v1/queues/{QUEUE}", json={})).status_code == 201
+            sent = await _send(http, "a secret body")
+            # The backup is taken without the keys: it copies sealed bytes as they are.
+            taken = admin(data, "backup", str(tmp_path / "b.mdb"))
+            assert taken.returncode == 0, taken.stderr
+    finally:
+        gateway.terminate()
+    assert b"a secret body" not in (tmp_path / "b.mdb").read_bytes()
+    restored = tmp_path / "restored"
+    assert admin(restored, "restore", str(tmp_path / "b.mdb")).returncode == 0
+    # Without its keys the restored store does not start, and says why.
+    keyless = _serve_until_it_exits(restored)
+    assert keyless.returncode != 0 and "holds encrypted data" in keyless.stdout + keyless.stderr
+    gateway = serve(restored, "--encryption-key-file", str(keys))
+    try:
+        async with _client(gateway.url, key) as http:
+            assert await _receive_all(http) == {sent: "a secret body"}
+    finally:
+        gateway.terminate()
+
+
+def _serve_until_it_exits(data: Path) -> subprocess.CompletedProcess[str]:
+    """``pushgate serve`` that is expected to stop at start."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--data", str(data), "--port", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+    )
