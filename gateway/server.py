@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -18,6 +19,7 @@ from backend_store.backend import ReloadsTls
 from backend_store.tls_reload import TlsReloader, server_pair_loader
 
 from . import client_noise
+from .open_files_watch import OpenFilesWatch
 from .services import GatewayServices
 from .settings import Settings
 from .ws_server_protocol import PushWebSocketProtocol
@@ -90,13 +92,18 @@ class GatewayServer(uvicorn.Server):
         self.announce = announce
         self._quiet: Callable[[], None] = lambda: None
         self.certificate: TlsReloader | None = None
-        self._certificate_watch: asyncio.Task[None] | None = None
+        self._watches: list[asyncio.Task[None]] = []  # while serving
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._quiet = client_noise.install()
         await super().startup(sockets)
         if self.started:  # (uvicorn calls no shutdown after a failed start: nothing to stop then)
             self._watch_certificate()
+            # Every connection is a descriptor: warn while they fill the limit (open_files_watch.py).
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if limit != resource.RLIM_INFINITY:
+                watch = OpenFilesWatch(lambda: len(self.server_state.connections), limit)
+                self._watches.append(asyncio.get_running_loop().create_task(watch.run()))
         if self.started and self.announce:
             scheme = "https" if self.services.settings.tls else "http"
             for server in self.servers:
@@ -118,7 +125,7 @@ class GatewayServer(uvicorn.Server):
                 settings.tls_reload_interval_s,
             )
             self.services.metrics.sources.tls_certificate = self.certificate
-            self._certificate_watch = loop.create_task(self.certificate.run())
+            self._watches.append(loop.create_task(self.certificate.run()))
         if threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGHUP, self._reload)
 
@@ -132,8 +139,8 @@ class GatewayServer(uvicorn.Server):
             log.info("SIGHUP: no TLS file changed")
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        if self._certificate_watch is not None:
-            self._certificate_watch.cancel()
+        for watch in self._watches:
+            watch.cancel()
         # Before uvicorn closes connections (WebSockets with its own 1012): push closes
         # them with 1001 and releases their messages, SSE streams and long-polls end.
         await self.services.drain()

@@ -12,16 +12,21 @@ Centrifugo) do, and warns at start-up when even the hard limit is low.
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
+from gateway.open_files_watch import OpenFilesWatch
 from tests.conftest import scaled
 
 from .processes import REPO, ServeProcess
@@ -93,3 +98,49 @@ async def test_a_low_hard_limit_is_named_at_start_up(tmp_path: Path) -> None:
         assert warning and "LimitNOFILE" in warning[0], gateway.output
     finally:
         gateway.terminate()
+
+
+def test_the_watch_warns_over_80_percent_once_a_minute_and_once_back_under(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    open_now, now = [0], [0.0]
+    watch = OpenFilesWatch(lambda: open_now[0], 1000, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, "pushgate.gateway")
+    for count, at in ((799, 0), (800, 1), (950, 30), (950, 61), (500, 62), (500, 200)):
+        open_now[0], now[0] = count, float(at)
+        watch.check()
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "800 connections hold 80% of the open-file limit (1000)",
+        "950 connections hold 95% of the open-file limit (1000)",
+        "500 connections, under 80% of the open-file limit (1000) again",
+    ]
+
+
+async def test_a_gateway_near_its_limit_says_so(tmp_path: Path) -> None:
+    gateway = _serve_with_limit(tmp_path / "data", 256, 256)
+    try:
+        headers = {"Authorization": f"Bearer {gateway.key}"}
+        url = gateway.url.replace("http", "ws", 1) + "/v1/ws"
+        sockets = [
+            await connect(url, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers)
+            for _ in range(210)  # 82% of 256
+        ]
+        try:
+            line = await asyncio.to_thread(_next_line_with, gateway, "of the open-file limit (256)", 15)
+            assert "210 connections hold 82%" in line and "raise the limit" in line, line
+        finally:
+            await asyncio.gather(*(ws.close() for ws in sockets))
+    finally:
+        gateway.terminate()
+
+
+def _next_line_with(gateway: ServeProcess, text: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + scaled(timeout_s)
+    while time.monotonic() < deadline:
+        try:
+            line = gateway.lines.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if text in line:
+            return line
+    raise AssertionError(f"no line with {text!r} within {timeout_s} s")
