@@ -4,13 +4,13 @@ is tests/gateway/test_open_files.py)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.etcd_server import unique_prefix
+from tests.fixtures.process_files import soft_open_file_limit
 
 from .processes import ClusterHarness, ClusterProcess
 
@@ -29,10 +29,7 @@ async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[Cl
 
 def _soft_limit(proc: ClusterProcess) -> int:
     assert proc.process is not None
-    limits = Path(f"/proc/{proc.process.pid}/limits").read_text()
-    found = re.search(r"^Max open files\s+(\d+)", limits, re.M)
-    assert found is not None, limits
-    return int(found.group(1))
+    return soft_open_file_limit(proc.process.pid)
 
 
 async def test_a_node_and_a_manager_raise_their_open_file_limit(harness: ClusterHarness) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import os
 import signal
 import socket
 import ssl
@@ -34,6 +33,7 @@ from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
+from tests.fixtures.process_files import replace_file
 
 from .processes import ClusterHarness
 from .workload import Q, T
@@ -65,12 +65,6 @@ def _renewed(ca_dir: Path, member: str, out: Path) -> tuple[bytes, bytes]:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
-def _replace(path: Path, data: bytes) -> None:
-    new = path.with_name(path.name + ".new")
-    new.write_bytes(data)
-    os.replace(new, path)
 
 
 def _context(files: TlsFiles, trust: Path) -> ssl.SSLContext:
@@ -142,12 +136,12 @@ async def test_a_node_serves_a_renewed_certificate_and_a_new_ca_without_a_restar
 
     # Half a renewal (the new certificate, the old key): not loaded, the old pair served on.
     cert_pem, key_pem = _renewed(ca, "n0", tmp_path)
-    _replace(own.cert, cert_pem)
+    replace_file(own.cert, cert_pem)
     n0.signal(signal.SIGHUP)
     await asyncio.sleep(0.5)
     assert await asyncio.to_thread(_handshake, address, client) == first
     # The key follows: the renewed pair is served, by the same process.
-    _replace(own.key, key_pem)
+    replace_file(own.key, key_pem)
     n0.signal(signal.SIGHUP)
     renewed = x509.load_pem_x509_certificate(cert_pem).public_bytes(serialization.Encoding.DER)
     await h.wait_for("the renewed certificate", _serves(address, client, renewed), timeout=10)
@@ -156,7 +150,7 @@ async def test_a_node_serves_a_renewed_certificate_and_a_new_ca_without_a_restar
     other = make_cluster_certificates(tmp_path / "other-ca", ["newcomer"], ca_name="Next CA")["newcomer"]
     newcomer = _context(other, ca / "ca.pem")  # it trusts the node's CA; the node does not trust its
     assert await asyncio.to_thread(_handshake, address, newcomer) is None
-    _replace(own.ca, (ca / "ca.pem").read_bytes() + other.ca.read_bytes())
+    replace_file(own.ca, (ca / "ca.pem").read_bytes() + other.ca.read_bytes())
     n0.signal(signal.SIGHUP)
     await h.wait_for("the new CA trusted", _serves(address, newcomer, renewed), timeout=10)
     assert await asyncio.to_thread(_handshake, address, client) == renewed  # the first CA still trusted
@@ -202,17 +196,17 @@ async def test_a_ca_rotation_restarts_no_gateway_and_each_node_once(
         both = old["n0"].ca.read_bytes() + new["n0"].ca.read_bytes()
         # 1. The new CA beside the old, everywhere.
         for name in ("n0", "gateway"):
-            _replace(files[name].ca, both)
+            replace_file(files[name].ca, both)
         n0.signal(signal.SIGHUP)
         assert backend.reload_tls()
         # 2. Certificates the new CA signed.
         for name in ("n0", "gateway"):
-            _replace(files[name].key, new[name].key.read_bytes())
-            _replace(files[name].cert, new[name].cert.read_bytes())
+            replace_file(files[name].key, new[name].key.read_bytes())
+            replace_file(files[name].cert, new[name].cert.read_bytes())
         n0.signal(signal.SIGHUP)
         assert backend.reload_tls()
         # 3. The old CA gone: the node's next start trusts the new one alone.
-        _replace(files["n0"].ca, new["n0"].ca.read_bytes())
+        replace_file(files["n0"].ca, new["n0"].ca.read_bytes())
         n0.stop()
         n0.start()
         await h.wait_registered(["n0"])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-import re
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from websockets.typing import Subprotocol
 
 from gateway.open_files_watch import OpenFilesWatch
 from tests.conftest import scaled
+from tests.fixtures.process_files import soft_open_file_limit
 
 from .processes import REPO, ServeProcess
 
@@ -40,17 +40,10 @@ def _serve_with_limit(data: Path, soft: int, hard: int) -> ServeProcess:
     return ServeProcess([*args, "--data", str(data), "--port", "0"], cwd=REPO).wait_until_serving(30)
 
 
-def _soft_limit(pid: int) -> int:
-    limits = Path(f"/proc/{pid}/limits").read_text()
-    found = re.search(r"^Max open files\s+(\d+)", limits, re.M)
-    assert found is not None, limits
-    return int(found.group(1))
-
-
 async def test_a_gateway_started_with_a_soft_limit_of_256_serves_400_websockets(tmp_path: Path) -> None:
     gateway = _serve_with_limit(tmp_path / "data", 256, 4096)
     try:
-        assert _soft_limit(gateway.proc.pid) == 4096
+        assert soft_open_file_limit(gateway.proc.pid) == 4096
         headers = {"Authorization": f"Bearer {gateway.key}"}
         async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(10)) as http:
             assert (await http.put("/v1/queues/jobs", json={})).status_code == 201
@@ -93,7 +86,7 @@ async def _first_push(sockets: list[ClientConnection]) -> dict[str, Any]:
 async def test_a_low_hard_limit_is_named_at_start_up(tmp_path: Path) -> None:
     gateway = _serve_with_limit(tmp_path / "data", 256, 256)
     try:
-        assert _soft_limit(gateway.proc.pid) == 256
+        assert soft_open_file_limit(gateway.proc.pid) == 256
         warning = [line for line in gateway.output if "open-file limit is 256" in line]
         assert warning and "LimitNOFILE" in warning[0], gateway.output
     finally:

@@ -30,6 +30,7 @@ from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from tests.conftest import scaled
+from tests.fixtures.process_files import replace_file
 
 from .processes import REPO, ServeProcess, serve
 
@@ -61,13 +62,6 @@ class Pair:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
         self.der = self.cert.public_bytes(serialization.Encoding.DER)
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """As certbot does: a new file renamed over the old."""
-    new = path.with_name(path.name + ".new")
-    new.write_bytes(data)
-    os.replace(new, path)
 
 
 def _served_certificate(url: str) -> bytes:
@@ -132,11 +126,11 @@ async def test_a_renewed_pair_is_served_while_open_websockets_stay_open(tmp_path
             ws_url, ssl=trust, subprotocols=[Subprotocol("pushgate.v1")], additional_headers=headers
         ) as ws:
             # Half a renewal: the new certificate with the old key is no pair, and is not loaded.
-            _replace(cert, new.cert_pem)
+            replace_file(cert, new.cert_pem)
             await asyncio.sleep(1.0)  # five looks
             assert _served_certificate(gateway.url) == old.der
             # The key follows: the pair is loaded, for new connections.
-            _replace(key, new.key_pem)
+            replace_file(key, new.key_pem)
             await asyncio.to_thread(_wait_for_certificate, gateway.url, new.der, 5)
             # The WebSocket opened before the renewal is still served.
             await ws.send(orjson.dumps({"op": "ping", "id": 1}).decode())
@@ -156,8 +150,8 @@ def test_sighup_loads_a_renewed_pair_at_once_and_never_stops_a_gateway(tmp_path:
     old, new = Pair("old", days=30), Pair("new", days=90)
     gateway, cert, key = _start(tmp_path, old, interval_s=3600)  # only SIGHUP looks
     try:
-        _replace(key, new.key_pem)
-        _replace(cert, new.cert_pem)
+        replace_file(key, new.key_pem)
+        replace_file(cert, new.cert_pem)
         time.sleep(0.5)
         assert _served_certificate(gateway.url) == old.der
         os.kill(gateway.proc.pid, signal.SIGHUP)
