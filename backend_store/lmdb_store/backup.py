@@ -32,6 +32,7 @@ from pathlib import Path
 
 import lmdb
 
+from ..durable import fsync_directory
 from ..errors import ConfigurationError
 from .engine import FORMAT_KEY, STORE_FORMAT
 from .environment import Db
@@ -87,7 +88,7 @@ def backup(store: Path, target: Path) -> BackupInfo:
         partial.unlink()
         raise
     os.rename(partial, target)
-    _sync_directory(target.parent)
+    fsync_directory(target.parent)
     return BackupInfo(target, target.stat().st_size, found, time.monotonic() - started)
 
 
@@ -110,13 +111,13 @@ def restore(source: Path, store: Path) -> RestoreInfo:
         shutil.copyfile(source, staging / DATA_FILE)
         with open(staging / DATA_FILE, "rb+") as copied:
             os.fsync(copied.fileno())
-        _sync_directory(staging)
+        fsync_directory(staging)
         kept: Path | None = None
         if store.exists():
             os.rename(store, replaced)
             kept = replaced
         os.rename(staging, store)
-        _sync_directory(store.parent)
+        fsync_directory(store.parent)
     return RestoreInfo(store, (store / DATA_FILE).stat().st_size, found, kept)
 
 
@@ -163,11 +164,3 @@ def _alone_with(store: Path) -> Iterator[None]:
         yield
     finally:
         lock.close()
-
-
-def _sync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from backend_store.durable import fsync_directory
+
 from .record import FILE_ID_KEY, UsageRecord, to_table
 
 USAGE_SUBDIR = "usage"
@@ -35,14 +37,6 @@ def partition_dir(root: Path, window_start_us: int) -> Path:
     """The directory of the hour ``window_start_us`` (UTC) falls in."""
     when = dt.datetime.fromtimestamp(window_start_us / 1_000_000, tz=dt.UTC)
     return root / f"date={when:%Y-%m-%d}" / f"hour={when:%H}"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class UsageWriter:
@@ -78,7 +72,7 @@ class UsageWriter:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        fsync_dir(directory)
+        fsync_directory(directory)
         return final
 
     def remove_stale_temps(self, older_than_s: float = 600.0) -> int:

@@ -6,6 +6,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...durable import fsync_directory
+
 
 def write_durably(path: Path, data: bytes) -> None:
     """Write ``path`` as a new file, fsynced, renamed into place, its directory fsynced."""
@@ -16,11 +18,7 @@ def write_durably(path: Path, data: bytes) -> None:
         out.flush()
         os.fsync(out.fileno())
     staged.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_directory(path.parent)
 
 
 def numbered_files(root: Path) -> Iterator[tuple[int, Path]]:
