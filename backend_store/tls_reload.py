@@ -34,6 +34,8 @@ from pathlib import Path
 
 from cryptography import x509
 
+from .errors import PushgateError
+
 log = logging.getLogger("pushgate.tls")
 
 # How often a process looks at its TLS files when nothing says otherwise.
@@ -63,8 +65,10 @@ class TlsReloader:
             return False
         try:
             leaf = self._load()
-        except Exception as exc:
-            # Most likely caught half-way through a renewal: the next look tries again.
+        except (OSError, ValueError, PushgateError) as exc:
+            # Unreadable, not PEM (ValueError), not a pair or not signed by the CA (ssl.SSLError
+            # is an OSError; ConfigurationError from NodeTls.load): most likely a renewal caught
+            # half-way. The previous set is served on, and the next look tries again.
             log.warning(
                 "TLS files %s not loaded (still serving the previous ones): %s",
                 ", ".join(map(str, self._paths)),
@@ -85,7 +89,11 @@ class TlsReloader:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            self.check()
+            try:
+                self.check()
+            except Exception:
+                # A bug, not a bad file: with its traceback, and the watch goes on.
+                log.exception("looking at the TLS files %s failed", ", ".join(map(str, self._paths)))
 
     def _fingerprint(self) -> _Fingerprint:
         try:

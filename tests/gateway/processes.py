@@ -68,6 +68,20 @@ class ServeProcess:
                 raise RuntimeError("pushgate serve did not start:\n" + "".join(self.output))
         return self
 
+    def wait_for_line(self, text: str, timeout: float) -> str:
+        """The next line the process prints that holds ``text`` (lines before it are kept in
+        ``output``); an AssertionError after ``timeout`` seconds (scaled)."""
+        deadline = time.monotonic() + scaled(timeout)
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            self.output.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"no line with {text!r} within {timeout} s:\n" + "".join(self.output[-20:]))
+
     def terminate(self) -> int:
         """SIGTERM the whole session (a shell's child too) and wait for the exit code."""
         if self.proc.poll() is None:

@@ -78,16 +78,18 @@ async def test_a_backup_taken_while_a_producer_sends_restores_every_message_ackn
             acked = {m["id"] for m in taken}
             # A producer sends on while the backup runs.
             during: dict[str, str] = {}
-            stop = asyncio.Event()
+            stop, sending = asyncio.Event(), asyncio.Event()
 
             async def produce() -> None:
                 i = 0
                 while not stop.is_set():
                     during[await _send(http, f"during {i}")] = f"during {i}"
                     i += 1
+                    if i == 20:
+                        sending.set()
 
             producer = asyncio.create_task(produce())
-            await asyncio.sleep(0.2)
+            await asyncio.wait_for(sending.wait(), scaled(30))
             backed_up = await asyncio.to_thread(admin, tmp_path / "first", "backup", str(tmp_path / "b.mdb"))
             stop.set()
             await producer

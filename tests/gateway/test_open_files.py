@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +117,9 @@ async def test_a_gateway_near_its_limit_says_so(tmp_path: Path) -> None:
             for _ in range(210)  # 82% of 256
         ]
         try:
-            line = await asyncio.to_thread(_next_line_with, gateway, "of the open-file limit (256)", 15)
+            line = await asyncio.to_thread(gateway.wait_for_line, "of the open-file limit (256)", 15)
             assert "210 connections hold 82%" in line and "raise the limit" in line, line
         finally:
             await asyncio.gather(*(ws.close() for ws in sockets))
     finally:
         gateway.terminate()
-
-
-def _next_line_with(gateway: ServeProcess, text: str, timeout_s: float) -> str:
-    deadline = time.monotonic() + scaled(timeout_s)
-    while time.monotonic() < deadline:
-        try:
-            line = gateway.lines.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        if text in line:
-            return line
-    raise AssertionError(f"no line with {text!r} within {timeout_s} s")

@@ -127,7 +127,7 @@ async def test_a_renewed_pair_is_served_while_open_websockets_stay_open(tmp_path
         ) as ws:
             # Half a renewal: the new certificate with the old key is no pair, and is not loaded.
             replace_file(cert, new.cert_pem)
-            await asyncio.sleep(1.0)  # five looks
+            await asyncio.to_thread(gateway.wait_for_line, "not loaded (still serving the previous ones)", 10)
             assert _served_certificate(gateway.url) == old.der
             # The key follows: the pair is loaded, for new connections.
             replace_file(key, new.key_pem)
@@ -152,20 +152,19 @@ def test_sighup_loads_a_renewed_pair_at_once_and_never_stops_a_gateway(tmp_path:
     try:
         replace_file(key, new.key_pem)
         replace_file(cert, new.cert_pem)
-        time.sleep(0.5)
-        assert _served_certificate(gateway.url) == old.der
+        assert _served_certificate(gateway.url) == old.der  # nothing looks but SIGHUP
         os.kill(gateway.proc.pid, signal.SIGHUP)
         _wait_for_certificate(gateway.url, new.der, 5)
         os.kill(gateway.proc.pid, signal.SIGHUP)  # nothing changed: still serving
-        time.sleep(0.3)
+        gateway.wait_for_line("SIGHUP: no TLS file changed", 10)
         assert gateway.proc.poll() is None
         assert _served_certificate(gateway.url) == new.der
     finally:
         gateway.terminate()
-    plain = serve(tmp_path / "plain")
+    plain = serve(tmp_path / "plain", "--log-level", "info")
     try:
         os.kill(plain.proc.pid, signal.SIGHUP)  # no TLS: nothing to reload, and no exit
-        time.sleep(0.3)
+        plain.wait_for_line("SIGHUP: no TLS file changed", 10)
         assert plain.proc.poll() is None
         assert httpx.get(f"{plain.url}/healthz").status_code == 200
     finally:
