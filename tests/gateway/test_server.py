@@ -3,7 +3,6 @@ encryption at rest, graceful shutdown, and the README's first command from a cle
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 import signal
@@ -19,10 +18,6 @@ from pathlib import Path
 import httpx
 import lmdb
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError
@@ -31,6 +26,7 @@ from backend_store.lmdb_store.environment import Db
 from gateway.cli import main
 from gateway.settings import Settings
 from tests.conftest import scaled
+from tests.fixtures.certificates import Pair
 
 from .conftest import start_gateway
 from .processes import REPO, ServeProcess, serve
@@ -97,30 +93,10 @@ def test_a_store_that_cannot_be_opened_is_said_in_one_line(tmp_path: Path) -> No
 
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
+    pair = Pair("127.0.0.1", days=1)
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    cert_path.write_bytes(pair.cert_pem)
+    key_path.write_bytes(pair.key_pem)
     return cert_path, key_path
 
 

@@ -10,8 +10,6 @@ when the certificate served now expires; and SIGHUP never stops a gateway.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import os
 import signal
 import socket
@@ -22,46 +20,14 @@ from pathlib import Path
 
 import httpx
 import orjson
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from tests.conftest import scaled
+from tests.fixtures.certificates import Pair
 from tests.fixtures.process_files import replace_file
 
 from .processes import REPO, ServeProcess, serve
-
-
-class Pair:
-    """A self-signed certificate for 127.0.0.1 and its key, as PEM."""
-
-    def __init__(self, name: str, days: int) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.UTC)
-        self.not_after = (now + datetime.timedelta(days=days)).replace(microsecond=0)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(self.not_after)
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-            .sign(key, hashes.SHA256())
-        )
-        self.cert_pem = self.cert.public_bytes(serialization.Encoding.PEM)
-        self.key_pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        self.der = self.cert.public_bytes(serialization.Encoding.DER)
 
 
 def _served_certificate(url: str) -> bytes:
