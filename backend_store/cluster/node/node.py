@@ -61,7 +61,7 @@ from .etcd_records import leaders_moved, read_leaders, read_nodes, read_queues, 
 from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_config import NodeConfig
-from .node_identity import NodeIdentity
+from .node_identity import ClusterIdFile, NodeIdentity
 from .partition_host import PartitionHost
 from .ports import NodeClock, NodeListener, ReplicaStores
 from .publication import Publication, node_record
@@ -115,7 +115,7 @@ class Node(ReplicaRounds):
         self._tombstones: dict[int, Tombstone] = {}
         self.publication = Publication(config.publish_every_s)
         # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
-        self.identity = NodeIdentity(self.node_id, self.data_dir, coordinator, self.layout)
+        self.identity = NodeIdentity(self.node_id, ClusterIdFile(self.data_dir), coordinator, self.layout)
         # When, why and how this node's replicas lead (leadership.py).
         self.leadership = NodeLeadership(
             coordinator,
