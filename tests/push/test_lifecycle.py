@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
+from backend_store.tested_versions import ReleaseCheck
 from tests.conftest import scaled
 from tests.fixtures.dev_cluster import StoreTarget
 from tests.gateway.conftest import RunningGateway, start_gateway
@@ -28,6 +30,9 @@ from .conftest import (
     ws_connect,
     ws_url,
 )
+
+# Each test on the WebSocket fast path and on the public doors (tests/push/conftest.py).
+pytestmark = pytest.mark.websocket_doors
 
 
 class StalledClient:
@@ -130,9 +135,11 @@ async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
 
 
 async def test_a_peer_that_never_answers_pings_is_closed_1011(
-    tmp_path: Path, store_target: StoreTarget
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
 ) -> None:
-    gateway = start_gateway(tmp_path, target=store_target, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3)
+    gateway = start_gateway(
+        tmp_path, 0, store_target, websocket_doors, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3
+    )
     try:
         silent = await StalledClient.open(gateway)
         # It reads what comes (the ping too) but never sends the pong its protocol queues.
@@ -141,8 +148,10 @@ async def test_a_peer_that_never_answers_pings_is_closed_1011(
         gateway.stop()
 
 
-async def test_shutdown_drain(tmp_path: Path, store_target: StoreTarget) -> None:
-    gateway = start_push_gateway(tmp_path, target=store_target)
+async def test_shutdown_drain(
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
+) -> None:
+    gateway = start_push_gateway(tmp_path, target=store_target, releases=websocket_doors)
     try:
         await _drain_scenario(gateway)
     finally:
