@@ -18,6 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
+from backend_store.cluster.coordination.etcd_tls import TESTED_AETCD
 from backend_store.tested_versions import ReleaseCheck, VersionRange
 from gateway.ws_protocol import PUBLIC_PROTOCOL, TESTED_UVICORN, TESTED_WEBSOCKETS, websocket_protocol
 from gateway.ws_server_protocol import PushWebSocketProtocol
@@ -56,6 +57,14 @@ def test_pyproject_bounds_each_reliance_below_its_next_major_release() -> None:
             if (m := re.fullmatch(rf"{tested.distribution}(?:\[[^]]*\])?(.*)", d))
         ]
         assert bounds == [f">={tested.lowest},<{_next_major(tested.lowest)}"]
+
+
+def test_the_constraints_scripts_test_installs_are_the_tested_ranges() -> None:
+    """scripts/test's main passes run on the tested releases (scripts/tested-releases.txt),
+    whatever newer one pip would pick."""
+    lines = (REPO / "scripts/tested-releases.txt").read_text().splitlines()
+    constraints = [line for line in lines if line and not line.startswith("#")]
+    assert constraints == [f"{t.distribution}{t.specifier}" for t in [*RELIANCES, TESTED_AETCD]]
 
 
 @pytest.mark.parametrize(

@@ -31,9 +31,6 @@ from .conftest import (
     ws_url,
 )
 
-# Each test on the WebSocket fast path and on the public doors (tests/push/conftest.py).
-pytestmark = pytest.mark.websocket_doors
-
 
 class StalledClient:
     """A WebSocket client that stops reading: ``websockets``' own sans-I/O protocol over a
@@ -80,6 +77,7 @@ class StalledClient:
         return None if self.protocol.close_rcvd is None else self.protocol.close_rcvd.code
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_slow_consumer_closed_4008_and_its_messages_go_to_a_healthy_one(
     gateway: RunningGateway, http: Http, qname: str
 ) -> None:
@@ -110,6 +108,7 @@ async def test_slow_consumer_closed_4008_and_its_messages_go_to_a_healthy_one(
     await poll(empty, what="every message acked")
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
     gateway: RunningGateway, http: Http, qname: str
 ) -> None:
@@ -134,6 +133,7 @@ async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
     assert [await client.close_code() for client in stalled] == [4008] * len(stalled)
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_a_peer_that_never_answers_pings_is_closed_1011(
     tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
 ) -> None:
@@ -148,6 +148,7 @@ async def test_a_peer_that_never_answers_pings_is_closed_1011(
         gateway.stop()
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_shutdown_drain(
     tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
 ) -> None:

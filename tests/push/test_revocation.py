@@ -12,16 +12,12 @@ from typing import Any
 import httpx
 import jwt
 import orjson
-import pytest
 
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 from tests.gateway.processes import admin as run_admin
 
 from .conftest import TEST_SETTINGS, Http, closed_with, engine_of, poll, request, sse_stream, ws_connect
-
-# Each test on the WebSocket fast path and on the public doors (tests/push/conftest.py).
-pytestmark = pytest.mark.websocket_doors
 
 # docs/push.md: open connections see a revocation within recheck_interval_s (plus one
 # store read); the test allows that and a generous margin for a loaded machine.
