@@ -1,9 +1,10 @@
 """A backend node (``pushgate node``: :mod:`.local_ports`).
 
-One TCP port serves both gateways (Backend operations for the partitions this node leads,
-wake-ups) and the replication links of other nodes' leaders (routed by the partition in their
-hello). The node keeps one LMDB environment per partition replica under
-``DIR/partitions/<id>/`` (:class:`~.partition_host.PartitionHost`).
+One port (its :class:`~.ports.NodeListener`: TCP for a process) serves both gateways (Backend
+operations for the partitions this node leads, wake-ups) and the replication links of other
+nodes' leaders (routed by the partition in their hello). The node keeps one store per partition
+replica (:class:`~.partition_host.PartitionHost`s from its :class:`~.ports.ReplicaStores`: LMDB
+environments under ``DIR/partitions/<id>/`` for a process).
 
 Coordination, all through etcd (see :mod:`.layout`):
 
