@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backend_store.cluster.client.cluster_backend import parse_cluster_url
+from backend_store.cluster.client.cluster_settings import parse_cluster_url
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.etcd_tls import EtcdTls
