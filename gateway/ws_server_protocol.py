@@ -28,7 +28,7 @@ private protocol class and its attributes); what it reads of ``websockets``' par
 :mod:`gateway.ws_websockets_internals`. :mod:`gateway.ws_protocol` imports it only on the
 releases it was tested with, and serves with uvicorn's public ``websockets-sansio`` protocol
 on any other (docs/http.md, "Dependencies we rely on beyond their public API"), which cost
-15-35% more gateway CPU per message with a frame per message (bench/README.md).
+15-50% more gateway CPU per message with a frame per message (bench/README.md).
 """
 
 from __future__ import annotations

@@ -107,8 +107,8 @@ def test_an_untested_release_selects_the_public_protocol_and_warns_once(
     assert warning.getMessage() == (
         f"{tested.distribution} {version} is not a release this Pushgate was tested with "
         f"({tested.distribution}{tested.specifier}), where {tested.reliance}: WebSockets run on "
-        "uvicorn's public websockets-sansio protocol instead, at 15-35% more gateway CPU per "
-        f"message (docs/http.md, dependencies; pip install '{tested.distribution}{tested.specifier}' "
+        "uvicorn's public websockets-sansio protocol instead, at 15-50% more gateway CPU per "
+        f"message with a frame per message (docs/http.md, dependencies; pip install '{tested.distribution}{tested.specifier}' "
         "for the tested one)"
     )
 
