@@ -36,7 +36,7 @@ import logging
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ from ..coordination.layout import (
     parse_ids,
     read_partition_map,
 )
-from ..coordination.timeline import KeysSeen, RecordMark
+from ..coordination.timeline import KeysSeen, RecordMark, incarnation_floor
 from ..coordination.watched_prefix import StateListener, WatchedPrefix
 from ..protocol import ops
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
@@ -428,6 +428,11 @@ class Node:
                         opened[pid] = host
                 if tried:
                     decision = self._decide(verdict, opened)
+                # Before a replica opened now is served (a leader's link routed to it): a
+                # node that just started holds, in its marks, the evidence that etcd went
+                # back, and must raise the incarnation (so that the replica follows no term
+                # of the earlier one) before a leader on a restored designation reaches it.
+                await self._settle_timeline(opened.values())
             for pid in [p for p in opened if p in decision.serve]:
                 self.hosts[pid] = opened.pop(pid)
                 known.add(pid)
@@ -463,11 +468,6 @@ class Node:
         if decision.refused is not None:
             await self._publish(session)
             return
-        for host in self.hosts.values():
-            self.identity.timeline.remember(host.store.epoch)
-        self._check_marks()
-        # Before any campaign: settle whether etcd went back in time (coordination/timeline.py).
-        await self.identity.settle_timeline()
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
@@ -492,6 +492,14 @@ class Node:
                 ),
             )
         await self._publish(session)
+
+    async def _settle_timeline(self, opened: Iterable[PartitionHost]) -> None:
+        """Before any campaign, and before a replica opened now is served: settle whether
+        etcd went back in time (coordination/timeline.py), raising the incarnation if it did."""
+        for host in [*self.hosts.values(), *opened]:
+            self.identity.timeline.remember(host.store.epoch)
+        self._check_marks()
+        await self.identity.settle_timeline()
 
     def _undeleted(self, delete: Collection[int]) -> dict[int, str]:
         """The copies of ``delete`` whose deletion failed at its last try, with why: strays
@@ -630,6 +638,7 @@ class Node:
             self._notify,
             sweep_every_s=self.sweep_every_s,
             tls=self.tls.client if self.tls is not None else None,
+            floor=lambda: incarnation_floor(self.identity.incarnation),
         )
         await host.open()
         try:
