@@ -1,9 +1,10 @@
 """A backend node (``pushgate node``: :mod:`.local_ports`).
 
-One TCP port serves both gateways (Backend operations for the partitions this node leads,
-wake-ups) and the replication links of other nodes' leaders (routed by the partition in their
-hello). The node keeps one LMDB environment per partition replica under
-``DIR/partitions/<id>/`` (:class:`~.partition_host.PartitionHost`).
+One port (its :class:`~.ports.NodeListener`: TCP for a process) serves both gateways (Backend
+operations for the partitions this node leads, wake-ups) and the replication links of other
+nodes' leaders (routed by the partition in their hello). The node keeps one store per partition
+replica (:class:`~.partition_host.PartitionHost`s from its :class:`~.ports.ReplicaStores`: LMDB
+environments under ``DIR/partitions/<id>/`` for a process).
 
 Coordination, all through etcd (see :mod:`.layout`):
 
@@ -61,7 +62,7 @@ from .etcd_records import leaders_moved, read_leaders, read_nodes, read_queues, 
 from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_config import NodeConfig
-from .node_identity import NodeIdentity
+from .node_identity import ClusterIdFile, NodeIdentity
 from .partition_host import PartitionHost
 from .ports import NodeClock, NodeListener, ReplicaStores
 from .publication import Publication, node_record
@@ -115,7 +116,7 @@ class Node(ReplicaRounds):
         self._tombstones: dict[int, Tombstone] = {}
         self.publication = Publication(config.publish_every_s)
         # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
-        self.identity = NodeIdentity(self.node_id, self.data_dir, coordinator, self.layout)
+        self.identity = NodeIdentity(self.node_id, ClusterIdFile(self.data_dir), coordinator, self.layout)
         # When, why and how this node's replicas lead (leadership.py).
         self.leadership = NodeLeadership(
             coordinator,
