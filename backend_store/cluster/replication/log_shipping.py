@@ -507,12 +507,15 @@ class ReplicationLeader:
             # nothing waking every link): back to the top, then wait for what is left of it.
             # A full heartbeat after each wake sent none at all to the idle followers of a
             # leader read more often than that, and check-quorum gave its term up (issue 48).
-            due = progress.shipped_at + self.heartbeat_s
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, due - self.clock())):
-                    await progress.wake.wait()
-            if self.clock() < due:
-                continue
+            # The timer decides, not a second reading of the clock: a clock slower than the
+            # loop's timers (a skewed one in the simulation) never reached ``due`` after the
+            # wait, and the sender spun without sending (seed restore 30325).
+            if (left := progress.shipped_at + self.heartbeat_s - self.clock()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await progress.wake.wait()
+                if progress.wake.is_set():
+                    continue
             progress.shipped_at = self.clock()
             if progress.positioned and not conn.closed:
                 # Idle: an empty shipment tells the follower our term (its fence rises, so a
