@@ -36,6 +36,9 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     parser.add_argument("--encryption-key-file", type=Path, help="JSON key document: encrypt bodies at rest")
     parser.add_argument("--jwt-audience", help="the aud claim JWTs must carry (default: none allowed)")
+    parser.add_argument(
+        "--sqs-region", help="the region SQS clients must sign for, e.g. eu-west-1 (default: any region)"
+    )
     parser.add_argument("--max-request-bytes", type=int, help="largest request body (default 4 MiB)")
     parser.add_argument(
         "--disk-reserve-mib",

@@ -32,7 +32,7 @@ from . import query_protocol
 from .actions import SqsActions
 from .errors import SqsError
 from .protocol import SqsRequest, parse_request, response
-from .sigv4 import parse_authorization, verify
+from .sigv4 import REQUIRED_SIGNED, REQUIRED_SIGNED_JSON, Authorization, parse_authorization, verify
 
 
 class SqsRoute:
@@ -84,6 +84,17 @@ class SqsRoute:
     async def _authenticate(self, request: Request, headers: dict[str, str], body: bytes) -> Principal:
         auth = parse_authorization(headers.get("authorization"))
         try:
+            return await self._verify(request, headers, body, auth)
+        except SqsError as exc:
+            self.services.authenticator.failures.note(
+                auth.access_key_id, f"SQS {exc.aws.type}: {exc.message}"
+            )
+            raise
+
+    async def _verify(
+        self, request: Request, headers: dict[str, str], body: bytes, auth: Authorization
+    ) -> Principal:
+        try:
             found = await self.services.authenticator.authenticate_aws(auth.access_key_id)
         except Unauthorized:
             found = None  # a revoked key: as AWS answers an unknown one
@@ -91,5 +102,18 @@ class SqsRoute:
             raise SqsError("InvalidClientTokenId", "The security token included in the request is invalid.")
         principal, secret = found
         query = [(k, v) for k, v in request.query_params.multi_items()]
-        verify(auth, secret, request.method, request.url.path, query, headers, body, time.time())
+        verify(
+            auth,
+            secret,
+            request.method,
+            request.url.path,
+            query,
+            headers,
+            body,
+            time.time(),
+            region=self.services.settings.sqs_region,
+            required_headers=REQUIRED_SIGNED
+            if query_protocol.is_query_request(headers)
+            else REQUIRED_SIGNED_JSON,
+        )
         return principal
