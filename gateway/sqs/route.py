@@ -32,6 +32,7 @@ from . import query_protocol
 from .actions import SqsActions
 from .errors import SqsError
 from .protocol import SqsRequest, parse_request, response
+from .shapes import check_params
 from .sigv4 import REQUIRED_SIGNED, REQUIRED_SIGNED_JSON, Authorization, parse_authorization, verify
 
 
@@ -53,6 +54,7 @@ class SqsRoute:
             body = await read_body(request, self.services.settings.max_request_bytes)
             principal = await self._authenticate(request, headers, body)
             sqs_request = self._parse(query, headers, body)
+            check_params(sqs_request.action, sqs_request.params)
             base = str(request.base_url)
             result = await self.actions.table[sqs_request.action](principal, sqs_request.params, base)
             if query:
