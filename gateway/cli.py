@@ -14,6 +14,7 @@ from pathlib import Path
 
 from backend_store.errors import ConfigurationError
 from backend_store.open_files import raise_open_file_limit
+from backend_store.private_files import private_dir
 
 from .settings import Settings
 
@@ -106,7 +107,7 @@ def _check_dir(path: Path, flag: str) -> None:
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"{flag} {path}: not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
     except OSError as exc:
         raise ConfigurationError(f"{flag} {path}: cannot create it ({exc.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):

@@ -43,6 +43,7 @@ from typing import Any
 from ...encryption import Keyring
 from ...errors import PushgateError, Unavailable
 from ...options import StoreOptions
+from ...private_files import warning_lines
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
@@ -923,6 +924,8 @@ async def run_node(
     from ..coordination.etcd_coordinator import EtcdCoordinator
     from ..protocol.address import split_address
 
+    for line in warning_lines(data_dir):
+        log.warning("%s", line)
     host, port = split_address(listen)
     coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
     node = Node(
