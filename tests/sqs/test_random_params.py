@@ -28,7 +28,7 @@ from tests.sqs.test_sigv4_scope import FORM_TYPE, JSON_TYPE, signed_post
 
 QUEUE = f"fuzz-{time.monotonic_ns() % 10**9}"
 EXTRA_NAMES = ["Id", "Entries", "Attributes", "QueueName", "Unknown", ""]
-_SETTINGS = settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+_SETTINGS = settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 scalars = (
     st.none()
