@@ -19,6 +19,7 @@ from ...encryption import Keyring
 from ...options import StoreOptions
 from ...private_files import warning_lines
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
+from ...types import Epoch
 from ..coordination.coordinator import Coordinator
 from ..coordination.etcd_tls import EtcdTls
 from ..coordination.layout import Layout
@@ -84,7 +85,7 @@ class LmdbReplicaStores:
         self.sweep_every_s = sweep_every_s
         self.tls = tls
 
-    async def open(self, partition: int, wake: Wake) -> PartitionHost:
+    async def open(self, partition: int, wake: Wake, floor: Callable[[], Epoch]) -> PartitionHost:
         host = PartitionHost(
             partition,
             self.root / str(partition),
@@ -93,6 +94,7 @@ class LmdbReplicaStores:
             wake,
             sweep_every_s=self.sweep_every_s,
             tls=self.tls,
+            floor=floor,
         )
         await host.open()
         return host
