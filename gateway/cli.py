@@ -14,6 +14,7 @@ from pathlib import Path
 
 from backend_store.errors import ConfigurationError
 from backend_store.open_files import raise_open_file_limit
+from backend_store.private_files import private_dir
 
 from .settings import Settings
 
@@ -36,6 +37,9 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     parser.add_argument("--encryption-key-file", type=Path, help="JSON key document: encrypt bodies at rest")
     parser.add_argument("--jwt-audience", help="the aud claim JWTs must carry (default: none allowed)")
+    parser.add_argument(
+        "--sqs-region", help="the region SQS clients must sign for, e.g. eu-west-1 (default: any region)"
+    )
     parser.add_argument("--max-request-bytes", type=int, help="largest request body (default 4 MiB)")
     parser.add_argument(
         "--disk-reserve-mib",
@@ -103,7 +107,7 @@ def _check_dir(path: Path, flag: str) -> None:
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"{flag} {path}: not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
     except OSError as exc:
         raise ConfigurationError(f"{flag} {path}: cannot create it ({exc.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from backend_store.backend import Backend, MessageEvent, MessageEvents, MetadataWatch
 from backend_store.errors import PushgateError
+from backend_store.private_files import private_dir, warning_lines
 from backend_store.types import QueueName, TenantId
 from backend_store.url import open_backend
 from push.engine import PushEngine
@@ -94,7 +95,7 @@ class GatewayServices:
     def build(cls, settings: Settings, backend: Backend | None = None) -> GatewayServices:
         """Wire the services for ``settings``; nothing is opened until :meth:`start`."""
         if backend is None:
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(settings.data_dir)
             backend = open_backend(settings.resolved_store_url, settings.store_options())
         authenticator = Authenticator(backend, audience=settings.jwt_audience, keyring=settings.keyring())
         hub = WakeupHub()
@@ -160,12 +161,28 @@ class GatewayServices:
             self.backend.add_queue_listener(self._queue_changed)
         if isinstance(self.backend, MessageEvents):
             self.backend.add_event_listener(self._store_events)
+        await self._warn_of_open_secrets()
         self.bootstrap_key = await ensure_bootstrap(self.backend, self.settings.data_dir)
         if self.bootstrap_key is not None and self.settings.announce_bootstrap:
             # Shown once, on stdout, so an operator can copy it; it is also in a 0600 file.
             print(f"Bootstrap admin key (shown once): {self.bootstrap_key}", file=sys.stdout, flush=True)
         for component in self.components:
             await component.start()
+
+    async def _warn_of_open_secrets(self) -> None:
+        """Warn at start of data other local users may read (docs/store.md, "File permissions")."""
+        settings = self.settings
+        roots = [settings.data_dir] + ([settings.usage_dir] if settings.usage_dir is not None else [])
+        for root in roots:
+            for line in warning_lines(root):
+                log.warning("%s", line)
+        keyring = settings.encryption_key_file is not None or bool(settings.encryption_keys)
+        if not keyring and await self.authenticator.aws_keys.any_stored():
+            log.warning(
+                "AWS credentials for the SQS API are stored in clear: SigV4 needs their secrets, and "
+                "without an encryption keyring (--encryption-key-file or PUSHGATE_ENCRYPTION_KEYS) they "
+                'are kept unsealed in the store (docs/sqs.md, "Credentials")'
+            )
 
     def _metadata_changed(self, namespace: str, key: str) -> None:
         if namespace in (api_keys.NAMESPACE, jwt_keys.NAMESPACE, tenants.NAMESPACE):

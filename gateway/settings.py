@@ -59,6 +59,9 @@ class Settings:
     graceful_timeout_s: int = 10
     # The `aud` a JWT must carry; None: tokens must carry no `aud` (see docs/auth.md).
     jwt_audience: str | None = None
+    # The region SQS requests must be signed for (their credential scope's); None: any region,
+    # as Pushgate has none of its own (docs/sqs.md, "Credentials").
+    sqs_region: str | None = None
     # Operations (docs/metrics.md, docs/console.md). An extra listener for /metrics without
     # a token, for a private network ("HOST:PORT"); None: only the main port, with a token.
     metrics_listen: str | None = None

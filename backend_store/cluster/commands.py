@@ -20,6 +20,7 @@ from typing import Any
 from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
 from ..open_files import raise_open_file_limit
+from ..private_files import private_dir
 from .coordination.etcd_tls import EtcdTls
 from .protocol.tls import NodeTls, TlsFiles
 
@@ -163,7 +164,7 @@ def node_main(argv: Sequence[str]) -> int:
     except ConfigurationError as exc:
         print(f"pushgate node: {exc.detail}", file=sys.stderr)
         return 2
-    args.data.mkdir(parents=True, exist_ok=True)
+    private_dir(args.data)
     node_id = _node_id(args.data, args.id)
 
     from .node.local_ports import run_node

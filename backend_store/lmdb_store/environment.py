@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 import lmdb
 
 from ..errors import Unavailable
+from ..private_files import FILE_MODE, private_dir
 from ..types import StorageUsage
 from .records import QueueRecord
 
@@ -92,7 +93,7 @@ class Environment:
     receives only never waits for one of its own."""
 
     def __init__(self, path: Path, map_size: int, max_map_size: int, *, sync_meta: bool = True) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
         self.path = path
         self.max_map_size = max(map_size, max_map_size)
         self.sync_meta = sync_meta
@@ -105,6 +106,7 @@ class Environment:
                 metasync=sync_meta,
                 readahead=False,
                 max_readers=256,
+                mode=FILE_MODE,  # data.mdb and lock.mdb: only the owner (backend_store/private_files.py)
             )
         except lmdb.Error as exc:
             raise Unavailable(f"cannot open store at {path}: {exc}") from None
@@ -179,7 +181,7 @@ class Environment:
 
     def copy_to(self, target: Path) -> None:
         """A consistent snapshot (for re-seeding followers and backups)."""
-        target.mkdir(parents=True, exist_ok=True)
+        private_dir(target)
         with self._gate.shared():
             self._check_open()
             self.env.copy(str(target), compact=True)

@@ -28,6 +28,7 @@ from backend_store.types import TenantId
 
 from .api_keys import ApiKey, ApiKeyStore, is_api_key, key_id_of
 from .aws_keys import AwsKeyStore
+from .failure_log import FailureLog
 from .jwt_keys import (
     MINTING_KID,
     JwtKey,
@@ -85,6 +86,8 @@ class Authenticator:
         self._tenant_cache: TtlCache[str, Tenant | None] = TtlCache(cache_ttl_s, cache_max_entries, clock)
         # Keyed by the token's SHA-256, so a cache full of 8 KiB tokens stays small.
         self._verified: TtlCache[bytes, Principal] = TtlCache(cache_ttl_s, cache_max_entries, clock)
+        # Authentication failures in the log, one line a minute per key id.
+        self.failures = FailureLog(clock)
         # Called after a change made through this object (the gateway tells other gateways).
         self.on_change: Callable[[], None] | None = None
 
@@ -101,10 +104,15 @@ class Authenticator:
         hit, principal = self._verified.get(digest)
         if hit and principal is not None and not self._expired(principal):
             return principal
-        if is_api_key(token):
-            principal, trusted_until = await self._authenticate_api_key(token)
-        else:
-            principal, trusted_until = await self._authenticate_jwt(token)
+        try:
+            if is_api_key(token):
+                principal, trusted_until = await self._authenticate_api_key(token)
+            else:
+                principal, trusted_until = await self._authenticate_jwt(token)
+        except Unauthorized as exc:
+            # JWTs share one line a minute: their key ids would come from the unverified token.
+            self.failures.note(key_id_of(token) or ("api-key" if is_api_key(token) else "jwt"), exc.detail)
+            raise
         # Never cached past the records it was verified with: a token first seen late in the
         # life of a cached key record must not outlive a change made elsewhere by more than
         # cache_ttl_s (docs/auth.md: "within 5 seconds").

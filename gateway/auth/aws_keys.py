@@ -56,6 +56,10 @@ class AwsKeyStore:
         await self._backend.meta_put(NAMESPACE, access_key_id, orjson.dumps(doc))
         return access_key_id, secret
 
+    async def any_stored(self) -> bool:
+        """Whether the store holds any AWS credentials at all."""
+        return bool(await self._backend.meta_list(NAMESPACE))
+
     async def get(self, access_key_id: str) -> tuple[str, str] | None:
         """The API key id and the secret behind an access key id, or None if it is unknown."""
         if not access_key_id.startswith(ACCESS_KEY_PREFIX) or len(access_key_id) > 64:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from backend_store.backend import MetadataStore
+from backend_store.private_files import private_dir
 
 from . import tenants
 from .api_keys import ApiKeyStore
@@ -51,7 +52,7 @@ def write_secret_file(path: Path, text: str, *, exclusive: bool = False) -> None
     ``exclusive``: only if ``path`` does not exist (hard-linked into place, so of two
     processes racing exactly one wins); the loser gets FileExistsError.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # left by a crash of an earlier process with the same pid

@@ -78,7 +78,7 @@ def _redrive(value: Any, tenant: str) -> dict[str, Any]:
         policy = json.loads(value) if isinstance(value, str) else value
         account, dlq = parse_queue_arn(str(policy["deadLetterTargetArn"]))
         max_receives = int(policy["maxReceiveCount"])
-    except (ValueError, KeyError, TypeError, OverflowError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         raise SqsError("InvalidParameterValue", "Invalid value for the parameter RedrivePolicy.") from None
     if account != tenant:
         raise SqsError(

@@ -53,6 +53,7 @@ AWS_ERRORS: dict[str, AwsError] = {
     "InvalidBatchEntryId": AwsError("InvalidBatchEntryId", "AWS.SimpleQueueService.InvalidBatchEntryId", 400),
     "InvalidClientTokenId": AwsError("InvalidClientTokenId", "InvalidClientTokenId", 403),
     "SignatureDoesNotMatch": AwsError("SignatureDoesNotMatch", "SignatureDoesNotMatch", 403),
+    "IncompleteSignature": AwsError("IncompleteSignature", "IncompleteSignature", 403),
     "MissingAuthenticationToken": AwsError("MissingAuthenticationToken", "MissingAuthenticationToken", 403),
     "AccessDenied": AwsError("AccessDenied", "AccessDenied", 403),
     "ResourceNotFoundException": AwsError("ResourceNotFoundException", "ResourceNotFoundException", 400),

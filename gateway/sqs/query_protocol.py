@@ -57,6 +57,10 @@ _INTEGERS = frozenset(
     }
 )
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
+# The deepest field AWS's SQS model has is 7 parts
+# (SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringListValue.1); deeper keys
+# name nothing, and would only make the conversion below recurse.
+MAX_KEY_PARTS = 8
 
 # Answer side: a result map's member -> (element, key element, value element).
 _RESULT_MAPS = {
@@ -98,7 +102,9 @@ def _tree(fields: Iterable[tuple[str, str]]) -> dict[Any, Any]:
     root: dict[Any, Any] = {}
     for key, value in fields:
         node = root
-        parts = key.split(".")
+        parts = key.split(".", MAX_KEY_PARTS)
+        if len(parts) > MAX_KEY_PARTS:
+            raise SqsError("InvalidParameterValue", f"The parameter {key[:64]!r} is nested too deeply.")
         for part in parts[:-1]:
             index: Any = int(part) if part.isdigit() else part
             child = node.get(index)

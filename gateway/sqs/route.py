@@ -8,8 +8,10 @@ even an authentication failure is answered in the client's own protocol.
 
 No SQS request acts without a verified signature: an unsigned request, an unknown access
 key id, a revoked key, a wrong signature or an old date is refused (403) before the action
-is even looked at. Errors are AWS's (``gateway/sqs/errors.py``); a Pushgate error raised by
-a backend call is mapped there, in one place.
+is even looked at (everything the signature covers is checked: ``sigv4.py``), and no action
+sees parameters that do not fit its declared shape (``shapes.py``). Errors are AWS's
+(``gateway/sqs/errors.py``); a Pushgate error raised by a backend call is mapped there, in
+one place.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from . import query_protocol
 from .actions import SqsActions
 from .errors import SqsError
 from .protocol import SqsRequest, parse_request, response
-from .sigv4 import parse_authorization, verify
+from .shapes import check_params
+from .sigv4 import REQUIRED_SIGNED, REQUIRED_SIGNED_JSON, Authorization, parse_authorization, verify
 
 
 class SqsRoute:
@@ -51,8 +54,9 @@ class SqsRoute:
         request_id = str(uuid.uuid4())
         try:
             body = await read_body(request, self.services.settings.max_request_bytes)
-            principal = await self._authenticate(request, headers, body)
+            principal = await self._authenticate(request, headers, body, query)
             sqs_request = self._parse(query, headers, body)
+            check_params(sqs_request.action, sqs_request.params)
             base = str(request.base_url)
             result = await self.actions.table[sqs_request.action](principal, sqs_request.params, base)
             if query:
@@ -81,8 +85,21 @@ class SqsRoute:
             return query_protocol.error_response(error, request_id)
         return error.response()
 
-    async def _authenticate(self, request: Request, headers: dict[str, str], body: bytes) -> Principal:
+    async def _authenticate(
+        self, request: Request, headers: dict[str, str], body: bytes, query_request: bool
+    ) -> Principal:
         auth = parse_authorization(headers.get("authorization"))
+        try:
+            return await self._verify(request, headers, body, auth, query_request)
+        except SqsError as exc:
+            self.services.authenticator.failures.note(
+                auth.access_key_id, f"SQS {exc.aws.type}: {exc.message}"
+            )
+            raise
+
+    async def _verify(
+        self, request: Request, headers: dict[str, str], body: bytes, auth: Authorization, query_request: bool
+    ) -> Principal:
         try:
             found = await self.services.authenticator.authenticate_aws(auth.access_key_id)
         except Unauthorized:
@@ -91,5 +108,16 @@ class SqsRoute:
             raise SqsError("InvalidClientTokenId", "The security token included in the request is invalid.")
         principal, secret = found
         query = [(k, v) for k, v in request.query_params.multi_items()]
-        verify(auth, secret, request.method, request.url.path, query, headers, body, time.time())
+        verify(
+            auth,
+            secret,
+            request.method,
+            request.url.path,
+            query,
+            headers,
+            body,
+            time.time(),
+            region=self.services.settings.sqs_region,
+            required_headers=REQUIRED_SIGNED if query_request else REQUIRED_SIGNED_JSON,
+        )
         return principal

@@ -5,12 +5,21 @@ signature from the request and the key's secret (looked up by the caller between
 and raises AWS's error when they differ or the request's date is more than
 :data:`MAX_SKEW_S` from now. The comparison is constant-time; no secret is ever logged or
 put in an error message.
+
+Everything the signature covers is checked, not only the signature (docs/sqs.md,
+"Credentials"): the credential scope's date is ``X-Amz-Date``'s date exactly, its service
+is ``sqs`` and its region the gateway's when one is configured; ``host`` and ``x-amz-date``
+(and on the JSON protocol ``x-amz-target`` and ``content-type``, which choose the action and
+how the body is read) are among the signed headers, so none of them can be changed under a
+valid signature. A malformed header is AWS's ``IncompleteSignature``; a scope or signature
+that does not hold, ``SignatureDoesNotMatch``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +30,12 @@ from .errors import SqsError
 ALGORITHM = "AWS4-HMAC-SHA256"
 # AWS refuses a request signed more than 15 minutes from its clock.
 MAX_SKEW_S = 15 * 60
+SERVICE = "sqs"
+# Headers every request must sign; the JSON protocol also signs what picks its action and parser.
+REQUIRED_SIGNED = ("host", "x-amz-date")
+REQUIRED_SIGNED_JSON = (*REQUIRED_SIGNED, "x-amz-target", "content-type")
+_DATE = re.compile(r"[0-9]{8}")
+_SIGNATURE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +65,22 @@ def parse_authorization(header: str | None) -> Authorization:
     for part in rest.split(","):
         name, _, value = part.strip().partition("=")
         fields[name] = value
-    credential = fields.get("Credential", "").split("/")
-    if len(credential) != 5 or credential[4] != "aws4_request" or "SignedHeaders" not in fields:
-        raise SqsError("SignatureDoesNotMatch", "The Authorization header is not a valid SigV4 header.")
+    for name in ("Credential", "SignedHeaders", "Signature"):
+        if not fields.get(name):
+            raise SqsError("IncompleteSignature", f"Authorization header requires '{name}' parameter.")
+    credential = fields["Credential"].split("/")
+    if len(credential) != 5 or credential[4] != "aws4_request" or not credential[0]:
+        raise SqsError(
+            "IncompleteSignature",
+            "Credential must have exactly 5 slash-delimited elements, e.g. keyid/date/region/service/aws4_request.",
+        )
     return Authorization(
         access_key_id=credential[0],
         date=credential[1],
         region=credential[2],
         service=credential[3],
         signed_headers=tuple(fields["SignedHeaders"].split(";")),
-        signature=fields.get("Signature", ""),
+        signature=fields["Signature"],
     )
 
 
@@ -111,19 +132,42 @@ def verify(
     headers: Mapping[str, str],
     body: bytes,
     now: float,
+    *,
+    region: str | None = None,
+    service: str = SERVICE,
+    required_headers: Sequence[str] = REQUIRED_SIGNED,
 ) -> None:
-    """Raise AWS's error unless the request is signed by ``secret`` within the allowed skew."""
+    """Raise AWS's error unless the request is signed by ``secret`` within the allowed skew.
+
+    ``region``: the one region the credential scope may name (None: any); ``service``: the
+    one it must name; ``required_headers``: the headers that must be among the signed ones."""
     amz_date = headers.get("x-amz-date", "")
     try:
         signed_at = datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
-        raise SqsError("SignatureDoesNotMatch", "The request has no valid X-Amz-Date.") from None
+        raise SqsError(
+            "IncompleteSignature", "Authorization header requires existence of a valid 'X-Amz-Date' header."
+        ) from None
     if abs(now - signed_at) > MAX_SKEW_S:
         raise SqsError(
             "SignatureDoesNotMatch", f"Signature expired: {amz_date} is more than 15 minutes from now."
         )
-    if not amz_date.startswith(auth.date) or "host" not in auth.signed_headers:
-        raise SqsError("SignatureDoesNotMatch", "The credential scope or the signed headers are not valid.")
+    unsigned = [name for name in required_headers if name not in auth.signed_headers]
+    if unsigned:
+        raise SqsError(
+            "IncompleteSignature", f"'{unsigned[0]}' must be a 'SignedHeader' in the AWS Authorization."
+        )
+    if not _DATE.fullmatch(auth.date) or auth.date != amz_date[:8]:
+        raise SqsError(
+            "SignatureDoesNotMatch",
+            "Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP.",
+        )
+    if auth.service != service:
+        raise SqsError(
+            "SignatureDoesNotMatch", f"Credential should be scoped to correct service: '{service}'."
+        )
+    if not auth.region or (region is not None and auth.region != region):
+        raise SqsError("SignatureDoesNotMatch", "Credential should be scoped to a valid region.")
     request = canonical_request(method, path, query, headers, auth.signed_headers, body)
     to_sign = "\n".join(
         [ALGORITHM, amz_date, auth.scope, hashlib.sha256(request.encode("utf-8")).hexdigest()]
@@ -131,7 +175,9 @@ def verify(
     expected = hmac.new(
         signing_key(secret, auth.date, auth.region, auth.service), to_sign.encode("utf-8"), hashlib.sha256
     ).hexdigest()
-    if not hmac.compare_digest(expected, auth.signature):
+    # A signature is 64 hex digits; anything else cannot match (and compare_digest takes
+    # only ASCII strings: a non-ASCII one was a TypeError, a 500).
+    if not _SIGNATURE.fullmatch(auth.signature) or not hmac.compare_digest(expected, auth.signature):
         raise SqsError(
             "SignatureDoesNotMatch",
             "The request signature we calculated does not match the signature you provided.",

@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from backend_store.private_files import FILE_MODE, private_dir
+
 from ..auth.principal import Principal
 
 log = logging.getLogger("pushgate.audit")
@@ -101,9 +103,9 @@ class AuditLog:
             details=dict(details or {}),
         )
         directory = self.root / f"date={entry.at[:10]}"
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         line = orjson.dumps(asdict(entry), option=orjson.OPT_SORT_KEYS) + b"\n"
-        fd = os.open(directory / AUDIT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        fd = os.open(directory / AUDIT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             written = os.write(fd, line)
             if written != len(line):  # only on a full disk; the record must not pass as written

@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from backend_store.durable import fsync_directory
+from backend_store.private_files import open_private, private_dir
 
 from .record import FILE_ID_KEY, UsageRecord, to_table
 
@@ -54,12 +55,12 @@ class UsageWriter:
         if not records:
             raise ValueError("nothing to write")
         directory = partition_dir(self.root, records[0].window_start_us)
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         name = f"{self.gateway_id}-{sequence:010d}.parquet"
         final = directory / name
         tmp = directory / f".{name}{TMP_SUFFIX}"
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
                 table = to_table(records)
                 # The file's identity (its records' id prefix): a reader that finds two
                 # files with one id (a copy) reads one, without comparing every record.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import httpx
@@ -39,6 +40,20 @@ def test_revoked_key_is_401(gateway: RunningGateway) -> None:
     key_id = token.split("_")[1]
     gateway.call(gateway.services.authenticator.api_keys.revoke(key_id))
     assert problem_code(httpx.get(f"{gateway.url}/v1/queues", headers=headers), 401) == "unauthorized"
+
+
+def test_failed_authentications_are_logged_once_a_minute_per_key_id(
+    gateway: RunningGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = gateway.make_key("send:*")
+    key_id = token.split("_")[1]
+    wrong = {"Authorization": f"Bearer pgk_{key_id}_{'A' * 43}"}
+    with caplog.at_level(logging.WARNING, logger="pushgate.auth"):
+        for _ in range(10):
+            assert problem_code(httpx.get(f"{gateway.url}/v1/queues", headers=wrong), 401) == "unauthorized"
+    lines = [r.getMessage() for r in caplog.records if r.name == "pushgate.auth"]
+    assert len(lines) == 1 and key_id in lines[0], lines
+    assert token.split("_")[2] not in lines[0]  # never the secret
 
 
 def test_unknown_route_is_404_problem(admin: Api, anon: Api) -> None:

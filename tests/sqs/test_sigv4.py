@@ -84,10 +84,30 @@ def test_aws_sigv4_test_suite(vector: dict[str, Any]) -> None:
     )
     canonical = canonical_request(vector["method"], vector["path"], query, headers, auth.signed_headers, body)
     assert canonical == vector["creq"]
-    verify(auth, SUITE["secret"], vector["method"], vector["path"], query, headers, body, SIGNED_AT)
+    verify(
+        auth,
+        SUITE["secret"],
+        vector["method"],
+        vector["path"],
+        query,
+        headers,
+        body,
+        SIGNED_AT,
+        service="service",
+    )
     # One flipped hex digit of the signature, or another secret, is refused.
     flipped = vector["authz"][:-1] + ("0" if vector["authz"][-1] != "0" else "1")
     for bad_auth, secret in [(parse_authorization(flipped), SUITE["secret"]), (auth, "not-the-secret")]:
         with pytest.raises(SqsError) as refused:
-            verify(bad_auth, secret, vector["method"], vector["path"], query, headers, body, SIGNED_AT)
+            verify(
+                bad_auth,
+                secret,
+                vector["method"],
+                vector["path"],
+                query,
+                headers,
+                body,
+                SIGNED_AT,
+                service="service",
+            )
         assert refused.value.aws.type == "SignatureDoesNotMatch"

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...durable import fsync_directory
+from ...private_files import open_private, private_dir
 
 
 def write_durably(path: Path, data: bytes) -> None:
     """Write ``path`` as a new file, fsynced, renamed into place, its directory fsynced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     staged = path.with_name(path.name + ".new")
-    with staged.open("wb") as out:
+    with os.fdopen(open_private(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...encryption import Keyring
 from ...options import StoreOptions
+from ...private_files import warning_lines
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator
@@ -193,6 +194,8 @@ async def run_node(
     from ..coordination.etcd_coordinator import EtcdCoordinator
     from ..protocol.address import split_address
 
+    for line in warning_lines(data_dir):  # backend_store/private_files.py
+        log.warning("%s", line)
     host, port = split_address(listen)
     coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
     config = NodeConfig(

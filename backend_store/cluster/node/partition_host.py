@@ -31,6 +31,7 @@ from typing import Any
 from ...errors import PushgateError, QueueExists, QueueNotFound, StaleEpoch, Unavailable
 from ...lmdb_store.engine import LmdbBackend
 from ...options import StoreOptions
+from ...private_files import private_dir
 from ...types import Epoch, Lsn, QueueName, TenantId
 from ..coordination.layout import PartitionRecord, ReplicaPosition
 from ..coordination.queue_record import former_dead_letter_queues, store_attributes
@@ -95,7 +96,7 @@ class PartitionHost(LeaderTerm):
         return store
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         store = LmdbBackend(self.path, self.options)
         # Cluster queues carry replication_factor > 1: replication is the node's job here.
         store.max_replication_factor = 5

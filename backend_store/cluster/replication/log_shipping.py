@@ -43,6 +43,7 @@ from typing import BinaryIO
 
 from ...backend import ReplicaStore
 from ...errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
+from ...private_files import private_dir
 from ...types import Epoch, LogEntry, Lsn
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from ..protocol.stream import NodeStream
@@ -806,7 +807,7 @@ class _Inbox:
 
 def _fresh_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+    private_dir(path)
 
 
 def _sync_and_close(file: BinaryIO) -> None:
