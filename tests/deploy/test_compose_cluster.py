@@ -12,17 +12,18 @@ runc and mmdebstrap (scripts/test installs them; docs/testing.md)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gateway.local_ports import free_ports
 from tests.conftest import scaled
 from tests.fixtures.container_images import REPO, base_image, podman_environment, wheelhouse
 from tests.newcomer import doc_blocks
@@ -43,12 +44,6 @@ def readme_commands() -> list[str]:
         assert len(matching) == 1, f"README.md: one sh block with {start!r} expected, found {matching}"
         found.append(matching[0])
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -87,7 +82,8 @@ class Deployment:
         )
         out = []
         for name in names.stdout.split():
-            out.append(f"--- {name}\n{self.podman('logs', '--tail', '30', name, check=False).stderr}")
+            logged = self.podman("logs", "--tail", "30", name, check=False)
+            out.append(f"--- {name}\n{logged.stdout}{logged.stderr}")
         return "\n".join(out)
 
 
@@ -95,11 +91,12 @@ class Deployment:
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
     assert os.geteuid() == 0, "the deployment test runs podman as root (docs/testing.md)"
     env = podman_environment(tmp_path)
-    base = base_image(env)
-    wheels = wheelhouse()
+    with ThreadPoolExecutor(2) as pool:  # from nothing, each takes minutes: side by side
+        base_made, wheels_made = pool.submit(base_image, env), pool.submit(wheelhouse)
+        base, wheels = base_made.result(), wheels_made.result()
     run = uuid.uuid4().hex[:8]
     image = f"localhost/pushgate-test:{run}"
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)  # below the ephemeral range, as every test's (docs/testing.md)
     env |= {
         "PUSHGATE_IMAGE": image,
         "PUSHGATE_ETCD_IMAGE": base,
