@@ -1,7 +1,9 @@
 """``pushgate node`` and ``pushgate manager``: argument parsing and the process around them.
 
 SIGINT and SIGTERM stop the process cleanly (the node closes its environments and revokes its
-lease, so its keys vanish at once instead of after the TTL).
+lease, so its keys vanish at once instead of after the TTL). SIGHUP (``systemctl reload``)
+never stops it: a node with TLS looks at its certificate files (node/node.py), anything else
+has nothing to reload.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def _dump_tasks() -> None:
         logging.getLogger("pushgate.tasks").warning("task %s\n%s", task.get_name(), _await_chain(task))
 
 
+def _nothing_to_reload() -> None:
+    """SIGHUP where nothing reloads: logged, instead of the signal's default (the process ends)."""
+    logging.getLogger("pushgate.cluster").info("SIGHUP: nothing to reload")
+
+
 def _loop_factory(tls_listener: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (``uvicorn[standard]`` brings it on Linux, and
     the gateway already runs on it): a node's work is mostly socket reads and writes, which
@@ -94,6 +101,7 @@ def _run(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+        loop.add_signal_handler(signal.SIGHUP, _nothing_to_reload)  # a TLS node replaces it
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
