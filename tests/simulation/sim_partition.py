@@ -63,7 +63,7 @@ class SimPartitionHost(LeaderTerm):
             store,
             partition=self.partition,
             node_id=node.node_id,
-            floor=lambda: incarnation_floor(node.incarnation),  # ``Node._open_host``
+            floor=lambda: incarnation_floor(node.identity.incarnation),  # ``ReplicaRounds._open_host``
         )
 
     # Positions ---------------------------------------------------------------------------
