@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ...encryption import Keyring
 from ...options import StoreOptions
-from ...types import Epoch
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
+from ...types import Epoch
 from ..coordination.coordinator import Coordinator
 from ..coordination.etcd_tls import EtcdTls
 from ..coordination.layout import Layout

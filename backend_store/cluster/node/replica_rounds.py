@@ -287,7 +287,9 @@ class ReplicaRounds(NodeServing):
         return host
 
     async def _open_host(self, pid: int) -> PartitionHost:
-        host = await self.replicas.open(pid, self._notify, lambda: incarnation_floor(self.identity.incarnation))
+        host = await self.replicas.open(
+            pid, self._notify, lambda: incarnation_floor(self.identity.incarnation)
+        )
         try:
             self._labels[pid] = await read_label(host.store)
         except BaseException:
