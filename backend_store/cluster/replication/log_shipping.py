@@ -507,12 +507,16 @@ class ReplicationLeader:
             # nothing waking every link): back to the top, then wait for what is left of it.
             # A full heartbeat after each wake sent none at all to the idle followers of a
             # leader read more often than that, and check-quorum gave its term up (issue 48).
+            # Decided by the timeout, not by reading the clock again: a skewed clock (the
+            # simulation's) may still show it short of ``due``, and waits for what is left
+            # would shrink below the loop's resolution without end.
             due = progress.shipped_at + self.heartbeat_s
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(max(0.0, due - self.clock())):
                     await progress.wake.wait()
-            if self.clock() < due:
                 continue
+            except TimeoutError:
+                pass
             progress.shipped_at = self.clock()
             if progress.positioned and not conn.closed:
                 # Idle: an empty shipment tells the follower our term (its fence rises, so a
