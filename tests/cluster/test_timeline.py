@@ -73,6 +73,22 @@ def test_a_record_older_than_its_mark_ends_the_incarnation_whatever_the_revision
     assert not suspect(timeline)
 
 
+def test_a_record_marked_in_a_later_incarnation_than_etcds_ends_it() -> None:
+    """Issue 48 (simulation ``down`` 22): etcd restored again to the backup whose restore was
+    already noticed and raised past. The marks taken since were of the raised incarnation,
+    which etcd no longer holds: they are evidence too, and the raise goes past them."""
+    timeline = Timeline()
+    marks = {4: RecordMark(1, 2140), 5: RecordMark(0, 30)}
+    timeline.observe(0, 3151)  # the same backup, bumped further: incarnation 0 again
+    assert timeline.check_marks(marks, {4: 50, 5: 30}, incarnation=0) == [4]
+    assert suspect(timeline)
+    assert not timeline.settle(1, 3160)  # a raise to 1 would repeat epochs of the lost one
+    assert timeline.settle(2, 3160)
+    assert not suspect(timeline)
+    # A record gone from etcd is no evidence, whatever its mark.
+    assert Timeline().check_marks({6: RecordMark(3, 10)}, {}, incarnation=0) == []
+
+
 LEADER = "/pushgate/leaders/2"
 OWN = "/pushgate/nodes/n1"
 

@@ -430,6 +430,19 @@ def _publish_check(setter: Setter) -> None:
     setter(sim_coordinator.SimCoordinator, "register", blind)
 
 
+@_ablation("incarnation-floor", "a raised incarnation ends every term of the earlier one")
+def _incarnation_floor(setter: Setter) -> None:
+    from backend_store.cluster.node import leadership
+
+    from . import sim_partition
+
+    def no_floor(incarnation: int) -> int:
+        return 0  # as before issue 48: a term of an earlier incarnation goes on, and is followed
+
+    setter(leadership, "incarnation_floor", no_floor)
+    setter(sim_partition, "incarnation_floor", no_floor)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

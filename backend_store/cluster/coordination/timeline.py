@@ -140,16 +140,23 @@ class Timeline:
         self, marks: Mapping[int, RecordMark], mod_revisions: Mapping[int, int], incarnation: int
     ) -> list[int]:
         """The records (by id) etcd holds, in the ``incarnation`` they were marked in, at an
-        older mod revision than their mark: etcd went back in time, whatever its revision.
-        Any makes etcd suspect until the incarnation is raised past it."""
+        older mod revision than their mark, or marked in a later incarnation than etcd's
+        (incarnations only grow: etcd lost a raise): etcd went back in time, whatever its
+        revision. Any makes etcd suspect until the incarnation is raised past the newest of
+        them (simulation seed ``down`` 22, issue 48: etcd restored twice to one backup, the
+        second time after the first restore's raise, and the nodes' marks of the raised
+        incarnation were ignored; a replica without acknowledged entries led)."""
         rewound = [
             key
             for key, mark in marks.items()
-            if mark.incarnation == incarnation
-            and mod_revisions.get(key, mark.mod_revision) < mark.mod_revision
+            if key in mod_revisions
+            and (
+                mark.incarnation > incarnation
+                or (mark.incarnation == incarnation and mod_revisions[key] < mark.mod_revision)
+            )
         ]
         if rewound:
-            self.remember(last_epoch_of(incarnation))
+            self.remember(last_epoch_of(max(incarnation, *(marks[key].incarnation for key in rewound))))
             self.suspect = True
         return rewound
 

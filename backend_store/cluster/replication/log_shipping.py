@@ -43,7 +43,6 @@ from typing import BinaryIO
 
 from ...backend import ReplicaStore
 from ...errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
-from ...private_files import private_dir
 from ...types import Epoch, LogEntry, Lsn
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from ..protocol.stream import NodeStream
@@ -508,15 +507,16 @@ class ReplicationLeader:
             # nothing waking every link): back to the top, then wait for what is left of it.
             # A full heartbeat after each wake sent none at all to the idle followers of a
             # leader read more often than that, and check-quorum gave its term up (issue 48).
-            # The timer decides, not a second reading of the clock: a clock slower than the
-            # loop's timers (a skewed one in the simulation) never reached ``due`` after the
-            # wait, and the sender spun without sending (seed restore 30325).
-            if (left := progress.shipped_at + self.heartbeat_s - self.clock()) > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await progress.wake.wait()
-                if progress.wake.is_set():
-                    continue
+            # Decided by the timeout, not by reading the clock again: a skewed clock (the
+            # simulation's) may still show it short of ``due``, and waits for what is left
+            # would shrink below the loop's resolution without end.
+            due = progress.shipped_at + self.heartbeat_s
+            try:
+                async with asyncio.timeout(max(0.0, due - self.clock())):
+                    await progress.wake.wait()
+                continue
+            except TimeoutError:
+                pass
             progress.shipped_at = self.clock()
             if progress.positioned and not conn.closed:
                 # Idle: an empty shipment tells the follower our term (its fence rises, so a
@@ -807,7 +807,7 @@ class _Inbox:
 
 def _fresh_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
-    private_dir(path)
+    path.mkdir(parents=True)
 
 
 def _sync_and_close(file: BinaryIO) -> None:
