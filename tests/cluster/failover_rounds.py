@@ -53,9 +53,12 @@ async def failover_round(
     producers: int = 16,
     hold_s: float = 6.0,
     restart_after_s: float | None = None,
+    returning: str | None = None,
 ) -> Round:
     """``restart_after_s``: restart a SIGKILLed node this long after the kill, while the
-    failover may be under way (a supervisor's quick restart); None: once sends resumed."""
+    failover may be under way (a supervisor's quick restart); None: once sends resumed.
+    ``returning``: a node that is down when the queue is created (so it is placed on the
+    others) and started again once sends flow; the signal goes once it registered."""
     url = f"cluster://{','.join(h.endpoints)}{h.prefix}"
     backend = open_cluster_backend(url, StoreOptions())
     await backend.start()
@@ -88,6 +91,9 @@ async def failover_round(
         pid = await h.partition_of(TENANT, queue)
         tasks = [asyncio.create_task(producer()) for _ in range(producers)]
         await asyncio.wait_for(flowing.wait(), scaled(60))
+        if returning is not None:
+            h.nodes[returning].start()
+            await h.wait_registered([returning])
         victim, _, _ = await h.serving_leader(pid)
         signalled = time.monotonic()
         h.nodes[victim].signal(sig)
