@@ -40,9 +40,12 @@ def machine() -> str:
 _profilers: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+def start_gateway(
+    data_dir: Path, store: str | None = None, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str, str]:
     """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets);
-    ``store``: its ``--store`` URL (default: the embedded store in ``data_dir``)."""
+    ``store``: its ``--store`` URL (default: the embedded store in ``data_dir``); ``env``:
+    more environment variables."""
     # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
     profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
     prefix = ["-m", "cProfile", "-o", profile, "-m", "gateway.cli"] if profile else []
@@ -60,7 +63,7 @@ def start_gateway(data_dir: Path, store: str | None = None) -> tuple[subprocess.
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     assert proc.stdout is not None
     key = url = ""

@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scope",
         action="append",
         required=True,
-        help='space-separated scopes, e.g. "send:orders-* receive:*"',
+        help="space-separated scopes: admin, metrics, manage:PATTERN (create, change, purge and delete "
+        'queues), send:PATTERN, receive:PATTERN; e.g. "manage:orders-* send:orders-* receive:*"',
     )
     create.add_argument(
         "--aws",

@@ -118,14 +118,13 @@ def serve(argv: Sequence[str]) -> int:
         _check_dir(settings.data_dir, "--data")
         if settings.usage_dir is not None and settings.usage_flush_interval_s > 0:
             _check_dir(settings.usage_dir, "--usage-dir")
-        # Refuses a uvicorn or websockets release it was not tested with (tested_versions.py).
-        from .server import GatewayServer, bind_socket, uvicorn_config
     except ConfigurationError as exc:
         print(f"pushgate serve: {exc.detail}", file=sys.stderr)
         return 2
 
     from .app import create_app
     from .collector import tune_for_serving
+    from .server import GatewayServer, bind_socket, uvicorn_config
 
     try:
         # Before anything is written (a new data directory gets a bootstrap key).

@@ -83,7 +83,9 @@ def _paths() -> dict[str, Any]:
                 },
                 body=ref("QueueAttributesInput"),
                 body_required=False,
-                description="409 `queue_exists` if it exists with other attributes. Needs a scope on the queue.",
+                description="409 `queue_exists` if it exists with other attributes. Creating needs `manage:` "
+                "on the queue; finding it as it is (200) needs any scope on it. A `dead_letter_queue` must "
+                "be one the token may `manage:` or `send:` to.",
                 tag="queues",
             ),
             "get": _op("Read a queue with its stats", {"200": _json(ref("Queue"))}, tag="queues"),
@@ -91,13 +93,14 @@ def _paths() -> dict[str, Any]:
                 "Change mutable attributes",
                 {"200": _json(ref("Queue"))},
                 body=ref("QueueAttributesInput"),
-                description="`ordering` is immutable.",
+                description="Needs `manage:` on the queue (and `manage:` or `send:` on a new "
+                "`dead_letter_queue`). `ordering` is immutable.",
                 tag="queues",
             ),
             "delete": _op(
                 "Delete a queue and its messages",
                 {"204": {"description": "Deleted"}},
-                description="Needs the `admin` scope.",
+                description="Needs `manage:` on the queue (or `admin`).",
                 tag="queues",
             ),
         },
@@ -106,7 +109,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Delete every message of a queue",
                 {"200": _json(ref("Purged"))},
-                description="Needs the `admin` scope.",
+                description="Needs `manage:` on the queue (or `admin`).",
                 tag="queues",
             ),
         },

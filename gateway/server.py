@@ -16,18 +16,21 @@ import uvicorn
 from starlette.applications import Starlette
 
 from backend_store.backend import ReloadsTls
+from backend_store.tested_versions import RELEASES, ReleaseCheck
 from backend_store.tls_reload import TlsReloader, server_pair_loader
 
 from . import client_noise
 from .open_files_watch import OpenFilesWatch
 from .services import GatewayServices
 from .settings import Settings
-from .ws_server_protocol import PushWebSocketProtocol
+from .ws_protocol import websocket_protocol
 
 log = logging.getLogger("pushgate.gateway")
 
 
-def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
+def uvicorn_config(settings: Settings, app: Starlette, releases: ReleaseCheck = RELEASES) -> uvicorn.Config:
+    """uvicorn's configuration; ``releases`` says whether uvicorn and ``websockets`` are the
+    releases the WebSocket fast path was tested with (gateway/ws_protocol.py)."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -45,8 +48,8 @@ def uvicorn_config(settings: Settings, app: Starlette) -> uvicorn.Config:
         # state per idle connection; off, as Centrifugo ships it (see docs/push.md).
         ws_per_message_deflate=False,
         # uvicorn's sans-I/O protocol, writing once per event-loop round, with a fast path
-        # for push's text frames (see ws_server_protocol.py).
-        ws=PushWebSocketProtocol,
+        # for push's text frames (ws_server_protocol.py); uvicorn's own on another release.
+        ws=websocket_protocol(releases),
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )

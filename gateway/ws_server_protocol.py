@@ -25,10 +25,10 @@ to ``websockets`` and uvicorn, which answer 1009, 1007 and 1002 as before).
 
 This is the one module that relies on uvicorn beyond its public API (a subclass of its
 private protocol class and its attributes); what it reads of ``websockets``' parser is in
-:mod:`gateway.ws_websockets_internals`. Each names the releases it was tested with and
-refuses any other at import (docs/http.md, "Dependencies we rely on beyond their public
-API"): uvicorn's public ``websockets-sansio`` protocol, unmodified, cost 15-35% more gateway
-CPU per message with a frame per message, and granian's ASGI WebSockets 3.8-5.5x (bench/README.md).
+:mod:`gateway.ws_websockets_internals`. :mod:`gateway.ws_protocol` imports it only on the
+releases it was tested with, and serves with uvicorn's public ``websockets-sansio`` protocol
+on any other (docs/http.md, "Dependencies we rely on beyond their public API"), which cost
+15-50% more gateway CPU per message with a frame per message (bench/README.md).
 """
 
 from __future__ import annotations
@@ -38,28 +38,17 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+# uvicorn's internals (gateway/ws_protocol.py imports this module on a tested release only).
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 from websockets.protocol import State
 
-from backend_store.tested_versions import VersionRange, require
 from push.transport import FRAME_SINK
 from push.ws_handler import TEXT_SOURCE
 
 from .ws_coalescing import CoalescingTransport
 from .ws_frames import FrameSplitter, text_frame_header, unmask
 from .ws_websockets_internals import between_frames, frame_size_limit, parser_failed, within_message
-
-TESTED_UVICORN = VersionRange(
-    "uvicorn",
-    "0.54",
-    "0.55",
-    "gateway/ws_server_protocol.py subclasses uvicorn's private WebSocketsSansIOProtocol "
-    "and uses its attributes (queue, read_paused, conn, transport, handshake state)",
-)
-require(TESTED_UVICORN)
-
-# uvicorn's internals from here on (checked above).
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol  # noqa: E402
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGIReceiveEvent

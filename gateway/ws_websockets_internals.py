@@ -5,8 +5,8 @@ only while ``websockets``' sans-I/O parser has consumed every byte and waits for
 it asks that here, of the parser's state: its buffered bytes, whether a fragmented message is
 under way, whether it failed, its size limits, and which generator the parser is suspended
 in. It unmasks payloads with ``websockets``' C ``apply_mask``. None of that is public API, so
-this module names the ``websockets`` releases it was tested with and refuses any other at
-import (:mod:`backend_store.tested_versions`), before it touches the internals.
+it is imported (through :mod:`gateway.ws_server_protocol`) only on the ``websockets``
+releases :mod:`gateway.ws_protocol` names as tested.
 """
 
 from __future__ import annotations
@@ -14,20 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from websockets.protocol import Protocol, State
-
-from backend_store.tested_versions import VersionRange, require
-
-TESTED_WEBSOCKETS = VersionRange(
-    "websockets",
-    "17.4",
-    "17.5",
-    "gateway/ws_websockets_internals.py reads the state of websockets' frame parser "
-    "(a generator's code object, its buffer, current_size, parser_exc)",
-)
-require(TESTED_WEBSOCKETS)
-
-# Internals from here on (checked above).
-from websockets.streams import StreamReader  # noqa: E402
+from websockets.streams import StreamReader
 
 try:  # the C implementation, as websockets uses it
     from websockets.speedups import apply_mask as apply_mask

@@ -170,8 +170,13 @@ class Console:
         if principal is None:
             return self.render("login.html", None, status=401, error="That key or token is not valid.")
         if "admin" not in principal.scopes:
+            # A manage: key changes only the queues it names; the console shows the whole tenant.
             return self.render(
-                "login.html", None, status=403, error="The console needs a key with the admin scope."
+                "login.html",
+                None,
+                status=403,
+                error="The console needs a key with the admin scope (a manage:, send: or receive: key "
+                "works only on the queues it names, through the API).",
             )
         session = self.sessions.new(principal, principal.tenant == self.deps.operator_tenant)
         response = RedirectResponse("/console/", status_code=303)

@@ -166,7 +166,7 @@ def node_main(argv: Sequence[str]) -> int:
     args.data.mkdir(parents=True, exist_ok=True)
     node_id = _node_id(args.data, args.id)
 
-    from .node.node import run_node
+    from .node.local_ports import run_node
 
     return _run(
         lambda: run_node(

@@ -8,7 +8,7 @@ from typing import Literal
 
 from backend_store.types import TenantId
 
-Action = Literal["send", "receive", "admin", "metrics"]
+Action = Literal["manage", "send", "receive", "admin", "metrics"]
 Credential = Literal["api_key", "jwt"]
 
 

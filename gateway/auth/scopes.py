@@ -1,6 +1,7 @@
 """Scopes: parsing, validation and the conservative "is this scope within that one" test.
 
-A scope is ``admin``, ``metrics`` (read ``/metrics``), ``send:<pattern>`` or ``receive:<pattern>``; a pattern is a queue
+A scope is ``admin``, ``metrics`` (read ``/metrics``), ``manage:<pattern>`` (create, change, purge and
+delete queues), ``send:<pattern>`` or ``receive:<pattern>``; a pattern is a queue
 name (``jobs.fifo`` too) or a shell-style glob of ``*`` and ``?`` over queue-name characters
 (``orders-*``, ``*``). :meth:`Principal.can` decides what a scope allows; this module
 decides which scopes may be delegated (``POST /v1/tokens``).
@@ -16,7 +17,7 @@ from backend_store.errors import InvalidRequest
 
 ADMIN = "admin"
 METRICS = "metrics"
-ACTIONS = ("send", "receive")
+ACTIONS = ("manage", "send", "receive")
 _PATTERN = re.compile(r"[A-Za-z0-9_.*?-]{1,200}")
 _WILDCARDS = frozenset("*?")
 
@@ -37,7 +38,7 @@ def parse_scopes(text: str | Iterable[str]) -> frozenset[str]:
     for scope in items:
         if not is_valid_scope(scope):
             raise InvalidRequest(
-                f"invalid scope {scope!r}: expected admin, metrics, send:<pattern> or receive:<pattern>"
+                f"invalid scope {scope!r}: expected admin, metrics, manage:<pattern>, send:<pattern> or receive:<pattern>"
             )
     return frozenset(items)
 

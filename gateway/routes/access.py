@@ -1,6 +1,6 @@
 """Who is asking and what they may touch: bearer tokens, scopes and queue names.
 
-Permissions (docs/api.md plus what it leaves to us):
+Permissions (docs/api.md's Auth section plus what it leaves to us):
 
 ========================================  ==========================================
 request                                   needs
@@ -8,10 +8,14 @@ request                                   needs
 send                                      ``send:<glob matching queue>``
 receive, ack, nack, visibility, DELETE    ``receive:<glob matching queue>``
   ``.../messages/{receipt}``
-GET, PUT, PATCH a queue                   any ``send:`` or ``receive:`` scope matching it
+GET a queue; PUT it with the attributes   any ``manage:``, ``send:`` or ``receive:``
+  it has                                  scope matching it
+create a queue, PUT with other            ``manage:<glob matching queue>``; a
+  attributes, PATCH                       dead-letter target also ``manage:`` or
+                                          ``send:`` on it (gateway/routes/queue_changes.py)
 GET /v1/queues                            any scope; lists only the queues the caller's
                                           scopes match
-DELETE a queue, purge                     ``admin``
+DELETE a queue, purge                     ``manage:<glob matching queue>``
 ========================================  ==========================================
 
 ``admin`` allows everything within its tenant. Every queue lives in the caller's
@@ -52,8 +56,8 @@ async def authenticate(services: GatewayServices, request: Request) -> Principal
 
 
 def can_see(principal: Principal, queue: str) -> bool:
-    """Whether any scope matches the queue (enough to read or define it)."""
-    return principal.can("send", queue) or principal.can("receive", queue)
+    """Whether any queue scope matches the queue (enough to read it)."""
+    return principal.can("manage", queue) or principal.can("send", queue) or principal.can("receive", queue)
 
 
 def require(principal: Principal, action: Action | None, queue: str | None = None) -> None:
@@ -66,6 +70,7 @@ def require(principal: Principal, action: Action | None, queue: str | None = Non
 # "to send to queue 'orders'", "to receive from queue 'orders'", "to administer this tenant",
 # "to read the metrics". One entry per Action: tests/newcomer/test_cli.py checks it.
 VERBS: dict[Action | None, str] = {
+    "manage": "manage",
     "send": "send to",
     "receive": "receive from",
     "admin": "administer",
@@ -79,7 +84,7 @@ def _target(action: Action | None, queue: str | None) -> str:
         return f" queue {queue!r}"
     if action == "admin":
         return " this tenant"
-    return " any queue" if action in ("send", "receive", None) else ""
+    return " any queue" if action in ("manage", "send", "receive", None) else ""
 
 
 def queue_param(request: Request) -> QueueName:

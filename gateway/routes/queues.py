@@ -15,6 +15,7 @@ from ..services import GatewayServices
 from ..usage.audit import AuditAction, audit_request
 from .access import authenticate, can_see, queue_access
 from .endpoint import route
+from .queue_changes import QueueChanges
 
 
 def queue_to_json(services: GatewayServices, info: QueueInfo) -> dict[str, Any]:
@@ -32,6 +33,7 @@ def queue_to_json(services: GatewayServices, info: QueueInfo) -> dict[str, Any]:
 class QueueRoutes:
     def __init__(self, services: GatewayServices) -> None:
         self.services = services
+        self.changes = QueueChanges(services)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -52,17 +54,7 @@ class QueueRoutes:
     async def put_queue(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, None)
         attributes = await read_object(request, required=False)
-        await self.services.throttling.enforcer.check_new_queue(principal.tenant, queue)
-        info, created = await self.services.backend.create_queue(principal.tenant, queue, attributes)
-        self.services.queues.put(info)
-        if created:
-            await audit_request(
-                self.services.usage.audit,
-                principal,
-                AuditAction.QUEUE_CREATED,
-                queue,
-                attributes,
-            )
+        info, created = await self.changes.create(principal, queue, attributes)
         return JSONResponse(queue_to_json(self.services, info), status_code=201 if created else 200)
 
     async def get_queue(self, request: Request) -> Response:
@@ -74,20 +66,11 @@ class QueueRoutes:
     async def patch_queue(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, None)
         changes = await read_object(request)
-        self.services.queues.invalidate(principal.tenant, queue)
-        info = await self.services.backend.update_queue(principal.tenant, queue, changes)
-        self.services.queues.put(info)
-        await audit_request(
-            self.services.usage.audit,
-            principal,
-            AuditAction.QUEUE_UPDATED,
-            queue,
-            changes,
-        )
+        info = await self.changes.update(principal, queue, changes)
         return JSONResponse(queue_to_json(self.services, info))
 
     async def delete_queue(self, request: Request) -> Response:
-        principal, queue = await queue_access(self.services, request, "admin")
+        principal, queue = await queue_access(self.services, request, "manage")
         self.services.queues.invalidate(principal.tenant, queue)
         await self.services.backend.delete_queue(principal.tenant, queue)
         self.services.queues.invalidate(principal.tenant, queue)
@@ -95,7 +78,7 @@ class QueueRoutes:
         return Response(status_code=204)
 
     async def purge_queue(self, request: Request) -> Response:
-        principal, queue = await queue_access(self.services, request, "admin")
+        principal, queue = await queue_access(self.services, request, "manage")
         purged = await self.services.backend.purge_queue(principal.tenant, queue)
         await audit_request(
             self.services.usage.audit,

@@ -17,6 +17,7 @@ from backend_store.types import QueueInfo, QueueName, TenantId
 from ..auth.principal import Action as Scope
 from ..auth.principal import Principal
 from ..routes.access import can_see, require
+from ..routes.queue_changes import QueueChanges
 from ..services import GatewayServices
 from ..usage.audit import AuditAction, audit_request
 from . import attributes as queue_attributes
@@ -44,6 +45,7 @@ class SqsActions:
         self.services = services
         self.tags = TagStore(services.backend)
         self.move_tasks = MoveTasks(services.backend)
+        self.changes = QueueChanges(services)
         messages = SqsMessageActions(services)
         self.table: dict[str, Action] = {
             "CreateQueue": self.create_queue,
@@ -95,18 +97,15 @@ class SqsActions:
             raise SqsError("InvalidParameterValue", _BAD_NAME)
         require(principal, None, queue)
         raw_attributes = params.get("Attributes") or {}
-        attrs = queue_attributes.to_pushgate(raw_attributes)
+        attrs = queue_attributes.to_pushgate(raw_attributes, principal.tenant)
         fifo = attrs.get("ordering") == "fifo"
         if fifo != queue.endswith(".fifo"):
             raise SqsError("InvalidParameterValue", _BAD_FIFO_NAME)
         tags = check_tags(params.get("tags") or {})
-        await self.services.throttling.enforcer.check_new_queue(principal.tenant, queue)
-        info, created = await self.services.backend.create_queue(principal.tenant, queue, attrs)
-        self.services.queues.put(info)
-        if created:
-            await audit_request(self.services.usage.audit, principal, AuditAction.QUEUE_CREATED, queue, attrs)
-            if tags:
-                await self.tags.tag(info, tags)
+        # The one rule for who may create (and who may only find) a queue, as on /v1.
+        info, created = await self.changes.create(principal, queue, attrs)
+        if created and tags:
+            await self.tags.tag(info, tags)
         return {"QueueUrl": queue_url(base, principal.tenant, queue)}
 
     async def get_queue_url(self, principal: Principal, params: dict[str, Any], base: str) -> dict[str, Any]:
@@ -142,7 +141,7 @@ class SqsActions:
         return out
 
     async def delete_queue(self, principal: Principal, params: dict[str, Any], base: str) -> dict[str, Any]:
-        info = await self._info(principal, params, "admin")
+        info = await self._info(principal, params, "manage")
         self.services.queues.invalidate(principal.tenant, info.name)
         await self.services.backend.delete_queue(principal.tenant, info.name)
         self.services.queues.invalidate(principal.tenant, info.name)
@@ -166,15 +165,12 @@ class SqsActions:
         raw = params.get("Attributes") or {}
         if "FifoQueue" in raw:
             raise SqsError("InvalidAttributeName", "Unknown Attribute FifoQueue.")  # immutable, as on AWS
-        changes = queue_attributes.to_pushgate(raw)
-        self.services.queues.invalidate(principal.tenant, queue)
-        info = await self.services.backend.update_queue(principal.tenant, queue, changes)
-        self.services.queues.put(info)
-        await audit_request(self.services.usage.audit, principal, AuditAction.QUEUE_UPDATED, queue, changes)
+        changes = queue_attributes.to_pushgate(raw, principal.tenant)
+        await self.changes.update(principal, queue, changes)
         return {}
 
     async def purge_queue(self, principal: Principal, params: dict[str, Any], base: str) -> dict[str, Any]:
-        queue = self._queue(principal, params, "admin")
+        queue = self._queue(principal, params, "manage")
         purged = await self.services.backend.purge_queue(principal.tenant, queue)
         await audit_request(
             self.services.usage.audit, principal, AuditAction.QUEUE_PURGED, queue, {"purged": purged}
@@ -184,13 +180,13 @@ class SqsActions:
     # Tags -------------------------------------------------------------------
 
     async def tag_queue(self, principal: Principal, params: dict[str, Any], base: str) -> dict[str, Any]:
-        info = await self._info(principal, params, None)
+        info = await self._info(principal, params, "manage")
         tags = check_tags(required(params, "Tags"))
         await self.tags.tag(info, tags)
         return {}
 
     async def untag_queue(self, principal: Principal, params: dict[str, Any], base: str) -> dict[str, Any]:
-        info = await self._info(principal, params, None)
+        info = await self._info(principal, params, "manage")
         keys = params.get("TagKeys")
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
             raise SqsError(

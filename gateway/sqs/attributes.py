@@ -45,8 +45,11 @@ ALL_NAMES = (
 )
 
 
-def to_pushgate(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """SQS attributes as Pushgate's queue attributes (InvalidAttributeName for unknown ones)."""
+def to_pushgate(attributes: Mapping[str, Any], tenant: str) -> dict[str, Any]:
+    """SQS attributes as Pushgate's queue attributes (InvalidAttributeName for unknown ones).
+
+    ``tenant`` is the caller's: a ``RedrivePolicy`` naming another account's queue is refused,
+    never taken as the caller's own queue of that name."""
     out: dict[str, Any] = {}
     for name, value in attributes.items():
         if name in SETTABLE:
@@ -55,7 +58,7 @@ def to_pushgate(attributes: Mapping[str, Any]) -> dict[str, Any]:
             except ValueError:
                 raise SqsError("InvalidParameterValue", f"Invalid value for the parameter {name}.") from None
         elif name == "RedrivePolicy":
-            out.update(_redrive(value))
+            out.update(_redrive(value, tenant))
         elif name == "FifoQueue":
             if str(value).lower() == "true":
                 out["ordering"] = "fifo"
@@ -68,15 +71,22 @@ def to_pushgate(attributes: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _redrive(value: Any) -> dict[str, Any]:
+def _redrive(value: Any, tenant: str) -> dict[str, Any]:
     if value in (None, ""):
         return {"dead_letter_queue": None, "max_receives": None}
     try:
         policy = json.loads(value) if isinstance(value, str) else value
-        _, dlq = parse_queue_arn(str(policy["deadLetterTargetArn"]))
-        return {"dead_letter_queue": dlq, "max_receives": int(policy["maxReceiveCount"])}
-    except (ValueError, KeyError, TypeError):
+        account, dlq = parse_queue_arn(str(policy["deadLetterTargetArn"]))
+        max_receives = int(policy["maxReceiveCount"])
+    except (ValueError, KeyError, TypeError, OverflowError):
         raise SqsError("InvalidParameterValue", "Invalid value for the parameter RedrivePolicy.") from None
+    if account != tenant:
+        raise SqsError(
+            "InvalidParameterValue",
+            "Value for parameter RedrivePolicy is invalid. Reason: the dead-letter target must be a queue "
+            "of the same account.",
+        )
+    return {"dead_letter_queue": dlq, "max_receives": max_receives}
 
 
 def from_pushgate(info: QueueInfo, names: list[str], encrypted: bool = False) -> dict[str, str]:

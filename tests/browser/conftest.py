@@ -76,7 +76,8 @@ def web(tmp_path_factory: pytest.TempPathFactory, page_server: PageServer) -> It
     try:
         # Before any preflight: the preflight's union of origins is cached for a few seconds.
         gateway.call(gateway.services.authenticator.tenants.create(TENANT, [page_server.allowed]))
-        key = gateway.make_key("send:* receive:*", tenant=TENANT)
+        # manage: too: the tests create their queues with this key (creating needs manage:).
+        key = gateway.make_key("manage:* send:* receive:*", tenant=TENANT)
         yield WebGateway(gateway, key)
     finally:
         gateway.stop()

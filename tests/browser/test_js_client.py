@@ -160,7 +160,7 @@ def test_receives_acks_and_survives_a_gateway_restart(
     data = tmp_path / "data"
     data.mkdir()
     admin(data, "tenant", "create", TENANT, "--origin", page_server.allowed)
-    key = admin(data, "key", "create", "--tenant", TENANT, "--scope", "send:* receive:*")["key"]
+    key = admin(data, "key", "create", "--tenant", TENANT, "--scope", "manage:* send:* receive:*")["key"]
     port = free_port()
     gateway = serve(data, port)
     url = f"http://127.0.0.1:{port}"

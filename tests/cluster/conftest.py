@@ -16,7 +16,9 @@ import pytest
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.cluster.manager.manager import Manager
+from backend_store.cluster.node.local_ports import local_node
 from backend_store.cluster.node.node import Node
+from backend_store.cluster.node.node_config import NodeConfig
 from gateway.settings import Settings
 from tests.fixtures.dev_cluster import StoreTarget
 from tests.fixtures.etcd_server import unique_prefix
@@ -69,7 +71,8 @@ async def inprocess_nodes(
     coordinators = [await EtcdCoordinator(etcd_endpoints).connect() for _ in range(3)]
     # No sweeper: the test counts the stores' write operations.
     running = [
-        Node(f"n{i}", tmp_path / f"n{i}", coordinators[i], layout=layout, sweep_every_s=0) for i in range(2)
+        local_node(NodeConfig(f"n{i}", tmp_path / f"n{i}", layout=layout), coordinators[i], sweep_every_s=0)
+        for i in range(2)
     ]
     manager = Manager(coordinators[2], layout=layout)
     for node in running:

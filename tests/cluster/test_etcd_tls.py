@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from backend_store.cluster.client.cluster_backend import parse_cluster_url
+from backend_store.cluster.client.cluster_settings import parse_cluster_url
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.etcd_tls import EtcdTls
 from backend_store.cluster.protocol.tls import TlsFiles
 from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 from backend_store.errors import ConfigurationError
+from backend_store.tested_versions import ReleaseCheck
 from tests.fixtures.etcd_server import etcd_cluster, unique_prefix
 
 
@@ -38,6 +39,19 @@ async def test_a_client_with_the_ca_and_a_certificate_of_it_reads_and_writes(tls
     files = tls_etcd.ours
     key = unique_prefix("tls") + "/k"
     async with EtcdCoordinator(tls_etcd.endpoints, tls=EtcdTls(files.ca, files.cert, files.key)) as etcd:
+        await etcd.put(key, b"over tls")
+        entry = await etcd.get(key)
+        assert entry is not None and entry.value == b"over tls"
+
+
+async def test_an_untested_aetcd_release_still_reads_and_writes_over_tls(tls_etcd: TlsEtcd) -> None:
+    """What an aetcd release other than the tested one runs (tests/cluster/test_tested_versions.py
+    has its warning): the same TLS connect, never plaintext."""
+    files = tls_etcd.ours
+    key = unique_prefix("tls") + "/untested"
+    untested = ReleaseCheck(lambda distribution: "1.9.0")
+    tls = EtcdTls(files.ca, files.cert, files.key)
+    async with EtcdCoordinator(tls_etcd.endpoints, tls=tls, releases=untested) as etcd:
         await etcd.put(key, b"over tls")
         entry = await etcd.get(key)
         assert entry is not None and entry.value == b"over tls"

@@ -17,7 +17,9 @@ from backend_store.cluster.client.node_pool import NodeClient, NodePool
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout, LeaderRecord, pack
 from backend_store.cluster.manager.manager import Manager
+from backend_store.cluster.node.local_ports import local_node
 from backend_store.cluster.node.node import Node
+from backend_store.cluster.node.node_config import NodeConfig
 from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.protocol.ops import NotLeader
 from backend_store.errors import PushgateError, Unavailable
@@ -40,7 +42,8 @@ async def cluster(
     layout = Layout(unique_prefix("inprocess") + "/")
     coordinators = [await EtcdCoordinator(etcd_endpoints).connect() for _ in range(3)]
     nodes = [
-        Node(f"n{i}", tmp_path / f"n{i}", coordinators[i], layout=layout, sweep_every_s=0.2) for i in range(2)
+        local_node(NodeConfig(f"n{i}", tmp_path / f"n{i}", layout=layout), coordinators[i], sweep_every_s=0.2)
+        for i in range(2)
     ]
     manager = Manager(coordinators[2], layout=layout)
     pool = NodePool("test")
@@ -180,7 +183,7 @@ async def test_a_node_revokes_the_lease_of_a_session_it_gave_up_once_registered_
     probe = await EtcdCoordinator(etcd_endpoints).connect()
     layout = Layout(unique_prefix("revoke") + "/")
     ttl_s = scaled(8.0)
-    node = Node("n0", tmp_path / "n0", coordinator, layout=layout, ttl_s=ttl_s)
+    node = local_node(NodeConfig("n0", tmp_path / "n0", layout=layout, ttl_s=ttl_s), coordinator)
     record = layout.node("n0")
     under_old_lease = layout.leaders + "999"  # stands for a leader key the old session held
 

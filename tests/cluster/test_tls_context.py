@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from backend_store.cluster.client.cluster_backend import parse_cluster_url
+from backend_store.cluster.client.cluster_settings import parse_cluster_url
 from backend_store.cluster.client.node_pool import NodeClient
 from backend_store.cluster.commands import node_main
 from backend_store.cluster.protocol.address import NodeUnreachable

@@ -56,8 +56,9 @@ def test_session_cookie_flags_and_content(ops_gateway: RunningGateway) -> None:
 def test_login_needs_an_admin_key_or_jwt(ops_gateway: RunningGateway) -> None:
     tenant = ops_gateway.make_tenant()
     with browser(ops_gateway) as client:
-        r = client.post("/console/login", data={"token": ops_gateway.make_key("send:* receive:*", tenant)})
-        assert r.status_code == 403 and "admin scope" in r.text
+        for scopes in ("send:* receive:*", "manage:*"):
+            r = client.post("/console/login", data={"token": ops_gateway.make_key(scopes, tenant)})
+            assert r.status_code == 403 and "admin scope" in r.text
         assert client.post("/console/login", data={"token": ""}).status_code == 401
         # A cross-site form post to the login is refused too.
         r = client.post("/console/login", data={"token": "x"}, headers={"origin": "https://evil.example"})

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from backend_store.backend import Backend
+from backend_store.tested_versions import ReleaseCheck
 from gateway.app import create_app
 from gateway.server import GatewayServer, bind_socket, uvicorn_config
 from gateway.services import GatewayServices
@@ -40,14 +41,21 @@ class RunningGateway:
     """A gateway serving on 127.0.0.1:<free port> until :meth:`stop`."""
 
     def __init__(
-        self, settings: Settings, backend: Backend | None = None, port: int = 0, admin_key: str | None = None
+        self,
+        settings: Settings,
+        backend: Backend | None = None,
+        port: int = 0,
+        admin_key: str | None = None,
+        releases: ReleaseCheck | None = None,
     ) -> None:
+        """``releases``: the installed releases the gateway chooses its WebSocket protocol by
+        (gateway/ws_protocol.py); a check that reports an untested uvicorn takes the public doors."""
         self.settings = settings
         self._admin_key = admin_key
         app = create_app(settings, backend=backend)
         self.app = app  # the Starlette app, typed (uvicorn's config holds any ASGI app)
         self.services: GatewayServices = app.state.services
-        self.server = GatewayServer(uvicorn_config(settings, app), self.services)
+        self.server = GatewayServer(uvicorn_config(settings, app, releases or ReleaseCheck()), self.services)
         # The product's own listening socket (a given port: a restart on the same address). On
         # this thread's asyncio loop a keep-alive client's every request after its first
         # waited 40 ms for a delayed ACK until that socket said it was TCP (gateway/server.py).
@@ -124,13 +132,17 @@ class Api:
 
 
 def start_gateway(
-    data_dir: Path, port: int = 0, target: StoreTarget | None = None, **changes: Any
+    data_dir: Path,
+    port: int = 0,
+    target: StoreTarget | None = None,
+    releases: ReleaseCheck | None = None,
+    **changes: Any,
 ) -> RunningGateway:
     target = target or StoreTarget()
     if target.url is not None:
         changes["store_url"] = target.url
     settings = Settings(data_dir=data_dir, log_level="warning", graceful_timeout_s=5, **changes)
-    return RunningGateway(settings, port=port, admin_key=target.admin_key).start()
+    return RunningGateway(settings, port=port, admin_key=target.admin_key, releases=releases).start()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend_store.cluster.client.cluster_backend import ClusterSettings
+from backend_store.cluster.client.cluster_settings import ClusterSettings
 from tests.fixtures.dev_cluster import StoreTarget
 
 from .conftest import Api, RunningGateway, api_for, problem_code

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import itertools
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from backend_store.tested_versions import ReleaseCheck
 from push.engine import PushEngine
 from push.settings import PushSettings
 from tests.conftest import scaled
@@ -50,15 +52,51 @@ def engine_of(gateway: RunningGateway) -> PushEngine:
 
 
 def start_push_gateway(
-    tmp: Any, port: int = 0, target: StoreTarget | None = None, **settings: Any
+    tmp: Any,
+    port: int = 0,
+    target: StoreTarget | None = None,
+    releases: ReleaseCheck | None = None,
+    **settings: Any,
 ) -> RunningGateway:
     """A gateway whose engine is built with :data:`TEST_SETTINGS` changed by ``settings``."""
-    return start_gateway(tmp, port, target, push=replace(TEST_SETTINGS, **settings))
+    return start_gateway(tmp, port, target, releases, push=replace(TEST_SETTINGS, **settings))
+
+
+# A uvicorn release the WebSocket fast path was not tested with.
+UNTESTED_UVICORN = "0.99.0"
+# The doors a WebSocket comes in by (gateway/ws_protocol.py), by what the gateway is told is
+# installed: the installed releases (the fast path), or an untested uvicorn (its public
+# protocol, reaching the same push handler): what any release but the tested ones runs.
+WEBSOCKET_DOORS: dict[str, Callable[[], ReleaseCheck]] = {
+    "fast-path": ReleaseCheck,
+    "public-doors": lambda: ReleaseCheck(
+        lambda d: UNTESTED_UVICORN if d == "uvicorn" else importlib.metadata.version(d)
+    ),
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked ``websocket_doors`` runs its tests on both doors."""
+    if "websocket_doors" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "websocket_doors"
+    ):
+        metafunc.parametrize("websocket_doors", list(WEBSOCKET_DOORS), indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, store_target: StoreTarget) -> Iterator[RunningGateway]:
-    running = start_push_gateway(tmp_path_factory.mktemp("push"), target=store_target)
+def websocket_doors(request: pytest.FixtureRequest) -> ReleaseCheck:
+    """What a test's gateways choose their WebSocket protocol by (the fast path unless the
+    module is marked ``websocket_doors``, which runs each test on both)."""
+    return WEBSOCKET_DOORS[getattr(request, "param", "fast-path")]()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, store_target: StoreTarget, websocket_doors: ReleaseCheck
+) -> Iterator[RunningGateway]:
+    running = start_push_gateway(
+        tmp_path_factory.mktemp("push"), target=store_target, releases=websocket_doors
+    )
     try:
         yield running
     finally:

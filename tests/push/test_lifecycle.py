@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
+from backend_store.tested_versions import ReleaseCheck
 from tests.conftest import scaled
 from tests.fixtures.dev_cluster import StoreTarget
 from tests.gateway.conftest import RunningGateway, start_gateway
@@ -75,6 +77,7 @@ class StalledClient:
         return None if self.protocol.close_rcvd is None else self.protocol.close_rcvd.code
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_slow_consumer_closed_4008_and_its_messages_go_to_a_healthy_one(
     gateway: RunningGateway, http: Http, qname: str
 ) -> None:
@@ -105,6 +108,7 @@ async def test_slow_consumer_closed_4008_and_its_messages_go_to_a_healthy_one(
     await poll(empty, what="every message acked")
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
     gateway: RunningGateway, http: Http, qname: str
 ) -> None:
@@ -129,10 +133,13 @@ async def test_consumers_that_stop_reading_small_messages_are_closed_4008(
     assert [await client.close_code() for client in stalled] == [4008] * len(stalled)
 
 
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_a_peer_that_never_answers_pings_is_closed_1011(
-    tmp_path: Path, store_target: StoreTarget
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
 ) -> None:
-    gateway = start_gateway(tmp_path, target=store_target, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3)
+    gateway = start_gateway(
+        tmp_path, 0, store_target, websocket_doors, ws_ping_interval_s=0.3, ws_ping_timeout_s=0.3
+    )
     try:
         silent = await StalledClient.open(gateway)
         # It reads what comes (the ping too) but never sends the pong its protocol queues.
@@ -141,8 +148,11 @@ async def test_a_peer_that_never_answers_pings_is_closed_1011(
         gateway.stop()
 
 
-async def test_shutdown_drain(tmp_path: Path, store_target: StoreTarget) -> None:
-    gateway = start_push_gateway(tmp_path, target=store_target)
+@pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
+async def test_shutdown_drain(
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
+) -> None:
+    gateway = start_push_gateway(tmp_path, target=store_target, releases=websocket_doors)
     try:
         await _drain_scenario(gateway)
     finally:

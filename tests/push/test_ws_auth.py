@@ -25,6 +25,9 @@ from .conftest import (
     ws_connect,
 )
 
+# Each test on the WebSocket fast path and on the public doors (tests/push/conftest.py).
+pytestmark = pytest.mark.websocket_doors
+
 
 async def test_header_auth_and_subprotocol(gateway: RunningGateway, http: Http, qname: str) -> None:
     await http.queue(qname)

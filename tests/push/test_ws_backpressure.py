@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend_store.tested_versions import ReleaseCheck
 from tests.conftest import scaled
 
 from .conftest import Http, recv_frame, send_frame, start_push_gateway, ws_connect
@@ -19,11 +20,13 @@ from .store_lock import StoreWriteLock
 
 BOUND = 4
 # Stalls writes by holding the embedded store's LMDB write lock from another process.
-pytestmark = pytest.mark.embedded_only
+pytestmark = [pytest.mark.embedded_only, pytest.mark.websocket_doors]
 
 
-async def test_a_connection_past_the_pending_bound_is_not_read(tmp_path: Path) -> None:
-    gateway = start_push_gateway(tmp_path, max_pending_requests=BOUND)
+async def test_a_connection_past_the_pending_bound_is_not_read(
+    tmp_path: Path, websocket_doors: ReleaseCheck
+) -> None:
+    gateway = start_push_gateway(tmp_path, releases=websocket_doors, max_pending_requests=BOUND)
     try:
         headers = {"Authorization": f"Bearer {gateway.admin_key}"}
         async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from backend_store.tested_versions import ReleaseCheck
 from tests.conftest import scaled, wait_for
 from tests.fixtures.dev_cluster import StoreTarget
 from tests.gateway.conftest import RunningGateway
@@ -25,6 +27,9 @@ from .conftest import (
     start_push_gateway,
     ws_connect,
 )
+
+# Each test on the WebSocket fast path and on the public doors (tests/push/conftest.py).
+pytestmark = pytest.mark.websocket_doors
 
 
 async def subscribe(ws: Any, queue: str, **options: Any) -> None:
@@ -322,8 +327,10 @@ async def test_queue_deleted_under_a_subscription(gateway: RunningGateway, http:
         await subscribe(ws, qname)  # the old subscription is gone, so this is allowed
 
 
-async def test_pipelining_past_the_pending_bound(tmp_path: Path, store_target: StoreTarget) -> None:
-    gateway = start_push_gateway(tmp_path, target=store_target, max_pending_requests=4)
+async def test_pipelining_past_the_pending_bound(
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
+) -> None:
+    gateway = start_push_gateway(tmp_path, 0, store_target, websocket_doors, max_pending_requests=4)
     try:
         headers = {"Authorization": f"Bearer {gateway.admin_key}"}
         async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:

@@ -50,13 +50,10 @@ def _ablation(name: str, fix: str) -> Callable[[Callable[[Setter], None]], Calla
 def _founding(setter: Setter) -> None:
     from backend_store.cluster.node import node_identity
 
-    from . import sim_node
-
     def may_found(registered: object, layout: object) -> None:
         return None
 
     setter(node_identity, "founding_refusal", may_found)
-    setter(sim_node, "founding_refusal", may_found)
 
 
 @_ablation("breaker-abandon", "a breaker trial that ends without a verdict is tried again")
@@ -170,17 +167,16 @@ def _fresh_read(setter: Setter) -> None:
 @_ablation("direct-reads", "manager and node read the cluster record before deleting")
 def _direct_reads(setter: Setter) -> None:
     from backend_store.cluster.manager.manager import Manager
-
-    from .sim_node import SimNode
+    from backend_store.cluster.node.node_identity import NodeIdentity
 
     async def trusting(self: Manager) -> bool:
         return True
 
-    async def no_refusal(self: SimNode) -> str | None:
+    async def no_refusal(self: NodeIdentity) -> str | None:
         return None
 
     setter(Manager, "_cluster_confirmed", trusting)
-    setter(SimNode, "_refusal_now", no_refusal)
+    setter(NodeIdentity, "refusal_now", no_refusal)
 
 
 @_ablation("refresh-back-in-time", "a fresh read older than the held state is taken")

@@ -11,14 +11,15 @@ so that this is the one file that says which production code decides:
   ``node/leadership.py``'s :class:`NodeLeadership`, driven whole on the node's clock,
   its simulated etcd session and its replicas (:class:`.sim_partition.SimPartitionHost`).
 
-Whether a node trusts etcd at all is ``coordination/identity.py``'s ``judge_node``, and
-whether etcd went back in time ``coordination/timeline.py``, which :mod:`.sim_node` calls
-directly.
+- whether a node trusts etcd at all, creating or adopting the cluster's id, and whether etcd
+  went back in time (raising the incarnation past it): ``node/node_identity.py``'s
+  :class:`NodeIdentity` (over ``coordination/identity.py`` and ``coordination/timeline.py``),
+  its ``DATA/cluster-id`` on the model disk.
 """
 
 from __future__ import annotations
 
-from backend_store.cluster.node import leadership, reconcile
+from backend_store.cluster.node import leadership, node_identity, reconcile
 
 # Hosted replicas: node/reconcile.py.
 decide_replicas = reconcile.decide
@@ -26,3 +27,6 @@ Decision = reconcile.Decision
 
 # Leadership of one partition: node/leadership.py, decisions and their shell.
 NodeLeadership = leadership.NodeLeadership
+
+# The node's trust in etcd and its memory of it: node/node_identity.py.
+NodeIdentity = node_identity.NodeIdentity

@@ -18,17 +18,12 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, Entry, PrefixState
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, PrefixState
 from backend_store.cluster.coordination.identity import (
-    ClusterRecord,
     IdentityVerdict,
-    NodeJudgement,
-    founding_refusal,
-    judge_node,
     refusing_nodes,
 )
 from backend_store.cluster.coordination.layout import (
-    ClusterIdentity,
     Layout,
     LeaderRecord,
     NodeRecord,
@@ -37,8 +32,7 @@ from backend_store.cluster.coordination.layout import (
     parse_ids,
     read_partition_map,
 )
-from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark, Timeline, raise_incarnation_past
-from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
+from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark
 from backend_store.cluster.node.etcd_records import (
     leaders_moved,
     read_leaders,
@@ -74,6 +68,22 @@ REQUEST_TIMEOUT_S = 5.0
 HANDOVER_TIMEOUT_S = 2.0  # node.py's default
 
 
+class KeptOnDisk:
+    """``node_identity.ClusterIdFile`` on the model disk (``DATA/cluster-id``)."""
+
+    def __init__(self, proc: Process, disk: NodeDisk) -> None:
+        self.proc = proc
+        self.disk = disk
+        self.where = f"{disk.node}:DATA/cluster-id"
+
+    async def read(self) -> str | None:
+        return self.disk.cluster_id
+
+    async def keep(self, cluster_id: str) -> None:
+        await self.proc.awake()
+        self.disk.cluster_id = cluster_id
+
+
 class SimNode:
     def __init__(
         self,
@@ -97,6 +107,17 @@ class SimNode:
         self.oracle = oracle
         self.layout = layout
         self.store_clock = store_clock
+        # node/node_identity.py's, the cluster id kept on the model disk; a cluster it founds
+        # gets an id from the node's name and the virtual time (production: a uuid4).
+        self.identity = node_adapter.NodeIdentity(
+            node_id,
+            KeptOnDisk(proc, disk),
+            coordinator,
+            layout,
+            new_cluster_id=lambda: f"c-{node_id}-{asyncio.get_running_loop().time():.6f}",
+            wall_clock=proc.clock,
+        )
+        self.identity.watch.add_listener(self._cluster_changed)
         self.address = f"{node_id}:7000"
         self.quorum_window_s = TTL_S  # node.py's default: one lease TTL
         self.handover_timeout_s = HANDOVER_TIMEOUT_S
@@ -106,14 +127,7 @@ class SimNode:
         self._changed = asyncio.Event()
         self._partitions: MapView | None = None
         self._tombstones: dict[int, Tombstone] = {}
-        # ``NodeIdentity.watch``: the cluster record is the one this watch holds, and only
-        # that (a record read or written outside it is applied to it with ``refresh``).
-        self.cluster_watch = WatchedPrefix(self.coordinator, self.layout.cluster, reread_every_s=2.0)
-        self.cluster_watch.add_listener(self._cluster_changed)
-        self._parsed: tuple[Entry | None, ClusterRecord] | None = None
-        self.timeline = Timeline()  # NodeIdentity.timeline: what this node remembers of etcd
         self._keys_seen = KeysSeen()  # Node._keys_seen: leader keys and this node's record
-        self.verdict = IdentityVerdict(refusal="the cluster record was not read yet")
         self._on_disk: set[int] | None = None  # replicas found on disk at start (first decision)
         self._stray_ranks: dict[int, tuple[int, int]] = {}  # Node._stray_ranks
         self.strays: dict[int, str] = {}
@@ -132,7 +146,7 @@ class SimNode:
             quorum_window_s=self.quorum_window_s,
             handover_timeout_s=self.handover_timeout_s,
             publish_soon=self._publish_soon,
-            identity=self,
+            identity=self.identity,
             clock=proc.clock,
         )
 
@@ -161,7 +175,7 @@ class SimNode:
                 async for state in states:
                     await self.proc.awake()
                     handler(state)
-                    self.timeline.observe(self.incarnation, state.revision)
+                    self.identity.observe(state)
                     self._changed.set()
             except (CoordinatorUnavailable, PushgateError):
                 await self.proc.sleep(0.5)
@@ -175,27 +189,17 @@ class SimNode:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
 
     async def _begin_cluster_watch(self) -> None:
-        self.cluster_watch.begin()  # from the node's task: its tasks are the node's
+        self.identity.watch.begin()  # from the node's task: its tasks are the node's
 
     def _cluster_changed(self, state: PrefixState, _keys: set[str]) -> None:
-        self.timeline.observe(self.incarnation, state.revision)
+        self.identity.observe(state)
         self._changed.set()
-
-    @property
-    def _cluster(self) -> ClusterRecord | None:
-        """``NodeIdentity.record``: the cluster record as the watch holds it."""
-        if not self.cluster_watch.loaded:
-            return None
-        entry = self.cluster_watch.state.entries.get(self.layout.cluster)
-        if self._parsed is None or self._parsed[0] is not entry:
-            self._parsed = (entry, ClusterRecord.parse(entry.value if entry is not None else None))
-        return self._parsed[1]
 
     def _on_leaders(self, state: PrefixState) -> None:
         self._check_keys({key: entry.mod_revision for key, entry in state.entries.items()})
         leaders = read_leaders(self.layout, state)
         for _, epoch in leaders.values():
-            self.timeline.remember(epoch)
+            self.identity.timeline.remember(epoch)
         if leaders_moved(self._leaders, leaders, self.hosts):
             self.publication.ask()
         self._leaders = leaders
@@ -209,10 +213,11 @@ class SimNode:
 
     def _check_keys(self, mod_revisions: dict[str, int]) -> None:
         """``Node._check_keys``."""
-        was_suspect = self.timeline.suspect
-        rewound = self.timeline.check_keys(self._keys_seen, mod_revisions, self.incarnation)
+        incarnation, timeline = self.identity.incarnation, self.identity.timeline
+        was_suspect = timeline.suspect
+        rewound = timeline.check_keys(self._keys_seen, mod_revisions, incarnation)
         if rewound and not was_suspect:
-            self.note(f"etcd holds {rewound} older than seen in incarnation {self.incarnation}: it went back")
+            self.note(f"etcd holds {rewound} older than seen in incarnation {incarnation}: it went back")
 
     def _on_queues(self, state: PrefixState) -> None:
         self._queues = read_queues(state)
@@ -253,7 +258,11 @@ class SimNode:
         self.session = session
         for pid in self.disk.partitions.keys() - self.hosts.keys():  # ``Node._open_session``
             self.strays.setdefault(pid, "found on disk, not examined yet")
-        await self._judge(holds_replicas=bool(self.disk.partitions or self.hosts), etcd_has_map=False)
+        await self.identity.judge(
+            holds_replicas=bool(self.disk.partitions or self.hosts),
+            etcd_has_map=False,
+            refusing=self._others_refusing,
+        )
         self.leadership.claims.clear()
         self.publication.ask()
         await self._publish(session)
@@ -269,51 +278,6 @@ class SimNode:
             nodes = read_nodes(await self.coordinator.read_prefix(self.layout.nodes))
         return refusing_nodes(nodes, self.node_id)
 
-    async def _cluster_read(self) -> ClusterRecord:
-        """``NodeIdentity._record_read``."""
-        if self._cluster is None:
-            await self.cluster_watch.refresh()
-        record = self._cluster
-        if record is None:
-            raise CoordinatorUnavailable("the cluster record was not read yet")
-        return record
-
-    async def _judge(self, *, holds_replicas: bool, etcd_has_map: bool) -> IdentityVerdict:
-        """``NodeIdentity.judge`` (node/node_identity.py), the data directory being the
-        model disk: create the cluster's id when the rules say so, adopt etcd's."""
-        judgement = judge_node(
-            await self._cluster_read(),
-            self.disk.cluster_id,
-            holds_replicas=holds_replicas,
-            etcd_has_map=etcd_has_map,
-            layout=self.layout,
-        )
-        if judgement.create and (refusal := founding_refusal(await self._others_refusing(), self.layout)):
-            judgement = NodeJudgement(IdentityVerdict(None, refusal))
-        if judgement.create:
-            # Deterministic where production takes a uuid4: the node and the virtual time.
-            loop_time = asyncio.get_running_loop().time()
-            made = ClusterIdentity(f"c-{self.node_id}-{loop_time:.6f}", 0, self.proc.clock())
-            if await self.coordinator.create(self.layout.cluster, made.pack()):
-                self.note(f"created cluster {made.cluster_id} in etcd")
-            await self.cluster_watch.refresh()  # ours, or another node's first
-            judgement = judge_node(
-                await self._cluster_read(),
-                self.disk.cluster_id,
-                holds_replicas=holds_replicas,
-                etcd_has_map=etcd_has_map,
-                layout=self.layout,
-            )
-        if judgement.adopt is not None:
-            await self.proc.awake()
-            self.disk.cluster_id = judgement.adopt
-            self.note(f"belongs to cluster {judgement.adopt}")
-        verdict = judgement.verdict
-        if verdict.refusal is not None and verdict.refusal != self.verdict.refusal:
-            self.note(f"refusing etcd: {verdict.refusal}")
-        self.verdict = verdict
-        return verdict
-
     async def _step_down_all(self, why: str) -> None:
         for host in list(self.hosts.values()):
             if host.leader is not None:
@@ -325,9 +289,10 @@ class SimNode:
             # The first decision also sees the replicas left on disk from before this start.
             self._on_disk = set(self.disk.partitions)
         known = self._on_disk or set()
-        verdict = await self._judge(
+        verdict = await self.identity.judge(
             holds_replicas=bool(known or self.hosts),
             etcd_has_map=bool(self._partitions is not None and self._partitions.records),
+            refusing=self._others_refusing,
         )
         decision = self._decide(verdict, {})
         opened: dict[int, SimPartitionHost] = {}
@@ -354,7 +319,7 @@ class SimNode:
                 self.coordinator, self.layout, self.node_id, pid, self._tombstones.get(pid)
             )
         }
-        refusal = await self._refusal_now() if deletions else None
+        refusal = await self.identity.refusal_now() if deletions else None
         if refusal is not None:
             self.note(f"deleting nothing now: {refusal}")
         else:
@@ -365,12 +330,12 @@ class SimNode:
         if decision.refused is not None:
             await self._publish(session)
             return
+        incarnation, timeline = self.identity.incarnation, self.identity.timeline
         for host in self.hosts.values():
-            self.timeline.remember(host.store.epoch)
+            timeline.remember(host.store.epoch)
         if self._partitions is not None:  # Node._check_marks
-            self.timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, self.incarnation)
-        if self.timeline.suspect:  # NodeIdentity.settle_timeline
-            await self.raise_incarnation_past(self.timeline.high_water)
+            timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, incarnation)
+        await self.identity.settle_timeline()
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
@@ -384,15 +349,17 @@ class SimNode:
             if pid in decision.serve_values:
                 revision = self._partitions.mod_revisions.get(pid) if self._partitions else None
                 mark = (
-                    RecordMark(self.incarnation, revision) if revision is not None else None
+                    RecordMark(self.identity.incarnation, revision) if revision is not None else None
                 )  # Node._mark_now
                 kept, kept_mark = self.disk.remembered.get(pid), self.disk.marks.get(pid)
-                if worth_keeping(record, mark, kept, kept_mark) and not self.timeline.suspect:
+                if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
                     self.disk.remembered[pid] = record
                     if mark is not None:
                         self.disk.marks[pid] = mark
                 last_epoch, last_lsn = serving.last_entry()
-                served = self.served_sets.served(pid, record.replicas, self.incarnation, last_epoch, last_lsn)
+                served = self.served_sets.served(
+                    pid, record.replicas, self.identity.incarnation, last_epoch, last_lsn
+                )
                 if served is not None:
                     self.served_sets.keep(pid, served)
             await self.leadership.reconcile(
@@ -420,18 +387,6 @@ class SimNode:
                 pid, True, data.label if data is not None else None, host.store.last_lsn
             )
         return node_adapter.decide_replicas(self.node_id, hosted, self._partitions, self._tombstones, verdict)
-
-    async def _refusal_now(self) -> str | None:
-        """``NodeIdentity.refusal_now``: etcd's cluster record read directly before a deletion."""
-        try:
-            entry = await self.coordinator.get(self.layout.cluster)
-        except CoordinatorUnavailable as exc:
-            return f"etcd cannot be read: {exc}"
-        record = ClusterRecord.parse(entry.value if entry is not None else None)
-        judgement = judge_node(
-            record, self.disk.cluster_id, holds_replicas=True, etcd_has_map=True, layout=self.layout
-        )
-        return judgement.verdict.refusal
 
     def _rank_strays(self) -> None:
         """``Node._rank_strays``: the position of each stray never held open, from the disk."""
@@ -474,40 +429,12 @@ class SimNode:
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))
 
-    @property
-    def incarnation(self) -> int:
-        """The cluster's, as this node last read it (``NodeIdentity.incarnation``)."""
-        found = self._cluster.identity if self._cluster is not None else None
-        return found.incarnation if found is not None else 0
-
-    @property
-    def cluster_value(self) -> bytes | None:
-        """``NodeIdentity.cluster_value``: the cluster record's bytes as the watch holds them."""
-        entry = (
-            self.cluster_watch.state.entries.get(self.layout.cluster) if self.cluster_watch.loaded else None
-        )
-        return entry.value if entry is not None else None
-
     def _publish_soon(self) -> None:
         self.publication.ask()
 
-    async def raise_incarnation_past(self, epoch: int) -> bool:
-        """``NodeIdentity.raise_incarnation_past`` (coordination/timeline.py does the work)."""
-        outcome = await raise_incarnation_past(self.coordinator, self.layout, self.disk.cluster_id, epoch)
-        if outcome is None:
-            return False
-        await self.cluster_watch.refresh()
-        if outcome.raised_to is not None:
-            self.note(
-                f"etcd went back in time (epoch {epoch}); raised the incarnation to {outcome.raised_to}"
-            )
-        raised = outcome.record.identity
-        self.timeline.settle(raised.incarnation if raised is not None else 0, outcome.revision)
-        return outcome.behind
-
     async def _publish(self, session: SimSession) -> None:
         now = self.proc.clock()
-        if not self.publication.due(now, self.incarnation):
+        if not self.publication.due(now, self.identity.incarnation):
             return
         replicas: dict[int, ReplicaPosition] = {}
         for pid, host in list(self.hosts.items()):
@@ -520,23 +447,25 @@ class SimNode:
             self.address,
             replicas,
             None,
-            refusal=self.verdict.refusal,
+            refusal=self.identity.verdict.refusal,
             strays=self.strays,
             stray_ranks=self._stray_ranks,
             partitions=self._partitions,
             remembered=self.disk.remembered,
             receipts=self.disk.receipts,
             served_sets=self.served_sets,
-            incarnation=self.incarnation,
+            incarnation=self.identity.incarnation,
         )
         if self.publication.wanted(record):
             key = self.layout.node(self.node_id)
             before = self._keys_seen.marks.get(key)
             held = await self.coordinator.register(session, key, record.pack())
             self.publication.written(record, now)
-            if self.timeline.check_write(before, held, self.incarnation):  # ``Node._publish``
+            if self.identity.timeline.check_write(
+                before, held, self.identity.incarnation
+            ):  # ``Node._publish``
                 self.note(
-                    f"etcd held {key} at revision {held}, older than seen in incarnation {self.incarnation}"
+                    f"etcd held {key} at revision {held}, older than seen in incarnation {self.identity.incarnation}"
                 )
 
     # Serving -------------------------------------------------------------------------------------

@@ -29,9 +29,11 @@ SEEDS = [5, 6, 10]
 
 
 def raised_after_a_restore(result: Result) -> bool:
+    """Whether a node raised the incarnation after the restore: the line
+    ``NodeIdentity.raise_incarnation_past`` logs (the simulation runs it since issue 49)."""
     restored = [at for at, _, text in result.trace if text.startswith("etcd-restored")]
     return bool(restored) and any(
-        at >= restored[0] and "raised the incarnation" in text for at, _, text in result.trace
+        at >= restored[0] and "raised the cluster's incarnation" in text for at, _, text in result.trace
     )
 
 

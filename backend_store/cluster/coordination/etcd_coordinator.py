@@ -20,9 +20,10 @@ import aetcd
 import aetcd.exceptions
 
 from ...errors import ConfigurationError, InvalidRequest
+from ...tested_versions import RELEASES, ReleaseCheck
 from ...types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
-from .etcd_tls import EtcdTls, TlsClient
+from .etcd_tls import EtcdTls, etcd_client
 
 log = logging.getLogger("pushgate.cluster")
 T = TypeVar("T")
@@ -125,12 +126,19 @@ class EtcdCoordinator:
     """The cluster's view of etcd. Build with endpoints, then ``await connect()``."""
 
     def __init__(
-        self, endpoints: str | Sequence[str], *, timeout_s: float = 2.0, tls: EtcdTls | None = None
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        timeout_s: float = 2.0,
+        tls: EtcdTls | None = None,
+        releases: ReleaseCheck = RELEASES,
     ) -> None:
-        """``tls``: dial etcd over TLS (plaintext without)."""
+        """``tls``: dial etcd over TLS (plaintext without); ``releases``: whether aetcd is the
+        release TLS's connect was tested with (etcd_tls.py)."""
         self.endpoints = parse_endpoints(endpoints)
         self.timeout_s = timeout_s
         self.tls = tls
+        self.releases = releases
         self._client: Any = None
 
     async def connect(self) -> EtcdCoordinator:
@@ -143,19 +151,13 @@ class EtcdCoordinator:
             "grpc.min_reconnect_backoff_ms": 100,
             "grpc.max_reconnect_backoff_ms": 1000,
         }
-        if self.tls is None:
-            self._client = aetcd.Client(host=host, port=port, timeout=self.timeout_s, options=options)
-        else:
+        if self.tls is not None:
             # Several members are one ``ipv4:`` target: check every member's certificate
             # against the name the operator wrote first (each member's should carry it).
             options["grpc.ssl_target_name_override"] = self.endpoints[0][0]
-            self._client = TlsClient(
-                host=host,
-                port=port,
-                timeout=self.timeout_s,
-                options=options,
-                credentials=self.tls.credentials(),
-            )
+        self._client = etcd_client(
+            host, port, timeout_s=self.timeout_s, options=options, tls=self.tls, releases=self.releases
+        )
         await self._call(lambda c: c.connect())
         return self
 

@@ -4,6 +4,12 @@
 process's certificate and key for an etcd that asks clients for one (``--client-cert-auth``).
 :class:`TlsClient` is ``aetcd.Client`` with the one thing that differs, the channel its
 ``connect`` opens: ``grpc.aio.secure_channel`` instead of ``insecure_channel``.
+
+:func:`etcd_client` chooses. Plaintext is ``aetcd.Client`` and its public ``connect`` on any
+release. TLS is :class:`TlsClient`, written against aetcd's private attributes; on a release
+other than the tested one it is still used, after one warning (:data:`TESTED_AETCD`): aetcd
+has no public door to TLS, and falling back to plaintext would send etcd's traffic, leases
+and keys in the clear where the operator asked for TLS.
 """
 
 from __future__ import annotations
@@ -19,15 +25,34 @@ import grpc
 from aetcd import rpc, watcher
 
 from ...errors import ConfigurationError
-from ...tested_versions import VersionRange, require
+from ...tested_versions import RELEASES, ReleaseCheck, VersionRange
 
-# The aetcd releases TlsClient.connect was written against (pyproject.toml bounds it alike).
+# The aetcd releases TlsClient.connect was written against.
 TESTED_AETCD = VersionRange(
     "aetcd",
     "1.0",
     "1.1",
     "coordination/etcd_tls.py redoes aetcd.Client.connect over TLS with its private attributes",
+    "TLS to etcd still uses that connect, untested on this release (aetcd has no public TLS "
+    "connect and TLS is never dropped to plaintext); a failure shows when connecting to etcd",
 )
+
+
+def etcd_client(
+    host: str,
+    port: int,
+    *,
+    timeout_s: float,
+    options: dict[str, Any],
+    tls: EtcdTls | None,
+    releases: ReleaseCheck = RELEASES,
+) -> aetcd.Client:
+    """aetcd's client for ``host:port``: its own (public ``connect``) in plaintext, a
+    :class:`TlsClient` over TLS (warned about once if aetcd is not a tested release)."""
+    if tls is None:
+        return aetcd.Client(host=host, port=port, timeout=timeout_s, options=options)
+    releases.tested(TESTED_AETCD)
+    return TlsClient(host=host, port=port, timeout=timeout_s, options=options, credentials=tls.credentials())
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +95,6 @@ class TlsClient(aetcd.Client):  # type: ignore[misc]  # (aetcd has no type hints
     _is_connecting: bool  # aetcd's, set in its __init__
 
     def __init__(self, *args: Any, credentials: grpc.ChannelCredentials, **kwargs: Any) -> None:
-        require(TESTED_AETCD)
         super().__init__(*args, **kwargs)
         self._credentials = credentials
 

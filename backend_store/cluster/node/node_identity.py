@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
+from typing import Protocol
 
 import msgpack
 
@@ -91,6 +92,36 @@ async def read_label(store: LmdbBackend) -> ReplicaLabel | None:
     return unpack_label(await store.replica_label())
 
 
+class KeptClusterId(Protocol):
+    """Where a node keeps its cluster's id (written once, when it first joins one)."""
+
+    @property
+    def where(self) -> str:
+        """Named in the node's log."""
+
+    async def read(self) -> str | None: ...
+
+    async def keep(self, cluster_id: str) -> None:
+        """Durably: a node that joined a cluster must not forget it."""
+
+
+class ClusterIdFile:
+    """``DATA/cluster-id``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    @property
+    def where(self) -> str:
+        return str(self.data_dir / CLUSTER_ID_FILE)
+
+    async def read(self) -> str | None:
+        return await asyncio.to_thread(read_cluster_id, self.data_dir)
+
+    async def keep(self, cluster_id: str) -> None:
+        await asyncio.to_thread(keep_cluster_id, self.data_dir, cluster_id)
+
+
 class NodeIdentity:
     """The node's side of the identity rules: what it keeps, what etcd holds, the verdict.
 
@@ -104,11 +135,25 @@ class NodeIdentity:
     :func:`~..coordination.identity.judge_node`, creating the cluster id in etcd or adopting
     etcd's when the rules say so, and logs each new refusal once (one line)."""
 
-    def __init__(self, node_id: str, data_dir: Path, coordinator: Coordinator, layout: Layout) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        kept_id: KeptClusterId,
+        coordinator: Coordinator,
+        layout: Layout,
+        *,
+        new_cluster_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``kept_id``: where the node keeps its cluster's id (``DATA/cluster-id``:
+        :class:`ClusterIdFile`). A cluster this node founds gets ``new_cluster_id()``, made
+        at ``wall_clock()``."""
         self.node_id = node_id
-        self.data_dir = data_dir
+        self.kept_id = kept_id
         self.coordinator = coordinator
         self.layout = layout
+        self._new_cluster_id = new_cluster_id
+        self._wall_clock = wall_clock
         self.kept: str | None = None
         self.watch = WatchedPrefix(coordinator, layout.cluster, reread_every_s=2.0)
         self._parsed: tuple[Entry | None, ClusterRecord] | None = None
@@ -207,7 +252,7 @@ class NodeIdentity:
         etcd's where the rules say so. ``refusing``: the other nodes registered in etcd as
         refusing it (asked only before creating an id)."""
         if not self._loaded:
-            self.kept = await asyncio.to_thread(read_cluster_id, self.data_dir)
+            self.kept = await self.kept_id.read()
             self._loaded = True
         judgement = judge_node(
             await self._record_read(),
@@ -219,7 +264,7 @@ class NodeIdentity:
         if judgement.create and (refusal := founding_refusal(await refusing(), self.layout)):
             judgement = NodeJudgement(IdentityVerdict(None, refusal))
         if judgement.create:
-            made = ClusterIdentity(uuid.uuid4().hex, 0, time.time())
+            made = ClusterIdentity(self._new_cluster_id(), 0, self._wall_clock())
             if await self.coordinator.create(self.layout.cluster, made.pack()):
                 log.warning(
                     "node %s: created cluster %s in etcd (%s)",
@@ -236,13 +281,10 @@ class NodeIdentity:
                 layout=self.layout,
             )
         if judgement.adopt is not None:
-            await asyncio.to_thread(keep_cluster_id, self.data_dir, judgement.adopt)
+            await self.kept_id.keep(judgement.adopt)
             self.kept = judgement.adopt
             log.warning(
-                "node %s: belongs to cluster %s (kept in %s)",
-                self.node_id,
-                self.kept,
-                self.data_dir / CLUSTER_ID_FILE,
+                "node %s: belongs to cluster %s (kept in %s)", self.node_id, self.kept, self.kept_id.where
             )
         verdict = judgement.verdict
         if verdict.refusal is not None and verdict.refusal != self.verdict.refusal:

@@ -1,0 +1,178 @@
+"""What a node serves on its port (:class:`~.ports.NodeListener`): each connection's hello
+routes it to a replica's follower (another node's leader link) or to the gateway requests
+loop; requests run on the partitions this node leads, answered only while its etcd session
+(its claim) is surely alive; ``Notify`` goes to every gateway connection after a commit that
+made messages visible, unless a standing receive's ``Delivery`` stands for it (demands.py).
+A part of :class:`~.node.Node`, which provides the attributes below."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ...errors import PushgateError, Unavailable
+from ...types import Epoch
+from ..coordination.coordinator import Session
+from ..coordination.layout import LeaderRecord
+from ..protocol import ops
+from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
+from ..protocol.stream import NodeStream
+from ..protocol.wire import Demand, Hello, Request, Withdraw
+from .demands import NodeDemands
+from .events import NodeEvents
+from .node_config import NodeConfig
+from .node_identity import NodeIdentity
+from .partition_host import PartitionHost
+from .ports import NodeListener
+
+log = logging.getLogger("pushgate.cluster")
+
+
+class NodeServing:
+    config: NodeConfig
+    node_id: str
+    listener: NodeListener
+    identity: NodeIdentity
+    hosts: dict[int, PartitionHost]
+    session: Session | None
+    demands: NodeDemands
+    events: NodeEvents
+    _clients: set[NodeStream]
+    _leaders: dict[int, tuple[LeaderRecord, Epoch]]
+
+    @property
+    def address(self) -> str:
+        return self.listener.address
+
+    def _notify(self, partition: int, tenant: str, queue: str) -> None:
+        for stream in list(self._clients):
+            if self.demands.hold_notify(stream, partition, tenant, queue):
+                continue  # a delivery to this gateway wakes it (node_demands.py)
+            try:
+                stream.connection.notify(partition, tenant, queue)
+                stream.flush_soon()
+            except ConnectionClosedError:
+                self._clients.discard(stream)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = NodeStream(Connection(self.node_id), reader, writer)
+        try:
+            await self._route(stream)
+        except asyncio.CancelledError:
+            # The node is stopping, or the replica the stream served went: end the connection
+            # quietly (asyncio logs a connection callback that ends cancelled as an error),
+            # even if cancelled again while closing (seen in a random-fault run, session 31:
+            # a follower stream of a replica deleted by its tombstone).
+            with contextlib.suppress(asyncio.CancelledError):
+                await stream.close()
+
+    async def _route(self, stream: NodeStream) -> None:
+        events = stream.events()
+        try:
+            async with asyncio.timeout(10):
+                first = await anext(events)
+        except (TimeoutError, StopAsyncIteration):
+            await stream.close()
+            return
+        if not isinstance(first, Hello):
+            await stream.close()
+            return
+        if first.partition is not None:
+            host = self.hosts.get(first.partition)
+            if host is None or host.follower is None:
+                await stream.close()  # not (yet) a replica here: the leader dials again
+                return
+            await host.follower.serve_stream(stream, events)
+            return
+        await self._serve_client(stream, events)
+
+    async def _serve_client(self, stream: NodeStream, events: AsyncIterator[Event]) -> None:
+        self._clients.add(stream)
+        running: set[asyncio.Task[None]] = set()
+        try:
+            async for event in events:
+                if isinstance(event, Request):
+                    if event.op == "receive":
+                        self.events.received(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
+                    elif event.op == "send":
+                        self.events.sent(
+                            stream, event.partition, event.args.get("tenant"), event.args.get("queue")
+                        )
+                    elif event.op == "delete_queue":
+                        self.events.forget_queue(
+                            event.partition, event.args.get("tenant"), event.args.get("name")
+                        )
+                    task = asyncio.create_task(self._answer(stream, event))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                elif isinstance(event, Demand | Withdraw):
+                    if isinstance(event, Demand):
+                        self.events.received(stream, event.partition, event.tenant, event.queue)
+                    self.demands.handle(stream, event)
+                elif isinstance(event, Closed):
+                    break
+        finally:
+            self._clients.discard(stream)
+            self.demands.forget(stream)
+            self.events.forget(stream)
+            for task in list(running):
+                task.cancel()
+            await stream.close()
+
+    async def _answer(self, stream: NodeStream, request: Request) -> None:
+        conn = stream.connection
+        try:
+            result = await self._dispatch(request)
+        except PushgateError as exc:
+            epoch, leader = self._leader_hint(request.partition)
+            if isinstance(exc, ops.NotLeader | ops.StaleLeader):
+                epoch = Epoch(max(epoch, exc.epoch))
+            if isinstance(exc, ops.StaleLeader):
+                leader = self.address  # we lead, at a newer epoch than the sender knows
+            with contextlib.suppress(ConnectionClosedError, ValueError):
+                conn.error(request.id, exc.code, exc.detail, epoch=epoch, leader=leader)
+                stream.flush_soon()
+            return
+        except Exception as exc:  # a bug: answer it, do not kill the connection
+            log.exception("node %s: %s on partition %d failed", self.node_id, request.op, request.partition)
+            with contextlib.suppress(ConnectionClosedError, ValueError):
+                conn.error(request.id, "internal_error", type(exc).__name__)
+                stream.flush_soon()
+            return
+        with contextlib.suppress(ConnectionClosedError, ValueError):
+            conn.reply(request.id, result)
+            stream.flush_soon()
+
+    async def _dispatch(self, request: Request) -> Any:
+        refusal = self.identity.verdict.refusal
+        if refusal is not None:
+            raise Unavailable(f"node {self.node_id} serves nothing: {refusal}")
+        host = self.hosts.get(request.partition)
+        session = self.session
+        if host is None or session is None or not session.valid():
+            raise ops.NotLeader(f"node {self.node_id} does not lead partition {request.partition}")
+        result = await host.handle(
+            request.op, request.epoch, request.args, timeout_s=self.config.request_timeout_s
+        )
+        # A reply is a promise: only while our claim is surely alive (a frozen leader that
+        # woke up past its lease must not acknowledge; a successor may already exist).
+        if self.session is not session or not session.valid():
+            if ops.OPS[request.op].writes:
+                # Applied here (and perhaps on a majority): the outcome is unknown, which
+                # not_leader would deny.
+                raise Unavailable(
+                    f"node {self.node_id} lost its etcd session; the write may have been applied"
+                )
+            raise ops.NotLeader(f"node {self.node_id} lost its etcd session")
+        return result
+
+    def _leader_hint(self, partition: int) -> tuple[Epoch, str | None]:
+        claim = self._leaders.get(partition)
+        if claim is None:
+            return Epoch(0), None
+        return claim[1], claim[0].address
