@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from backend_store.cluster.coordination.timeline import incarnation_floor
 from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.node.reseed import LmdbReseeder
 from backend_store.cluster.replication.log_shipping import (
@@ -22,6 +24,7 @@ from backend_store.cluster.replication.log_shipping import (
     ReplicationLeader,
     ReplicationMode,
 )
+from backend_store.cluster.replication.quorum import QuorumCheck
 from backend_store.errors import StaleEpoch, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db, View
@@ -121,6 +124,7 @@ class Cluster:
         *,
         window_entries: int = 2048,
         heartbeat_s: float = 0.5,
+        quorum: QuorumCheck | None = None,
     ) -> ReplicationLeader:
         self.leader = await open_store(self.root / "leader", leader_keep)
         self.replication = ReplicationLeader(
@@ -132,6 +136,7 @@ class Cluster:
             mode=mode,
             window_entries=window_entries,
             heartbeat_s=heartbeat_s,
+            quorum=quorum,
         )
         await self.replication.start()
         for name in ("f1", "f2"):
@@ -322,6 +327,28 @@ async def test_a_follower_the_leader_forgot_rejoins_past_the_window_and_catches_
     assert await contents(restarted.store) == await contents(cluster.leader)
 
 
+async def test_an_idle_leader_whose_reads_wake_its_links_still_sends_heartbeats(cluster: Cluster) -> None:
+    """Issue 48: a committed read (or any write that writes nothing) wakes every link's
+    sender, and a sender woken before its heartbeat was due waited a whole heartbeat again
+    without sending one. A leader of an idle partition read more often than every heartbeat
+    (a gateway polling it, test_etcd_loss.py's wait for messages) shipped nothing at all, its
+    followers answered nothing, and check-quorum gave the term up every 2 s, for as long as
+    the reads went on. Here the reads come every 50 ms, ten times a heartbeat: each follower
+    must still answer."""
+    quorum = QuorumCheck("leader", ("leader", "f1", "f2"), window_s=3600, now=time.monotonic())
+    leader = await cluster.start(heartbeat_s=0.5, quorum=quorum)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    lsn = await write(cluster, "m0")
+    await until(lambda: all(v == 0 for v in leader.lag().values()), "both followers to hold the whole log")
+    reads_began = time.monotonic()
+    deadline = reads_began + scaled(5)
+    while not all(quorum.heard_after(name, reads_began) for name in ("f1", "f2")):
+        assert time.monotonic() < deadline, "no follower answered while reads kept the leader busy"
+        await leader.replicate(lsn, timeout_s=scaled(5))  # what a committed read does
+        await asyncio.sleep(0.05)
+
+
 async def test_a_fenced_follower_deposes_a_stale_leader(cluster: Cluster) -> None:
     leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
     assert cluster.leader is not None
@@ -341,6 +368,30 @@ async def test_a_fenced_follower_deposes_a_stale_leader(cluster: Cluster) -> Non
         assert await contents(follower.store) == before[name]
     with pytest.raises(StaleEpoch):
         await leader.replicate(cluster.leader.last_lsn)
+
+
+async def test_a_term_of_an_earlier_incarnation_is_refused_and_deposed(cluster: Cluster) -> None:
+    """Issue 48: etcd restored while every node was down, the node its restored record
+    designated campaigned before the others saw the restore, and led at an epoch newer than
+    their fences (the restore bumped revisions) without what they had acknowledged; they took
+    its term and dropped those entries. Once a follower knows the cluster's incarnation was
+    raised past the term's (its floor), it takes nothing from that term, and its refusal
+    deposes the leader, as a fence does."""
+    leader = await cluster.start(ReplicationMode.SYNC, epoch=3)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    await write(cluster, "acknowledged in incarnation 0")
+    floor = incarnation_floor(1)
+    for follower in cluster.followers.values():
+        follower.replication.floor = lambda: floor
+    before = {name: await contents(f.store) for name, f in cluster.followers.items()}
+
+    await send_one(cluster.leader, T1, "orders", "written by a term of incarnation 0")
+    with pytest.raises(StaleEpoch):
+        await leader.replicate(cluster.leader.last_lsn, timeout_s=scaled(5))
+    assert leader.deposed.is_set() and leader.newer_epoch == floor
+    for name, follower in cluster.followers.items():
+        assert await contents(follower.store) == before[name]
 
 
 async def test_a_follower_behind_the_trimmed_log_is_reseeded_and_catches_up(cluster: Cluster) -> None:

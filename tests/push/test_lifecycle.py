@@ -150,20 +150,21 @@ async def test_a_peer_that_never_answers_pings_is_closed_1011(
 
 @pytest.mark.websocket_doors  # on both doors (tests/push/conftest.py)
 async def test_shutdown_drain(
-    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck, qname: str
 ) -> None:
     gateway = start_push_gateway(tmp_path, target=store_target, releases=websocket_doors)
     try:
-        await _drain_scenario(gateway)
+        # A fresh name: on cluster:// each door's run shares the store.
+        await _drain_scenario(gateway, qname)
     finally:
         gateway.stop()
 
 
-async def _drain_scenario(gateway: RunningGateway) -> None:
+async def _drain_scenario(gateway: RunningGateway, name: str) -> None:
     headers = {"Authorization": f"Bearer {gateway.admin_key}"}
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)
-        queue = await http.queue("drained", visibility_timeout_s=600)
+        queue = await http.queue(name, visibility_timeout_s=600)
         await http.send_many(queue, [f"m{i}" for i in range(5)])
         async with (
             ws_connect(gateway, gateway.admin_key) as ws,

@@ -328,14 +328,15 @@ async def test_queue_deleted_under_a_subscription(gateway: RunningGateway, http:
 
 
 async def test_pipelining_past_the_pending_bound(
-    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck
+    tmp_path: Path, store_target: StoreTarget, websocket_doors: ReleaseCheck, qname: str
 ) -> None:
     gateway = start_push_gateway(tmp_path, 0, store_target, websocket_doors, max_pending_requests=4)
     try:
         headers = {"Authorization": f"Bearer {gateway.admin_key}"}
         async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
             http = Http(client)
-            qname = await http.queue("pipelined")
+            # A fresh name: on cluster:// each door's run shares the store.
+            await http.queue(qname)
             async with ws_connect(gateway, gateway.admin_key) as ws:
                 # The server stops reading at 4 unanswered sends and goes on as answers come.
                 for i in range(200):

@@ -33,6 +33,9 @@ Mixes (``--faults``):
                change of every partition record (the restored map is the current one; leader
                keys and node records go back), under kills, freezes and cuts from etcd or peers
                (session 41)
+``down``       every node and manager stopped, etcd restored with ``--bump-revision`` from a
+               backup, and every process started again within a moment of each other, in
+               an order drawn from the seed (issue 48), with kills and freezes
 =============  ==========================================================================
 A mix may also be a comma-separated list of fault names (``kill,cut-peers``).
 """
@@ -111,8 +114,11 @@ MIXES["bumped"] = Mix(
 MIXES["late"] = Mix(
     "late", ("etcd-restore-late", "etcd-restore-late", "kill", "freeze", "cut-etcd", "cut-peers"), 3, 1.5
 )
+# A bumped restore made while every process was down (issue 48): the one that started first
+# may hold a designation the restore brought back, before anyone sees the restore.
+MIXES["down"] = Mix("down", ("etcd-restore-down", "kill", "kill", "freeze"), 2, 1.5)
 # Every fault a comma-separated mix may name.
-FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped", "etcd-restore-late")
+FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped", "etcd-restore-late", "etcd-restore-down")
 
 
 def mix_named(spec: str) -> Mix:
@@ -441,6 +447,35 @@ class Chaos:
             self.cluster.etcd_restore(index, bumped=True)
 
         return self._while(ETCD, restore, lambda: None, 0.5, 2.0)
+
+    def _etcd_restore_down(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
+        """Every node and manager stopped (a power cut, a maintenance window); etcd restored
+        with ``--bump-revision`` from a backup; every process started again, one after the
+        other within a moment, in an order drawn from the seed (tests/cluster/test_etcd_loss.py,
+        ``test_a_restore_made_while_every_node_was_down_is_noticed_by_the_records``, as the
+        simulation makes it: issue 48)."""
+        cluster = self.cluster
+        if self._etcd_busy() or not cluster.backups or not cluster.etcd.up:
+            return None
+        index = 0 if self.rng.random() < 0.5 else self.rng.randrange(len(cluster.backups))
+        names = [n for n in cluster.node_names() if n not in cluster.retired] + sorted(cluster.managers)
+        for name in names:
+            cluster.kill(name)
+
+        async def lasts() -> None:
+            # The restore (None), then each process: the first a while after the restore
+            # (its restored leases may still stand), the others within a moment of it.
+            steps: list[str | None] = [None, *self.rng.sample(names, len(names))]
+            for i, step in enumerate(steps):
+                await asyncio.sleep(self._lasting(*[(0.5, 2.0), (0.0, 3.0), (0.0, 0.3)][min(i, 2)]))
+                if self._healing:
+                    return
+                if step is None:
+                    cluster.etcd_restore(index, bumped=True)
+                else:
+                    cluster.restart(step)
+
+        return ETCD, lasts()
 
     def _etcd_restore_late(self) -> tuple[str, Coroutine[Any, Any, None]] | None:
         """``etcdutl snapshot restore --bump-revision`` of a backup taken now, a few seconds

@@ -296,19 +296,27 @@ class SimNode:
         )
         decision = self._decide(verdict, {})
         opened: dict[int, SimPartitionHost] = {}
-        if decision.refused is None:
-            # New replicas are opened aside and their labels read before anything serves them.
-            for pid in [p for p in decision.serve if p not in self.hosts]:
-                host = SimPartitionHost(self, pid)
-                await host.open()
-                opened[pid] = host
-            if opened:
-                decision = self._decide(verdict, opened)
-        for pid, host in opened.items():
-            if pid in decision.serve:
-                self.hosts[pid] = host
+        try:
+            if decision.refused is None:
+                # New replicas are opened aside and their labels read before anything serves them.
+                for pid in [p for p in decision.serve if p not in self.hosts]:
+                    host = SimPartitionHost(self, pid)
+                    await host.open()
+                    opened[pid] = host
+                if opened:
+                    decision = self._decide(verdict, opened)
+                # ``ReplicaRounds._settle_timeline``: before a replica opened now is served.
+                incarnation, timeline = self.identity.incarnation, self.identity.timeline
+                for host in [*self.hosts.values(), *opened.values()]:
+                    timeline.remember(host.store.epoch)
+                if self._partitions is not None:  # ReplicaRounds._check_marks
+                    timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, incarnation)
+                await self.identity.settle_timeline()
+            for pid in [p for p in opened if p in decision.serve]:
+                self.hosts[pid] = opened.pop(pid)
                 known.add(pid)
-            else:
+        finally:
+            for host in opened.values():  # not served, or the round failed
                 await host.close()
         await self._keep_strays(decision.strays)
         self._rank_strays()
@@ -330,12 +338,6 @@ class SimNode:
         if decision.refused is not None:
             await self._publish(session)
             return
-        incarnation, timeline = self.identity.incarnation, self.identity.timeline
-        for host in self.hosts.values():
-            timeline.remember(host.store.epoch)
-        if self._partitions is not None:  # Node._check_marks
-            timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, incarnation)
-        await self.identity.settle_timeline()
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)

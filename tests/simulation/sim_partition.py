@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from backend_store.cluster.coordination.layout import PartitionRecord, ReplicaPosition
+from backend_store.cluster.coordination.timeline import incarnation_floor
 from backend_store.cluster.node.partition_host import IN_SYNC_S
 from backend_store.cluster.node.term import LeaderTerm
 from backend_store.cluster.protocol import ops
@@ -58,7 +59,12 @@ class SimPartitionHost(LeaderTerm):
     async def open(self) -> None:
         node = self.node
         store = SimReplicaStore(node.proc, node.disk, self.partition, node.store_clock)
-        self.follower = ReplicationFollower(store, partition=self.partition, node_id=node.node_id)
+        self.follower = ReplicationFollower(
+            store,
+            partition=self.partition,
+            node_id=node.node_id,
+            floor=lambda: incarnation_floor(node.identity.incarnation),  # ``ReplicaRounds._open_host``
+        )
 
     # Positions ---------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ...types import EPOCH_REVISION_BITS, epoch_incarnation, make_epoch
+from ...types import EPOCH_REVISION_BITS, Epoch, epoch_incarnation, make_epoch
 from .coordinator import Coordinator
 from .identity import ClusterRecord
 from .layout import Layout
@@ -71,6 +71,17 @@ class RecordMark:
 
 def last_epoch_of(incarnation: int) -> int:
     return make_epoch(incarnation, (1 << EPOCH_REVISION_BITS) - 1)
+
+
+def incarnation_floor(incarnation: int) -> Epoch:
+    """The oldest epoch a term of ``incarnation`` can have: a term older than that began before
+    etcd was found to have gone back in time, and is over. Its designation may be one the
+    restore brought back (the node it names campaigned before any other node saw the
+    restore), so its leader may lack what a majority acknowledged; a replica follows no such
+    leader, and such a leader steps down (issue 48: n0, designated by a snapshot taken before
+    n2 led, won its campaign 0.15 s before n1 raised the incarnation, and n1 and n2 dropped
+    the ten entries they had acknowledged under n2)."""
+    return make_epoch(incarnation, 0)
 
 
 class KeysSeen:

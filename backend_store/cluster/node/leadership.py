@@ -10,7 +10,8 @@ deterministic simulation drives this same class with its own replicas, clock and
 
 Leading (this replica holds the key at epoch ``term``):
 
-1. A newer term shows (a follower's fence, a newer key, its own store's fence): step down,
+1. A newer term shows (a follower's fence, a newer key, its own store's fence, or an
+   incarnation raised past the term's, ``timeline.incarnation_floor``): step down,
    publishing as resigned the position this term vouches for, and hold off campaigning
    until the manager designates anew (the record's ``designation`` moves):
    a newer term means this replica's designation may be stale (an etcd restored from an
@@ -70,7 +71,7 @@ from ...errors import PushgateError, StaleEpoch
 from ...types import Epoch, Lsn, epoch_revision
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
 from ..coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord
-from ..coordination.timeline import Timeline
+from ..coordination.timeline import Timeline, incarnation_floor
 from ..replication.log_shipping import ReplicationLeader
 from ..replication.quorum import Resignation
 
@@ -327,10 +328,13 @@ class NodeLeadership:
         if leader is None:
             return Situation(**common)
         lost_claim = key is not None and key[1] > leader.epoch
+        # A term of an earlier incarnation is over: its designation may be one a restore
+        # brought back, and its replicas follow it no more (timeline.incarnation_floor).
+        fence = max(host.store.epoch, incarnation_floor(self.identity.incarnation))
         return Situation(
             **common,
             term=leader.epoch,
-            deposed=leader.deposed.is_set() or lost_claim or host.store.epoch > leader.epoch,
+            deposed=leader.deposed.is_set() or lost_claim or fence > leader.epoch,
             lacks_quorum=host.lacks_quorum(now, nodes),
             handing_over_to=host.handing_over_to,
             handover_started=host.handover_started,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...encryption import Keyring
 from ...options import StoreOptions
+from ...types import Epoch
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
 from ..coordination.coordinator import Coordinator
 from ..coordination.etcd_tls import EtcdTls
@@ -83,7 +84,7 @@ class LmdbReplicaStores:
         self.sweep_every_s = sweep_every_s
         self.tls = tls
 
-    async def open(self, partition: int, wake: Wake) -> PartitionHost:
+    async def open(self, partition: int, wake: Wake, floor: Callable[[], Epoch]) -> PartitionHost:
         host = PartitionHost(
             partition,
             self.root / str(partition),
@@ -92,6 +93,7 @@ class LmdbReplicaStores:
             wake,
             sweep_every_s=self.sweep_every_s,
             tls=self.tls,
+            floor=floor,
         )
         await host.open()
         return host

@@ -64,10 +64,13 @@ class PartitionHost(LeaderTerm):
         *,
         sweep_every_s: float = 5.0,
         tls: ssl.SSLContext | None = None,
+        floor: Callable[[], Epoch] | None = None,
     ) -> None:
-        """``tls``: the client context leader links to followers dial with (None: plaintext)."""
+        """``tls``: the client context leader links to followers dial with (None: plaintext).
+        ``floor``: the oldest term the replica may follow (``ReplicationFollower``'s)."""
         self.partition = partition
         self.tls = tls
+        self.floor = floor
         self.sweep_every_s = sweep_every_s
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_due = asyncio.Event()
@@ -104,6 +107,7 @@ class PartitionHost(LeaderTerm):
             node_id=self.node_id,
             staging=reseeder.staging,
             install_snapshot=reseeder.install,
+            floor=self.floor,
         )
 
     # Positions -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from ...types import Epoch
 from .partition_host import PartitionHost, Wake
 
 # A connection accepted on the node's port, as the node protocol's streams.
@@ -38,9 +39,10 @@ class NodeListener(Protocol):
 
 
 class ReplicaStores(Protocol):
-    async def open(self, partition: int, wake: Wake) -> PartitionHost:
+    async def open(self, partition: int, wake: Wake, floor: Callable[[], Epoch]) -> PartitionHost:
         """Open the replica of ``partition`` (made empty if there is none yet); ``wake`` is
-        called after a commit that made messages visible while it leads. Raises whatever a
+        called after a commit that made messages visible while it leads; ``floor`` is the
+        oldest term it may follow (the node's incarnation: ``timeline.incarnation_floor``). Raises whatever a
         damaged or unreadable replica raises."""
 
     async def on_disk(self) -> set[int]:

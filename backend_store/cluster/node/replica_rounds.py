@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
 from ..coordination.identity import refusing_nodes
 from ..coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, Tombstone
-from ..coordination.timeline import RecordMark
+from ..coordination.timeline import RecordMark, incarnation_floor
 from .etcd_records import read_nodes, tombstone_stands
 from .leadership import NodeLeadership
 from .node_identity import pack_label, read_label
@@ -87,6 +87,11 @@ class ReplicaRounds(NodeServing):
                         opened[pid] = host
                 if tried:
                     decision = self._decide(verdict, opened)
+                # Before a replica opened now is served (a leader's link routed to it): a
+                # node that just started holds, in its marks, the evidence that etcd went
+                # back, and must raise the incarnation (so that the replica follows no term
+                # of the earlier one) before a leader on a restored designation reaches it.
+                await self._settle_timeline(opened.values())
             for pid in [p for p in opened if p in decision.serve]:
                 self.hosts[pid] = opened.pop(pid)
                 known.add(pid)
@@ -121,11 +126,6 @@ class ReplicaRounds(NodeServing):
         self._on_disk = known
         if decision.refused is not None:
             return
-        for host in self.hosts.values():
-            self.identity.timeline.remember(host.store.epoch)
-        self._check_marks()
-        # Before any campaign: settle whether etcd went back in time (coordination/timeline.py).
-        await self.identity.settle_timeline()
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
@@ -149,6 +149,14 @@ class ReplicaRounds(NodeServing):
                     session, serving, record, addresses, self._leaders, self._nodes, self._queues, value
                 ),
             )
+
+    async def _settle_timeline(self, opened: Iterable[PartitionHost]) -> None:
+        """Before any campaign, and before a replica opened now is served: settle whether
+        etcd went back in time (coordination/timeline.py), raising the incarnation if it did."""
+        for host in [*self.hosts.values(), *opened]:
+            self.identity.timeline.remember(host.store.epoch)
+        self._check_marks()
+        await self.identity.settle_timeline()
 
     def _undeleted(self, delete: Collection[int]) -> dict[int, str]:
         """The copies of ``delete`` whose deletion failed at its last try, with why: strays
@@ -279,7 +287,7 @@ class ReplicaRounds(NodeServing):
         return host
 
     async def _open_host(self, pid: int) -> PartitionHost:
-        host = await self.replicas.open(pid, self._notify)
+        host = await self.replicas.open(pid, self._notify, lambda: incarnation_floor(self.identity.incarnation))
         try:
             self._labels[pid] = await read_label(host.store)
         except BaseException:

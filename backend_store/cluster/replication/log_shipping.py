@@ -90,6 +90,9 @@ class FollowerProgress:
     tail_sent_at: float = float("-inf")
     # When the end of our log as of then was last acknowledged (in sync since: in_sync()).
     caught_up_at: float = float("-inf")
+    # When this link last shipped something (entries or a heartbeat): the next heartbeat is
+    # due a heartbeat after it, however often the sender is woken meanwhile.
+    shipped_at: float = float("-inf")
 
     @property
     def in_flight(self) -> int:
@@ -494,15 +497,24 @@ class ReplicationLeader:
                     continue
                 conn.replicate(self.partition, self.epoch, entries, self.committed_lsn, prev)
                 stream.flush()
+                progress.shipped_at = self.clock()
                 progress.sent = entries[-1].lsn
                 if progress.sent >= self._last_lsn:
                     progress.tail_sent, progress.tail_sent_at = progress.sent, self.clock()
                 await stream.drain()
                 continue
+            # Woken before the heartbeat is due (new entries, or a read or a write that wrote
+            # nothing waking every link): back to the top, then wait for what is left of it.
+            # A full heartbeat after each wake sent none at all to the idle followers of a
+            # leader read more often than that, and check-quorum gave its term up (issue 48).
+            due = progress.shipped_at + self.heartbeat_s
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.heartbeat_s):
+                async with asyncio.timeout(max(0.0, due - self.clock())):
                     await progress.wake.wait()
-            if not progress.wake.is_set() and progress.positioned and not conn.closed:
+            if self.clock() < due:
+                continue
+            progress.shipped_at = self.clock()
+            if progress.positioned and not conn.closed:
                 # Idle: an empty shipment tells the follower our term (its fence rises, so a
                 # deposed leader is refused even before our next write) and what is committed.
                 # It names our entry at ``sent`` as prev, so the answer vouches for the
@@ -569,14 +581,25 @@ class ReplicationFollower:
         node_id: str,
         staging: Path | None = None,
         install_snapshot: InstallSnapshot | None = None,
+        floor: Callable[[], Epoch] | None = None,
     ) -> None:
-        """``staging`` (a directory it may wipe) and ``install_snapshot`` enable re-seeding."""
+        """``staging`` (a directory it may wipe) and ``install_snapshot`` enable re-seeding.
+        ``floor``: the oldest term this replica may follow now, asked at each shipment (the
+        node's: a term of an incarnation before the cluster's current one is over,
+        ``coordination/timeline.py``'s ``incarnation_floor``); a leader of an older one is
+        refused as stale, above its fence, so it is deposed."""
         self.store = store
         self.partition = partition
         self.node_id = node_id
         self.staging = staging
         self.install_snapshot = install_snapshot
+        self.floor = floor
         self.snapshots_installed = 0
+
+    def _fence(self) -> Epoch:
+        """The oldest term this replica follows: its store's fence, or the floor if higher."""
+        fence = self.store.epoch
+        return max(fence, self.floor()) if self.floor is not None else fence
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Take one leader connection (an ``asyncio.start_server`` callback) until it closes.
@@ -647,7 +670,7 @@ class ReplicationFollower:
     ) -> BinaryIO | None:
         if self.staging is None or self.install_snapshot is None:
             raise Unavailable(f"partition {self.partition}: this follower cannot be re-seeded")
-        if chunk.epoch < self.store.epoch:
+        if chunk.epoch < self._fence():
             return snapshot  # a deposed leader's copy: ignored (it will learn from our replies)
         staged = self.staging / "data.mdb"
         if chunk.offset == 0 and not chunk.done:
@@ -677,6 +700,10 @@ class ReplicationFollower:
         self, entries: list[LogEntry], epoch: Epoch, prev_lsn: Lsn, prev_epoch: Epoch
     ) -> tuple[Epoch, Lsn, str | None]:
         store = self.store
+        if (fence := self._fence()) > store.epoch and epoch < fence:
+            # A term of an earlier incarnation (its store would take it): refused as the
+            # store refuses a term older than its fence, with the floor as the newer epoch.
+            return fence, store.last_lsn, "stale_epoch"
         try:
             if prev_lsn > store.last_lsn:
                 raise ReplicationGap(f"missing entries before {prev_lsn}")
