@@ -201,7 +201,8 @@ class _Planner:
         return chosen
 
     def place(self, exclude: set[str], count: int) -> list[str]:
-        """For a new partition: any up node (a new one has nothing to catch up)."""
+        """For a new partition, or a voter that leaves a majority as large as it was: any up
+        node, however recently up (membership.advance)."""
         chosen = sorted((n for n in self.up if n not in exclude), key=lambda n: (self.load[n], n))[:count]
         for n in chosen:
             self.load[n] += 1
@@ -276,6 +277,7 @@ class _Planner:
             alive=view.nodes.keys(),
             unwanted=self.draining,
             pick_spares=self.pick_spares,
+            pick_voters=self.place,
         )
         if step != record:
             return step
