@@ -35,7 +35,18 @@ ABLATIONS: dict[str, Ablation] = {}
 # reached their race through a node added while etcd was empty founding a cluster of its own;
 # and so does its revoke of a lost lease (a node that lost its session no longer waits for
 # etcd to expire the keys under it), which moves every seed where a session is lost.
-BACK_ON_THE_RACE = ("handover-answer", "first-entry-task", "breaker-verdict", "founding", "revoke-lost-lease")
+# Issue 48's ``incarnation-floor`` and ``settle-before-serving`` join them: they move the
+# pinned restore seeds of ``remade-copies``, ``served-sets``, ``claim-cluster-compare``,
+# ``unread-bound`` and ``record-rebuild`` off their races (and guard some of them too).
+BACK_ON_THE_RACE = (
+    "handover-answer",
+    "first-entry-task",
+    "breaker-verdict",
+    "founding",
+    "revoke-lost-lease",
+    "incarnation-floor",
+    "settle-before-serving",
+)
 
 
 def _ablation(name: str, fix: str) -> Callable[[Callable[[Setter], None]], Callable[[Setter], None]]:
@@ -428,6 +439,13 @@ def _publish_check(setter: Setter) -> None:
         return None  # as before session 42: the write says nothing of what it replaced
 
     setter(sim_coordinator.SimCoordinator, "register", blind)
+
+
+@_ablation("settle-before-serving", "a node settles etcd's timeline before serving a replica it just opened")
+def _settle_before_serving(setter: Setter) -> None:
+    from . import sim_node
+
+    setter(sim_node, "SETTLE_BEFORE_SERVING", False)
 
 
 @_ablation("incarnation-floor", "a raised incarnation ends every term of the earlier one")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable, PrefixState
@@ -66,6 +66,9 @@ TICK_S = 0.2
 PUBLISH_EVERY_S = 0.5
 REQUEST_TIMEOUT_S = 5.0
 HANDOVER_TIMEOUT_S = 2.0  # node.py's default
+# ``ReplicaRounds``: the timeline is settled before a replica opened in a round is served
+# (issue 48); the ablation ``settle-before-serving`` puts it back after serving decisions.
+SETTLE_BEFORE_SERVING = True
 
 
 class KeptOnDisk:
@@ -305,13 +308,8 @@ class SimNode:
                     opened[pid] = host
                 if opened:
                     decision = self._decide(verdict, opened)
-                # ``ReplicaRounds._settle_timeline``: before a replica opened now is served.
-                incarnation, timeline = self.identity.incarnation, self.identity.timeline
-                for host in [*self.hosts.values(), *opened.values()]:
-                    timeline.remember(host.store.epoch)
-                if self._partitions is not None:  # ReplicaRounds._check_marks
-                    timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, incarnation)
-                await self.identity.settle_timeline()
+                if SETTLE_BEFORE_SERVING:
+                    await self._settle_timeline(opened.values())
             for pid in [p for p in opened if p in decision.serve]:
                 self.hosts[pid] = opened.pop(pid)
                 known.add(pid)
@@ -338,6 +336,8 @@ class SimNode:
         if decision.refused is not None:
             await self._publish(session)
             return
+        if not SETTLE_BEFORE_SERVING:
+            await self._settle_timeline(())
         addresses = {n: rec.address for n, rec in self._nodes.items()}
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
@@ -397,6 +397,16 @@ class SimNode:
             if data is not None:
                 self._stray_ranks[pid] = (data.entries[-1].epoch if data.entries else 0, data.last_lsn)
                 self.publication.ask()
+
+    async def _settle_timeline(self, opened: Iterable[SimPartitionHost]) -> None:
+        """``ReplicaRounds._settle_timeline``: settle whether etcd went back in time, raising
+        the incarnation if it did; before a replica opened now is served (issue 48)."""
+        incarnation, timeline = self.identity.incarnation, self.identity.timeline
+        for host in [*self.hosts.values(), *opened]:
+            timeline.remember(host.store.epoch)
+        if self._partitions is not None:  # ReplicaRounds._check_marks
+            timeline.check_marks(self.disk.marks, self._partitions.mod_revisions, incarnation)
+        await self.identity.settle_timeline()
 
     async def _keep_strays(self, strays: dict[int, str]) -> None:
         """Stop serving replicas that became strays (their data stays), and note each once."""
