@@ -77,12 +77,16 @@ class QueueChanges:
 
         Compared here, not by a create call, so that a queue deleted meanwhile is never
         created by a caller who may not create it."""
-        wanted = parse_attributes(attributes)  # a malformed value is a 400 as for a manager
+        parse_attributes(attributes)  # a malformed value is a 400 as for a manager
         try:
             info = await self.services.backend.get_queue(principal.tenant, queue)
         except QueueNotFound:
             raise refused from None
-        if info.attributes != wanted:
+        # The replication factor is the one attribute a backend fills in itself when it is
+        # left out (cluster:// from its URL): left out, it is the queue's own, as the
+        # backend's create would have taken it.
+        filled = {"replication_factor": info.attributes.replication_factor, **attributes}
+        if info.attributes != parse_attributes(filled):
             raise refused
         return info
 
