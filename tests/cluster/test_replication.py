@@ -358,6 +358,9 @@ async def test_a_term_of_an_earlier_incarnation_is_refused_and_deposed(cluster: 
     assert cluster.leader is not None
     await cluster.leader.create_queue(T1, q("orders"), {})
     await write(cluster, "acknowledged in incarnation 0")
+    # A majority acknowledged it; the other follower's copy may still be on its way, and
+    # must be in before what each holds is taken as its state before the stale term.
+    await until(lambda: all(v == 0 for v in leader.lag().values()), "both followers to catch up")
     floor = incarnation_floor(1)
     for follower in cluster.followers.values():
         follower.replication.floor = lambda: floor
