@@ -6,7 +6,8 @@ Everything lives under a prefix, ``/pushgate/`` by default (:class:`Layout`); va
     manager                manager id       the manager's campaign key: its epoch fences the map
     partitions/{id}        PartitionRecord  the partition map (written by the manager, fenced)
     leaders/{id}           LeaderRecord     a partition leader's campaign key; epoch = create_revision
-    queues/{tenant}/{q}    attributes       a queue's attributes (written by gateways)
+    queues/{tenant}/{q}    attributes       a queue's attributes and placement (written by gateways)
+    pools/{name}           PoolRequest      a pool of shared partitions gateways asked for (pools.py)
     meta/{namespace}/{key} raw bytes        the gateways' metadata: tenants, API keys, JWT keys
     drain/{node_id}        b""              an operator's drain request (pushgate manager --drain)
     counters/partition     int              the last partition id allocated
@@ -56,6 +57,14 @@ class Layout:
     @property
     def queues(self) -> str:
         return self.prefix + "queues/"
+
+    @property
+    def pools(self) -> str:
+        """``pools/{name}``: a pool of shared partitions gateways asked for (:mod:`.pools`)."""
+        return self.prefix + "pools/"
+
+    def pool(self, name: str) -> str:
+        return self.pools + name
 
     @property
     def drain(self) -> str:
@@ -381,6 +390,12 @@ class PartitionRecord:
     # majority acknowledged since, so nobody campaigns on it until the manager designates
     # anew on fresh positions (manager/election.py, node/leadership.py).
     designated_in: int = 0
+
+    @property
+    def pool(self) -> str | None:
+        """The pool this partition is a slot of (``index``), or None: a queue's own partition
+        (made before pools; coordination/pools.py)."""
+        return self.queue if self.tenant == "" else None
 
     @property
     def members(self) -> tuple[str, ...]:
