@@ -124,6 +124,7 @@ async def test_sixty_queues_on_four_partitions_deletion_on_the_mark_only_and_fai
     assert sorted(pid for pid, r in records.items() if r.pool == POOL) == sorted(slots)
     assert all(r.pool == POOL for r in records.values()), "no queue got a partition of its own"
     after = threads_and_files(h)
+    print(f"threads and open files per node, 1 queue then {QUEUES + 1}: {before} -> {after}")
     for node, (threads, files) in after.items():
         # A partition per queue cost a writer thread and several files per queue (issue 49).
         assert threads <= before[node][0] + 3 and files <= before[node][1] + 6, (
