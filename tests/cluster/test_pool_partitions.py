@@ -126,8 +126,10 @@ async def test_sixty_queues_on_four_partitions_deletion_on_the_mark_only_and_fai
     after = threads_and_files(h)
     print(f"threads and open files per node, 1 queue then {QUEUES + 1}: {before} -> {after}")
     for node, (threads, files) in after.items():
-        # A partition per queue cost a writer thread and several files per queue (issue 49).
-        assert threads <= before[node][0] + 3 and files <= before[node][1] + 6, (
+        # A partition per queue cost a writer thread and about four files per queue (issue
+        # 49): 60 queues would add 60 threads and some 240 files. The margin is the default
+        # executor's threads (up to 6) and the connections a busier node keeps.
+        assert threads <= before[node][0] + 8 and files <= before[node][1] + 16, (
             node,
             before[node],
             after[node],
