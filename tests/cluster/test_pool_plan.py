@@ -84,6 +84,10 @@ def test_a_queue_placed_in_a_pool_gets_no_partitions_of_its_own() -> None:
     )
     out = plan(v, settings=PlanSettings(pool_partitions=2))
     assert {(r.tenant, r.queue) for r in out.puts.values()} == {("", POOL)}
+    # One whose placement cannot be read is no queue made before pools either.
+    v.queues[("t", "garbled")] = {"replication_factor": 3, pools.PLACEMENT: ["x"]}
+    out = plan(v, settings=PlanSettings(pool_partitions=2))
+    assert {(r.tenant, r.queue) for r in out.puts.values()} == {("", POOL)}
 
 
 def test_a_queue_made_before_pools_keeps_its_own_partitions_beside_a_pool() -> None:

@@ -189,3 +189,10 @@ async def test_a_queue_a_gateway_deleted_is_made_again_from_its_live_record() ->
         store.calls == [("ensure", ("t", "a"))]
         and queues.not_ready("send", {"tenant": "t", "queue": "a"}) is None
     )
+
+
+def test_a_record_whose_placement_cannot_be_read_is_placed_nowhere_and_fails_nothing() -> None:
+    records, watch = QueueRecords(), Watch()
+    changed = watch.write(records, bad={pools.PLACEMENT: ["x", None]}, good=doc(1))
+    assert changed == {1: {("t", "good")}}
+    assert records.on_partition(1) == {("t", "good")} and pools.placement(records[("t", "bad")]) == ()
