@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..encryption import Keyring
 from ..errors import ConfigurationError, PushgateError, Unavailable
 from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
 from ..options import StoreOptions
+from ..tested_versions import RELEASES
 from ..types import (
     AckResult,
     NewMessage,
@@ -37,7 +39,8 @@ from ..types import (
     StorageUsage,
     TenantId,
 )
-from . import dead_letter_ops, queue_ops
+from . import checkpoint, dead_letter_ops, meta_pages, queue_ops
+from .checkpoint import Journaling
 from .demands import StandingDemands
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter
@@ -91,19 +94,46 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     async def start(self) -> None:
         if self._env is not None:
             return
-        # A store that keeps a replication log (a backend node) syncs every commit: a
-        # replica's log must never lose its tail, receives included.
-        env = await asyncio.to_thread(
-            functools.partial(
-                Environment,
-                self.path,
-                self.options.map_size,
-                self.options.max_map_size,
-                sync_meta=self._replication_log.keep > 0,
+        # A standalone store alone with its files journals: one sync per commit
+        # (checkpoint.py). A store that keeps a replication log (a backend node) has LMDB sync
+        # every commit whole: a replica's log must never lose its tail, receives included.
+        journaled = await self._elect_holder() and self._journal_format_tested()
+        try:
+            saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
+            env = await asyncio.to_thread(
+                functools.partial(
+                    Environment,
+                    self.path,
+                    self.options.map_size,
+                    self.options.max_map_size,
+                    sync_meta=self._replication_log.keep > 0,
+                    journaled=journaled,
+                )
             )
-        )
+        except BaseException:
+            self._release_hold_lock()
+            raise
+        journaling: Journaling | None = None
+        try:
+            if journaled:
+                if saved is not None:
+                    await asyncio.to_thread(checkpoint.replay, env, saved)
+                journaling = Journaling(
+                    env,
+                    interval_s=self.options.checkpoint_interval_s,
+                    fdatasync=self.options.fdatasync or os.fdatasync,
+                )
+                # The checkpoint every commit of this run is journaled after.
+                await asyncio.to_thread(journaling.checkpoint)
+        except BaseException:
+            if journaling is not None:
+                journaling.release()
+            self._release_hold_lock()
+            await asyncio.to_thread(env.close)
+            raise
+        if not journaled:
+            await self._share_unless_holder(env)
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
-        await self._take_hold_lock(env)
         self._env = env
         self._loop = asyncio.get_running_loop()
         reserve = self.options.disk_reserve_bytes
@@ -120,6 +150,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             index_listener=self._ops.holds.indexed,
             on_commit_start=self._commit_starts,
             room_gauge=RoomGauge(env, reserve) if reserve else None,
+            journaling=journaling,
         )
         self._writer.start()
         try:
@@ -129,6 +160,21 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             raise
         self._start_sweeping()
         self._start_hold_watch()
+
+    def _journal_format_tested(self) -> bool:
+        """Whether this LMDB is the one the journal's checkpoints were tested with
+        (meta_pages.py); if not, the store runs on LMDB's own syncs, and says so."""
+        try:
+            meta_pages.check_release(self.options.releases or RELEASES)
+        except meta_pages.UnsupportedFormat as exc:
+            log.warning(
+                "store %s does not journal (%s): LMDB syncs each commit, two fdatasyncs a "
+                "commit when idle (docs/store.md, Durability)",
+                self.path,
+                exc,
+            )
+            return False
+        return True
 
     async def close(self) -> None:
         await self._stop_hold_watch()

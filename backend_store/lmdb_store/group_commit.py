@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import queue
@@ -29,7 +30,9 @@ import lmdb
 from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
-from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
+from . import meta_pages
+from .checkpoint import Journaling
+from .environment import Db, Environment, JournaledWrites, LoggedWrites, Touched, Writes, is_disk_full
 from .replication_log import NotLeading, ReplicationLog
 from .room import RoomGauge
 
@@ -62,6 +65,17 @@ class _Committed:
 
 
 _STOP = object()
+
+
+@dataclass(slots=True)
+class _StopJournaling:
+    done: threading.Event
+
+
+def _disk_full(exc: Exception) -> bool:
+    return getattr(exc, "errno", None) == errno.ENOSPC
+
+
 _HEARTBEAT = b"\0sys\0advance"
 
 
@@ -92,8 +106,15 @@ class GroupCommitWriter:
         index_listener: Callable[[int, bytes], None] | None = None,
         on_commit_start: Callable[[Touched], None] | None = None,
         room_gauge: RoomGauge | None = None,
+        journaling: Journaling | None = None,
     ) -> None:
         self._env = env
+        # A journaling store (checkpoint.py): each committed transaction is appended to the
+        # journal, and a batch is durable once the journal is synced (_settle).
+        self._journaling = journaling
+        # A journal write failed since the last checkpoint: only a checkpoint makes what
+        # was committed since durable.
+        self._journal_failed: OSError | None = None
         self._room_gauge = room_gauge  # Writes.room_gauge of every transaction
         self._log = replication_log
         self._clock = clock
@@ -155,38 +176,87 @@ class GroupCommitWriter:
             self._queue.put(_STOP)
             self._thread.join()
 
+    def stop_journaling(self) -> None:
+        """Leave journaling: a clean checkpoint, then LMDB syncs each commit itself
+        (another process opened the store; blocking, call from a worker thread)."""
+        done = threading.Event()
+        self._queue.put(_StopJournaling(done))
+        done.wait()
+
     # The writer thread ----------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            if self._unsynced:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    # Nothing more to commit, whose data sync would carry the meta page
-                    # of the commit waiting: sync it alone.
-                    self._sync_unsynced()
-                    item = self._queue.get()
-            else:
-                item = self._queue.get()
+            item = self._next_item()
             batch: list[_Pending[Any]] = []
-            stopping = item is _STOP
-            if not stopping:
+            controls: list[Any] = []
+            if isinstance(item, _Pending):
                 batch.append(item)
-            while len(batch) < self._max_batch:
+            else:
+                controls.append(item)
+            while len(batch) < self._max_batch and not controls:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
-                    stopping = True
-                    continue
-                batch.append(item)
+                if isinstance(item, _Pending):
+                    batch.append(item)
+                else:
+                    controls.append(item)
             if batch:
                 self._commit_batch(batch)
-            if stopping:
+            for control in controls:
+                if control is _STOP:
+                    self._sync_unsynced()
+                    self._finish_journaling()
+                    return
+                assert isinstance(control, _StopJournaling)
+                self._finish_journaling()
+                self._env.stop_journaling()
+                control.done.set()
+
+    def _next_item(self) -> Any:
+        """The next queued item; waiting for it, sync what waits for a sync (or take the
+        checkpoint that is due)."""
+        if self._unsynced:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                # Nothing more to commit, whose data sync would carry the meta page of the
+                # commit waiting: sync it alone.
                 self._sync_unsynced()
-                return
+        journaling = self._journaling
+        while journaling is not None:
+            wait = journaling.seconds_until_due()
+            if wait is None:
+                break
+            try:
+                return self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                self._checkpoint()
+        return self._queue.get()
+
+    def _checkpoint(self) -> bool:
+        """Take a checkpoint; return whether it was taken (a failure is logged: the
+        journal keeps every commit durable meanwhile, and the next one is tried later)."""
+        assert self._journaling is not None
+        try:
+            self._journaling.checkpoint()
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            log.exception("checkpoint of %s failed", self._env.path)
+            return False
+        self._journal_failed = None
+        return True
+
+    def _finish_journaling(self) -> None:
+        journaling, self._journaling = self._journaling, None
+        if journaling is None:
+            return
+        try:
+            journaling.finish()
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            # The next start recovers from the checkpoint before and the journal.
+            log.exception("the last checkpoint of %s failed", self._env.path)
 
     def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
         touched: Touched = set()
@@ -229,7 +299,33 @@ class GroupCommitWriter:
                 self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
-        self._settle(_Committed(batch, touched, self._post_commit, self._events))
+        committed = _Committed(batch, touched, self._post_commit, self._events)
+        if self._journaling is not None:
+            self._settle_journaled(committed)
+        else:
+            self._settle(committed)
+
+    def _settle_journaled(self, committed: _Committed) -> None:
+        """A journaling store: the batch is durable once the journal is synced (one
+        fdatasync; a batch of receives only is answered without it, its entries synced by the
+        next sync), or, when a journal write failed, once a checkpoint is taken."""
+        assert self._journaling is not None
+        if any(pending.durable for pending in committed.batch):
+            error: Exception | None = None
+            try:
+                self._journaling.sync()
+            except OSError as exc:
+                error = exc
+            if error is None and self._journal_failed is not None:
+                error = self._journal_failed
+            if error is not None and not self._checkpoint():
+                log.error("journal of %s failed: %s", self._env.path, error)
+                failure = Unavailable("disk full" if _disk_full(error) else "store write failed")
+                self._fail_all_with(committed.batch, failure)
+                committed.post_commit.clear()
+        self._resolve(committed)
+        if self._journaling.seconds_until_due() == 0:
+            self._checkpoint()
 
     def _settle(self, committed: _Committed) -> None:
         """Tell the batch's callers, once its commit is durable.
@@ -288,7 +384,13 @@ class GroupCommitWriter:
         now = self._clock()
         txn = self._env.begin_write()
         self._log.begin()
-        writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
+        writes: Writes
+        if self._log.keep:
+            writes = LoggedWrites(txn, self._env.dbs)
+        elif self._journaling is not None:
+            writes = JournaledWrites(txn, self._env.dbs)
+        else:
+            writes = Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
         writes.room_gauge = self._room_gauge
         try:
@@ -308,6 +410,8 @@ class GroupCommitWriter:
             started = time.perf_counter()
             txn.commit()
             self._log.commit()
+            if lsn is not None and isinstance(writes, JournaledWrites):
+                self._journal(lsn, writes)
             if writes.write_count:
                 self._wrote = True
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
@@ -322,6 +426,15 @@ class GroupCommitWriter:
                 undo()
             raise
         return writes.touched
+
+    def _journal(self, lsn: Lsn, writes: JournaledWrites) -> None:
+        """Append a committed transaction to the journal. Never raises: the commit stands;
+        a failed write is remembered, and the batch is durable only once a checkpoint is."""
+        assert self._journaling is not None
+        try:
+            self._journaling.record(lsn, writes.mutations)
+        except OSError as exc:
+            self._journal_failed = exc
 
     def _offer_early(self, writes: Writes) -> None:
         """Hand the batch's entry to the leader's senders before the commit's fsync, so

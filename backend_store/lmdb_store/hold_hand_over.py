@@ -14,6 +14,8 @@ from pathlib import Path
 
 from ..errors import PushgateError
 from ..options import StoreOptions
+from ..private_files import private_dir
+from . import checkpoint
 from .environment import Environment
 from .hold_lock import HoldLock
 from .store_core import StoreCore
@@ -34,23 +36,38 @@ class HoldHandOver(StoreCore):
         self._hold_lock: HoldLock | None = None
         self._hold_watch: asyncio.Task[None] | None = None
 
-    async def _take_hold_lock(self, env: Environment) -> None:
-        """At start, before the writer: whether this process may hold (``env`` is closed
-        if that fails)."""
+    async def _elect_holder(self) -> bool:
+        """At start, before the environment opens: whether this process is alone with the
+        store's files, and so may hold receives in memory, and journal (checkpoint.py)."""
         # Hold in memory only while no other process has this store open (hold_lock.py). A
         # store that keeps a replication log is a node's partition replica: it never holds.
         self._ops.allow_holds = False
-        if not self._replication_log.keep:
-            lock = HoldLock(self.path)
-            try:
-                self._ops.allow_holds = await asyncio.to_thread(lock.elect)
-                if not self._ops.allow_holds:
-                    await asyncio.to_thread(lock.share, _HAND_OVER_WAIT_S)
-            except BaseException:
-                lock.close()
-                await asyncio.to_thread(env.close)
-                raise
-            self._hold_lock = lock
+        if self._replication_log.keep:
+            return False
+        private_dir(self.path)
+        lock = HoldLock(self.path)
+        try:
+            self._ops.allow_holds = await asyncio.to_thread(lock.elect)
+        except BaseException:
+            lock.close()
+            raise
+        self._hold_lock = lock
+        return self._ops.allow_holds
+
+    async def _share_unless_holder(self, env: Environment) -> None:
+        """At start, before the writer: a process that is not the holder waits until the
+        holder has written its holds and stopped journaling (``env`` is closed if that fails)."""
+        lock = self._hold_lock
+        if lock is None or lock.holding:
+            return
+        try:
+            await asyncio.to_thread(lock.share, _HAND_OVER_WAIT_S)
+            # The holder stopped journaling cleanly, unless it was killed first.
+            await asyncio.to_thread(checkpoint.mark_clean, env)
+        except BaseException:
+            self._release_hold_lock()
+            await asyncio.to_thread(env.close)
+            raise
 
     def _start_hold_watch(self) -> None:
         if self._hold_lock is not None:
@@ -61,6 +78,10 @@ class HoldHandOver(StoreCore):
             self._hold_watch.cancel()
             await asyncio.wait([self._hold_watch])
             self._hold_watch = None
+
+    async def _stop_journaling(self) -> None:
+        if self._writer is not None and self._env is not None and self._env.journaled:
+            await asyncio.to_thread(self._writer.stop_journaling)
 
     def _release_hold_lock(self) -> None:
         if self._hold_lock is not None:
@@ -81,6 +102,9 @@ class HoldHandOver(StoreCore):
                     if lock.others_present():  # two non-blocking flock calls
                         self._ops.allow_holds = False  # no receive holds from here on
                         written = await self._write(self._ops.write_held_as_received)
+                        # The newcomer's commits are not in this process's journal: from
+                        # here on LMDB syncs each commit (docs/store.md, "Durability").
+                        await self._stop_journaling()
                         await asyncio.to_thread(lock.hand_over)
                         log.info("another process opened the store: %d held messages written", written)
                 elif ticks % _REELECT_EVERY == 0 and await asyncio.to_thread(lock.reelect):
