@@ -17,6 +17,7 @@ from pathlib import Path
 
 from backend_store import Backend
 from backend_store.backend import InMemoryReceive
+from backend_store.lmdb_store import checkpoint
 from backend_store.lmdb_store.engine import LmdbBackend
 
 from ..conftest import scaled
@@ -59,8 +60,17 @@ async def test_another_process_never_gets_a_held_message(store_factory: StoreFac
     held = await store.receive_in_memory(T1, q("jobs"), 2)
     assert await stored_counts(store, "jobs", held) == [0, 0]
 
+    # Alone with its files, the store journals (docs/store.md, "Durability").
+    assert isinstance(store, LmdbBackend) and store._require_env().journaled
+
     # The child's start waits until the holder wrote its holds: it gets only "c".
     assert await run_child(tmp_path / "store") == ["c"]
+    # ... and stopped journaling: the child's commits are not in this process's journal, so
+    # LMDB syncs each commit here from then on, and the last checkpoint is clean.
+    env = store._require_env()
+    assert not env.journaled and env.env.flags()["sync"]
+    saved = checkpoint.load(tmp_path / "store")
+    assert saved is not None and saved.clean
     assert await stored_counts(store, "jobs", held) == [1, 1]
     # The receipts handed out while held still work.
     assert (await store.ack(T1, [m.receipt for m in held])).acked == 2
