@@ -81,7 +81,10 @@ class _SharedGate:
 
 
 class Environment:
-    """One LMDB environment per path per process, opened with fsync on commit.
+    """One LMDB environment per path per process.
+
+    ``journaled``: LMDB syncs nothing; the journal and its checkpoints make commits durable
+    (checkpoint.py). Otherwise, as follows.
 
     ``sync_meta``: whether a commit also syncs its meta page (LMDB's ``metasync``), which is
     what makes it durable. Without it a commit still syncs its data pages before it writes

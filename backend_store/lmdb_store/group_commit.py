@@ -6,8 +6,10 @@ each operation in the batch's transaction (an operation that fails half-way make
 writer redo the batch one operation per transaction, so it undoes only itself), appends the
 batch's mutations to the replication log, commits once, and resolves every caller of the
 batch with one hop back to the event loop (:func:`_hand_over`) once the commit is durable:
-at once where LMDB syncs each commit whole (a backend node), else after the next commit's
-data sync or a sync of its own when there is no next commit (:meth:`GroupCommitWriter._settle`).
+after one sync of the journal where the store journals (``checkpoint.py``,
+:meth:`GroupCommitWriter._settle_journaled`), at once where LMDB syncs each commit whole (a
+backend node), else after the next commit's data sync or a sync of its own when there is no
+next commit (:meth:`GroupCommitWriter._settle`).
 Nothing on the event loop ever waits on LMDB or fsync.
 """
 
