@@ -213,8 +213,9 @@ class GroupCommitWriter:
                     self._finish_journaling()
                     return
                 assert isinstance(control, _StopJournaling)
-                self._finish_journaling()
-                self._env.stop_journaling()
+                if self._journaling is not None:
+                    self._finish_journaling()
+                    self._env.stop_journaling()
                 control.done.set()
 
     def _next_item(self) -> Any:

@@ -55,14 +55,14 @@ class HoldHandOver(StoreCore):
         return self._ops.allow_holds
 
     async def _share_unless_holder(self, env: Environment) -> None:
-        """At start, before the writer: a process that is not the holder waits until the
-        holder has written its holds and stopped journaling (``env`` is closed if that fails)."""
+        """At start, before the writer of a store that does not journal: a process that is
+        not the holder waits until the holder has written its holds and stopped journaling;
+        then a journaling run that did not stop cleanly is marked clean (checkpoint.py,
+        ``mark_clean``). ``env`` is closed if that fails."""
         lock = self._hold_lock
-        if lock is None or lock.holding:
-            return
         try:
-            await asyncio.to_thread(lock.share, _HAND_OVER_WAIT_S)
-            # The holder stopped journaling cleanly, unless it was killed first.
+            if lock is not None and not lock.holding:
+                await asyncio.to_thread(lock.share, _HAND_OVER_WAIT_S)
             await asyncio.to_thread(checkpoint.mark_clean, env)
         except BaseException:
             self._release_hold_lock()
