@@ -115,7 +115,21 @@ def restore_meta_pages(directory: Path) -> SavedCheckpoint | None:
         return None
     for number, page in enumerate(saved.meta.pages):
         meta_pages.check_page(page, number)
-    meta_pages.write_back(directory / DATA_FILE, saved.meta)
+    data_file = directory / DATA_FILE
+    try:
+        found = meta_pages.read(data_file, saved.meta.page_size)
+    except meta_pages.UnsupportedFormat:
+        found = None  # a meta page torn by the crash: what the saved ones are for
+    if found is not None and found.newest_txnid < saved.txnid:
+        # Both meta pages whole and older than the checkpoint: this is not the file the
+        # journal was written for (copied over it?), and writing meta pages into it would
+        # point them at pages it does not have.
+        raise Unavailable(
+            f"the data file of {directory} is older than its checkpoint (transaction "
+            f"{found.newest_txnid} < {saved.txnid}): it was replaced after an unclean stop. "
+            f"Remove {directory / CHECKPOINT_FILE} to open it as it is, or restore a backup"
+        )
+    meta_pages.write_back(data_file, saved.meta)
     return saved
 
 

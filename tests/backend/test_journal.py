@@ -20,6 +20,7 @@ import lmdb
 import pytest
 
 from backend_store import ReceivedMessage, open_backend
+from backend_store.errors import Unavailable
 from backend_store.lmdb_store import checkpoint, meta_pages
 from backend_store.lmdb_store.environment import Db
 from backend_store.lmdb_store.journal import Journal, entries_after
@@ -237,3 +238,27 @@ def assert_whole(directory: Path) -> None:
                     pass
     finally:
         env.close()
+
+
+async def test_a_data_file_replaced_after_an_unclean_stop_is_refused_not_overwritten(
+    lmdb_factory: StoreFactory, tmp_path: Path
+) -> None:
+    store = engine(await lmdb_factory.open(checkpoint_interval_s=3600))
+    await store.create_queue(T1, QUEUE, {})
+    await lmdb_factory.close(store)
+    older = (store.path / "data.mdb").read_bytes()
+    store = engine(await lmdb_factory.open(checkpoint_interval_s=0.01))
+    for i in range(5):
+        await send_one(store, T1, QUEUE, f"m{i}")
+    deadline = time.monotonic() + scaled(5)
+    while (saved := checkpoint.load(store.path)) is None or saved.lsn < store.last_lsn:
+        assert time.monotonic() < deadline, "no checkpoint while idle"
+        await asyncio.sleep(0.01)
+    unclean = (store.path / "checkpoint").read_bytes()
+    await lmdb_factory.close(store)
+    # An unclean stop, then someone copies an older data file over the store's.
+    (store.path / "checkpoint").write_bytes(unclean)
+    (store.path / "data.mdb").write_bytes(older)
+    with pytest.raises(Unavailable, match="older than its checkpoint"):
+        await lmdb_factory.open()
+    assert (store.path / "data.mdb").read_bytes() == older  # left as it was found
