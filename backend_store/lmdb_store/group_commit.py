@@ -314,13 +314,13 @@ class GroupCommitWriter:
         next sync), or, when a journal write failed, once a checkpoint is taken."""
         assert self._journaling is not None
         if any(pending.durable for pending in committed.batch):
-            error: Exception | None = None
             try:
                 self._journaling.sync()
             except OSError as exc:
-                error = exc
-            if error is None and self._journal_failed is not None:
-                error = self._journal_failed
+                # After a failed fdatasync the kernel may have dropped the pages it could
+                # not write, and the next one may still succeed: only a checkpoint will do.
+                self._journal_failed = exc
+            error = self._journal_failed
             if error is not None and not self._checkpoint():
                 log.error("journal of %s failed: %s", self._env.path, error)
                 failure = Unavailable("disk full" if _disk_full(error) else "store write failed")

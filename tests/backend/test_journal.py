@@ -9,6 +9,7 @@ every acknowledged send and ack, and the store reads whole.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import random
 import shutil
@@ -57,7 +58,12 @@ async def test_one_sync_per_commit_idle_and_under_load(
     lmdb_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     syncs, fdatasync = counting_fdatasync()
-    store = engine(await lmdb_factory.open(fdatasync=fdatasync, checkpoint_interval_s=3600, max_batch=5))
+    # No sweeps: each sync counted here is one of the calls below.
+    store = engine(
+        await lmdb_factory.open(
+            fdatasync=fdatasync, checkpoint_interval_s=3600, max_batch=5, sweep_interval_s=0
+        )
+    )
     env = store._require_env()
     flags = env.env.flags()
     assert not flags["sync"] and env.journaled, flags  # LMDB itself syncs nothing
@@ -262,3 +268,25 @@ async def test_a_data_file_replaced_after_an_unclean_stop_is_refused_not_overwri
     with pytest.raises(Unavailable, match="older than its checkpoint"):
         await lmdb_factory.open()
     assert (store.path / "data.mdb").read_bytes() == older  # left as it was found
+
+
+async def test_a_failed_journal_sync_is_made_good_by_a_checkpoint_before_the_answer(
+    lmdb_factory: StoreFactory,
+) -> None:
+    failures = [OSError(errno.EIO, "Input/output error")]
+
+    def fdatasync(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        os.fdatasync(fd)
+
+    store = engine(await lmdb_factory.open(fdatasync=fdatasync, checkpoint_interval_s=3600))
+    writer = store._writer
+    assert writer is not None and writer._journaling is not None
+    taken = writer._journaling.checkpoints
+    await store.create_queue(T1, QUEUE, {})  # its journal sync fails: a checkpoint instead
+    assert writer._journaling.checkpoints == taken + 1
+    saved = checkpoint.load(store.path)
+    assert saved is not None and saved.lsn == store.last_lsn
+    await send_one(store, T1, QUEUE, "m1")  # the journal works again: no checkpoint
+    assert writer._journaling.checkpoints == taken + 1
