@@ -36,10 +36,12 @@ class StoreOptions:
     # less), from 1 MiB to 1 GiB; 0: none, sends may fill the disk (tests of what a failed
     # commit costs).
     disk_reserve_bytes: int | None = None
-    # The embedded store's journal (lmdb_store/checkpoint.py): a checkpoint at least this
-    # often while it writes; what the journal syncs with (a test counts through it; None:
-    # os.fdatasync); and the releases check the LMDB meta-page format is chosen by (None:
-    # the process's, tested_versions.RELEASES).
+    # The embedded store's journal (lmdb_store/checkpoint.py): whether it journals when it
+    # can (False: LMDB syncs each commit itself, two fdatasyncs a commit when idle); a
+    # checkpoint at least this often while it writes; what the journal syncs with (a test
+    # counts through it; None: os.fdatasync); and the releases check the LMDB meta-page
+    # format is chosen by (None: the process's, tested_versions.RELEASES).
+    journal: bool = True
     checkpoint_interval_s: float = 1.0
     fdatasync: Callable[[int], None] | None = None
     releases: ReleaseCheck | None = None

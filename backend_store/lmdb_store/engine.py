@@ -97,7 +97,8 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         # A standalone store alone with its files journals: one sync per commit
         # (checkpoint.py). A store that keeps a replication log (a backend node) has LMDB sync
         # every commit whole: a replica's log must never lose its tail, receives included.
-        journaled = await self._elect_holder() and self._journal_format_tested()
+        elected = await self._elect_holder()
+        journaled = elected and self.options.journal and self._journal_format_tested()
         try:
             saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
             env = await asyncio.to_thread(

@@ -290,3 +290,11 @@ async def test_a_failed_journal_sync_is_made_good_by_a_checkpoint_before_the_ans
     assert saved is not None and saved.lsn == store.last_lsn
     await send_one(store, T1, QUEUE, "m1")  # the journal works again: no checkpoint
     assert writer._journaling.checkpoints == taken + 1
+
+
+async def test_a_store_told_not_to_journal_runs_on_lmdbs_own_syncs(lmdb_factory: StoreFactory) -> None:
+    store = engine(await lmdb_factory.open(journal=False))
+    env = store._require_env()
+    assert env.env.flags()["sync"] and not env.journaled
+    await store.create_queue(T1, QUEUE, {})
+    assert checkpoint.load(store.path) is None
