@@ -107,9 +107,6 @@ class Environment:
         self._open(sync_meta=sync_meta, journaled=journaled)
 
     def _open(self, *, sync_meta: bool, journaled: bool) -> None:
-        # journaled: LMDB syncs nothing; the journal and its checkpoints make commits durable
-        # (checkpoint.py). Else LMDB syncs each commit's data pages, and with sync_meta its
-        # meta page too.
         self.sync_meta = sync_meta
         self.journaled = journaled
         try:

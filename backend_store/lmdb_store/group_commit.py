@@ -213,10 +213,15 @@ class GroupCommitWriter:
                     self._finish_journaling()
                     return
                 assert isinstance(control, _StopJournaling)
-                if self._journaling is not None:
-                    self._finish_journaling()
-                    self._env.stop_journaling()
-                control.done.set()
+                try:
+                    if self._journaling is not None:
+                        self._finish_journaling()
+                        self._env.stop_journaling()
+                except (OSError, lmdb.Error, Unavailable):
+                    # Commits from here on fail ("store write failed"); the writer lives on.
+                    log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
+                finally:
+                    control.done.set()
 
     def _next_item(self) -> Any:
         """The next queued item; waiting for it, sync what waits for a sync (or take the
