@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from ..encryption import Keyring
 from ..errors import ConfigurationError, PushgateError, Unavailable
 from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
 from ..options import StoreOptions
-from ..tested_versions import RELEASES
 from ..types import (
     AckResult,
     NewMessage,
@@ -39,7 +37,7 @@ from ..types import (
     StorageUsage,
     TenantId,
 )
-from . import checkpoint, dead_letter_ops, meta_pages, queue_ops
+from . import checkpoint, dead_letter_ops, queue_ops
 from .checkpoint import Journaling
 from .demands import StandingDemands
 from .environment import Db, Environment, Touched, View, Writes
@@ -97,8 +95,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         # A standalone store alone with its files journals: one sync per commit
         # (checkpoint.py). A store that keeps a replication log (a backend node) has LMDB sync
         # every commit whole: a replica's log must never lose its tail, receives included.
-        elected = await self._elect_holder()
-        journaled = elected and self.options.journal and self._journal_format_tested()
+        journaled = await self._elect_holder() and self._may_journal()
         try:
             saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
             env = await asyncio.to_thread(
@@ -119,11 +116,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             if journaled:
                 if saved is not None:
                     await asyncio.to_thread(checkpoint.replay, env, saved)
-                journaling = Journaling(
-                    env,
-                    interval_s=self.options.checkpoint_interval_s,
-                    fdatasync=self.options.fdatasync or os.fdatasync,
-                )
+                journaling = self._journaling_of(env)
                 # The checkpoint every commit of this run is journaled after.
                 await asyncio.to_thread(journaling.checkpoint)
         except BaseException:
@@ -161,21 +154,6 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             raise
         self._start_sweeping()
         self._start_hold_watch()
-
-    def _journal_format_tested(self) -> bool:
-        """Whether this LMDB is the one the journal's checkpoints were tested with
-        (meta_pages.py); if not, the store runs on LMDB's own syncs, and says so."""
-        try:
-            meta_pages.check_release(self.options.releases or RELEASES)
-        except meta_pages.UnsupportedFormat as exc:
-            log.warning(
-                "store %s does not journal (%s): LMDB syncs each commit, two fdatasyncs a "
-                "commit when idle (docs/store.md, Durability)",
-                self.path,
-                exc,
-            )
-            return False
-        return True
 
     async def close(self) -> None:
         await self._stop_hold_watch()

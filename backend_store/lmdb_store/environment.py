@@ -126,13 +126,13 @@ class Environment:
         self.map_size = max(self.map_size, self.env.info()["map_size"])
         self.dbs: dict[Db, Any] = {db: self.env.open_db(db.name.lower().encode()) for db in Db}
 
-    def stop_journaling(self) -> None:
-        """Reopen with LMDB syncing each commit's data pages (a journaling store that now
-        shares its files with another process). Writer thread only, with no transaction of
-        its own open and every commit synced (a clean checkpoint)."""
+    def reopen(self, *, journaled: bool) -> None:
+        """Reopen journaled or with LMDB syncing each commit's data pages (a standalone
+        store that now shares its files with another process, or is alone again). Writer
+        thread only, with no transaction of its own open and every commit synced."""
         with self._gate.exclusive():
             self.env.close()
-            self._open(sync_meta=False, journaled=False)
+            self._open(sync_meta=False, journaled=journaled)
 
     def read(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(txn)`` in a short read transaction (call from a worker thread)."""

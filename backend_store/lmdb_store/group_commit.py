@@ -70,8 +70,13 @@ _STOP = object()
 
 
 @dataclass(slots=True)
-class _StopJournaling:
+class _Journaling:
+    """A request to the writer thread: start journaling (``make`` builds the journal) or
+    stop (``make`` None)."""
+
     done: threading.Event
+    make: Callable[[], Journaling] | None
+    started: bool = False
 
 
 def _disk_full(exc: Exception) -> bool:
@@ -181,9 +186,17 @@ class GroupCommitWriter:
     def stop_journaling(self) -> None:
         """Leave journaling: a clean checkpoint, then LMDB syncs each commit itself
         (another process opened the store; blocking, call from a worker thread)."""
-        done = threading.Event()
-        self._queue.put(_StopJournaling(done))
-        done.wait()
+        control = _Journaling(threading.Event(), None)
+        self._queue.put(control)
+        control.done.wait()
+
+    def start_journaling(self, make: Callable[[], Journaling]) -> bool:
+        """Journal again (the store is alone with its files again); return whether it does
+        (blocking, call from a worker thread)."""
+        control = _Journaling(threading.Event(), make)
+        self._queue.put(control)
+        control.done.wait()
+        return control.started
 
     # The writer thread ----------------------------------------------------
 
@@ -212,16 +225,40 @@ class GroupCommitWriter:
                     self._sync_unsynced()
                     self._finish_journaling()
                     return
-                assert isinstance(control, _StopJournaling)
                 try:
-                    if self._journaling is not None:
+                    if control.make is not None:
+                        control.started = self._start_journaling(control.make)
+                    elif self._journaling is not None:
                         self._finish_journaling()
-                        self._env.stop_journaling()
+                        self._env.reopen(journaled=False)
                 except (OSError, lmdb.Error, Unavailable):
                     # Commits from here on fail ("store write failed"); the writer lives on.
                     log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
                 finally:
                     control.done.set()
+
+    def _start_journaling(self, make: Callable[[], Journaling]) -> bool:
+        """Reopen journaled and take the first checkpoint; on any failure, back to LMDB's
+        own syncs (never unsynced commits without a journal)."""
+        if self._journaling is not None:
+            return True
+        self._sync_unsynced()
+        journaling: Journaling | None = None
+        try:
+            self._env.reopen(journaled=True)
+            # Another process committed under its own LSNs: continue from the stored one, so
+            # the journal's entries follow the checkpoint's.
+            self._env.read(lambda txn: self._log.load(txn, self._env.dbs))
+            journaling = make()
+            journaling.checkpoint()
+        except (OSError, lmdb.Error, Unavailable, meta_pages.UnsupportedFormat):
+            log.exception("%s could not start journaling; LMDB syncs each commit", self._env.path)
+            if journaling is not None:
+                journaling.release()
+            self._env.reopen(journaled=False)
+            return False
+        self._journaling = journaling
+        return True
 
     def _next_item(self) -> Any:
         """The next queued item; waiting for it, sync what waits for a sync (or take the

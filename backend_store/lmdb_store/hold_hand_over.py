@@ -3,19 +3,23 @@
 At start the store holds in memory only if it is alone with its files (a store that keeps a
 replication log, a node's partition replica, never holds); while it runs, a watch hands the
 right over when another process opens the store (writing every hold as an ordinary in-flight
-receive first) and takes it back once the store is alone again.
+receive first) and takes it back once the store is alone again. The journal (checkpoint.py)
+follows the same right: a store journals only while it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 from ..errors import PushgateError
 from ..options import StoreOptions
 from ..private_files import private_dir
-from . import checkpoint
+from ..tested_versions import RELEASES
+from . import checkpoint, meta_pages
+from .checkpoint import Journaling
 from .environment import Environment
 from .hold_lock import HoldLock
 from .store_core import StoreCore
@@ -54,6 +58,31 @@ class HoldHandOver(StoreCore):
         self._hold_lock = lock
         return self._ops.allow_holds
 
+    def _may_journal(self) -> bool:
+        """Whether this store journals while alone with its files: a standalone store, not
+        told otherwise, on the LMDB release the journal's checkpoints were tested with (if
+        not, it runs on LMDB's own syncs, and says so)."""
+        if not self.options.journal or self._replication_log.keep:
+            return False
+        try:
+            meta_pages.check_release(self.options.releases or RELEASES)
+        except meta_pages.UnsupportedFormat as exc:
+            log.warning(
+                "store %s does not journal (%s): LMDB syncs each commit, two fdatasyncs a "
+                "commit when idle (docs/store.md, Durability)",
+                self.path,
+                exc,
+            )
+            return False
+        return True
+
+    def _journaling_of(self, env: Environment) -> Journaling:
+        return Journaling(
+            env,
+            interval_s=self.options.checkpoint_interval_s,
+            fdatasync=self.options.fdatasync or os.fdatasync,
+        )
+
     async def _share_unless_holder(self, env: Environment) -> None:
         """At start, before the writer of a store that does not journal: a process that is
         not the holder waits until the holder has written its holds and stopped journaling;
@@ -83,6 +112,12 @@ class HoldHandOver(StoreCore):
         if self._writer is not None and self._env is not None and self._env.journaled:
             await asyncio.to_thread(self._writer.stop_journaling)
 
+    async def _start_journaling(self) -> None:
+        """Alone again: journal again, where this store may (engine.py)."""
+        writer, env = self._writer, self._env
+        if writer is not None and env is not None and not env.journaled and self._may_journal():
+            await asyncio.to_thread(writer.start_journaling, lambda: self._journaling_of(env))
+
     def _release_hold_lock(self) -> None:
         if self._hold_lock is not None:
             self._hold_lock.close()
@@ -108,6 +143,7 @@ class HoldHandOver(StoreCore):
                         await asyncio.to_thread(lock.hand_over)
                         log.info("another process opened the store: %d held messages written", written)
                 elif ticks % _REELECT_EVERY == 0 and await asyncio.to_thread(lock.reelect):
+                    await self._start_journaling()
                     self._ops.allow_holds = True
             except PushgateError as exc:
                 log.warning("hold lock: %s", exc.detail)

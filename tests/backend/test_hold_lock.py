@@ -75,8 +75,13 @@ async def test_another_process_never_gets_a_held_message(store_factory: StoreFac
     # The receipts handed out while held still work.
     assert (await store.ack(T1, [m.receipt for m in held])).acked == 2
 
-    # Alone again: first deliveries are held (nothing written) once more.
+    # Alone again: first deliveries are held (nothing written) once more, and it journals
+    # again, after the LSN the child's commits left.
     await holding_again(store)
+    env = store._require_env()
+    assert env.journaled and not env.env.flags()["sync"]
+    saved = checkpoint.load(tmp_path / "store")
+    assert saved is not None and not saved.clean and saved.lsn == store.last_lsn
     await store.send(T1, q("jobs"), [msg("d")])
     [d] = await store.receive_in_memory(T1, q("jobs"), 1)
     assert await stored_counts(store, "jobs", [d]) == [0]
