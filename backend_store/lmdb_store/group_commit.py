@@ -322,9 +322,13 @@ class GroupCommitWriter:
                 if self._env.grow():
                     continue
                 if not advanced:
-                    # LMDB reuses pages freed by transaction N only from N+2 on: after
-                    # acks free space, one tiny commit makes it usable for this batch.
+                    # LMDB reuses pages freed by transaction N only from N+2 on, and only
+                    # once no reader is older than N: a journaling store's checkpoint holds
+                    # one (checkpoint.py), so it takes a checkpoint now, and one tiny commit
+                    # then makes what acks freed usable for this batch.
                     advanced = True
+                    if self._journaling is not None:
+                        self._checkpoint()
                     if self._advance():
                         continue
                 # Full at the maximum size: let each operation try alone, so the ones
