@@ -167,8 +167,9 @@ class GroupCommitWriter:
         ``durable=False`` (receives): the operation's commit may be left undone by a crash
         of the machine (never of the process) until a later commit syncs, when the
         environment does not sync each commit itself (``Environment.sync_meta``): a batch
-        of such operations only is answered without waiting for its meta page to reach
-        the disk. Any other batch is durable before any caller hears of it (``_settle``)."""
+        of such operations only is answered without waiting for its meta page (or, in a
+        journaling store, its journal entry) to reach the disk. Any other batch is durable
+        before any caller hears of it (``_settle``, ``_settle_journaled``)."""
         if self._closed:
             raise Unavailable("store is closed")
         loop = asyncio.get_running_loop()
