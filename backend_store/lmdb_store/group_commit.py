@@ -232,6 +232,7 @@ class GroupCommitWriter:
                     elif self._journaling is not None:
                         self._finish_journaling()
                         self._env.reopen(journaled=False)
+                        log.info("store %s is shared: no journal, LMDB syncs each commit", self._env.path)
                 except (OSError, lmdb.Error, Unavailable):
                     # Commits from here on fail ("store write failed"); the writer lives on.
                     log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
@@ -259,6 +260,7 @@ class GroupCommitWriter:
             self._env.reopen(journaled=False)
             return False
         self._journaling = journaling
+        log.info("store %s is alone again: it journals", self._env.path)
         return True
 
     def _next_item(self) -> Any:
