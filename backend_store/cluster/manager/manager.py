@@ -35,12 +35,13 @@ from ..coordination.layout import (
     read_partition_map,
     unpack,
 )
+from ..coordination.pools import DEFAULT_POOL_PARTITIONS, PoolRequest, placement
 from .plan import ClusterView, Memory, PlanSettings, plan
 
 log = logging.getLogger("pushgate.cluster")
 
 # The prefixes the manager watches (start): it plans only once it has read every one.
-_WATCHED = 7
+_WATCHED = 8
 
 
 class Manager:
@@ -88,6 +89,7 @@ class Manager:
         """What the manager plans on: each prefix and the handler that takes it into the view."""
         return (
             (self.layout.queues, self._on_queues),
+            (self.layout.pools, self._on_pools),
             (self.layout.nodes, self._on_nodes),
             (self.layout.partitions, self._on_partitions),
             (self.layout.leaders, self._on_leaders),
@@ -140,6 +142,13 @@ class Manager:
                     revisions[(tenant, queue)] = entry.create_revision
         self.view.queues = out
         self.view.queue_revisions = revisions
+
+    def _on_pools(self, state: PrefixState) -> None:
+        out: dict[str, PoolRequest] = {}
+        for name, value in state.values().items():
+            with contextlib.suppress(PushgateError):
+                out[name] = PoolRequest.unpack(value)
+        self.view.pools = out
 
     def _on_nodes(self, state: PrefixState) -> None:
         out: dict[str, NodeRecord] = {}
@@ -359,6 +368,8 @@ class Manager:
                 continue  # deleted and created again: this partition is the old queue's
             with contextlib.suppress(PushgateError):
                 attributes = unpack(entry.value)
+                if isinstance(attributes, dict) and placement(attributes) is not None:
+                    continue  # a pool's queue now: this partition is an earlier queue's
                 partitions = attributes.get("partitions", 1) if isinstance(attributes, dict) else 1
                 if isinstance(partitions, int) and record.index >= partitions:
                     continue  # past a lowered partition count
@@ -409,9 +420,11 @@ async def run_manager(
     prefix: str | None = None,
     rebalance: bool = True,
     replace_after_s: float = 300.0,
+    pool_partitions: int = DEFAULT_POOL_PARTITIONS,
     etcd_tls: EtcdTls | None = None,
 ) -> None:
-    """``pushgate manager``: run until cancelled."""
+    """``pushgate manager``: run until cancelled. ``pool_partitions``: the slots each pool
+    of shared partitions has at least (``--partitions``)."""
     from ..coordination.etcd_coordinator import EtcdCoordinator
 
     coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
@@ -420,8 +433,9 @@ async def run_manager(
         manager_id=manager_id,
         ttl_s=ttl_s,
         layout=Layout(prefix) if prefix else None,
-        rebalance=rebalance,
-        replace_after_s=replace_after_s,
+        settings=PlanSettings(
+            rebalance=rebalance, replace_after_s=replace_after_s, pool_partitions=pool_partitions
+        ),
     )
     await manager.start()
     print(f"pushgate manager {manager.manager_id} started", flush=True)
