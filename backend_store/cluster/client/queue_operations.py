@@ -68,9 +68,25 @@ class QueueOperations:
                     self.settings.placement_wait_s,
                 )
                 return QueueInfo(tenant, name, record.created_at, record.attributes), created
+        if created and record.placement is not None:
+            return await self._created_in_placement(record), created
         # The first answer from each leader says its store holds the queue (a leader that has
         # yet to apply the record answers not_leader, which the call retries).
         return await self._with_stats(record), created
+
+    async def _created_in_placement(self, record: QueueRecord) -> QueueInfo:
+        """Wait until each placement partition's leader holds the new queue: it answers
+        not_leader until it applied the record (the call retries). Asked as ``create_queue``
+        (idempotent) rather than ``get_queue``: a leader whose watch took this queue's
+        deletion and re-creation as one change never saw the ``deleting`` mark, still counts
+        the queue as applied, and finds it gone from its store (the deleting gateway's
+        ``delete_queue``); the create puts it back there, as the record says."""
+        plain = store_attributes(record.attributes.to_dict())
+        infos = await self.queue_parts.each_partition(
+            record, "create_queue", retry_unknown=True, name=record.name, attributes=plain
+        )
+        stats = sum_stats([info.stats for info, _ in infos])
+        return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
 
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
         return await self._with_stats(await self.metadata.queue(tenant, name))
