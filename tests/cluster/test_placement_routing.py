@@ -130,6 +130,8 @@ async def test_dead_letters_are_found_in_the_placements_of_the_queues_feeding_th
     await world.queue("a", (12,), max_receives=2, dead_letter_queue="dlq")
     await world.queue("b", (13, 14), partitions=2, max_receives=2, dead_letter_queue="dlq")
     await world.queue("c", (14,))
+    # Feeding it from its own partition: that partition holds one copy, asked once.
+    await world.queue("e", (11,), max_receives=2, dead_letter_queue="dlq")
     dlq = world.metadata.cached_queue(T, QueueName("dlq"))
     assert dlq is not None
     held = world.parts.holders(dlq)

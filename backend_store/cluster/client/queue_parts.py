@@ -52,10 +52,16 @@ class QueueParts:
         """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
         those of the queues that dead-letter into it or did before their ``dead_letter_queue``
         changed, whose stores keep their dead letters (bound to those queues; only those in
-        the map). O(sources): the metadata indexes who feeds whom."""
+        the map; each partition once). O(sources): the metadata indexes who feeds whom."""
         parts = self.parts(record)
+        seen = {p.id for p in parts}
         for source in self.metadata.dead_letter_sources(record):
-            parts.extend(p for p in self.parts(source) if p.id in self.view.map.partitions)
+            for part in self.parts(source):
+                # A pool partition holds one copy of the dead-letter queue, however many of
+                # its queues feed it (and it may be the queue's own): asked once.
+                if part.id in self.view.map.partitions and part.id not in seen:
+                    seen.add(part.id)
+                    parts.append(part)
         return parts
 
     async def each_partition(
