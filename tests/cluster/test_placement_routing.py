@@ -22,6 +22,7 @@ from backend_store.cluster.client.routing import prefix_receipt
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout, LeaderRecord, PartitionRecord
+from backend_store.errors import QueueNotFound
 from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
@@ -164,6 +165,12 @@ async def test_a_record_marked_deleting_reads_as_absent(world: World) -> None:
     assert not created and again.deleting
     # A mark made on a record that changed since is refused (compare-and-put).
     assert await world.metadata.mark_deleting(record) is None
+    # The record goes only as of its mark, and is out of this gateway's copy on return.
+    with pytest.raises(QueueNotFound):
+        await world.metadata.delete_queue(T, QueueName("gone"), record.mod_revision)
+    await world.metadata.delete_queue(T, QueueName("gone"), marked.mod_revision)
+    assert world.metadata.cached_record(T, QueueName("gone")) is None
+    assert list(world.metadata.index.names_after(T, "")) == []
 
 
 async def test_listing_pages_by_name_from_the_watched_records(world: World) -> None:

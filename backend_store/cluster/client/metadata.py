@@ -287,11 +287,20 @@ class ClusterMetadata:
         return await self._read_back(record.tenant, record.name)
 
     async def delete_queue(self, tenant: TenantId, name: QueueName, mod_revision: int | None = None) -> None:
-        """Delete the record (only as of ``mod_revision`` when given); ``QueueNotFound`` if
-        there was none (or it changed)."""
-        if not await self.coordinator.delete(self.paths.queue(tenant, name), mod_revision):
+        """Delete the record; ``QueueNotFound`` if there was none. With ``mod_revision``
+        (a record marked ``deleting``, as of that revision): only if it did not change."""
+        key = self.paths.queue(tenant, name)
+        if not await self.coordinator.delete(key, mod_revision):
             raise QueueNotFound(f"queue {name!r} does not exist")
-        await self._settle(self.queues)
+        if mod_revision is None:
+            await self._settle(self.queues)
+            return
+        # Out of the watched copy at once, without re-reading the prefix: a state of the watch
+        # older than the deletion can only show the record marked, which reads as absent.
+        held = self.queues.state
+        if key in held.entries:
+            entries = {k: e for k, e in held.entries.items() if k != key}
+            self.queues.apply(PrefixState(held.prefix, held.revision, entries))
 
     async def _former_dead_letter_queues(
         self, current: QueueRecord, attrs: QueueAttributes

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...attributes import check_queue_name, parse_attributes
-from ...errors import PushgateError, QueueNotFound, Unavailable
+from ...errors import PushgateError, QueueExists, QueueNotFound, Unavailable
 from ...types import QueueInfo, QueueName, TenantId
 from ..coordination.queue_record import store_attributes
 from .cluster_settings import ClusterSettings
@@ -82,9 +82,12 @@ class QueueOperations:
         the queue as applied, and finds it gone from its store (the deleting gateway's
         ``delete_queue``); the create puts it back there, as the record says."""
         plain = store_attributes(record.attributes.to_dict())
-        infos = await self.queue_parts.each_partition(
-            record, "create_queue", retry_unknown=True, name=record.name, attributes=plain
-        )
+        try:
+            infos = await self.queue_parts.each_partition(
+                record, "create_queue", retry_unknown=True, name=record.name, attributes=plain
+            )
+        except QueueExists:  # changed since by another gateway (its leader applied that): held
+            return await self._with_stats(record)
         stats = sum_stats([info.stats for info, _ in infos])
         return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
 
