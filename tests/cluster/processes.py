@@ -144,12 +144,14 @@ class ClusterHarness:
         running: int | None = None,
         proxied: bool = False,
         node_args: Sequence[str] | Callable[[str], Sequence[str]] = (),
+        manager_args: Sequence[str] = (),
         client_tls: ssl.SSLContext | None = None,
     ) -> ClusterHarness:
         """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
         others are ready to ``start()`` later (a node joining). ``proxied``: each node behind
         proxies the test controls (``self.network``). ``node_args``: more options for every node
-        (or a function of the node's name giving them). ``client_tls``: ``self.pool`` dials
+        (or a function of the node's name giving them); ``manager_args`` for every manager
+        (``--partitions 4``). ``client_tls``: ``self.pool`` dials
         the nodes with it."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale(), tls=client_tls)
@@ -172,7 +174,7 @@ class ClusterHarness:
             self.nodes[name] = ClusterProcess(name, [*argv, "--log-level", "info"], self.root / f"{name}.log")
         for i in range(managers):
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]
-            argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info"]
+            argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info", *manager_args]
             self.managers.append(ClusterProcess(f"m{i}", argv, self.root / f"m{i}.log"))
         started = list(self.nodes.values())[:running]
         for proc in [*started, *self.managers]:

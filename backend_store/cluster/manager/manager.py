@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection
-from typing import Any
 
 from ...errors import PushgateError
 from ...types import Epoch
@@ -84,6 +83,7 @@ class Manager:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._held: dict[str, PrefixState] = {}  # per prefix, the state the view was last given
+        self._queue_state = PrefixState(self.layout.queues, 0)  # the last one _on_queues took
 
     def _handlers(self) -> tuple[tuple[str, Callable[[PrefixState], None]], ...]:
         """What the manager plans on: each prefix and the handler that takes it into the view."""
@@ -131,17 +131,26 @@ class Manager:
                 await asyncio.sleep(0.5)
 
     def _on_queues(self, state: PrefixState) -> None:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        revisions: dict[tuple[str, str], int] = {}
-        for key, entry in state.entries.items():
+        """Only the records that changed since the last state are read again (at ten
+        thousand queues, reading every record at every create made creates cost O(N) each),
+        and those of queues in a pool are left out of the view's ``queues``: the plan makes
+        partitions for none of them (coordination/pools.py)."""
+        before, self._queue_state = self._queue_state, state
+        view = self.view
+        for key in _changed(before, state):
             tenant, _, queue = key[len(state.prefix) :].partition("/")
+            name = (tenant, queue)
+            view.queues.pop(name, None)
+            view.queue_revisions.pop(name, None)
+            entry = state.entries.get(key)
+            if entry is None or not queue:
+                continue
             with contextlib.suppress(PushgateError):
                 attributes = unpack(entry.value)
                 if isinstance(attributes, dict):
-                    out[(tenant, queue)] = attributes
-                    revisions[(tenant, queue)] = entry.create_revision
-        self.view.queues = out
-        self.view.queue_revisions = revisions
+                    view.queue_revisions[(tenant, queue)] = entry.create_revision
+                    if placement(attributes) is None:
+                        view.queues[(tenant, queue)] = attributes
 
     def _on_pools(self, state: PrefixState) -> None:
         out: dict[str, PoolRequest] = {}
@@ -382,6 +391,14 @@ class Manager:
             )
             return False
         return True
+
+
+def _changed(before: PrefixState, after: PrefixState) -> set[str]:
+    """Keys added, removed or holding another entry (value or revisions: after a restore, a
+    key may hold another value at a mod revision it held before)."""
+    keys = set(before.entries) ^ set(after.entries)
+    keys.update(k for k in set(before.entries) & set(after.entries) if before.entries[k] != after.entries[k])
+    return keys
 
 
 def _same_slot(a: PartitionRecord, b: PartitionRecord) -> bool:

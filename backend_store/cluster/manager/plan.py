@@ -47,6 +47,8 @@ log = logging.getLogger("pushgate.cluster")
 class ClusterView:
     """What the manager knows from etcd."""
 
+    # Queue records; the manager leaves out those with a ``placement`` (a pool's queues have
+    # no partitions of their own), and the plan skips any it is given.
     queues: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Each queue record's create_revision (its incarnation: a re-created queue has a new one).
     queue_revisions: dict[tuple[str, str], int] = field(default_factory=dict)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from ...errors import PushgateError
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
-from ..coordination.layout import Layout, LeaderRecord, NodeRecord, Tombstone, unpack
+from ..coordination.layout import Layout, LeaderRecord, NodeRecord, Tombstone
 
 Leaders = dict[int, tuple[LeaderRecord, Epoch]]
 
@@ -44,18 +43,6 @@ def read_nodes(state: PrefixState) -> dict[str, NodeRecord]:
     for node_id, value in state.values().items():
         with contextlib.suppress(PushgateError):
             out[node_id] = NodeRecord.unpack(value)
-    return out
-
-
-def read_queues(state: PrefixState) -> dict[tuple[str, str], dict[str, Any]]:
-    """``queues/{tenant}/{queue}``: each queue's attributes."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for key, value in state.values().items():
-        tenant, _, queue = key.partition("/")
-        with contextlib.suppress(PushgateError):
-            attributes = unpack(value)
-            if isinstance(attributes, dict):
-                out[(tenant, queue)] = attributes
     return out
 
 
