@@ -9,14 +9,18 @@ Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msg
   create_revision], ...]``, only when not empty): dead-letter queues the queue moved
   messages to before its ``dead_letter_queue`` changed. Its partitions keep those messages
   (a dead-letter queue's messages live in the partitions of the queues feeding it), so the
-  old dead-letter queue still reads them there.
+  old dead-letter queue still reads them there. ``placement`` (``[partition id, ...]``) and
+  ``deleting`` (``true`` while being deleted; such a record reads as absent here): a queue on
+  shared partitions (docs/cluster.md, "Shared partitions"; ``coordination/pools.py``).
 
-Queue writes go to etcd and, when they succeed, into the local copy at once, so this
-gateway's router sees its own changes; other gateways' writes arrive through the watch (``on_meta_change``
-and ``on_queue_change`` listeners, which the gateway uses to forget cached credentials and
-queue records at once). Reads of single values and lists go to etcd (linearizable): the
-gateway caches what it reads hot (the authenticator, the queue cache) and drops those
-caches on the listeners' word. The router reads queue attributes from the watched copy.
+Queue writes go to etcd and, when they succeed, into the local copy at once (the one key
+read back, never the whole prefix, for a create, an update and a placed queue's deletion), so
+this gateway's router and listing see its own changes; other gateways' writes arrive through
+the watch (``on_meta_change`` and ``on_queue_change`` listeners, which the gateway uses to
+forget cached credentials and queue records at once). Reads of single values go to etcd
+(linearizable): the gateway caches what it reads hot (the authenticator, the queue cache) and
+drops those caches on the listeners' word. The router reads queue attributes from the watched
+copy, and listing pages through it (:class:`~.queue_index.QueueIndex`).
 """
 
 from __future__ import annotations
@@ -331,7 +335,8 @@ class ClusterMetadata:
             return
         if dlq == name:
             raise InvalidRequest("a queue cannot be its own dead_letter_queue")
-        if await self.coordinator.get(self.paths.queue(tenant, dlq)) is None:
+        target = await self.record(tenant, QueueName(dlq))
+        if target is None or target.deleting:
             raise InvalidRequest(f"dead_letter_queue {dlq!r} does not exist")
 
     # Watch ------------------------------------------------------------------------
