@@ -86,8 +86,8 @@ class PartitionInfo:
 
     @property
     def pool(self) -> str | None:
-        """The pool a pool partition belongs to (None: a queue's own partition). Unknown
-        (None) for a placed one the map has yet to show."""
+        """The pool of a pool partition as the map has it (None: a queue's own partition, or
+        one bound to a queue, ``placed``, whose tenant and name are the queue's)."""
         if self.placed:
             return None
         return self.queue if self.tenant == pools.POOL_TENANT else None

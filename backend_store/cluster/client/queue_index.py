@@ -114,10 +114,10 @@ class QueueIndex:
 
     def names_after(self, tenant: TenantId, after: str, prefix: str = "") -> Iterator[QueueName]:
         """The tenant's queue names past ``after`` (and from ``prefix`` on, while they start
-        with it), in order. A snapshot: the index may change while the caller iterates."""
-        names = list(self._names.get(tenant, ()))
-        start = bisect.bisect_right(names, after) if after >= prefix else bisect.bisect_left(names, prefix)
-        for name in names[start:]:
-            if not name.startswith(prefix):
-                return
-            yield name
+        with it), in order: a seek, then one step per name. Consume it before the index
+        changes (the watch's listener runs between awaits, never during a loop without one)."""
+        names = self._names.get(tenant, [])
+        at = bisect.bisect_right(names, after) if after >= prefix else bisect.bisect_left(names, prefix)
+        while at < len(names) and names[at].startswith(prefix):
+            yield names[at]
+            at += 1

@@ -99,7 +99,7 @@ class QueueParts:
         own_calls = [self.calls.call(part, "get_queue", retry_unknown=True, name=name) for name, part in own]
         answers = await asyncio.gather(*shared_calls, *own_calls)
         parts: dict[QueueName, list[QueueStats]] = {r.name: [] for r in records}
-        for (_, names), answer in zip(shared.values(), answers, strict=False):
+        for (_, names), answer in zip(shared.values(), answers[: len(shared_calls)], strict=True):
             for name in names:
                 found = answer.get(name)
                 if found is not None:
