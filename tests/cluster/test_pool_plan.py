@@ -5,10 +5,13 @@ made before pools keeps its own."""
 
 from __future__ import annotations
 
+import pytest
+
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.layout import PartitionRecord
 from backend_store.cluster.coordination.pools import PoolRequest
 from backend_store.cluster.manager.plan import PlanSettings, plan
+from gateway.cli import main
 
 from .plan_runs import publish
 from .test_manager_plan import node, view
@@ -81,6 +84,10 @@ def test_a_queue_placed_in_a_pool_gets_no_partitions_of_its_own() -> None:
     )
     out = plan(v, settings=PlanSettings(pool_partitions=2))
     assert {(r.tenant, r.queue) for r in out.puts.values()} == {("", POOL)}
+    # One whose placement cannot be read is no queue made before pools either.
+    v.queues[("t", "garbled")] = {"replication_factor": 3, pools.PLACEMENT: ["x"]}
+    out = plan(v, settings=PlanSettings(pool_partitions=2))
+    assert {(r.tenant, r.queue) for r in out.puts.values()} == {("", POOL)}
 
 
 def test_a_queue_made_before_pools_keeps_its_own_partitions_beside_a_pool() -> None:
@@ -124,3 +131,13 @@ def test_a_malformed_pool_request_is_ignored() -> None:
         nodes={"n1": node()},
     )
     assert plan(v).puts == {}
+
+
+def test_the_partitions_flag_is_documented_and_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("manager", "dev-cluster"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "--partitions" in capsys.readouterr().out
+    assert main(["manager", "--etcd", "127.0.0.1:1", "--partitions", "0"]) == 2
+    assert "--partitions must be 1 or more" in capsys.readouterr().err

@@ -169,3 +169,30 @@ def test_a_stats_request_is_ready_when_every_queue_it_names_is(names: list[str])
     queues = PoolQueues(applied={("t", "a"): {}, ("t", "b"): None}, opened=True)
     why = queues.not_ready("queue_stats", {"tenant": "t", "names": names})
     assert (why is None) == ("missing" not in names)
+
+
+async def test_a_queue_a_gateway_deleted_is_made_again_from_its_live_record() -> None:
+    # The watch showed the deleting mark, the record's removal and the record made again as
+    # one change: the queue is still counted applied with the same attributes. The deleting
+    # gateway's delete_queue took it out of the store: the next pass makes it again.
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, a=doc(1))
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    queues.served("delete_queue", {"tenant": "t", "name": "a"})
+    assert queues.not_ready("send", {"tenant": "t", "queue": "a"}) == "a not applied yet"
+    store.calls.clear()
+    queues.changed(watch.write(records, a=doc(1))[1])
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert (
+        store.calls == [("ensure", ("t", "a"))]
+        and queues.not_ready("send", {"tenant": "t", "queue": "a"}) is None
+    )
+
+
+def test_a_record_whose_placement_cannot_be_read_is_placed_nowhere_and_fails_nothing() -> None:
+    records, watch = QueueRecords(), Watch()
+    changed = watch.write(records, bad={pools.PLACEMENT: ["x", None]}, good=doc(1))
+    assert changed == {1: {("t", "good")}}
+    assert records.on_partition(1) == {("t", "good")} and pools.placement(records[("t", "bad")]) == ()

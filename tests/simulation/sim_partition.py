@@ -272,6 +272,7 @@ class SimPartitionHost(LeaderTerm):
                 ) from None
         finally:
             self._writes_in_flight -= 1
+        self.pool_queues.served(op, args)
         return result
 
     # Life cycle ----------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class SimPools:
         self.layout = layout
         self.gateway = gateway
         self.placements: dict[str, tuple[int, ...]] = {}
+        self.written: list[str] = []  # the queues whose records ``create`` wrote, in order
 
     def route(self, queue: str, index: int) -> PartitionInfo | None:
         """The partition a pooled queue's index lives on (None: not a pooled queue here)."""
@@ -106,6 +107,8 @@ class SimPools:
                         await asyncio.sleep(_RETRY_S)
                         continue
                     placement = held
+                else:
+                    self.written.append(spec.name)
                 self.placements[spec.name] = placement
                 return True
             except (CoordinatorUnavailable, PushgateError):

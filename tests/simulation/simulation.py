@@ -202,6 +202,7 @@ class _Run:
         self.worst_pause_s = 0.0
         self.main_task: asyncio.Task[None] | None = None
         self.churn: Churn | None = None
+        self.made_again: list[str] = []  # producers' queues whose records a restore lost
 
     def after_step(self) -> None:
         if self.oracle.violation is not None and not self.stopping and self.main_task is not None:
@@ -281,7 +282,11 @@ class _Run:
         if pooled:
             # The operator makes again the queues a restore lost (the gateway places a queue
             # where its name hashes to: the same partitions, which kept its messages).
+            written = len(gateway.pools.written)
             await self._create_pooled(gateway, self.queues, 30.0)
+            self.made_again = gateway.pools.written[written:]
+            if self.made_again:
+                self.oracle.fact("queues-made-again", f"a restore had lost the records of {self.made_again}")
         self._check_availability(enforce=config.mix.availability_checked)
         await asyncio.sleep(config.settle_s)
         # Checks.
@@ -295,6 +300,8 @@ class _Run:
             self.topology += (
                 f"; churn: {churned.created} created, {churned.deleted} deleted, {churned.acked} sends"
             )
+            if self.made_again:
+                self.topology += f"; made again after a restore: {', '.join(self.made_again)}"
         self.virtual_s = asyncio.get_running_loop().time()
 
     async def _until_registered(self, nodes: int, timeout_s: float) -> None:

@@ -149,7 +149,7 @@ class Manager:
                 attributes = unpack(entry.value)
                 if isinstance(attributes, dict):
                     view.queue_revisions[(tenant, queue)] = entry.create_revision
-                    if placement(attributes) is None:
+                    if not placement(attributes):  # a readable placement: a pool's queue
                         view.queues[(tenant, queue)] = attributes
 
     def _on_pools(self, state: PrefixState) -> None:
@@ -377,7 +377,7 @@ class Manager:
                 continue  # deleted and created again: this partition is the old queue's
             with contextlib.suppress(PushgateError):
                 attributes = unpack(entry.value)
-                if isinstance(attributes, dict) and placement(attributes) is not None:
+                if isinstance(attributes, dict) and placement(attributes):
                     continue  # a pool's queue now: this partition is an earlier queue's
                 partitions = attributes.get("partitions", 1) if isinstance(attributes, dict) else 1
                 if isinstance(partitions, int) and record.index >= partitions:

@@ -481,7 +481,7 @@ def plan(
         found = view.queues.get((record.tenant, record.queue))
         if (
             found is None
-            or pools.placement(found) is not None  # a pool's queue now: this is an earlier one's
+            or bool(pools.placement(found))  # a pool's queue now: this is an earlier one's
             or record.index >= _int_attr(found, "partitions", 1)
             or not _current(view, record)
         ):

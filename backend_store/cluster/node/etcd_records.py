@@ -3,6 +3,7 @@
 ``node.py`` and the deterministic simulation's node call these on every state their watches
 deliver, so both read etcd alike (a record this version cannot read is left out, never an
 error: the partition map's own rules are :func:`~..coordination.layout.read_partition_map`).
+``queues/`` is kept by the keys that change instead (:class:`~.pool_queues.QueueRecords`).
 """
 
 from __future__ import annotations

@@ -410,6 +410,7 @@ class PartitionHost(LeaderTerm):
                 ) from None
         finally:
             self._writes_in_flight -= 1
+        self.pool_queues.served(op, args)
         return result
 
     async def _read_index(self, leader: ReplicationLeader, lsn: Lsn, timeout_s: float) -> None:

@@ -251,6 +251,17 @@ class PoolQueues:
         self.pending.update(failed)
         self.opened = True
 
+    def served(self, op: str, args: Mapping[str, Any]) -> None:
+        """After a request was served: a gateway's ``delete_queue`` took the queue out of the
+        store, so it is applied no more, and applied again from its record at the next call
+        (a gateway deleting an earlier queue of the name before making it again: the record
+        is live, and the new queue must exist; a watch that showed the mark, the removal and
+        the new record as one change left it counted applied, and the store without it)."""
+        tenant, name = args.get("tenant"), args.get("name")
+        if op == "delete_queue" and isinstance(tenant, str) and isinstance(name, str):
+            self.applied.pop((tenant, name), None)
+            self.pending.add((tenant, name))
+
     def not_ready(self, op: str, args: Mapping[str, Any]) -> str | None:
         """Why a request cannot be served yet (None: it can): a queue it names is not
         applied. Answered as not_leader (nothing applied; the gateway retries), while the
