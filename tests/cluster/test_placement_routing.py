@@ -22,7 +22,7 @@ from backend_store.cluster.client.routing import prefix_receipt
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout, LeaderRecord, PartitionRecord
-from backend_store.errors import QueueNotFound
+from backend_store.errors import QueueNotFound, Unavailable
 from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
@@ -224,3 +224,18 @@ def test_a_bound_partition_follows_its_id_in_a_new_map() -> None:
     bound = bind_to_queue(None, 7, T, QueueName("jobs"), 1, 42)
     assert bound.placed and bound.leader is None and bound.pool is None
     assert PartitionMap().resolve(bound) is None
+
+
+async def test_a_placement_this_gateway_cannot_read_is_unavailable_not_a_crash(world: World) -> None:
+    await world.queue("dlq", (11,))
+    # As a newer version might write it: a placement whose ids do not read as numbers.
+    doc = {"max_receives": 2, "dead_letter_queue": "dlq", "created_at": 1.0, pools.PLACEMENT: ["p-12"]}
+    await world.coordinator.put(world.paths.queue(T, "odd"), record_doc(**doc))
+    odd = await world.metadata.queue(T, QueueName("odd"))
+    assert odd.placement == ()
+    with pytest.raises(Unavailable):
+        world.parts.parts(odd)
+    # Its dead-letter queue is still served from the partitions it can reach.
+    await world.metadata.queues.refresh()
+    dlq = world.metadata.cached_queue(T, QueueName("dlq"))
+    assert dlq is not None and [p.id for p in world.parts.holders(dlq)] == [11]

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import Unavailable
 from ...types import QueueInfo, QueueName, QueueStats, TenantId
 from .metadata import ClusterMetadata, QueueRecord
 from .partition_calls import PartitionCalls
@@ -36,6 +37,8 @@ class QueueParts:
         (``placement``); a queue made before pools has its own, with a placeholder for each
         one not placed yet (its calls wait for the manager)."""
         revision = record.create_revision
+        if record.placement == ():
+            raise Unavailable(f"queue {record.name!r} has a placement this gateway cannot read")
         if record.placement is not None:
             return [
                 bind_to_queue(self.view.map.partitions.get(pid), pid, record.tenant, record.name, i, revision)
@@ -56,6 +59,8 @@ class QueueParts:
         parts = self.parts(record)
         seen = {p.id for p in parts}
         for source in self.metadata.dead_letter_sources(record):
+            if source.placement == ():
+                continue  # unreadable: placed nowhere this gateway can reach
             for part in self.parts(source):
                 # A pool partition holds one copy of the dead-letter queue, however many of
                 # its queues feed it (and it may be the queue's own): asked once.
