@@ -38,7 +38,8 @@ from ..types import (
     StorageUsage,
     TenantId,
 )
-from . import dead_letter_ops, queue_ops
+from . import checkpoint, dead_letter_ops, queue_ops
+from .checkpoint import Journaling
 from .demands import StandingDemands
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter
@@ -92,19 +93,42 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     async def start(self) -> None:
         if self._env is not None:
             return
-        # A store that keeps a replication log (a backend node) syncs every commit: a
-        # replica's log must never lose its tail, receives included.
-        env = await asyncio.to_thread(
-            functools.partial(
-                Environment,
-                self.path,
-                self.options.map_size,
-                self.options.max_map_size,
-                sync_meta=self._replication_log.keep > 0,
+        # A standalone store alone with its files journals: one sync per commit
+        # (checkpoint.py). A store that keeps a replication log (a backend node) has LMDB sync
+        # every commit whole: a replica's log must never lose its tail, receives included.
+        journaled = await self._elect_holder() and self._may_journal()
+        try:
+            saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
+            env = await asyncio.to_thread(
+                functools.partial(
+                    Environment,
+                    self.path,
+                    self.options.map_size,
+                    self.options.max_map_size,
+                    sync_meta=self._replication_log.keep > 0,
+                    journaled=journaled,
+                )
             )
-        )
+        except BaseException:
+            self._release_hold_lock()
+            raise
+        journaling: Journaling | None = None
+        try:
+            if journaled:
+                if saved is not None:
+                    await asyncio.to_thread(checkpoint.replay, env, saved)
+                journaling = self._journaling_of(env)
+                # The checkpoint every commit of this run is journaled after.
+                await asyncio.to_thread(journaling.checkpoint)
+        except BaseException:
+            if journaling is not None:
+                journaling.release()
+            self._release_hold_lock()
+            await asyncio.to_thread(env.close)
+            raise
+        if not journaled:
+            await self._share_unless_holder(env)
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
-        await self._take_hold_lock(env)
         self._env = env
         self._loop = asyncio.get_running_loop()
         reserve = self.options.disk_reserve_bytes
@@ -121,6 +145,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             index_listener=self._ops.holds.indexed,
             on_commit_start=self._commit_starts,
             room_gauge=RoomGauge(env, reserve) if reserve else None,
+            journaling=journaling,
         )
         self._writer.start()
         try:
