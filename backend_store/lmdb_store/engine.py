@@ -32,6 +32,7 @@ from ..types import (
     PeekedMessage,
     QueueInfo,
     QueueName,
+    QueueStats,
     ReceivedMessage,
     SendResult,
     StorageUsage,
@@ -237,9 +238,21 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
 
         return await self._read(read)
 
-    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
+    async def list_queues(
+        self, tenant: TenantId, *, after: str = "", limit: int | None = None, prefix: str = ""
+    ) -> list[QueueInfo]:
         held = self._ops.holds.held_count
-        return await self._read(lambda v: queue_ops.list_queues(v, tenant, self._clock(), held))
+        return await self._read(
+            lambda v: queue_ops.list_queues(
+                v, tenant, self._clock(), held, after=after, limit=limit, name_prefix=prefix
+            )
+        )
+
+    async def queue_stats(self, tenant: TenantId, names: Sequence[QueueName]) -> dict[QueueName, QueueStats]:
+        """Several queues' stats in one read transaction (a shared partition answers a page
+        of ``GET /v1/queues`` with one request: docs/cluster.md, "Shared partitions")."""
+        held = self._ops.holds.held_count
+        return await self._read(lambda v: queue_ops.stats_of(v, tenant, names, self._clock(), held))
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         return await self._write(

@@ -27,9 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from backend_store.cluster.client.node_pool import NodePool
+from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
+from backend_store.cluster.coordination.layout import (
+    Layout,
+    LeaderRecord,
+    NodeRecord,
+    PartitionRecord,
+    pack,
+    unpack,
+)
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Epoch, NewMessage, PeekedMessage, QueueName, SendResult, TenantId
 from gateway.local_ports import free_ports
@@ -292,7 +300,15 @@ class ClusterHarness:
         return "".join(f"{line}\n" for line in lines)
 
     async def partition_of(self, tenant: str, queue: str, index: int = 0) -> int:
+        """The partition holding partition ``index`` of the queue: its placement's (a queue
+        on a pool, docs/cluster.md "Shared partitions"), or its own (made before pools)."""
+
         async def find() -> int | None:
+            assert self.coordinator is not None
+            entry = await self.coordinator.get(self.layout.queue(tenant, queue))
+            placed = pools.placement(unpack(entry.value)) if entry is not None else None
+            if placed is not None:
+                return placed[index] if index < len(placed) else None
             for pid, rec in (await self.partitions()).items():
                 if (rec.tenant, rec.queue, rec.index) == (tenant, queue, index):
                     return pid
