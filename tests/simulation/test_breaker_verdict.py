@@ -22,7 +22,7 @@ from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = (400087, 401977)
-THE_LATER_FIXES = ["handover-answer", "first-entry-task", "revoke-lost-lease"]
+THE_LATER_FIXES = ["handover-answer", "first-entry-task", "revoke-lost-lease", "wakes-with-entries"]
 
 
 @pytest.mark.parametrize("seed", FOUND)
