@@ -199,6 +199,13 @@ class EtcdServer:
             delay += 0.001 + self.rng.random() * 0.002  # a write: etcd's own fsync
         return delay, reply
 
+    def read_now(self, prefix: str) -> RangeResult:
+        """A range read of the model as it is, outside any connection (SimCoordinator's
+        ``off_the_network`` prefixes)."""
+        result = self._apply(Range(prefix))
+        assert isinstance(result, RangeResult)
+        return result
+
     def _apply(self, request: Request) -> Any:
         state = self.state
         if isinstance(request, Range):
