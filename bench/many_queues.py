@@ -487,7 +487,8 @@ def summary(rounds: list[tuple[Round, Round]]) -> None:
         line = f"  {k:<28} cluster {_fmt(min(values))}-{_fmt(max(values))}"
         if k in RATIOS:
             ratios = [c.figures[k] / e.figures[k] for e, c in rounds if e.figures.get(k)]
-            line += f"; cluster/embedded {min(ratios):.2f}-{max(ratios):.2f}"
+            if ratios:
+                line += f"; cluster/embedded {min(ratios):.2f}-{max(ratios):.2f}"
         print(line)
 
 
