@@ -195,6 +195,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
         wall = await pool(every[args.few :], args.producers, create)
+        progress(system, f"created {len(every):,} queues ({refused} refused)")
         f["create/s"] = (len(every) - args.few) / wall
         f["create refused"] = refused
         for queue in every:  # the queues refused above, for the steps after (not timed)
@@ -234,6 +235,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
             if await ok(http.get(f"/v1/queues/{queue}")) is not None:
                 took.append((time.perf_counter() - began) * 1000)
         f["GET queue p50 ms"] = percentiles(took)[0]
+        progress(system, "listed and read")
 
         acked: dict[str, set[str]] = {q: set() for q in every}
         counter = itertools.count()
@@ -248,6 +250,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
                 acked[queue].add(body)
 
         f["send/s"] = len(every) / await pool(every, args.producers, send)
+        progress(system, f"sent one message to each queue ({refused} refused)")
         f["send refused"] = refused
 
         delivered: set[str] = set()
@@ -258,6 +261,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
 
         for fault in [x for x in args.faults.split(",") if x] if system.etcd else []:
             await one_fault(system, http, fault, every, acked, counter, args, out)
+            progress(system, f"{fault}: every queue took a send, or the time was up")
             await asyncio.sleep(args.settle)
         if system.etcd:
             f["lost"], unread = await lost(http, every, acked, delivered, args)
@@ -272,6 +276,11 @@ def aws_credentials(system: System) -> tuple[str, str]:
     command += ["key", "create", "--tenant", "default", "--scope", "admin", "--aws"]
     created = json.loads(subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout)
     return created["aws_access_key_id"], created["aws_secret_access_key"]
+
+
+def progress(system: System, step: str) -> None:
+    """A line on stderr as each step ends (a run at 10,000 queues takes a while)."""
+    print(f"  {time.strftime('%H:%M:%S')} {system.name}: {step}", file=sys.stderr, flush=True)
 
 
 async def sqs_list(sqs: SqsClient) -> httpx.Response:
