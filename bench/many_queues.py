@@ -56,8 +56,10 @@ from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.coordination.layout import Layout
+from backend_store.cluster.coordination.layout import Layout, LeaderRecord
+from backend_store.errors import PushgateError
 from bench.dev_cluster_failover import _CHILD, start
 from bench.push_common import machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
@@ -368,9 +370,13 @@ async def one_fault(
     pending = list(every)
     random.shuffle(pending)
     recovered: dict[str, float] = {}
+    etcd = await EtcdCoordinator([system.etcd]).connect()
+    led = await leaders(etcd)
     signalled = time.monotonic()
     os.killpg(pid, signal.SIGSTOP if fault == "stop" else signal.SIGKILL)
     deadline = signalled + args.fault_timeout
+    theirs = {p for p, n in led.items() if n == victim}
+    watcher = asyncio.create_task(led_again(etcd, victim, theirs, deadline))
 
     async def producer() -> None:
         while pending and time.monotonic() < deadline:
@@ -386,16 +392,47 @@ async def one_fault(
 
     try:
         await asyncio.gather(*(producer() for _ in range(args.producers)))
+        last_led = await watcher
     finally:
         if fault == "stop":
             os.killpg(pid, signal.SIGCONT)
         else:
             del system.processes[victim]
+        watcher.cancel()
+        await etcd.close()
+    out.figures[f"{fault}: partitions led again s"] = last_led - signalled
+    # One send to each queue takes this long at the rate measured before any fault: the
+    # "last queue" figure cannot be lower, however fast the partitions fail over.
+    out.figures[f"{fault}: floor at send/s s"] = len(every) / out.figures["send/s"]
+    out.notes.append(f"{fault}: {len(theirs)} partitions were led by {victim}")
     took = sorted(recovered.values())
     out.figures[f"{fault}: last queue s"] = took[-1] if len(took) == len(every) else float("inf")
     out.figures[f"{fault}: p50 s"] = statistics.median(took) if took else float("nan")
     out.figures[f"{fault}: queues without a send"] = len(every) - len(took)
     out.notes.append(f"{fault}: signalled {victim}")
+
+
+async def leaders(etcd: EtcdCoordinator) -> dict[int, str]:
+    """Partition -> the node whose leader key it holds."""
+    state = await etcd.read_prefix(Layout().leaders)
+    out: dict[int, str] = {}
+    for key, value in state.values().items():
+        with contextlib.suppress(ValueError, PushgateError):
+            out[int(key)] = LeaderRecord.unpack(value).node
+    return out
+
+
+async def led_again(etcd: EtcdCoordinator, victim: str, partitions: set[int], deadline: float) -> float:
+    """When each of ``partitions`` had a leader key naming another node than ``victim``
+    (polled every 50 ms; inf: not by the deadline)."""
+    waiting = set(partitions)
+    while waiting and time.monotonic() < deadline:
+        with contextlib.suppress(CoordinatorUnavailable):
+            now = await leaders(etcd)
+            waiting = {p for p in waiting if now.get(p) in (None, victim)}
+        if waiting:
+            await asyncio.sleep(0.05)
+    return float("inf") if waiting else time.monotonic()
 
 
 async def lost(
