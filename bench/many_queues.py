@@ -477,8 +477,8 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
     out = Round()
     data = root / "cluster"
     proc, printed = start(data)
+    children = {m[1]: (m[2], int(m[3])) for m in _CHILD.finditer(printed)}
     try:
-        children = {m[1]: (m[2], int(m[3])) for m in _CHILD.finditer(printed)}
         url = printed.split("ready: the gateway serves ", 1)[1].split()[0]
         key = next(
             line.split()[-1] for line in printed.splitlines() if line.startswith("Bootstrap admin key")
@@ -500,7 +500,7 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
     return out
 
 
-def show(n: int, embedded: Round, cluster: Round) -> None:
+def show(embedded: Round, cluster: Round) -> None:
     keys = list(dict.fromkeys([*cluster.figures, *embedded.figures]))
     print(f"{'measure':<28} {'embedded':>11} {'cluster':>11} {'cluster/emb':>11}  target")
     for k in keys:
@@ -577,7 +577,7 @@ def main() -> None:
             print(
                 f"{args.queues:,} queues, {args.producers} producers; load average now {os.getloadavg()[0]:.1f}"
             )
-            show(n, embedded, cluster)
+            show(embedded, cluster)
             rounds.append((embedded, cluster))
             sys.stdout.flush()
     summary(rounds)
