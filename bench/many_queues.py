@@ -200,11 +200,14 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         progress(system, f"created {len(every):,} queues ({refused} refused)")
         f["create/s"] = (len(every) - args.few) / wall
         f["create refused"] = refused
-        for queue in every:  # the queues refused above, for the steps after (not timed)
+
+        async def ensure(queue: str) -> None:
             for _ in range(5):
                 if await ok(http.get(f"/v1/queues/{queue}")) is not None:
                     break
                 await create(queue)
+
+        await pool(every, args.producers, ensure)  # the queues refused above, for the steps after (not timed)
         await settle(system)
         after = {n: proc_stats(p) for n, p in system.processes.items()}
         grown = len(every) - args.few
