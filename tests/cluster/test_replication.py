@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -324,6 +325,28 @@ async def test_a_follower_the_leader_forgot_rejoins_past_the_window_and_catches_
     await write(cluster, "after")
     await until(lambda: leader.lag().get("f1") == 0, "f1 to catch up")
     assert await contents(restarted.store) == await contents(cluster.leader)
+
+
+async def test_an_idle_leader_whose_reads_wake_its_links_still_sends_heartbeats(cluster: Cluster) -> None:
+    """Issue 48: a committed read (or any write that writes nothing) woke every link's
+    sender, and a sender woken before its heartbeat was due waited a whole heartbeat again
+    without sending one. A leader of an idle partition read more often than every heartbeat
+    (a gateway polling it, test_etcd_loss.py's wait for messages) shipped nothing at all, its
+    followers answered nothing, and check-quorum gave the term up every 2 s, for as long as
+    the reads went on. Here the reads come every 50 ms, ten times a heartbeat: each follower
+    must still answer."""
+    quorum = QuorumCheck("leader", ("leader", "f1", "f2"), window_s=3600, now=time.monotonic())
+    leader = await cluster.start(heartbeat_s=0.5, quorum=quorum)
+    assert cluster.leader is not None
+    await cluster.leader.create_queue(T1, q("orders"), {})
+    lsn = await write(cluster, "m0")
+    await until(lambda: all(v == 0 for v in leader.lag().values()), "both followers to hold the whole log")
+    reads_began = time.monotonic()
+    deadline = reads_began + scaled(5)
+    while not all(quorum.heard_after(name, reads_began) for name in ("f1", "f2")):
+        assert time.monotonic() < deadline, "no follower answered while reads kept the leader busy"
+        await leader.replicate(lsn, timeout_s=scaled(5))  # what a committed read does
+        await asyncio.sleep(0.05)
 
 
 async def test_a_fenced_follower_deposes_a_stale_leader(cluster: Cluster) -> None:

@@ -38,6 +38,8 @@ ABLATIONS: dict[str, Ablation] = {}
 # Issue 48's ``incarnation-floor`` and ``settle-before-serving`` join them: they move the
 # pinned restore seeds of ``remade-copies``, ``served-sets``, ``claim-cluster-compare``,
 # ``unread-bound`` and ``record-rebuild`` off their races (and guard some of them too).
+# So does its ``wakes-with-entries`` (an idle link's heartbeat no longer waits again after
+# each wake with nothing to ship), wherever a write that wrote nothing notified the links.
 BACK_ON_THE_RACE = (
     "handover-answer",
     "first-entry-task",
@@ -46,6 +48,7 @@ BACK_ON_THE_RACE = (
     "revoke-lost-lease",
     "incarnation-floor",
     "settle-before-serving",
+    "wakes-with-entries",
 )
 
 
@@ -459,6 +462,17 @@ def _incarnation_floor(setter: Setter) -> None:
 
     setter(leadership, "incarnation_floor", no_floor)
     setter(sim_partition, "incarnation_floor", no_floor)
+
+
+@_ablation("wakes-with-entries", "a link's sender is woken only when it has entries to ship")
+def _wakes_with_entries(setter: Setter) -> None:
+    from backend_store.cluster.replication.log_shipping import ReplicationLeader
+
+    def wake_every_link(self: ReplicationLeader) -> None:
+        for progress in self.followers.values():
+            progress.wake.set()  # as before issue 48: an idle link's heartbeat wait starts over
+
+    setter(ReplicationLeader, "notify", wake_every_link)
 
 
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:

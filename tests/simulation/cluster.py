@@ -23,8 +23,9 @@ from .kernel import Process, Trace
 from .network import Network
 from .oracle import Oracle
 from .sim_coordinator import SimCoordinator
-from .sim_gateway import TENANT, QueueSpec, SimGateway
+from .sim_gateway import QueueSpec, SimGateway
 from .sim_node import SimNode
+from .sim_pools import TENANT
 from .sim_store import NodeDisk
 
 GATEWAY = "gw"

@@ -203,7 +203,7 @@ class EtcdServer:
         state = self.state
         if isinstance(request, Range):
             # Values are never changed in place (a put makes a new one): no copy needed.
-            items = tuple((k, v) for k, v in sorted(state.kv.items()) if k.startswith(request.prefix))
+            items = tuple(sorted((k, v) for k, v in state.kv.items() if k.startswith(request.prefix)))
             return RangeResult(state.revision, items)
         if isinstance(request, Grant):
             self.last_lease_id = state.next_lease = max(state.next_lease, self.last_lease_id) + 1

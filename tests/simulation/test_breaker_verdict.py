@@ -11,7 +11,9 @@ refused request now also wakes at the node's next verdict (``client/node_health.
 
 Session 39's fixes for 400568 and 400730 (test_minority_hand_over.py) moved both seeds off
 the race; with those two taken out they are back on it, and fail only without this fix.
-Session 42's revoke of a lost lease moved 400087 off it again: it is taken out too.
+Session 42's revoke of a lost lease moved 400087 off it again: it is taken out too. So did
+issue 48's ``wakes-with-entries`` (a link's sender woken only with entries to ship), both
+seeds: taken out too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = (400087, 401977)
-THE_LATER_FIXES = ["handover-answer", "first-entry-task", "revoke-lost-lease"]
+THE_LATER_FIXES = ["handover-answer", "first-entry-task", "revoke-lost-lease", "wakes-with-entries"]
 
 
 @pytest.mark.parametrize("seed", FOUND)

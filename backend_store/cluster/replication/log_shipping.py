@@ -322,9 +322,24 @@ class ReplicationLeader:
         return Unavailable(f"partition {self.partition}: LSN {lsn} not on a majority within {timeout_s:g}s")
 
     def notify(self) -> None:
-        """New entries were committed locally: wake every follower's sender."""
+        """New entries were committed or offered locally: wake each follower's sender that
+        has something to ship now.
+
+        Only those: a wake restarts an idle sender's wait for its heartbeat, and a committed
+        read (or a write that wrote nothing) notifies too. Waking every link, a leader of an
+        idle partition read more often than every heartbeat shipped its followers nothing,
+        they answered nothing, and check-quorum gave its term up every 2 s, the next
+        leader's too, for as long as the reads went on (issue 48; docs/cluster.md,
+        "Heartbeats")."""
         for progress in self.followers.values():
-            progress.wake.set()
+            if self._has_entries_for(progress):
+                progress.wake.set()
+
+    def _has_entries_for(self, progress: FollowerProgress) -> bool:
+        """Whether the sender of ``progress``'s link would ship entries now: the follower
+        said where to ship from, our log goes past it, and the window has room."""
+        backlog = self._last_lsn - progress.sent
+        return progress.positioned and backlog > 0 and progress.in_flight < self.window_entries
 
     def _settle_waiters(self) -> None:
         self._waiters.settle(self.committed_lsn)
@@ -450,8 +465,7 @@ class ReplicationLeader:
         conn = stream.connection
         while not conn.closed and not self.deposed.is_set():
             progress.wake.clear()
-            backlog = self._last_lsn - progress.sent
-            if progress.positioned and backlog > 0 and progress.in_flight < self.window_entries:
+            if self._has_entries_for(progress):
                 # From the entry at ``sent`` (the follower's last, sent as prev for log matching).
                 sent = progress.sent
                 # Committed before the read starts, so the read sees at least this far.
@@ -499,11 +513,8 @@ class ReplicationLeader:
                     progress.tail_sent, progress.tail_sent_at = progress.sent, self.clock()
                 await stream.drain()
                 continue
-            # Known liveness bug (issue 48): a wake with nothing to ship (a committed read
-            # wakes every link) starts a whole heartbeat's wait again, so a leader read more
-            # often than every heartbeat sends its idle followers none. Its fix (commits
-            # 30d7da2, 9adb56c) moves the simulation's trajectories: the ablation seeds must
-            # be found again before it lands (docs/cluster.md, "Heartbeats").
+            # Idle: woken by new entries (notify wakes only a link it has some for) or by the
+            # follower's answer; else a heartbeat is due.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.heartbeat_s):
                     await progress.wake.wait()
