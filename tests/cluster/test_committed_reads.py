@@ -53,12 +53,17 @@ async def test_a_peek_and_counts_show_only_what_a_majority_holds(tmp_path: Path)
         stats = encode_args("get_queue", tenant="t", name="q")
         with pytest.raises(Unavailable):
             await host.handle("get_queue", Epoch(3), stats, timeout_s=0.5)
+        listed = encode_args("queue_stats", tenant="t", names=["q"])  # a page of GET /v1/queues
+        with pytest.raises(Unavailable):
+            await host.handle("queue_stats", Epoch(3), listed, timeout_s=0.5)
         for node in followers.values():
             await node.start()
         await until(
             lambda: host.leader is not None and host.leader.committed_lsn == host.store.last_lsn, "a majority"
         )
         assert len(await host.handle("peek", Epoch(3), peek, timeout_s=scaled(5))) == 2
+        counts = await host.handle("queue_stats", Epoch(3), listed, timeout_s=scaled(5))
+        assert counts["q"]["visible"] == 2
     finally:
         await host.close()
         for node in followers.values():

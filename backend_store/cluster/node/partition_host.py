@@ -52,8 +52,8 @@ Wake = Callable[[int, str, str], None]
 # (published; the manager moves leadership and replicas only to replicas in sync).
 IN_SYNC_S = 2.0
 # Reads answered only once everything they saw is on a majority (``_read_index``): the
-# queue's messages (peek) and its counts (get_queue's stats).
-COMMITTED_READS = frozenset({"peek", "get_queue"})
+# queue's messages (peek) and its counts (get_queue's stats, and a listing's queue_stats).
+COMMITTED_READS = frozenset({"peek", "get_queue", "queue_stats"})
 
 
 class PartitionHost(LeaderTerm):
