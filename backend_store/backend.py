@@ -89,8 +89,11 @@ class QueueStore(Protocol):
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
         """Return a queue with fresh stats, or raise :class:`QueueNotFound`."""
 
-    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
-        """Return the tenant's queues sorted by name, with stats."""
+    async def list_queues(
+        self, tenant: TenantId, *, after: str = "", limit: int | None = None, prefix: str = ""
+    ) -> list[QueueInfo]:
+        """Return the tenant's queues sorted by name, with stats: a page of up to ``limit``
+        (None: all) whose names come after ``after`` and start with ``prefix``."""
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         """Change mutable attributes; ``ordering`` is immutable."""

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .encryption import Keyring
+from .tested_versions import ReleaseCheck
 
 # Held messages per queue, beyond which the embedded store writes receives (bounds memory, and
 # the walk a receive makes past held entries after a release lowered the queue's skip hint).
@@ -35,3 +36,12 @@ class StoreOptions:
     # less), from 1 MiB to 1 GiB; 0: none, sends may fill the disk (tests of what a failed
     # commit costs).
     disk_reserve_bytes: int | None = None
+    # The embedded store's journal (lmdb_store/checkpoint.py): whether it journals when it
+    # can (False: LMDB syncs each commit itself, two fdatasyncs a commit when idle); a
+    # checkpoint at least this often while it writes; what the journal syncs with (a test
+    # counts through it; None: os.fdatasync); and the releases check the LMDB meta-page
+    # format is chosen by (None: the process's, tested_versions.RELEASES).
+    journal: bool = True
+    checkpoint_interval_s: float = 1.0
+    fdatasync: Callable[[int], None] | None = None
+    releases: ReleaseCheck | None = None

@@ -179,13 +179,18 @@ def raw_lmdb(path: Path, per_commit: int, seconds: float, body: bytes) -> float:
 
 # Pushgate --------------------------------------------------------------------------
 
+# Whether the store journals (``--no-journal``: LMDB syncs each commit, the design before it).
+JOURNAL = {"on": True}
+
 
 @contextlib.asynccontextmanager
 async def pushgate_store(root: Path, name: str, max_batch: int | None = None) -> AsyncIterator[Backend]:
     # A generous map so the runs measure syncs, not map growth.
     store = open_backend(
         f"lmdb://{root / name}",
-        StoreOptions(map_size=1 << 30, max_batch=1024 if max_batch is None else max_batch),
+        StoreOptions(
+            map_size=1 << 30, max_batch=1024 if max_batch is None else max_batch, journal=JOURNAL["on"]
+        ),
     )
     await store.start()
     try:
@@ -352,7 +357,9 @@ async def main(args: argparse.Namespace) -> None:
     body = os.urandom(args.size)
     base = Path(args.dir) if args.dir else Path(tempfile.gettempdir())
     root = Path(tempfile.mkdtemp(prefix="pushgate-store-bench-", dir=base))
+    JOURNAL["on"] = not args.no_journal
     print(f"machine: {machine()}")
+    print(f"store: {'journal, one fdatasync a commit' if JOURNAL['on'] else 'no journal (--no-journal)'}")
     print(
         f"store dir: {root} ({filesystem_of(root)}); {args.size} B messages; {args.seconds:g} s per run; "
         f"{args.loop} event loop"
@@ -446,6 +453,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fill", type=int, default=30_000, help="messages stored before each receive run")
     parser.add_argument("--dir", help="where to put the store (default: the system temp dir)")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis comparison")
+    parser.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="the store without its journal: LMDB syncs each commit (two fdatasyncs when idle)",
+    )
     parser.add_argument(
         "--loop",
         choices=("asyncio", "uvloop"),

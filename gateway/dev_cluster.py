@@ -105,6 +105,7 @@ class DevCluster:
     host: str = "127.0.0.1"
     lease_ttl_s: float = 2.0
     tls: bool = False
+    partitions: int | None = None  # the managers' --partitions (None: their default)
     children: list[Child] = field(default_factory=list)
     etcd_dir: Path | None = None
 
@@ -190,6 +191,8 @@ class DevCluster:
         for i in (1, 2):
             argv = self.pushgate("manager", "--etcd", endpoint, "--id", f"manager-{i}")
             argv += ["--lease-ttl", str(self.lease_ttl_s)]
+            if self.partitions is not None:
+                argv += ["--partitions", str(self.partitions)]
             if (files := certificates.get(f"manager-{i}")) is not None:
                 argv += _etcd_tls_flags(files)
             self._launch(Child(f"manager-{i}", argv, "", self.logs / f"manager-{i}.log"))
@@ -298,10 +301,21 @@ def main(argv: Sequence[str]) -> int:
         action="store_true",
         help="make a throwaway CA and certificates in DIR/tls and run the node protocol over mutual TLS",
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="the shared partitions each pool of queues has at least (the managers' --partitions;"
+        " default theirs, 8)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 9:
         parser.error("--nodes must be between 1 and 9")
-    cluster = DevCluster(args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl, args.tls)
+    if args.partitions is not None and args.partitions < 1:
+        parser.error("--partitions must be 1 or more")
+    cluster = DevCluster(
+        args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl, args.tls, args.partitions
+    )
     stop: list[int] = []
 
     def request_stop(signum: int, _frame: object) -> None:

@@ -69,7 +69,19 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "List the tenant's queues",
                 {"200": _json(ref("QueueList"))},
-                description="Only queues the token has some scope on.",
+                params=[
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1000},
+                    },
+                    {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
+                ],
+                description="Only queues the token has some scope on, by name, a page of up to `limit` "
+                "at a time. `next_cursor` is there only when more queues follow: pass it as `cursor` for "
+                "the next page. A page is read before the token's scopes filter it, so it may hold fewer "
+                "than `limit` queues (even none) while `next_cursor` is there.",
                 tag="queues",
             )
         },

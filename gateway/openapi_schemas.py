@@ -166,7 +166,9 @@ SCHEMAS: dict[str, Schema] = {
         },
         ("name", "created_at", "attributes", "stats"),
     ),
-    "QueueList": _obj({"queues": {"type": "array", "items": ref("Queue")}}, ("queues",)),
+    "QueueList": _obj(
+        {"queues": {"type": "array", "items": ref("Queue")}, "next_cursor": {"type": "string"}}, ("queues",)
+    ),
     "Purged": _obj({"purged": {"type": "integer", "minimum": 0}}, ("purged",)),
     "Message": {
         **_obj(_MESSAGE_PROPERTIES),

@@ -24,6 +24,7 @@ from ..errors import ConfigurationError, PushgateError
 from ..open_files import raise_open_file_limit
 from ..private_files import private_dir
 from .coordination.etcd_tls import EtcdTls
+from .coordination.pools import DEFAULT_POOL_PARTITIONS
 from .protocol.tls import NodeTls, TlsFiles
 
 
@@ -222,6 +223,14 @@ def manager_main(argv: Sequence[str]) -> int:
         help="replace the replicas of a node gone this long, by a learner that catches up"
         " (default 300; 0: never, drain it by hand)",
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_POOL_PARTITIONS,
+        metavar="N",
+        help="the shared partitions each pool of queues has at least (default"
+        f" {DEFAULT_POOL_PARTITIONS}; raising it adds partitions, lowering it removes none)",
+    )
     once = parser.add_mutually_exclusive_group()
     once.add_argument(
         "--drain", metavar="NODE", help="ask the managers to move every replica off NODE, and exit"
@@ -237,6 +246,9 @@ def manager_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     if args.replace_after < 0:
         print("pushgate manager: --replace-after must be 0 (never) or more seconds", file=sys.stderr)
+        return 2
+    if args.partitions < 1:
+        print("pushgate manager: --partitions must be 1 or more", file=sys.stderr)
         return 2
     try:
         etcd_tls = _etcd_tls(args)
@@ -270,6 +282,7 @@ def manager_main(argv: Sequence[str]) -> int:
             prefix=args.prefix,
             rebalance=not args.no_rebalance,
             replace_after_s=args.replace_after,
+            pool_partitions=args.partitions,
             etcd_tls=etcd_tls,
         ),
         args.log_level,

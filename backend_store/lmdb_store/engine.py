@@ -32,12 +32,14 @@ from ..types import (
     PeekedMessage,
     QueueInfo,
     QueueName,
+    QueueStats,
     ReceivedMessage,
     SendResult,
     StorageUsage,
     TenantId,
 )
-from . import dead_letter_ops, queue_ops
+from . import checkpoint, dead_letter_ops, queue_ops
+from .checkpoint import Journaling
 from .demands import StandingDemands
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter
@@ -91,19 +93,42 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     async def start(self) -> None:
         if self._env is not None:
             return
-        # A store that keeps a replication log (a backend node) syncs every commit: a
-        # replica's log must never lose its tail, receives included.
-        env = await asyncio.to_thread(
-            functools.partial(
-                Environment,
-                self.path,
-                self.options.map_size,
-                self.options.max_map_size,
-                sync_meta=self._replication_log.keep > 0,
+        # A standalone store alone with its files journals: one sync per commit
+        # (checkpoint.py). A store that keeps a replication log (a backend node) has LMDB sync
+        # every commit whole: a replica's log must never lose its tail, receives included.
+        journaled = await self._elect_holder() and self._may_journal()
+        try:
+            saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
+            env = await asyncio.to_thread(
+                functools.partial(
+                    Environment,
+                    self.path,
+                    self.options.map_size,
+                    self.options.max_map_size,
+                    sync_meta=self._replication_log.keep > 0,
+                    journaled=journaled,
+                )
             )
-        )
+        except BaseException:
+            self._release_hold_lock()
+            raise
+        journaling: Journaling | None = None
+        try:
+            if journaled:
+                if saved is not None:
+                    await asyncio.to_thread(checkpoint.replay, env, saved)
+                journaling = self._journaling_of(env)
+                # The checkpoint every commit of this run is journaled after.
+                await asyncio.to_thread(journaling.checkpoint)
+        except BaseException:
+            if journaling is not None:
+                journaling.release()
+            self._release_hold_lock()
+            await asyncio.to_thread(env.close)
+            raise
+        if not journaled:
+            await self._share_unless_holder(env)
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
-        await self._take_hold_lock(env)
         self._env = env
         self._loop = asyncio.get_running_loop()
         reserve = self.options.disk_reserve_bytes
@@ -120,6 +145,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             index_listener=self._ops.holds.indexed,
             on_commit_start=self._commit_starts,
             room_gauge=RoomGauge(env, reserve) if reserve else None,
+            journaling=journaling,
         )
         self._writer.start()
         try:
@@ -212,9 +238,21 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
 
         return await self._read(read)
 
-    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
+    async def list_queues(
+        self, tenant: TenantId, *, after: str = "", limit: int | None = None, prefix: str = ""
+    ) -> list[QueueInfo]:
         held = self._ops.holds.held_count
-        return await self._read(lambda v: queue_ops.list_queues(v, tenant, self._clock(), held))
+        return await self._read(
+            lambda v: queue_ops.list_queues(
+                v, tenant, self._clock(), held, after=after, limit=limit, name_prefix=prefix
+            )
+        )
+
+    async def queue_stats(self, tenant: TenantId, names: Sequence[QueueName]) -> dict[QueueName, QueueStats]:
+        """Several queues' stats in one read transaction (a shared partition answers a page
+        of ``GET /v1/queues`` with one request: docs/cluster.md, "Shared partitions")."""
+        held = self._ops.holds.held_count
+        return await self._read(lambda v: queue_ops.stats_of(v, tenant, names, self._clock(), held))
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         return await self._write(

@@ -81,7 +81,10 @@ class _SharedGate:
 
 
 class Environment:
-    """One LMDB environment per path per process, opened with fsync on commit.
+    """One LMDB environment per path per process.
+
+    ``journaled``: LMDB syncs nothing; the journal and its checkpoints make commits durable
+    (checkpoint.py). Otherwise, as follows.
 
     ``sync_meta``: whether a commit also syncs its meta page (LMDB's ``metasync``), which is
     what makes it durable. Without it a commit still syncs its data pages before it writes
@@ -92,29 +95,44 @@ class Environment:
     ``_settle``): under load one fdatasync per commit instead of two, and a batch of
     receives only never waits for one of its own."""
 
-    def __init__(self, path: Path, map_size: int, max_map_size: int, *, sync_meta: bool = True) -> None:
+    def __init__(
+        self, path: Path, map_size: int, max_map_size: int, *, sync_meta: bool = True, journaled: bool = False
+    ) -> None:
         private_dir(path)
         self.path = path
         self.max_map_size = max(map_size, max_map_size)
+        self.map_size = map_size
+        self._gate = _SharedGate()
+        self.closed = False
+        self._open(sync_meta=sync_meta, journaled=journaled)
+
+    def _open(self, *, sync_meta: bool, journaled: bool) -> None:
         self.sync_meta = sync_meta
+        self.journaled = journaled
         try:
             self.env = lmdb.open(
-                str(path),
-                map_size=map_size,
+                str(self.path),
+                map_size=self.map_size,
                 max_dbs=len(Db),
-                sync=True,
+                sync=not journaled,
                 metasync=sync_meta,
                 readahead=False,
                 max_readers=256,
                 mode=FILE_MODE,  # data.mdb and lock.mdb: only the owner (backend_store/private_files.py)
             )
         except lmdb.Error as exc:
-            raise Unavailable(f"cannot open store at {path}: {exc}") from None
+            raise Unavailable(f"cannot open store at {self.path}: {exc}") from None
         # The file may already be bigger than asked (another process grew it).
-        self.map_size = max(map_size, self.env.info()["map_size"])
+        self.map_size = max(self.map_size, self.env.info()["map_size"])
         self.dbs: dict[Db, Any] = {db: self.env.open_db(db.name.lower().encode()) for db in Db}
-        self._gate = _SharedGate()
-        self.closed = False
+
+    def reopen(self, *, journaled: bool) -> None:
+        """Reopen journaled or with LMDB syncing each commit's data pages (a standalone
+        store that now shares its files with another process, or is alone again). Writer
+        thread only, with no transaction of its own open and every commit synced."""
+        with self._gate.exclusive():
+            self.env.close()
+            self._open(sync_meta=False, journaled=journaled)
 
     def read(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn(txn)`` in a short read transaction (call from a worker thread)."""
@@ -190,7 +208,7 @@ class Environment:
         """Close once no read is running; reads that come later get :class:`Unavailable`."""
         with self._gate.exclusive():
             self.closed = True
-            if not self.sync_meta:
+            if not self.sync_meta or self.journaled:
                 # A clean stop leaves nothing for a later machine crash to undo.
                 with suppress(lmdb.Error):
                     self.env.sync(True)
@@ -366,6 +384,29 @@ class LoggedWrites(Writes):
         if old is None:
             return False
         self.undo.append([db, key, old])
+        self.mutations.append((db, key, None))
+        self.write_count += 1
+        return True
+
+
+class JournaledWrites(Writes):
+    """Writes that record every mutation for the journal (checkpoint.py): a standalone store
+    that journals replays them after a crash."""
+
+    __slots__ = ("mutations",)
+
+    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
+        super().__init__(txn, dbs)
+        self.mutations: list[tuple[int, bytes, bytes | None]] = []
+
+    def put(self, db: Db, key: bytes, value: bytes) -> None:
+        self.txn.put(key, value, db=self.dbs[db])
+        self.mutations.append((db, key, value))
+        self.write_count += 1
+
+    def delete(self, db: Db, key: bytes) -> bool:
+        if not self.txn.delete(key, db=self.dbs[db]):
+            return False
         self.mutations.append((db, key, None))
         self.write_count += 1
         return True

@@ -6,8 +6,10 @@ each operation in the batch's transaction (an operation that fails half-way make
 writer redo the batch one operation per transaction, so it undoes only itself), appends the
 batch's mutations to the replication log, commits once, and resolves every caller of the
 batch with one hop back to the event loop (:func:`_hand_over`) once the commit is durable:
-at once where LMDB syncs each commit whole (a backend node), else after the next commit's
-data sync or a sync of its own when there is no next commit (:meth:`GroupCommitWriter._settle`).
+after one sync of the journal where the store journals (``checkpoint.py``,
+:meth:`GroupCommitWriter._settle_journaled`), at once where LMDB syncs each commit whole (a
+backend node), else after the next commit's data sync or a sync of its own when there is no
+next commit (:meth:`GroupCommitWriter._settle`).
 Nothing on the event loop ever waits on LMDB or fsync.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import queue
@@ -29,7 +32,9 @@ import lmdb
 from ..commit_stats import CommitStats
 from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
-from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
+from . import meta_pages
+from .checkpoint import Journaling
+from .environment import Db, Environment, JournaledWrites, LoggedWrites, Touched, Writes, is_disk_full
 from .replication_log import NotLeading, ReplicationLog
 from .room import RoomGauge
 
@@ -62,6 +67,22 @@ class _Committed:
 
 
 _STOP = object()
+
+
+@dataclass(slots=True)
+class _Journaling:
+    """A request to the writer thread: start journaling (``make`` builds the journal) or
+    stop (``make`` None)."""
+
+    done: threading.Event
+    make: Callable[[], Journaling] | None
+    started: bool = False
+
+
+def _disk_full(exc: Exception) -> bool:
+    return getattr(exc, "errno", None) == errno.ENOSPC
+
+
 _HEARTBEAT = b"\0sys\0advance"
 
 
@@ -92,8 +113,15 @@ class GroupCommitWriter:
         index_listener: Callable[[int, bytes], None] | None = None,
         on_commit_start: Callable[[Touched], None] | None = None,
         room_gauge: RoomGauge | None = None,
+        journaling: Journaling | None = None,
     ) -> None:
         self._env = env
+        # A journaling store (checkpoint.py): each committed transaction is appended to the
+        # journal, and a batch is durable once the journal is synced (_settle).
+        self._journaling = journaling
+        # A journal write failed since the last checkpoint: only a checkpoint makes what
+        # was committed since durable.
+        self._journal_failed: OSError | None = None
         self._room_gauge = room_gauge  # Writes.room_gauge of every transaction
         self._log = replication_log
         self._clock = clock
@@ -139,8 +167,9 @@ class GroupCommitWriter:
         ``durable=False`` (receives): the operation's commit may be left undone by a crash
         of the machine (never of the process) until a later commit syncs, when the
         environment does not sync each commit itself (``Environment.sync_meta``): a batch
-        of such operations only is answered without waiting for its meta page to reach
-        the disk. Any other batch is durable before any caller hears of it (``_settle``)."""
+        of such operations only is answered without waiting for its meta page (or, in a
+        journaling store, its journal entry) to reach the disk. Any other batch is durable
+        before any caller hears of it (``_settle``, ``_settle_journaled``)."""
         if self._closed:
             raise Unavailable("store is closed")
         loop = asyncio.get_running_loop()
@@ -155,38 +184,127 @@ class GroupCommitWriter:
             self._queue.put(_STOP)
             self._thread.join()
 
+    def stop_journaling(self) -> None:
+        """Leave journaling: a clean checkpoint, then LMDB syncs each commit itself
+        (another process opened the store; blocking, call from a worker thread)."""
+        control = _Journaling(threading.Event(), None)
+        self._queue.put(control)
+        control.done.wait()
+
+    def start_journaling(self, make: Callable[[], Journaling]) -> bool:
+        """Journal again (the store is alone with its files again); return whether it does
+        (blocking, call from a worker thread)."""
+        control = _Journaling(threading.Event(), make)
+        self._queue.put(control)
+        control.done.wait()
+        return control.started
+
     # The writer thread ----------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            if self._unsynced:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    # Nothing more to commit, whose data sync would carry the meta page
-                    # of the commit waiting: sync it alone.
-                    self._sync_unsynced()
-                    item = self._queue.get()
-            else:
-                item = self._queue.get()
+            item = self._next_item()
             batch: list[_Pending[Any]] = []
-            stopping = item is _STOP
-            if not stopping:
+            controls: list[Any] = []
+            if isinstance(item, _Pending):
                 batch.append(item)
-            while len(batch) < self._max_batch:
+            else:
+                controls.append(item)
+            while len(batch) < self._max_batch and not controls:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
-                    stopping = True
-                    continue
-                batch.append(item)
+                if isinstance(item, _Pending):
+                    batch.append(item)
+                else:
+                    controls.append(item)
             if batch:
                 self._commit_batch(batch)
-            if stopping:
+            for control in controls:
+                if control is _STOP:
+                    self._sync_unsynced()
+                    self._finish_journaling()
+                    return
+                try:
+                    if control.make is not None:
+                        control.started = self._start_journaling(control.make)
+                    elif self._journaling is not None:
+                        self._finish_journaling()
+                        self._env.reopen(journaled=False)
+                        log.info("store %s is shared: no journal, LMDB syncs each commit", self._env.path)
+                except (OSError, lmdb.Error, Unavailable):
+                    # Commits from here on fail ("store write failed"); the writer lives on.
+                    log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
+                finally:
+                    control.done.set()
+
+    def _start_journaling(self, make: Callable[[], Journaling]) -> bool:
+        """Reopen journaled and take the first checkpoint; on any failure, back to LMDB's
+        own syncs (never unsynced commits without a journal)."""
+        if self._journaling is not None:
+            return True
+        self._sync_unsynced()
+        journaling: Journaling | None = None
+        try:
+            self._env.reopen(journaled=True)
+            # Another process committed under its own LSNs: continue from the stored one, so
+            # the journal's entries follow the checkpoint's.
+            self._env.read(lambda txn: self._log.load(txn, self._env.dbs))
+            journaling = make()
+            journaling.checkpoint()
+        except (OSError, lmdb.Error, Unavailable, meta_pages.UnsupportedFormat):
+            log.exception("%s could not start journaling; LMDB syncs each commit", self._env.path)
+            if journaling is not None:
+                journaling.release()
+            self._env.reopen(journaled=False)
+            return False
+        self._journaling = journaling
+        log.info("store %s is alone again: it journals", self._env.path)
+        return True
+
+    def _next_item(self) -> Any:
+        """The next queued item; waiting for it, sync what waits for a sync (or take the
+        checkpoint that is due)."""
+        if self._unsynced:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                # Nothing more to commit, whose data sync would carry the meta page of the
+                # commit waiting: sync it alone.
                 self._sync_unsynced()
-                return
+        journaling = self._journaling
+        while journaling is not None:
+            wait = journaling.seconds_until_due()
+            if wait is None:
+                break
+            try:
+                return self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                self._checkpoint()
+        return self._queue.get()
+
+    def _checkpoint(self) -> bool:
+        """Take a checkpoint; return whether it was taken (a failure is logged: the
+        journal keeps every commit durable meanwhile, and the next one is tried later)."""
+        assert self._journaling is not None
+        try:
+            self._journaling.checkpoint()
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            log.exception("checkpoint of %s failed", self._env.path)
+            return False
+        self._journal_failed = None
+        return True
+
+    def _finish_journaling(self) -> None:
+        journaling, self._journaling = self._journaling, None
+        if journaling is None:
+            return
+        try:
+            journaling.finish()
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            # The next start recovers from the checkpoint before and the journal.
+            log.exception("the last checkpoint of %s failed", self._env.path)
 
     def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
         touched: Touched = set()
@@ -207,9 +325,13 @@ class GroupCommitWriter:
                 if self._env.grow():
                     continue
                 if not advanced:
-                    # LMDB reuses pages freed by transaction N only from N+2 on: after
-                    # acks free space, one tiny commit makes it usable for this batch.
+                    # LMDB reuses pages freed by transaction N only from N+2 on, and only
+                    # once no reader is older than N: a journaling store's checkpoint holds
+                    # one (checkpoint.py), so it takes a checkpoint now, and one tiny commit
+                    # then makes what acks freed usable for this batch.
                     advanced = True
+                    if self._journaling is not None:
+                        self._checkpoint()
                     if self._advance():
                         continue
                 # Full at the maximum size: let each operation try alone, so the ones
@@ -229,7 +351,33 @@ class GroupCommitWriter:
                 self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
-        self._settle(_Committed(batch, touched, self._post_commit, self._events))
+        committed = _Committed(batch, touched, self._post_commit, self._events)
+        if self._journaling is not None:
+            self._settle_journaled(committed)
+        else:
+            self._settle(committed)
+
+    def _settle_journaled(self, committed: _Committed) -> None:
+        """A journaling store: the batch is durable once the journal is synced (one
+        fdatasync; a batch of receives only is answered without it, its entries synced by the
+        next sync), or, when a journal write failed, once a checkpoint is taken."""
+        assert self._journaling is not None
+        if any(pending.durable for pending in committed.batch):
+            try:
+                self._journaling.sync()
+            except OSError as exc:
+                # After a failed fdatasync the kernel may have dropped the pages it could
+                # not write, and the next one may still succeed: only a checkpoint will do.
+                self._journal_failed = exc
+            error = self._journal_failed
+            if error is not None and not self._checkpoint():
+                log.error("journal of %s failed: %s", self._env.path, error)
+                failure = Unavailable("disk full" if _disk_full(error) else "store write failed")
+                self._fail_all_with(committed.batch, failure)
+                committed.post_commit.clear()
+        self._resolve(committed)
+        if self._journaling.seconds_until_due() == 0:
+            self._checkpoint()
 
     def _settle(self, committed: _Committed) -> None:
         """Tell the batch's callers, once its commit is durable.
@@ -288,7 +436,13 @@ class GroupCommitWriter:
         now = self._clock()
         txn = self._env.begin_write()
         self._log.begin()
-        writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
+        writes: Writes
+        if self._log.keep:
+            writes = LoggedWrites(txn, self._env.dbs)
+        elif self._journaling is not None:
+            writes = JournaledWrites(txn, self._env.dbs)
+        else:
+            writes = Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
         writes.room_gauge = self._room_gauge
         try:
@@ -308,6 +462,8 @@ class GroupCommitWriter:
             started = time.perf_counter()
             txn.commit()
             self._log.commit()
+            if lsn is not None and isinstance(writes, JournaledWrites):
+                self._journal(lsn, writes)
             if writes.write_count:
                 self._wrote = True
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
@@ -322,6 +478,15 @@ class GroupCommitWriter:
                 undo()
             raise
         return writes.touched
+
+    def _journal(self, lsn: Lsn, writes: JournaledWrites) -> None:
+        """Append a committed transaction to the journal. Never raises: the commit stands;
+        a failed write is remembered, and the batch is durable only once a checkpoint is."""
+        assert self._journaling is not None
+        try:
+            self._journaling.record(lsn, writes.mutations)
+        except OSError as exc:
+            self._journal_failed = exc
 
     def _offer_early(self, writes: Writes) -> None:
         """Hand the batch's entry to the leader's senders before the commit's fsync, so

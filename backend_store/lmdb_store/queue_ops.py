@@ -6,7 +6,7 @@ clock reading; the engine wires them to the Backend interface.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
@@ -237,16 +237,40 @@ def info(tenant: str, name: str, record: QueueRecord, queue_stats: QueueStats) -
 
 
 def list_queues(
-    v: View, tenant: str, now: float, held: Callable[[int, int], int] | None = None
+    v: View,
+    tenant: str,
+    now: float,
+    held: Callable[[int, int], int] | None = None,
+    *,
+    after: str = "",
+    limit: int | None = None,
+    name_prefix: str = "",
 ) -> list[QueueInfo]:
+    """The tenant's queues by name: up to ``limit`` past ``after`` that start with
+    ``name_prefix`` (a page: a cursor seek, not a scan of the tenant's queues)."""
     prefix = tenant_prefix(tenant)
+    within = prefix + name_prefix.encode()
+    # Names never hold NUL: the first key past ``after`` is at or beyond after + NUL.
+    start = prefix + after.encode() + b"\0" if after.encode() >= name_prefix.encode() else within
     out: list[QueueInfo] = []
     cursor = v.cursor(Db.QUEUES)
-    if not cursor.set_range(prefix):
+    if not cursor.set_range(start):
         return out
     for key, value in cursor:
-        if not key.startswith(prefix):
+        if not key.startswith(within) or (limit is not None and len(out) >= limit):
             break
         record = QueueRecord.decode(value)
         out.append(info(tenant, key[len(prefix) :].decode(), record, stats(v, record, now, held)))
+    return out
+
+
+def stats_of(
+    v: View, tenant: str, names: Sequence[str], now: float, held: Callable[[int, int], int] | None = None
+) -> dict[QueueName, QueueStats]:
+    """The stats of each of ``names`` the store holds, in one read (missing ones left out)."""
+    out: dict[QueueName, QueueStats] = {}
+    for name in names:
+        raw = v.get(Db.QUEUES, queue_key(tenant, name))
+        if raw is not None:
+            out[QueueName(name)] = stats(v, QueueRecord.decode(raw), now, held)
     return out

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from backend_store.errors import InvalidRequest
 from push.observer import Observer
 
 from ..metrics import GatewayMetrics
@@ -64,3 +65,17 @@ def route(
     usage: tuple[Observer, str] | None = None,
 ) -> Route:
     return Route(path, Endpoint(handler, path, metrics, usage), methods=[method])
+
+
+def int_query(request: Request, name: str, default: int, high: int) -> int:
+    """An integer query parameter in 1..``high`` (``invalid_request`` otherwise)."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer") from None
+    if not 1 <= value <= high:
+        raise InvalidRequest(f"{name} must be in 1..{high}")
+    return value

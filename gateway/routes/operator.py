@@ -28,7 +28,7 @@ from web_console.alerts import AlertEngine, parse_rule
 from ..body import JSONResponse, check_fields, read_object
 from ..services import GatewayServices
 from .access import authenticate, queue_access, require
-from .endpoint import route
+from .endpoint import int_query, route
 
 MAX_PEEK = 100
 MAX_REDRIVE = 10_000
@@ -47,19 +47,6 @@ def peeked_to_json(message: PeekedMessage) -> dict[str, Any]:
     out["receive_count"] = message.receive_count
     out["state"] = message.state
     return out
-
-
-def _int_param(request: Request, name: str, default: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer") from None
-    if not 1 <= value <= high:
-        raise InvalidRequest(f"{name} must be in 1..{high}")
-    return value
 
 
 class OperatorRoutes:
@@ -86,7 +73,7 @@ class OperatorRoutes:
 
     async def peek(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, "receive")
-        limit = _int_param(request, "max", 10, MAX_PEEK)
+        limit = int_query(request, "max", 10, MAX_PEEK)
         messages = await self._dead_letters().peek(principal.tenant, queue, limit)
         return JSONResponse({"messages": [peeked_to_json(m) for m in messages]})
 

@@ -8,14 +8,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from backend_store.errors import InvalidRequest
 from backend_store.types import QueueInfo
 
 from ..body import JSONResponse, read_object
 from ..services import GatewayServices
 from ..usage.audit import AuditAction, audit_request
 from .access import authenticate, can_see, queue_access
-from .endpoint import route
+from .endpoint import int_query, route
 from .queue_changes import QueueChanges
+
+# ``GET /v1/queues``: queues per page (the default and the most), and the longest cursor
+# (a queue name: 80 characters; room for a future format).
+MAX_LIST_PAGE = 1000
+MAX_CURSOR = 256
 
 
 def queue_to_json(services: GatewayServices, info: QueueInfo) -> dict[str, Any]:
@@ -46,10 +52,23 @@ class QueueRoutes:
         ]
 
     async def list_queues(self, request: Request) -> Response:
+        """A page of the tenant's queues by name (docs/api.md): up to ``limit`` past
+        ``cursor``; ``next_cursor`` only when more follow. The page is read before the
+        token's scopes filter it, so a page may hold fewer than ``limit`` queues."""
         principal = await authenticate(self.services, request)
-        infos = await self.services.backend.list_queues(principal.tenant)
-        visible = [queue_to_json(self.services, i) for i in infos if can_see(principal, i.name)]
-        return JSONResponse({"queues": visible})
+        limit = int_query(request, "limit", MAX_LIST_PAGE, MAX_LIST_PAGE)
+        cursor = request.query_params.get("cursor", "")
+        if len(cursor) > MAX_CURSOR:
+            raise InvalidRequest(f"cursor must be at most {MAX_CURSOR} characters")
+        # One more than the page: whether another page follows, without a second read.
+        infos = await self.services.backend.list_queues(principal.tenant, after=cursor, limit=limit + 1)
+        page = infos[:limit]
+        out: dict[str, Any] = {
+            "queues": [queue_to_json(self.services, i) for i in page if can_see(principal, i.name)]
+        }
+        if len(infos) > limit:
+            out["next_cursor"] = page[-1].name
+        return JSONResponse(out)
 
     async def put_queue(self, request: Request) -> Response:
         principal, queue = await queue_access(self.services, request, None)

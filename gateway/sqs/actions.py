@@ -133,9 +133,23 @@ class SqsActions:
         return out
 
     async def list_queues(self, principal: Principal, params: dict[str, Any], base: str) -> dict[str, Any]:
+        """One page read from the store (not every queue, then a slice): ``MaxResults``
+        (1-1000) past ``NextToken`` (the last name of the page before). Without
+        ``MaxResults``, up to 1,000 and no ``NextToken``, as AWS answers."""
         prefix = str(params.get("QueueNamePrefix") or "")
-        names = await self._names(principal, lambda i: i.name.startswith(prefix))
-        out = self._page(principal, params, base, names, "QueueUrls")
+        limit = int_param(params, "MaxResults", 1, 1000)
+        after = str(params.get("NextToken") or "")
+        infos = await self.services.backend.list_queues(
+            principal.tenant, after=after, limit=(limit or 1000) + 1, prefix=prefix
+        )
+        page = infos[: limit or 1000]
+        out: dict[str, Any] = {
+            "QueueUrls": [
+                queue_url(base, principal.tenant, i.name) for i in page if can_see(principal, i.name)
+            ]
+        }
+        if limit is not None and len(infos) > limit:
+            out["NextToken"] = page[-1].name
         if not out["QueueUrls"]:
             del out["QueueUrls"]  # AWS leaves the list out when it is empty
         return out

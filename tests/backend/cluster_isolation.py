@@ -15,8 +15,9 @@ from ..conftest import scaled
 @contextlib.asynccontextmanager
 async def isolated_cluster_test(store_url: str) -> AsyncIterator[None]:
     """Around one test: snapshot the queue records and metadata values; afterwards delete
-    every queue the test created (whatever its tenant), wait until the manager dropped their
-    partitions, and put the metadata back."""
+    every queue the test created (whatever its tenant; as a gateway does, so that the pool
+    partitions holding it delete it from their stores), wait until the manager dropped the
+    partitions of those made before pools, and put the metadata back."""
     backend = open_cluster_backend(store_url, StoreOptions())
     await backend.start()
     try:
@@ -28,11 +29,13 @@ async def isolated_cluster_test(store_url: str) -> AsyncIterator[None]:
             split = backend.paths.split_queue_key(key)
             if split is not None and queues_before.get(key) != revision:
                 with contextlib.suppress(QueueNotFound):
-                    await backend.metadata.delete_queue(*split)
-        # Partitions of every queue the test made are gone (those it deleted itself too).
+                    await backend.delete_queue(*split)
+        # Own partitions of every queue the test made are gone (those it deleted itself too);
+        # pool partitions stay (they are never deleted).
         kept = set(queues_before.values())
         gone = await backend.view.wait_for(
-            lambda m: all(p.queue_revision in kept for p in m.partitions.values()), scaled(30)
+            lambda m: all(p.queue_revision in kept for p in m.partitions.values() if p.pool is None),
+            scaled(30),
         )
         assert gone, "the manager did not drop the test's partitions"
         after = await _meta(backend)

@@ -187,6 +187,32 @@ async def test_get_and_list_are_per_tenant(store: Backend) -> None:
     assert (await store.get_queue(T2, q("alpha"))).attributes.visibility_timeout_s == 7
 
 
+async def test_list_queues_pages_by_name_with_counts(store: Backend) -> None:
+    names = ["a1", "a2", "b1", "b2", "b3", "c1"]
+    for name in names:
+        await store.create_queue(T1, q(name), {})
+    await store.create_queue(T2, q("b0"), {})
+    await send_one(store, T1, "b2", "x")
+    # Page after page, each read from where the last ended (GET /v1/queues' cursor).
+    pages: list[list[str]] = []
+    after = ""
+    while True:
+        page = await store.list_queues(T1, after=after, limit=4)
+        pages.append([i.name for i in page])
+        if len(page) < 4:
+            break
+        after = page[-1].name
+    assert pages == [["a1", "a2", "b1", "b2"], ["b3", "c1"]]
+    # A name prefix (SQS ListQueues' QueueNamePrefix), alone or with a cursor.
+    assert [i.name for i in await store.list_queues(T1, prefix="b")] == ["b1", "b2", "b3"]
+    assert [i.name for i in await store.list_queues(T1, after="b1", prefix="b", limit=1)] == ["b2"]
+    assert [i.name for i in await store.list_queues(T1, after="a", prefix="b")] == ["b1", "b2", "b3"]
+    assert await store.list_queues(T1, after="c1") == []
+    # Each queue of a page carries its own counts.
+    counts = {i.name: i.stats.visible for i in await store.list_queues(T1, after="b1", limit=2)}
+    assert counts == {"b2": 1, "b3": 0}
+
+
 async def test_same_queue_name_in_two_tenants_keeps_messages_apart(store: Backend) -> None:
     await store.create_queue(T1, q("orders"), {})
     await store.create_queue(T2, q("orders"), {})

@@ -23,6 +23,7 @@ from backend_store.encryption import Keyring
 from backend_store.errors import ConfigurationError, InvalidRequest, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db
+from backend_store.tested_versions import ReleaseCheck
 from backend_store.types import QueueName, TenantId
 
 from ..conftest import ManualClock
@@ -327,6 +328,10 @@ async def test_a_gap_in_the_log_is_refused(tmp_path: Path, clock: ManualClock) -
 # ---------------------------------------------------------------------------
 
 
+# py-lmdb as a release the journal's meta-page handling was not tested with.
+UNTESTED_LMDB = ReleaseCheck(lambda distribution: "99.0")
+
+
 def counted_syncs(store: LmdbBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the writer's explicit syncs of ``store``'s environment (one fdatasync each)."""
     env = store._require_env()
@@ -346,10 +351,12 @@ async def test_commits_are_synced_and_receives_only_sync_their_data(
 ) -> None:
     # The crash tests kill the process, not the machine: the page cache survives SIGKILL, so
     # they cannot tell a synced commit from an unsynced one. Guard the flags and the syncs.
-    # A standalone store: LMDB syncs each commit's data pages, not its meta page (a machine
-    # crash can undo, never corrupt); the writer syncs every batch but one of receives only
-    # (docs/store.md, "Durability"), before any caller hears of it.
-    store = engine(await lmdb_factory.open())
+    # A standalone store that does not journal (an LMDB release the journal's checkpoints
+    # were not tested with; test_journal.py has the journaling store): LMDB syncs each
+    # commit's data pages, not its meta page (a machine crash can undo, never corrupt); the
+    # writer syncs every batch but one of receives only (docs/store.md, "Durability"),
+    # before any caller hears of it.
+    store = engine(await lmdb_factory.open(releases=UNTESTED_LMDB))
     flags = store._require_env().env.flags()
     assert flags["sync"] and not flags["metasync"], flags
     # writemap is fine with sync; writemap with map_async flushes asynchronously.
@@ -374,7 +381,7 @@ async def test_under_load_a_commit_is_made_durable_by_the_next_ones_data_sync(
     # A commit syncs its data pages, and with them the meta page of the commit before it: a
     # writer with more to commit tells a batch's callers after the next commit, instead of
     # syncing each meta page alone (group_commit.py, _settle). Idle, it syncs at once (above).
-    store = engine(await lmdb_factory.open(max_batch=5))
+    store = engine(await lmdb_factory.open(max_batch=5, releases=UNTESTED_LMDB))
     await store.create_queue(T1, q("a"), {})
     syncs = counted_syncs(store, monkeypatch)
     writer = store._writer

@@ -27,9 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from backend_store.cluster.client.node_pool import NodePool
+from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.coordination.layout import Layout, LeaderRecord, NodeRecord, PartitionRecord, pack
+from backend_store.cluster.coordination.layout import (
+    Layout,
+    LeaderRecord,
+    NodeRecord,
+    PartitionRecord,
+    pack,
+    unpack,
+)
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
 from backend_store.types import Epoch, NewMessage, PeekedMessage, QueueName, SendResult, TenantId
 from gateway.local_ports import free_ports
@@ -136,12 +144,14 @@ class ClusterHarness:
         running: int | None = None,
         proxied: bool = False,
         node_args: Sequence[str] | Callable[[str], Sequence[str]] = (),
+        manager_args: Sequence[str] = (),
         client_tls: ssl.SSLContext | None = None,
     ) -> ClusterHarness:
         """Start ``managers`` and the first ``running`` (default: all) of ``nodes`` nodes; the
         others are ready to ``start()`` later (a node joining). ``proxied``: each node behind
         proxies the test controls (``self.network``). ``node_args``: more options for every node
-        (or a function of the node's name giving them). ``client_tls``: ``self.pool`` dials
+        (or a function of the node's name giving them); ``manager_args`` for every manager
+        (``--partitions 4``). ``client_tls``: ``self.pool`` dials
         the nodes with it."""
         self.coordinator = await EtcdCoordinator(self.endpoints).connect()
         self.pool = NodePool("test-gateway", timeout_s=3 * _scale(), tls=client_tls)
@@ -164,7 +174,7 @@ class ClusterHarness:
             self.nodes[name] = ClusterProcess(name, [*argv, "--log-level", "info"], self.root / f"{name}.log")
         for i in range(managers):
             argv = ["manager", "--etcd", etcd, "--id", f"m{i}", "--prefix", self.prefix]
-            argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info"]
+            argv += ["--lease-ttl", str(self.lease_ttl), "--log-level", "info", *manager_args]
             self.managers.append(ClusterProcess(f"m{i}", argv, self.root / f"m{i}.log"))
         started = list(self.nodes.values())[:running]
         for proc in [*started, *self.managers]:
@@ -290,7 +300,15 @@ class ClusterHarness:
         return "".join(f"{line}\n" for line in lines)
 
     async def partition_of(self, tenant: str, queue: str, index: int = 0) -> int:
+        """The partition holding partition ``index`` of the queue: its placement's (a queue
+        on a pool, docs/cluster.md "Shared partitions"), or its own (made before pools)."""
+
         async def find() -> int | None:
+            assert self.coordinator is not None
+            entry = await self.coordinator.get(self.layout.queue(tenant, queue))
+            placed = pools.placement(unpack(entry.value)) if entry is not None else None
+            if placed is not None:
+                return placed[index] if index < len(placed) else None
             for pid, rec in (await self.partitions()).items():
                 if (rec.tenant, rec.queue, rec.index) == (tenant, queue, index):
                     return pid

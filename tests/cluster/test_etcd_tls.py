@@ -3,6 +3,7 @@ client for a certificate of its CA (``--client-cert-auth``), as a production etc
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from backend_store.cluster.protocol.tls import TlsFiles
 from backend_store.cluster.protocol.tls_certs import make_cluster_certificates
 from backend_store.errors import ConfigurationError
 from backend_store.tested_versions import ReleaseCheck
+from tests.conftest import scaled
 from tests.fixtures.etcd_server import etcd_cluster, unique_prefix
 
 
@@ -42,6 +44,22 @@ async def test_a_client_with_the_ca_and_a_certificate_of_it_reads_and_writes(tls
         await etcd.put(key, b"over tls")
         entry = await etcd.get(key)
         assert entry is not None and entry.value == b"over tls"
+
+
+async def test_a_watch_follows_events_over_tls(tls_etcd: TlsEtcd) -> None:
+    """The watch's stream is a plain gRPC call on the client's channel (etcd_coordinator.py):
+    over TLS it is that channel's, with this process's certificate."""
+    files = tls_etcd.ours
+    prefix = unique_prefix("tls-watch") + "/"
+    async with EtcdCoordinator(tls_etcd.endpoints, tls=EtcdTls(files.ca, files.cert, files.key)) as etcd:
+        states = etcd.watch_prefix(prefix, reread_every_s=600)
+        try:
+            assert (await asyncio.wait_for(anext(states), scaled(5))).values() == {}
+            await etcd.put(prefix + "a", b"over tls")
+            state = await asyncio.wait_for(anext(states), scaled(5))
+            assert state.values() == {"a": b"over tls"} and state.changed == frozenset({prefix + "a"})
+        finally:
+            await states.aclose()
 
 
 async def test_an_untested_aetcd_release_still_reads_and_writes_over_tls(tls_etcd: TlsEtcd) -> None:

@@ -28,6 +28,7 @@ from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
 from tests.fixtures.tcp_proxy import TcpProxy
 
+from .placed import queue_partitions
 from .processes import ClusterHarness
 
 TENANT, QUEUE = TenantId("acme"), QueueName("orders")
@@ -38,7 +39,7 @@ async def _three_replicas(backend: ClusterBackend) -> None:
     await backend.create_queue(TENANT, QUEUE, {"replication_factor": 3, "replication_mode": "sync"})
 
     def placed(m: object) -> bool:
-        parts = backend.view.map.of_queue(TENANT, QUEUE)
+        parts = queue_partitions(backend, TENANT, QUEUE)
         return len(parts) == 1 and len(parts[0].replicas) == 3 and parts[0].leader is not None
 
     assert await backend.view.wait_for(placed, scaled(30)), "the queue never got three replicas"
@@ -67,7 +68,7 @@ async def test_requests_held_at_a_frozen_leader_are_given_up_when_its_successor_
         await _three_replicas(backend)
         for i in range(5):
             await _send(backend, f"warm-{i}")
-        [part] = backend.view.map.of_queue(TENANT, QUEUE)
+        [part] = queue_partitions(backend, TENANT, QUEUE)
         assert part.leader is not None
         frozen, old_epoch = part.leader.node, part.leader.epoch
         harness.nodes[frozen].signal(signal.SIGSTOP)
@@ -81,7 +82,7 @@ async def test_requests_held_at_a_frozen_leader_are_given_up_when_its_successor_
         with pytest.raises(Unavailable):
             unsafe.result()  # outcome unknown: given up, not resent
         print(f"SIGSTOP of the leader -> 4 held deduplicated sends acknowledged: {took:.2f}s")
-        [now] = backend.view.map.of_queue(TENANT, QUEUE)
+        [now] = queue_partitions(backend, TENANT, QUEUE)
         assert now.leader is not None and now.leader.epoch > old_epoch and now.leader.node != frozen
         harness.nodes[frozen].signal(signal.SIGCONT)
         frozen = None
@@ -107,7 +108,7 @@ async def test_a_gateway_cut_off_from_etcd_follows_a_hand_over_by_the_leader_hin
     try:
         await _three_replicas(backend)
         await _send(backend, "before")
-        [part] = backend.view.map.of_queue(TENANT, QUEUE)
+        [part] = queue_partitions(backend, TENANT, QUEUE)
         assert part.leader is not None
         old, old_epoch = part.leader.node, part.leader.epoch
         for proxy in proxies:
@@ -122,7 +123,7 @@ async def test_a_gateway_cut_off_from_etcd_follows_a_hand_over_by_the_leader_hin
             return position is not None and position.leader_epoch == new_epoch
 
         await harness.wait_for(f"{old} to see {new}'s key", old_leader_knows)
-        assert backend.view.map.of_queue(TENANT, QUEUE)[0].leader == part.leader  # still stale
+        assert queue_partitions(backend, TENANT, QUEUE)[0].leader == part.leader  # still stale
         after = await _send(backend, "after")  # asked the old leader, told the new one
         assert after.id
         assert new_epoch > old_epoch

@@ -69,13 +69,16 @@ async def test_sends_resume_after_the_leader_is_killed_and_nothing_acknowledged_
             f"/v1/queues/{QUEUE}", json={"replication_factor": 3, "replication_mode": "sync"}
         )
         assert r.status_code == 201, r.text
-        await _cluster_document_and_readiness(cluster_gateway, client)
+        await _cluster_document_and_readiness(
+            cluster_gateway, client, await harness.partition_of("default", QUEUE)
+        )
         producers = [Producer(client, f"p{i}") for i in range(3)]
         tasks = [asyncio.create_task(p.run()) for p in producers]
         await _until(lambda: sum(len(p.acked) for p in producers) >= 60, "sends before the kill")
 
         doc = (await client.get("/v1/cluster")).json()
-        [partition] = doc["partitions"]
+        pid = await harness.partition_of("default", QUEUE)  # the pool partition it is placed on
+        [partition] = [p for p in doc["partitions"] if p["id"] == pid]
         old_leader = partition["leader"]
         before = sum(len(p.acked) for p in producers)
         harness.nodes[old_leader].kill()
@@ -88,7 +91,8 @@ async def test_sends_resume_after_the_leader_is_killed_and_nothing_acknowledged_
         print(f"first acknowledged send {first_after - killed_at:.2f}s after SIGKILL of the leader")
 
         doc = (await client.get("/v1/cluster")).json()
-        assert doc["partitions"][0]["leader"] not in (None, old_leader)
+        [partition] = [p for p in doc["partitions"] if p["id"] == pid]
+        assert partition["leader"] not in (None, old_leader)
         states = {n["id"]: n["state"] for n in doc["nodes"]}
         # Its lease expired with it; while the partition still names it, it is shown down.
         assert states.get(old_leader, "down") == "down"
@@ -106,19 +110,18 @@ async def test_sends_resume_after_the_leader_is_killed_and_nothing_acknowledged_
         assert acknowledged - received == set()
 
 
-async def _cluster_document_and_readiness(gateway: RunningGateway, client: httpx.AsyncClient) -> None:
-    """``GET /v1/cluster`` through the real route, for the operator and for another tenant."""
+async def _cluster_document_and_readiness(
+    gateway: RunningGateway, client: httpx.AsyncClient, pid: int
+) -> None:
+    """``GET /v1/cluster`` through the real route, for the operator and for another tenant.
+    The queue lives on partition ``pid`` of the pool of its class (docs/cluster.md, "Shared
+    partitions"), which the operator sees with the pool's other slots."""
     assert (await client.get("/readyz")).status_code == 200
     doc = (await client.get("/v1/cluster")).json()
     assert sorted(n["id"] for n in doc["nodes"]) == ["n0", "n1", "n2"]
     assert all(n["state"] == "up" and n["address"].startswith("127.0.0.1:") for n in doc["nodes"])
-    [partition] = doc["partitions"]
-    assert (partition["tenant"], partition["queue"], partition["index"], partition["mode"]) == (
-        "default",
-        QUEUE,
-        0,
-        "sync",
-    )
+    assert {(p["tenant"], p["queue"], p["mode"]) for p in doc["partitions"]} == {("", "rf3-sync", "sync")}
+    [partition] = [p for p in doc["partitions"] if p["id"] == pid]
     assert partition["leader"] in ("n0", "n1", "n2") and partition["epoch"] > 0
     assert sorted([partition["leader"], *partition["followers"]]) == ["n0", "n1", "n2"]
     tenant = gateway.make_tenant()
@@ -151,7 +154,7 @@ async def test_a_frozen_node_stalls_only_the_partitions_it_leads(harness: Cluste
         # One replica each, so the manager spreads the partitions (and their leaders) over
         # the nodes; with three replicas on three nodes it may make one node lead them all.
         await backend.create_queue(tenant, queue, {"partitions": 3, "replication_factor": 1})
-        parts = backend.view.map.of_queue(tenant, queue)
+        parts = backend.queue_parts.parts(await backend.metadata.queue(tenant, queue))
         leaders = {p.index: p.leader.node for p in parts if p.leader is not None}
         assert len(set(leaders.values())) >= 2, f"the manager put every leader on one node: {leaders}"
         stuck_index = 0
@@ -170,7 +173,8 @@ async def test_a_frozen_node_stalls_only_the_partitions_it_leads(harness: Cluste
         assert not stuck.done()  # still waiting for the frozen node (or its successor)
         # Its lease expires; with one replica nobody can be promoted: the backend is not
         # ready (what /readyz answers 503 with), naming the leaderless partition.
-        await _until_unready(backend, f"{queue}[{stuck_index}]")
+        pool_part = backend.view.map.partitions[parts[stuck_index].id]  # as check_writable names it
+        await _until_unready(backend, f"{pool_part.queue}[{pool_part.index}]")
         harness.nodes[frozen].signal(signal.SIGCONT)
         frozen = None
         # Its own send ends: served once the node runs again, or 503 if it gave up first.

@@ -96,8 +96,8 @@ async def test_queue_records(metadata: ClusterMetadata) -> None:
     for immutable in ({"partitions": 2}, {"ordering": "fifo"}):
         with pytest.raises(InvalidRequest):
             await metadata.update_queue(T, QueueName("orders"), immutable)
-    assert [r.name for r in await metadata.list_queues(T)] == ["dlq", "orders", "x"]
-    assert await metadata.list_queues(TenantId("nobody")) == []
+    assert [r.name for r in metadata.page(T)] == ["dlq", "orders", "x"]
+    assert metadata.page(TenantId("nobody")) == []
     await metadata.delete_queue(T, QueueName("orders"))
     with pytest.raises(QueueNotFound):
         await metadata.delete_queue(T, QueueName("orders"))

@@ -17,6 +17,8 @@ from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, TenantId
 from tests.conftest import scaled
 
+from .placed import queue_partitions
+
 T = TenantId("acme")
 SRC, DLQ = QueueName("src"), QueueName("dlq")
 
@@ -100,8 +102,9 @@ async def test_a_node_drops_its_copy_of_a_former_dead_letter_queue_once_that_que
 ) -> None:
     """A queue that changed its dead-letter queue keeps the old one's dead letters in its
     partitions (still read through the old queue). When the old queue goes, the deleting
-    gateway deletes those copies; if that call is lost (here: the record is deleted in etcd
-    alone), the partition's leader drops its copy when it sees the record gone."""
+    gateway deletes those copies; if that call is lost (here: the record is only marked
+    ``deleting`` in etcd, docs/cluster.md "Shared partitions"), the partition's leader drops
+    its copy on the mark (never on a record's absence)."""
     layout, nodes = inprocess_nodes
     url = f"cluster://{','.join(etcd_endpoints)}{layout.prefix}"
     gateway = open_cluster_backend(url, StoreOptions())
@@ -118,12 +121,11 @@ async def test_a_node_drops_its_copy_of_a_former_dead_letter_queue_once_that_que
         assert await gateway.receive(T, src, 1) == []  # moved to old-dlq's copy in src's partition
         await gateway.update_queue(T, src, {"dead_letter_queue": new})
         assert [m.body for m in await gateway.receive(T, old, 10, visibility_timeout_s=60)] == [b"poison"]
-        record = await gateway.metadata.queue(T, src)
-        [part] = gateway.view.map.of_queue(T, src, record.create_revision)
+        [part] = queue_partitions(gateway, T, src)
         [leader] = [node for node in nodes if part.leader is not None and node.node_id == part.leader.node]
         store = leader.hosts[part.id].store
         await store.get_queue(T, old)  # the copy is there
-        await gateway.metadata.delete_queue(T, old)
+        assert await gateway.metadata.mark_deleting(await gateway.metadata.queue(T, old)) is not None
         async with asyncio.timeout(scaled(10)):
             while True:
                 try:

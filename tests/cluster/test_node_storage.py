@@ -18,6 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.layout import NodeRecord
 from backend_store.cluster.coordination.storage_record import summarise
 from backend_store.types import StorageUsage
@@ -55,11 +56,16 @@ async def test_each_node_publishes_its_storage_use(
 
         r = await client.put(f"/v1/queues/{QUEUE}", json={"replication_factor": 3, "max_message_bytes": MIB})
         assert r.status_code == 201, r.text
-        # Every node hosts the queue's one partition and has published what it holds.
+        # Every node hosts the partitions of the queue's pool (the queue is on one of them:
+        # docs/cluster.md, "Shared partitions") and has published what it holds.
         await _until(
             nodes,
             lambda doc: (
-                len(doc) == 3 and all((n["storage"] or {}).get("environments") == 1 for n in doc.values())
+                len(doc) == 3
+                and all(
+                    (n["storage"] or {}).get("environments") == pools.DEFAULT_POOL_PARTITIONS
+                    for n in doc.values()
+                )
             ),
             "each node to publish the storage of its replica",
         )

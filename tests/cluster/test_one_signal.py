@@ -23,6 +23,8 @@ from backend_store.cluster.node.node import Node
 from backend_store.types import NewMessage, QueueName, ReceivedMessage, TenantId
 from tests.conftest import scaled, wait_for
 
+from .placed import queue_partitions
+
 T = TenantId("acme")
 Q = QueueName("signals")
 
@@ -70,7 +72,7 @@ async def demand_on_the_leader(
     backend: ClusterBackend, nodes: list[Node], signals: Signals, size: int
 ) -> None:
     backend.set_demand(T, Q, size, 30.0, signals.deliver)
-    [part] = backend.view.map.of_queue(T, Q)
+    [part] = queue_partitions(backend, T, Q)
 
     async def registered() -> bool:
         return any(node.demands.waiting(part.id, T, Q) for node in nodes)

@@ -4,6 +4,7 @@ arguments are refused with invalid_request."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,4 +137,26 @@ def test_error_replies_become_errors_with_the_leader_hint() -> None:
 
 def test_write_operations_are_marked_for_replication() -> None:
     reads = {name for name, op in ops.OPS.items() if not op.writes}
-    assert reads == {"get_queue", "next_visible_at", "peek"}
+    assert reads == {"get_queue", "next_visible_at", "peek", "queue_stats"}
+
+
+async def test_queue_stats_answers_a_page_of_queues_in_one_request(store: LmdbBackend) -> None:
+    for name in ("a", "b", "c"):
+        await store.create_queue(T, QueueName(name), {})
+    await store.create_queue(TenantId("someone-else"), QueueName("a"), {})
+    await store.send(T, QueueName("b"), [NewMessage(b"1"), NewMessage(b"2")])
+    await store.receive(T, QueueName("b"), 1)
+    stats = await remote(store, "queue_stats", tenant=T, names=["a", "b", "missing"])
+    # Each queue the store holds, as get_queue counts it; one it does not hold is left out.
+    assert set(stats) == {"a", "b"}
+    one = (await store.get_queue(T, QueueName("b"))).stats
+    assert replace(stats["b"], oldest_age_s=None) == replace(one, oldest_age_s=None)  # the clock moved
+    assert (stats["b"].visible, stats["b"].in_flight, stats["b"].sent_total, stats["a"].visible) == (
+        1,
+        1,
+        2,
+        0,
+    )
+    assert stats["b"].oldest_age_s is not None and stats["a"].oldest_age_s is None
+    with pytest.raises(InvalidRequest):
+        await ops.call(store, "queue_stats", {"tenant": T, "names": ["a", 3]})

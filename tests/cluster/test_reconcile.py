@@ -12,6 +12,7 @@ from backend_store.cluster.coordination.identity import (
     judge_stateless,
 )
 from backend_store.cluster.coordination.layout import ClusterIdentity, Layout, PartitionRecord, Tombstone
+from backend_store.cluster.node.node_identity import pack_label, unpack_label
 from backend_store.cluster.node.reconcile import (
     Decision,
     HostedReplica,
@@ -179,3 +180,21 @@ def test_epochs_of_a_later_incarnation_are_above_every_earlier_one() -> None:
     assert make_epoch(0, 5) == 5  # a cluster that never restored etcd keeps its epochs
     assert make_epoch(1, 1) > make_epoch(0, (1 << 40) - 1)
     assert epoch_incarnation(make_epoch(3, 77)) == 3 and epoch_revision(make_epoch(3, 77)) == 77
+
+
+def test_a_pool_replica_is_labelled_for_its_pool_and_slot_and_never_served_as_anything_else() -> None:
+    pool = PartitionRecord("", "rf3-sync", 2, ("me", "b", "c"), "me")
+    label = ReplicaLabel("c1", 1, "", "rf3-sync", 2, None)
+    assert unpack_label(pack_label(label)) == label  # the empty tenant survives the label's format
+    assert decide("me", _hosted(1, label=label), MapView({1: pool}), {}, TRUSTED).serve == {1: pool}
+    # Another slot of the pool, another pool, a queue's own partition: a stray each time.
+    for other in (
+        PartitionRecord("", "rf3-sync", 3, ("me",), "me"),
+        PartitionRecord("", "rf3-async", 2, ("me",), "me"),
+        ON_ME,
+    ):
+        out = decide("me", _hosted(1, label=label), MapView({1: other}), {}, TRUSTED)
+        assert not out.serve and "/rf3-sync #2" in out.strays[1]
+    # And a queue's replica is never served as a pool's slot.
+    out = decide("me", _hosted(1, label=LABEL), MapView({1: pool}), {}, TRUSTED)
+    assert not out.serve and "t/q #0" in out.strays[1]

@@ -18,6 +18,7 @@ from backend_store.errors import InvalidRequest, PushgateError, Unavailable
 from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
 
+from .placed import queue_partitions
 from .processes import ClusterHarness
 
 TENANT = TenantId("acme")
@@ -105,7 +106,7 @@ async def test_a_leader_killed_mid_batch_loses_nothing_acknowledged(
     partition's leader is SIGKILLed; every acknowledged message is there afterwards."""
     queue = QueueName("failover")
     await backend.create_queue(TENANT, queue, {"replication_mode": "sync"})
-    [part] = backend.view.map.of_queue(TENANT, queue)
+    [part] = queue_partitions(backend, TENANT, queue)
     acked: list[str] = []
     stop = asyncio.Event()
 
@@ -133,7 +134,7 @@ async def test_a_leader_killed_mid_batch_loses_nothing_acknowledged(
     try:
         await until(200, "sends before the kill")
         assert backend.send_batcher.counters.merged > merged  # they were batched
-        leader = backend.view.map.partition(TENANT, queue, 0, part.queue_revision)
+        leader = backend.view.map.resolve(part)
         assert leader is not None and leader.leader is not None
         harness.nodes[leader.leader.node].kill()
         before = len(acked)

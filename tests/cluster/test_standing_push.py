@@ -16,13 +16,17 @@ import time
 
 import httpx
 
+from backend_store.cluster.client.cluster_backend import ClusterBackend
 from backend_store.cluster.client.routing import stable_hash
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.cluster.node.node import Node
 from backend_store.cluster.node.partition_host import PartitionHost
+from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 from tests.push.conftest import Http, deliveries, request, ws_connect
+
+from .placed import leading_hosts
 
 TENANT = "default"
 
@@ -35,15 +39,14 @@ async def until(what: str, check: object, timeout: float = 20) -> None:
         await asyncio.sleep(0.02)
 
 
-def leaders(nodes: list[Node], queue: str) -> dict[int, tuple[Node, PartitionHost]]:
-    """The partitions of ``queue`` this process leads, by partition index."""
-    out: dict[int, tuple[Node, PartitionHost]] = {}
-    for node in nodes:
-        for host in node.hosts.values():
-            record = host.record
-            if host.leading and record is not None and record.queue == queue:
-                out[record.index] = (node, host)
-    return out
+def leaders(nodes: list[Node], gateway: RunningGateway, queue: str) -> dict[int, tuple[Node, PartitionHost]]:
+    """The partitions of ``queue`` this process leads, by partition index (its placement as
+    the gateway, which created it, holds its record)."""
+    backend = gateway.services.backend
+    assert isinstance(backend, ClusterBackend)
+    record = backend.metadata.cached_queue(TenantId(TENANT), QueueName(queue))
+    assert record is not None
+    return leading_hosts(nodes, TENANT, queue, record.placement)
 
 
 def waiting(found: dict[int, tuple[Node, PartitionHost]], queue: str) -> bool:
@@ -59,7 +62,7 @@ async def test_a_send_reaches_an_idle_subscriber_in_the_commit_that_stores_it(
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)
         await http.queue("jobs", replication_factor=2, replication_mode="sync")
-        found = leaders(running, "jobs")
+        found = leaders(running, gateway, "jobs")
         assert len(found) == 1
         [(leader, host)] = found.values()
         follower = next(n for n in running if n is not leader).hosts[host.partition]
@@ -100,7 +103,7 @@ async def test_each_partition_serves_the_demand_and_late_deliveries_still_arrive
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)
         await http.queue("spread", partitions=2, replication_factor=1)
-        found = leaders(running, "spread")
+        found = leaders(running, gateway, "spread")
         assert sorted(found) == [0, 1]
         # Dedupe ids that land on partition 0 and 1 (crc32 % 2).
         ids = {stable_hash(f"d{i}") % 2: f"d{i}" for i in range(10)}
@@ -133,7 +136,7 @@ async def test_a_lost_connection_makes_the_dispatcher_register_again_at_once(
     async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as client:
         http = Http(client)
         await http.queue("jobs", replication_factor=1)
-        found = leaders(running, "jobs")
+        found = leaders(running, gateway, "jobs")
         [(leader, host)] = found.values()
         async with ws_connect(gateway, gateway.admin_key) as ws:
             reply = await request(ws, op="subscribe", queue="jobs", id="sub", prefetch=10)

@@ -219,6 +219,37 @@ def test_list_queues_is_sorted_and_includes_new_ones(admin: Api, qname: str) -> 
     assert {f"{qname}-a", f"{qname}-b"} <= set(names)
 
 
+def test_list_queues_pages_with_a_cursor(admin: Api, qname: str) -> None:
+    mine = [f"{qname}-{i}" for i in range(5)]
+    for name in mine:
+        assert admin.put_queue(name).status_code == 201
+    # Under 1,000 queues, one answer as before paging: no next_cursor.
+    whole = admin.client.get("/v1/queues")
+    assert set(whole.json()) == {"queues"}
+    everything = [q["name"] for q in whole.json()["queues"]]
+    walked: list[str] = []
+    params: dict[str, str] = {"limit": "2"}
+    while True:
+        r = admin.client.get("/v1/queues", params=params)
+        assert r.status_code == 200, r.text
+        page = [q["name"] for q in r.json()["queues"]]
+        assert len(page) <= 2 and all("stats" in q for q in r.json()["queues"])
+        walked.extend(page)
+        if "next_cursor" not in r.json():
+            break
+        params = {"limit": "2", "cursor": r.json()["next_cursor"]}
+    assert walked == everything and set(mine) <= set(walked)
+    r = admin.client.get("/v1/queues", params={"cursor": mine[2]})
+    assert [q["name"] for q in r.json()["queues"]][:2] == mine[3:]
+
+
+@pytest.mark.parametrize(
+    "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "two"}, {"cursor": "x" * 300}]
+)
+def test_list_queues_refuses_a_bad_page(admin: Api, params: dict[str, str]) -> None:
+    assert problem_code(admin.client.get("/v1/queues", params=params), 400) == "invalid_request"
+
+
 def test_patch_changes_mutable_attributes(admin: Api, qname: str) -> None:
     admin.put_queue(qname)
     r = admin.client.patch(f"/v1/queues/{qname}", json={"visibility_timeout_s": 7, "receive_wait_s": 2})

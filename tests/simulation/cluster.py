@@ -23,8 +23,9 @@ from .kernel import Process, Trace
 from .network import Network
 from .oracle import Oracle
 from .sim_coordinator import SimCoordinator
-from .sim_gateway import TENANT, QueueSpec, SimGateway
+from .sim_gateway import QueueSpec, SimGateway
 from .sim_node import SimNode
+from .sim_pools import TENANT
 from .sim_store import NodeDisk
 
 GATEWAY = "gw"
@@ -32,8 +33,18 @@ ETCD = "etcd"
 
 
 class SimCluster:
-    def __init__(self, rng: random.Random, trace: Trace, oracle: Oracle, *, window_entries: int) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        trace: Trace,
+        oracle: Oracle,
+        *,
+        window_entries: int,
+        off_the_network: frozenset[str] = frozenset(),
+    ) -> None:
         self.rng = rng
+        # Prefixes the managers read from etcd's model on the spot (SimCoordinator).
+        self.off_the_network = off_the_network
         self.window_entries = window_entries
         self.trace = trace
         self.oracle = oracle
@@ -134,7 +145,7 @@ class SimCluster:
     def start_manager(self, name: str) -> None:
         proc = self._process(name)
         manager = Manager(
-            SimCoordinator(proc, self.network, self.etcd),
+            SimCoordinator(proc, self.network, self.etcd, off_the_network=self.off_the_network),
             manager_id=name,
             ttl_s=2.0,
             tick_s=0.25,

@@ -199,11 +199,18 @@ class EtcdServer:
             delay += 0.001 + self.rng.random() * 0.002  # a write: etcd's own fsync
         return delay, reply
 
+    def read_now(self, prefix: str) -> RangeResult:
+        """A range read of the model as it is, outside any connection (SimCoordinator's
+        ``off_the_network`` prefixes)."""
+        result = self._apply(Range(prefix))
+        assert isinstance(result, RangeResult)
+        return result
+
     def _apply(self, request: Request) -> Any:
         state = self.state
         if isinstance(request, Range):
             # Values are never changed in place (a put makes a new one): no copy needed.
-            items = tuple((k, v) for k, v in sorted(state.kv.items()) if k.startswith(request.prefix))
+            items = tuple(sorted((k, v) for k, v in state.kv.items() if k.startswith(request.prefix)))
             return RangeResult(state.revision, items)
         if isinstance(request, Grant):
             self.last_lease_id = state.next_lease = max(state.next_lease, self.last_lease_id) + 1

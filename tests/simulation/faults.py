@@ -61,6 +61,9 @@ class Mix:
     concurrent: int
     mean_gap_s: float
     quiet_s: float = 0.0  # after a fault heals, before the next may start (one at a time)
+    # Many queues in a pool of shared partitions, created and deleted during the chaos
+    # (simulation.py, sim_pools.py), instead of one or two queues with partitions of their own.
+    pooled: bool = False
 
     @property
     def availability_checked(self) -> bool:
@@ -117,6 +120,16 @@ MIXES["late"] = Mix(
 # A bumped restore made while every process was down (issue 48): the one that started first
 # may hold a designation the restore brought back, before anyone sees the restore.
 MIXES["down"] = Mix("down", ("etcd-restore-down", "kill", "kill", "freeze"), 2, 1.5)
+# Many queues over few partitions (issue 49): 200 queues in one pool of 8 partitions, queues
+# created and deleted during the faults.
+MIXES["pools"] = Mix(
+    "pools",
+    ("kill", "freeze", "cut-peers", "cut-etcd", "etcd-restore", "kill-manager", "drain", "slow-disk"),
+    2,
+    1.5,
+    pooled=True,
+)
+MIXES["pools-all"] = Mix("pools-all", ALL_FAULTS, 3, 1.5, pooled=True)
 # Every fault a comma-separated mix may name.
 FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped", "etcd-restore-late", "etcd-restore-down")
 

@@ -188,9 +188,20 @@ class SimCoordinator:
     """One process's coordinator."""
 
     def __init__(
-        self, proc: Process, network: Network, server: EtcdServer, *, timeout_s: float = 2.0
+        self,
+        proc: Process,
+        network: Network,
+        server: EtcdServer,
+        *,
+        timeout_s: float = 2.0,
+        off_the_network: frozenset[str] = frozenset(),
     ) -> None:
+        """``off_the_network``: prefixes nothing writes in this run, read from etcd's model on
+        the spot (no message, no delay, nothing drawn from the random stream) and watched
+        without a stream: a prefix a new version of a process reads leaves the schedules of
+        runs that never write it as they were."""
         self.proc = proc
+        self.off_the_network = off_the_network
         self.network = network
         self.server = server
         self.timeout_s = timeout_s
@@ -315,6 +326,9 @@ class SimCoordinator:
         return (await self._txn(Txn((), (Put(key, value),)))).revision
 
     async def read_prefix(self, prefix: str) -> PrefixState:
+        if prefix in self.off_the_network:
+            result = self.server.read_now(prefix)
+            return PrefixState(prefix, result.revision, {k: _entry(k, v) for k, v in result.items})
         result = await self.call(Range(prefix))
         assert isinstance(result, RangeResult)
         return PrefixState(prefix, result.revision, {k: _entry(k, v) for k, v in result.items})
@@ -359,6 +373,10 @@ class SimCoordinator:
         stop: asyncio.Event | None = None,
         held: Callable[[], PrefixState] | None = None,
     ) -> AsyncGenerator[PrefixState, None]:
+        if prefix in self.off_the_network:
+            yield await self.read_prefix(prefix)
+            await (stop or asyncio.Event()).wait()  # nothing writes it: no other state comes
+            return
         nudge = asyncio.Event()
         self._nudges.setdefault(prefix, []).append(nudge)
         self._watching[prefix] = self._watching.get(prefix, 0) + 1

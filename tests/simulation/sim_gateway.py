@@ -7,6 +7,8 @@ waits for a leader to move, the circuit breaker per node, requests given up at a
 map shows replaced, the deadline of 10 s), on virtual time, through :class:`NodeClient` (its
 dialling replaced: :class:`SimNodeClient`); routing is ``routing.partition_index``.
 
+Queues in pools of shared partitions are made, deleted and routed by :mod:`.sim_pools`.
+
 Each FIFO group has one producer that sends its messages one at a time, each with a dedupe
 id, and repeats a message until it is acknowledged (as a client that must keep order does).
 """
@@ -36,15 +38,14 @@ from backend_store.types import (
     QueueAttributes,
     QueueName,
     SendResult,
-    TenantId,
 )
 
 from .kernel import Process
 from .network import Network
 from .oracle import Oracle
 from .sim_coordinator import SimCoordinator
+from .sim_pools import TENANT, SimPools
 
-TENANT = TenantId("t")
 DEADLINE_S = 10.0
 NODE_TIMEOUT_S = 5.0
 # The producers' pace, all groups together (a group's pauses between sends follow).
@@ -164,6 +165,7 @@ class SimGateway:
         self.sending = True
         self.think_s = 0.5
         self.stale_map_noted = False
+        self.pools = SimPools(coordinator, layout, self)  # queues in pools (sim_pools.py)
 
     def note_stale_map(self, etcd_revision: int) -> None:
         """A fact for the diagnosis: the map the gateway holds is from a revision etcd has not
@@ -197,9 +199,13 @@ class SimGateway:
         """Run ``op`` on the leader of partition ``index`` of ``queue`` through the production
         ``PartitionCalls.call``; (the id of the partition that answered, its result)."""
         name = QueueName(queue)
-        part = self.view.map.partition(TENANT, name, index, None) or PartitionInfo(
-            -1, TENANT, name, index, (), None, "sync"
-        )
+        part = self.pools.route(queue, index)
+        if part is not None:
+            kwargs["tenant"] = TENANT  # the queue's, not the pool partition's ("")
+        else:
+            part = self.view.map.partition(TENANT, name, index, None) or PartitionInfo(
+                -1, TENANT, name, index, (), None, "sync"
+            )
         task = asyncio.current_task()
         assert task is not None
         try:

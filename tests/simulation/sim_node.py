@@ -33,14 +33,15 @@ from backend_store.cluster.coordination.layout import (
     read_partition_map,
 )
 from backend_store.cluster.coordination.timeline import KeysSeen, RecordMark
+from backend_store.cluster.coordination.watched_prefix import changed_keys
 from backend_store.cluster.node.etcd_records import (
     leaders_moved,
     read_leaders,
     read_nodes,
-    read_queues,
     read_tombstones,
     tombstone_stands,
 )
+from backend_store.cluster.node.pool_queues import QueueRecords, note_changes
 from backend_store.cluster.node.publication import Publication, node_record
 from backend_store.cluster.node.receipts import KeptReceipt, remade
 from backend_store.cluster.node.reconcile import HostedReplica, MapView, ReplicaLabel
@@ -138,7 +139,9 @@ class SimNode:
         self._nodes: dict[str, NodeRecord] = {}
         self._nodes_read = False
         self._lost_sessions: list[SimSession] = []
-        self._queues: dict[tuple[str, str], dict[str, Any]] = {}
+        # ``Node._queues``: kept by the keys each state changed (``WatchedPrefix`` names them).
+        self._queues = QueueRecords()
+        self._queue_state = PrefixState(layout.queues, 0)
         self.publication = Publication(PUBLISH_EVERY_S)
         # node/leadership.py's shell, on this node's clock, etcd and replicas.
         self.leadership = node_adapter.NodeLeadership(
@@ -223,7 +226,9 @@ class SimNode:
             self.note(f"etcd holds {rewound} older than seen in incarnation {incarnation}: it went back")
 
     def _on_queues(self, state: PrefixState) -> None:
-        self._queues = read_queues(state)
+        keys = changed_keys(self._queue_state, state)
+        self._queue_state = state
+        note_changes(self._queues, state, keys, self.hosts)
 
     # The main loop ------------------------------------------------------------------------------
 

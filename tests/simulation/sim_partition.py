@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from backend_store.cluster.coordination.layout import PartitionRecord, ReplicaPosition
 from backend_store.cluster.coordination.timeline import incarnation_floor
-from backend_store.cluster.node.partition_host import IN_SYNC_S
+from backend_store.cluster.node.partition_host import IN_SYNC_S, as_records
+from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, not_ready
 from backend_store.cluster.node.term import LeaderTerm
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.replication.log_shipping import (
@@ -28,7 +29,7 @@ from backend_store.cluster.replication.log_shipping import (
 )
 from backend_store.cluster.replication.quorum import QuorumCheck, Resignation
 from backend_store.errors import PushgateError, StaleEpoch, Unavailable
-from backend_store.types import Epoch
+from backend_store.types import Epoch, QueueName, TenantId
 
 from .sim_store import SimReplicaStore
 
@@ -48,6 +49,7 @@ class SimPartitionHost(LeaderTerm):
         self._init_term()
         self._links: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._applied: set[tuple[str, str]] = set()
+        self.pool_queues = PoolQueues()  # a pool partition's queues (node/pool_queues.py)
 
     @property
     def store(self) -> SimReplicaStore:
@@ -123,6 +125,8 @@ class SimPartitionHost(LeaderTerm):
         self.record = record
         self.update_links(record, addresses)
         self._applied.clear()
+        if record.pool is not None:
+            self.pool_queues.begin_term(as_records(queues), self.partition)
         self.open_term(queues)
 
     def update_links(self, record: PartitionRecord, addresses: Mapping[str, str]) -> None:
@@ -165,8 +169,14 @@ class SimPartitionHost(LeaderTerm):
             await asyncio.sleep(0.1)
 
     async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
-        """The queue's copy in this store (the model has no attributes beyond existing)."""
+        """The queue's copy in this store (the model has no attributes beyond existing); a
+        pool partition's queues as ``PartitionHost`` applies them (node/pool_queues.py)."""
         if not self.leading or self.record is None:
+            return
+        if self.record.pool is not None:
+            await self.pool_queues.apply(
+                as_records(queues), self.partition, self._ensure_pooled, self._drop_pooled
+            )
             return
         key = (self.record.tenant, self.record.queue)
         if key not in queues or key in self._applied:
@@ -180,6 +190,31 @@ class SimPartitionHost(LeaderTerm):
             with contextlib.suppress(PushgateError):  # a failed majority only delays followers
                 await self.leader.replicate(self.store.last_lsn)
         self._applied.add(key)
+
+    async def _ensure_pooled(self, key: QueueKey, _attrs: dict[str, Any]) -> bool:
+        """``PartitionHost._ensure_pooled``: written only if the store lacks the queue."""
+        if self.store.queue_exists(*key):
+            return True
+        return await self._write_queue_change(key, self.store.ensure_queue(*key), "create")
+
+    async def _drop_pooled(self, key: QueueKey) -> bool:
+        """``PartitionHost._drop_queue``: deleted (already gone is done)."""
+        if not self.store.queue_exists(*key):
+            return True
+        return await self._write_queue_change(
+            key, self.store.delete_queue(TenantId(key[0]), QueueName(key[1])), "delete"
+        )
+
+    async def _write_queue_change(self, key: QueueKey, write: Awaitable[None], what: str) -> bool:
+        try:
+            await write
+        except PushgateError as exc:
+            self.node.note(f"p{self.partition}: cannot {what} {key[1]}: {exc.detail}")
+            return False
+        if self.leader is not None:
+            with contextlib.suppress(PushgateError):  # a failed majority only delays followers
+                await self.leader.replicate(self.store.last_lsn)
+        return True
 
     async def resign_for_quorum(self, now: float) -> Resignation:
         resignation = await super().resign_for_quorum(now)
@@ -216,8 +251,8 @@ class SimPartitionHost(LeaderTerm):
             raise ops.NotLeader(
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
-        if self.record is None or (self.record.tenant, self.record.queue) not in self._applied:
-            raise ops.NotLeader(f"partition {self.partition} is not ready yet")
+        if (why := not_ready(self.record, self._applied, self.pool_queues, op, args)) is not None:
+            raise ops.NotLeader(f"partition {self.partition} is not ready yet: {why}")
         store = self.store
         if not ops.OPS[op].writes:
             return await ops.call(store, op, args)
@@ -237,6 +272,7 @@ class SimPartitionHost(LeaderTerm):
                 ) from None
         finally:
             self._writes_in_flight -= 1
+        self.pool_queues.served(op, args)
         return result
 
     # Life cycle ----------------------------------------------------------------------------------

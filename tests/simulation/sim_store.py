@@ -47,7 +47,7 @@ from backend_store.cluster.coordination.layout import PartitionRecord, ServedSet
 from backend_store.cluster.coordination.timeline import RecordMark
 from backend_store.cluster.node.receipts import KeptReceipt
 from backend_store.cluster.node.reconcile import ReplicaLabel
-from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch, Unavailable
+from backend_store.errors import PushgateError, QueueNotFound, ReplicationGap, StaleEpoch, Unavailable
 from backend_store.types import (
     Epoch,
     LogEntry,
@@ -293,12 +293,25 @@ class SimReplicaStore:
     async def ensure_queue(self, tenant: str, queue: str) -> None:
         await self._submit(lambda b: b.ops.append(["q", tenant, queue]))
 
+    async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
+        """The queue and its messages go (a pool partition's queue marked deleting)."""
+
+        def op(b: _Batch) -> None:
+            if (tenant, name) not in self._state_of(b.base).created:
+                raise QueueNotFound(f"queue {name!r} does not exist")
+            b.ops.append(["d", tenant, name])
+
+        await self._submit(op)
+
     async def send(
         self, tenant: TenantId, queue: QueueName, messages: Sequence[NewMessage]
     ) -> list[SendResult | PushgateError]:
         def op(b: _Batch) -> list[SendResult | PushgateError]:
             assert b.keep == len(b.base) and not b.added, "a leader's batch neither applies nor truncates"
             state = self._state_of(b.base)
+            if (tenant, queue) not in state.created:
+                # As the LMDB store: a queue a leader serves was made in an earlier commit.
+                raise QueueNotFound(f"queue {queue!r} does not exist")
             pending = b.pending_sends
             out: list[SendResult | PushgateError] = []
             lsn = b.length() + 1
@@ -485,6 +498,12 @@ def _apply_ops(state: MessageState, ops: list[list[Any]], lsn: int) -> None:
     for op in ops:
         if op[0] == "q":
             state.created.add((op[1], op[2]))
+        elif op[0] == "d":
+            key = (op[1], op[2])
+            state.created.discard(key)
+            state.queues.pop(key, None)
+            for dedupe in [k for k in state.dedupe if k[:2] == key]:
+                del state.dedupe[dedupe]
         elif op[0] == "s":
             _, tenant, queue, group, dedupe, body, sent_at = op
             if dedupe is not None and (tenant, queue, dedupe) in state.dedupe:

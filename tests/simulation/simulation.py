@@ -35,12 +35,16 @@ from .diagnosis import diagnose
 from .faults import Chaos, Mix, mix_named
 from .kernel import SimulationStuck, Trace, VirtualLoop
 from .oracle import Fact, Oracle, Violation
-from .sim_gateway import TENANT, GroupProgress, QueueSpec, SimGateway
+from .sim_gateway import GroupProgress, QueueSpec, SimGateway
+from .sim_pools import TENANT, Churn
 
 # A minority fault must not stop a partition's sends longer than this: issue 24's target
 # (a send waits at most a lease, 2 s, plus the failover; docs/testing.md).
 DEFAULT_AVAILABILITY_BOUND_S = 3.0
 DEFAULT_WINDOW_ENTRIES = 2048  # ReplicationLeader's default
+# A pooled mix's queues (``Mix.pooled``): the producers' and idle ones, all in one pool of
+# the manager's default 8 partitions.
+POOLED_QUEUES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +201,8 @@ class _Run:
         self.stopping = False
         self.worst_pause_s = 0.0
         self.main_task: asyncio.Task[None] | None = None
+        self.churn: Churn | None = None
+        self.made_again: list[str] = []  # producers' queues whose records a restore lost
 
     def after_step(self) -> None:
         if self.oracle.violation is not None and not self.stopping and self.main_task is not None:
@@ -216,8 +222,16 @@ class _Run:
         return self._cluster
 
     async def main(self) -> None:
+        # A mix without pools writes nothing under pools/: the managers' watch of it is read
+        # off the network, so that it draws nothing from the run's random stream and those
+        # mixes keep the schedules their pinned seeds were found on (docs/testing.md).
+        quiet = frozenset() if self.config.mix.pooled else frozenset({Layout().pools})
         self._cluster = SimCluster(
-            self.rng, self.trace, self.oracle, window_entries=self.config.window_entries
+            self.rng,
+            self.trace,
+            self.oracle,
+            window_entries=self.config.window_entries,
+            off_the_network=quiet,
         )
         config, rng, cluster = self.config, self.rng, self.cluster
         nodes = rng.choice([4, 4, 5])
@@ -225,18 +239,35 @@ class _Run:
             cluster.start_node(f"n{i + 1}")
         for name in ("m1", "m2"):
             cluster.start_manager(name)
+        pooled = config.mix.pooled
         self.queues = [
-            QueueSpec(f"q{q}", rng.randint(1, 3), [f"q{q}g{g}" for g in range(rng.randint(2, 5))])
-            for q in range(rng.choice([1, 1, 2]))
+            QueueSpec(
+                f"q{q}", rng.randint(1, 2 if pooled else 3), [f"q{q}g{g}" for g in range(rng.randint(2, 5))]
+            )
+            for q in range(rng.choice([2, 3] if pooled else [1, 1, 2]))
         ]
+        idle = (
+            [QueueSpec(f"idle{i}", 1, []) for i in range(POOLED_QUEUES - len(self.queues))] if pooled else []
+        )
         self.topology = f"{nodes} nodes, " + ", ".join(
             f"{q.name}: {q.partitions} partition(s) x {len(q.groups)} groups" for q in self.queues
         )
+        if pooled:
+            self.topology += f", {len(idle)} idle queues, in one pool"
         # An operator creates queues once the nodes are up (docs/cluster.md): a queue placed
         # while one node had registered would start with one replica and grow one voter at
         # a time, through two voters that tolerate no fault.
         await self._until_registered(nodes, 20.0)
-        gateway = self.gateway = await cluster.start_gateway(self.queues)
+        if pooled:
+            gateway = self.gateway = await cluster.start_gateway([])
+            await self._create_pooled(gateway, idle, 60.0)
+            # Taken before the producers' queues exist: a restore to it (half the restores
+            # go to the oldest backup) loses their records, never their messages
+            # (docs/cluster.md, "Never delete on absence"); healing makes them again.
+            cluster.backup()
+            await self._create_pooled(gateway, self.queues, 30.0)
+        else:
+            gateway = self.gateway = await cluster.start_gateway(self.queues)
         await self._until_placed(gateway, 20.0)
         cluster.backup()
         gateway.start_producers(self.queues)
@@ -246,10 +277,24 @@ class _Run:
         start = asyncio.get_running_loop().time()
         backups = asyncio.get_running_loop().create_task(self._backups())
         watcher = asyncio.get_running_loop().create_task(self._watch_gateway_map())
+        churn = None
+        if pooled:
+            self.churn = Churn(gateway, self.oracle, rng, [q.name for q in idle])
+            churn = gateway.proc.spawn(self.churn.run(), "churn")
         await chaos.run(config.chaos_s)
+        if churn is not None:
+            churn.cancel()
         backups.cancel()
         self._chaos_window = (start, asyncio.get_running_loop().time())
         await chaos.heal_everything()
+        if pooled:
+            # The operator makes again the queues a restore lost (the gateway places a queue
+            # where its name hashes to: the same partitions, which kept its messages).
+            written = len(gateway.pools.written)
+            await self._create_pooled(gateway, self.queues, 30.0)
+            self.made_again = gateway.pools.written[written:]
+            if self.made_again:
+                self.oracle.fact("queues-made-again", f"a restore had lost the records of {self.made_again}")
         self._check_availability(enforce=config.mix.availability_checked)
         await asyncio.sleep(config.settle_s)
         # Checks.
@@ -258,6 +303,13 @@ class _Run:
         await self._final_sends(gateway)
         await self._final_reads(gateway)
         watcher.cancel()
+        if self.churn is not None:
+            churned = self.churn
+            self.topology += (
+                f"; churn: {churned.created} created, {churned.deleted} deleted, {churned.acked} sends"
+            )
+            if self.made_again:
+                self.topology += f"; made again after a restore: {', '.join(self.made_again)}"
         self.virtual_s = asyncio.get_running_loop().time()
 
     async def _until_registered(self, nodes: int, timeout_s: float) -> None:
@@ -270,13 +322,31 @@ class _Run:
             await asyncio.sleep(0.1)
         self.oracle.fail("model", f"the nodes did not register within {timeout_s:g}s")
 
+    async def _create_pooled(self, gateway: SimGateway, queues: list[QueueSpec], timeout_s: float) -> None:
+        """Create every queue in the pool, as the gateway does (sim_pools.py)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for spec in queues:
+            before = gateway.pools.placements.get(spec.name)
+            if not await gateway.pools.create(spec, max(0.0, deadline - loop.time())):
+                self.oracle.fail("model", f"{spec.name} was not created in its pool within {timeout_s:g}s")
+                return
+            if before is not None and gateway.pools.placements[spec.name] != before:
+                self.oracle.fail("model", f"{spec.name} made again on other partitions than before")
+                return
+
+    def _placed(self, gateway: SimGateway, spec: QueueSpec) -> bool:
+        placement = gateway.pools.placements.get(spec.name)
+        if placement is None:
+            return gateway.view.map.complete(TENANT, QueueName(spec.name), spec.partitions)
+        parts = [gateway.view.map.partitions.get(pid) for pid in placement]
+        return all(p is not None and p.leader is not None for p in parts)
+
     async def _until_placed(self, gateway: SimGateway, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
-            ready = all(
-                gateway.view.map.complete(TENANT, QueueName(q.name), q.partitions) for q in self.queues
-            )
+            ready = all(self._placed(gateway, q) for q in self.queues)
             if ready:
                 return
             await asyncio.sleep(0.1)

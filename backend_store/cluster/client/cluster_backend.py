@@ -53,6 +53,7 @@ from .node_health import BreakerSettings, NodeHealth
 from .node_pool import NodePool
 from .partition_calls import PartitionCalls
 from .partition_map import ClusterView, LeaderClaim
+from .pool_slots import PoolSlots
 from .push_operations import PushOperations
 from .queue_operations import QueueOperations
 from .queue_parts import QueueParts
@@ -89,6 +90,9 @@ class ClusterBackend(QueueOperations, PushOperations):
             node_timeout_s=settings.node_timeout_s,
         )
         self.queue_parts = QueueParts(self.metadata, self.view, self.calls)
+        self.pool_slots = PoolSlots(
+            self._coordinator, self.paths, self.view, wait_s=settings.placement_wait_s
+        )
         # The node connections while the backend runs (``start`` to ``close``).
         self.pool: NodePool | None = None
         self.send_batcher = SendBatcher(self.calls.call, enabled=settings.send_batching != 0)

@@ -24,7 +24,7 @@ from ...types import (
     TenantId,
 )
 from .partition_calls import PartitionCalls
-from .partition_map import ClusterView
+from .partition_map import ClusterView, PartitionInfo
 from .queue_parts import QueueParts
 from .routing import plan_sends, prefix_receipt, split_receipt
 from .send_batcher import SendBatcher
@@ -119,20 +119,19 @@ class MessageOperations:
         if queue is not None:
             await self.queue_parts.record(tenant, queue)
         failed: list[ReceiptFailure] = []
-        groups: dict[int, list[str]] = {}
+        groups: dict[int, tuple[PartitionInfo, list[str]]] = {}
         originals: dict[tuple[int, str], str] = {}
         for receipt in receipts:
-            part = self.queue_parts.receipt_partition(tenant, receipt, queue)
-            if part is None:
+            found = self.queue_parts.receipt_partition(tenant, receipt, queue)
+            if found is None:
                 failed.append(ReceiptFailure(receipt, InvalidReceipt.code))
                 continue
-            pid, inner = part
-            groups.setdefault(pid, []).append(inner)
-            originals[(pid, inner)] = receipt
+            part, inner = found
+            groups.setdefault(part.id, (part, []))[1].append(inner)
+            originals[(part.id, inner)] = receipt
 
-        async def settle(pid: int, inner: list[str]) -> AckResult:
-            part = self.view.map.partitions.get(pid)
-            if part is None:  # dropped from the map since the receipts were checked
+        async def settle(part: PartitionInfo, inner: list[str]) -> AckResult:
+            if part.id not in self.view.map.partitions:  # dropped since the receipts were checked
                 return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
             try:
                 result: AckResult = await self.calls.call(part, op, receipts=inner, queue=queue, **extra)
@@ -141,7 +140,7 @@ class MessageOperations:
                 return AckResult(0, [ReceiptFailure(r, InvalidReceipt.code) for r in inner])
             return result
 
-        results = await asyncio.gather(*(settle(pid, inner) for pid, inner in groups.items()))
+        results = await asyncio.gather(*(settle(part, inner) for part, inner in groups.values()))
         acked = 0
         for pid, result in zip(groups, results, strict=True):
             acked += result.acked
@@ -162,13 +161,11 @@ class MessageOperations:
         self, tenant: TenantId, queue: QueueName, receipt: str, timeout_s: float
     ) -> None:
         await self.queue_parts.record(tenant, queue)
-        split = self.queue_parts.receipt_partition(tenant, receipt, queue)
-        if split is None:
+        found = self.queue_parts.receipt_partition(tenant, receipt, queue)
+        if found is None:
             raise InvalidReceipt("receipt is not valid for this queue")
-        part = self.view.map.partitions.get(split[0])
-        if part is None:
-            raise InvalidReceipt("receipt is not valid for this queue")
-        await self.calls.call(part, "change_visibility", queue=queue, receipt=split[1], timeout_s=timeout_s)
+        part, inner = found
+        await self.calls.call(part, "change_visibility", queue=queue, receipt=inner, timeout_s=timeout_s)
 
     async def next_visible_at(self, tenant: TenantId, queue: QueueName) -> float | None:
         record = await self.queue_parts.record(tenant, queue)

@@ -9,14 +9,18 @@ Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msg
   create_revision], ...]``, only when not empty): dead-letter queues the queue moved
   messages to before its ``dead_letter_queue`` changed. Its partitions keep those messages
   (a dead-letter queue's messages live in the partitions of the queues feeding it), so the
-  old dead-letter queue still reads them there.
+  old dead-letter queue still reads them there. ``placement`` (``[partition id, ...]``) and
+  ``deleting`` (``true`` while being deleted; such a record reads as absent here): a queue on
+  shared partitions (docs/cluster.md, "Shared partitions"; ``coordination/pools.py``).
 
-Queue writes go to etcd and, when they succeed, into the local copy at once, so this
-gateway's router sees its own changes; other gateways' writes arrive through the watch (``on_meta_change``
-and ``on_queue_change`` listeners, which the gateway uses to forget cached credentials and
-queue records at once). Reads of single values and lists go to etcd (linearizable): the
-gateway caches what it reads hot (the authenticator, the queue cache) and drops those
-caches on the listeners' word. The router reads queue attributes from the watched copy.
+Queue writes go to etcd and, when they succeed, into the local copy at once (the one key
+read back, never the whole prefix, for a create, an update and a placed queue's deletion), so
+this gateway's router and listing see its own changes; other gateways' writes arrive through
+the watch (``on_meta_change`` and ``on_queue_change`` listeners, which the gateway uses to
+forget cached credentials and queue records at once). Reads of single values go to etcd
+(linearizable): the gateway caches what it reads hot (the authenticator, the queue cache) and
+drops those caches on the listeners' word. The router reads queue attributes from the watched
+copy, and listing pages through it (:class:`~.queue_index.QueueIndex`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
@@ -32,10 +36,12 @@ import msgpack
 from ...attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
 from ...errors import InvalidRequest, QueueExists, QueueNotFound, Unavailable
 from ...types import QueueAttributes, QueueName, TenantId
+from ..coordination import pools
 from ..coordination.coordinator import Coordinator, Entry, PrefixState
 from ..coordination.layout import Layout
 from ..coordination.queue_record import FORMER_DLQS, former_dead_letter_queues
 from ..coordination.watched_prefix import WatchedPrefix
+from .queue_index import QueueIndex
 
 # Read-modify-write of a queue record is retried this often when another writer got in first.
 _CAS_ATTEMPTS = 20
@@ -58,6 +64,11 @@ class QueueRecord:
     # (name, create_revision) of each dead-letter queue this one fed before its
     # ``dead_letter_queue`` changed: their messages moved so far stay in our partitions.
     former_dead_letter_queues: tuple[tuple[QueueName, int], ...] = ()
+    # Its partitions in its pool, by index (docs/cluster.md, "Shared partitions"); None: a
+    # queue made before pools, on partitions of its own.
+    placement: tuple[int, ...] | None = None
+    # Being deleted: its partitions delete it on this mark, and it reads as absent.
+    deleting: bool = False
 
     def to_bytes(self) -> bytes:
         # Flat: nodes and the manager read the attributes straight from the map (they
@@ -65,6 +76,10 @@ class QueueRecord:
         doc: dict[str, Any] = {**self.attributes.to_dict(), "created_at": self.created_at}
         if self.former_dead_letter_queues:
             doc[FORMER_DLQS] = [list(pair) for pair in self.former_dead_letter_queues]
+        if self.placement is not None:
+            doc[pools.PLACEMENT] = list(self.placement)
+        if self.deleting:
+            doc[pools.DELETING] = True
         packed: bytes = msgpack.packb(doc)
         return packed
 
@@ -79,6 +94,8 @@ class QueueRecord:
             entry.mod_revision,
             entry.create_revision,
             former_dead_letter_queues(doc),
+            pools.placement(doc),
+            pools.deleting(doc),
         )
 
     def holds_dead_letters_of(self, dlq: QueueRecord) -> bool:
@@ -110,6 +127,7 @@ class ClusterMetadata:
         self._queue_listeners: list[QueueListener] = []
         # Watched queue records, decoded: every request looks its queue up here.
         self._decoded: dict[str, QueueRecord] = {}
+        self.index = QueueIndex()
         self.meta.add_listener(self._meta_changed)
         self.queues.add_listener(self._queues_changed)
 
@@ -155,8 +173,9 @@ class ClusterMetadata:
 
     # Queue records ----------------------------------------------------------------
 
-    def cached_queue(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
-        """The watched copy of a queue record (may lag another gateway's change briefly)."""
+    def cached_record(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
+        """The watched copy of a queue record, one marked ``deleting`` too (may lag another
+        gateway's change briefly)."""
         key = f"{tenant}/{name}"
         entry = self.queues.get(key)
         if entry is None:
@@ -171,47 +190,75 @@ class ClusterMetadata:
             record = self._decoded[key] = QueueRecord.from_entry(tenant, name, entry)
         return record
 
-    def cached_queues(self, tenant: TenantId) -> list[QueueRecord]:
-        """Every queue record of a tenant in the watched copy."""
-        out = []
-        for key, entry in self.queues.state.entries.items():
-            split = self.paths.split_queue_key(key)
-            if split is not None and split[0] == tenant:
-                out.append(QueueRecord.from_entry(tenant, split[1], entry))
+    def cached_queue(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
+        """The watched copy of a queue that exists (one being deleted reads as absent)."""
+        record = self.cached_record(tenant, name)
+        return None if record is None or record.deleting else record
+
+    def dead_letter_sources(self, dlq: QueueRecord) -> list[QueueRecord]:
+        """The queues whose partitions keep messages of dead-letter queue ``dlq`` (it is
+        their ``dead_letter_queue``, or was before it changed), from the watched copy."""
+        out: list[QueueRecord] = []
+        for name in self.index.sources(dlq.tenant, dlq.name):
+            source = self.cached_queue(dlq.tenant, name)
+            if source is not None and source.holds_dead_letters_of(dlq):
+                out.append(source)
         return out
 
-    async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
-        """A queue record read from etcd; ``QueueNotFound`` if there is none."""
+    async def record(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
+        """A queue record read from etcd, one marked ``deleting`` too; None if there is none."""
         entry = await self.coordinator.get(self.paths.queue(tenant, name))
-        if entry is None:
-            raise QueueNotFound(f"queue {name!r} does not exist")
-        return QueueRecord.from_entry(tenant, name, entry)
+        return None if entry is None else QueueRecord.from_entry(tenant, name, entry)
 
-    async def list_queues(self, tenant: TenantId) -> list[QueueRecord]:
-        state = await self.coordinator.read_prefix(self.paths.tenant_queues(tenant))
+    async def queue(self, tenant: TenantId, name: QueueName) -> QueueRecord:
+        """A queue record read from etcd; ``QueueNotFound`` if there is none (or it is being
+        deleted)."""
+        record = await self.record(tenant, name)
+        if record is None or record.deleting:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return record
+
+    def page(
+        self, tenant: TenantId, *, after: str = "", limit: int | None = None, prefix: str = ""
+    ) -> list[QueueRecord]:
+        """Up to ``limit`` of the tenant's queues by name, past ``after`` and starting with
+        ``prefix``, from the watched copy (this gateway's own changes are in it at once,
+        another gateway's within the watch's delay); queues being deleted are left out."""
         out: list[QueueRecord] = []
-        for key, entry in state.entries.items():
-            split = self.paths.split_queue_key(key)
-            if split is not None and split[0] == tenant:
-                out.append(QueueRecord.from_entry(tenant, split[1], entry))
-        return sorted(out, key=lambda r: r.name)
+        for name in self.index.names_after(tenant, after, prefix):
+            if limit is not None and len(out) >= limit:
+                break
+            record = self.cached_queue(tenant, name)
+            if record is not None:
+                out.append(record)
+        return out
 
     async def create_queue(
-        self, tenant: TenantId, name: QueueName, raw_attributes: Mapping[str, Any]
+        self,
+        tenant: TenantId,
+        name: QueueName,
+        raw_attributes: Mapping[str, Any],
+        *,
+        placement: tuple[int, ...] | None = None,
     ) -> tuple[QueueRecord, bool]:
-        """Create a queue record, or return the existing one if its attributes are the same."""
+        """Create a queue record (on ``placement``: its pool partitions), or return the
+        existing one if its attributes are the same. An existing record marked ``deleting``
+        is returned as it is (``created`` False): the caller finishes its deletion first."""
         check_queue_name(name)
         attrs = parse_attributes(raw_attributes)
         await self._check_dead_letter_queue(tenant, name, attrs)
-        record = QueueRecord(tenant, name, attrs, self._clock())
+        key = self.paths.queue(tenant, name)
         for _ in range(_CAS_ATTEMPTS):
-            if await self.coordinator.create(self.paths.queue(tenant, name), record.to_bytes()):
-                await self._settle(self.queues)
-                return await self.queue(tenant, name), True
-            try:
-                existing = await self.queue(tenant, name)
-            except QueueNotFound:
+            record = QueueRecord(tenant, name, attrs, self._clock(), placement=placement)
+            if await self.coordinator.create(key, record.to_bytes()):
+                # Read back for its revisions (the create revision names this incarnation).
+                stored = await self._read_back(tenant, name)
+                return (stored or record), True
+            existing = await self.record(tenant, name)
+            if existing is None:
                 continue  # deleted between the two calls: try to create it again
+            if existing.deleting:
+                return existing, False
             if existing.attributes != attrs:
                 raise QueueExists(f"queue {name!r} exists with different attributes")
             return existing, False
@@ -225,17 +272,39 @@ class ClusterMetadata:
             attrs = apply_patch(current.attributes, changes)
             await self._check_dead_letter_queue(tenant, name, attrs)
             former = await self._former_dead_letter_queues(current, attrs)
-            record = QueueRecord(tenant, name, attrs, current.created_at, former_dead_letter_queues=former)
+            record = replace(current, attributes=attrs, former_dead_letter_queues=former)
             key = self.paths.queue(tenant, name)
             if await self.coordinator.compare_and_put(key, record.to_bytes(), current.mod_revision):
-                await self._settle(self.queues)
-                return await self.queue(tenant, name)
+                stored = await self._read_back(tenant, name)
+                if stored is None or stored.deleting:
+                    raise QueueNotFound(f"queue {name!r} does not exist")
+                return stored
         raise Unavailable("queue metadata changed too often to update the queue; retry")
 
-    async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
-        if not await self.coordinator.delete(self.paths.queue(tenant, name)):
+    async def mark_deleting(self, record: QueueRecord) -> QueueRecord | None:
+        """Mark a placed queue's record ``deleting`` (its partitions delete it on that mark);
+        the marked record, or None if the record changed meanwhile (read it again)."""
+        marked = replace(record, deleting=True)
+        key = self.paths.queue(record.tenant, record.name)
+        if not await self.coordinator.compare_and_put(key, marked.to_bytes(), record.mod_revision):
+            return None
+        return await self._read_back(record.tenant, record.name)
+
+    async def delete_queue(self, tenant: TenantId, name: QueueName, mod_revision: int | None = None) -> None:
+        """Delete the record; ``QueueNotFound`` if there was none. With ``mod_revision``
+        (a record marked ``deleting``, as of that revision): only if it did not change."""
+        key = self.paths.queue(tenant, name)
+        if not await self.coordinator.delete(key, mod_revision):
             raise QueueNotFound(f"queue {name!r} does not exist")
-        await self._settle(self.queues)
+        if mod_revision is None:
+            await self._settle(self.queues)
+            return
+        # Out of the watched copy at once, without re-reading the prefix: a state of the watch
+        # older than the deletion can only show the record marked, which reads as absent.
+        held = self.queues.state
+        if key in held.entries:
+            entries = {k: e for k, e in held.entries.items() if k != key}
+            self.queues.apply(PrefixState(held.prefix, held.revision, entries))
 
     async def _former_dead_letter_queues(
         self, current: QueueRecord, attrs: QueueAttributes
@@ -266,15 +335,32 @@ class ClusterMetadata:
             return
         if dlq == name:
             raise InvalidRequest("a queue cannot be its own dead_letter_queue")
-        if await self.coordinator.get(self.paths.queue(tenant, dlq)) is None:
+        target = await self.record(tenant, QueueName(dlq))
+        if target is None or target.deleting:
             raise InvalidRequest(f"dead_letter_queue {dlq!r} does not exist")
 
     # Watch ------------------------------------------------------------------------
 
     async def _settle(self, watched: WatchedPrefix) -> None:
-        # Our own write is in the local copy before the call returns (read your writes),
-        # and its listeners have run, without waiting for the watch.
+        # Our own deletion is out of the local copy before the call returns (read your
+        # writes), and its listeners have run, without waiting for the watch.
         await watched.refresh()
+
+    async def _read_back(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
+        """Read a record this gateway just wrote, and put it in the watched copy at once
+        (read your writes: routing, listing and the listeners see it before the watch
+        brings it). One key read, where re-reading the whole prefix cost O(queues)."""
+        entry = await self.coordinator.get(self.paths.queue(tenant, name))
+        if entry is None:
+            return None
+        held = self.queues.state
+        if entry.mod_revision > held.revision:
+            # A state "as of" our write: the watch's next state (at least as new) replaces
+            # it, with whatever other writes came between.
+            self.queues.apply(
+                PrefixState(held.prefix, entry.mod_revision, {**held.entries, entry.key: entry})
+            )
+        return QueueRecord.from_entry(tenant, name, entry)
 
     def _meta_changed(self, state: PrefixState, keys: set[str]) -> None:
         for key in sorted(keys):
@@ -287,5 +373,7 @@ class ClusterMetadata:
             split = self.paths.split_queue_key(key)
             if split is not None:
                 self._decoded.pop(f"{split[0]}/{split[1]}", None)
+                entry = state.entries.get(key)
+                self.index.update(*split, None if entry is None else entry.value)
                 for listener in list(self._queue_listeners):
                     listener(*split)

@@ -120,7 +120,7 @@ class PartitionCalls:
 
     def current(self, part: PartitionInfo) -> PartitionInfo | None:
         """The partition as the newest map has it (its leader may have moved)."""
-        return self.view.map.partition(part.tenant, part.queue, part.index, part.queue_revision)
+        return self.view.map.resolve(part)
 
     async def _check_still_placed(self, part: PartitionInfo) -> None:
         """Raise if ``part`` (not in the map: not placed yet, or dropped) will never have a
@@ -297,18 +297,18 @@ class PartitionCalls:
 
 
 def _has_leader(current: PartitionMap, part: PartitionInfo) -> bool:
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    found = current.resolve(part)
     return found is not None and found.leader is not None
 
 
 def _has_leader_or_gone(current: PartitionMap, part: PartitionInfo) -> bool:
     """The partition has a leader, or (placed once) it left the map: either ends a wait."""
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    found = current.resolve(part)
     if found is None:
         return part.id >= 0
     return found.leader is not None
 
 
 def _leader_moved(current: PartitionMap, part: PartitionInfo) -> bool:
-    found = current.partition(part.tenant, part.queue, part.index, part.queue_revision)
+    found = current.resolve(part)
     return found is None or (found.leader is not None and found.leader != part.leader)

@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 
 from ...types import Epoch, Lsn, QueueName, TenantId, make_epoch
+from ..coordination import pools
 from ..coordination.coordinator import Coordinator, Entry, PrefixState
 from ..coordination.identity import ClusterRecord, IdentityVerdict, judge_stateless
 from ..coordination.layout import Layout
@@ -78,10 +79,40 @@ class PartitionInfo:
     learners: tuple[str, ...] = ()
     leaving: tuple[str, ...] = ()
     successor: str | None = None
+    # A pool partition seen by one of the queues placed on it (:func:`bind_to_queue`):
+    # ``tenant``, ``queue``, ``index`` and ``queue_revision`` are that queue's, and the newest
+    # map's copy is found by ``id`` (:meth:`PartitionMap.resolve`).
+    placed: bool = False
+
+    @property
+    def pool(self) -> str | None:
+        """The pool of a pool partition as the map has it (None: a queue's own partition, or
+        one bound to a queue, ``placed``, whose tenant and name are the queue's)."""
+        if self.placed:
+            return None
+        return self.queue if self.tenant == pools.POOL_TENANT else None
 
     def serves(self, queue_revision: int | None) -> bool:
         """Whether it belongs to that incarnation of its queue (not one deleted before)."""
         return self.queue_revision is None or queue_revision is None or self.queue_revision == queue_revision
+
+
+def bind_to_queue(
+    part: PartitionInfo | None,
+    pid: PartitionId,
+    tenant: TenantId,
+    queue: QueueName,
+    index: int,
+    queue_revision: int | None,
+) -> PartitionInfo:
+    """Pool partition ``pid`` (``part``: the map's copy, None if the map has yet to show it)
+    as the partition ``index`` of ``tenant``'s ``queue``: calls through it carry the queue's
+    tenant, and follow the partition by its id."""
+    if part is None:
+        return PartitionInfo(
+            pid, tenant, queue, index, (), None, "sync", queue_revision=queue_revision, placed=True
+        )
+    return replace(part, tenant=tenant, queue=queue, index=index, queue_revision=queue_revision, placed=True)
 
 
 def _decode(entry: Entry) -> dict[Any, Any] | None:
@@ -216,6 +247,19 @@ class PartitionMap:
             if part.index == index:
                 return part
         return None
+
+    def resolve(self, part: PartitionInfo) -> PartitionInfo | None:
+        """``part`` as this map has it (its leader may have moved); None if it is not here."""
+        if part.placed:
+            found = self.partitions.get(part.id)
+            if found is None or found.pool is None:
+                return None
+            return bind_to_queue(found, part.id, part.tenant, part.queue, part.index, part.queue_revision)
+        return self.partition(part.tenant, part.queue, part.index, part.queue_revision)
+
+    def pool_slots(self, pool: str) -> tuple[PartitionInfo, ...]:
+        """A pool's partitions by slot (empty: the manager has not made it yet)."""
+        return self.by_queue.get((TenantId(pools.POOL_TENANT), QueueName(pool)), ())
 
     def complete(
         self, tenant: TenantId, queue: QueueName, count: int, queue_revision: int | None = None

@@ -164,6 +164,9 @@ class PushOperations(MessageOperations):
         woken: set[tuple[TenantId, QueueName]] = set()
         for pid, part in new_map.partitions.items():
             if part.leader is not None and old.get(pid) != part.leader:
-                woken.add((part.tenant, part.queue))
+                if part.pool is None:
+                    woken.add((part.tenant, part.queue))
+                else:  # a pool partition: each queue placed there (the metadata's index)
+                    woken.update(self.metadata.index.on_partition(pid))
         for tenant, queue in sorted(woken):
             self._wake(tenant, queue)

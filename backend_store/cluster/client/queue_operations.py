@@ -5,20 +5,26 @@ A part of :class:`~.cluster_backend.ClusterBackend`, which provides the attribut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...errors import PushgateError
-from ...types import QueueInfo, QueueName, QueueStats, TenantId
+from ...attributes import check_queue_name, parse_attributes
+from ...errors import PushgateError, QueueExists, QueueNotFound, Unavailable
+from ...types import QueueInfo, QueueName, TenantId
 from ..coordination.queue_record import store_attributes
 from .cluster_settings import ClusterSettings
 from .metadata import ClusterMetadata, QueueRecord
 from .partition_calls import PartitionCalls
-from .partition_map import ClusterView
-from .queue_parts import QueueParts
+from .partition_map import ClusterView, PartitionInfo
+from .pool_slots import PoolSlots
+from .queue_parts import QueueParts, sum_stats
 
 log = logging.getLogger("pushgate.cluster")
+
+# Rounds of create (or delete) against a record another gateway keeps changing.
+_CREATE_ATTEMPTS = 5
 
 
 class QueueOperations:
@@ -27,33 +33,72 @@ class QueueOperations:
     view: ClusterView
     calls: PartitionCalls
     queue_parts: QueueParts
+    pool_slots: PoolSlots
 
     async def create_queue(
         self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
     ) -> tuple[QueueInfo, bool]:
         if "replication_factor" not in attributes:
             attributes = {**attributes, "replication_factor": self.settings.replication_factor}
-        record, created = await self.metadata.create_queue(tenant, name, attributes)
-        # The queue is usable once the manager placed its partitions and each has a leader
-        # holding it; until then sends would only wait for that anyway.
-        count, revision = record.attributes.partitions, record.create_revision
-        placed = await self.view.wait_for(
-            lambda m: m.complete(tenant, name, count, revision), self.settings.placement_wait_s
-        )
-        if placed:
-            # The first answer from each leader says its store holds the queue.
-            return await self._with_stats(record), created
-        log.warning(
-            "queue %s/%s: partitions not placed within %.0fs", tenant, name, self.settings.placement_wait_s
-        )
-        return QueueInfo(tenant, name, record.created_at, record.attributes), created
+        check_queue_name(name)
+        attrs = parse_attributes(attributes)
+        # Placed before the record exists, so record and placement are one write. An
+        # existing queue keeps its own placement (the placement is no attribute).
+        placement = await self.pool_slots.place(tenant, name, attrs)
+        for _ in range(_CREATE_ATTEMPTS):
+            record, created = await self.metadata.create_queue(tenant, name, attributes, placement=placement)
+            if not record.deleting:
+                break
+            # A deletion a gateway left half-way: finish it, then create the queue anew.
+            await self._finish_deletion(record)
+        else:
+            raise Unavailable(f"queue {name!r} is being deleted and created again elsewhere; retry")
+        if record.placement is None:
+            # A queue made before pools: usable once the manager placed its partitions and
+            # each has a leader holding it; until then sends would only wait for that anyway.
+            count, revision = record.attributes.partitions, record.create_revision
+            placed = await self.view.wait_for(
+                lambda m: m.complete(tenant, name, count, revision), self.settings.placement_wait_s
+            )
+            if not placed:
+                log.warning(
+                    "queue %s/%s: partitions not placed within %.0fs",
+                    tenant,
+                    name,
+                    self.settings.placement_wait_s,
+                )
+                return QueueInfo(tenant, name, record.created_at, record.attributes), created
+        if created and record.placement is not None:
+            return await self._created_in_placement(record), created
+        # The first answer from each leader says its store holds the queue (a leader that has
+        # yet to apply the record answers not_leader, which the call retries).
+        return await self._with_stats(record), created
+
+    async def _created_in_placement(self, record: QueueRecord) -> QueueInfo:
+        """Wait until each placement partition's leader holds the new queue: it answers
+        not_leader until it applied the record (the call retries). Asked as ``create_queue``
+        (idempotent) rather than ``get_queue``: a leader whose watch took this queue's
+        deletion and re-creation as one change never saw the ``deleting`` mark, still counts
+        the queue as applied, and finds it gone from its store (the deleting gateway's
+        ``delete_queue``); the create puts it back there, as the record says."""
+        plain = store_attributes(record.attributes.to_dict())
+        try:
+            infos = await self.queue_parts.each_partition(
+                record, "create_queue", retry_unknown=True, name=record.name, attributes=plain
+            )
+        except QueueExists:  # changed since by another gateway (its leader applied that): held
+            return await self._with_stats(record)
+        stats = sum_stats([info.stats for info, _ in infos])
+        return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
 
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
         return await self._with_stats(await self.metadata.queue(tenant, name))
 
-    async def list_queues(self, tenant: TenantId) -> list[QueueInfo]:
-        records = await self.metadata.list_queues(tenant)
-        return list(await asyncio.gather(*(self._with_stats(r) for r in records)))
+    async def list_queues(
+        self, tenant: TenantId, *, after: str = "", limit: int | None = None, prefix: str = ""
+    ) -> list[QueueInfo]:
+        records = self.metadata.page(tenant, after=after, limit=limit, prefix=prefix)
+        return await self.queue_parts.stats_of(records)
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         record = await self.metadata.update_queue(tenant, name, changes)
@@ -68,18 +113,37 @@ class QueueOperations:
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
         record = await self.metadata.queue(tenant, name)
-        # Its partitions before the record goes: the manager drops them as soon as it sees
-        # that, and our map may lose them before the next line runs. Unplaced ones hold nothing.
-        # A dead-letter queue also has a copy in each partition of the queues feeding it
-        # (_holders): deleted there too, or their poison messages would keep moving into a
-        # queue nobody can read any more (the embedded store keeps them in the source).
-        placed = [p for p in self.queue_parts.holders(record) if p.id >= 0]
+        if record.placement is not None:
+            for _ in range(_CREATE_ATTEMPTS):
+                marked = await self.metadata.mark_deleting(record)
+                if marked is not None:
+                    await self._finish_deletion(marked)
+                    return
+                record = await self.metadata.queue(tenant, name)  # changed meanwhile
+            raise Unavailable(f"queue {name!r} changed too often to delete it; retry")
+        # A queue on partitions of its own: its partitions before the record goes (the
+        # manager drops them as soon as it sees that, and our map may lose them before the
+        # next line runs). Unplaced ones hold nothing.
+        holders = [p for p in self.queue_parts.holders(record) if p.id >= 0]
         await self.metadata.delete_queue(tenant, name)
-        # The manager drops the partitions; deleting the queue in them now makes its
-        # receipts stop working at once. Best effort: a partition being dropped anyway
-        # answers queue_not_found (_check_still_placed), at once.
+        # Deleting the queue in them now makes its receipts stop working at once. Best
+        # effort: a partition being dropped anyway answers queue_not_found
+        # (_check_still_placed), at once.
+        await self._delete_in(holders, name)
+
+    async def _finish_deletion(self, marked: QueueRecord) -> None:
+        """Delete a queue whose record is marked ``deleting``: in every partition holding it
+        (its placement; for a dead-letter queue, the partitions of the queues feeding it,
+        whose stores keep its dead letters: left there, poison messages would keep moving
+        into a queue nobody can read), then its record. The placement's leaders also
+        delete it on the mark alone, should this gateway stop half-way."""
+        await self._delete_in(self.queue_parts.holders(marked), marked.name)
+        with contextlib.suppress(QueueNotFound):  # another gateway finished it first
+            await self.metadata.delete_queue(marked.tenant, marked.name, marked.mod_revision)
+
+    async def _delete_in(self, holders: Sequence[PartitionInfo], name: QueueName) -> None:
         results = await asyncio.gather(
-            *(self.calls.call(p, "delete_queue", retry_unknown=True, name=name) for p in placed),
+            *(self.calls.call(p, "delete_queue", retry_unknown=True, name=name) for p in holders),
             return_exceptions=True,
         )
         for result in results:
@@ -93,18 +157,5 @@ class QueueOperations:
 
     async def _with_stats(self, record: QueueRecord) -> QueueInfo:
         infos = await self.queue_parts.each_holder(record, "get_queue", retry_unknown=True, name=record.name)
-        stats = _sum_stats([i.stats for i in infos])
+        stats = sum_stats([i.stats for i in infos])
         return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
-
-
-def _sum_stats(parts: Sequence[QueueStats]) -> QueueStats:
-    ages = [s.oldest_age_s for s in parts if s.oldest_age_s is not None]
-    return QueueStats(
-        visible=sum(s.visible for s in parts),
-        in_flight=sum(s.in_flight for s in parts),
-        delayed=sum(s.delayed for s in parts),
-        oldest_age_s=max(ages) if ages else None,
-        sent_total=sum(s.sent_total for s in parts),
-        acked_total=sum(s.acked_total for s in parts),
-        dead_lettered_total=sum(s.dead_lettered_total for s in parts),
-    )

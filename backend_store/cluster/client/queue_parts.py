@@ -7,12 +7,14 @@ map (and etcd for a queue this gateway has not seen), and calls through :class:`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
-from ...types import QueueName, TenantId
+from ...errors import Unavailable
+from ...types import QueueInfo, QueueName, QueueStats, TenantId
 from .metadata import ClusterMetadata, QueueRecord
 from .partition_calls import PartitionCalls
-from .partition_map import ClusterView, PartitionInfo
+from .partition_map import ClusterView, PartitionInfo, bind_to_queue
 from .routing import split_receipt
 
 
@@ -30,9 +32,18 @@ class QueueParts:
         return record
 
     def parts(self, record: QueueRecord) -> list[PartitionInfo]:
-        """The queue's partitions by index; a placeholder for each one not placed yet (its
-        calls wait for the manager)."""
+        """The queue's partitions by index, each bound to the queue (its tenant, name, index
+        and incarnation: what calls carry). A placed queue's are its pool partitions
+        (``placement``); a queue made before pools has its own, with a placeholder for each
+        one not placed yet (its calls wait for the manager)."""
         revision = record.create_revision
+        if record.placement == ():
+            raise Unavailable(f"queue {record.name!r} has a placement this gateway cannot read")
+        if record.placement is not None:
+            return [
+                bind_to_queue(self.view.map.partitions.get(pid), pid, record.tenant, record.name, i, revision)
+                for i, pid in enumerate(record.placement)
+            ]
         placed = {p.index: p for p in self.view.map.of_queue(record.tenant, record.name, revision)}
         return [
             placed.get(i)
@@ -43,11 +54,19 @@ class QueueParts:
     def holders(self, record: QueueRecord) -> list[PartitionInfo]:
         """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
         those of the queues that dead-letter into it or did before their ``dead_letter_queue``
-        changed, whose stores keep their dead letters."""
+        changed, whose stores keep their dead letters (bound to those queues; only those in
+        the map; each partition once). O(sources): the metadata indexes who feeds whom."""
         parts = self.parts(record)
-        for source in self.metadata.cached_queues(record.tenant):
-            if source.holds_dead_letters_of(record):
-                parts.extend(self.view.map.of_queue(source.tenant, source.name, source.create_revision))
+        seen = {p.id for p in parts}
+        for source in self.metadata.dead_letter_sources(record):
+            if source.placement == ():
+                continue  # unreadable: placed nowhere this gateway can reach
+            for part in self.parts(source):
+                # A pool partition holds one copy of the dead-letter queue, however many of
+                # its queues feed it (and it may be the queue's own): asked once.
+                if part.id in self.view.map.partitions and part.id not in seen:
+                    seen.add(part.id)
+                    parts.append(part)
         return parts
 
     async def each_partition(
@@ -64,20 +83,87 @@ class QueueParts:
         calls = (self.calls.call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self.holders(record))
         return list(await asyncio.gather(*calls))
 
+    async def stats_of(self, records: Sequence[QueueRecord]) -> list[QueueInfo]:
+        """Each queue with its counts, summed over the partitions holding its messages. A
+        pool partition is asked once for all the queues of ``records`` it holds
+        (``queue_stats``); a queue's own partition (made before pools) gets ``get_queue``, as
+        nodes of any version answer it. So a page of queues costs a request per partition,
+        not per queue."""
+        shared: dict[int, tuple[PartitionInfo, list[QueueName]]] = {}
+        own: list[tuple[QueueName, PartitionInfo]] = []
+        for record in records:
+            for part in self.holders(record):
+                if part.placed:
+                    shared.setdefault(part.id, (part, []))[1].append(record.name)
+                else:
+                    own.append((record.name, part))
+        shared_calls = [
+            self.calls.call(part, "queue_stats", retry_unknown=True, names=names)
+            for part, names in shared.values()
+        ]
+        own_calls = [self.calls.call(part, "get_queue", retry_unknown=True, name=name) for name, part in own]
+        answers = await asyncio.gather(*shared_calls, *own_calls)
+        parts: dict[QueueName, list[QueueStats]] = {r.name: [] for r in records}
+        for (_, names), answer in zip(shared.values(), answers[: len(shared_calls)], strict=True):
+            for name in names:
+                found = answer.get(name)
+                if found is not None:
+                    parts[name].append(found)
+        for (name, _), info in zip(own, answers[len(shared_calls) :], strict=True):
+            parts[name].append(info.stats)
+        return [
+            QueueInfo(r.tenant, r.name, r.created_at, r.attributes, sum_stats(parts[r.name])) for r in records
+        ]
+
     def receipt_partition(
         self, tenant: TenantId, receipt: str, queue: QueueName | None
-    ) -> tuple[int, str] | None:
-        """(partition id, the node's receipt) of a receipt handed out for ``tenant``'s
-        ``queue`` (or any of its queues); None if it is not one."""
+    ) -> tuple[PartitionInfo, str] | None:
+        """(the partition, the node's receipt) of a receipt handed out for ``tenant``'s
+        ``queue`` (or any of its queues); None if it is not one. A partition is one of the
+        queue's if it is its own or in its placement, or holds its dead letters (it is one
+        of the queues' feeding it); with no queue given, if a queue of the tenant is there.
+        The partition comes bound to ``tenant`` (the call carries it)."""
         split = split_receipt(receipt)
         if split is None:
             return None
-        part = self.view.map.partitions.get(split[0])
-        if part is None or part.tenant != tenant:
+        pid, inner = split
+        part = self.view.map.partitions.get(pid)
+        if part is None:
             return None
-        if queue is not None and part.queue != queue:
-            # Dead letters of ``queue`` live in the partitions of the queues feeding it.
-            source = self.metadata.cached_queue(tenant, part.queue)
-            if source is None or source.attributes.dead_letter_queue != queue:
+        if part.pool is None:  # a queue's own partition (made before pools)
+            if part.tenant != tenant:
                 return None
-        return split
+            if queue is not None and part.queue != queue:
+                # Dead letters of ``queue`` live in the partitions of the queues feeding it.
+                source = self.metadata.cached_queue(tenant, part.queue)
+                if source is None or source.attributes.dead_letter_queue != queue:
+                    return None
+            return part, inner
+        if queue is None:
+            if not self.metadata.index.tenant_on_partition(tenant, pid):
+                return None
+            return bind_to_queue(part, pid, tenant, QueueName(part.pool), part.index, None), inner
+        record = self.metadata.cached_queue(tenant, queue)
+        if record is None:
+            return None
+        for candidate in (record, *self.metadata.dead_letter_sources(record)):
+            if candidate.placement is not None and pid in candidate.placement:
+                index = candidate.placement.index(pid)
+                return bind_to_queue(
+                    part, pid, tenant, candidate.name, index, candidate.create_revision
+                ), inner
+        return None
+
+
+def sum_stats(parts: Sequence[QueueStats]) -> QueueStats:
+    """One queue's counts from those of the partitions holding its messages."""
+    ages = [s.oldest_age_s for s in parts if s.oldest_age_s is not None]
+    return QueueStats(
+        visible=sum(s.visible for s in parts),
+        in_flight=sum(s.in_flight for s in parts),
+        delayed=sum(s.delayed for s in parts),
+        oldest_age_s=max(ages) if ages else None,
+        sent_total=sum(s.sent_total for s in parts),
+        acked_total=sum(s.acked_total for s in parts),
+        dead_lettered_total=sum(s.dead_lettered_total for s in parts),
+    )

@@ -10,10 +10,12 @@ each the way etcd's documentation recommends:
 - **Campaigns**: a key created only if absent (``create_revision == 0``) under a session.
   The winner's **epoch** is that key's ``create_revision``: it only grows, across holders
   and etcd restarts. Partition leaders and the manager are elected this way.
-- **Watches**: every watch is backed by a periodic re-read. A watch only says "something
-  under this prefix changed"; the state handed out always comes from a consistent read of
-  the whole prefix, so a missed event, a broken watch stream or an etcd member that died
-  costs at most one re-read interval, never a wrong picture.
+- **Watches**: a consistent read of the whole prefix at a revision R, then etcd's events
+  from R+1 on, applied in order: each state handed out equals a read at its revision, and
+  says which keys changed. Any doubt (a broken stream, a compacted revision, etcd gone back
+  in time, a periodic re-read that disagrees) falls back to a whole read, and a periodic
+  re-read runs regardless, so a missed event costs at most one re-read interval, never a
+  wrong picture.
 - **Fenced commits**: a transaction that applies only while a campaign key still has the
   caller's epoch; a deposed manager's changes to the partition map are refused.
 
@@ -49,11 +51,17 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class PrefixState:
-    """Every key under a prefix, read at one etcd revision."""
+    """Every key under a prefix, as a read at one etcd revision would give it.
+
+    ``changed``, when known, is the set of keys added, changed or removed since the state of
+    revision ``since`` (a watch that applied etcd's events to that state says which keys the
+    events named; None: not known, compare the entries). Neither takes part in equality."""
 
     prefix: str
     revision: int
     entries: dict[str, Entry] = field(default_factory=dict)
+    changed: frozenset[str] | None = field(default=None, compare=False)
+    since: int = field(default=0, compare=False)
 
     def values(self) -> dict[str, bytes]:
         """Key (without the prefix) to value."""
@@ -157,8 +165,12 @@ class Coordinator(Protocol):
     ) -> AsyncGenerator[PrefixState, None]:
         """The prefix's state now, then again each time it changes.
 
-        Watch events trigger a re-read; a re-read also runs every ``reread_every_s``, so a
-        broken watch delays news by at most that. Only changed states are yielded: changed
+        Each state yielded equals a read of the prefix at its revision (never half of a
+        transaction), and revisions only grow unless etcd went back in time (restored).
+        A state may carry ``changed`` (the keys changed since the state of revision
+        ``since``); a consumer that holds that state may take them instead of comparing
+        every key. A whole re-read also runs every ``reread_every_s``, so a broken watch
+        delays news by at most that. Whole states read are yielded only when changed: changed
         from ``held()``, the state the consumer holds, when given (a consumer that also
         takes states of its own reads, ``WatchedPrefix.refresh``: compared with the last
         state yielded instead, a restored etcd whose state equals that one but not the

@@ -18,6 +18,9 @@ from typing import Any, TypeVar
 
 import aetcd
 import aetcd.exceptions
+import aetcd.utils
+import grpc
+from aetcd import rpc
 
 from ...errors import ConfigurationError, InvalidRequest
 from ...tested_versions import RELEASES, ReleaseCheck
@@ -114,7 +117,7 @@ class EtcdSession:
         return True
 
     async def close(self) -> None:
-        # Told to stop, not cancelled (see _PrefixFollower): a renewal in flight ends by its deadline.
+        # Told to stop, not cancelled (see _WatchStream): a renewal in flight ends by its deadline.
         self._closing.set()
         await _finish(self._task, self._coordinator.timeout_s * 2)
         self.lost.set()
@@ -304,29 +307,79 @@ class EtcdCoordinator:
         stop: asyncio.Event | None = None,
         held: Callable[[], PrefixState] | None = None,
     ) -> AsyncGenerator[PrefixState, None]:
-        follower = _PrefixFollower(self, prefix)
-        task = asyncio.create_task(follower.run(), name=f"etcd-watch {prefix}")
+        """A whole read at revision R, then etcd's events from R+1 applied in order (module
+        docstring of ``coordinator``); a whole read again after any doubt, and every
+        ``reread_every_s`` as a check."""
         stop = stop or asyncio.Event()
-        try:
-            first = await self._reread_until_ok(prefix, reread_every_s, stop)
-            if first is None:
-                return
-            state = first
-            yield state
-            while True:
-                await _first_set(follower.nudged, stop, reread_every_s)
+        last: PrefixState | None = None  # the last state yielded
+        fresh: PrefixState | None = None
+        while not stop.is_set():
+            if fresh is None:
+                fresh = await self._reread_until_ok(prefix, reread_every_s, stop)
+                if fresh is None:
+                    return
+            prior = held() if held is not None else last
+            if last is None or prior is None or fresh.entries != prior.entries:
+                last = fresh  # the first state, or one that differs from the consumer's
+                yield fresh
+            base, fresh = fresh, None
+            stream = _WatchStream(self, prefix, base.revision + 1)
+            try:
+                async with contextlib.aclosing(self._follow(stream, base, reread_every_s, stop)) as states:
+                    async for state in states:
+                        if state.changed is None:  # a check's read: only news is yielded
+                            prior = held() if held is not None else last
+                            if prior is not None and state.entries == prior.entries:
+                                continue
+                        last = state
+                        yield state
+                fresh = stream.fallback
+            finally:
+                await stream.stop()
+            if fresh is None and not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_WATCH_RETRY_S):
+                        await stop.wait()
+
+    async def _follow(
+        self, stream: _WatchStream, base: PrefixState, reread_every_s: float, stop: asyncio.Event
+    ) -> AsyncGenerator[PrefixState, None]:
+        """States from ``base`` on, the stream's events applied, until the stream breaks, a
+        check read disagrees (``stream.fallback``: that read) or ``stop``."""
+        state = base
+        check_at = time.monotonic() + reread_every_s
+        while not stop.is_set():
+            item = await _next_item(stream.responses, stop, check_at - time.monotonic())
+            if item is None:
                 if stop.is_set():
                     return
-                follower.nudged.clear()
+                check_at = time.monotonic() + reread_every_s
                 try:
-                    fresh = await self.read_prefix(prefix)
+                    fresh = await self.read_prefix(stream.prefix)
                 except CoordinatorUnavailable:
                     continue
-                if fresh.entries != (held() if held is not None else state).entries:
+                if fresh.revision < state.revision or (
+                    fresh.revision == state.revision and fresh.entries != state.entries
+                ):
+                    if fresh.revision == state.revision:
+                        log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
+                    stream.fallback = fresh  # etcd went back in time, or the events missed one
+                    return
+                if fresh.revision > state.revision:
+                    # Newer than the events applied (they may be on their way): taken whole,
+                    # and the events it covers are skipped.
                     state = fresh
-                    yield state
-        finally:
-            await follower.stop(task)
+                # Yielded if it differs from the consumer's state (which may be one of its
+                # own reads: WatchedPrefix.refresh).
+                yield fresh
+                continue
+            if isinstance(item, str):
+                log.info("watch on %s broke (%s); reading it whole", stream.prefix, item)
+                return
+            delta = _apply(state, item.events)
+            if delta is not None:
+                state = delta
+                yield state
 
     async def _reread_until_ok(self, prefix: str, pause_s: float, stop: asyncio.Event) -> PrefixState | None:
         while not stop.is_set():
@@ -361,63 +414,108 @@ class EtcdCoordinator:
             raise CoordinatorUnavailable("etcd: the connection was closed") from None
 
 
-class _PrefixFollower:
-    """Nudges a prefix's re-read on every watch event and re-opens the watch when it breaks.
+class _WatchStream:
+    """One etcd watch on a prefix from a revision on; its responses (or why it broke) queued.
 
-    It is stopped through aetcd's own ``Watch.cancel`` (which ends the event iterator), not
-    by cancelling a task waiting inside aetcd: a cancellation delivered there can be lost
-    in gRPC's stream machinery and the task would never end.
+    A plain gRPC stream on the client's channel (aetcd's ``WatchStub``), not aetcd's
+    ``watch_prefix``: that hands out events one at a time, and a state made from half of a
+    transaction's events is one etcd never held; a response carries all of a revision's
+    events (``fragment`` is off). It is stopped by cancelling the call, never by cancelling
+    a task waiting inside gRPC (a cancellation delivered there can be lost).
     """
 
-    def __init__(self, coordinator: EtcdCoordinator, prefix: str) -> None:
-        self.coordinator = coordinator
+    def __init__(self, coordinator: EtcdCoordinator, prefix: str, start_revision: int) -> None:
         self.prefix = prefix
-        self.nudged = asyncio.Event()
-        self._stopping = asyncio.Event()
-        self._watch: Any = None
+        # Responses in order; a string says why the stream ended (nothing follows it).
+        self.responses: asyncio.Queue[Any] = asyncio.Queue()
+        # A whole read the follower took instead of the stream (it disagreed with the events).
+        self.fallback: PrefixState | None = None
+        self._coordinator = coordinator
+        self._start_revision = start_revision
+        self._call: Any = None
+        self._stopping = False
+        self._task = asyncio.create_task(self._run(), name=f"etcd-watch {prefix}")
 
-    async def run(self) -> None:
+    async def _run(self) -> None:
+        client = self._coordinator._client
+        if client is None or client.channel is None:
+            self.responses.put_nowait("not connected to etcd")
+            return
         key = self.prefix.encode()
-        while not self._stopping.is_set():
-            try:
-                self._watch = await self.coordinator._call(lambda c: c.watch_prefix(key))
-                if self._stopping.is_set():
-                    # stop() ran while the watch was opening and found none to cancel.
-                    break
-                # A (re)opened watch may have missed events while it was down.
-                self.nudged.set()
-                async for _event in self._watch:
-                    self.nudged.set()
-            except (CoordinatorUnavailable, aetcd.exceptions.ClientError) as exc:
-                log.info("watch on %s broke (%s); re-opening", self.prefix, exc)
-            await self._cancel_watch()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_WATCH_RETRY_S):
-                    await self._stopping.wait()
-        await self._cancel_watch()
+        create = rpc.WatchCreateRequest(
+            key=key, range_end=aetcd.utils.prefix_range_end(key), start_revision=self._start_revision
+        )
+        self._call = rpc.WatchStub(client.channel).Watch()
+        try:
+            if self._stopping:
+                return
+            await self._call.write(rpc.WatchRequest(create_request=create))
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    self.responses.put_nowait("the stream ended")
+                    return
+                if response.compact_revision:
+                    self.responses.put_nowait(f"revision {self._start_revision} was compacted")
+                    return
+                if response.canceled:
+                    self.responses.put_nowait(f"etcd cancelled it: {response.cancel_reason}")
+                    return
+                if response.events:
+                    self.responses.put_nowait(response)
+        except grpc.RpcError as exc:
+            self.responses.put_nowait(f"{type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            self.responses.put_nowait("the stream was cancelled")  # stop(), or the channel closed
+        finally:
+            self._call.cancel()
 
-    async def _cancel_watch(self) -> None:
-        watch, self._watch = self._watch, None
-        if watch is not None:
-            # Bounded: aetcd's cancel can wait forever on the request queue of a broken stream
-            # (it ends the iterator first, which is what matters here).
-            with contextlib.suppress(aetcd.exceptions.ClientError, RuntimeError, TimeoutError):
-                async with asyncio.timeout(self.coordinator.timeout_s):
-                    await watch.cancel()
-
-    async def stop(self, task: asyncio.Task[None]) -> None:
-        self._stopping.set()
-        await self._cancel_watch()
-        await _finish(task, self.coordinator.timeout_s * 2)
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._call is not None:
+            self._call.cancel()
+        await _finish(self._task, self._coordinator.timeout_s * 2)
 
 
-async def _first_set(a: asyncio.Event, b: asyncio.Event, timeout_s: float) -> None:
-    """Wait until either event is set, or the timeout passes (plain asyncio waits: cancelling
-    them is safe, unlike a wait inside aetcd)."""
-    waits = {asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())}
-    _, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in pending:
-        waiter.cancel()
+def _apply(state: PrefixState, events: Sequence[Any]) -> PrefixState | None:
+    """``state`` with a response's events of later revisions applied (None: none was later)."""
+    entries: dict[str, Entry] | None = None
+    changed: set[str] = set()
+    revision = state.revision
+    for event in events:
+        kv = event.kv
+        if kv.mod_revision <= state.revision:
+            continue  # a whole read already covers it
+        if entries is None:
+            entries = dict(state.entries)
+        key = kv.key.decode()
+        if event.type == rpc.Event.EventType.DELETE:
+            entries.pop(key, None)
+        else:
+            entries[key] = _entry(kv)
+        changed.add(key)
+        revision = max(revision, kv.mod_revision)
+    if entries is None:
+        return None
+    return PrefixState(state.prefix, revision, entries, frozenset(changed), state.revision)
+
+
+async def _next_item(queue: asyncio.Queue[Any], stop: asyncio.Event, timeout_s: float) -> Any:
+    """The queue's next item; None once ``stop`` is set or the timeout passed (plain asyncio
+    waits: cancelling them is safe, unlike a wait inside gRPC)."""
+    if not queue.empty():
+        return queue.get_nowait()
+    getter = asyncio.ensure_future(queue.get())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({getter, stopped}, timeout=max(timeout_s, 0), return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if getter.done():
+        return getter.result()
+    getter.cancel()  # the item, if one came meanwhile, stays queued
+    return None
 
 
 async def _finish(task: asyncio.Task[None], timeout_s: float) -> None:

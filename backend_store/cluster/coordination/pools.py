@@ -89,11 +89,16 @@ def place(tenant: str, name: str, count: int, slots: Sequence[int]) -> tuple[int
 
 
 def placement(doc: Mapping[str, Any]) -> tuple[int, ...] | None:
-    """A queue record's placement (None: a queue made before pools, on its own partitions)."""
+    """A queue record's placement (None: a queue made before pools, on its own partitions;
+    empty: one this version cannot read, placed nowhere it can serve, and never given
+    partitions of its own: a watch's listener must not fail on one record)."""
     raw = doc.get(PLACEMENT)
     if not isinstance(raw, list | tuple) or not raw:
         return None
-    return tuple(int(pid) for pid in raw)
+    try:
+        return tuple(int(pid) for pid in raw)
+    except (TypeError, ValueError):
+        return ()
 
 
 def deleting(doc: Mapping[str, Any]) -> bool:

@@ -2,10 +2,12 @@
 
 The gateway's metadata cache is made of these: one per prefix it reads on hot paths
 (``meta/``, ``queues/``, ``partitions/``, ``leaders/``, ``nodes/``). The coordinator's watch
-hands out whole consistent states (a watch event only triggers a re-read, and a periodic
-re-read covers a broken watch), so a follower never holds a half-applied picture. Each new
-state goes to the listeners with the keys that changed, on the event loop. Nodes, managers
-and gateways all follow etcd through this one class.
+hands out whole consistent states (a read, then etcd's events applied a revision at a time;
+a periodic re-read covers a broken watch), so a follower never holds a half-applied picture.
+Each new state goes to the listeners with the keys that changed, on the event loop: the
+keys the watch's events named when the state was made from the one held (``since``), else
+a comparison of every key. Nodes, managers and gateways all follow etcd through this one
+class.
 
 A state older than the one held is either a read that lost a race with a newer one, or
 etcd gone back in time (restored from a snapshot, or wiped and started afresh): a fresh
@@ -102,7 +104,10 @@ class WatchedPrefix:
     def _take(self, state: PrefixState) -> None:
         first = not self._first.is_set()
         old, self.state = self.state, state
-        keys = changed_keys(old, state)
+        if state.changed is not None and state.since == old.revision and not first:
+            keys = set(state.changed)  # the watch's events, applied to the state held
+        else:
+            keys = changed_keys(old, state)
         self._first.set()
         if keys or first:
             for listener in list(self._listeners):

@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection
-from typing import Any
 
 from ...errors import PushgateError
 from ...types import Epoch
@@ -35,12 +34,13 @@ from ..coordination.layout import (
     read_partition_map,
     unpack,
 )
+from ..coordination.pools import DEFAULT_POOL_PARTITIONS, PoolRequest, placement
 from .plan import ClusterView, Memory, PlanSettings, plan
 
 log = logging.getLogger("pushgate.cluster")
 
 # The prefixes the manager watches (start): it plans only once it has read every one.
-_WATCHED = 7
+_WATCHED = 8
 
 
 class Manager:
@@ -83,11 +83,13 @@ class Manager:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._held: dict[str, PrefixState] = {}  # per prefix, the state the view was last given
+        self._queue_state = PrefixState(self.layout.queues, 0)  # the last one _on_queues took
 
     def _handlers(self) -> tuple[tuple[str, Callable[[PrefixState], None]], ...]:
         """What the manager plans on: each prefix and the handler that takes it into the view."""
         return (
             (self.layout.queues, self._on_queues),
+            (self.layout.pools, self._on_pools),
             (self.layout.nodes, self._on_nodes),
             (self.layout.partitions, self._on_partitions),
             (self.layout.leaders, self._on_leaders),
@@ -129,17 +131,33 @@ class Manager:
                 await asyncio.sleep(0.5)
 
     def _on_queues(self, state: PrefixState) -> None:
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        revisions: dict[tuple[str, str], int] = {}
-        for key, entry in state.entries.items():
+        """Only the records that changed since the last state are read again (at ten
+        thousand queues, reading every record at every create made creates cost O(N) each),
+        and those of queues in a pool are left out of the view's ``queues``: the plan makes
+        partitions for none of them (coordination/pools.py)."""
+        before, self._queue_state = self._queue_state, state
+        view = self.view
+        for key in _changed(before, state):
             tenant, _, queue = key[len(state.prefix) :].partition("/")
+            name = (tenant, queue)
+            view.queues.pop(name, None)
+            view.queue_revisions.pop(name, None)
+            entry = state.entries.get(key)
+            if entry is None or not queue:
+                continue
             with contextlib.suppress(PushgateError):
                 attributes = unpack(entry.value)
                 if isinstance(attributes, dict):
-                    out[(tenant, queue)] = attributes
-                    revisions[(tenant, queue)] = entry.create_revision
-        self.view.queues = out
-        self.view.queue_revisions = revisions
+                    view.queue_revisions[(tenant, queue)] = entry.create_revision
+                    if not placement(attributes):  # a readable placement: a pool's queue
+                        view.queues[(tenant, queue)] = attributes
+
+    def _on_pools(self, state: PrefixState) -> None:
+        out: dict[str, PoolRequest] = {}
+        for name, value in state.values().items():
+            with contextlib.suppress(PushgateError):
+                out[name] = PoolRequest.unpack(value)
+        self.view.pools = out
 
     def _on_nodes(self, state: PrefixState) -> None:
         out: dict[str, NodeRecord] = {}
@@ -359,6 +377,8 @@ class Manager:
                 continue  # deleted and created again: this partition is the old queue's
             with contextlib.suppress(PushgateError):
                 attributes = unpack(entry.value)
+                if isinstance(attributes, dict) and placement(attributes):
+                    continue  # a pool's queue now: this partition is an earlier queue's
                 partitions = attributes.get("partitions", 1) if isinstance(attributes, dict) else 1
                 if isinstance(partitions, int) and record.index >= partitions:
                     continue  # past a lowered partition count
@@ -371,6 +391,14 @@ class Manager:
             )
             return False
         return True
+
+
+def _changed(before: PrefixState, after: PrefixState) -> set[str]:
+    """Keys added, removed or holding another entry (value or revisions: after a restore, a
+    key may hold another value at a mod revision it held before)."""
+    keys = set(before.entries) ^ set(after.entries)
+    keys.update(k for k in set(before.entries) & set(after.entries) if before.entries[k] != after.entries[k])
+    return keys
 
 
 def _same_slot(a: PartitionRecord, b: PartitionRecord) -> bool:
@@ -409,9 +437,11 @@ async def run_manager(
     prefix: str | None = None,
     rebalance: bool = True,
     replace_after_s: float = 300.0,
+    pool_partitions: int = DEFAULT_POOL_PARTITIONS,
     etcd_tls: EtcdTls | None = None,
 ) -> None:
-    """``pushgate manager``: run until cancelled."""
+    """``pushgate manager``: run until cancelled. ``pool_partitions``: the slots each pool
+    of shared partitions has at least (``--partitions``)."""
     from ..coordination.etcd_coordinator import EtcdCoordinator
 
     coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()
@@ -420,8 +450,9 @@ async def run_manager(
         manager_id=manager_id,
         ttl_s=ttl_s,
         layout=Layout(prefix) if prefix else None,
-        rebalance=rebalance,
-        replace_after_s=replace_after_s,
+        settings=PlanSettings(
+            rebalance=rebalance, replace_after_s=replace_after_s, pool_partitions=pool_partitions
+        ),
     )
     await manager.start()
     print(f"pushgate manager {manager.manager_id} started", flush=True)

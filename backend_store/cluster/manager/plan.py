@@ -16,6 +16,11 @@ with ``partitions: P`` (default 1) and ``replication_factor: R`` (default 1):
   nodes, of nodes dead for ``replace_after_s`` (dead replicas are replaced), and sets placed
   with fewer than R nodes move or grow through a learner that catches up; leadership moves
   off a replica that must go first. Tombstones give removed copies leave to be deleted.
+- **Pools** (docs/cluster.md, "Shared partitions"): for each pool gateways asked for
+  (``pools/{name}``), slots ``0..N-1`` with ``N = max(settings.pool_partitions,
+  min_partitions)``, placed, led and repaired like any partition, with the pool's factor and
+  mode. Never deleted. A queue record with a ``placement`` lives in a pool: no partitions
+  of its own.
 - **Deletion** of the partitions of deleted queues (and past a lowered P), with tombstones.
 - **Rebalancing**, once every partition is settled: one step at a time, a replica from the
   most to the least loaded node, then leadership to a follower leading fewer, each target
@@ -29,7 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..coordination import pools
 from ..coordination.layout import NodeRecord, PartitionRecord, Tombstone
+from ..coordination.pools import PoolRequest
 from . import election, membership, recovery
 from .membership import Serving
 
@@ -40,9 +47,13 @@ log = logging.getLogger("pushgate.cluster")
 class ClusterView:
     """What the manager knows from etcd."""
 
+    # Queue records; the manager leaves out those with a ``placement`` (a pool's queues have
+    # no partitions of their own), and the plan skips any it is given.
     queues: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Each queue record's create_revision (its incarnation: a re-created queue has a new one).
     queue_revisions: dict[tuple[str, str], int] = field(default_factory=dict)
+    # ``pools/{name}``: the pools gateways asked for (coordination/pools.py).
+    pools: dict[str, PoolRequest] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     partitions: dict[int, PartitionRecord] = field(default_factory=dict)
     # Records that cannot be read now: ``stale`` ones are in ``partitions`` as last read (the
@@ -77,12 +88,14 @@ class PlanSettings:
     ``settle_s``: how long a replica must have been in its leader's sync set (a node
     registered) before a hand-over, a move or a rebalancing step targets it, and before a
     move leaves the others. ``handover_timeout_s``: a hand-over not done in this long is
-    withdrawn and another successor picked."""
+    withdrawn and another successor picked. ``pool_partitions``: the slots each pool has at
+    least (``pushgate manager --partitions``)."""
 
     rebalance: bool = True
     replace_after_s: float = 300.0
     settle_s: float = 3.0
     handover_timeout_s: float = 5.0
+    pool_partitions: int = pools.DEFAULT_POOL_PARTITIONS
 
 
 @dataclass(slots=True)
@@ -418,13 +431,10 @@ def plan(
     held = [pid for rec in view.nodes.values() for pid in (*rec.replicas, *rec.strays)]
     out = Plan(counter=max([view.counter, *held]))
     by_slot = {(r.tenant, r.queue, r.index): pid for pid, r in view.partitions.items() if _current(view, r)}
-    for slot in [slot for slot in memory.short_since if slot[:2] not in view.queues]:
+    groups = _groups(view, settings)
+    for slot in [slot for slot in memory.short_since if slot[:2] not in groups]:
         del memory.short_since[slot]
-    for (tenant, queue), attributes in sorted(view.queues.items()):
-        partitions = _int_attr(attributes, "partitions", 1)
-        factor = _int_attr(attributes, "replication_factor", 1)
-        mode = attributes.get("replication_mode", "sync")
-        mode = mode if mode in ("sync", "async") else "sync"
+    for (tenant, queue), (partitions, factor, mode) in groups.items():
         for index in range(partitions):
             pid = by_slot.get((tenant, queue, index))
             if pid is None:
@@ -466,8 +476,15 @@ def plan(
             if changed != record:
                 out.puts[pid] = changed
     for pid, record in view.partitions.items():
+        if record.pool is not None:
+            continue  # a pool's slots are never deleted (whatever the queue records say)
         found = view.queues.get((record.tenant, record.queue))
-        if found is None or record.index >= _int_attr(found, "partitions", 1) or not _current(view, record):
+        if (
+            found is None
+            or bool(pools.placement(found))  # a pool's queue now: this is an earlier one's
+            or record.index >= _int_attr(found, "partitions", 1)
+            or not _current(view, record)
+        ):
             out.deletes.append(pid)
             strays = [n for n, rec in view.nodes.items() if pid in rec.strays]
             out.tombstones.update(membership.deletion_tombstones(pid, record, strays))
@@ -483,6 +500,29 @@ def plan(
         if record.successor is not None and memory.handovers.get(pid, ("", now))[0] != record.successor:
             memory.handovers[pid] = (record.successor, now)  # asked now: its timeout counts from here
     _tombstones(view, planner, out)
+    return out
+
+
+def _groups(view: ClusterView, settings: PlanSettings) -> dict[tuple[str, str], tuple[int, int, str]]:
+    """Every replication group the map must hold, ``(tenant, queue) -> (partitions, factor,
+    mode)``: each pool's slots (tenant ``""``, queue the pool's name), then each queue made
+    before pools (a record without ``placement``) with its own. A pool's queues have none."""
+    out: dict[tuple[str, str], tuple[int, int, str]] = {}
+    for name, request in sorted(view.pools.items()):
+        if name != request.name or request.replication_factor < 1 or request.mode not in ("sync", "async"):
+            log.warning("ignoring the malformed pool request %r: %r", name, request)
+            continue
+        slots = max(settings.pool_partitions, request.min_partitions)
+        out[(pools.POOL_TENANT, name)] = (slots, request.replication_factor, request.mode)
+    for (tenant, queue), attributes in sorted(view.queues.items()):
+        if pools.placement(attributes) is not None:
+            continue
+        mode = attributes.get("replication_mode", "sync")
+        out[(tenant, queue)] = (
+            _int_attr(attributes, "partitions", 1),
+            _int_attr(attributes, "replication_factor", 1),
+            mode if mode in ("sync", "async") else "sync",
+        )
     return out
 
 

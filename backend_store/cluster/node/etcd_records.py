@@ -3,18 +3,18 @@
 ``node.py`` and the deterministic simulation's node call these on every state their watches
 deliver, so both read etcd alike (a record this version cannot read is left out, never an
 error: the partition map's own rules are :func:`~..coordination.layout.read_partition_map`).
+``queues/`` is kept by the keys that change instead (:class:`~.pool_queues.QueueRecords`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from ...errors import PushgateError
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState
-from ..coordination.layout import Layout, LeaderRecord, NodeRecord, Tombstone, unpack
+from ..coordination.layout import Layout, LeaderRecord, NodeRecord, Tombstone
 
 Leaders = dict[int, tuple[LeaderRecord, Epoch]]
 
@@ -44,18 +44,6 @@ def read_nodes(state: PrefixState) -> dict[str, NodeRecord]:
     for node_id, value in state.values().items():
         with contextlib.suppress(PushgateError):
             out[node_id] = NodeRecord.unpack(value)
-    return out
-
-
-def read_queues(state: PrefixState) -> dict[tuple[str, str], dict[str, Any]]:
-    """``queues/{tenant}/{queue}``: each queue's attributes."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for key, value in state.values().items():
-        tenant, _, queue = key.partition("/")
-        with contextlib.suppress(PushgateError):
-            attributes = unpack(value)
-            if isinstance(attributes, dict):
-                out[(tenant, queue)] = attributes
     return out
 
 

@@ -41,7 +41,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
@@ -58,12 +57,13 @@ from ..coordination.timeline import KeysSeen, RecordMark
 from ..coordination.watched_prefix import StateListener, WatchedPrefix
 from ..protocol.stream import NodeStream
 from .demands import NodeDemands
-from .etcd_records import leaders_moved, read_leaders, read_nodes, read_queues, read_tombstones
+from .etcd_records import leaders_moved, read_leaders, read_nodes, read_tombstones
 from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_config import NodeConfig
 from .node_identity import ClusterIdFile, NodeIdentity
 from .partition_host import PartitionHost
+from .pool_queues import QueueRecords, note_changes
 from .ports import NodeClock, NodeListener, ReplicaStores
 from .publication import Publication, node_record
 from .receipts import KeptReceipt, read_receipts, remade
@@ -112,7 +112,8 @@ class Node(ReplicaRounds):
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
         self._nodes_read = False
-        self._queues: dict[tuple[str, str], dict[str, Any]] = {}
+        # Queue records, kept by the keys that change (pool_queues.py).
+        self._queues = QueueRecords()
         self._tombstones: dict[int, Tombstone] = {}
         self.publication = Publication(config.publish_every_s)
         # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
@@ -200,24 +201,24 @@ class Node(ReplicaRounds):
 
     # Watches ----------------------------------------------------------------------------------
 
-    def _listener(self, handler: Callable[[PrefixState], None] | None) -> StateListener:
-        def listen(state: PrefixState, _keys: set[str]) -> None:
+    def _listener(self, handler: Callable[[PrefixState, set[str]], None] | None) -> StateListener:
+        def listen(state: PrefixState, keys: set[str]) -> None:
             if handler is not None:
-                handler(state)
+                handler(state, keys)
             self.identity.observe(state)
             self._changed.set()
 
         return listen
 
-    def _on_partitions(self, state: PrefixState) -> None:
+    def _on_partitions(self, state: PrefixState, _keys: set[str]) -> None:
         before = self._partitions.records if self._partitions is not None else {}
         read = read_partition_map(state.values(), before)
         self._partitions = MapView(read.records, read.unknown, read.values, parse_ids(state.mod_revisions()))
 
-    def _on_tombstones(self, state: PrefixState) -> None:
+    def _on_tombstones(self, state: PrefixState, _keys: set[str]) -> None:
         self._tombstones = read_tombstones(self.layout, self.node_id, state)
 
-    def _on_leaders(self, state: PrefixState) -> None:
+    def _on_leaders(self, state: PrefixState, _keys: set[str]) -> None:
         self._check_keys({key: entry.mod_revision for key, entry in state.entries.items()})
         leaders = read_leaders(self.layout, state)
         for _, epoch in leaders.values():
@@ -226,7 +227,7 @@ class Node(ReplicaRounds):
             self.publication.ask()
         self._leaders = leaders
 
-    def _on_nodes(self, state: PrefixState) -> None:
+    def _on_nodes(self, state: PrefixState, _keys: set[str]) -> None:
         own = state.entries.get(self.layout.node(self.node_id))
         if own is not None:
             self._check_keys({own.key: own.mod_revision})
@@ -258,8 +259,11 @@ class Node(ReplicaRounds):
             evidence,
         )
 
-    def _on_queues(self, state: PrefixState) -> None:
-        self._queues = read_queues(state)
+    def _on_queues(self, state: PrefixState, keys: set[str]) -> None:
+        """Only the records of ``keys`` are read again, and only the pool partitions they
+        concern apply them (at ten thousand queues, a create must not cost a pass over
+        every queue of every partition)."""
+        note_changes(self._queues, state, keys, self.hosts)
 
     # The main loop ---------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ...attributes import apply_patch
 from ...errors import PushgateError, QueueExists, QueueNotFound, StaleEpoch, Unavailable
 from ...lmdb_store.engine import LmdbBackend
 from ...options import StoreOptions
@@ -39,6 +40,7 @@ from ..protocol import ops
 from ..protocol.address import split_address
 from ..replication.log_shipping import ReplicationFollower, ReplicationLeader, ReplicationMode
 from ..replication.quorum import QuorumCheck
+from .pool_queues import PoolQueues, QueueKey, QueueRecords, not_ready
 from .reseed import LmdbReseeder
 from .term import LeaderTerm
 
@@ -86,6 +88,8 @@ class PartitionHost(LeaderTerm):
         self._links: dict[str, tuple[str, asyncio.Task[None]]] = {}  # follower id -> (address, task)
         self._listening: set[int] = set()  # id() of stores our wake-up listener is on
         self._applied_attributes: dict[tuple[str, str], dict[str, Any]] = {}
+        # A pool partition's queues, applied and to apply (pool_queues.py).
+        self.pool_queues = PoolQueues()
 
     @property
     def store(self) -> LmdbBackend:
@@ -171,6 +175,8 @@ class PartitionHost(LeaderTerm):
         if self.sweep_every_s > 0:
             self._sweeper = asyncio.create_task(self._sweep(leader), name=f"sweep p{self.partition}")
         self._applied_attributes.clear()
+        if record.pool is not None:
+            self.pool_queues.begin_term(as_records(queues), self.partition)
         self.open_term(queues)
 
     def _on_change(self, store: LmdbBackend, tenant: str, queue: str) -> None:
@@ -205,8 +211,14 @@ class PartitionHost(LeaderTerm):
                 self._links[node_id] = (address, task)
 
     async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
-        """Make the store's queue (and its dead-letter queue) match etcd's attributes (leader only)."""
+        """Make the store's queue (and its dead-letter queue) match etcd's attributes (leader
+        only); a pool partition's, those of its queues whose records changed (pool_queues.py)."""
         if not self.leading or self.record is None:
+            return
+        if self.record.pool is not None:
+            await self.pool_queues.apply(
+                as_records(queues), self.partition, self._ensure_pooled, self._drop_pooled
+            )
             return
         tenant, name = self.record.tenant, self.record.queue
         attributes = queues.get((tenant, name))
@@ -252,6 +264,21 @@ class PartitionHost(LeaderTerm):
             return False
         await self._replicate_local_change()
         return True
+
+    async def _ensure_pooled(self, key: QueueKey, attrs: dict[str, Any]) -> bool:
+        """A pool partition's queue, written only if the store lacks it or holds other
+        attributes: a term begins by applying every queue of its partition, and a write
+        (and its replication) per queue would delay every queue's failover."""
+        tenant, queue = TenantId(key[0]), QueueName(key[1])
+        with contextlib.suppress(QueueNotFound):
+            info = await self.store.get_queue(tenant, queue)
+            with contextlib.suppress(PushgateError):
+                if apply_patch(info.attributes, attrs) == info.attributes:
+                    return True
+        return await self._ensure_queue(tenant, queue, attrs)
+
+    async def _drop_pooled(self, key: QueueKey) -> bool:
+        return await self._drop_queue(TenantId(key[0]), QueueName(key[1]))
 
     async def _drop_queue(self, tenant: TenantId, queue: QueueName) -> bool:
         store = self.store
@@ -328,13 +355,12 @@ class PartitionHost(LeaderTerm):
     @property
     def ready(self) -> bool:
         """Leading and serving requests: the queue's attributes are applied (after the
-        term's first entry) and no hand-over is under way."""
-        return (
-            self.leading
-            and self.handing_over_to is None
-            and self.record is not None
-            and (self.record.tenant, self.record.queue) in self._applied_attributes
-        )
+        term's first entry; on a pool partition, those of its queues applied so far are
+        served) and no hand-over is under way."""
+        return self.leading and self.handing_over_to is None and self._not_ready("", {}) is None
+
+    def _not_ready(self, op: str, args: Mapping[str, Any]) -> str | None:
+        return not_ready(self.record, self._applied_attributes, self.pool_queues, op, args)
 
     async def handle(self, op: str, epoch: Epoch, args: Mapping[str, Any], *, timeout_s: float) -> Any:
         """Run a gateway's request as the leader; raise NotLeader / StaleLeader otherwise."""
@@ -351,10 +377,10 @@ class PartitionHost(LeaderTerm):
             raise ops.NotLeader(
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
-        if self.record is None or (self.record.tenant, self.record.queue) not in self._applied_attributes:
+        if (why := self._not_ready(op, args)) is not None:
             # Leading, but the queue's attributes have not reached us from etcd yet. Answered
             # as not_leader: nothing was applied, so the gateway may retry any request.
-            raise ops.NotLeader(f"partition {self.partition} is not ready yet")
+            raise ops.NotLeader(f"partition {self.partition} is not ready yet: {why}")
         store = self.store
         if op == "update_queue":
             await self._check_dead_letter_copy(store, args)
@@ -384,6 +410,7 @@ class PartitionHost(LeaderTerm):
                 ) from None
         finally:
             self._writes_in_flight -= 1
+        self.pool_queues.served(op, args)
         return result
 
     async def _read_index(self, leader: ReplicationLeader, lsn: Lsn, timeout_s: float) -> None:
@@ -407,3 +434,8 @@ class PartitionHost(LeaderTerm):
         """Close and delete the environment (the partition left this node)."""
         await self.close()
         await asyncio.to_thread(shutil.rmtree, self.path, True)
+
+
+def as_records(queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueRecords:
+    """The node's :class:`QueueRecords` (kept by its watch), or one made of a plain mapping."""
+    return queues if isinstance(queues, QueueRecords) else QueueRecords.of(queues)

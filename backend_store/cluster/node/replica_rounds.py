@@ -11,7 +11,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Collection, Iterable
 from pathlib import Path
-from typing import Any
 
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
@@ -23,6 +22,7 @@ from .leadership import NodeLeadership
 from .node_identity import pack_label, read_label
 from .node_serving import NodeServing
 from .partition_host import PartitionHost
+from .pool_queues import QueueRecords
 from .ports import NodeClock, ReplicaStores
 from .publication import Publication
 from .receipts import KeptReceipt, keep_receipt
@@ -51,7 +51,7 @@ class ReplicaRounds(NodeServing):
     _leaders: dict[int, tuple[LeaderRecord, Epoch]]
     _nodes: dict[str, NodeRecord]
     _nodes_read: bool
-    _queues: dict[tuple[str, str], dict[str, Any]]
+    _queues: QueueRecords
     # What this node keeps of its replicas (Node.__init__ says what each is).
     _on_disk: set[int] | None
     _labels: dict[int, ReplicaLabel | None]

@@ -14,6 +14,8 @@ arrays in a fixed field order (they are the bulk of the traffic), everything els
                        sent_at, receive_count, state]``
 ``AckResult``          ``{acked, failed: [[receipt, code], ...]}``
 ``QueueInfo``          ``{tenant, name, created_at, attributes: {...}, stats: {...}}``
+``queue_stats``        ``{name: {visible, in_flight, ...}, ...}``: the queues asked for
+                       that the store holds (one read for a page of queues)
 =====================  ==========================================================
 
 Client side: :func:`encode_args` then, on the reply, :func:`decode_result`. Node side:
@@ -328,6 +330,21 @@ def _queue_args(a: Mapping[str, Any]) -> dict[str, Any]:
     return _tq(a, "name")
 
 
+def _queue_stats_args(a: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "tenant": TenantId(_get(a, "tenant", str)),
+        "names": [QueueName(n) for n in _str_list(a, "names")],
+    }
+
+
+def _encode_stats(r: Mapping[str, QueueStats]) -> dict[str, Any]:
+    return {name: stats.to_dict() for name, stats in r.items()}
+
+
+def _decode_stats(v: Any) -> dict[QueueName, QueueStats]:
+    return {QueueName(name): QueueStats(**stats) for name, stats in v.items()}
+
+
 def _create_result(r: tuple[QueueInfo, bool]) -> list[Any]:
     return [encode_queue(r[0]), r[1]]
 
@@ -374,6 +391,7 @@ OPS: dict[str, Op] = {
         ),
         Op("delete_queue", True, _queue_args, _same, lambda v: None),
         Op("get_queue", False, _queue_args, encode_queue, decode_queue),
+        Op("queue_stats", False, _queue_stats_args, _encode_stats, _decode_stats),
         Op(
             "peek",
             False,

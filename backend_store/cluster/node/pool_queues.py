@@ -1,0 +1,320 @@
+"""The queues a pool partition's leader serves (docs/cluster.md, "Shared partitions"); no I/O.
+
+A pool partition (``PartitionRecord.pool``) holds many queues. Its leader serves every queue
+whose record's ``placement`` names the partition and that is not marked ``deleting``, and
+keeps the copies of their dead-letter queues (a dead-letter queue's messages live in the
+partitions of the queues feeding it, as on a queue's own partition). It deletes a queue
+from its store when the queue's record is marked ``deleting``; never because a record is
+absent (an etcd restored from a backup lacks the records of queues made since).
+
+At ten thousand queues this must cost per change, not per queue: :class:`QueueRecords`
+follows ``queues/`` by the keys that changed and keeps which partitions each record
+concerns (its placement, and the placements of the queues feeding it), and
+:class:`PoolQueues` (one per hosted replica) applies only the queues whose records changed;
+a term applies every queue of its partition once, when it begins. ``PartitionHost`` and the
+deterministic simulation's replica host both run this code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from ...errors import PushgateError
+from ..coordination import pools
+from ..coordination.coordinator import PrefixState
+from ..coordination.layout import PartitionRecord, unpack
+from ..coordination.queue_record import former_dead_letter_queues, store_attributes
+
+log = logging.getLogger("pushgate.cluster")
+
+QueueKey = tuple[str, str]  # (tenant, queue)
+# Ensure a queue with these store attributes (whether it was done); drop a queue (the same).
+Ensure = Callable[[QueueKey, dict[str, Any]], Awaitable[bool]]
+Drop = Callable[[QueueKey], Awaitable[bool]]
+# A request's queue names: a queue's own operations name it in "queue" or "name", a
+# redrive its target in "to" too, a stats request several in "names".
+_NAME_ARGS = ("queue", "name", "to")
+# Idempotent, and asked by a deleting gateway whether or not the queue was ever applied.
+_ALWAYS_READY = frozenset({"delete_queue"})
+
+
+def _dead_letter_queue(doc: Mapping[str, Any]) -> str | None:
+    dlq = doc.get("dead_letter_queue")
+    return dlq if isinstance(dlq, str) and dlq else None
+
+
+def _fed(doc: Mapping[str, Any]) -> set[str]:
+    """The dead-letter queues a record feeds or fed (their copies live in its partitions)."""
+    names = {str(name) for name, _ in former_dead_letter_queues(doc)}
+    if (dlq := _dead_letter_queue(doc)) is not None:
+        names.add(dlq)
+    return names
+
+
+class Want(Enum):
+    """What a pool partition's store should hold of a queue."""
+
+    ENSURE = "ensure"  # the queue (or a dead-letter copy) with its record's attributes
+    DROP = "drop"  # nothing: the record is marked deleting
+    KEEP = "keep"  # whatever it holds: nothing to do
+
+
+class QueueRecords(Mapping[QueueKey, dict[str, Any]]):
+    """``queues/{tenant}/{name}`` as the node holds it: each record's document, kept up to
+    date by the keys a watch says changed, and which pool partitions each concerns."""
+
+    def __init__(self) -> None:
+        self._records: dict[QueueKey, dict[str, Any]] = {}
+        self._placed: dict[int, set[QueueKey]] = {}  # partition -> queues placed on it
+        self._feeders: dict[QueueKey, set[QueueKey]] = {}  # dead-letter queue -> queues feeding it
+
+    @classmethod
+    def of(cls, records: Mapping[QueueKey, Mapping[str, Any]]) -> QueueRecords:
+        out = cls()
+        for key, doc in records.items():
+            out.put(key, dict(doc))
+        return out
+
+    def __getitem__(self, key: QueueKey) -> dict[str, Any]:
+        return self._records[key]
+
+    def __iter__(self) -> Iterator[QueueKey]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def follow(self, state: PrefixState, keys: Collection[str]) -> dict[int, set[QueueKey]]:
+        """Take the records of ``keys`` (full etcd keys, as a watch names them) from
+        ``state``: the queues to apply again, by pool partition."""
+        out: dict[int, set[QueueKey]] = {}
+        for key in keys:
+            tenant, _, queue = key[len(state.prefix) :].partition("/")
+            if not queue:
+                continue
+            entry = state.entries.get(key)
+            doc: dict[str, Any] | None = None
+            if entry is not None:
+                with contextlib.suppress(PushgateError):
+                    value = unpack(entry.value)
+                    doc = value if isinstance(value, dict) else None
+            for pid, queues in self.put((tenant, queue), doc).items():
+                out.setdefault(pid, set()).update(queues)
+        return out
+
+    def put(self, key: QueueKey, doc: dict[str, Any] | None) -> dict[int, set[QueueKey]]:
+        """Hold ``doc`` as ``key``'s record (None: it is gone, or unreadable): the queues to
+        apply again, by pool partition (before and after the change)."""
+        old = self._records.get(key)
+        out = self._concerned(key, old)
+        self._index(key, old, remove=True)
+        if doc is None:
+            self._records.pop(key, None)
+        else:
+            self._records[key] = doc
+            self._index(key, doc, remove=False)
+        for pid, queues in self._concerned(key, doc).items():
+            out.setdefault(pid, set()).update(queues)
+        return out
+
+    def _index(self, key: QueueKey, doc: Mapping[str, Any] | None, *, remove: bool) -> None:
+        if doc is None:
+            return
+        tenant = key[0]
+        for pid in pools.placement(doc) or ():
+            placed = self._placed.setdefault(pid, set())
+            if remove:
+                placed.discard(key)
+            else:
+                placed.add(key)
+        for name in _fed(doc):
+            feeders = self._feeders.setdefault((tenant, name), set())
+            if remove:
+                feeders.discard(key)
+            else:
+                feeders.add(key)
+
+    def _concerned(self, key: QueueKey, doc: Mapping[str, Any] | None) -> dict[int, set[QueueKey]]:
+        """The pool partitions a record concerns, and which of their queues: its own
+        placement (the queue and its dead-letter queues' copies there), and the placements
+        of the queues feeding it (its copies there)."""
+        out: dict[int, set[QueueKey]] = {}
+        tenant = key[0]
+        if doc is not None:
+            copies = {(tenant, name) for name in _fed(doc)}
+            for pid in pools.placement(doc) or ():
+                out.setdefault(pid, set()).update({key, *copies})
+        for feeder in self._feeders.get(key, ()):
+            for pid in pools.placement(self._records.get(feeder, {})) or ():
+                out.setdefault(pid, set()).add(key)
+        return out
+
+    def on_partition(self, pid: int) -> set[QueueKey]:
+        """Every queue a pool partition's term applies when it begins: those placed on it
+        and the dead-letter queues they feed or fed."""
+        out: set[QueueKey] = set()
+        for key in self._placed.get(pid, ()):
+            out.add(key)
+            out.update((key[0], name) for name in _fed(self._records.get(key, {})))
+        return out
+
+    def want(self, pid: int, key: QueueKey) -> Want:
+        """What pool partition ``pid``'s store should hold of ``key``."""
+        doc = self._records.get(key)
+        if doc is None:
+            return Want.KEEP  # never deleted because a record is absent
+        here = pid in (pools.placement(doc) or ())
+        if pools.deleting(doc):
+            holds = here or any(
+                pid in (pools.placement(self._records[f]) or ()) for f in self._feeders_of(key)
+            )
+            return Want.DROP if holds else Want.KEEP
+        if here:
+            return Want.ENSURE
+        for feeder in self._feeders_of(key):
+            fed_by = self._records[feeder]
+            if (
+                not pools.deleting(fed_by)
+                and _dead_letter_queue(fed_by) == key[1]
+                and pid in (pools.placement(fed_by) or ())
+            ):
+                return Want.ENSURE  # the copy a queue here dead-letters into
+        # A former dead-letter queue's copy keeps what moved there (its queue reads it), and
+        # any other queue is none of this partition's business.
+        return Want.KEEP
+
+    def _feeders_of(self, key: QueueKey) -> list[QueueKey]:
+        return [f for f in self._feeders.get(key, ()) if f in self._records]
+
+
+@dataclass(slots=True)
+class PoolQueues:
+    """One pool partition replica's queues while it leads: those applied (served) and those
+    still to apply. A term begins with every queue of the partition to apply; a change to a
+    record adds the queues it concerns (:meth:`QueueRecords.follow`)."""
+
+    pending: set[QueueKey] = field(default_factory=set)
+    # Queues served, with the store attributes applied (None: a copy kept as it is).
+    applied: dict[QueueKey, dict[str, Any] | None] = field(default_factory=dict)
+    # Whether the term's first pass over its queues is done (after its first entry).
+    opened: bool = False
+
+    def begin_term(self, records: QueueRecords, pid: int) -> None:
+        self.applied.clear()
+        self.opened = False
+        self.pending = records.on_partition(pid)
+
+    def changed(self, queues: Collection[QueueKey]) -> None:
+        self.pending.update(queues)
+
+    async def apply(self, records: QueueRecords, pid: int, ensure: Ensure, drop: Drop) -> None:
+        """Apply what is pending (leader only). A queue whose step fails stays pending, tried
+        again at the next call (the node's tick); the others are served meanwhile."""
+        todo, self.pending = self.pending, set()
+        failed: set[QueueKey] = set()
+        done: set[QueueKey] = set()
+
+        async def one(key: QueueKey, depth: int = 0) -> None:
+            if key in done or key in failed:
+                return
+            want = records.want(pid, key)
+            doc = records.get(key)
+            if want == Want.DROP:
+                self.applied.pop(key, None)
+                if not await drop(key):
+                    failed.add(key)
+                    return
+            elif want == Want.ENSURE and doc is not None:
+                dlq = _dead_letter_queue(doc)
+                if dlq is not None and depth < 2 and (key[0], dlq) in todo:
+                    await one((key[0], dlq), depth + 1)  # first: the queue's link needs it
+                    if (key[0], dlq) in failed:
+                        failed.add(key)
+                        return
+                plain = store_attributes(doc)
+                if self.applied.get(key) != plain:
+                    if not await ensure(key, plain):
+                        failed.add(key)
+                        return
+                    self.applied[key] = plain
+            elif doc is not None and not pools.deleting(doc):
+                self.applied.setdefault(key, None)  # a copy kept as it is: served
+            done.add(key)
+
+        for key in sorted(todo):
+            await one(key)
+        self.pending.update(failed)
+        self.opened = True
+
+    def served(self, op: str, args: Mapping[str, Any]) -> None:
+        """After a request was served: a gateway's ``delete_queue`` took the queue out of the
+        store, so it is applied no more, and applied again from its record at the next call
+        (a gateway deleting an earlier queue of the name before making it again: the record
+        is live, and the new queue must exist; a watch that showed the mark, the removal and
+        the new record as one change left it counted applied, and the store without it)."""
+        tenant, name = args.get("tenant"), args.get("name")
+        if op == "delete_queue" and isinstance(tenant, str) and isinstance(name, str):
+            self.applied.pop((tenant, name), None)
+            self.pending.add((tenant, name))
+
+    def not_ready(self, op: str, args: Mapping[str, Any]) -> str | None:
+        """Why a request cannot be served yet (None: it can): a queue it names is not
+        applied. Answered as not_leader (nothing applied; the gateway retries), while the
+        partition's other queues are served."""
+        if op in _ALWAYS_READY:
+            return None
+        tenant = args.get("tenant")
+        if not isinstance(tenant, str):
+            return None if self.opened else "the term's queues are not applied yet"
+        names = [args[n] for n in _NAME_ARGS if isinstance(args.get(n), str)]
+        many = args.get("names")
+        if isinstance(many, list | tuple):
+            names.extend(n for n in many if isinstance(n, str))
+        missing = [n for n in names if (tenant, n) not in self.applied]
+        if missing:
+            return f"{', '.join(sorted(missing))} not applied yet"
+        if not names and not self.opened:
+            return "the term's queues are not applied yet"
+        return None
+
+
+class PoolHost(Protocol):
+    """A hosted replica, as the node's queue watch reaches it."""
+
+    pool_queues: PoolQueues
+
+
+def note_changes(
+    records: QueueRecords, state: PrefixState, keys: Collection[str], hosts: Mapping[int, PoolHost]
+) -> None:
+    """Take a watch's changed ``keys`` of ``queues/`` into ``records``, and tell each hosted
+    replica the queues of its own to apply again (a replica not leading forgets them when
+    its term begins, which applies every queue of its partition)."""
+    for pid, queues in records.follow(state, keys).items():
+        host = hosts.get(pid)
+        if host is not None:
+            host.pool_queues.changed(queues)
+
+
+def not_ready(
+    record: PartitionRecord | None,
+    applied: Collection[QueueKey],
+    pool: PoolQueues,
+    op: str,
+    args: Mapping[str, Any],
+) -> str | None:
+    """Why a leader does not serve a request yet (None: it does). A queue's own partition:
+    until its queue's attributes are applied (``applied``); a pool partition: until those of
+    the queues the request names are (:meth:`PoolQueues.not_ready`)."""
+    if record is None:
+        return "no partition record"
+    if record.pool is not None:
+        return pool.not_ready(op, args)
+    if (record.tenant, record.queue) not in applied:
+        return "the queue's attributes are not applied yet"
+    return None

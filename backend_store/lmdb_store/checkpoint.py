@@ -1,0 +1,270 @@
+"""Checkpoints of a journaling store, and its recovery after a crash (docs/store.md, "Durability").
+
+A journaling store commits to LMDB without syncs and makes each batch durable with one sync
+of the journal (``journal.py``). About once a second (or every few MiB of journal), between
+batches, the writer takes a checkpoint (:meth:`Journaling.checkpoint`):
+
+1. a read transaction on the newest commit: LMDB reuses a page only once every reader older
+   than the commit that freed it is gone, so while this reader lives no page of the
+   checkpoint's tree is written again, whatever the commits after it write;
+2. one sync of the LMDB file: the checkpoint's tree and its meta page are on disk;
+3. both meta pages (``meta_pages.py``) saved in the ``checkpoint`` file with the commit's LSN,
+   synced and renamed into place;
+4. the reader of the checkpoint before is let go, and the journal written from its start
+   again: every entry in it is in the checkpoint.
+
+So after a crash of the machine, the LMDB file holds the checkpoint's tree whole, whatever
+became of the pages and meta pages written after it. Recovery (:func:`restore_meta_pages`,
+then :func:`replay`) writes the saved meta pages back, opens LMDB at the checkpoint and
+applies the journal's entries after its LSN, up to the first torn one. A process crash needs
+the same and nothing more: the page cache kept what was written.
+
+A clean stop takes a last checkpoint marked ``clean``: the file is then whole as it is, and
+the next start writes nothing back (a store copied, or changed by a tool, after a clean stop
+is taken as it is found). The first checkpoint of a run is marked unclean again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from ..durable import fsync_directory
+from ..errors import Unavailable
+from ..private_files import FILE_MODE
+from . import meta_pages
+from .environment import Db, Environment
+from .journal import Journal, entries_after
+from .keys import read_u64, u64
+from .records import pack, unpack
+
+log = logging.getLogger("pushgate.store")
+
+CHECKPOINT_FILE = "checkpoint"
+JOURNAL_FILE = "journal"
+DATA_FILE = "data.mdb"
+LAST_LSN = b"\0sys\0last_lsn"  # replication_log.py's: the LSN of the newest commit
+_MAGIC = b"PGCKPT1\0"
+# magic, LSN, LMDB transaction id, clean (0/1), page size; then the two pages, then a CRC-32.
+_HEAD = struct.Struct("<8sQQBI")
+_CRC = struct.Struct("<I")
+# Replayed entries per LMDB transaction.
+_REPLAY_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SavedCheckpoint:
+    lsn: int
+    txnid: int
+    clean: bool
+    meta: meta_pages.MetaPages
+
+
+def load(directory: Path) -> SavedCheckpoint | None:
+    """The checkpoint saved in ``directory`` (None: none, a store that never journaled)."""
+    try:
+        raw = (directory / CHECKPOINT_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    if (
+        len(raw) < _HEAD.size + _CRC.size
+        or zlib.crc32(raw[: -_CRC.size]) != _CRC.unpack(raw[-_CRC.size :])[0]
+    ):
+        raise Unavailable(f"the checkpoint file of {directory} is damaged; restore the store from a backup")
+    magic, lsn, txnid, clean, page_size = _HEAD.unpack_from(raw, 0)
+    pages = raw[_HEAD.size : -_CRC.size]
+    if magic != _MAGIC or len(pages) != 2 * page_size:
+        raise Unavailable(f"the checkpoint file of {directory} is not one this version writes")
+    meta = meta_pages.MetaPages(page_size, (pages[:page_size], pages[page_size:]))
+    return SavedCheckpoint(lsn, txnid, bool(clean), meta)
+
+
+def save(directory: Path, checkpoint: SavedCheckpoint) -> None:
+    """Write the checkpoint file whole, synced, then rename it into place (and sync that)."""
+    meta = checkpoint.meta
+    body = (
+        _HEAD.pack(_MAGIC, checkpoint.lsn, checkpoint.txnid, int(checkpoint.clean), meta.page_size)
+        + meta.pages[0]
+        + meta.pages[1]
+    )
+    temporary = directory / f"{CHECKPOINT_FILE}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.write(fd, body + _CRC.pack(zlib.crc32(body)))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, directory / CHECKPOINT_FILE)
+    fsync_directory(directory)
+
+
+def restore_meta_pages(directory: Path) -> SavedCheckpoint | None:
+    """Before LMDB opens: after a run that did not stop cleanly, write the checkpoint's meta
+    pages back; return that checkpoint (None: nothing to recover)."""
+    saved = load(directory)
+    if saved is None or saved.clean:
+        return None
+    for number, page in enumerate(saved.meta.pages):
+        meta_pages.check_page(page, number)
+    data_file = directory / DATA_FILE
+    try:
+        found = meta_pages.read(data_file, saved.meta.page_size)
+    except meta_pages.UnsupportedFormat:
+        found = None  # a meta page torn by the crash: what the saved ones are for
+    if found is not None and found.newest_txnid < saved.txnid:
+        # Both meta pages whole and older than the checkpoint: this is not the file the
+        # journal was written for (copied over it?), and writing meta pages into it would
+        # point them at pages it does not have.
+        raise Unavailable(
+            f"the data file of {directory} is older than its checkpoint (transaction "
+            f"{found.newest_txnid} < {saved.txnid}): it was replaced after an unclean stop. "
+            f"Remove {directory / CHECKPOINT_FILE} to open it as it is, or restore a backup"
+        )
+    meta_pages.write_back(data_file, saved.meta)
+    return saved
+
+
+def replay(env: Environment, saved: SavedCheckpoint) -> int:
+    """Apply the journal's entries after the checkpoint to ``env`` (opened at it); return how
+    many. The environment is synced by the checkpoint the writer takes next."""
+    last = _last_lsn(env)
+    if last != saved.lsn:
+        raise Unavailable(
+            f"store {env.path} opened at LSN {last}, not at its checkpoint's {saved.lsn}: "
+            "restore it from a backup"
+        )
+    entries = entries_after(env.path / JOURNAL_FILE, saved.lsn)
+    count = 0
+    while True:
+        chunk = [entry for _, entry in zip(range(_REPLAY_BATCH), entries, strict=False)]
+        if not chunk:
+            break
+        while True:
+            try:
+                _apply(env, chunk)
+                break
+            except lmdb.MapFullError:
+                if not env.grow():
+                    raise
+        count += len(chunk)
+    if count:
+        log.warning("store %s: %d journaled commits replayed after an unclean stop", env.path, count)
+    return count
+
+
+def _apply(env: Environment, chunk: list[tuple[int, bytes]]) -> None:
+    dbs = env.dbs
+    with env.begin_write() as txn:
+        for lsn, payload in chunk:
+            for db, key, value in unpack(payload):
+                if value is None:
+                    txn.delete(key, db=dbs[Db(db)])
+                else:
+                    txn.put(key, value, db=dbs[Db(db)])
+            txn.put(LAST_LSN, u64(lsn), db=dbs[Db.META])
+
+
+def mark_clean(env: Environment) -> None:
+    """A store opened without journaling (sharing its files) whose journaling run did not
+    stop cleanly: that run was killed, and the page cache kept all it committed. Sync it all
+    and mark the checkpoint clean before the first commit of this run, which the journal
+    would not hold (a recovery later would undo it)."""
+    saved = load(env.path)
+    if saved is None or saved.clean:
+        return
+    env.sync()
+    save(env.path, SavedCheckpoint(saved.lsn, saved.txnid, True, saved.meta))
+    log.warning("store %s: a journaling run did not stop cleanly; synced and marked clean", env.path)
+
+
+def _last_lsn(env: Environment) -> int:
+    raw = env.read(lambda txn: txn.get(LAST_LSN, db=env.dbs[Db.META]))
+    return read_u64(raw) if raw else 0
+
+
+class Journaling:
+    """The writer's side of a journaling store: the journal, and its checkpoints.
+
+    Writer thread only. ``clock`` (monotonic seconds) times the checkpoints; ``fdatasync``
+    is what the journal syncs with (a test counts the syncs through it)."""
+
+    def __init__(
+        self,
+        env: Environment,
+        *,
+        interval_s: float = 1.0,
+        max_bytes: int = 16 << 20,
+        clock: Callable[[], float] = time.monotonic,
+        fdatasync: Callable[[int], None] = os.fdatasync,
+    ) -> None:
+        self._env = env
+        self._interval_s = interval_s
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self.journal = Journal(env.path / JOURNAL_FILE, fdatasync)
+        self._pinned: Any = None  # the read transaction on the last checkpoint
+        self._last = clock()
+        # After a failed checkpoint, the next is not tried before this (monotonic seconds).
+        self._retry_at = 0.0
+        self.checkpoints = 0
+
+    def record(self, lsn: int, mutations: list[tuple[int, bytes, bytes | None]]) -> None:
+        """Append a committed transaction's mutations (no sync)."""
+        self.journal.append(lsn, pack(mutations))
+
+    def sync(self) -> None:
+        self.journal.sync()
+
+    def seconds_until_due(self) -> float | None:
+        """How long until a checkpoint is due (None: nothing journaled since the last)."""
+        if not self.journal.written:
+            return None
+        due = self._retry_at if self.journal.written >= self._max_bytes else self._last + self._interval_s
+        return max(0.0, max(due, self._retry_at) - self._clock())
+
+    def checkpoint(self, *, clean: bool = False) -> None:
+        """Take a checkpoint of the newest commit (steps in the module's docstring)."""
+        env = self._env
+        reader = env.env.begin()
+        try:
+            txnid = reader.id()
+            raw = reader.get(LAST_LSN, db=env.dbs[Db.META])
+            env.sync()
+            meta = meta_pages.read(env.path / DATA_FILE, env.env.stat()["psize"])
+            if meta.newest_txnid != txnid:
+                raise meta_pages.UnsupportedFormat(
+                    f"the newest meta page is of transaction {meta.newest_txnid}, not {txnid}"
+                )
+            save(env.path, SavedCheckpoint(read_u64(raw) if raw else 0, txnid, clean, meta))
+        except BaseException:
+            reader.abort()
+            self._retry_at = self._clock() + self._interval_s
+            raise
+        previous, self._pinned = self._pinned, reader
+        if previous is not None:
+            previous.abort()
+        self.journal.rewind()
+        self._last = self._clock()
+        self.checkpoints += 1
+
+    def finish(self) -> None:
+        """A clean stop: the last checkpoint, marked clean; the journal closed."""
+        try:
+            self.checkpoint(clean=True)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self._pinned is not None:
+            self._pinned.abort()
+            self._pinned = None
+        self.journal.close()

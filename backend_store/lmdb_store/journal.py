@@ -1,0 +1,109 @@
+"""The journal: an append-only file of committed transactions' mutations, one sync per batch.
+
+A standalone store that journals (``checkpoint.py`` says when) commits to LMDB without any
+sync, appends each committed transaction's mutations here under its LSN, and syncs this file
+once per batch before the batch's callers hear of it: one fdatasync per commit at every
+load, where LMDB alone needs two (its data pages, then its meta page).
+
+An entry is a header (payload length, CRC-32 of LSN and payload, LSN: ``<IIQ``) and its
+payload (the msgpack of ``[[db, key, value or None], ...]``). The file is written from
+offset 0 again after each checkpoint (everything in it is then in the synced LMDB file),
+over the entries of the round before, and grown in zero-filled steps: a sync of a write
+that fits in the file changes no file size, so it has no file-system metadata to commit.
+Reading (:func:`entries_after`) stops at the first entry whose checksum fails (a write the
+machine's crash tore, or zeros) or whose LSN does not follow (an entry of the round before).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ..private_files import FILE_MODE
+
+_HEADER = struct.Struct("<IIQ")
+_LSN = struct.Struct("<Q")
+# The file grows in steps of this many zero bytes (one size change, so one metadata commit,
+# per step instead of one per sync).
+_GROW_STEP = 1 << 20
+_ZEROS = bytes(_GROW_STEP)
+# A payload longer than this is taken as a torn header, not read.
+_MAX_PAYLOAD = 1 << 31
+
+Syncer = Callable[[int], None]
+
+
+def _crc(lsn: int, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(_LSN.pack(lsn)))
+
+
+class Journal:
+    """The journal file of one store, opened for writing (the writer thread's)."""
+
+    def __init__(self, path: Path, fdatasync: Syncer = os.fdatasync) -> None:
+        self.path = path
+        self._fdatasync = fdatasync
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        self._size = os.fstat(self._fd).st_size
+        self._position = 0
+        self._unsynced = False
+
+    @property
+    def written(self) -> int:
+        """Bytes appended since the last rewind."""
+        return self._position
+
+    def append(self, lsn: int, payload: bytes) -> None:
+        """Write one entry after the last (into the page cache: a process crash keeps it)."""
+        entry = _HEADER.pack(len(payload), _crc(lsn, payload), lsn) + payload
+        end = self._position + len(entry)
+        while end > self._size:
+            os.pwrite(self._fd, _ZEROS, self._size)
+            self._size += _GROW_STEP
+        os.pwrite(self._fd, entry, self._position)
+        self._position = end
+        self._unsynced = True
+
+    def sync(self) -> None:
+        """Make every entry appended so far durable (one fdatasync; none if nothing is new)."""
+        if self._unsynced:
+            self._fdatasync(self._fd)
+            self._unsynced = False
+
+    def rewind(self) -> None:
+        """Write the next entry at offset 0 (every entry so far is in a synced checkpoint)."""
+        self._position = 0
+        self._unsynced = False
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def entries_after(path: Path, lsn: int) -> Iterator[tuple[int, bytes]]:
+    """The journal's entries with LSNs ``lsn + 1, lsn + 2, ...`` in order, as far as they are
+    whole: entries of LSN ``lsn`` or less before them are skipped (a round the checkpoint at
+    ``lsn`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    offset, expected = 0, lsn + 1
+    while offset + _HEADER.size <= len(data):
+        length, crc, entry_lsn = _HEADER.unpack_from(data, offset)
+        start = offset + _HEADER.size
+        if length > _MAX_PAYLOAD or start + length > len(data):
+            return
+        payload = data[start : start + length]
+        if (length == 0 and crc == 0) or _crc(entry_lsn, payload) != crc:
+            return
+        if entry_lsn > lsn:
+            if entry_lsn != expected:
+                return
+            yield entry_lsn, payload
+            expected += 1
+        elif expected != lsn + 1:
+            return  # an older entry after newer ones: the round before
+        offset = start + length

@@ -1,0 +1,591 @@
+"""Issue 49's targets, many queues: a ``pushgate dev-cluster`` beside a gateway on the embedded store.
+
+Per round, the same client (httpx, keep-alive, ``--producers`` concurrent tasks) runs the same
+steps against a ``pushgate serve`` on the embedded store and then against a ``pushgate
+dev-cluster`` (etcd, 3 nodes, 2 managers, a gateway; queues RF 3 sync), each started in a
+temporary directory and stopped by PID / process group at the end of its turn:
+
+1. create ``--few`` queues, let the cluster settle, and read each node's threads, open files
+   and RSS from ``/proc/PID`` and etcd's key count; create the rest (``--queues`` in all)
+   and print the rate; read them again (per queue: RSS and etcd keys);
+2. ``GET /v1/queues?limit=1000`` and SQS ``ListQueues`` ``MaxResults=1000`` (``--lists``
+   times each; the median), ``GET`` one queue (``--gets`` times, a random queue each; p50);
+3. one send to each queue from ``--producers`` producers: the rate and how many were refused;
+4. ``--consumers`` WebSocket consumers (manual ack), one per queue, each until it got and
+   acked every message acknowledged to its queue;
+5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node, then
+   every producer sends to the queues that took no send begun after the signal, until all
+   have (or ``--fault-timeout``): the time of the last queue (the target) and the median. A
+   frozen node gets SIGCONT once all queues took a send; a killed one stays dead;
+6. on the cluster, every queue is peeked: an acknowledged send neither delivered to a
+   consumer nor found is lost (must be 0).
+
+A step that fails (a 503, a timeout) is counted and printed, never retried for the figure.
+It prints the machine, the fdatasync cost of the temporary directory's disk and the load
+average, a table per round (cluster / embedded ratios beside the issue's targets) and the
+ranges over ``--rounds``.
+
+    .venv/bin/python bench/many_queues.py --queues 300 --rounds 2
+    .venv/bin/python bench/many_queues.py --queues 100 --consumers 50 --faults stop,kill
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
+
+from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
+from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
+from backend_store.cluster.coordination.layout import Layout, LeaderRecord
+from backend_store.errors import PushgateError
+from bench.dev_cluster_failover import _CHILD, start
+from bench.push_common import machine, percentiles, start_gateway, stop
+from bench.sqs_bench import SqsClient
+
+REPO = Path(__file__).resolve().parents[1]
+# Bound of each figure as the issue gives it: (bound, at least?) on the ratio or the value.
+TARGETS: dict[str, tuple[float, bool]] = {
+    "create/s": (0.5, True),
+    "GET /v1/queues ms": (100, False),
+    "ListQueues ms": (100, False),
+    "GET queue p50 ms": (5, False),
+    "send/s": (0.8, True),
+    "RSS KiB/queue": (5, False),
+    "etcd keys/queue": (1, False),
+    "threads N/few": (1.1, False),
+    "files N/few": (1.1, False),
+    "stop: last queue s": (3, False),
+    "kill: last queue s": (3, False),
+    "lost": (0, False),
+}
+RATIOS = {"create/s", "send/s"}
+
+
+@dataclass
+class System:
+    """One side of the comparison: a gateway's URL and key, and the processes to read."""
+
+    name: str
+    url: str
+    key: str
+    gateway_data: Path
+    processes: dict[str, int]  # name -> PID of the processes whose threads and files count
+    etcd: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Round:
+    figures: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def proc_stats(pid: int) -> tuple[int, int, int]:
+    """(threads, open files, RSS KiB) of a process from /proc."""
+    threads = rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            threads = int(line.split()[1])
+        elif line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    return threads, len(os.listdir(f"/proc/{pid}/fd")), rss
+
+
+def fdatasync_cost(directory: Path, count: int = 200) -> str:
+    """p50 / p90 / p99 of a 4 KiB write and fdatasync in ``directory``."""
+    path = directory / "fdatasync-probe"
+    took: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for _ in range(count):
+            os.pwrite(fd, os.urandom(4096), 0)
+            began = time.perf_counter()
+            os.fdatasync(fd)
+            took.append((time.perf_counter() - began) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    cuts = statistics.quantiles(took, n=100, method="inclusive")
+    return f"fdatasync of 4 KiB: p50 {cuts[49]:.2f} / p90 {cuts[89]:.2f} / p99 {cuts[98]:.2f} ms"
+
+
+async def settle(system: System, quiet_s: float = 2.0, limit_s: float = 60.0) -> None:
+    """Until no node's thread count moved for ``quiet_s`` (partitions opening after creates)."""
+    deadline = time.monotonic() + limit_s
+    last: list[int] = []
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        now = [proc_stats(pid)[0] for pid in system.processes.values()]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        await asyncio.sleep(0.25)
+
+
+async def etcd_keys(system: System) -> int:
+    etcd = await EtcdCoordinator([system.etcd]).connect()
+    try:
+        return len((await etcd.read_prefix(Layout().prefix)).entries)
+    finally:
+        await etcd.close()
+
+
+async def pool(work: list[str], producers: int, step: Callable[[str], Awaitable[None]]) -> float:
+    """Run ``step`` over ``work`` with ``producers`` tasks; the wall time."""
+    items = iter(work)
+
+    async def worker() -> None:
+        for item in items:
+            await step(item)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(producers)))
+    return time.perf_counter() - began
+
+
+async def ok(call: Awaitable[httpx.Response]) -> httpx.Response | None:
+    """The answer if it was a 2xx, else None (refusals and timeouts are counted, not raised)."""
+    with contextlib.suppress(httpx.HTTPError):
+        answer = await call
+        if answer.is_success:
+            return answer
+    return None
+
+
+def names(n: int) -> list[str]:
+    return [f"q{i:05d}" for i in range(n)]
+
+
+async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
+    f = out.figures
+    few, every = names(args.few), names(args.queues)
+    limits = httpx.Limits(max_connections=args.producers, max_keepalive_connections=args.producers)
+    headers = {"Authorization": f"Bearer {system.key}"}
+    async with httpx.AsyncClient(base_url=system.url, headers=headers, limits=limits, timeout=60) as http:
+        refused = 0
+
+        async def create(queue: str) -> None:
+            nonlocal refused
+            if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes)) is None:
+                refused += 1
+
+        await pool(few, args.producers, create)
+        await settle(system)
+        before = {n: proc_stats(p) for n, p in system.processes.items()}
+        keys_before = await etcd_keys(system) if system.etcd else 0
+        wall = await pool(every[args.few :], args.producers, create)
+        progress(system, f"created {len(every):,} queues ({refused} refused)")
+        f["create/s"] = (len(every) - args.few) / wall
+        f["create refused"] = refused
+
+        async def ensure(queue: str) -> None:
+            for _ in range(5):
+                if await ok(http.get(f"/v1/queues/{queue}")) is not None:
+                    break
+                await create(queue)
+
+        await pool(every, args.producers, ensure)  # the queues refused above, for the steps after (not timed)
+        await settle(system)
+        after = {n: proc_stats(p) for n, p in system.processes.items()}
+        grown = len(every) - args.few
+        f["threads few"] = max(t for t, _, _ in before.values())
+        f["threads N"] = max(t for t, _, _ in after.values())
+        f["files few"] = max(o for _, o, _ in before.values())
+        f["files N"] = max(o for _, o, _ in after.values())
+        f["threads N/few"] = max(after[n][0] / before[n][0] for n in before)
+        f["files N/few"] = max(after[n][1] / before[n][1] for n in before)
+        f["RSS KiB/queue"] = max((after[n][2] - before[n][2]) / grown for n in before)
+        if system.etcd:
+            f["etcd keys/queue"] = (await etcd_keys(system) - keys_before) / grown
+
+        f["GET /v1/queues ms"], listed = await timed_list(
+            lambda: http.get("/v1/queues", params={"limit": 1000}, timeout=300),
+            lambda answer: len(answer.json()["queues"]),
+            args.lists,
+        )
+        out.notes.append(f"GET /v1/queues?limit=1000 answered {listed} queues")
+        aws = await asyncio.to_thread(aws_credentials, system)
+        sqs = SqsClient(http, system.url, *aws)
+        f["ListQueues ms"], listed = await timed_list(
+            lambda: sqs_list(sqs), lambda answer: len(answer.json().get("QueueUrls", [])), args.lists
+        )
+        out.notes.append(f"ListQueues MaxResults=1000 answered {listed} queue URLs")
+
+        took: list[float] = []
+        for queue in random.sample(every, min(args.gets, len(every))):
+            began = time.perf_counter()
+            if await ok(http.get(f"/v1/queues/{queue}")) is not None:
+                took.append((time.perf_counter() - began) * 1000)
+        f["GET queue p50 ms"] = percentiles(took)[0]
+        progress(system, "listed and read")
+
+        acked: dict[str, set[str]] = {q: set() for q in every}
+        counter = itertools.count()
+        refused = 0
+
+        async def send(queue: str) -> None:
+            nonlocal refused
+            body = f"{queue}:{next(counter)}"
+            if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body})) is None:
+                refused += 1
+            else:
+                acked[queue].add(body)
+
+        f["send/s"] = len(every) / await pool(every, args.producers, send)
+        progress(system, f"sent one message to each queue ({refused} refused)")
+        f["send refused"] = refused
+
+        delivered: set[str] = set()
+        if args.consumers:
+            got, last = await consume(system, every[: args.consumers], acked, delivered, args)
+            f["consumers served"] = got
+            f["consumers: last s"] = last
+
+        for fault in [x for x in args.faults.split(",") if x] if system.etcd else []:
+            await one_fault(system, http, fault, every, acked, counter, args, out)
+            progress(system, f"{fault}: every queue took a send, or the time was up")
+            await asyncio.sleep(args.settle)
+        if system.etcd:
+            f["lost"], unread = await lost(http, every, acked, delivered, args)
+            if unread:
+                out.notes.append(f"{unread} queues could not be peeked: their messages are not counted")
+
+
+def aws_credentials(system: System) -> tuple[str, str]:
+    """An admin key with SigV4 credentials, made by ``pushgate admin`` on the gateway's data."""
+    store = ["--store", f"cluster://{system.etcd}"] if system.etcd else []
+    command = [sys.executable, "-m", "gateway.admin_cli", "--data", str(system.gateway_data), *store]
+    command += ["key", "create", "--tenant", "default", "--scope", "admin", "--aws"]
+    created = json.loads(subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout)
+    return created["aws_access_key_id"], created["aws_secret_access_key"]
+
+
+def progress(system: System, step: str) -> None:
+    """A line on stderr as each step ends (a run at 10,000 queues takes a while)."""
+    print(f"  {time.strftime('%H:%M:%S')} {system.name}: {step}", file=sys.stderr, flush=True)
+
+
+async def sqs_list(sqs: SqsClient) -> httpx.Response:
+    """ListQueues MaxResults=1000 as a response (SqsClient.call raises on a refusal)."""
+    return httpx.Response(200, json=await sqs.call("ListQueues", {"MaxResults": 1000}))
+
+
+async def timed_list(
+    call: Callable[[], Awaitable[httpx.Response]], count: Callable[[httpx.Response], int], repeat: int
+) -> tuple[float, int]:
+    """Median ms of ``repeat`` calls, and what the last one listed (nan, 0: all refused)."""
+    took: list[float] = []
+    listed = 0
+    for _ in range(repeat):
+        began = time.perf_counter()
+        with contextlib.suppress(httpx.HTTPError):
+            answer = await call()
+            if answer.is_success:
+                took.append((time.perf_counter() - began) * 1000)
+                listed = count(answer)
+    return (statistics.median(took) if took else float("nan")), listed
+
+
+async def consume(
+    system: System,
+    queues: list[str],
+    acked: dict[str, set[str]],
+    delivered: set[str],
+    args: argparse.Namespace,
+) -> tuple[int, float]:
+    """One WebSocket consumer per queue until each got and acked its messages: how many did,
+    and when the last did (seconds from the first connection)."""
+    began = time.perf_counter()
+    opening = asyncio.Semaphore(64)
+    ends: list[float] = []
+
+    async def consumer(queue: str) -> None:
+        wanted = set(acked[queue])
+        async with opening:
+            ws = await connect(
+                system.url.replace("http", "ws", 1) + "/v1/ws",
+                subprotocols=[Subprotocol("pushgate.v1")],
+                additional_headers={"Authorization": f"Bearer {system.key}"},
+                compression=None,
+                open_timeout=60,
+            )
+        async with ws:
+            await ws.send(orjson.dumps({"op": "subscribe", "queue": queue, "prefetch": 10}).decode())
+            while wanted:
+                frame = orjson.loads(await ws.recv())
+                batch = {"message": [frame.get("message")], "messages": frame.get("messages")}
+                messages = batch.get(frame["op"]) or []
+                for m in messages:
+                    wanted.discard(m["body"])
+                    delivered.add(m["body"])
+                if messages:
+                    await ws.send(
+                        orjson.dumps({"op": "ack", "receipts": [m["receipt"] for m in messages]}).decode()
+                    )
+        ends.append(time.perf_counter() - began)
+
+    tasks = [asyncio.create_task(consumer(q)) for q in queues]
+    done, pending = await asyncio.wait(tasks, timeout=args.fault_timeout)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    served = sum(1 for t in done if not t.cancelled() and t.exception() is None)
+    return served, max(ends, default=float("nan"))
+
+
+async def one_fault(
+    system: System,
+    http: httpx.AsyncClient,
+    fault: str,
+    every: list[str],
+    acked: dict[str, set[str]],
+    counter: itertools.count[int],
+    args: argparse.Namespace,
+    out: Round,
+) -> None:
+    """Signal a node; each queue's first acknowledged send begun after the signal."""
+    nodes = sorted(n for n in system.processes if n.startswith("node"))
+    victim = nodes[0] if fault == "stop" else nodes[-1]
+    pid = system.processes[victim]
+    pending = list(every)
+    random.shuffle(pending)
+    recovered: dict[str, float] = {}
+    etcd = await EtcdCoordinator([system.etcd]).connect()
+    led = await leaders(etcd)
+    signalled = time.monotonic()
+    os.killpg(pid, signal.SIGSTOP if fault == "stop" else signal.SIGKILL)
+    deadline = signalled + args.fault_timeout
+    theirs = {p for p, n in led.items() if n == victim}
+    watcher = asyncio.create_task(led_again(etcd, victim, theirs, deadline))
+
+    async def producer() -> None:
+        while pending and time.monotonic() < deadline:
+            queue = pending.pop()
+            body = f"{queue}:{next(counter)}"
+            answer = await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}, timeout=10))
+            if answer is None:
+                pending.insert(0, queue)
+                await asyncio.sleep(0.05)
+            else:
+                acked[queue].add(body)
+                recovered[queue] = time.monotonic() - signalled
+
+    try:
+        await asyncio.gather(*(producer() for _ in range(args.producers)))
+        last_led = await watcher
+    finally:
+        if fault == "stop":
+            os.killpg(pid, signal.SIGCONT)
+        else:
+            del system.processes[victim]
+        watcher.cancel()
+        await etcd.close()
+    out.figures[f"{fault}: partitions led again s"] = last_led - signalled
+    # One send to each queue takes this long at the rate measured before any fault: the
+    # "last queue" figure cannot be lower, however fast the partitions fail over.
+    out.figures[f"{fault}: floor at send/s s"] = len(every) / out.figures["send/s"]
+    out.notes.append(f"{fault}: {len(theirs)} partitions were led by {victim}")
+    took = sorted(recovered.values())
+    out.figures[f"{fault}: last queue s"] = took[-1] if len(took) == len(every) else float("inf")
+    out.figures[f"{fault}: p50 s"] = statistics.median(took) if took else float("nan")
+    out.figures[f"{fault}: queues without a send"] = len(every) - len(took)
+    out.notes.append(f"{fault}: signalled {victim}")
+
+
+async def leaders(etcd: EtcdCoordinator) -> dict[int, str]:
+    """Partition -> the node whose leader key it holds."""
+    state = await etcd.read_prefix(Layout().leaders)
+    out: dict[int, str] = {}
+    for key, value in state.values().items():
+        with contextlib.suppress(ValueError, PushgateError):
+            out[int(key)] = LeaderRecord.unpack(value).node
+    return out
+
+
+async def led_again(etcd: EtcdCoordinator, victim: str, partitions: set[int], deadline: float) -> float:
+    """When each of ``partitions`` had a leader key naming another node than ``victim``
+    (polled every 50 ms; inf: not by the deadline)."""
+    waiting = set(partitions)
+    while waiting and time.monotonic() < deadline:
+        with contextlib.suppress(CoordinatorUnavailable):
+            now = await leaders(etcd)
+            waiting = {p for p in waiting if now.get(p) in (None, victim)}
+        if waiting:
+            await asyncio.sleep(0.05)
+    return float("inf") if waiting else time.monotonic()
+
+
+async def lost(
+    http: httpx.AsyncClient,
+    every: list[str],
+    acked: dict[str, set[str]],
+    delivered: set[str],
+    args: argparse.Namespace,
+) -> tuple[int, int]:
+    """Acknowledged sends neither delivered nor found by a peek; and queues that could not be read."""
+    missing = 0
+    unread = 0
+
+    async def check(queue: str) -> None:
+        nonlocal missing, unread
+        for _ in range(20):
+            answer = await ok(http.get(f"/v1/queues/{queue}/peek", params={"max": 100}))
+            if answer is not None:
+                found = {m["body"] for m in answer.json()["messages"]}
+                missing += len(acked[queue] - delivered - found)
+                return
+            await asyncio.sleep(0.5)
+        unread += 1
+
+    await pool(every, args.producers, check)
+    return missing, unread
+
+
+def run_embedded(args: argparse.Namespace, root: Path) -> Round:
+    out = Round()
+    data = root / "embedded"
+    proc, url, key = start_gateway(data)
+    try:
+        system = System("embedded", url, key, data, {"gateway": proc.pid})
+        asyncio.run(measure(system, args, out))
+    finally:
+        stop(proc)
+    return out
+
+
+def run_cluster(args: argparse.Namespace, root: Path) -> Round:
+    out = Round()
+    data = root / "cluster"
+    proc, printed = start(data)
+    children = {m[1]: (m[2], int(m[3])) for m in _CHILD.finditer(printed)}
+    try:
+        url = printed.split("ready: the gateway serves ", 1)[1].split()[0]
+        key = next(
+            line.split()[-1] for line in printed.splitlines() if line.startswith("Bootstrap admin key")
+        )
+        nodes = {n: pid for n, (_, pid) in children.items() if n.startswith("node")}
+        attributes = {"replication_factor": 3, "replication_mode": "sync"}
+        system = System("cluster", url, key, data / "gateway", nodes, children["etcd"][0], attributes)
+        asyncio.run(measure(system, args, out))
+    finally:
+        for pid in [pid for n, (_, pid) in children.items() if n.startswith("node")]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGCONT)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return out
+
+
+def show(embedded: Round, cluster: Round) -> None:
+    keys = list(dict.fromkeys([*cluster.figures, *embedded.figures]))
+    print(f"{'measure':<28} {'embedded':>11} {'cluster':>11} {'cluster/emb':>11}  target")
+    for k in keys:
+        e, c = embedded.figures.get(k), cluster.figures.get(k)
+        ratio = f"{c / e:>11.2f}" if k in RATIOS and e and c is not None else " " * 11
+        bound = TARGETS.get(k)
+        target = (
+            ""
+            if bound is None
+            else ("ratio " if k in RATIOS else "") + ("≥ " if bound[1] else "≤ ") + f"{bound[0]:g}"
+        )
+        print(f"{k:<28} {_fmt(e):>11} {_fmt(c):>11} {ratio}  {target}")
+    for note in embedded.notes:
+        print(f"  embedded: {note}")
+    for note in cluster.notes:
+        print(f"  cluster: {note}")
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
+def summary(rounds: list[tuple[Round, Round]]) -> None:
+    print(f"\nranges over {len(rounds)} rounds (min-max)")
+    keys = list(dict.fromkeys(k for _, c in rounds for k in c.figures))
+    for k in keys:
+        values = [c.figures[k] for _, c in rounds if k in c.figures]
+        line = f"  {k:<28} cluster {_fmt(min(values))}-{_fmt(max(values))}"
+        if k in RATIOS:
+            ratios = [c.figures[k] / e.figures[k] for e, c in rounds if e.figures.get(k)]
+            if ratios:
+                line += f"; cluster/embedded {min(ratios):.2f}-{max(ratios):.2f}"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--queues", type=int, default=10_000, help="queues in all (default 10,000)")
+    parser.add_argument(
+        "--few", type=int, default=10, help="queues at the first reading of threads and files"
+    )
+    parser.add_argument("--producers", type=int, default=64)
+    parser.add_argument(
+        "--consumers", type=int, default=1000, help="WebSocket consumers, one per queue (0: none)"
+    )
+    parser.add_argument(
+        "--faults", default="stop,kill", help="on the cluster, in order: stop, kill (empty: none)"
+    )
+    parser.add_argument("--fault-timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds after a fault before the next step"
+    )
+    parser.add_argument("--lists", type=int, default=3)
+    parser.add_argument("--gets", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--cluster-only", action="store_true", help="skip the embedded store")
+    args = parser.parse_args()
+    args.consumers = min(args.consumers, args.queues)
+    args.few = min(args.few, args.queues)
+    print(machine())
+    rounds: list[tuple[Round, Round]] = []
+    for n in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="pushgate-many-") as tmp:
+            root = Path(tmp)
+            print(
+                f"\nround {n + 1}: {fdatasync_cost(root)}; load average {os.getloadavg()[0]:.1f}", flush=True
+            )
+            embedded = Round() if args.cluster_only else run_embedded(args, root)
+            cluster = run_cluster(args, root)
+            print(
+                f"{args.queues:,} queues, {args.producers} producers; load average now {os.getloadavg()[0]:.1f}"
+            )
+            show(embedded, cluster)
+            rounds.append((embedded, cluster))
+            sys.stdout.flush()
+    summary(rounds)
+    print(json.dumps([{"embedded": e.figures, "cluster": c.figures} for e, c in rounds]))
+
+
+if __name__ == "__main__":
+    main()

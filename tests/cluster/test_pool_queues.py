@@ -1,0 +1,198 @@
+"""Which queues a pool partition's leader serves, keeps and deletes, and what a change to
+one record costs (node/pool_queues.py; docs/cluster.md, "Shared partitions"), without I/O:
+the store is two recording callables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backend_store.cluster.coordination import pools
+from backend_store.cluster.coordination.coordinator import Entry, PrefixState
+from backend_store.cluster.coordination.layout import pack
+from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, QueueRecords, Want
+
+PREFIX = "/pushgate/queues/"
+
+
+def doc(*placement: int, deleting: bool = False, **attributes: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"replication_factor": 3, **attributes}
+    if placement:
+        out[pools.PLACEMENT] = list(placement)
+    if deleting:
+        out[pools.DELETING] = True
+    return out
+
+
+class Store:
+    """What a pool partition's store was asked to do, in order."""
+
+    def __init__(self, failing: set[QueueKey] | None = None) -> None:
+        self.calls: list[tuple[str, QueueKey]] = []
+        self.failing = failing or set()
+
+    async def ensure(self, key: QueueKey, attrs: dict[str, Any]) -> bool:
+        self.calls.append(("ensure", key))
+        return key not in self.failing
+
+    async def drop(self, key: QueueKey) -> bool:
+        self.calls.append(("drop", key))
+        return key not in self.failing
+
+
+class Watch:
+    """``queues/`` as a watch delivers it: a state, and the keys that changed."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.revision = 0
+
+    def write(self, records: QueueRecords, **docs: dict[str, Any] | None) -> dict[int, set[QueueKey]]:
+        keys: set[str] = set()
+        for name, value in docs.items():
+            self.revision += 1
+            key = f"{PREFIX}t/{name}"
+            keys.add(key)
+            if value is None:
+                self.entries.pop(key, None)
+            else:
+                self.entries[key] = Entry(key, pack(value), self.revision, self.revision)
+        return records.follow(PrefixState(PREFIX, self.revision, dict(self.entries)), keys)
+
+
+def test_a_queue_is_served_where_its_placement_says_and_nowhere_else() -> None:
+    records, watch = QueueRecords(), Watch()
+    changed = watch.write(records, a=doc(1, 2), b=doc(2), old=doc())
+    assert changed == {1: {("t", "a")}, 2: {("t", "a"), ("t", "b")}}  # "old": its own partitions
+    assert records.want(1, ("t", "a")) == Want.ENSURE and records.want(3, ("t", "a")) == Want.KEEP
+    assert records.on_partition(2) == {("t", "a"), ("t", "b")} and records.on_partition(3) == set()
+    assert records[("t", "old")]["replication_factor"] == 3  # every record, for the partitions of old queues
+
+
+def test_a_queue_is_deleted_on_its_deleting_mark_never_on_its_records_absence() -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, a=doc(1), b=doc(1))
+    assert watch.write(records, a=doc(1, deleting=True)) == {1: {("t", "a")}}
+    assert records.want(1, ("t", "a")) == Want.DROP and records.want(2, ("t", "a")) == Want.KEEP
+    # Gone from etcd (deleted, or an etcd restored from an older backup): kept as it is.
+    assert watch.write(records, b=None) == {1: {("t", "b")}}
+    assert records.want(1, ("t", "b")) == Want.KEEP
+
+
+def test_dead_letter_copies_live_in_the_partitions_of_the_queues_feeding_them() -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, dlq=doc(5), a=doc(1, 2, dead_letter_queue="dlq"))
+    assert records.on_partition(1) == {("t", "a"), ("t", "dlq")}
+    assert records.want(1, ("t", "dlq")) == Want.ENSURE and records.want(5, ("t", "dlq")) == Want.ENSURE
+    # A change to the dead-letter queue's record reaches its copies too.
+    assert watch.write(records, dlq=doc(5, maximum_message_size=1024)) == {
+        5: {("t", "dlq")},
+        1: {("t", "dlq")},
+        2: {("t", "dlq")},
+    }
+    # A former dead-letter queue's copy keeps what moved there: neither made nor deleted.
+    former = doc(1, 2, former_dead_letter_queues=[["dlq", 7]])
+    watch.write(records, a=former)
+    assert records.want(1, ("t", "dlq")) == Want.KEEP and ("t", "dlq") in records.on_partition(1)
+    # Deleting the dead-letter queue deletes its copies, wherever they are.
+    watch.write(records, dlq=doc(5, deleting=True))
+    assert {pid: records.want(pid, ("t", "dlq")) for pid in (1, 2, 5, 6)} == {
+        1: Want.DROP,
+        2: Want.DROP,
+        5: Want.DROP,
+        6: Want.KEEP,
+    }
+
+
+async def test_a_term_applies_its_queues_once_then_only_what_changed() -> None:
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, **{f"q{i}": doc(i % 4) for i in range(400)})
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    assert queues.not_ready("send", {"tenant": "t", "queue": "q1"}) == "q1 not applied yet"
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert len(store.calls) == 100 and {op for op, _ in store.calls} == {"ensure"}
+    assert queues.not_ready("send", {"tenant": "t", "queue": "q1"}) is None
+    assert queues.not_ready("send", {"tenant": "t", "queue": "q2"}) == "q2 not applied yet"  # not ours
+    # One new queue: one store call, not a pass over the partition's hundred.
+    store.calls.clear()
+    for pid, keys in watch.write(records, new=doc(1)).items():
+        assert pid == 1
+        queues.changed(keys)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert store.calls == [("ensure", ("t", "new"))]
+    # The same attributes again (a record rewritten as it was): nothing to write.
+    store.calls.clear()
+    queues.changed(watch.write(records, new=doc(1))[1])
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert store.calls == []
+
+
+async def test_a_queue_marked_deleting_is_dropped_and_answers_not_leader_but_to_its_delete() -> None:
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, a=doc(1))
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    queues.changed(watch.write(records, a=doc(1, deleting=True))[1])
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert store.calls[-1] == ("drop", ("t", "a"))
+    assert queues.not_ready("send", {"tenant": "t", "queue": "a"}) == "a not applied yet"
+    assert queues.not_ready("delete_queue", {"tenant": "t", "name": "a"}) is None
+    # Its record gone: nothing more is done, and a new term does not make it again.
+    store.calls.clear()
+    watch.write(records, a=None)
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert store.calls == []
+
+
+async def test_a_dead_letter_copy_is_made_before_the_queue_feeding_it_and_failures_are_retried() -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, a=doc(1, dead_letter_queue="z-dlq"), **{"z-dlq": doc(9)})
+    store = Store(failing={("t", "z-dlq")})
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    # The copy first (the queue's link to it needs it); it failed, so the queue waits for
+    # it: both stay pending, tried again at the next tick.
+    assert store.calls == [("ensure", ("t", "z-dlq"))]
+    assert queues.pending == {("t", "a"), ("t", "z-dlq")} and queues.applied == {}
+    store.failing.clear()
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert set(queues.applied) == {("t", "a"), ("t", "z-dlq")} and queues.pending == set()
+
+
+@pytest.mark.parametrize("names", [["a", "b"], ["a", "missing"]])
+def test_a_stats_request_is_ready_when_every_queue_it_names_is(names: list[str]) -> None:
+    queues = PoolQueues(applied={("t", "a"): {}, ("t", "b"): None}, opened=True)
+    why = queues.not_ready("queue_stats", {"tenant": "t", "names": names})
+    assert (why is None) == ("missing" not in names)
+
+
+async def test_a_queue_a_gateway_deleted_is_made_again_from_its_live_record() -> None:
+    # The watch showed the deleting mark, the record's removal and the record made again as
+    # one change: the queue is still counted applied with the same attributes. The deleting
+    # gateway's delete_queue took it out of the store: the next pass makes it again.
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, a=doc(1))
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    queues.served("delete_queue", {"tenant": "t", "name": "a"})
+    assert queues.not_ready("send", {"tenant": "t", "queue": "a"}) == "a not applied yet"
+    store.calls.clear()
+    queues.changed(watch.write(records, a=doc(1))[1])
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert (
+        store.calls == [("ensure", ("t", "a"))]
+        and queues.not_ready("send", {"tenant": "t", "queue": "a"}) is None
+    )
+
+
+def test_a_record_whose_placement_cannot_be_read_is_placed_nowhere_and_fails_nothing() -> None:
+    records, watch = QueueRecords(), Watch()
+    changed = watch.write(records, bad={pools.PLACEMENT: ["x", None]}, good=doc(1))
+    assert changed == {1: {("t", "good")}}
+    assert records.on_partition(1) == {("t", "good")} and pools.placement(records[("t", "bad")]) == ()
