@@ -463,6 +463,15 @@ class ClusterStatus(Protocol):
         "partitions": [{"queue", "index", "leader", "followers", "epoch", "lsn"}]}``."""
 
 
+@runtime_checkable
+class QueuePlacements(Protocol):
+    """Optional capability: the partitions a queue on shared partitions lives on, by index
+    (docs/cluster.md section 12), for pages that show a queue's partitions; None for a queue
+    with partitions of its own (the status document names those by queue) or unknown here."""
+
+    def placement_of(self, tenant: TenantId, name: QueueName) -> tuple[int, ...] | None: ...
+
+
 __all__ = [
     "Backend",
     "ChangeListener",
@@ -477,6 +486,7 @@ __all__ = [
     "MetadataStore",
     "MetadataWatch",
     "PushgateError",
+    "QueuePlacements",
     "QueueStore",
     "ReceiptShards",
     "ReplicaStore",

@@ -21,7 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from backend_store.attributes import check_queue_name
-from backend_store.backend import DeadLetters
+from backend_store.backend import DeadLetters, QueuePlacements
 from backend_store.errors import PushgateError
 from backend_store.types import QueueName, TenantId
 
@@ -30,6 +30,7 @@ from .charts import depth_chart, rates_chart
 from .cluster_pages import LAG_WARN, ClusterPages
 from .deps import ConsoleDeps
 from .monitor import Snapshot
+from .monitor.cluster_sample import PartitionSample
 from .session import Session, SessionCodec, same_origin
 from .views import Listing, age_text, alert_row, back_to, queue_row, size_text
 
@@ -248,9 +249,20 @@ class Console:
         return {
             "chart": depth_chart(depth.points(session.tenant, name), snapshot.at, depth.span_s),
             "rates_chart": rates_chart(rates.rates(session.tenant, name), snapshot.at, rates.span_s),
-            "partitions": snapshot.partitions_of(session.tenant, name),
+            "partitions": self._partitions_of(snapshot, session, name),
             "lag_warn": LAG_WARN,
         }
+
+    def _partitions_of(self, snapshot: Snapshot, session: Session, name: str) -> list[PartitionSample]:
+        """A queue's partitions: those named for it in the map, or on shared partitions the
+        ones its placement names (the map names them by pool, not by queue)."""
+        store = self.deps.store
+        if isinstance(store, QueuePlacements):
+            placement = store.placement_of(TenantId(session.tenant), QueueName(name))
+            if placement is not None:
+                by_id = {p.id: p for p in snapshot.partitions}
+                return [by_id[pid] for pid in placement if pid in by_id]
+        return snapshot.partitions_of(session.tenant, name)
 
     async def alerts(self, request: Request, session: Session) -> Response:
         engine = self.deps.alerts

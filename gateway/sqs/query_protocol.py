@@ -207,13 +207,23 @@ def response(action: str, result: Mapping[str, Any], request_id: str) -> tuple[i
     return 200, {"content-type": CONTENT_TYPE, "x-amzn-requestid": request_id}, _document(root)
 
 
+# Characters XML 1.0 cannot carry even escaped (ElementTree writes them as they are, and the
+# document no longer parses): an error message that echoes a parameter may hold them.
+_NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with each character XML cannot carry replaced by U+FFFD."""
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def error_response(error: SqsError, request_id: str) -> tuple[int, dict[str, str], bytes]:
     """AWS's ``<ErrorResponse>`` for ``error``, with its query code and status."""
     root = Element("ErrorResponse", {"xmlns": XML_NAMESPACE})
     body = SubElement(root, "Error")
     SubElement(body, "Type").text = "Sender" if error.aws.sender else "Receiver"
     SubElement(body, "Code").text = error.aws.query_code
-    SubElement(body, "Message").text = error.aws.query_message or error.message
+    SubElement(body, "Message").text = xml_safe(error.aws.query_message or error.message)
     SubElement(body, "Detail")
     SubElement(root, "RequestId").text = request_id
     headers = {"content-type": CONTENT_TYPE, "x-amzn-requestid": request_id}

@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from backend_store.cluster.coordination.pools import place
 from gateway.local_ports import free_ports
 from tests.conftest import scaled
 from tests.fixtures.container_images import REPO, base_image, podman_environment, wheelhouse
@@ -192,6 +194,14 @@ def receive_all(client: httpx.Client, url: str, bodies: set[str]) -> None:
             assert acked.status_code == 200 and acked.json()["failed"] == [], acked.text
 
 
+def placed_partitions(doc: dict[str, Any], queue: str) -> list[dict[str, Any]]:
+    """The partition a one-partition queue created on the pool lives on: placed as the
+    gateway places it (coordination/pools.py), over the pool's slots in ``GET /v1/cluster``."""
+    slots = sorted((p for p in doc["partitions"] if p["tenant"] == ""), key=lambda p: p["index"])
+    (pid,) = place("default", queue, 1, [p["id"] for p in slots])
+    return [p for p in slots if p["id"] == pid]
+
+
 def test_the_readme_cluster_serves_through_both_gateways_survives_a_node_and_reports_usage(
     deployment: Deployment,
 ) -> None:
@@ -216,7 +226,7 @@ def test_the_readme_cluster_serves_through_both_gateways_survives_a_node_and_rep
         send(client, one, "kept")  # acknowledged before the kill, received after it
 
         cluster = client.get(f"{two}/v1/cluster").json()
-        (partition,) = [p for p in cluster["partitions"] if p["queue"] == "orders"]
+        (partition,) = placed_partitions(cluster, "orders")
         assert len(partition["followers"]) == 2
         d.podman("kill", d.container(partition["leader"]))
 
@@ -224,7 +234,7 @@ def test_the_readme_cluster_serves_through_both_gateways_survives_a_node_and_rep
         send(client, two, "d")
         receive_all(client, two, {"kept", "c"} | {"d"})
         after = client.get(f"{one}/v1/cluster").json()
-        (moved,) = [p for p in after["partitions"] if p["queue"] == "orders"]
+        (moved,) = placed_partitions(after, "orders")
         assert moved["epoch"] > partition["epoch"]
 
     # Both gateways' usage files in the shared directory (flushed every 10 s), then the report.

@@ -1,8 +1,9 @@
 """Many queues on few partitions in the simulation (issue 49; docs/cluster.md, "Shared
 partitions"): 200 queues in one pool of 8 partitions, queues created and deleted during the
-faults (``sim_pools.py``), no acknowledged send lost.
+faults (``sim_pools.py``), no acknowledged send lost. (Seed 3 did until the heartbeat fix of
+issue 48 moved its schedule: session 50.)
 
-Seeds 0 and 3 of the ``pools`` mix restore etcd to the backup taken before the producers'
+Seeds 0 and 5 of the ``pools`` mix restore etcd to the backup taken before the producers'
 queues existed: their records are lost, their messages must not be; healing makes the
 queues again, and every acknowledged send is read back from the same partitions."""
 
@@ -13,7 +14,7 @@ import pytest
 from .simulation import config_for, run_seed
 
 
-@pytest.mark.parametrize("seed", [0, 3])
+@pytest.mark.parametrize("seed", [0, 5])
 def test_queues_whose_records_a_restore_lost_keep_their_messages(seed: int) -> None:
     result = run_seed(config_for(seed, "pools"))
     assert result.ok, result.report()

@@ -142,3 +142,15 @@ def test_random_query_parameters_get_an_aws_answer(
         _assert_aws_answer(answer, query=True)
 
     check()
+
+
+def test_an_error_that_echoes_a_control_character_is_still_xml(
+    gateway: RunningGateway, credentials: tuple[str, str]
+) -> None:
+    """Found by the random query test (session 50): StartMessageMoveTask's ``SourceArn`` with a
+    control character came back in an ``<ErrorResponse>`` no XML parser reads."""
+    fields = {"Action": "StartMessageMoveTask", "Version": "2012-11-05", "SourceArn": "arn:\x01\x00x"}
+    body = str(httpx.QueryParams(fields)).encode()
+    answer = signed_post(gateway, *credentials, body, {"content-type": FORM_TYPE})
+    assert answer.status_code == 400
+    _assert_aws_answer(answer, query=True)

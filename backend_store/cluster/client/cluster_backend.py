@@ -196,6 +196,11 @@ class ClusterBackend(QueueOperations, PushOperations):
             return None
         return QueueInfo(record.tenant, record.name, record.created_at, record.attributes)
 
+    def placement_of(self, tenant: TenantId, name: QueueName) -> tuple[int, ...] | None:
+        """The QueuePlacements capability: the watched record's placement."""
+        record = self.metadata.cached_queue(tenant, name)
+        return None if record is None else record.placement
+
     # Metadata -----------------------------------------------------------------------
 
     async def meta_get(self, namespace: str, key: str) -> bytes | None:
