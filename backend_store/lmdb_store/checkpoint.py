@@ -1,22 +1,25 @@
 """Checkpoints of a journaling store, and its recovery after a crash (docs/store.md, "Durability").
 
-A journaling store commits to LMDB without syncs and makes each batch durable with one sync
-of the journal (``journal.py``). About once a second (or every few MiB of journal), between
+A journaling store (a standalone one, or a node's partition replica) commits to LMDB without
+syncs and makes each batch durable with one sync of the journal (``journal.py``): each commit
+is journaled as every change its transaction made (``recorded_txn.py``), under the commit's
+journal sequence number, which the same transaction stores under :data:`JOURNAL_SEQ`. About
+once a second (or every few MiB of journal), between
 batches, the writer takes a checkpoint (:meth:`Journaling.checkpoint`):
 
 1. a read transaction on the newest commit: LMDB reuses a page only once every reader older
    than the commit that freed it is gone, so while this reader lives no page of the
    checkpoint's tree is written again, whatever the commits after it write;
 2. one sync of the LMDB file: the checkpoint's tree and its meta page are on disk;
-3. both meta pages (``meta_pages.py``) saved in the ``checkpoint`` file with the commit's LSN,
-   synced and renamed into place;
+3. both meta pages (``meta_pages.py``) saved in the ``checkpoint`` file with the commit's
+   journal sequence number, synced and renamed into place;
 4. the reader of the checkpoint before is let go, and the journal written from its start
    again: every entry in it is in the checkpoint.
 
 So after a crash of the machine, the LMDB file holds the checkpoint's tree whole, whatever
 became of the pages and meta pages written after it. Recovery (:func:`restore_meta_pages`,
 then :func:`replay`) writes the saved meta pages back, opens LMDB at the checkpoint and
-applies the journal's entries after its LSN, up to the first torn one. A process crash needs
+applies the journal's entries after its sequence number, up to the first torn one. A process crash needs
 the same and nothing more: the page cache kept what was written.
 
 A clean stop takes a last checkpoint marked ``clean``: the file is then whole as it is, and
@@ -45,6 +48,7 @@ from . import meta_pages
 from .environment import Db, Environment
 from .journal import Journal, entries_after
 from .keys import read_u64, u64
+from .recorded_txn import Change, RecordedTxn
 from .records import pack, unpack
 
 log = logging.getLogger("pushgate.store")
@@ -52,9 +56,10 @@ log = logging.getLogger("pushgate.store")
 CHECKPOINT_FILE = "checkpoint"
 JOURNAL_FILE = "journal"
 DATA_FILE = "data.mdb"
-LAST_LSN = b"\0sys\0last_lsn"  # replication_log.py's: the LSN of the newest commit
-_MAGIC = b"PGCKPT1\0"
-# magic, LSN, LMDB transaction id, clean (0/1), page size; then the two pages, then a CRC-32.
+# The journal sequence number of the newest journaled commit, written by that commit.
+JOURNAL_SEQ = b"\0sys\0journal_seq"
+_MAGIC = b"PGCKPT2\0"
+# magic, journal sequence number, LMDB transaction id, clean (0/1), page size; then the two pages, then a CRC-32.
 _HEAD = struct.Struct("<8sQQBI")
 _CRC = struct.Struct("<I")
 # Replayed entries per LMDB transaction.
@@ -63,7 +68,7 @@ _REPLAY_BATCH = 256
 
 @dataclass(frozen=True, slots=True)
 class SavedCheckpoint:
-    lsn: int
+    seq: int
     txnid: int
     clean: bool
     meta: meta_pages.MetaPages
@@ -80,19 +85,19 @@ def load(directory: Path) -> SavedCheckpoint | None:
         or zlib.crc32(raw[: -_CRC.size]) != _CRC.unpack(raw[-_CRC.size :])[0]
     ):
         raise Unavailable(f"the checkpoint file of {directory} is damaged; restore the store from a backup")
-    magic, lsn, txnid, clean, page_size = _HEAD.unpack_from(raw, 0)
+    magic, seq, txnid, clean, page_size = _HEAD.unpack_from(raw, 0)
     pages = raw[_HEAD.size : -_CRC.size]
     if magic != _MAGIC or len(pages) != 2 * page_size:
         raise Unavailable(f"the checkpoint file of {directory} is not one this version writes")
     meta = meta_pages.MetaPages(page_size, (pages[:page_size], pages[page_size:]))
-    return SavedCheckpoint(lsn, txnid, bool(clean), meta)
+    return SavedCheckpoint(seq, txnid, bool(clean), meta)
 
 
 def save(directory: Path, checkpoint: SavedCheckpoint) -> None:
     """Write the checkpoint file whole, synced, then rename it into place (and sync that)."""
     meta = checkpoint.meta
     body = (
-        _HEAD.pack(_MAGIC, checkpoint.lsn, checkpoint.txnid, int(checkpoint.clean), meta.page_size)
+        _HEAD.pack(_MAGIC, checkpoint.seq, checkpoint.txnid, int(checkpoint.clean), meta.page_size)
         + meta.pages[0]
         + meta.pages[1]
     )
@@ -136,13 +141,13 @@ def restore_meta_pages(directory: Path) -> SavedCheckpoint | None:
 def replay(env: Environment, saved: SavedCheckpoint) -> int:
     """Apply the journal's entries after the checkpoint to ``env`` (opened at it); return how
     many. The environment is synced by the checkpoint the writer takes next."""
-    last = _last_lsn(env)
-    if last != saved.lsn:
+    seq = read_seq(env)
+    if seq != saved.seq:
         raise Unavailable(
-            f"store {env.path} opened at LSN {last}, not at its checkpoint's {saved.lsn}: "
-            "restore it from a backup"
+            f"store {env.path} opened at journal entry {seq}, not at its checkpoint's "
+            f"{saved.seq}: restore it from a backup"
         )
-    entries = entries_after(env.path / JOURNAL_FILE, saved.lsn)
+    entries = entries_after(env.path / JOURNAL_FILE, saved.seq)
     count = 0
     while True:
         chunk = [entry for _, entry in zip(range(_REPLAY_BATCH), entries, strict=False)]
@@ -162,15 +167,16 @@ def replay(env: Environment, saved: SavedCheckpoint) -> int:
 
 
 def _apply(env: Environment, chunk: list[tuple[int, bytes]]) -> None:
+    """Redo journaled commits: each entry holds every change its commit made, its journal
+    sequence number and (a replica's) LSN and fence among them."""
     dbs = env.dbs
     with env.begin_write() as txn:
-        for lsn, payload in chunk:
+        for _seq, payload in chunk:
             for db, key, value in unpack(payload):
                 if value is None:
                     txn.delete(key, db=dbs[Db(db)])
                 else:
                     txn.put(key, value, db=dbs[Db(db)])
-            txn.put(LAST_LSN, u64(lsn), db=dbs[Db.META])
 
 
 def mark_clean(env: Environment) -> None:
@@ -182,12 +188,13 @@ def mark_clean(env: Environment) -> None:
     if saved is None or saved.clean:
         return
     env.sync()
-    save(env.path, SavedCheckpoint(saved.lsn, saved.txnid, True, saved.meta))
+    save(env.path, SavedCheckpoint(saved.seq, saved.txnid, True, saved.meta))
     log.warning("store %s: a journaling run did not stop cleanly; synced and marked clean", env.path)
 
 
-def _last_lsn(env: Environment) -> int:
-    raw = env.read(lambda txn: txn.get(LAST_LSN, db=env.dbs[Db.META]))
+def read_seq(env: Environment) -> int:
+    """The journal sequence number of the newest journaled commit (0: none yet)."""
+    raw = env.read(lambda txn: txn.get(JOURNAL_SEQ, db=env.dbs[Db.META]))
     return read_u64(raw) if raw else 0
 
 
@@ -211,15 +218,26 @@ class Journaling:
         self._max_bytes = max_bytes
         self._clock = clock
         self.journal = Journal(env.path / JOURNAL_FILE, fdatasync)
+        # The journal sequence number of the newest journaled commit (the one LMDB holds).
+        self.seq = read_seq(env)
         self._pinned: Any = None  # the read transaction on the last checkpoint
         self._last = clock()
         # After a failed checkpoint, the next is not tried before this (monotonic seconds).
         self._retry_at = 0.0
         self.checkpoints = 0
 
-    def record(self, lsn: int, mutations: list[tuple[int, bytes, bytes | None]]) -> None:
-        """Append a committed transaction's mutations (no sync)."""
-        self.journal.append(lsn, pack(mutations))
+    def stamp(self, txn: RecordedTxn) -> int:
+        """Before a commit that changed something: write its journal sequence number in
+        it (recorded, so a replay restores it too); return that number."""
+        seq = self.seq + 1
+        txn.put(JOURNAL_SEQ, u64(seq), db=self._env.dbs[Db.META])
+        return seq
+
+    def record(self, seq: int, changes: list[Change]) -> None:
+        """After that commit: append its changes (no sync). Its number is taken even if the
+        write fails (the writer then takes a checkpoint before anyone hears of it)."""
+        self.seq = seq
+        self.journal.append(seq, pack(changes))
 
     def sync(self) -> None:
         self.journal.sync()
@@ -237,7 +255,7 @@ class Journaling:
         reader = env.env.begin()
         try:
             txnid = reader.id()
-            raw = reader.get(LAST_LSN, db=env.dbs[Db.META])
+            raw = reader.get(JOURNAL_SEQ, db=env.dbs[Db.META])
             env.sync()
             meta = meta_pages.read(env.path / DATA_FILE, env.env.stat()["psize"])
             if meta.newest_txnid != txnid:

@@ -34,8 +34,9 @@ from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from . import meta_pages
 from .checkpoint import Journaling
-from .environment import Db, Environment, JournaledWrites, LoggedWrites, Touched, Writes, is_disk_full
-from .replication_log import NotLeading, ReplicationLog
+from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
+from .recorded_txn import Change, RecordedTxn
+from .replication_log import LogState, NotLeading, ReplicationLog
 from .room import RoomGauge
 
 log = logging.getLogger("pushgate.store")
@@ -64,6 +65,9 @@ class _Committed:
     touched: Touched
     post_commit: list[PostCommit]
     events: list[dict[tuple[str, str, str], int]]
+    # The replication log's position after the batch, published to readers once its callers
+    # are told (ReplicationLog.published); None: the batch is not durable (its sync failed).
+    log_state: LogState | None
 
 
 _STOP = object()
@@ -351,7 +355,7 @@ class GroupCommitWriter:
                 self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
-        committed = _Committed(batch, touched, self._post_commit, self._events)
+        committed = _Committed(batch, touched, self._post_commit, self._events, self._log.committed)
         if self._journaling is not None:
             self._settle_journaled(committed)
         else:
@@ -359,10 +363,11 @@ class GroupCommitWriter:
 
     def _settle_journaled(self, committed: _Committed) -> None:
         """A journaling store: the batch is durable once the journal is synced (one
-        fdatasync; a batch of receives only is answered without it, its entries synced by the
-        next sync), or, when a journal write failed, once a checkpoint is taken."""
+        fdatasync; a standalone store's batch of receives only is answered without it, its
+        entries synced by the next sync: a replica's log never loses its tail, so a replica
+        syncs every batch), or, when a journal write failed, once a checkpoint is taken."""
         assert self._journaling is not None
-        if any(pending.durable for pending in committed.batch):
+        if self._log.keep or any(pending.durable for pending in committed.batch):
             try:
                 self._journaling.sync()
             except OSError as exc:
@@ -375,6 +380,7 @@ class GroupCommitWriter:
                 failure = Unavailable("disk full" if _disk_full(error) else "store write failed")
                 self._fail_all_with(committed.batch, failure)
                 committed.post_commit.clear()
+                committed.log_state = None
         self._resolve(committed)
         if self._journaling.seconds_until_due() == 0:
             self._checkpoint()
@@ -415,6 +421,7 @@ class GroupCommitWriter:
             for committed in self._unsynced:
                 self._fail_all(committed.batch, exc)
                 committed.post_commit.clear()
+                committed.log_state = None
         self._resolve_unsynced()
 
     def _resolve_unsynced(self) -> None:
@@ -435,14 +442,12 @@ class GroupCommitWriter:
     def _apply(self, batch: list[_Pending[Any]], *, after_ops: bool = True) -> Touched:
         now = self._clock()
         txn = self._env.begin_write()
+        journaling = self._journaling
+        if journaling is not None:
+            # Every change the batch makes is journaled, whoever makes it (recorded_txn.py).
+            txn = RecordedTxn(txn, self._env.db_numbers)
         self._log.begin()
-        writes: Writes
-        if self._log.keep:
-            writes = LoggedWrites(txn, self._env.dbs)
-        elif self._journaling is not None:
-            writes = JournaledWrites(txn, self._env.dbs)
-        else:
-            writes = Writes(txn, self._env.dbs)
+        writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
         writes.room_gauge = self._room_gauge
         try:
@@ -459,11 +464,12 @@ class GroupCommitWriter:
             self._offer_early(writes)
             if self._on_commit_start is not None and writes.touched:
                 self._on_commit_start(writes.touched)
+            seq = journaling.stamp(txn) if journaling is not None and txn.changes else None
             started = time.perf_counter()
             txn.commit()
             self._log.commit()
-            if lsn is not None and isinstance(writes, JournaledWrites):
-                self._journal(lsn, writes)
+            if seq is not None:
+                self._journal(seq, txn.changes)
             if writes.write_count:
                 self._wrote = True
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
@@ -479,12 +485,12 @@ class GroupCommitWriter:
             raise
         return writes.touched
 
-    def _journal(self, lsn: Lsn, writes: JournaledWrites) -> None:
+    def _journal(self, seq: int, changes: list[Change]) -> None:
         """Append a committed transaction to the journal. Never raises: the commit stands;
         a failed write is remembered, and the batch is durable only once a checkpoint is."""
         assert self._journaling is not None
         try:
-            self._journaling.record(lsn, writes.mutations)
+            self._journaling.record(seq, changes)
         except OSError as exc:
             self._journal_failed = exc
 
@@ -609,6 +615,10 @@ class GroupCommitWriter:
         return Unavailable("store write failed")
 
     def _resolve(self, committed: _Committed) -> None:
+        if committed.log_state is not None:
+            # Before any caller hears of it: what a follower acknowledges, or a leader counts
+            # as its own copy, is only ever what is durable here.
+            self._log.published = committed.log_state
         # One hop to each loop per batch (_hand_over), carrying everything that loop gets.
         hops: dict[asyncio.AbstractEventLoop, tuple[list[_Pending[Any]], list[Callable[[], None]]]] = {}
         for pending in committed.batch:

@@ -1,17 +1,18 @@
 """The journal: an append-only file of committed transactions' mutations, one sync per batch.
 
-A standalone store that journals (``checkpoint.py`` says when) commits to LMDB without any
-sync, appends each committed transaction's mutations here under its LSN, and syncs this file
+A store that journals (``checkpoint.py`` says when) commits to LMDB without any sync,
+appends each committed transaction's changes here under its journal sequence number
+(``recorded_txn.py``), and syncs this file
 once per batch before the batch's callers hear of it: one fdatasync per commit at every
 load, where LMDB alone needs two (its data pages, then its meta page).
 
-An entry is a header (payload length, CRC-32 of LSN and payload, LSN: ``<IIQ``) and its
-payload (the msgpack of ``[[db, key, value or None], ...]``). The file is written from
+An entry is a header (payload length, CRC-32 of sequence number and payload, sequence
+number: ``<IIQ``) and its payload (the msgpack of ``[[db, key, value or None], ...]``). The file is written from
 offset 0 again after each checkpoint (everything in it is then in the synced LMDB file),
 over the entries of the round before, and grown in zero-filled steps: a sync of a write
 that fits in the file changes no file size, so it has no file-system metadata to commit.
 Reading (:func:`entries_after`) stops at the first entry whose checksum fails (a write the
-machine's crash tore, or zeros) or whose LSN does not follow (an entry of the round before).
+machine's crash tore, or zeros) or whose sequence number does not follow (an entry of the round before).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from ..private_files import FILE_MODE
 
 _HEADER = struct.Struct("<IIQ")
-_LSN = struct.Struct("<Q")
+_SEQ = struct.Struct("<Q")
 # The file grows in steps of this many zero bytes (one size change, so one metadata commit,
 # per step instead of one per sync).
 _GROW_STEP = 1 << 20
@@ -36,8 +37,8 @@ _MAX_PAYLOAD = 1 << 31
 Syncer = Callable[[int], None]
 
 
-def _crc(lsn: int, payload: bytes) -> int:
-    return zlib.crc32(payload, zlib.crc32(_LSN.pack(lsn)))
+def _crc(seq: int, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
 
 
 class Journal:
@@ -56,9 +57,9 @@ class Journal:
         """Bytes appended since the last rewind."""
         return self._position
 
-    def append(self, lsn: int, payload: bytes) -> None:
+    def append(self, seq: int, payload: bytes) -> None:
         """Write one entry after the last (into the page cache: a process crash keeps it)."""
-        entry = _HEADER.pack(len(payload), _crc(lsn, payload), lsn) + payload
+        entry = _HEADER.pack(len(payload), _crc(seq, payload), seq) + payload
         end = self._position + len(entry)
         while end > self._size:
             os.pwrite(self._fd, _ZEROS, self._size)
@@ -82,28 +83,28 @@ class Journal:
         os.close(self._fd)
 
 
-def entries_after(path: Path, lsn: int) -> Iterator[tuple[int, bytes]]:
-    """The journal's entries with LSNs ``lsn + 1, lsn + 2, ...`` in order, as far as they are
-    whole: entries of LSN ``lsn`` or less before them are skipped (a round the checkpoint at
-    ``lsn`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
+def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
+    """The journal's entries numbered ``seq + 1, seq + 2, ...`` in order, as far as they are
+    whole: entries numbered ``seq`` or less before them are skipped (a round the checkpoint at
+    ``seq`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
-    offset, expected = 0, lsn + 1
+    offset, expected = 0, seq + 1
     while offset + _HEADER.size <= len(data):
-        length, crc, entry_lsn = _HEADER.unpack_from(data, offset)
+        length, crc, entry_seq = _HEADER.unpack_from(data, offset)
         start = offset + _HEADER.size
         if length > _MAX_PAYLOAD or start + length > len(data):
             return
         payload = data[start : start + length]
-        if (length == 0 and crc == 0) or _crc(entry_lsn, payload) != crc:
+        if (length == 0 and crc == 0) or _crc(entry_seq, payload) != crc:
             return
-        if entry_lsn > lsn:
-            if entry_lsn != expected:
+        if entry_seq > seq:
+            if entry_seq != expected:
                 return
-            yield entry_lsn, payload
+            yield entry_seq, payload
             expected += 1
-        elif expected != lsn + 1:
+        elif expected != seq + 1:
             return  # an older entry after newer ones: the round before
         offset = start + length

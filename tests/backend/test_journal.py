@@ -96,10 +96,10 @@ async def test_a_checkpoint_is_taken_once_due_and_the_store_reopens_clean(lmdb_f
     writer = store._writer
     assert writer is not None and writer._journaling is not None
     await send_one(store, T1, QUEUE, "m1")
-    sent_at = store.last_lsn
+    sent_at = writer._journaling.seq
     deadline = time.monotonic() + scaled(5)
     # Taken by the idle writer, no call needed: the checkpoint file then holds the send.
-    while (saved := checkpoint.load(store.path)) is None or saved.lsn < sent_at:
+    while (saved := checkpoint.load(store.path)) is None or saved.seq < sent_at:
         assert time.monotonic() < deadline, "no checkpoint while idle"
         await asyncio.sleep(0.01)
     assert not saved.clean
@@ -256,8 +256,10 @@ async def test_a_data_file_replaced_after_an_unclean_stop_is_refused_not_overwri
     store = engine(await lmdb_factory.open(checkpoint_interval_s=0.01))
     for i in range(5):
         await send_one(store, T1, QUEUE, f"m{i}")
+    writer = store._writer
+    assert writer is not None and writer._journaling is not None
     deadline = time.monotonic() + scaled(5)
-    while (saved := checkpoint.load(store.path)) is None or saved.lsn < store.last_lsn:
+    while (saved := checkpoint.load(store.path)) is None or saved.seq < writer._journaling.seq:
         assert time.monotonic() < deadline, "no checkpoint while idle"
         await asyncio.sleep(0.01)
     unclean = (store.path / "checkpoint").read_bytes()
@@ -273,7 +275,7 @@ async def test_a_data_file_replaced_after_an_unclean_stop_is_refused_not_overwri
 async def test_a_failed_journal_sync_is_made_good_by_a_checkpoint_before_the_answer(
     lmdb_factory: StoreFactory,
 ) -> None:
-    failures = [OSError(errno.EIO, "Input/output error")]
+    failures: list[OSError] = []
 
     def fdatasync(fd: int) -> None:
         if failures:
@@ -284,10 +286,11 @@ async def test_a_failed_journal_sync_is_made_good_by_a_checkpoint_before_the_ans
     writer = store._writer
     assert writer is not None and writer._journaling is not None
     taken = writer._journaling.checkpoints
+    failures.append(OSError(errno.EIO, "Input/output error"))
     await store.create_queue(T1, QUEUE, {})  # its journal sync fails: a checkpoint instead
     assert writer._journaling.checkpoints == taken + 1
     saved = checkpoint.load(store.path)
-    assert saved is not None and saved.lsn == store.last_lsn
+    assert saved is not None and saved.seq == writer._journaling.seq
     await send_one(store, T1, QUEUE, "m1")  # the journal works again: no checkpoint
     assert writer._journaling.checkpoints == taken + 1
 
