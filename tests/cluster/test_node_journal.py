@@ -25,7 +25,10 @@ from .workload import RF3_SYNC, Producers, Q, T, has_replicas, replicated_everyw
 
 SENDS = 60
 # strace -y names each descriptor's file: fdatasync(12</tmp/.../partitions/0/journal>) = 0
-_SYNC = re.compile(r"\b(fdatasync|fsync|msync)\((\d+)<([^>]*)>")
+_CALL = re.compile(r"\b(fdatasync|fsync|pwrite64)\((\d+)<([^>]*)>")
+# A write to a descriptor opened O_DSYNC is a sync too: LMDB writes its meta page that way
+# when it syncs each commit (its fdatasync is of the data pages).
+_O_DSYNC = 0o10000
 
 
 @pytest.fixture
@@ -41,11 +44,22 @@ class SyncTrace:
     """strace attached to a running process: the syncs it makes, by file."""
 
     def __init__(self, pid: int, out: Path) -> None:
+        self.pid = pid
         self.out = out
         self._err = out.with_suffix(".err")
         with self._err.open("wb") as err:
             self._strace = subprocess.Popen(
-                ["strace", "-f", "-y", "-e", "trace=fdatasync,fsync,msync", "-o", str(out), "-p", str(pid)],
+                [
+                    "strace",
+                    "-f",
+                    "-y",
+                    "-e",
+                    "trace=fdatasync,fsync,pwrite64",
+                    "-o",
+                    str(out),
+                    "-p",
+                    str(pid),
+                ],
                 stderr=err,
                 start_new_session=True,
             )
@@ -58,13 +72,29 @@ class SyncTrace:
             time.sleep(0.01)
 
     def stop(self) -> dict[str, int]:
-        """Detach; return the number of syncs of each file."""
+        """Detach; return the number of syncs of each file (fdatasync, fsync, and writes
+        to a descriptor opened O_DSYNC)."""
         os.kill(self._strace.pid, signal.SIGINT)
         self._strace.wait(timeout=scaled(10))
         syncs: dict[str, int] = {}
-        for match in _SYNC.finditer(self.out.read_text()):
-            syncs[match.group(3)] = syncs.get(match.group(3), 0) + 1
+        dsync: dict[int, bool] = {}
+        for match in _CALL.finditer(self.out.read_text()):
+            call, fd, path = match.group(1), int(match.group(2)), match.group(3)
+            if call == "pwrite64":
+                if fd not in dsync:
+                    dsync[fd] = self._opened_dsync(fd)
+                if not dsync[fd]:
+                    continue
+            syncs[path] = syncs.get(path, 0) + 1
         return syncs
+
+    def _opened_dsync(self, fd: int) -> bool:
+        try:
+            info = Path(f"/proc/{self.pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            return False
+        flags = next(int(line.split()[1], 8) for line in info.splitlines() if line.startswith("flags:"))
+        return bool(flags & _O_DSYNC)
 
 
 def syncs_of(syncs: dict[str, int], directory: Path) -> tuple[int, int]:
