@@ -382,7 +382,8 @@ class GroupCommitWriter:
                 committed.post_commit.clear()
                 committed.log_state = None
         self._resolve(committed)
-        if self._journaling.seconds_until_due() == 0:
+        due = self._journaling.seconds_until_due()
+        if due == 0 or (due is not None and self._room_gauge is not None and self._room_gauge.short):
             self._checkpoint()
 
     def _settle(self, committed: _Committed) -> None:
