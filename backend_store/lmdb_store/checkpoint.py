@@ -4,8 +4,8 @@ A journaling store (a standalone one, or a node's partition replica) commits to 
 syncs and makes each batch durable with one sync of the journal (``journal.py``): each commit
 is journaled as every change its transaction made (``recorded_txn.py``), under the commit's
 journal sequence number, which the same transaction stores under :data:`JOURNAL_SEQ`. About
-once a second (or every few MiB of journal), between
-batches, the writer takes a checkpoint (:meth:`Journaling.checkpoint`):
+once a second (or every few MiB of journal, or after each batch while the disk is short of
+room), between batches, the writer takes a checkpoint (:meth:`Journaling.checkpoint`):
 
 1. a read transaction on the newest commit: LMDB reuses a page only once every reader older
    than the commit that freed it is gone, so while this reader lives no page of the
@@ -19,8 +19,8 @@ batches, the writer takes a checkpoint (:meth:`Journaling.checkpoint`):
 So after a crash of the machine, the LMDB file holds the checkpoint's tree whole, whatever
 became of the pages and meta pages written after it. Recovery (:func:`restore_meta_pages`,
 then :func:`replay`) writes the saved meta pages back, opens LMDB at the checkpoint and
-applies the journal's entries after its sequence number, up to the first torn one. A process crash needs
-the same and nothing more: the page cache kept what was written.
+applies the journal's entries after its sequence number, up to the first torn one. A process
+crash needs the same and nothing more: the page cache kept what was written.
 
 A clean stop takes a last checkpoint marked ``clean``: the file is then whole as it is, and
 the next start writes nothing back (a store copied, or changed by a tool, after a clean stop
@@ -59,7 +59,8 @@ DATA_FILE = "data.mdb"
 # The journal sequence number of the newest journaled commit, written by that commit.
 JOURNAL_SEQ = b"\0sys\0journal_seq"
 _MAGIC = b"PGCKPT2\0"
-# magic, journal sequence number, LMDB transaction id, clean (0/1), page size; then the two pages, then a CRC-32.
+# magic, journal sequence number, LMDB transaction id, clean (0/1), page size; then the two
+# pages, then a CRC-32.
 _HEAD = struct.Struct("<8sQQBI")
 _CRC = struct.Struct("<I")
 # Replayed entries per LMDB transaction.

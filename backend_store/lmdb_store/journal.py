@@ -1,18 +1,19 @@
-"""The journal: an append-only file of committed transactions' mutations, one sync per batch.
+"""The journal: an append-only file of committed transactions' changes, one sync per batch.
 
 A store that journals (``checkpoint.py`` says when) commits to LMDB without any sync,
 appends each committed transaction's changes here under its journal sequence number
-(``recorded_txn.py``), and syncs this file
-once per batch before the batch's callers hear of it: one fdatasync per commit at every
-load, where LMDB alone needs two (its data pages, then its meta page).
+(``recorded_txn.py``), and syncs this file once per batch before the batch's callers hear of
+it: one fdatasync per commit at every load, where LMDB alone needs two (its data pages, then
+its meta page).
 
 An entry is a header (payload length, CRC-32 of sequence number and payload, sequence
-number: ``<IIQ``) and its payload (the msgpack of ``[[db, key, value or None], ...]``). The file is written from
-offset 0 again after each checkpoint (everything in it is then in the synced LMDB file),
-over the entries of the round before, and grown in zero-filled steps: a sync of a write
-that fits in the file changes no file size, so it has no file-system metadata to commit.
-Reading (:func:`entries_after`) stops at the first entry whose checksum fails (a write the
-machine's crash tore, or zeros) or whose sequence number does not follow (an entry of the round before).
+number: ``<IIQ``) and its payload (the msgpack of ``[[db, key, value or None], ...]``). The
+file is written from offset 0 again after each checkpoint (everything in it is then in the
+synced LMDB file), over the entries of the round before, and grown in zero-filled steps: a
+sync of a write that fits in the file changes no file size, so it has no file-system
+metadata to commit. Reading (:func:`entries_after`) stops at the first entry whose checksum
+fails (a write the machine's crash tore, or zeros) or whose sequence number does not follow
+(an entry of the round before).
 """
 
 from __future__ import annotations

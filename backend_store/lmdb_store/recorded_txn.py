@@ -42,10 +42,6 @@ class RecordedTxn:
     def stat(self, db: Any) -> Any:
         return self.txn.stat(db)
 
-    def id(self) -> int:
-        txnid: int = self.txn.id()
-        return txnid
-
     def put(self, key: bytes, value: bytes, db: Any = None) -> bool:
         self.txn.put(key, value, db=db)
         self.changes.append((self._numbers[db], key, value))
