@@ -71,6 +71,8 @@ class _Committed:
 
 
 _STOP = object()
+# From a checkpoint's own thread: its sync and save are over (Journaling.begin).
+_CHECKPOINT_DONE = object()
 
 
 @dataclass(slots=True)
@@ -230,6 +232,9 @@ class GroupCommitWriter:
                     self._sync_unsynced()
                     self._finish_journaling()
                     return
+                if control is _CHECKPOINT_DONE:
+                    self._complete_checkpoint()
+                    continue
                 try:
                     if control.make is not None:
                         control.started = self._start_journaling(control.make)
@@ -285,12 +290,34 @@ class GroupCommitWriter:
             try:
                 return self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
             except queue.Empty:
-                self._checkpoint()
+                self._begin_checkpoint()
         return self._queue.get()
 
+    def _begin_checkpoint(self) -> None:
+        """A checkpoint is due: start one whose sync of the LMDB file runs off this thread
+        (the writer commits meanwhile), or take it here where one cannot start."""
+        assert self._journaling is not None
+        try:
+            if self._journaling.begin(lambda: self._queue.put(_CHECKPOINT_DONE)):
+                return
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            log.exception("checkpoint of %s failed", self._env.path)
+            return
+        if not self._journaling.in_flight:
+            self._checkpoint()
+
+    def _complete_checkpoint(self) -> None:
+        if self._journaling is None:
+            return
+        try:
+            self._journaling.complete()
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            log.exception("checkpoint of %s failed", self._env.path)
+
     def _checkpoint(self) -> bool:
-        """Take a checkpoint; return whether it was taken (a failure is logged: the
-        journal keeps every commit durable meanwhile, and the next one is tried later)."""
+        """Take a checkpoint on this thread; return whether it was taken (a failure is
+        logged: the journal keeps every commit durable meanwhile, and the next one is tried
+        later)."""
         assert self._journaling is not None
         try:
             self._journaling.checkpoint()
@@ -382,9 +409,10 @@ class GroupCommitWriter:
                 committed.post_commit.clear()
                 committed.log_state = None
         self._resolve(committed)
-        due = self._journaling.seconds_until_due()
-        if due == 0 or (due is not None and self._room_gauge is not None and self._room_gauge.short):
-            self._checkpoint()
+        if self._room_gauge is not None and self._room_gauge.short and self._journaling.journal.written:
+            self._checkpoint()  # now: the pages freed since the last one are room only then
+        elif self._journaling.seconds_until_due() == 0:
+            self._begin_checkpoint()
 
     def _settle(self, committed: _Committed) -> None:
         """Tell the batch's callers, once its commit is durable.

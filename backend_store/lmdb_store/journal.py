@@ -43,36 +43,45 @@ def _crc(seq: int, payload: bytes) -> int:
 
 
 class Journal:
-    """The journal file of one store, opened for writing (the writer thread's)."""
+    """The journal of one store, opened for writing (the writer thread's): two files, ``paths``
+    (``journal`` and ``journal.b`` in the store's directory), one written at a time.
 
-    def __init__(self, path: Path, fdatasync: Syncer = os.fdatasync) -> None:
-        self.path = path
+    A checkpoint taken on the writer's thread (:meth:`rewind`) writes the current file from
+    its start again. One whose data sync runs on a thread of its own (``checkpoint.py``)
+    switches to the other file as it begins (:meth:`switch`), so the entries committed while
+    it syncs go there, and the entries before it stay where they were until it is saved; the
+    other file is written over only once that checkpoint is saved (the caller's rule)."""
+
+    def __init__(self, paths: tuple[Path, Path], fdatasync: Syncer = os.fdatasync) -> None:
+        self.paths = paths
         self._fdatasync = fdatasync
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        self._size = os.fstat(self._fd).st_size
+        self._fds = [os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE) for path in paths]
+        self._sizes = [os.fstat(fd).st_size for fd in self._fds]
+        self._current = 0
         self._position = 0
         self._unsynced = False
 
     @property
     def written(self) -> int:
-        """Bytes appended since the last rewind."""
+        """Bytes appended since the last rewind or switch."""
         return self._position
 
     def append(self, seq: int, payload: bytes) -> None:
         """Write one entry after the last (into the page cache: a process crash keeps it)."""
         entry = _HEADER.pack(len(payload), _crc(seq, payload), seq) + payload
         end = self._position + len(entry)
-        while end > self._size:
-            os.pwrite(self._fd, _ZEROS, self._size)
-            self._size += _GROW_STEP
-        os.pwrite(self._fd, entry, self._position)
+        fd, current = self._fds[self._current], self._current
+        while end > self._sizes[current]:
+            os.pwrite(fd, _ZEROS, self._sizes[current])
+            self._sizes[current] += _GROW_STEP
+        os.pwrite(fd, entry, self._position)
         self._position = end
         self._unsynced = True
 
     def sync(self) -> None:
         """Make every entry appended so far durable (one fdatasync; none if nothing is new)."""
         if self._unsynced:
-            self._fdatasync(self._fd)
+            self._fdatasync(self._fds[self._current])
             self._unsynced = False
 
     def rewind(self) -> None:
@@ -80,8 +89,35 @@ class Journal:
         self._position = 0
         self._unsynced = False
 
+    def switch(self) -> None:
+        """Write the next entry at offset 0 of the other file (every entry in it is in a
+        saved checkpoint); what this file holds is synced first."""
+        self.sync()
+        self._current = 1 - self._current
+        self._position = 0
+
     def close(self) -> None:
-        os.close(self._fd)
+        for fd in self._fds:
+            os.close(fd)
+
+
+def journaled_after(paths: tuple[Path, Path], seq: int) -> list[tuple[int, bytes]]:
+    """The entries numbered ``seq + 1, seq + 2, ...`` across both files of a journal: those a
+    checkpoint running off the writer's thread left in one file, then those written in the
+    other since it began (:meth:`Journal.switch`)."""
+    out: list[tuple[int, bytes]] = []
+    left = list(paths)
+    while left:
+        for path in left:
+            found = list(entries_after(path, seq))
+            if found:
+                out += found
+                seq = found[-1][0]
+                left.remove(path)
+                break
+        else:
+            break
+    return out
 
 
 def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:

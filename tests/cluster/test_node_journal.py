@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from backend_store.lmdb_store.checkpoint import JOURNAL_FILES
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 
@@ -99,10 +100,9 @@ class SyncTrace:
 
 def syncs_of(syncs: dict[str, int], directory: Path) -> tuple[int, int]:
     """(journal syncs, every other sync) of the replica in ``directory``."""
-    journal = syncs.get(str(directory / "journal"), 0)
-    others = sum(
-        n for path, n in syncs.items() if path.startswith(str(directory)) and not path.endswith("/journal")
-    )
+    journals = {str(directory / name) for name in JOURNAL_FILES}
+    journal = sum(n for path, n in syncs.items() if path in journals)
+    others = sum(n for path, n in syncs.items() if path.startswith(str(directory)) and path not in journals)
     return journal, others
 
 
