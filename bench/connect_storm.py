@@ -45,7 +45,6 @@ from bench.push_common import (
     create_queue,
     free_port,
     machine,
-    rss_kib,
     start_gateway,
     stop,
     wait_for_port,
