@@ -17,7 +17,10 @@ handshakes a second: connections / (the last answer - the first connect), over a
 
 The clients run on the same two cores as the server; both servers face the same clients, so
 the ratio holds the client's share alike; the clients' CPU per connection is printed so it
-can be accounted for. RSS per connection: the server's RSS growth over the storm (after
+can be accounted for. On a machine others load, the rate follows their load more than the
+server's cost: the server's CPU per connection (and its ratio to the bare route's) is the
+steadier figure. ``--baseline-tree DIR`` adds a third server, the gateway run from another
+source tree (``git archive COMMIT | tar -x -C DIR``), to the same rounds: a before and after. RSS per connection: the server's RSS growth over the storm (after
 ``--warmup`` connections that are not counted) / connections, with every connection open.
 Target (issue 45): >= 0.8x the bare route's handshakes a second, <= 30 KiB per subscribed
 connection.
@@ -33,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -192,9 +196,11 @@ def storm(pid: int, url: str, key: str, count: int, in_flight: int, clients: int
                 proc.wait()
 
 
-def gateway_round(count: int, in_flight: int, clients: int, warmup: int) -> dict[str, float]:
+def gateway_round(
+    count: int, in_flight: int, clients: int, warmup: int, tree: Path = REPO
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="pushgate-storm-") as tmp:
-        proc, url, key = start_gateway(Path(tmp))
+        proc, url, key = start_gateway(Path(tmp), tree=tree)
         try:
             create_queue(url, key, QUEUE)
             ws_url = url.replace("http", "ws", 1) + "/v1/ws"
@@ -229,41 +235,59 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also storm a gateway run from this source tree (another commit's, `git worktree add`), "
+        "in the same rounds: a before and after on one loaded machine",
+    )
     args = parser.parse_args()
     print(machine())
-    results: dict[str, list[dict[str, float]]] = {"bare": [], "gateway": []}
-    ratios: list[float] = []
+    sizes = (args.connections, args.in_flight, args.clients, args.warmup)
+    servers: dict[str, Callable[[], dict[str, float]]] = {
+        "bare": lambda: bare_round(*sizes),
+        "gateway": lambda: gateway_round(*sizes),
+    }
+    if args.baseline_tree is not None:
+        servers["baseline"] = lambda: gateway_round(*sizes, tree=args.baseline_tree.resolve())
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+    rate_ratios: dict[str, list[float]] = {name: [] for name in servers if name != "bare"}
+    cpu_ratios: dict[str, list[float]] = {name: [] for name in servers if name != "bare"}
     for round_no in range(args.rounds):
         load = os.getloadavg()
-        order = ["bare", "gateway"] if round_no % 2 == 0 else ["gateway", "bare"]
-        now: dict[str, dict[str, float]] = {}
-        for name in order:
-            run = bare_round if name == "bare" else gateway_round
-            now[name] = run(args.connections, args.in_flight, args.clients, args.warmup)
-            results[name].append(now[name])
-        ratios.append(now["gateway"]["rate"] / now["bare"]["rate"])
+        order = list(servers) if round_no % 2 == 0 else list(reversed(servers))
+        now = {name: servers[name]() for name in order}
         print(f"round {round_no + 1} (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
-        for name in ("bare", "gateway"):
+        for name in servers:
             r = now[name]
-            print(
+            results[name].append(r)
+            line = (
                 f"  {name:8} {r['rate']:7.0f} handshakes/s  {r['kib']:5.1f} KiB/conn  "
                 f"server CPU {r['server_cpu_us']:5.0f} us/conn  clients' CPU {r['client_cpu_us']:5.0f} "
-                f"us/conn  failures {r['failures']:.0f}",
-                flush=True,
+                f"us/conn  failures {r['failures']:.0f}"
             )
-        print(f"  ratio    {ratios[-1]:.2f}x", flush=True)
+            if name != "bare":
+                rate_ratios[name].append(r["rate"] / now["bare"]["rate"])
+                cpu_ratios[name].append(r["server_cpu_us"] / now["bare"]["server_cpu_us"])
+                line += f"  (vs bare: rate {rate_ratios[name][-1]:.2f}x, CPU {cpu_ratios[name][-1]:.2f}x)"
+            print(line, flush=True)
     print(
         f"\n{args.connections} connections, {args.in_flight} in flight, {args.clients} client processes, "
         f"{args.rounds} rounds (load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())})"
     )
-    for name in ("bare", "gateway"):
-        rs = results[name]
-        print(
+    for name, rs in results.items():
+        line = (
             f"  {name:8} {span([r['rate'] for r in rs])} handshakes/s, "
             f"{span([r['kib'] for r in rs], '.1f')} KiB/conn, "
             f"server CPU {span([r['server_cpu_us'] for r in rs])} us/conn"
         )
-    print(f"  ratio    {span(ratios, '.2f')}x (median {statistics.median(ratios):.2f}x; target >= 0.8x)")
+        if name != "bare":
+            line += (
+                f"; vs bare: rate {span(rate_ratios[name], '.2f')}x "
+                f"(median {statistics.median(rate_ratios[name]):.2f}x, target >= 0.8x), "
+                f"server CPU {span(cpu_ratios[name], '.2f')}x"
+            )
+        print(line)
 
 
 if __name__ == "__main__":
