@@ -46,7 +46,7 @@ def start_gateway(
     """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets);
     ``store``: its ``--store`` URL (default: the embedded store in ``data_dir``); ``env``:
     more environment variables; ``tree``: the source tree it runs from (``python -m`` finds
-    the packages of its working directory first: another commit's, ``git worktree add``)."""
+    the packages of its working directory first: another commit's, from ``git archive``)."""
     # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
     profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
     prefix = ["-m", "cProfile", "-o", profile, "-m", "gateway.cli"] if profile else []
