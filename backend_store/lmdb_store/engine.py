@@ -93,10 +93,11 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     async def start(self) -> None:
         if self._env is not None:
             return
-        # A standalone store alone with its files journals: one sync per commit
-        # (checkpoint.py). A store that keeps a replication log (a backend node) has LMDB sync
-        # every commit whole: a replica's log must never lose its tail, receives included.
-        journaled = await self._elect_holder() and self._may_journal()
+        # A store alone with its files journals: one sync per commit (checkpoint.py). A
+        # standalone store is alone while it holds the hold lock (hold_lock.py); a node's
+        # partition replica always is (its node's data directory is its node's alone).
+        alone = await self._elect_holder() or self._replication_log.keep > 0
+        journaled = alone and self._may_journal()
         try:
             saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
             env = await asyncio.to_thread(
