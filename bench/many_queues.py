@@ -15,7 +15,12 @@ temporary directory and stopped by PID / process group at the end of its turn:
    acked every message acknowledged to its queue;
 5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node, then
    every producer sends to the queues that took no send begun after the signal, until all
-   have (or ``--fault-timeout``): the time of the last queue (the target) and the median. A
+   have (or ``--fault-timeout``): the time of the last queue (the target) and the median,
+   bounded below by the producers' rate (the floor printed beside it). Meanwhile every queue
+   of the partitions the node led is peeked on the partition's new leader, all at once,
+   until each answers: when the last did (``every queue served``, what the failover costs a
+   queue whatever the producers' rate), and how many sends were refused though begun after
+   their queue's partition had its new leader key (0: no queue waits past its partition). A
    frozen node gets SIGCONT once all queues took a send; a killed one stays dead;
 6. on the cluster, every queue is peeked: an acknowledged send neither delivered to a
    consumer nor found is lost (must be 0).
@@ -56,11 +61,13 @@ from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
+from backend_store.cluster.client.node_pool import NodeClient, NodePool
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout, LeaderRecord, unpack
 from backend_store.errors import PushgateError
+from backend_store.types import Epoch, QueueName, TenantId
 from bench.dev_cluster_failover import _CHILD, start
 from bench.push_common import machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
@@ -82,8 +89,10 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "threads N/few": (1.1, False),
     "files N/few": (1.1, False),
     "stop: last queue s": (3, False),
+    "stop: every queue served s": (3, False),
     "stop: refused after led again": (0, False),
     "kill: last queue s": (3, False),
+    "kill: every queue served s": (3, False),
     "kill: refused after led again": (0, False),
     "lost": (0, False),
 }
@@ -398,6 +407,10 @@ async def one_fault(
     theirs = {p for p, n in led.items() if n == victim}
     led_at: dict[int, float] = {}
     watcher = asyncio.create_task(led_again(etcd, victim, theirs, deadline, led_at))
+    probes = [
+        asyncio.create_task(served_again(etcd, victim, p, [q for q in every if where.get(q) == p], deadline))
+        for p in theirs
+    ]
 
     async def producer() -> None:
         while pending and time.monotonic() < deadline:
@@ -419,14 +432,17 @@ async def one_fault(
     try:
         await asyncio.gather(*(producer() for _ in range(args.producers)))
         last_led = await watcher
+        last_served = max(await asyncio.gather(*probes), default=signalled)
     finally:
         if fault == "stop":
             os.killpg(pid, signal.SIGCONT)
         else:
             del system.processes[victim]
-        watcher.cancel()
+        for task in [watcher, *probes]:
+            task.cancel()
         await etcd.close()
     out.figures[f"{fault}: partitions led again s"] = last_led - signalled
+    out.figures[f"{fault}: every queue served s"] = last_served - signalled
     # One send to each queue takes this long at the rate measured before any fault: the
     # "last queue" figure cannot be lower, however fast the partitions fail over.
     out.figures[f"{fault}: floor at send/s s"] = len(every) / out.figures["send/s"]
@@ -462,6 +478,53 @@ async def placements(etcd: EtcdCoordinator) -> dict[str, int]:
             if placed:
                 out[key.rsplit("/", 1)[-1]] = placed[0]
     return out
+
+
+async def served_again(
+    etcd: EtcdCoordinator, victim: str, partition: int, queues: list[str], deadline: float
+) -> float:
+    """When every one of ``queues`` (placed on ``partition``, which ``victim`` led) answered a
+    peek on the partition's new leader, asked over the node protocol as a gateway asks it:
+    each queue on its own, again every 20 ms until it answers (inf: not by the deadline). The
+    producers' floor does not bound this: it is what the partition's failover and its new
+    term cost each queue (and, under the producers' load, what a request waits at a node)."""
+    nodes = NodePool("bench-probe", timeout_s=5)
+    leader: list[tuple[NodeClient, Epoch]] = []  # the newest leader key seen, once not the victim's
+
+    async def follow() -> None:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(CoordinatorUnavailable):
+                entry = await etcd.get(Layout().leader(partition))
+                record = LeaderRecord.unpack(entry.value) if entry is not None else None
+                if entry is not None and record is not None and record.node != victim:
+                    leader[:] = [
+                        (nodes.client(record.node, record.address), record.epoch(entry.create_revision))
+                    ]
+            await asyncio.sleep(0.05)
+
+    async def until_served(queue: str) -> float:
+        while time.monotonic() < deadline:
+            if leader and await peek_on(*leader[0], partition, queue):
+                return time.monotonic()
+            await asyncio.sleep(0.02)
+        return float("inf")
+
+    follower = asyncio.create_task(follow())
+    try:
+        return max(await asyncio.gather(*(until_served(q) for q in queues)), default=time.monotonic())
+    finally:
+        follower.cancel()
+        await nodes.close()
+
+
+async def peek_on(client: NodeClient, epoch: Epoch, partition: int, queue: str) -> bool:
+    """Whether the leader answered a peek of ``queue`` (refusals and timeouts: False)."""
+    with contextlib.suppress(PushgateError):
+        await client.call(
+            "peek", partition, epoch, tenant=TenantId("default"), queue=QueueName(queue), max_messages=1
+        )
+        return True
+    return False
 
 
 async def led_again(
