@@ -69,6 +69,13 @@ async def until(what: str, check: object, timeout: float = 15) -> None:
         await asyncio.sleep(0.05)
 
 
+def lmdb(host: PartitionHost) -> LmdbBackend:
+    """The LMDB store of an in-process node's replica."""
+    store = host.store
+    assert isinstance(store, LmdbBackend)
+    return store
+
+
 @dataclass
 class Led:
     """Partition 1 of queue Q, served: a client on its leader, the term, both replicas."""
@@ -129,20 +136,20 @@ async def test_only_the_leader_sweeps_and_replicas_stay_equal(
     async def dedupe_entries(node_store: LmdbBackend) -> int:
         return len((await contents(node_store))[Db.DEDUPE.name])
 
-    assert await dedupe_entries(leader.store) == 5
+    assert await dedupe_entries(lmdb(leader)) == 5
 
     # After the 1 s window the leader's sweep drops them, and the follower drops them by
     # applying the leader's entry (it never sweeps itself: its LSNs stay the leader's).
     async def swept_everywhere() -> bool:
         return (
-            await dedupe_entries(leader.store) == 0
-            and await dedupe_entries(follower.store) == 0
-            and follower.store.last_lsn == leader.store.last_lsn
+            await dedupe_entries(lmdb(leader)) == 0
+            and await dedupe_entries(lmdb(follower)) == 0
+            and lmdb(follower).last_lsn == lmdb(leader).last_lsn
         )
 
     await until("the sweep to reach both replicas", swept_everywhere)
-    assert await contents(follower.store) == await contents(leader.store)
-    assert follower.store.options.sweep_interval_s == 0
+    assert await contents(lmdb(follower)) == await contents(lmdb(leader))
+    assert lmdb(follower).options.sweep_interval_s == 0
 
 
 async def test_a_write_cut_off_by_a_deposition_is_answered_as_outcome_unknown(

@@ -12,11 +12,13 @@ import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from backend_store.cluster.coordination.timeline import incarnation_floor
+from backend_store.cluster.node.local_ports import open_lmdb, tcp_dial
 from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.node.reseed import LmdbReseeder
 from backend_store.cluster.replication.log_shipping import (
@@ -45,7 +47,12 @@ def leader_host(root: Path) -> PartitionHost:
     """A :class:`PartitionHost` (not opened) whose store lives under ``root``: it leads the
     followers below in test_committed_reads.py and test_new_term.py."""
     return PartitionHost(
-        PARTITION, root, "leader", store_options(), lambda partition, tenant, queue: None, sweep_every_s=0
+        PARTITION,
+        "leader",
+        open_lmdb(root, store_options()),
+        lambda partition, tenant, queue: None,
+        dial=tcp_dial(None),
+        sweep_every_s=0,
     )
 
 
@@ -699,7 +706,9 @@ async def test_a_maintained_link_redials_a_follower_that_restarts(cluster: Clust
     await cluster.cut("f1")
     f1 = cluster.followers["f1"]
     await f1.start()
-    keeper = asyncio.create_task(leader.maintain("f1", "127.0.0.1", f1.port, retry_s=0.05))
+    keeper = asyncio.create_task(
+        leader.maintain("f1", partial(tcp_dial(None), f"127.0.0.1:{f1.port}"), retry_s=0.05)
+    )
     try:
         await write(cluster, "first")
         await until(lambda: leader.lag()["f1"] == 0, "f1 to be linked")

@@ -21,12 +21,20 @@ from backend_store.cluster.client.routing import stable_hash
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.cluster.node.node import Node
 from backend_store.cluster.node.partition_host import PartitionHost
+from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled
 from tests.gateway.conftest import RunningGateway
 from tests.push.conftest import Http, deliveries, request, ws_connect
 
 from .placed import leading_hosts
+
+
+def lmdb(host: PartitionHost) -> LmdbBackend:
+    store = host.store
+    assert isinstance(store, LmdbBackend)
+    return store
+
 
 TENANT = "default"
 
@@ -73,7 +81,7 @@ async def test_a_send_reaches_an_idle_subscriber_in_the_commit_that_stores_it(
             # on the leader.
             await until("the dispatcher's demand", lambda: waiting(found, "jobs"))
             before, delivered = host.store.last_lsn, leader.demands.delivered
-            operations = host.store.stats["operations"]
+            operations = lmdb(host).stats["operations"]
             for i in range(3):
                 await until("the dispatcher's demand", lambda: waiting(found, "jobs"))
                 sent = await http.send("jobs", f"m{i}")
@@ -85,7 +93,7 @@ async def test_a_send_reaches_an_idle_subscriber_in_the_commit_that_stores_it(
             assert leader.demands.delivered - delivered == 3
             # Nor did the dispatcher wake before its delivery and ask for more (the node sent
             # it no Notify for those commits): three sends were all the store did.
-            assert host.store.stats["operations"] - operations == 3
+            assert lmdb(host).stats["operations"] - operations == 3
             # Replicated before it was pushed (sync, RF 2: the follower holds it).
             assert follower.store.last_lsn >= host.store.last_lsn
             stats = await http.stats("jobs")

@@ -20,6 +20,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ import pytest_asyncio
 from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.client.node_pool import NodeClient
 from backend_store.cluster.coordination.layout import ReplicaPosition
+from backend_store.cluster.node.local_ports import tcp_dial
 from backend_store.cluster.protocol.address import split_address
 from backend_store.cluster.protocol.connection import Connection, Event
 from backend_store.cluster.protocol.tls import NodeTls, TlsFiles
@@ -244,7 +246,7 @@ async def test_a_leader_link_with_another_cas_certificate_replicates_nothing(
     # as stale by the follower, which deposes it).
     rogues.append((await rogue_leader("stale-member", Epoch(1)), cluster.gateway.client))
     links = [
-        asyncio.create_task(r.maintain(follower, host, port, retry_s=0.05, tls=context))
+        asyncio.create_task(r.maintain(follower, partial(tcp_dial(context), f"{host}:{port}"), retry_s=0.05))
         for r, context in rogues
     ]
     try:

@@ -206,15 +206,17 @@ def _refresh_back_in_time(setter: Setter) -> None:
 @_ablation("tombstone-read", "a node reads each tombstone directly before deleting")
 def _tombstone_read(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import Tombstone
+    from backend_store.cluster.node import replica_rounds
 
-    from . import sim_node
+    from . import copied_node
 
     async def watched_only(
         _coordinator: object, _layout: object, _node_id: str, _pid: int, watched: Tombstone | None
     ) -> bool:
         return watched is not None
 
-    setter(sim_node, "tombstone_stands", watched_only)
+    setter(replica_rounds, "tombstone_stands", watched_only)
+    setter(copied_node, "tombstone_stands", watched_only)
 
 
 @_ablation("fence-holder", "a manager's fenced commit compares the holder too")
@@ -257,13 +259,15 @@ def _term_fence(setter: Setter) -> None:
 @_ablation("remade-copies", "an empty copy made again after a move deleted it counts for nothing")
 def _remade_copies(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import ReplicaPosition
+    from backend_store.cluster.node import node
 
-    from . import sim_node
+    from . import copied_node
 
     def as_any_copy(_kept: Any, _label: Any, position: ReplicaPosition) -> ReplicaPosition:
         return position  # published as any empty copy: it counts toward a majority
 
-    setter(sim_node, "remade", as_any_copy)
+    setter(node, "remade", as_any_copy)
+    setter(copied_node, "remade", as_any_copy)
 
 
 @_ablation("receipt-majority", "without a majority of a set, a remade copy's receipt's set decides")
@@ -375,16 +379,26 @@ def _handover_answer(setter: Setter) -> None:
 def _first_entry_task(setter: Setter) -> None:
     import asyncio
 
-    from .sim_partition import SimPartitionHost
+    from backend_store.cluster.node.partition_host import PartitionHost
 
-    lead = SimPartitionHost.lead
+    from .copied_partition import CopiedPartitionHost
 
-    async def lead_and_wait(self: SimPartitionHost, *args: Any, **kwargs: Any) -> None:
+    lead = PartitionHost.lead
+
+    async def lead_and_wait(self: PartitionHost, *args: Any, **kwargs: Any) -> None:
         await lead(self, *args, **kwargs)
         if self._upkeep is not None:  # as before session 39: the tick waited for it
             await asyncio.wait([self._upkeep])
 
-    setter(SimPartitionHost, "lead", lead_and_wait)
+    setter(PartitionHost, "lead", lead_and_wait)
+    copied_lead = CopiedPartitionHost.lead
+
+    async def copy_leads_and_waits(self: CopiedPartitionHost, *args: Any, **kwargs: Any) -> None:
+        await copied_lead(self, *args, **kwargs)
+        if self._upkeep is not None:
+            await asyncio.wait([self._upkeep])
+
+    setter(CopiedPartitionHost, "lead", copy_leads_and_waits)
 
 
 @_ablation("breaker-verdict", "a request the breaker refused wakes at the node's next verdict")
@@ -423,12 +437,15 @@ def _key_revisions(setter: Setter) -> None:
 
 @_ablation("revoke-lost-lease", "a node revokes the lease of a session it lost, once registered again")
 def _revoke_lost_lease(setter: Setter) -> None:
-    from . import sim_node
+    from backend_store.cluster.node import node
+
+    from . import copied_node
 
     async def left_to_expire(session: Any) -> None:
         return None  # as before session 42: etcd expires the lease when it will
 
-    setter(sim_node, "revoke_lost", left_to_expire)
+    setter(node, "revoke_lost", left_to_expire)
+    setter(copied_node, "revoke_lost", left_to_expire)
 
 
 @_ablation("publish-check", "a node checks what etcd held before each write of its record")
@@ -446,22 +463,34 @@ def _publish_check(setter: Setter) -> None:
 
 @_ablation("settle-before-serving", "a node settles etcd's timeline before serving a replica it just opened")
 def _settle_before_serving(setter: Setter) -> None:
-    from . import sim_node
+    from backend_store.cluster.node.replica_rounds import ReplicaRounds
 
-    setter(sim_node, "SETTLE_BEFORE_SERVING", False)
+    from . import copied_node
+
+    settle = ReplicaRounds._settle_timeline
+
+    async def after_serving(self: ReplicaRounds, opened: Any) -> None:
+        # As before issue 48: a replica opened in this round is served before the timeline
+        # is settled (here, at the next round's settling, which sees it among those served).
+        if not list(opened):
+            await settle(self, ())
+
+    setter(ReplicaRounds, "_settle_timeline", after_serving)
+    setter(copied_node, "SETTLE_BEFORE_SERVING", False)
 
 
 @_ablation("incarnation-floor", "a raised incarnation ends every term of the earlier one")
 def _incarnation_floor(setter: Setter) -> None:
-    from backend_store.cluster.node import leadership
+    from backend_store.cluster.node import leadership, replica_rounds
 
-    from . import sim_partition
+    from . import copied_partition
 
     def no_floor(incarnation: int) -> int:
         return 0  # as before issue 48: a term of an earlier incarnation goes on, and is followed
 
     setter(leadership, "incarnation_floor", no_floor)
-    setter(sim_partition, "incarnation_floor", no_floor)
+    setter(replica_rounds, "incarnation_floor", no_floor)  # the replicas' followers' floor
+    setter(copied_partition, "incarnation_floor", no_floor)
 
 
 @_ablation("wakes-with-entries", "a link's sender is woken only when it has entries to ship")

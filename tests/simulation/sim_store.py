@@ -9,8 +9,10 @@ after the map grows, as ``group_commit.py`` does) and a slow disk.
 
 :class:`SimReplicaStore` is one open replica in a node process. It is the
 :class:`~backend_store.backend.ReplicaStore` the production replication code
-(``log_shipping.py``) drives, and the two Backend operations the simulated gateways use
-(``send`` and ``peek``), with the group-commit writer's rules:
+(``log_shipping.py``) drives, the :class:`~backend_store.cluster.node.hosted_store.HostedStore`
+a production ``PartitionHost`` holds (queues with their attributes, the replica's label,
+wake-ups), and the two Backend operations the simulated gateways use (``send`` and
+``peek``), with the group-commit writer's rules:
 
 - operations queued while a commit runs go together in the next one, which appends one log
   entry for all their writes (the next LSN, the store's fence as its epoch), only while the
@@ -36,18 +38,28 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import msgpack
 
+from backend_store.attributes import parse_attributes
+from backend_store.backend import ChangeListener
 from backend_store.cluster.coordination.layout import PartitionRecord, ServedSet
 from backend_store.cluster.coordination.timeline import RecordMark
+from backend_store.cluster.node.node_identity import pack_label, unpack_label
 from backend_store.cluster.node.receipts import KeptReceipt
 from backend_store.cluster.node.reconcile import ReplicaLabel
-from backend_store.errors import PushgateError, QueueNotFound, ReplicationGap, StaleEpoch, Unavailable
+from backend_store.errors import (
+    PushgateError,
+    QueueExists,
+    QueueNotFound,
+    ReplicationGap,
+    StaleEpoch,
+    Unavailable,
+)
 from backend_store.types import (
     Epoch,
     LogEntry,
@@ -55,6 +67,8 @@ from backend_store.types import (
     MessageId,
     NewMessage,
     PeekedMessage,
+    QueueAttributes,
+    QueueInfo,
     QueueName,
     SendResult,
     TenantId,
@@ -205,6 +219,7 @@ class SimReplicaStore:
         self._writer = proc.spawn(self._write_loop(), f"writer p{partition}")
         self.closed = False
         self._cache: tuple[int, MessageState, LogEntry | None] = (0, MessageState(), None)
+        self._listeners: list[ChangeListener] = []
 
     # ReplicaStore: reads ---------------------------------------------------------------
 
@@ -291,7 +306,54 @@ class SimReplicaStore:
         await self._submit(lambda b: b.ops.append(["h"]))
 
     async def ensure_queue(self, tenant: str, queue: str) -> None:
+        """The queue, logged without its attributes (``copied_partition.py``'s)."""
         await self._submit(lambda b: b.ops.append(["q", tenant, queue]))
+
+    def queue_exists(self, tenant: str, queue: str) -> bool:
+        return (tenant, queue) in self._state_of(self.data.entries).created
+
+    async def create_queue(
+        self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
+    ) -> tuple[QueueInfo, bool]:
+        """A queue with its attributes (``QueueExists`` if there is one), logged."""
+        attrs = dict(attributes)
+
+        def op(b: _Batch) -> None:
+            if (tenant, name) in self._state_of(b.base).created:
+                raise QueueExists(f"queue {name!r} exists")
+            b.ops.append(["q", tenant, name, attrs])
+
+        await self._submit(op)
+        return QueueInfo(tenant, name, 0.0, parse_attributes(attrs)), True
+
+    async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
+        attrs = self._state_of(self.data.entries).created.get((tenant, name))
+        if attrs is None:
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        return QueueInfo(tenant, name, 0.0, parse_attributes(attrs))
+
+    async def queue_attributes(
+        self, keys: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], QueueAttributes | None]:
+        """Several queues' attributes, as of one state of the log (production's one read)."""
+        created = self._state_of(self.data.entries).created
+        return {
+            key: None if (attrs := created.get(key)) is None else parse_attributes(attrs) for key in keys
+        }
+
+    async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
+        """The queue's attributes changed, logged."""
+        patch = dict(changes)
+
+        def op(b: _Batch) -> dict[str, Any]:
+            attrs = self._state_of(b.base).created.get((tenant, name))
+            if attrs is None:
+                raise QueueNotFound(f"queue {name!r} does not exist")
+            b.ops.append(["u", tenant, name, patch])
+            return {**attrs, **patch}
+
+        attrs: dict[str, Any] = await self._submit(op)
+        return QueueInfo(tenant, name, 0.0, parse_attributes(attrs))
 
     async def delete_queue(self, tenant: TenantId, name: QueueName) -> None:
         """The queue and its messages go (a pool partition's queue marked deleting)."""
@@ -354,8 +416,24 @@ class SimReplicaStore:
         self._cache = (len(entries), state, entries[-1] if entries else None)
         return state
 
-    def queue_exists(self, tenant: str, queue: str) -> bool:
-        return (tenant, queue) in self._state_of(self.data.entries).created
+    # What the node asks of a store besides its queues ------------------------------------
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        """Wake-ups after a commit that sent (to the leader's gateways, as ``Notify``)."""
+        self._listeners.append(listener)
+
+    async def sweep(self) -> int:
+        return 0  # nothing expires in the model (no retention, no dedupe window)
+
+    async def replica_label(self) -> bytes | None:
+        return pack_label(self.data.label) if self.data.label is not None else None
+
+    async def set_replica_label(self, value: bytes) -> None:
+        """Kept outside the log, as the LMDB store does (node_identity.py)."""
+        await self.proc.awake()
+        if self.closed or not self.proc.alive:
+            raise Unavailable("store is closed")
+        self.data.label = unpack_label(value)
 
     # The writer ------------------------------------------------------------------------------
 
@@ -420,6 +498,7 @@ class SimReplicaStore:
             fault = disk.commit_fault()
             if fault is None:
                 self._make_durable(staged)
+                self._woken(staged.ops)
                 break
             shipped = appended is not None and self._offer is not None
             if (
@@ -444,6 +523,11 @@ class SimReplicaStore:
             else:
                 future.set_exception(value)
 
+    def _woken(self, ops: list[list[Any]]) -> None:
+        for tenant, queue in dict.fromkeys((op[1], op[2]) for op in ops if op[0] == "s"):
+            for listener in self._listeners:
+                listener(TenantId(tenant), QueueName(queue))
+
     @staticmethod
     def _logs_own_writes(staged: _Batch) -> bool:
         """Whether the batch may log this store's own writes: its fence is still the term it
@@ -465,7 +549,7 @@ class SimReplicaStore:
             data.entries.extend(staged.added)
             self.disk.observer.appended(self.disk.node, self.partition, staged.added)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self.closed = True
         self._writer.cancel()
         for _, future in self._queue:
@@ -491,16 +575,19 @@ class StoredMessage:
 class MessageState:
     queues: dict[tuple[str, str], list[StoredMessage]] = field(default_factory=dict)
     dedupe: dict[tuple[str, str, str | None], StoredMessage] = field(default_factory=dict)
-    created: set[tuple[str, str]] = field(default_factory=set)
+    created: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # with attributes
 
 
 def _apply_ops(state: MessageState, ops: list[list[Any]], lsn: int) -> None:
     for op in ops:
         if op[0] == "q":
-            state.created.add((op[1], op[2]))
+            state.created[(op[1], op[2])] = op[3] if len(op) > 3 else {}
+        elif op[0] == "u":
+            key = (op[1], op[2])
+            state.created[key] = {**state.created[key], **op[3]}
         elif op[0] == "d":
             key = (op[1], op[2])
-            state.created.discard(key)
+            state.created.pop(key, None)
             state.queues.pop(key, None)
             for dedupe in [k for k in state.dedupe if k[:2] == key]:
                 del state.dedupe[dedupe]

@@ -40,20 +40,30 @@ import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ...backend import DeliverCallback, StandingReceive
 from ...errors import PushgateError
-from ...lmdb_store.engine import LmdbBackend
 from ...types import Lsn, QueueName, ReceivedMessage, TenantId
 from ..protocol.connection import ConnectionClosedError
 from ..protocol.ops import encode_received
 from ..protocol.stream import NodeStream
 from ..protocol.wire import Demand, Withdraw
+from .hosted_store import HostedStore
 
 if TYPE_CHECKING:
     from .partition_host import PartitionHost
 
 log = logging.getLogger("pushgate.cluster")
+
+
+@runtime_checkable
+class DemandStore(HostedStore, StandingReceive, Protocol):
+    """A replica's store that takes standing receives (the LMDB store; a store without them,
+    the simulation's, leaves its gateways to the leader's ``Notify``)."""
+
+    def demand_waiting(self, tenant: TenantId, queue: QueueName, deliver: DeliverCallback) -> bool: ...
+
 
 # (partition, tenant, queue): what one store demand is registered for.
 _QueueKey = tuple[int, str, str]
@@ -65,7 +75,7 @@ _OutboxKey = tuple[NodeStream, int, str, str]
 class _Registered:
     stream: NodeStream
     demand: Demand
-    store: LmdbBackend
+    store: DemandStore
     # What the store was given (compared by identity when withdrawn).
     callback: Callable[[list[ReceivedMessage]], None] | None = None
     consumed: bool = False
@@ -118,6 +128,8 @@ class NodeDemands:
         if message.epoch and message.epoch != leader.epoch:
             return
         store = host.store
+        if not isinstance(store, DemandStore):
+            return  # the leader's Notify wakes the gateway instead
         registered = _Registered(stream, message, store)
         registered.callback = functools.partial(self._served, registered)
         try:

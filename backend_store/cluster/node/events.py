@@ -28,8 +28,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ...backend import MessageEvent
-from ...lmdb_store.engine import LmdbBackend
+from ...backend import MessageEvent, MessageEvents
 from ..protocol.connection import ConnectionClosedError
 from ..protocol.stream import NodeStream
 
@@ -44,7 +43,7 @@ class NodeEvents:
         self._hosts = hosts
         self._receivers: dict[tuple[int, str, str], NodeStream] = {}
         self._senders: dict[tuple[int, str, str], NodeStream] = {}  # asked when nobody received
-        self._listening: weakref.WeakSet[LmdbBackend] = weakref.WeakSet()  # stores our listener is on
+        self._listening: weakref.WeakSet[MessageEvents] = weakref.WeakSet()  # stores our listener is on
 
     def received(self, stream: NodeStream, partition: int, tenant: object, queue: object) -> None:
         """A gateway received (or registered a demand) on ``partition``'s ``tenant``/``queue``."""
@@ -69,7 +68,7 @@ class NodeEvents:
         if host is None or host.follower is None:
             return
         store = host.store
-        if store not in self._listening:
+        if isinstance(store, MessageEvents) and store not in self._listening:
             self._listening.add(store)
             store.add_event_listener(lambda events: self._committed(partition, events))
 

@@ -12,22 +12,35 @@ import shutil
 import signal
 import ssl
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ...encryption import Keyring
+from ...lmdb_store.engine import LmdbBackend
 from ...options import StoreOptions
-from ...private_files import warning_lines
+from ...private_files import private_dir, warning_lines
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator
 from ..coordination.etcd_tls import EtcdTls
-from ..coordination.layout import Layout
+from ..coordination.layout import Layout, PartitionRecord, ServedSet
+from ..coordination.storage_record import NodeStorage
+from ..coordination.timeline import RecordMark
+from ..protocol.address import split_address
 from ..protocol.tls import NodeTls, TlsFiles, node_tls_loader, serve_node_protocol
+from ..replication.log_shipping import Streams
+from .hosted_store import Dial, OpenedReplica, OpenStore
 from .node import Node
 from .node_config import NodeConfig
+from .node_identity import ClusterIdFile
 from .partition_host import PartitionHost, Wake
 from .ports import AcceptStream
+from .receipts import KeptReceipt, keep_receipt, read_receipts
+from .remembered_records import forget, read_marks, read_remembered, remember
+from .reseed import LmdbReseeder
+from .served_sets import forget_served_set, keep_served_set, read_served_sets
+from .storage_gauge import StorageGauge
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -88,12 +101,11 @@ class LmdbReplicaStores:
     async def open(self, partition: int, wake: Wake, floor: Callable[[], Epoch]) -> PartitionHost:
         host = PartitionHost(
             partition,
-            self.root / str(partition),
             self.node_id,
-            self.options,
+            open_lmdb(self.root / str(partition), self.options),
             wake,
+            dial=tcp_dial(self.tls),
             sweep_every_s=self.sweep_every_s,
-            tls=self.tls,
             floor=floor,
         )
         await host.open()
@@ -122,9 +134,37 @@ class LmdbReplicaStores:
                 shutil.rmtree(path, ignore_errors=True)
 
 
+def open_lmdb(path: Path, options: StoreOptions) -> OpenStore:
+    """A replica's store as an LMDB environment at ``path``, re-seeded beside it."""
+
+    async def open_store() -> OpenedReplica:
+        private_dir(path.parent)
+        store = LmdbBackend(path, options)
+        # Cluster queues carry replication_factor > 1: replication is the node's job here.
+        store.max_replication_factor = 5
+        await store.start()
+        reseeder = LmdbReseeder(path, options)
+        return OpenedReplica(store, reseeder.staging, reseeder.install)
+
+    return open_store
+
+
+def tcp_dial(tls: ssl.SSLContext | None) -> Dial:
+    """Leader links over TCP (with ``tls``: mutual TLS, this client context)."""
+
+    async def dial(address: str) -> Streams:
+        host, port = split_address(address)
+        return await asyncio.open_connection(host, port, ssl=tls)
+
+    return dial
+
+
 class SystemClock:
     def now(self) -> float:
         return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -133,6 +173,48 @@ class SystemClock:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await event.wait()
+
+
+class LocalNodeFiles:
+    """The node's files under ``data_dir`` (written off the event loop)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.cluster_id = ClusterIdFile(data_dir)
+        self.gauge = StorageGauge(data_dir)
+
+    def new_cluster_id(self) -> str:
+        return uuid.uuid4().hex
+
+    async def read_receipts(self) -> dict[int, KeptReceipt]:
+        return await asyncio.to_thread(read_receipts, self.data_dir)
+
+    async def keep_receipt(self, partition: int, kept: KeptReceipt) -> None:
+        await asyncio.to_thread(keep_receipt, self.data_dir, partition, kept)
+
+    async def read_remembered(self) -> dict[int, PartitionRecord]:
+        return await asyncio.to_thread(read_remembered, self.data_dir)
+
+    async def read_marks(self) -> dict[int, RecordMark]:
+        return await asyncio.to_thread(read_marks, self.data_dir)
+
+    async def remember(self, partition: int, record: PartitionRecord, mark: RecordMark | None) -> None:
+        await asyncio.to_thread(remember, self.data_dir, partition, record, mark)
+
+    async def forget(self, partition: int) -> None:
+        await asyncio.to_thread(forget, self.data_dir, partition)
+
+    async def read_served_sets(self) -> dict[int, ServedSet]:
+        return await asyncio.to_thread(read_served_sets, self.data_dir)
+
+    async def keep_served_set(self, partition: int, served: ServedSet) -> None:
+        await asyncio.to_thread(keep_served_set, self.data_dir, partition, served)
+
+    async def forget_served_set(self, partition: int) -> None:
+        await asyncio.to_thread(forget_served_set, self.data_dir, partition)
+
+    async def storage(self, stores: Iterable[object]) -> NodeStorage | None:
+        return await self.gauge.current(stores)
 
 
 def local_node(
@@ -170,7 +252,14 @@ def local_node(
         sweep_every_s=sweep_every_s,
         tls=tls.client if tls is not None else None,
     )
-    return Node(config, coordinator, listener or TcpNodeListener(tls=tls), replicas, SystemClock())
+    return Node(
+        config,
+        coordinator,
+        listener or TcpNodeListener(tls=tls),
+        replicas,
+        SystemClock(),
+        LocalNodeFiles(config.data_dir),
+    )
 
 
 async def run_node(
@@ -192,7 +281,6 @@ async def run_node(
     """``pushgate node``: run until cancelled (SIGINT/SIGTERM). ``tls_files``: where ``tls``
     came from, looked at for renewals every 10 s and on SIGHUP (backend_store/tls_reload.py)."""
     from ..coordination.etcd_coordinator import EtcdCoordinator
-    from ..protocol.address import split_address
 
     for line in warning_lines(data_dir):  # backend_store/private_files.py
         log.warning("%s", line)

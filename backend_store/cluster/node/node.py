@@ -61,17 +61,15 @@ from .etcd_records import leaders_moved, read_leaders, read_nodes, read_tombston
 from .events import NodeEvents
 from .leadership import NodeLeadership
 from .node_config import NodeConfig
-from .node_identity import ClusterIdFile, NodeIdentity
+from .node_identity import NodeIdentity
 from .partition_host import PartitionHost
 from .pool_queues import QueueRecords, note_changes
-from .ports import NodeClock, NodeListener, ReplicaStores
+from .ports import NodeClock, NodeFiles, NodeListener, ReplicaStores
 from .publication import Publication, node_record
-from .receipts import KeptReceipt, read_receipts, remade
+from .receipts import KeptReceipt, remade
 from .reconcile import MapView, ReplicaLabel
-from .remembered_records import read_marks, read_remembered
 from .replica_rounds import ReplicaRounds
-from .served_sets import ServedSets, read_served_sets
-from .storage_gauge import StorageGauge
+from .served_sets import ServedSets
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -84,24 +82,24 @@ class Node(ReplicaRounds):
         listener: NodeListener,
         replicas: ReplicaStores,
         clock: NodeClock,
+        files: NodeFiles,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.data_dir = config.data_dir
         self.layout = config.layout
         self.coordinator = coordinator
         self.listener = listener
         self.replicas = replicas
         self.clock = clock
+        self.files = files
         self.hosts: dict[int, PartitionHost] = {}
         # Gateways' standing receives on the partitions this node leads.
         self.demands = NodeDemands(self.hosts, timeout_s=config.request_timeout_s)
         # Which gateway reports each partition's dead-letter moves and expiries.
         self.events = NodeEvents(self.hosts)
-        # Disk and map use, published with the positions (node_storage.py).
-        self.storage = StorageGauge(self.data_dir)
         self.session: Session | None = None
-        self._clients: set[NodeStream] = set()
+        # Gateway connections, in the order they came (a dict: woken in a fixed order).
+        self._clients: dict[NodeStream, None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_sessions: list[Session] = []  # revoked once a new session has registered
         self._watched: list[WatchedPrefix] = []
@@ -117,7 +115,14 @@ class Node(ReplicaRounds):
         self._tombstones: dict[int, Tombstone] = {}
         self.publication = Publication(config.publish_every_s)
         # The cluster's identity: what this node keeps, what etcd holds (node_identity.py).
-        self.identity = NodeIdentity(self.node_id, ClusterIdFile(self.data_dir), coordinator, self.layout)
+        self.identity = NodeIdentity(
+            self.node_id,
+            files.cluster_id,
+            coordinator,
+            self.layout,
+            new_cluster_id=files.new_cluster_id,
+            wall_clock=clock.wall,
+        )
         # When, why and how this node's replicas lead (leadership.py).
         self.leadership = NodeLeadership(
             coordinator,
@@ -157,10 +162,10 @@ class Node(ReplicaRounds):
 
     async def start(self) -> None:
         """Listen, and start coordinating (returns at once; the node keeps working in tasks)."""
-        self._receipts = await asyncio.to_thread(read_receipts, self.data_dir)
-        self._remembered = await asyncio.to_thread(read_remembered, self.data_dir)
-        self._marks = await asyncio.to_thread(read_marks, self.data_dir)
-        self._served_sets = ServedSets(await asyncio.to_thread(read_served_sets, self.data_dir))
+        self._receipts = await self.files.read_receipts()
+        self._remembered = await self.files.read_remembered()
+        self._marks = await self.files.read_marks()
+        self._served_sets = ServedSets(await self.files.read_served_sets())
         await self.listener.listen(self._accept)
         for prefix, handler in (
             (self.layout.partitions, self._on_partitions),
@@ -346,7 +351,7 @@ class Node(ReplicaRounds):
             claim = self._leaders.get(pid)
             position = await host.position(claim[1] if claim is not None else 0)
             replicas[pid] = remade(self._receipts.get(pid), self._labels.get(pid), position)
-        storage = await self.storage.current(h.store for h in list(self.hosts.values()))
+        storage = await self.files.storage(h.store for h in list(self.hosts.values()))
         record = node_record(
             self.address,
             replicas,

@@ -20,7 +20,6 @@ from typing import Protocol
 
 import msgpack
 
-from ...lmdb_store.engine import LmdbBackend
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Entry, PrefixState
 from ..coordination.identity import (
     ClusterRecord,
@@ -33,6 +32,7 @@ from ..coordination.layout import ClusterIdentity, Layout
 from ..coordination.timeline import Timeline, raise_incarnation_past
 from ..coordination.watched_prefix import WatchedPrefix
 from .durable_file import write_durably
+from .hosted_store import HostedStore
 from .reconcile import ReplicaLabel
 
 log = logging.getLogger("pushgate.cluster")
@@ -88,7 +88,7 @@ def unpack_label(data: bytes | None) -> ReplicaLabel | None:
         return None
 
 
-async def read_label(store: LmdbBackend) -> ReplicaLabel | None:
+async def read_label(store: HostedStore) -> ReplicaLabel | None:
     return unpack_label(await store.replica_label())
 
 

@@ -40,7 +40,7 @@ class NodeServing:
     session: Session | None
     demands: NodeDemands
     events: NodeEvents
-    _clients: set[NodeStream]
+    _clients: dict[NodeStream, None]
     _leaders: dict[int, tuple[LeaderRecord, Epoch]]
 
     @property
@@ -55,7 +55,7 @@ class NodeServing:
                 stream.connection.notify(partition, tenant, queue)
                 stream.flush_soon()
             except ConnectionClosedError:
-                self._clients.discard(stream)
+                self._clients.pop(stream, None)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = NodeStream(Connection(self.node_id), reader, writer)
@@ -90,8 +90,10 @@ class NodeServing:
         await self._serve_client(stream, events)
 
     async def _serve_client(self, stream: NodeStream, events: AsyncIterator[Event]) -> None:
-        self._clients.add(stream)
-        running: set[asyncio.Task[None]] = set()
+        self._clients[stream] = None
+        # A dict, not a set: cancelled in the order they came (a set's order is the tasks'
+        # addresses, and the simulation replays a seed only if it is always the same).
+        running: dict[asyncio.Task[None], None] = {}
         try:
             async for event in events:
                 if isinstance(event, Request):
@@ -108,8 +110,8 @@ class NodeServing:
                             event.partition, event.args.get("tenant"), event.args.get("name")
                         )
                     task = asyncio.create_task(self._answer(stream, event))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                    running[task] = None
+                    task.add_done_callback(lambda done: running.pop(done, None))
                 elif isinstance(event, Demand | Withdraw):
                     if isinstance(event, Demand):
                         self.events.received(stream, event.partition, event.tenant, event.queue)
@@ -117,7 +119,7 @@ class NodeServing:
                 elif isinstance(event, Closed):
                     break
         finally:
-            self._clients.discard(stream)
+            self._clients.pop(stream, None)
             self.demands.forget(stream)
             self.events.forget(stream)
             for task in list(running):

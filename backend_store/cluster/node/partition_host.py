@@ -22,27 +22,26 @@ import asyncio
 import contextlib
 import functools
 import logging
-import shutil
-import ssl
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...attributes import apply_patch
 from ...errors import PushgateError, QueueExists, QueueNotFound, StaleEpoch, Unavailable
-from ...lmdb_store.engine import LmdbBackend
-from ...options import StoreOptions
-from ...private_files import private_dir
 from ...types import Epoch, Lsn, QueueAttributes, QueueName, TenantId
 from ..coordination.layout import PartitionRecord, ReplicaPosition
 from ..coordination.queue_record import former_dead_letter_queues, store_attributes
 from ..protocol import ops
-from ..protocol.address import split_address
-from ..replication.log_shipping import ReplicationFollower, ReplicationLeader, ReplicationMode
+from ..replication.log_shipping import (
+    WINDOW_ENTRIES,
+    Connect,
+    ReplicationFollower,
+    ReplicationLeader,
+    ReplicationMode,
+)
 from ..replication.quorum import QuorumCheck
+from .hosted_store import Dial, HostedStore, OpenStore
 from .pool_queues import PoolQueues, QueueKey, QueueRecords, not_ready
-from .reseed import LmdbReseeder
 from .term import LeaderTerm
 
 log = logging.getLogger("pushgate.cluster")
@@ -61,26 +60,30 @@ class PartitionHost(LeaderTerm):
     def __init__(
         self,
         partition: int,
-        path: Path,
         node_id: str,
-        options: StoreOptions,
+        open_store: OpenStore,
         wake: Wake,
         *,
+        dial: Dial,
+        clock: Callable[[], float] = time.monotonic,
         sweep_every_s: float = 5.0,
-        tls: ssl.SSLContext | None = None,
         floor: Callable[[], Epoch] | None = None,
+        window_entries: int = WINDOW_ENTRIES,
     ) -> None:
-        """``tls``: the client context leader links to followers dial with (None: plaintext).
-        ``floor``: the oldest term the replica may follow (``ReplicationFollower``'s)."""
+        """``open_store``: opens the replica's store (:meth:`open`); ``dial``: how its leader
+        reaches the other replicas (``host:port``); ``clock``: check-quorum's and the
+        leader's time (the node's); ``floor``: the oldest term the replica may follow
+        (``ReplicationFollower``'s); ``window_entries``: the leader's shipping window."""
         self.partition = partition
-        self.tls = tls
         self.floor = floor
         self.sweep_every_s = sweep_every_s
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_due = asyncio.Event()
-        self.path = path
         self.node_id = node_id
-        self.options = options
+        self._open_store = open_store
+        self._dial = dial
+        self.clock = clock
+        self.window_entries = window_entries
         self._wake = wake
         self.record: PartitionRecord | None = None
         self.follower: ReplicationFollower | None = None
@@ -93,26 +96,21 @@ class PartitionHost(LeaderTerm):
         self.pool_queues = PoolQueues()
 
     @property
-    def store(self) -> LmdbBackend:
+    def store(self) -> HostedStore:
         """The current store (a re-seed replaces the follower's)."""
         assert self.follower is not None, "partition not open"
-        store = self.follower.store
-        assert isinstance(store, LmdbBackend)
-        return store
+        # What ``open_store`` gave, or what its ``install_snapshot`` made of it: the follower
+        # holds it as the narrower ReplicaStore.
+        return cast(HostedStore, self.follower.store)
 
     async def open(self) -> None:
-        private_dir(self.path.parent)
-        store = LmdbBackend(self.path, self.options)
-        # Cluster queues carry replication_factor > 1: replication is the node's job here.
-        store.max_replication_factor = 5
-        await store.start()
-        reseeder = LmdbReseeder(self.path, self.options)
+        opened = await self._open_store()
         self.follower = ReplicationFollower(
-            store,
+            opened.store,
             partition=self.partition,
             node_id=self.node_id,
-            staging=reseeder.staging,
-            install_snapshot=reseeder.install,
+            staging=opened.staging,
+            install_snapshot=opened.install_snapshot,
             floor=self.floor,
         )
 
@@ -161,8 +159,10 @@ class PartitionHost(LeaderTerm):
             replicas=len(record.replicas),
             node_id=self.node_id,
             mode=ReplicationMode(record.mode),
-            quorum=QuorumCheck(self.node_id, record.replicas, window_s=quorum_window_s, now=time.monotonic()),
+            quorum=QuorumCheck(self.node_id, record.replicas, window_s=quorum_window_s, now=self.clock()),
+            clock=self.clock,
             voters=record.replicas,
+            window_entries=self.window_entries,
         )
         await leader.start()  # raises StaleEpoch if this replica saw a newer term
         self._term_start = self.last_entry()
@@ -180,7 +180,7 @@ class PartitionHost(LeaderTerm):
             self.pool_queues.begin_term(as_records(queues), self.partition)
         self.open_term(queues)
 
-    def _on_change(self, store: LmdbBackend, tenant: str, queue: str) -> None:
+    def _on_change(self, store: HostedStore, tenant: str, queue: str) -> None:
         if self.leading and self.follower is not None and self.follower.store is store:
             self._wake(self.partition, tenant, queue)
 
@@ -204,12 +204,14 @@ class PartitionHost(LeaderTerm):
                     leader.followers.pop(node_id, None)
         for node_id, address in wanted.items():
             if node_id not in self._links:
-                host, port = split_address(address)
                 task = asyncio.create_task(
-                    leader.maintain(node_id, host, port, retry_s=0.1, tls=self.tls),
+                    leader.maintain(node_id, self._dialler(address), retry_s=0.1),
                     name=f"link p{self.partition}->{node_id}",
                 )
                 self._links[node_id] = (address, task)
+
+    def _dialler(self, address: str) -> Connect:
+        return lambda: self._dial(address)
 
     async def apply_queue_attributes(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
         """Make the store's queue (and its dead-letter queue) match etcd's attributes (leader
@@ -309,7 +311,7 @@ class PartitionHost(LeaderTerm):
         await self._replicate_local_change()
         return True
 
-    async def _check_dead_letter_copy(self, store: LmdbBackend, args: Mapping[str, Any]) -> None:
+    async def _check_dead_letter_copy(self, store: HostedStore, args: Mapping[str, Any]) -> None:
         """A gateway's update that names a dead-letter queue this store has no copy of yet:
         the copy comes with etcd's record (``apply_queue_attributes``), which may not have
         reached us. Answered as not_leader (nothing applied), so the gateway retries."""
@@ -444,14 +446,10 @@ class PartitionHost(LeaderTerm):
     # Life cycle ------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        """Stop leading and close the store (its files are the node's ``ReplicaStores``')."""
         await self.step_down("closing")
         if self.follower is not None:
             await self.store.close()
-
-    async def destroy(self) -> None:
-        """Close and delete the environment (the partition left this node)."""
-        await self.close()
-        await asyncio.to_thread(shutil.rmtree, self.path, True)
 
 
 def as_records(queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueRecords:

@@ -6,11 +6,9 @@ One partition's failing step costs that partition alone (``_partition_step``). A
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Collection, Iterable
-from pathlib import Path
 
 from ...types import Epoch
 from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Session
@@ -23,12 +21,12 @@ from .node_identity import pack_label, read_label
 from .node_serving import NodeServing
 from .partition_host import PartitionHost
 from .pool_queues import QueueRecords
-from .ports import NodeClock, ReplicaStores
+from .ports import NodeClock, NodeFiles, ReplicaStores
 from .publication import Publication
-from .receipts import KeptReceipt, keep_receipt
+from .receipts import KeptReceipt
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
-from .remembered_records import forget, remember, worth_keeping
-from .served_sets import ServedSets, forget_served_set, keep_served_set
+from .remembered_records import worth_keeping
+from .served_sets import ServedSets
 
 log = logging.getLogger("pushgate.cluster")
 # A replica this node could not serve (it would not open, or what serving it needs could not
@@ -40,7 +38,7 @@ _DELETING = "deleting its copy"  # the step's name, in its failures' reasons
 class ReplicaRounds(NodeServing):
     coordinator: Coordinator
     layout: Layout
-    data_dir: Path
+    files: NodeFiles
     replicas: ReplicaStores
     clock: NodeClock
     leadership: NodeLeadership
@@ -207,7 +205,7 @@ class ReplicaRounds(NodeServing):
         mark = self._mark_now(pid)
         kept, kept_mark = self._remembered.get(pid), self._marks.get(pid)
         if worth_keeping(record, mark, kept, kept_mark) and not self.identity.timeline.suspect:
-            await asyncio.to_thread(remember, self.data_dir, pid, record, mark)
+            await self.files.remember(pid, record, mark)
             self._remembered[pid] = record
             if mark is not None:
                 self._marks[pid] = mark
@@ -250,7 +248,7 @@ class ReplicaRounds(NodeServing):
             pid, record.replicas, self.identity.incarnation, last_epoch, last_lsn
         )
         if served is not None:
-            await asyncio.to_thread(keep_served_set, self.data_dir, pid, served)
+            await self.files.keep_served_set(pid, served)
             self._served_sets.keep(pid, served)
 
     def _decide(self, verdict: IdentityVerdict, opened: dict[int, PartitionHost]) -> Decision:
@@ -351,23 +349,23 @@ class ReplicaRounds(NodeServing):
             kept = KeptReceipt(label, tombstone.receipt)
             # Before the copy goes; and before anything else, so that a receipt that cannot
             # be written (a full disk) leaves the copy as it was, to be tried again.
-            await asyncio.to_thread(keep_receipt, self.data_dir, pid, kept)
+            await self.files.keep_receipt(pid, kept)
             self._receipts[pid] = kept
         log.warning("node %s: deleting the replica of partition %d (%s)", self.node_id, pid, why)
         host = self.hosts.pop(pid, None)
         if host is not None:
             self.events.forget_partition(pid)
             await self.leadership.resign_key(host.partition)
-            await host.destroy()
+            await host.close()
         await self.replicas.delete(pid, why)
         self._labels.pop(pid, None)
         self._stray_ranks.pop(pid, None)
         self._unservable.pop(pid, None)
         self._marks.pop(pid, None)
         if self._remembered.pop(pid, None) is not None:
-            await asyncio.to_thread(forget, self.data_dir, pid)
+            await self.files.forget(pid)
         if self._served_sets.forget(pid):
-            await asyncio.to_thread(forget_served_set, self.data_dir, pid)
+            await self.files.forget_served_set(pid)
         # Done: the tombstone has served (a failure here leaves it; deleting again is a no-op).
         with contextlib.suppress(CoordinatorUnavailable):
             await self.coordinator.delete(self.layout.tombstone(pid, self.node_id))

@@ -54,6 +54,12 @@ from .quorum import QuorumCheck
 SNAPSHOT_CHUNK = 1024 * 1024
 # Installs a leader's snapshot (a directory holding it) in place of the old store.
 InstallSnapshot = Callable[[ReplicaStore, Path], Awaitable[ReplicaStore]]
+# A connection to a follower's node, opened by ``maintain``'s caller (TCP, with TLS when
+# asked, for a node process; the simulated network in the simulation).
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+Connect = Callable[[], Awaitable[Streams]]
+# Entries a leader ships to a follower before hearing back (``ReplicationLeader``).
+WINDOW_ENTRIES = 2048
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -123,7 +129,7 @@ class ReplicationLeader:
         node_id: str,
         mode: ReplicationMode = ReplicationMode.SYNC,
         batch_entries: int = 256,
-        window_entries: int = 2048,
+        window_entries: int = WINDOW_ENTRIES,
         heartbeat_s: float = 0.5,
         quorum: QuorumCheck | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -397,28 +403,27 @@ class ReplicationLeader:
     async def maintain(
         self,
         follower_id: str,
-        host: str,
-        port: int,
+        connect: Connect,
         *,
         retry_s: float = 0.2,
         connect_timeout_s: float = 2.0,
-        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """Keep a link to one follower: dial, replicate until the link breaks, dial again.
+        """Keep a link to one follower: dial (``connect``), replicate until the link breaks,
+        dial again.
 
         Runs until cancelled or deposed. A follower that restarts is caught up from the
-        position it reports on the new connection. ``tls``: dial with this client context.
+        position it reports on the new connection.
         """
         warned = False  # a refused TLS handshake is logged once per run of failures
         while not self.deposed.is_set():
             try:
                 async with asyncio.timeout(connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+                    reader, writer = await connect()
             except ssl.SSLError as exc:
                 if not warned:
                     warned = True
-                    what = "partition %d: TLS handshake with %s at %s:%d failed: %s"
-                    log.warning(what, self.partition, follower_id, host, port, exc)
+                    what = "partition %d: TLS handshake with %s failed: %s"
+                    log.warning(what, self.partition, follower_id, exc)
                 await asyncio.sleep(retry_s)
                 continue
             except (OSError, TimeoutError):
