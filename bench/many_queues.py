@@ -166,12 +166,30 @@ async def pool(work: list[str], producers: int, step: Callable[[str], Awaitable[
     return time.perf_counter() - began
 
 
-async def ok(call: Awaitable[httpx.Response]) -> httpx.Response | None:
+# Why requests were refused: (step, status and problem code or error) -> how many, and one
+# detail of each, printed with the round (a 503 without a fault is a bug to find).
+REFUSALS: dict[tuple[str, str], int] = {}
+REFUSAL_DETAIL: dict[tuple[str, str], str] = {}
+
+
+async def ok(call: Awaitable[httpx.Response], step: str = "") -> httpx.Response | None:
     """The answer if it was a 2xx, else None (refusals and timeouts are counted, not raised)."""
-    with contextlib.suppress(httpx.HTTPError):
+    try:
         answer = await call
+    except httpx.HTTPError as exc:
+        why, detail = type(exc).__name__, str(exc)
+    else:
         if answer.is_success:
             return answer
+        try:
+            problem = answer.json()
+        except ValueError:
+            problem = {}
+        why = f"{answer.status_code} {problem.get('code', '')}".strip()
+        detail = str(problem.get("detail", answer.text[:200]))
+    if step:
+        REFUSALS[(step, why)] = REFUSALS.get((step, why), 0) + 1
+        REFUSAL_DETAIL.setdefault((step, why), detail[:300])
     return None
 
 
@@ -189,7 +207,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
 
         async def create(queue: str) -> None:
             nonlocal refused
-            if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes)) is None:
+            if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes), "create") is None:
                 refused += 1
 
         await pool(few, args.producers, create)
@@ -249,7 +267,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         async def send(queue: str) -> None:
             nonlocal refused
             body = f"{queue}:{next(counter)}"
-            if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body})) is None:
+            if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}), "send") is None:
                 refused += 1
             else:
                 acked[queue].add(body)
@@ -473,6 +491,7 @@ def run_embedded(args: argparse.Namespace, root: Path) -> Round:
         asyncio.run(measure(system, args, out))
     finally:
         stop(proc)
+        out.notes.extend(refusals())
     return out
 
 
@@ -491,6 +510,7 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
         system = System("cluster", url, key, data / "gateway", nodes, children["etcd"][0], attributes)
         asyncio.run(measure(system, args, out))
     finally:
+        out.notes.extend(refusals())
         for pid in [pid for n, (_, pid) in children.items() if n.startswith("node")]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGCONT)
@@ -501,6 +521,17 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return out
+
+
+def refusals() -> list[str]:
+    """The refusals counted since the last call, by step and why, with one detail each."""
+    notes = [
+        f"{count} {step} refused: {why} ({REFUSAL_DETAIL[(step, why)]})"
+        for (step, why), count in sorted(REFUSALS.items())
+    ]
+    REFUSALS.clear()
+    REFUSAL_DETAIL.clear()
+    return notes
 
 
 def show(embedded: Round, cluster: Round) -> None:
