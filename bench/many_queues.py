@@ -200,7 +200,12 @@ def names(n: int) -> list[str]:
 async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
     f = out.figures
     few, every = names(args.few), names(args.queues)
-    limits = httpx.Limits(max_connections=args.producers, max_keepalive_connections=args.producers)
+    # Idle connections dropped before the server's keep-alive timeout (uvicorn's 5 s, httpx's
+    # default expiry too): reused as the server closes one, a request fails with ReadError,
+    # which was counted as a refusal (one create in each round at 2,000 queues, session 51).
+    limits = httpx.Limits(
+        max_connections=args.producers, max_keepalive_connections=args.producers, keepalive_expiry=2.0
+    )
     headers = {"Authorization": f"Bearer {system.key}"}
     async with httpx.AsyncClient(base_url=system.url, headers=headers, limits=limits, timeout=60) as http:
         refused = 0
