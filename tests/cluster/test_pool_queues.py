@@ -259,3 +259,20 @@ async def test_a_record_that_changed_while_its_queue_was_made_is_applied_again_b
     store = Store()
     await queues.apply(records, 1, store.ensure, store.drop)
     assert store.calls == [("drop", ("t", "q"))]
+
+
+async def test_a_queue_made_by_a_request_while_a_new_term_began_is_left_to_that_terms_pass() -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, q=doc(1))
+    queues = PoolQueues(opened=True, records=records)
+
+    async def ensure_across_terms(key: QueueKey, attrs: dict[str, Any]) -> bool:
+        queues.begin_term(records, 1)  # deposed and elected again meanwhile
+        return True
+
+    send = {"tenant": "t", "queue": "q"}
+    assert (
+        await ready_or_applied(SLOT_1, (), queues, 1, "send", send, ensure_across_terms)
+        == "q not applied yet"
+    )
+    assert queues.applied == {} and queues.pending == {("t", "q")}

@@ -214,10 +214,13 @@ class PoolQueues:
     opened: bool = False
     # The node's records, as the term's last pass read them (what a request applies from).
     records: QueueRecords | None = None
+    # Counts the terms begun: what a request applied during another term's start is not ours.
+    terms: int = 0
 
     def begin_term(self, records: QueueRecords, pid: int) -> None:
         self.applied.clear()
         self.opened = False
+        self.terms += 1
         self.records = records
         self.pending = records.on_partition(pid)
 
@@ -276,8 +279,9 @@ class PoolQueues:
         Only once the term's first pass is done (its first entry written); a queue whose
         dead-letter queue's copy is not applied yet is left to that pass, which makes the copy
         first. A record that changed while its queue was made is not counted applied: it is
-        pending again, and the pass applies what the record says now."""
-        records = self.records
+        pending again, and the pass applies what the record says now; nor is one made while a
+        new term began (that term's pass applies it after its own first entry)."""
+        records, term = self.records, self.terms
         tenant = args.get("tenant")
         if records is None or not self.opened or op in _ALWAYS_READY or not isinstance(tenant, str):
             return
@@ -290,7 +294,7 @@ class PoolQueues:
             if dlq is not None and (tenant, dlq) not in self.applied:
                 continue
             plain = store_attributes(doc)
-            if not await ensure(key, plain):
+            if not await ensure(key, plain) or self.terms != term:
                 continue
             if records.get(key) is doc:
                 self.applied[key] = plain
