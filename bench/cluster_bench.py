@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -60,7 +59,9 @@ from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, TenantId
 from bench.http_bench import _load as http_load
+from bench.many_queues import fdatasync_cost
 from bench.push_common import cpu_seconds, serve, start_gateway
+from bench.store_bench import machine
 from tests.cluster.processes import ClusterHarness
 from tests.fixtures.etcd_server import etcd_cluster
 
@@ -380,7 +381,8 @@ async def main(args: argparse.Namespace) -> None:
     body = b"x" * args.size
     with tempfile.TemporaryDirectory(prefix="pushgate-cluster-bench-") as tmp:
         root = Path(tmp)
-        print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cpus")
+        print(machine())
+        print(fdatasync_cost(root))
         print(
             f"{args.producers} producers, {args.seconds:g} s each, {args.size}-byte bodies, 3 nodes on loopback"
             + (", mutual TLS on the node protocol" if args.tls else "")

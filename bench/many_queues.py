@@ -15,7 +15,12 @@ temporary directory and stopped by PID / process group at the end of its turn:
    acked every message acknowledged to its queue;
 5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node, then
    every producer sends to the queues that took no send begun after the signal, until all
-   have (or ``--fault-timeout``): the time of the last queue (the target) and the median. A
+   have (or ``--fault-timeout``): the time of the last queue (the target) and the median,
+   bounded below by the producers' rate (the floor printed beside it). Meanwhile every queue
+   of the partitions the node led is peeked on the partition's new leader, all at once,
+   until each answers: when the last did (``every queue served``, what the failover costs a
+   queue whatever the producers' rate), and how many sends were refused though begun after
+   their queue's partition had its new leader key (0: no queue waits past its partition). A
    frozen node gets SIGCONT once all queues took a send; a killed one stays dead;
 6. on the cluster, every queue is peeked: an acknowledged send neither delivered to a
    consumer nor found is lost (must be 0).
@@ -56,15 +61,22 @@ from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
+from backend_store.cluster.client.node_pool import NodeClient, NodePool
+from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
-from backend_store.cluster.coordination.layout import Layout, LeaderRecord
+from backend_store.cluster.coordination.layout import Layout, LeaderRecord, unpack
 from backend_store.errors import PushgateError
+from backend_store.types import Epoch, QueueName, TenantId
 from bench.dev_cluster_failover import _CHILD, start
 from bench.push_common import machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
 
 REPO = Path(__file__).resolve().parents[1]
+# After a fault: a send's timeout (past the gateway's 10 s request deadline) and the pause
+# before a refused queue is tried again.
+_FAULT_SEND_TIMEOUT_S = 30.0
+_REFUSED_PAUSE_S = 0.05
 # Bound of each figure as the issue gives it: (bound, at least?) on the ratio or the value.
 TARGETS: dict[str, tuple[float, bool]] = {
     "create/s": (0.5, True),
@@ -77,7 +89,11 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "threads N/few": (1.1, False),
     "files N/few": (1.1, False),
     "stop: last queue s": (3, False),
+    "stop: every queue served s": (3, False),
+    "stop: refused after led again": (0, False),
     "kill: last queue s": (3, False),
+    "kill: every queue served s": (3, False),
+    "kill: refused after led again": (0, False),
     "lost": (0, False),
 }
 RATIOS = {"create/s", "send/s"}
@@ -389,7 +405,15 @@ async def one_fault(
     args: argparse.Namespace,
     out: Round,
 ) -> None:
-    """Signal a node; each queue's first acknowledged send begun after the signal."""
+    """Signal a node; each queue's first acknowledged send begun after the signal.
+
+    A refused send is tried again at once (after ``_REFUSED_PAUSE_S``), before the queues
+    not tried yet: a queue refused while its partition had no leader is asked again as soon
+    as it may have one, not after every other queue (which measured the producers' floor, not
+    the queue: session 50's 53 s). A send's timeout is past the gateway's request deadline, so
+    the gateway's answer, not the client giving up, says whether it was taken. A refusal of a
+    send begun after the queue's partition had its new leader key is a queue waiting past its
+    partition (``refused after led again``: the new leader not serving it yet)."""
     nodes = sorted(n for n in system.processes if n.startswith("node"))
     victim = nodes[0] if fault == "stop" else nodes[-1]
     pid = system.processes[victim]
@@ -398,20 +422,32 @@ async def one_fault(
     recovered: dict[str, float] = {}
     etcd = await EtcdCoordinator([system.etcd]).connect()
     led = await leaders(etcd)
+    where = await placements(etcd)
+    late: list[str] = []
     signalled = time.monotonic()
     os.killpg(pid, signal.SIGSTOP if fault == "stop" else signal.SIGKILL)
     deadline = signalled + args.fault_timeout
     theirs = {p for p, n in led.items() if n == victim}
-    watcher = asyncio.create_task(led_again(etcd, victim, theirs, deadline))
+    led_at: dict[int, float] = {}
+    watcher = asyncio.create_task(led_again(etcd, victim, theirs, deadline, led_at))
+    probes = [
+        asyncio.create_task(served_again(etcd, victim, p, [q for q in every if where.get(q) == p], deadline))
+        for p in theirs
+    ]
 
     async def producer() -> None:
         while pending and time.monotonic() < deadline:
             queue = pending.pop()
             body = f"{queue}:{next(counter)}"
-            answer = await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}, timeout=10))
+            began = time.monotonic()
+            answer = await ok(
+                http.post(f"/v1/queues/{queue}/messages", json={"body": body}, timeout=_FAULT_SEND_TIMEOUT_S)
+            )
             if answer is None:
-                pending.insert(0, queue)
-                await asyncio.sleep(0.05)
+                if began > led_at.get(where.get(queue, -1), float("inf")):
+                    late.append(queue)
+                pending.append(queue)
+                await asyncio.sleep(_REFUSED_PAUSE_S)
             else:
                 acked[queue].add(body)
                 recovered[queue] = time.monotonic() - signalled
@@ -419,14 +455,17 @@ async def one_fault(
     try:
         await asyncio.gather(*(producer() for _ in range(args.producers)))
         last_led = await watcher
+        last_served = max(await asyncio.gather(*probes), default=signalled)
     finally:
         if fault == "stop":
             os.killpg(pid, signal.SIGCONT)
         else:
             del system.processes[victim]
-        watcher.cancel()
+        for task in [watcher, *probes]:
+            task.cancel()
         await etcd.close()
     out.figures[f"{fault}: partitions led again s"] = last_led - signalled
+    out.figures[f"{fault}: every queue served s"] = last_served - signalled
     # One send to each queue takes this long at the rate measured before any fault: the
     # "last queue" figure cannot be lower, however fast the partitions fail over.
     out.figures[f"{fault}: floor at send/s s"] = len(every) / out.figures["send/s"]
@@ -435,6 +474,11 @@ async def one_fault(
     out.figures[f"{fault}: last queue s"] = took[-1] if len(took) == len(every) else float("inf")
     out.figures[f"{fault}: p50 s"] = statistics.median(took) if took else float("nan")
     out.figures[f"{fault}: queues without a send"] = len(every) - len(took)
+    # The producers' own rate while the fault lasted (the floor above is the rate before it).
+    out.figures[f"{fault}: send/s during"] = len(took) / took[-1] if took else 0.0
+    out.figures[f"{fault}: refused after led again"] = len(late)
+    if late:
+        out.notes.append(f"{fault}: refused after their partition's new leader: {sorted(set(late))[:10]}")
     out.notes.append(f"{fault}: signalled {victim}")
 
 
@@ -448,14 +492,76 @@ async def leaders(etcd: EtcdCoordinator) -> dict[int, str]:
     return out
 
 
-async def led_again(etcd: EtcdCoordinator, victim: str, partitions: set[int], deadline: float) -> float:
-    """When each of ``partitions`` had a leader key naming another node than ``victim``
-    (polled every 50 ms; inf: not by the deadline)."""
+async def placements(etcd: EtcdCoordinator) -> dict[str, int]:
+    """Queue name -> the partition it is placed on (the bench's queues have one each)."""
+    out: dict[str, int] = {}
+    for key, value in (await etcd.read_prefix(Layout().queues)).values().items():
+        with contextlib.suppress(PushgateError):
+            placed = pools.placement(unpack(value))
+            if placed:
+                out[key.rsplit("/", 1)[-1]] = placed[0]
+    return out
+
+
+async def served_again(
+    etcd: EtcdCoordinator, victim: str, partition: int, queues: list[str], deadline: float
+) -> float:
+    """When every one of ``queues`` (placed on ``partition``, which ``victim`` led) answered a
+    peek on the partition's new leader, asked over the node protocol as a gateway asks it:
+    each queue on its own, again every 20 ms until it answers (inf: not by the deadline). The
+    producers' floor does not bound this: it is what the partition's failover and its new
+    term cost each queue (and, under the producers' load, what a request waits at a node)."""
+    nodes = NodePool("bench-probe", timeout_s=5)
+    leader: list[tuple[NodeClient, Epoch]] = []  # the newest leader key seen, once not the victim's
+
+    async def follow() -> None:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(CoordinatorUnavailable):
+                entry = await etcd.get(Layout().leader(partition))
+                record = LeaderRecord.unpack(entry.value) if entry is not None else None
+                if entry is not None and record is not None and record.node != victim:
+                    leader[:] = [
+                        (nodes.client(record.node, record.address), record.epoch(entry.create_revision))
+                    ]
+            await asyncio.sleep(0.05)
+
+    async def until_served(queue: str) -> float:
+        while time.monotonic() < deadline:
+            if leader and await peek_on(*leader[0], partition, queue):
+                return time.monotonic()
+            await asyncio.sleep(0.02)
+        return float("inf")
+
+    follower = asyncio.create_task(follow())
+    try:
+        return max(await asyncio.gather(*(until_served(q) for q in queues)), default=time.monotonic())
+    finally:
+        follower.cancel()
+        await nodes.close()
+
+
+async def peek_on(client: NodeClient, epoch: Epoch, partition: int, queue: str) -> bool:
+    """Whether the leader answered a peek of ``queue`` (refusals and timeouts: False)."""
+    with contextlib.suppress(PushgateError):
+        await client.call(
+            "peek", partition, epoch, tenant=TenantId("default"), queue=QueueName(queue), max_messages=1
+        )
+        return True
+    return False
+
+
+async def led_again(
+    etcd: EtcdCoordinator, victim: str, partitions: set[int], deadline: float, led_at: dict[int, float]
+) -> float:
+    """When each of ``partitions`` had a leader key naming another node than ``victim``, into
+    ``led_at`` (polled every 50 ms); when the last did (inf: not by the deadline)."""
     waiting = set(partitions)
     while waiting and time.monotonic() < deadline:
         with contextlib.suppress(CoordinatorUnavailable):
             now = await leaders(etcd)
-            waiting = {p for p in waiting if now.get(p) in (None, victim)}
+            for p in [p for p in waiting if now.get(p) not in (None, victim)]:
+                led_at[p] = time.monotonic()
+                waiting.discard(p)
         if waiting:
             await asyncio.sleep(0.05)
     return float("inf") if waiting else time.monotonic()

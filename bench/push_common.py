@@ -41,11 +41,12 @@ _profilers: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def start_gateway(
-    data_dir: Path, store: str | None = None, env: dict[str, str] | None = None
+    data_dir: Path, store: str | None = None, env: dict[str, str] | None = None, tree: Path = REPO
 ) -> tuple[subprocess.Popen[str], str, str]:
     """``pushgate serve`` on a free port (uvicorn, uvloop, httptools, sans-I/O websockets);
     ``store``: its ``--store`` URL (default: the embedded store in ``data_dir``); ``env``:
-    more environment variables."""
+    more environment variables; ``tree``: the source tree it runs from (``python -m`` finds
+    the packages of its working directory first: another commit's, from ``git archive``)."""
     # PUSHGATE_BENCH_PROFILE=file.prof runs the gateway under cProfile (written at exit).
     profile = os.environ.get("PUSHGATE_BENCH_PROFILE")
     prefix = ["-m", "cProfile", "-o", profile, "-m", "gateway.cli"] if profile else []
@@ -60,7 +61,7 @@ def start_gateway(
             "0",
             *(["--store", store] if store else []),
         ],
-        cwd=REPO,
+        cwd=tree,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},

@@ -123,7 +123,15 @@ class GatewayServices:
         throttling = Throttling(settings, backend, hub, authenticator, metrics, queues)
         # The one send path of every transport: the quota, then the dedupe front and the store.
         sends = SendPath(throttling.dedupe.send, queues.get, observer, quota=throttling.enforcer)
-        engine = PushEngine(backend, hub, settings.push, recheck=recheck, observer=observer, sends=sends)
+        engine = PushEngine(
+            backend,
+            hub,
+            settings.push,
+            recheck=recheck,
+            observer=observer,
+            sends=sends,
+            queue_info=queues.get,
+        )
         metrics.waiting_receives.set_function(lambda: len(engine.polls.parked))
         return cls(
             settings=settings,

@@ -27,7 +27,7 @@ from typing import Any
 
 from backend_store.backend import InMemoryReceive, QueueStore, StandingReceive
 from backend_store.errors import Forbidden, InvalidRequest, PushgateError, Unavailable
-from backend_store.types import AckResult, NewMessage, QueueName, ReceivedMessage, TenantId
+from backend_store.types import AckResult, NewMessage, QueueInfo, QueueName, ReceivedMessage, TenantId
 
 from .batching import AckBatcher
 from .close_codes import CloseCode, close_code_for
@@ -44,6 +44,10 @@ from .transport import SseTransport, Transport
 from .wakeup import WakeupHub
 
 logger = logging.getLogger("pushgate.push")
+
+
+# A queue's name, attributes and creation time (raises ``QueueNotFound``); its stats are not read.
+QueueInfoReader = Callable[[TenantId, QueueName], Awaitable[QueueInfo]]
 
 
 class AlreadySubscribed(InvalidRequest):
@@ -63,8 +67,13 @@ class PushEngine:
         recheck: Recheck | None = None,
         observer: Observer | None = None,
         sends: SendPath | None = None,
+        queue_info: QueueInfoReader | None = None,
     ) -> None:
         self.backend = backend
+        # A queue's attributes and existence, as a subscribe asks: the gateway's queue cache
+        # (gateway/queue_cache.py), so that a reconnect storm's subscribes read no store; alone,
+        # the store itself.
+        self.queue_info: QueueInfoReader = queue_info or backend.get_queue
         # Where delivery outcomes are reported (usage records; see push/observer.py).
         self.observer: Observer = observer or Observers()
         # The one send path (push/send_path.py): the gateway gives its own, with the quota and
@@ -201,7 +210,7 @@ class PushEngine:
         awaited once the subscription exists, so a reply written right after this returns
         precedes the first delivery."""
         self._check_open(conn, queue)
-        info = await self.backend.get_queue(conn.tenant, queue)
+        info = await self.queue_info(conn.tenant, queue)
         self._check_open(conn, queue)
         sub = Subscription(
             conn,

@@ -133,7 +133,7 @@ class SseHandler:
             raise Forbidden(f"the token cannot receive from {queue}")
         if request.method == "HEAD":
             # Headers as for GET, and no stream: nothing to subscribe.
-            await engine.backend.get_queue(principal.tenant, queue)
+            await engine.queue_info(principal.tenant, queue)
             return Response(media_type="text/event-stream", headers=STREAM_HEADERS), None
 
         if self.rate_check is not None:

@@ -125,6 +125,8 @@ class Environment:
         # The file may already be bigger than asked (another process grew it).
         self.map_size = max(self.map_size, self.env.info()["map_size"])
         self.dbs: dict[Db, Any] = {db: self.env.open_db(db.name.lower().encode()) for db in Db}
+        # Each handle's number: what a journaled change names its database by (recorded_txn.py).
+        self.db_numbers: dict[Any, int] = {handle: int(db) for db, handle in self.dbs.items()}
 
     def reopen(self, *, journaled: bool) -> None:
         """Reopen journaled or with LMDB syncing each commit's data pages (a standalone
@@ -384,29 +386,6 @@ class LoggedWrites(Writes):
         if old is None:
             return False
         self.undo.append([db, key, old])
-        self.mutations.append((db, key, None))
-        self.write_count += 1
-        return True
-
-
-class JournaledWrites(Writes):
-    """Writes that record every mutation for the journal (checkpoint.py): a standalone store
-    that journals replays them after a crash."""
-
-    __slots__ = ("mutations",)
-
-    def __init__(self, txn: Any, dbs: dict[Db, Any]) -> None:
-        super().__init__(txn, dbs)
-        self.mutations: list[tuple[int, bytes, bytes | None]] = []
-
-    def put(self, db: Db, key: bytes, value: bytes) -> None:
-        self.txn.put(key, value, db=self.dbs[db])
-        self.mutations.append((db, key, value))
-        self.write_count += 1
-
-    def delete(self, db: Db, key: bytes) -> bool:
-        if not self.txn.delete(key, db=self.dbs[db]):
-            return False
         self.mutations.append((db, key, None))
         self.write_count += 1
         return True

@@ -34,8 +34,9 @@ from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from . import meta_pages
 from .checkpoint import Journaling
-from .environment import Db, Environment, JournaledWrites, LoggedWrites, Touched, Writes, is_disk_full
-from .replication_log import NotLeading, ReplicationLog
+from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
+from .recorded_txn import Change, RecordedTxn
+from .replication_log import LogState, NotLeading, ReplicationLog
 from .room import RoomGauge
 
 log = logging.getLogger("pushgate.store")
@@ -64,9 +65,14 @@ class _Committed:
     touched: Touched
     post_commit: list[PostCommit]
     events: list[dict[tuple[str, str, str], int]]
+    # The replication log's position after the batch, published to readers once its callers
+    # are told (ReplicationLog.published); None: the batch is not durable (its sync failed).
+    log_state: LogState | None
 
 
 _STOP = object()
+# From a checkpoint's own thread: its sync and save are over (Journaling.begin).
+_CHECKPOINT_DONE = object()
 
 
 @dataclass(slots=True)
@@ -226,6 +232,9 @@ class GroupCommitWriter:
                     self._sync_unsynced()
                     self._finish_journaling()
                     return
+                if control is _CHECKPOINT_DONE:
+                    self._complete_checkpoint()
+                    continue
                 try:
                     if control.make is not None:
                         control.started = self._start_journaling(control.make)
@@ -281,12 +290,34 @@ class GroupCommitWriter:
             try:
                 return self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
             except queue.Empty:
-                self._checkpoint()
+                self._begin_checkpoint()
         return self._queue.get()
 
+    def _begin_checkpoint(self) -> None:
+        """A checkpoint is due: start one whose sync of the LMDB file runs off this thread
+        (the writer commits meanwhile), or take it here where one cannot start."""
+        assert self._journaling is not None
+        try:
+            if self._journaling.begin(lambda: self._queue.put(_CHECKPOINT_DONE)):
+                return
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            log.exception("checkpoint of %s failed", self._env.path)
+            return
+        if not self._journaling.in_flight:
+            self._checkpoint()
+
+    def _complete_checkpoint(self) -> None:
+        if self._journaling is None:
+            return
+        try:
+            self._journaling.complete()
+        except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
+            log.exception("checkpoint of %s failed", self._env.path)
+
     def _checkpoint(self) -> bool:
-        """Take a checkpoint; return whether it was taken (a failure is logged: the
-        journal keeps every commit durable meanwhile, and the next one is tried later)."""
+        """Take a checkpoint on this thread; return whether it was taken (a failure is
+        logged: the journal keeps every commit durable meanwhile, and the next one is tried
+        later)."""
         assert self._journaling is not None
         try:
             self._journaling.checkpoint()
@@ -351,7 +382,7 @@ class GroupCommitWriter:
                 self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
-        committed = _Committed(batch, touched, self._post_commit, self._events)
+        committed = _Committed(batch, touched, self._post_commit, self._events, self._log.committed)
         if self._journaling is not None:
             self._settle_journaled(committed)
         else:
@@ -359,10 +390,11 @@ class GroupCommitWriter:
 
     def _settle_journaled(self, committed: _Committed) -> None:
         """A journaling store: the batch is durable once the journal is synced (one
-        fdatasync; a batch of receives only is answered without it, its entries synced by the
-        next sync), or, when a journal write failed, once a checkpoint is taken."""
+        fdatasync; a standalone store's batch of receives only is answered without it, its
+        entries synced by the next sync: a replica's log never loses its tail, so a replica
+        syncs every batch), or, when a journal write failed, once a checkpoint is taken."""
         assert self._journaling is not None
-        if any(pending.durable for pending in committed.batch):
+        if self._log.keep or any(pending.durable for pending in committed.batch):
             try:
                 self._journaling.sync()
             except OSError as exc:
@@ -375,9 +407,12 @@ class GroupCommitWriter:
                 failure = Unavailable("disk full" if _disk_full(error) else "store write failed")
                 self._fail_all_with(committed.batch, failure)
                 committed.post_commit.clear()
+                committed.log_state = None
         self._resolve(committed)
-        if self._journaling.seconds_until_due() == 0:
-            self._checkpoint()
+        if self._room_gauge is not None and self._room_gauge.short and self._journaling.journal.written:
+            self._checkpoint()  # now: the pages freed since the last one are room only then
+        elif self._journaling.seconds_until_due() == 0:
+            self._begin_checkpoint()
 
     def _settle(self, committed: _Committed) -> None:
         """Tell the batch's callers, once its commit is durable.
@@ -415,6 +450,7 @@ class GroupCommitWriter:
             for committed in self._unsynced:
                 self._fail_all(committed.batch, exc)
                 committed.post_commit.clear()
+                committed.log_state = None
         self._resolve_unsynced()
 
     def _resolve_unsynced(self) -> None:
@@ -435,14 +471,12 @@ class GroupCommitWriter:
     def _apply(self, batch: list[_Pending[Any]], *, after_ops: bool = True) -> Touched:
         now = self._clock()
         txn = self._env.begin_write()
+        journaling = self._journaling
+        if journaling is not None:
+            # Every change the batch makes is journaled, whoever makes it (recorded_txn.py).
+            txn = RecordedTxn(txn, self._env.db_numbers)
         self._log.begin()
-        writes: Writes
-        if self._log.keep:
-            writes = LoggedWrites(txn, self._env.dbs)
-        elif self._journaling is not None:
-            writes = JournaledWrites(txn, self._env.dbs)
-        else:
-            writes = Writes(txn, self._env.dbs)
+        writes = LoggedWrites(txn, self._env.dbs) if self._log.keep else Writes(txn, self._env.dbs)
         writes.index_listener = self._index_listener
         writes.room_gauge = self._room_gauge
         try:
@@ -459,11 +493,12 @@ class GroupCommitWriter:
             self._offer_early(writes)
             if self._on_commit_start is not None and writes.touched:
                 self._on_commit_start(writes.touched)
+            seq = journaling.stamp(txn) if journaling is not None and txn.changes else None
             started = time.perf_counter()
             txn.commit()
             self._log.commit()
-            if lsn is not None and isinstance(writes, JournaledWrites):
-                self._journal(lsn, writes)
+            if seq is not None:
+                self._journal(seq, txn.changes)
             if writes.write_count:
                 self._wrote = True
                 self.commit_stats.record(len(batch), time.perf_counter() - started)
@@ -479,12 +514,12 @@ class GroupCommitWriter:
             raise
         return writes.touched
 
-    def _journal(self, lsn: Lsn, writes: JournaledWrites) -> None:
+    def _journal(self, seq: int, changes: list[Change]) -> None:
         """Append a committed transaction to the journal. Never raises: the commit stands;
         a failed write is remembered, and the batch is durable only once a checkpoint is."""
         assert self._journaling is not None
         try:
-            self._journaling.record(lsn, writes.mutations)
+            self._journaling.record(seq, changes)
         except OSError as exc:
             self._journal_failed = exc
 
@@ -609,6 +644,10 @@ class GroupCommitWriter:
         return Unavailable("store write failed")
 
     def _resolve(self, committed: _Committed) -> None:
+        if committed.log_state is not None:
+            # Before any caller hears of it: what a follower acknowledges, or a leader counts
+            # as its own copy, is only ever what is durable here.
+            self._log.published = committed.log_state
         # One hop to each loop per batch (_hand_over), carrying everything that loop gets.
         hops: dict[asyncio.AbstractEventLoop, tuple[list[_Pending[Any]], list[Callable[[], None]]]] = {}
         for pending in committed.batch:

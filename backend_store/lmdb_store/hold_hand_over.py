@@ -59,10 +59,10 @@ class HoldHandOver(StoreCore):
         return self._ops.allow_holds
 
     def _may_journal(self) -> bool:
-        """Whether this store journals while alone with its files: a standalone store, not
-        told otherwise, on the LMDB release the journal's checkpoints were tested with (if
-        not, it runs on LMDB's own syncs, and says so)."""
-        if not self.options.journal or self._replication_log.keep:
+        """Whether this store journals while alone with its files: not told otherwise, on
+        the LMDB release the journal's checkpoints were tested with (if not, it runs on
+        LMDB's own syncs, and says so)."""
+        if not self.options.journal:
             return False
         try:
             meta_pages.check_release(self.options.releases or RELEASES)

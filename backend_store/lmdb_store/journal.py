@@ -1,17 +1,19 @@
-"""The journal: an append-only file of committed transactions' mutations, one sync per batch.
+"""The journal: an append-only file of committed transactions' changes, one sync per batch.
 
-A standalone store that journals (``checkpoint.py`` says when) commits to LMDB without any
-sync, appends each committed transaction's mutations here under its LSN, and syncs this file
-once per batch before the batch's callers hear of it: one fdatasync per commit at every
-load, where LMDB alone needs two (its data pages, then its meta page).
+A store that journals (``checkpoint.py`` says when) commits to LMDB without any sync,
+appends each committed transaction's changes here under its journal sequence number
+(``recorded_txn.py``), and syncs this file once per batch before the batch's callers hear of
+it: one fdatasync per commit at every load, where LMDB alone needs two (its data pages, then
+its meta page).
 
-An entry is a header (payload length, CRC-32 of LSN and payload, LSN: ``<IIQ``) and its
-payload (the msgpack of ``[[db, key, value or None], ...]``). The file is written from
-offset 0 again after each checkpoint (everything in it is then in the synced LMDB file),
-over the entries of the round before, and grown in zero-filled steps: a sync of a write
-that fits in the file changes no file size, so it has no file-system metadata to commit.
-Reading (:func:`entries_after`) stops at the first entry whose checksum fails (a write the
-machine's crash tore, or zeros) or whose LSN does not follow (an entry of the round before).
+An entry is a header (payload length, CRC-32 of sequence number and payload, sequence
+number: ``<IIQ``) and its payload (the msgpack of ``[[db, key, value or None], ...]``). The
+file is written from offset 0 again after each checkpoint (everything in it is then in the
+synced LMDB file), over the entries of the round before, and grown in zero-filled steps: a
+sync of a write that fits in the file changes no file size, so it has no file-system
+metadata to commit. Reading (:func:`entries_after`) stops at the first entry whose checksum
+fails (a write the machine's crash tore, or zeros) or whose sequence number does not follow
+(an entry of the round before).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from ..private_files import FILE_MODE
 
 _HEADER = struct.Struct("<IIQ")
-_LSN = struct.Struct("<Q")
+_SEQ = struct.Struct("<Q")
 # The file grows in steps of this many zero bytes (one size change, so one metadata commit,
 # per step instead of one per sync).
 _GROW_STEP = 1 << 20
@@ -36,41 +38,50 @@ _MAX_PAYLOAD = 1 << 31
 Syncer = Callable[[int], None]
 
 
-def _crc(lsn: int, payload: bytes) -> int:
-    return zlib.crc32(payload, zlib.crc32(_LSN.pack(lsn)))
+def _crc(seq: int, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(_SEQ.pack(seq)))
 
 
 class Journal:
-    """The journal file of one store, opened for writing (the writer thread's)."""
+    """The journal of one store, opened for writing (the writer thread's): two files, ``paths``
+    (``journal`` and ``journal.b`` in the store's directory), one written at a time.
 
-    def __init__(self, path: Path, fdatasync: Syncer = os.fdatasync) -> None:
-        self.path = path
+    A checkpoint taken on the writer's thread (:meth:`rewind`) writes the current file from
+    its start again. One whose data sync runs on a thread of its own (``checkpoint.py``)
+    switches to the other file as it begins (:meth:`switch`), so the entries committed while
+    it syncs go there, and the entries before it stay where they were until it is saved; the
+    other file is written over only once that checkpoint is saved (the caller's rule)."""
+
+    def __init__(self, paths: tuple[Path, Path], fdatasync: Syncer = os.fdatasync) -> None:
+        self.paths = paths
         self._fdatasync = fdatasync
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        self._size = os.fstat(self._fd).st_size
+        self._fds = [os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE) for path in paths]
+        self._sizes = [os.fstat(fd).st_size for fd in self._fds]
+        self._current = 0
         self._position = 0
         self._unsynced = False
 
     @property
     def written(self) -> int:
-        """Bytes appended since the last rewind."""
+        """Bytes appended since the last rewind or switch."""
         return self._position
 
-    def append(self, lsn: int, payload: bytes) -> None:
+    def append(self, seq: int, payload: bytes) -> None:
         """Write one entry after the last (into the page cache: a process crash keeps it)."""
-        entry = _HEADER.pack(len(payload), _crc(lsn, payload), lsn) + payload
+        entry = _HEADER.pack(len(payload), _crc(seq, payload), seq) + payload
         end = self._position + len(entry)
-        while end > self._size:
-            os.pwrite(self._fd, _ZEROS, self._size)
-            self._size += _GROW_STEP
-        os.pwrite(self._fd, entry, self._position)
+        fd, current = self._fds[self._current], self._current
+        while end > self._sizes[current]:
+            os.pwrite(fd, _ZEROS, self._sizes[current])
+            self._sizes[current] += _GROW_STEP
+        os.pwrite(fd, entry, self._position)
         self._position = end
         self._unsynced = True
 
     def sync(self) -> None:
         """Make every entry appended so far durable (one fdatasync; none if nothing is new)."""
         if self._unsynced:
-            self._fdatasync(self._fd)
+            self._fdatasync(self._fds[self._current])
             self._unsynced = False
 
     def rewind(self) -> None:
@@ -78,32 +89,59 @@ class Journal:
         self._position = 0
         self._unsynced = False
 
+    def switch(self) -> None:
+        """Write the next entry at offset 0 of the other file (every entry in it is in a
+        saved checkpoint); what this file holds is synced first."""
+        self.sync()
+        self._current = 1 - self._current
+        self._position = 0
+
     def close(self) -> None:
-        os.close(self._fd)
+        for fd in self._fds:
+            os.close(fd)
 
 
-def entries_after(path: Path, lsn: int) -> Iterator[tuple[int, bytes]]:
-    """The journal's entries with LSNs ``lsn + 1, lsn + 2, ...`` in order, as far as they are
-    whole: entries of LSN ``lsn`` or less before them are skipped (a round the checkpoint at
-    ``lsn`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
+def journaled_after(paths: tuple[Path, Path], seq: int) -> list[tuple[int, bytes]]:
+    """The entries numbered ``seq + 1, seq + 2, ...`` across both files of a journal: those a
+    checkpoint running off the writer's thread left in one file, then those written in the
+    other since it began (:meth:`Journal.switch`)."""
+    out: list[tuple[int, bytes]] = []
+    left = list(paths)
+    while left:
+        for path in left:
+            found = list(entries_after(path, seq))
+            if found:
+                out += found
+                seq = found[-1][0]
+                left.remove(path)
+                break
+        else:
+            break
+    return out
+
+
+def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
+    """The journal's entries numbered ``seq + 1, seq + 2, ...`` in order, as far as they are
+    whole: entries numbered ``seq`` or less before them are skipped (a round the checkpoint at
+    ``seq`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
-    offset, expected = 0, lsn + 1
+    offset, expected = 0, seq + 1
     while offset + _HEADER.size <= len(data):
-        length, crc, entry_lsn = _HEADER.unpack_from(data, offset)
+        length, crc, entry_seq = _HEADER.unpack_from(data, offset)
         start = offset + _HEADER.size
         if length > _MAX_PAYLOAD or start + length > len(data):
             return
         payload = data[start : start + length]
-        if (length == 0 and crc == 0) or _crc(entry_lsn, payload) != crc:
+        if (length == 0 and crc == 0) or _crc(entry_seq, payload) != crc:
             return
-        if entry_lsn > lsn:
-            if entry_lsn != expected:
+        if entry_seq > seq:
+            if entry_seq != expected:
                 return
-            yield entry_lsn, payload
+            yield entry_seq, payload
             expected += 1
-        elif expected != lsn + 1:
+        elif expected != seq + 1:
             return  # an older entry after newer ones: the round before
         offset = start + length

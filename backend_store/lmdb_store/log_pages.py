@@ -50,9 +50,17 @@ def delete_entry(txn: Any, db: Any, lsn: int) -> None:
     cursor = txn.cursor(db=db)
     if not cursor.set_key(key):
         return
-    while cursor.key()[:8] == key:  # after a delete, the next key (b"" past the last)
-        if not cursor.delete():
-            return
+    pieces = [bytes(cursor.key())]
+    while cursor.next() and cursor.key()[:8] == key:
+        pieces.append(bytes(cursor.key()))
+    _delete(txn, db, pieces)
+
+
+def _delete(txn: Any, db: Any, keys: list[bytes]) -> None:
+    """Delete through the transaction, not a cursor: a journaling store's transaction
+    records what it deletes (recorded_txn.py)."""
+    for key in keys:
+        txn.delete(key, db=db)
 
 
 def entries_from(txn: Any, db: Any, first: int) -> Iterator[tuple[int, bytes]]:
@@ -83,10 +91,13 @@ def trim_through(txn: Any, db: Any, horizon: int, limit: int) -> None:
     if not cursor.first():
         return
     entries = 0
-    while (key := cursor.key()) and read_u64(key) <= horizon:
+    doomed: list[bytes] = []
+    for key in cursor.iternext(keys=True, values=False):
+        if read_u64(key) > horizon:
+            break
         if len(key) == 8:
             if entries == limit:
-                return
+                break
             entries += 1
-        if not cursor.delete():
-            return
+        doomed.append(bytes(key))
+    _delete(txn, db, doomed)

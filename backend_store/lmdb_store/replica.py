@@ -47,7 +47,7 @@ class ReplicaRole(StoreCore):
 
     @property
     def last_entry(self) -> tuple[Lsn, Epoch | None]:
-        last, _, entry_epoch = self._replication_log.committed
+        last, _, entry_epoch = self._replication_log.published
         return last, entry_epoch
 
     async def read_replication_log(self, after: Lsn, limit: int = 1000) -> list[LogEntry]:

@@ -51,6 +51,10 @@ _DB_BY_NUMBER = tuple(sorted(Db))
 assert all(int(db) == n for n, db in enumerate(_DB_BY_NUMBER))
 
 
+# (last LSN, fence, epoch of the entry at that LSN or None).
+LogState = tuple[Lsn, Epoch, Epoch | None]
+
+
 class NotLeading(Exception):
     """The batch would log this store's own writes at a fence its term no longer holds."""
 
@@ -58,16 +62,20 @@ class NotLeading(Exception):
 class ReplicationLog:
     def __init__(self, keep: int) -> None:
         self.keep = max(0, keep)
-        # (last LSN, fence, epoch of the entry at that LSN or None), committed. One tuple
-        # replaced whole by the writer thread, so the event loop never reads a torn mix.
-        # The entry's epoch lets a follower check a shipment's prev against its own tail,
-        # and a node publish its position, without reading the log.
-        self.committed: tuple[Lsn, Epoch, Epoch | None] = (Lsn(0), Epoch(0), None)
+        # The log's state as last committed (the writer's) and as last published (what
+        # everyone else reads: :attr:`last_lsn`, :attr:`epoch`): the writer publishes a
+        # batch's state once its callers may hear of it, so once it is durable (a journaling
+        # store commits first and syncs after, group_commit.py). Each one tuple replaced
+        # whole by the writer thread, so the event loop never reads a torn mix. The entry's
+        # epoch lets a follower check a shipment's prev against its own tail, and a node
+        # publish its position, without reading the log.
+        self.committed: LogState = (Lsn(0), Epoch(0), None)
+        self.published: LogState = self.committed
         # The lowest LSN any follower still needs (None: no followers registered).
         self.follower_floor: Lsn | None = None
         # (last_lsn, epoch, last_entry_epoch) as the open transaction leaves them; None
         # when unchanged.
-        self._staged: tuple[Lsn, Epoch, Epoch | None] | None = None
+        self._staged: LogState | None = None
         # The entry the open transaction appended, as followers get it (None: none, or no log kept).
         self.appended: LogEntry | None = None
         # The epoch of the term this store's own writes are logged in: the last one started
@@ -87,15 +95,16 @@ class ReplicationLog:
         fence = Epoch(read_u64(raw) if raw else 0)
         raw = log_pages.get_entry(txn, dbs[Db.REPLOG], last) if last else None
         self.committed = (last, fence, Epoch(unpack(raw)[0]) if raw is not None else None)
+        self.published = self.committed
         self.term = fence
 
     @property
     def last_lsn(self) -> Lsn:
-        return self.committed[0]
+        return self.published[0]
 
     @property
     def epoch(self) -> Epoch:
-        return self.committed[1]
+        return self.published[1]
 
     # Transaction boundaries (the writer thread calls these) ------------------
 

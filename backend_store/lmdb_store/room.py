@@ -49,6 +49,11 @@ class RoomGauge:
         self.reserve = reserve
         # What a refused send is told: which of the two limits the last measure found binding.
         self.full = "disk full"
+        # Whether the last measure found the file system short of twice the reserve: only
+        # pages LMDB freed are room then, and a journaling store's checkpoint reader keeps
+        # the pages freed since it from reuse, so the writer takes a checkpoint after each
+        # batch while short (group_commit.py), and what the gauge counts is what LMDB reuses.
+        self.short = False
 
     def room(self, txn: Any) -> int:
         """Bytes the store can still write (in the writer thread, ``txn`` its open transaction)."""
@@ -60,7 +65,8 @@ class RoomGauge:
         disk, in_map = fs.f_bavail * fs.f_frsize, max(0, self.env.max_map_size - in_file)
         growth = min(disk, in_map)
         self.full = "disk full" if disk <= in_map else "store is full"
-        if growth >= 2 * self.reserve:
+        self.short = growth < 2 * self.reserve
+        if not self.short:
             return growth
         used = _META_PAGES + main["branch_pages"] + main["leaf_pages"] + main["overflow_pages"]
         for db in self.env.dbs.values():

@@ -21,8 +21,9 @@ import pytest
 from backend_store import Backend
 from backend_store.backend import InMemoryReceive
 from backend_store.lmdb_store import checkpoint
+from backend_store.lmdb_store.checkpoint import journal_paths
 from backend_store.lmdb_store.engine import LmdbBackend
-from backend_store.lmdb_store.journal import entries_after
+from backend_store.lmdb_store.journal import journaled_after
 
 from ..conftest import scaled
 from .harness import T1, StoreFactory, msg, q
@@ -90,9 +91,10 @@ async def test_another_process_never_gets_a_held_message(
     saved = checkpoint.load(tmp_path / "store")
     assert saved is not None and not saved.clean
     await store.send(T1, q("jobs"), [msg("d")])
-    # The journal's entries follow the checkpoint's LSN (the child's commits moved it on):
-    # what a recovery replays.
-    journaled = [lsn for lsn, _ in entries_after(tmp_path / "store" / "journal", saved.lsn)]
-    assert journaled == list(range(saved.lsn + 1, store.last_lsn + 1)) and journaled
+    # The journal's entries follow the checkpoint's: what a recovery replays.
+    writer = store._writer
+    assert writer is not None and writer._journaling is not None
+    journaled = [seq for seq, _ in journaled_after(journal_paths(tmp_path / "store"), saved.seq)]
+    assert journaled == list(range(saved.seq + 1, writer._journaling.seq + 1)) and journaled
     [d] = await store.receive_in_memory(T1, q("jobs"), 1)
     assert await stored_counts(store, "jobs", [d]) == [0]

@@ -13,6 +13,7 @@ import errno
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -96,10 +97,10 @@ async def test_a_checkpoint_is_taken_once_due_and_the_store_reopens_clean(lmdb_f
     writer = store._writer
     assert writer is not None and writer._journaling is not None
     await send_one(store, T1, QUEUE, "m1")
-    sent_at = store.last_lsn
+    sent_at = writer._journaling.seq
     deadline = time.monotonic() + scaled(5)
     # Taken by the idle writer, no call needed: the checkpoint file then holds the send.
-    while (saved := checkpoint.load(store.path)) is None or saved.lsn < sent_at:
+    while (saved := checkpoint.load(store.path)) is None or saved.seq < sent_at:
         assert time.monotonic() < deadline, "no checkpoint while idle"
         await asyncio.sleep(0.01)
     assert not saved.clean
@@ -112,7 +113,7 @@ async def test_a_checkpoint_is_taken_once_due_and_the_store_reopens_clean(lmdb_f
 
 def test_journal_reading_stops_at_a_torn_entry_a_gap_or_the_round_before(tmp_path: Path) -> None:
     path = tmp_path / "journal"
-    journal = Journal(path)
+    journal = Journal((path, tmp_path / "journal.b"))
     for lsn in range(1, 6):
         journal.append(lsn, b"entry %d" % lsn)
     journal.rewind()  # a checkpoint at LSN 5: the next round overwrites from offset 0
@@ -256,8 +257,10 @@ async def test_a_data_file_replaced_after_an_unclean_stop_is_refused_not_overwri
     store = engine(await lmdb_factory.open(checkpoint_interval_s=0.01))
     for i in range(5):
         await send_one(store, T1, QUEUE, f"m{i}")
+    writer = store._writer
+    assert writer is not None and writer._journaling is not None
     deadline = time.monotonic() + scaled(5)
-    while (saved := checkpoint.load(store.path)) is None or saved.lsn < store.last_lsn:
+    while (saved := checkpoint.load(store.path)) is None or saved.seq < writer._journaling.seq:
         assert time.monotonic() < deadline, "no checkpoint while idle"
         await asyncio.sleep(0.01)
     unclean = (store.path / "checkpoint").read_bytes()
@@ -273,7 +276,7 @@ async def test_a_data_file_replaced_after_an_unclean_stop_is_refused_not_overwri
 async def test_a_failed_journal_sync_is_made_good_by_a_checkpoint_before_the_answer(
     lmdb_factory: StoreFactory,
 ) -> None:
-    failures = [OSError(errno.EIO, "Input/output error")]
+    failures: list[OSError] = []
 
     def fdatasync(fd: int) -> None:
         if failures:
@@ -284,10 +287,11 @@ async def test_a_failed_journal_sync_is_made_good_by_a_checkpoint_before_the_ans
     writer = store._writer
     assert writer is not None and writer._journaling is not None
     taken = writer._journaling.checkpoints
+    failures.append(OSError(errno.EIO, "Input/output error"))
     await store.create_queue(T1, QUEUE, {})  # its journal sync fails: a checkpoint instead
     assert writer._journaling.checkpoints == taken + 1
     saved = checkpoint.load(store.path)
-    assert saved is not None and saved.lsn == store.last_lsn
+    assert saved is not None and saved.seq == writer._journaling.seq
     await send_one(store, T1, QUEUE, "m1")  # the journal works again: no checkpoint
     assert writer._journaling.checkpoints == taken + 1
 
@@ -298,3 +302,73 @@ async def test_a_store_told_not_to_journal_runs_on_lmdbs_own_syncs(lmdb_factory:
     assert env.env.flags()["sync"] and not env.journaled
     await store.create_queue(T1, QUEUE, {})
     assert checkpoint.load(store.path) is None
+
+
+async def test_the_writer_commits_while_a_checkpoint_syncs_the_lmdb_file_and_power_loss_then_loses_nothing(
+    lmdb_factory: StoreFactory, tmp_path: Path
+) -> None:
+    held = threading.Event()  # a checkpoint's sync of the LMDB file is under way, held
+    release = threading.Event()
+    holding = False
+
+    def fdatasync(fd: int) -> None:
+        if holding and os.readlink(f"/proc/self/fd/{fd}").endswith("data.mdb"):
+            held.set()
+            assert release.wait(scaled(30))
+        os.fdatasync(fd)
+
+    store = engine(await lmdb_factory.open(checkpoint_interval_s=3600))
+    await store.create_queue(T1, QUEUE, {})
+    for i in range(20):
+        await send_one(store, T1, QUEUE, f"old-{i}")
+    await lmdb_factory.close(store)  # a clean checkpoint: what the disk holds from here
+    directory = store.path
+    checkpointed = (directory / "data.mdb").read_bytes()
+
+    store = engine(await lmdb_factory.open(fdatasync=fdatasync, checkpoint_interval_s=0.05))
+    writer = store._writer
+    assert writer is not None and writer._journaling is not None
+    holding = True
+    try:
+        await send_one(store, T1, QUEUE, "first")  # a checkpoint is due 50 ms after it
+        assert await asyncio.to_thread(held.wait, scaled(10)), "no checkpoint began"
+        assert writer._journaling.in_flight
+        # The LMDB file's sync is held: the writer commits and answers all the same.
+        acked_sends = {b"first"}
+        for round_ in range(5):
+            bodies = [f"new-{round_}-{i}".encode() * 40 for i in range(10)]
+            sent = await asyncio.wait_for(store.send(T1, QUEUE, [msg(b) for b in bodies]), scaled(10))
+            assert all(not isinstance(r, Exception) for r in sent)
+            acked_sends |= set(bodies)
+        got = await asyncio.wait_for(store.receive(T1, QUEUE, 5, 3600), scaled(10))
+        await asyncio.wait_for(store.ack(T1, [m.receipt for m in got]), scaled(10))
+        acked_acks = {m.body for m in got}
+        assert writer._journaling.in_flight and writer._journaling.checkpoints == 1
+        # A power cut now: the checkpoint under way never saved.
+        final = (directory / "data.mdb").read_bytes()
+        journals = {name: (directory / name).read_bytes() for name in checkpoint.JOURNAL_FILES}
+        saved_checkpoint = (directory / "checkpoint").read_bytes()
+    finally:
+        release.set()
+    deadline = time.monotonic() + scaled(10)
+    while writer._journaling.checkpoints < 2:  # saved once its sync is let go
+        assert time.monotonic() < deadline, "the checkpoint never completed"
+        await asyncio.sleep(0.01)
+    await lmdb_factory.close(store)
+    survivors = (acked_sends | {f"old-{i}".encode() for i in range(20)}) - acked_acks
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        crashed = tmp_path / f"crash-{seed}"
+        shutil.copytree(directory, crashed)
+        (crashed / "data.mdb").write_bytes(crash_image(checkpointed, final, rng))
+        for name, content in journals.items():  # every entry was synced before its answer
+            (crashed / name).write_bytes(content + bytes(rng.randrange(0, 64)))
+        (crashed / "checkpoint").write_bytes(saved_checkpoint)
+        (crashed / "lock.mdb").unlink()
+        bodies = [m.body for m in await everything(crashed, lmdb_factory)]
+        assert len(bodies) == len(set(bodies)), f"seed {seed}: a message came back twice"
+        missing = survivors - set(bodies)
+        assert not missing, f"seed {seed}: {len(missing)} acknowledged sends lost"
+        assert not acked_acks & set(bodies), f"seed {seed}: acknowledged acks undone"
+        assert_whole(crashed)

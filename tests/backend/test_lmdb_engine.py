@@ -396,21 +396,6 @@ async def test_under_load_a_commit_is_made_durable_by_the_next_ones_data_sync(
     assert len(got) == 200
 
 
-async def test_a_store_that_keeps_a_log_syncs_every_commit(
-    lmdb_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A backend node's replica must never lose its log's tail, receives included: LMDB syncs
-    # every commit whole, and the writer never needs to.
-    store = engine(await lmdb_factory.open(replication_log_keep=LOG_KEEP))
-    flags = store._require_env().env.flags()
-    assert flags["sync"] and flags["metasync"], flags
-    await store.create_queue(T1, q("a"), {})
-    syncs = counted_syncs(store, monkeypatch)
-    await send_one(store, T1, q("a"), "m1")
-    assert await store.receive(T1, q("a"), 1, 30)
-    assert syncs == []
-
-
 async def test_the_event_loop_thread_never_calls_into_lmdb(lmdb_factory: StoreFactory) -> None:
     # Issue 3: "the event loop is never blocked by LMDB or fsync". A profile hook on this
     # (the loop's) thread records every call into py-lmdb while a mixed workload runs; reads

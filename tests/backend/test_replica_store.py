@@ -17,6 +17,7 @@ import pytest
 from backend_store import Backend, Lsn
 from backend_store.backend import ReplicaStore
 from backend_store.errors import PushgateError, ReplicationGap, StaleEpoch
+from backend_store.lmdb_store.checkpoint import JOURNAL_SEQ
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db, View, Writes
 from backend_store.types import Epoch, LogEntry
@@ -26,7 +27,7 @@ from .harness import T1, StoreFactory, lmdb_url, msg, q, receive_all, send_one
 
 LOG_KEEP = 1000
 # Keys of the store's own bookkeeping, which differ between replicas by design.
-_BOOKKEEPING = {b"\0sys\0last_lsn", b"\0sys\0epoch"}
+_BOOKKEEPING = {b"\0sys\0last_lsn", b"\0sys\0epoch", JOURNAL_SEQ}
 
 
 class Replicas:

@@ -28,7 +28,9 @@ BODY = os.urandom(48 * 1024)
 SMALL = os.urandom(1024)
 
 
-async def open_store(path: Path, *, log_keep: int = 0, reserve: int | None = None) -> LmdbBackend:
+async def open_store(
+    path: Path, *, log_keep: int = 0, reserve: int | None = None, journal: bool = True
+) -> LmdbBackend:
     store = LmdbBackend(
         path,
         StoreOptions(
@@ -37,6 +39,7 @@ async def open_store(path: Path, *, log_keep: int = 0, reserve: int | None = Non
             disk_reserve_bytes=reserve,
             replication_log_keep=log_keep,
             sweep_interval_s=0,
+            journal=journal,
         ),
     )
     await store.start()
@@ -111,7 +114,11 @@ async def test_a_refused_send_writes_nothing(tmp_path: Path) -> None:
 
 
 async def test_a_log_short_of_room_keeps_only_its_newest_entries(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "s", log_keep=1000, reserve=MIB)
+    # LMDB's own syncs: a journaling store's checkpoint (taken when the map is full) lets go
+    # of the pages its pinned reader kept, so the fill's last send may commit with room
+    # again, and keep one entry more than a commit short of room would. The trimming under
+    # test is the same either way.
+    store = await open_store(tmp_path / "s", log_keep=1000, reserve=MIB, journal=False)
     try:
         await store.create_queue(T1, q("big"), {"max_message_bytes": 1 * MIB})
         for _ in range(5):

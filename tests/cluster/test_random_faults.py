@@ -4,27 +4,28 @@ behind TCP proxies the test controls, two ``pushgate manager`` processes, and a 
 everything heals, every queue is drained, and the run checks that nothing acknowledged is
 missing and that each FIFO group was read in the order it was sent.
 
-The load:
+Two mixes of queues under the same load (``fault_load.py``: producers through a gateway's
+``ClusterBackend``, each send retried with its dedupe id until acknowledged; consumers through
+``ClusterHarness.call`` on whoever leads a partition now):
 
-- producers on a standard queue (one partition) and one producer per message group on a
-  FIFO queue (two partitions), sending through a gateway's ``ClusterBackend`` (its map
-  watch, leader hints, requests held at a replaced leader given up, its send batching), as
-  users' sends go, each retried with its dedupe id until acknowledged (one at a time per
-  producer: a group's sends are acknowledged in the order they were made); the longest any
-  send waited after a fault began (a send already under way counted from the fault on) is
-  what that fault cost a user, and each fault's report waits for the sends under way;
-- one consumer per partition, through ``ClusterHarness.call`` on whoever leads it now,
-  receiving (a short visibility timeout, so a receive whose answer was lost in a failover
-  comes back soon) and acking what it received.
+- queues of their own partitions: a standard queue (one partition, two producers) and a FIFO
+  queue (two partitions, a producer per message group), a consumer per partition;
+- sixty queues made through the backend, so placed on a pool of four partitions
+  (docs/cluster.md, "Shared partitions"): four producers and four consumers, each going
+  round a quarter of the queues, the faults aimed at the pool's partitions.
 
-Checked at the end: every acknowledged send was delivered, each delivery with the id and seq
-its send's acknowledgement gave (a message stored twice, or moved, would differ); each
-group's messages were first delivered in send order; no message was delivered by a receive
-begun after its ack was acknowledged; every partition is empty once drained.
+The longest any send waited after a fault began (a send already under way counted from the
+fault on) is what that fault cost a user, and each fault's report waits for the sends under
+way. Checked at the end: every queue took a send once the faults were over; every
+acknowledged send was delivered, each delivery with the id and seq its send's
+acknowledgement gave (a message stored twice, or moved, would differ); each group's messages
+were first delivered in send order; no message was delivered by a receive begun after its
+ack was acknowledged; every queue is empty once drained, with counts that match its
+acknowledged sends.
 
 Seeds: ``PUSHGATE_FAULT_SEED=S`` replays seed S; ``PUSHGATE_FAULT_SEEDS=A-B`` runs seeds A..B
-(inclusive); otherwise CI's seeds (``CI_SEEDS``). A run prints its seed, its schedule and what
-each fault hit (shown by pytest when it fails).
+(inclusive); otherwise CI's seeds (``CI_SEEDS``; ``POOLED_CI_SEEDS`` for the pooled mix). A
+run prints its seed, its schedule and what each fault hit (shown by pytest when it fails).
 """
 
 from __future__ import annotations
@@ -35,18 +36,16 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from backend_store import StoreOptions
-from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
+from backend_store.cluster.client.cluster_backend import open_cluster_backend
 from backend_store.cluster.client.routing import partition_index
-from backend_store.errors import StaleEpoch, Unavailable
+from backend_store.cluster.coordination import pools
 from backend_store.types import (
-    AckResult,
     MessageId,
     NewMessage,
     PeekedMessage,
@@ -58,27 +57,30 @@ from backend_store.types import (
     SendResult,
     TenantId,
 )
-from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 
+from .fault_load import VISIBILITY_S, Delivery, Load, Partition, Producer, T, Target
 from .fault_schedule import ACTIVE_MANAGER, LEADER, Fault, Kind, describe, make_schedule
 from .processes import ClusterHarness
 from .workload import has_replicas
 
-T = "tenant-faults"
 STANDARD = "orders"
 FIFO = "fifo"
 FIFO_PARTITIONS = 2
 GROUPS = ("g0", "g1", "g2", "g4", "g5", "g6")  # three on each FIFO partition
-VISIBILITY_S = 4.0  # a receive's answer lost in a failover: its messages come back after this
 NODES, RUNNING, MANAGERS = 5, 4, 2  # n4 is the spare a "join" starts
 FAULTS = 6
 CI_SEEDS = (1, 2, 3)
 RF3 = {"replication_factor": 3, "replication_mode": "sync", "visibility_timeout_s": VISIBILITY_S}
-RETRYABLE = (Unavailable, StaleEpoch)  # no leader, not the leader, an unknown outcome
+# The pooled mix: queues on a pool's partitions (docs/cluster.md, "Shared partitions").
+POOLED_QUEUES = 60
+POOL_SLOTS = 4
+POOL = pools.pool_name(3, "sync")
+POOLED_WORKERS = 4  # producers and consumers, each over a quarter of the queues
+POOLED_CI_SEEDS = (4,)  # a kill, a freeze and a cut, of partitions' leaders (see its test)
 
 
-def _seeds() -> list[int]:
+def _seeds(ci: tuple[int, ...]) -> list[int]:
     one = os.environ.get("PUSHGATE_FAULT_SEED")
     if one:
         return [int(one)]
@@ -86,154 +88,7 @@ def _seeds() -> list[int]:
     if span:
         first, _, last = span.partition("-")
         return list(range(int(first), int(last or first) + 1))
-    return list(CI_SEEDS)
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    label: str  # "orders/0", "fifo/1"
-    queue: str
-    index: int
-    pid: int
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    body: str
-    message: ReceivedMessage
-    asked_at: float  # when the receive that delivered it was sent
-
-
-@dataclass
-class Load:
-    """Producers and consumers on every partition, and what they saw."""
-
-    h: ClusterHarness
-    partitions: list[Partition]
-    fifo_pid: dict[str, int]  # group -> partition id
-    # What a gateway sends through (its map watch, leader hints, requests held at a replaced
-    # leader given up): producers send as users do, so a send's wait is what users see.
-    backend: ClusterBackend
-    acknowledged: dict[str, SendResult] = field(default_factory=dict)
-    sent_by_group: dict[str, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
-    sent_to: dict[int, list[str]] = field(default_factory=lambda: collections.defaultdict(list))
-    deliveries: list[Delivery] = field(default_factory=list)
-    ack_confirmed_at: dict[str, float] = field(default_factory=dict)
-    # Since the last report: seconds, body, when it began (time.monotonic()).
-    slowest_send: tuple[float, str, float] = (0.0, "", 0.0)
-    # What the fault stopped: the longest a send waited after the current fault began
-    # (``fault_at``), so a send already slow before it is counted from the fault on.
-    fault_at: float = 0.0
-    longest_stop: tuple[float, str] = (0.0, "")
-    under_way: dict[str, float] = field(default_factory=dict)  # body -> when its send began
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    consumers_stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    producers: list[asyncio.Task[None]] = field(default_factory=list)
-    consumers: list[asyncio.Task[None]] = field(default_factory=list)
-
-    def start(self) -> None:
-        standard = next(p.pid for p in self.partitions if p.queue == STANDARD)
-        self.producers = [
-            asyncio.create_task(self._produce(standard, STANDARD, f"s{i}-", None)) for i in range(2)
-        ]
-        self.producers += [
-            asyncio.create_task(self._produce(self.fifo_pid[g], FIFO, f"{g}-", g)) for g in GROUPS
-        ]
-        self.consumers = [asyncio.create_task(self._consume(p)) for p in self.partitions]
-
-    def raise_failures(self) -> None:
-        """A producer or consumer that gave up fails the run now, not at the end."""
-        for task in [*self.producers, *self.consumers]:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                task.result()
-
-    async def _produce(self, pid: int, queue: str, prefix: str, group: str | None) -> None:
-        count = 0
-        while not self.stopping.is_set():
-            body = f"{prefix}{count}"
-            count += 1
-            self.acknowledged[body] = await self._send(pid, queue, body, group)
-            self.sent_to[pid].append(body)
-            if group is not None:
-                self.sent_by_group[group].append(body)
-            await asyncio.sleep(0.05)  # a steady load, not the most the machine takes
-
-    async def _send(self, pid: int, queue: str, body: str, group: str | None) -> SendResult:
-        began = time.monotonic()
-        deadline = began + scaled(45)
-        message = NewMessage(body.encode(), group_id=group, dedupe_id=body)
-        self.under_way[body] = began
-        while True:
-            try:
-                (result,) = await self.backend.send(TenantId(T), QueueName(queue), [message])
-            except RETRYABLE as exc:
-                result = exc
-            if isinstance(result, SendResult):
-                now = time.monotonic()
-                del self.under_way[body]
-                self.slowest_send = max(self.slowest_send, (now - began, body, began))
-                self.longest_stop = max(self.longest_stop, (now - max(began, self.fault_at), body))
-                return result
-            assert isinstance(result, RETRYABLE), f"send of {body}: {result!r}"
-            if time.monotonic() > deadline:
-                raise AssertionError(f"send of {body} never acknowledged: {result!r}\n{self.h.logs()}")
-            await asyncio.sleep(0.05)
-
-    async def _consume(self, p: Partition) -> None:
-        while not self.consumers_stopping.is_set():
-            asked_at = time.monotonic()
-            try:
-                got: list[ReceivedMessage] = await self.h.call(
-                    p.pid,
-                    "receive",
-                    tenant=TenantId(T),
-                    queue=QueueName(p.queue),
-                    max_messages=10,
-                    visibility_timeout_s=VISIBILITY_S,
-                )
-            except RETRYABLE:
-                await asyncio.sleep(0.05)
-                continue
-            self.deliveries += [Delivery(m.body.decode(), m, asked_at) for m in got]
-            if not got:
-                await asyncio.sleep(0.05)
-                continue
-            await self._ack(p, got)
-
-    async def _ack(self, p: Partition, got: list[ReceivedMessage]) -> None:
-        """Ack until answered; a receipt is counted as acked only on an answer saying so (a
-        retry of an ack that took effect may be told its receipt is gone)."""
-        deadline = time.monotonic() + scaled(VISIBILITY_S * 2)
-        while time.monotonic() < deadline:
-            try:
-                result: AckResult = await self.h.call(
-                    p.pid,
-                    "ack",
-                    tenant=TenantId(T),
-                    receipts=[m.receipt for m in got],
-                    queue=QueueName(p.queue),
-                )
-            except RETRYABLE:
-                await asyncio.sleep(0.05)
-                continue
-            failed = {f.receipt for f in result.failed}
-            now = time.monotonic()
-            for m in got:
-                if m.receipt not in failed:
-                    self.ack_confirmed_at.setdefault(m.body.decode(), now)
-            return
-        # Not answered within two visibility windows: the messages come back to be received again.
-
-    async def stop_producers(self) -> None:
-        self.stopping.set()
-        await asyncio.gather(*self.producers)
-
-    async def stop_consumers(self) -> None:
-        self.consumers_stopping.set()
-        await asyncio.gather(*self.consumers)
-
-    def delivered(self) -> set[str]:
-        return {d.body for d in self.deliveries}
+    return list(ci)
 
 
 @pytest.fixture
@@ -383,62 +238,61 @@ class Run:
         self.note(f"settled {what} in {time.monotonic() - began:.2f}s (leaders' LSNs then: {marks})")
 
 
-async def _partition(h: ClusterHarness, label: str, queue: str, index: int) -> Partition:
-    pid = await h.partition_of(T, queue, index)
+async def _partition(h: ClusterHarness, label: str, pid: int) -> Partition:
     await h.wait_for(f"three replicas of {label}", lambda: has_replicas(h, pid, 3))
     await h.serving_leader(pid)
-    return Partition(label, queue, index, pid)
+    return Partition(label, pid)
 
 
-async def _peek_all(h: ClusterHarness, p: Partition) -> list[PeekedMessage]:
+async def _peek_all(h: ClusterHarness, target: Target) -> list[PeekedMessage]:
     peeked: list[PeekedMessage] = await h.call_until_ok(
-        p.pid, "peek", tenant=TenantId(T), queue=QueueName(p.queue), max_messages=1000
+        target.pid, "peek", tenant=TenantId(T), queue=QueueName(target.queue), max_messages=1000
     )
     return peeked
 
 
 async def _drain(run: Run) -> None:
-    """Until every acknowledged send was delivered and every partition is empty."""
+    """Until every acknowledged send was delivered and every target is empty."""
     load = run.load
 
     async def drained() -> bool:
         load.raise_failures()
         if not set(load.acknowledged) <= load.delivered():
             return False
-        for p in run.partitions:
-            if await _peek_all(run.h, p):
+        for target in load.targets:
+            if await _peek_all(run.h, target):
                 return False
         return True
 
     await run.h.wait_for(
-        "every acknowledged send delivered and every partition empty", drained, timeout=VISIBILITY_S * 6
+        "every acknowledged send delivered and every queue empty", drained, timeout=VISIBILITY_S * 6
     )
 
 
 async def _check_counts(run: Run) -> None:
-    """Each drained partition's own counts: as many messages stored as sends acknowledged to it
+    """Each drained target's own counts: as many messages stored as sends acknowledged to it
     (a retry deduplicated adds none; an acknowledged send a failover lost, one fewer), each
     acked, none left."""
-    for p in run.partitions:
+    for target in run.load.targets:
         info: QueueInfo = await run.h.call_until_ok(
-            p.pid, "get_queue", tenant=TenantId(T), name=QueueName(p.queue)
+            target.pid, "get_queue", tenant=TenantId(T), name=QueueName(target.queue)
         )
-        acknowledged = len(run.load.sent_to[p.pid])
+        acknowledged = len(run.load.sent_to[target])
         counts = (info.stats.sent_total, info.stats.acked_total, info.stats.visible, info.stats.in_flight)
         assert counts == (acknowledged, acknowledged, 0, 0), (
-            f"{p.label}: sent, acked, visible, in flight {counts}; {acknowledged} sends acknowledged"
+            f"{target}: sent, acked, visible, in flight {counts}; {acknowledged} sends acknowledged"
         )
 
 
 def check_deliveries(
     acknowledged: dict[str, SendResult],
-    sent_to: dict[int, list[str]],
+    sent_to: Mapping[Target, list[str]],
     sent_by_group: dict[str, list[str]],
     deliveries: list[Delivery],
     ack_confirmed_at: dict[str, float],
 ) -> None:
     """What a drained run must show (the module's docstring)."""
-    for pid, bodies in sent_to.items():
+    for target, bodies in sent_to.items():
         # Two messages acknowledged with one seq: a leader handed out again the seq of a
         # message it does not hold, one that a deposed leader acknowledged (delivered from
         # there, maybe, so the deliveries alone would not show it is gone).
@@ -448,7 +302,7 @@ def check_deliveries(
         ):
             shared = {v for v, n in collections.Counter(values).items() if n > 1}
             twice = [(b, v) for b, v in zip(bodies, values, strict=True) if v in shared]
-            assert not twice, f"partition {pid}: one {what} acknowledged for several sends: {twice[:20]}"
+            assert not twice, f"{target}: one {what} acknowledged for several sends: {twice[:20]}"
     sent = set(acknowledged)
     delivered = {d.body for d in deliveries}
     missing = sent - delivered
@@ -479,23 +333,9 @@ def check_deliveries(
         )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", _seeds(), ids=lambda seed: f"seed{seed}")
-async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_order(
-    harness: ClusterHarness, seed: int
-) -> None:
-    h = await harness.start(nodes=NODES, managers=MANAGERS, running=RUNNING, proxied=True)
-    await h.create_queue(T, STANDARD, {**RF3, "partitions": 1})
-    await h.create_queue(T, FIFO, {**RF3, "partitions": FIFO_PARTITIONS, "ordering": "fifo"})
-    partitions = [await _partition(h, "orders/0", STANDARD, 0)]
-    partitions += [await _partition(h, f"fifo/{i}", FIFO, i) for i in range(FIFO_PARTITIONS)]
-    attributes = QueueAttributes(partitions=FIFO_PARTITIONS, ordering="fifo")
-    fifo = {p.index: p.pid for p in partitions if p.queue == FIFO}
-    fifo_pid = {g: fifo[partition_index(NewMessage(b"", group_id=g), attributes, 0)] for g in GROUPS}
-    url = f"cluster://{','.join(h.endpoints)}{h.prefix}"
-    backend = open_cluster_backend(url, StoreOptions())
-    await backend.start()
-    load = Load(h, partitions, fifo_pid, backend)
+async def _run_faults(h: ClusterHarness, seed: int, partitions: list[Partition], load: Load) -> None:
+    """The seed's faults under the load, one at a time, each until the cluster settled; then
+    the producers' last sends (one to every queue), the drain, and the checks."""
     run = Run(h, seed, partitions, load)
     try:
         await run.settle("before the load")
@@ -530,7 +370,10 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
 
         await h.wait_for("20 more sends after the last fault", more_sends)
         await load.stop_producers()
-        run.note(f"producers stopped: {len(load.acknowledged)} sends acknowledged")
+        run.note(
+            f"producers stopped: {len(load.acknowledged)} sends acknowledged, the last one to each "
+            f"of the {len(load.targets)} targets"
+        )
         try:
             await _drain(run)
         except AssertionError:
@@ -554,6 +397,68 @@ async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_
         for task in [*load.producers, *load.consumers]:
             task.cancel()
         await asyncio.gather(*load.producers, *load.consumers, return_exceptions=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", _seeds(CI_SEEDS), ids=lambda seed: f"seed{seed}")
+async def test_random_faults_under_load_lose_nothing_acknowledged_and_keep_fifo_order(
+    harness: ClusterHarness, seed: int
+) -> None:
+    h = await harness.start(nodes=NODES, managers=MANAGERS, running=RUNNING, proxied=True)
+    await h.create_queue(T, STANDARD, {**RF3, "partitions": 1})
+    await h.create_queue(T, FIFO, {**RF3, "partitions": FIFO_PARTITIONS, "ordering": "fifo"})
+    standard = Target(STANDARD, await h.partition_of(T, STANDARD))
+    fifo = [Target(FIFO, await h.partition_of(T, FIFO, i)) for i in range(FIFO_PARTITIONS)]
+    partitions = [await _partition(h, "orders/0", standard.pid)]
+    partitions += [await _partition(h, f"fifo/{i}", t.pid) for i, t in enumerate(fifo)]
+    attributes = QueueAttributes(partitions=FIFO_PARTITIONS, ordering="fifo")
+    producers = [Producer(f"s{i}-", (standard,)) for i in range(2)]
+    producers += [
+        Producer(f"{g}-", (fifo[partition_index(NewMessage(b"", group_id=g), attributes, 0)],), g)
+        for g in GROUPS
+    ]
+    url = f"cluster://{','.join(h.endpoints)}{h.prefix}"
+    backend = open_cluster_backend(url, StoreOptions())
+    await backend.start()
+    try:
+        load = Load(h, backend, producers, [(t,) for t in [standard, *fifo]])
+        await _run_faults(h, seed, partitions, load)
+    finally:
+        await backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", _seeds(POOLED_CI_SEEDS), ids=lambda seed: f"seed{seed}")
+async def test_random_faults_on_sixty_queues_sharing_a_pool_lose_nothing_and_serve_every_queue_again(
+    harness: ClusterHarness, seed: int
+) -> None:
+    """Sixty queues made through the gateway's backend, placed on a pool of four partitions;
+    sends spread over all of them. Per queue: every acknowledged send delivered, counts that
+    match, and a send taken once the faults are over."""
+    h = await harness.start(
+        nodes=NODES,
+        managers=MANAGERS,
+        running=RUNNING,
+        proxied=True,
+        manager_args=["--partitions", str(POOL_SLOTS)],
+    )
+    url = f"cluster://{','.join(h.endpoints)}{h.prefix}"
+    backend = open_cluster_backend(url, StoreOptions())
+    await backend.start()
+    try:
+        names = [QueueName(f"inbox-{i:02d}") for i in range(POOLED_QUEUES)]
+        for name in names:
+            await backend.create_queue(TenantId(T), name, RF3)
+        records = await h.partitions()
+        slots = sorted((r.index, pid) for pid, r in records.items() if r.pool == POOL)
+        assert [i for i, _ in slots] == list(range(POOL_SLOTS)), records
+        partitions = [await _partition(h, f"pool/{i}", pid) for i, pid in slots]
+        targets = [Target(name, await h.partition_of(T, name)) for name in names]
+        assert {t.pid for t in targets} == {p.pid for p in partitions}  # every slot holds queues
+        quarters = [tuple(targets[i::POOLED_WORKERS]) for i in range(POOLED_WORKERS)]
+        producers = [Producer(f"p{i}-", quarter) for i, quarter in enumerate(quarters)]
+        await _run_faults(h, seed, partitions, Load(h, backend, producers, quarters))
+    finally:
         await backend.close()
 
 
@@ -618,7 +523,27 @@ def test_the_ci_seeds_make_every_kind_of_fault() -> None:
     assert made == set(Kind)
 
 
+def test_the_pooled_ci_seed_kills_freezes_and_cuts_partitions_leaders() -> None:
+    faults = [
+        fault
+        for seed in POOLED_CI_SEEDS
+        for fault in make_schedule(
+            seed,
+            nodes=[f"n{i}" for i in range(RUNNING)],
+            spare=f"n{NODES - 1}",
+            partitions=[f"pool/{i}" for i in range(POOL_SLOTS)],
+            managers=[f"m{i}" for i in range(MANAGERS)],
+            count=FAULTS,
+        )
+    ]
+    assert {Kind.KILL, Kind.FREEZE} <= {f.kind for f in faults if f.target.startswith(LEADER)}
+    assert {Kind.SEPARATE, Kind.ISOLATE} & {f.kind for f in faults}
+
+
 # The end-of-run checks on made-up deliveries: each catches what it is for ---------------------
+
+
+ONE = Target(FIFO, 1)
 
 
 def _delivery(body: str, seq: int, asked_at: float, group: str | None = "g") -> Delivery:
@@ -644,7 +569,7 @@ def _sent(*bodies: str) -> dict[str, SendResult]:
 
 def test_the_checks_pass_a_clean_run_with_redeliveries() -> None:
     deliveries = [_delivery("a", 1, 1.0), _delivery("a", 1, 6.0), _delivery("b", 2, 7.0)]
-    check_deliveries(_sent("a", "b"), {1: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, {"a": 6.5, "b": 7.5})
+    check_deliveries(_sent("a", "b"), {ONE: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, {"a": 6.5, "b": 7.5})
 
 
 @pytest.mark.parametrize(
@@ -665,11 +590,11 @@ def test_the_checks_catch_what_they_are_for(
     deliveries: list[Delivery], acked_at: dict[str, float], error: str
 ) -> None:
     with pytest.raises(AssertionError, match=error):
-        check_deliveries(_sent("a", "b"), {1: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, acked_at)
+        check_deliveries(_sent("a", "b"), {ONE: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, acked_at)
 
 
 def test_the_checks_catch_one_seq_acknowledged_twice() -> None:
     sent = {"a": SendResult(MessageId("id-a"), 1), "b": SendResult(MessageId("id-b"), 1)}
     deliveries = [_delivery("a", 1, 1.0), _delivery("b", 1, 2.0)]
     with pytest.raises(AssertionError, match="one seq acknowledged for several sends"):
-        check_deliveries(sent, {1: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, {})
+        check_deliveries(sent, {ONE: ["a", "b"]}, {"g": ["a", "b"]}, deliveries, {})

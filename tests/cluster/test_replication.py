@@ -26,6 +26,7 @@ from backend_store.cluster.replication.log_shipping import (
 )
 from backend_store.cluster.replication.quorum import QuorumCheck
 from backend_store.errors import StaleEpoch, Unavailable
+from backend_store.lmdb_store.checkpoint import JOURNAL_SEQ
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.environment import Db, View
 from backend_store.options import StoreOptions
@@ -56,7 +57,7 @@ async def open_store(path: Path, keep: int = 1000) -> LmdbBackend:
 
 async def contents(store: LmdbBackend) -> dict[str, list[tuple[bytes, bytes]]]:
     def dump(v: View) -> dict[str, list[tuple[bytes, bytes]]]:
-        skip = {b"\0sys\0last_lsn", b"\0sys\0epoch"}
+        skip = {b"\0sys\0last_lsn", b"\0sys\0epoch", JOURNAL_SEQ}
         return {
             db.name: [(bytes(k), bytes(val)) for k, val in v.cursor(db) if bytes(k) not in skip]
             for db in Db

@@ -254,3 +254,55 @@ async def test_limits_set_by_the_cli_apply_within_5_s(gateway: RunningGateway) -
 
             await within_ttl(changed, over_quota, "HTTP sends past the new quota refused")
             await within_ttl(changed, ws_over_quota, "WebSocket sends past the new quota refused")
+
+
+async def test_a_queue_the_cli_deleted_is_refused_to_subscribes_within_5_s(gateway: RunningGateway) -> None:
+    """A subscribe reads the queue from the gateway's 5 s queue cache, not the store
+    (docs/http.md, "Caches"): one made while the cache still holds a queue deleted elsewhere is
+    answered ``ok`` and then ended with ``queue_not_found`` by the dispatcher; once the cache
+    has let go, the subscribe itself is refused. No subscription outlives the deletion."""
+    tenant = fresh("delq")
+    admin(gateway, "tenant", "create", tenant)
+    key = admin(gateway, "key", "create", "--tenant", tenant, "--scope", "admin")["key"]
+    queue = "gone"
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=scaled(30), headers=bearer(key)) as http:
+        assert (await http.put(f"/v1/queues/{queue}", json={})).status_code == 201
+
+    async def subscribe() -> str:
+        """The code a subscription ends with: ``ok`` if it stands past the TTL and margin."""
+        async with connect(
+            gateway.url.replace("http", "ws", 1) + "/v1/ws",
+            subprotocols=[Subprotocol("pushgate.v1")],
+            additional_headers={"Authorization": f"Bearer {key}"},
+            open_timeout=scaled(10),
+        ) as ws:
+            await ws.send(orjson.dumps({"op": "subscribe", "id": 1, "queue": queue}).decode())
+            reply = orjson.loads(await asyncio.wait_for(ws.recv(), scaled(10)))
+            if reply["op"] == "error":
+                return str(reply["code"])
+            assert reply == {"op": "ok", "id": 1, "queue": queue}, reply
+            try:
+                ended = orjson.loads(await asyncio.wait_for(ws.recv(), CACHE_TTL_S + scaled(MARGIN_S)))
+            except TimeoutError:
+                return "ok"
+            assert (ended["op"], ended["id"], ended["queue"]) == ("error", None, queue), ended
+            return str(ended["code"])
+
+    assert await subscribe() == "ok"  # the queue is in the gateway's cache now
+    admin(gateway, "delete-queue", "--tenant", tenant, queue)
+    deleted = time.monotonic()
+    # While the cache may still hold it: the subscription is ended, never left standing.
+    assert await subscribe() == "queue_not_found"
+
+    async def refused() -> bool:
+        async with connect(
+            gateway.url.replace("http", "ws", 1) + "/v1/ws",
+            subprotocols=[Subprotocol("pushgate.v1")],
+            additional_headers={"Authorization": f"Bearer {key}"},
+            open_timeout=scaled(10),
+        ) as ws:
+            await ws.send(orjson.dumps({"op": "subscribe", "id": 1, "queue": queue}).decode())
+            reply = orjson.loads(await asyncio.wait_for(ws.recv(), scaled(10)))
+            return bool(reply["op"] == "error" and reply["id"] == 1 and reply["code"] == "queue_not_found")
+
+    await within_ttl(deleted, refused, "subscribes to the deleted queue refused")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -174,8 +175,14 @@ class SimPartitionHost(LeaderTerm):
         if not self.leading or self.record is None:
             return
         if self.record.pool is not None:
+            # One read for the pass, as production's ``queue_attributes``: what the store held
+            # when the pass began, not when each queue's turn comes.
+            held = {key: self.store.queue_exists(*key) for key in self.pool_queues.pending}
             await self.pool_queues.apply(
-                as_records(queues), self.partition, self._ensure_pooled, self._drop_pooled
+                as_records(queues),
+                self.partition,
+                functools.partial(self._ensure_pooled, held),
+                self._drop_pooled,
             )
             return
         key = (self.record.tenant, self.record.queue)
@@ -191,9 +198,12 @@ class SimPartitionHost(LeaderTerm):
                 await self.leader.replicate(self.store.last_lsn)
         self._applied.add(key)
 
-    async def _ensure_pooled(self, key: QueueKey, _attrs: dict[str, Any]) -> bool:
-        """``PartitionHost._ensure_pooled``: written only if the store lacks the queue."""
-        if self.store.queue_exists(*key):
+    async def _ensure_pooled(
+        self, held: Mapping[QueueKey, bool], key: QueueKey, _attrs: dict[str, Any]
+    ) -> bool:
+        """``PartitionHost._ensure_pooled``: written only if the store lacked the queue when
+        the pass began (``held``), or, for a queue pending since, lacks it now."""
+        if held[key] if key in held else self.store.queue_exists(*key):
             return True
         return await self._write_queue_change(key, self.store.ensure_queue(*key), "create")
 
@@ -252,7 +262,13 @@ class SimPartitionHost(LeaderTerm):
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
         why = await ready_or_applied(
-            self.record, self._applied, self.pool_queues, self.partition, op, args, self._ensure_pooled
+            self.record,
+            self._applied,
+            self.pool_queues,
+            self.partition,
+            op,
+            args,
+            functools.partial(self._ensure_pooled, {}),
         )
         if self.leader is not leader or leader.deposed.is_set():
             raise ops.NotLeader(f"partition {self.partition}: stepped down")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 import ssl
@@ -33,7 +34,7 @@ from ...errors import PushgateError, QueueExists, QueueNotFound, StaleEpoch, Una
 from ...lmdb_store.engine import LmdbBackend
 from ...options import StoreOptions
 from ...private_files import private_dir
-from ...types import Epoch, Lsn, QueueName, TenantId
+from ...types import Epoch, Lsn, QueueAttributes, QueueName, TenantId
 from ..coordination.layout import PartitionRecord, ReplicaPosition
 from ..coordination.queue_record import former_dead_letter_queues, store_attributes
 from ..protocol import ops
@@ -216,8 +217,12 @@ class PartitionHost(LeaderTerm):
         if not self.leading or self.record is None:
             return
         if self.record.pool is not None:
+            held = await self.store.queue_attributes(self.pool_queues.pending)
             await self.pool_queues.apply(
-                as_records(queues), self.partition, self._ensure_pooled, self._drop_pooled
+                as_records(queues),
+                self.partition,
+                functools.partial(self._ensure_pooled, held),
+                self._drop_pooled,
             )
             return
         tenant, name = self.record.tenant, self.record.queue
@@ -265,15 +270,28 @@ class PartitionHost(LeaderTerm):
         await self._replicate_local_change()
         return True
 
-    async def _ensure_pooled(self, key: QueueKey, attrs: dict[str, Any]) -> bool:
+    async def _ensure_pooled(
+        self, held: Mapping[QueueKey, QueueAttributes | None], key: QueueKey, attrs: dict[str, Any]
+    ) -> bool:
         """A pool partition's queue, written only if the store lacks it or holds other
         attributes: a term begins by applying every queue of its partition, and a write
-        (and its replication) per queue would delay every queue's failover."""
+        (and its replication) per queue would delay every queue's failover. ``held``: the
+        store's attributes of the queues pending when the pass began, read in one
+        transaction (a read per queue delayed the last queues of a failover); a queue that
+        became pending since is read now. A change to the store since that read comes with
+        a changed record or a served ``delete_queue``, either of which makes the queue
+        pending again, to be compared afresh at the next pass."""
         tenant, queue = TenantId(key[0]), QueueName(key[1])
-        with contextlib.suppress(QueueNotFound):
-            info = await self.store.get_queue(tenant, queue)
+        if key in held:
+            current = held[key]
+        else:
+            try:
+                current = (await self.store.get_queue(tenant, queue)).attributes
+            except QueueNotFound:
+                current = None
+        if current is not None:
             with contextlib.suppress(PushgateError):
-                if apply_patch(info.attributes, attrs) == info.attributes:
+                if apply_patch(current, attrs) == current:
                     return True
         return await self._ensure_queue(tenant, queue, attrs)
 
@@ -384,7 +402,7 @@ class PartitionHost(LeaderTerm):
             self.partition,
             op,
             args,
-            self._ensure_pooled,
+            functools.partial(self._ensure_pooled, {}),  # nothing read before: read now
         )
         if self.leader is not leader or leader.deposed.is_set():
             raise ops.NotLeader(f"partition {self.partition}: stepped down")
