@@ -182,12 +182,30 @@ async def pool(work: list[str], producers: int, step: Callable[[str], Awaitable[
     return time.perf_counter() - began
 
 
-async def ok(call: Awaitable[httpx.Response]) -> httpx.Response | None:
+# Why requests were refused: (step, status and problem code or error) -> how many, and one
+# detail of each, printed with the round (a 503 without a fault is a bug to find).
+REFUSALS: dict[tuple[str, str], int] = {}
+REFUSAL_DETAIL: dict[tuple[str, str], str] = {}
+
+
+async def ok(call: Awaitable[httpx.Response], step: str = "") -> httpx.Response | None:
     """The answer if it was a 2xx, else None (refusals and timeouts are counted, not raised)."""
-    with contextlib.suppress(httpx.HTTPError):
+    try:
         answer = await call
+    except httpx.HTTPError as exc:
+        why, detail = type(exc).__name__, str(exc)
+    else:
         if answer.is_success:
             return answer
+        try:
+            problem = answer.json()
+        except ValueError:
+            problem = {}
+        why = f"{answer.status_code} {problem.get('code', '')}".strip()
+        detail = str(problem.get("detail", answer.text[:200]))
+    if step:
+        REFUSALS[(step, why)] = REFUSALS.get((step, why), 0) + 1
+        REFUSAL_DETAIL.setdefault((step, why), detail[:300])
     return None
 
 
@@ -198,14 +216,19 @@ def names(n: int) -> list[str]:
 async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
     f = out.figures
     few, every = names(args.few), names(args.queues)
-    limits = httpx.Limits(max_connections=args.producers, max_keepalive_connections=args.producers)
+    # Idle connections dropped before the server's keep-alive timeout (uvicorn's 5 s, httpx's
+    # default expiry too): reused as the server closes one, a request fails with ReadError,
+    # which was counted as a refusal (one create in each round at 2,000 queues, session 51).
+    limits = httpx.Limits(
+        max_connections=args.producers, max_keepalive_connections=args.producers, keepalive_expiry=2.0
+    )
     headers = {"Authorization": f"Bearer {system.key}"}
     async with httpx.AsyncClient(base_url=system.url, headers=headers, limits=limits, timeout=60) as http:
         refused = 0
 
         async def create(queue: str) -> None:
             nonlocal refused
-            if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes)) is None:
+            if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes), "create") is None:
                 refused += 1
 
         await pool(few, args.producers, create)
@@ -265,7 +288,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         async def send(queue: str) -> None:
             nonlocal refused
             body = f"{queue}:{next(counter)}"
-            if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body})) is None:
+            if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}), "send") is None:
                 refused += 1
             else:
                 acked[queue].add(body)
@@ -579,6 +602,7 @@ def run_embedded(args: argparse.Namespace, root: Path) -> Round:
         asyncio.run(measure(system, args, out))
     finally:
         stop(proc)
+        out.notes.extend(refusals())
     return out
 
 
@@ -597,6 +621,7 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
         system = System("cluster", url, key, data / "gateway", nodes, children["etcd"][0], attributes)
         asyncio.run(measure(system, args, out))
     finally:
+        out.notes.extend(refusals())
         for pid in [pid for n, (_, pid) in children.items() if n.startswith("node")]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGCONT)
@@ -607,6 +632,17 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return out
+
+
+def refusals() -> list[str]:
+    """The refusals counted since the last call, by step and why, with one detail each."""
+    notes = [
+        f"{count} {step} refused: {why} ({REFUSAL_DETAIL[(step, why)]})"
+        for (step, why), count in sorted(REFUSALS.items())
+    ]
+    REFUSALS.clear()
+    REFUSAL_DETAIL.clear()
+    return notes
 
 
 def show(embedded: Round, cluster: Round) -> None:

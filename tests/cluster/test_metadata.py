@@ -4,11 +4,13 @@ records, and the watch that tells every gateway of a change at once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import pytest
 
 from backend_store.cluster.client.metadata import ClusterMetadata
+from backend_store.cluster.coordination.coordinator import PrefixState
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.errors import InvalidRequest, QueueExists, QueueNotFound
@@ -123,6 +125,60 @@ async def test_concurrent_updates_are_both_kept(
     )
     attrs = (await metadata.queue(T, QueueName("q"))).attributes
     assert (attrs.delay_s, attrs.visibility_timeout_s, attrs.receive_wait_s) == (7, 9, 3)
+
+
+class LaggingWatch(EtcdCoordinator):
+    """etcd whose watch delivers each state late (a loaded gateway), counting the
+    whole-prefix reads (each is O(records) for etcd and the reader)."""
+
+    prefix_reads = 0
+
+    async def read_prefix(self, prefix: str) -> PrefixState:
+        self.prefix_reads += 1
+        return await super().read_prefix(prefix)
+
+    async def watch_prefix(
+        self,
+        prefix: str,
+        *,
+        reread_every_s: float = 5.0,
+        stop: asyncio.Event | None = None,
+        held: Callable[[], PrefixState] | None = None,
+    ) -> AsyncGenerator[PrefixState, None]:
+        states = super().watch_prefix(prefix, reread_every_s=reread_every_s, stop=stop, held=held)
+        async with contextlib.aclosing(states):
+            async for state in states:
+                await asyncio.sleep(0.05)  # the lag injected, not a wait for a condition
+                yield state
+
+
+async def test_creates_read_their_own_writes_without_reading_the_prefix(
+    etcd_endpoints: list[str], paths: Layout
+) -> None:
+    # Issue 49: a create put a state of its own in the watched copy; the watch's next state,
+    # older than it, sent for a confirming read of all of queues/, and a newer one was
+    # compared with it key by key. Now each create waits for the watch to bring its write.
+    counted = LaggingWatch(etcd_endpoints)
+    async with counted:
+        metadata = ClusterMetadata(counted, paths, reread_every_s=60)
+        await metadata.start()
+        try:
+            await metadata.create_queue(T, QueueName("first"), {})
+            reads = counted.prefix_reads
+            names = [QueueName(f"q{i:02d}") for i in range(40)]
+
+            async def create(name: QueueName) -> None:
+                await metadata.create_queue(T, name, {})
+                assert metadata.cached_queue(T, name) is not None  # read your writes
+
+            await asyncio.gather(*(create(name) for name in names))
+            await metadata.update_queue(T, names[0], {"delay_s": 3})
+            updated = metadata.cached_queue(T, names[0])
+            assert updated is not None and updated.attributes.delay_s == 3
+            assert counted.prefix_reads == reads
+            assert [r.name for r in metadata.page(T)] == ["first", *names]
+        finally:
+            await metadata.close()
 
 
 async def test_another_gateways_changes_arrive_through_the_watch(

@@ -10,10 +10,11 @@ import pytest
 
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import Entry, PrefixState
-from backend_store.cluster.coordination.layout import pack
-from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, QueueRecords, Want
+from backend_store.cluster.coordination.layout import PartitionRecord, pack
+from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, QueueRecords, Want, ready_or_applied
 
 PREFIX = "/pushgate/queues/"
+SLOT_1 = PartitionRecord("", "rf3-sync", 1, ("n1", "n2", "n3"), "n1")
 
 
 def doc(*placement: int, deleting: bool = False, **attributes: Any) -> dict[str, Any]:
@@ -196,3 +197,82 @@ def test_a_record_whose_placement_cannot_be_read_is_placed_nowhere_and_fails_not
     changed = watch.write(records, bad={pools.PLACEMENT: ["x", None]}, good=doc(1))
     assert changed == {1: {("t", "good")}}
     assert records.on_partition(1) == {("t", "good")} and pools.placement(records[("t", "bad")]) == ()
+
+
+async def test_a_new_queue_is_made_by_its_first_request_not_at_the_next_pass() -> None:
+    # A create's first request reaches the leader about when its watch brings the record:
+    # the queue is made then (no not_leader for the gateway to back off and retry on), and
+    # each request makes only its own queue (concurrent ones share a group commit).
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, a=doc(1))
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    store.calls.clear()
+    watch.write(records, new=doc(1), other=doc(1), elsewhere=doc(2))  # the term's task has not run
+    create = {"tenant": "t", "name": "new", "attributes": {}}
+    assert await ready_or_applied(SLOT_1, (), queues, 1, "create_queue", create, store.ensure) is None
+    assert store.calls == [("ensure", ("t", "new"))]
+    assert queues.not_ready("send", {"tenant": "t", "queue": "other"}) == "other not applied yet"
+    # Not this partition's queue, or no record yet: not_leader as before, nothing made.
+    for name in ("elsewhere", "unknown"):
+        why = await ready_or_applied(
+            SLOT_1, (), queues, 1, "send", {"tenant": "t", "queue": name}, store.ensure
+        )
+        assert why == f"{name} not applied yet"
+    assert store.calls == [("ensure", ("t", "new"))]
+
+
+async def test_a_request_makes_no_queue_before_the_terms_first_pass_nor_one_whose_copy_is_missing() -> None:
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, dlq=doc(5), a=doc(1, dead_letter_queue="dlq"), b=doc(1), gone=doc(1, deleting=True))
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    send_b = {"tenant": "t", "queue": "b"}
+    assert await ready_or_applied(SLOT_1, (), queues, 1, "send", send_b, store.ensure) == "b not applied yet"
+    assert store.calls == []  # the term's first entry and pass come first
+    queues.opened, queues.pending = True, set()
+    send_a = {"tenant": "t", "queue": "a"}
+    assert await ready_or_applied(SLOT_1, (), queues, 1, "send", send_a, store.ensure) == "a not applied yet"
+    send_gone = {"tenant": "t", "queue": "gone"}
+    assert (
+        await ready_or_applied(SLOT_1, (), queues, 1, "send", send_gone, store.ensure)
+        == "gone not applied yet"
+    )
+    assert store.calls == []  # a's copy of dlq is the pass's to make first; gone is being deleted
+    assert await ready_or_applied(SLOT_1, (), queues, 1, "send", send_b, store.ensure) is None
+
+
+async def test_a_record_that_changed_while_its_queue_was_made_is_applied_again_by_the_pass() -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, q=doc(1))
+    queues = PoolQueues(opened=True, records=records)
+
+    async def ensure_while_marked(key: QueueKey, attrs: dict[str, Any]) -> bool:
+        watch.write(records, q=doc(1, deleting=True))  # the deletion's mark lands meanwhile
+        return True
+
+    why = await ready_or_applied(
+        SLOT_1, (), queues, 1, "send", {"tenant": "t", "queue": "q"}, ensure_while_marked
+    )
+    assert why == "q not applied yet" and queues.pending == {("t", "q")}
+    store = Store()
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert store.calls == [("drop", ("t", "q"))]
+
+
+async def test_a_queue_made_by_a_request_while_a_new_term_began_is_left_to_that_terms_pass() -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, q=doc(1))
+    queues = PoolQueues(opened=True, records=records)
+
+    async def ensure_across_terms(key: QueueKey, attrs: dict[str, Any]) -> bool:
+        queues.begin_term(records, 1)  # deposed and elected again meanwhile
+        return True
+
+    send = {"tenant": "t", "queue": "q"}
+    assert (
+        await ready_or_applied(SLOT_1, (), queues, 1, "send", send, ensure_across_terms)
+        == "q not applied yet"
+    )
+    assert queues.applied == {} and queues.pending == {("t", "q")}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from backend_store.cluster.coordination.layout import PartitionRecord, ReplicaPosition
 from backend_store.cluster.coordination.timeline import incarnation_floor
 from backend_store.cluster.node.partition_host import IN_SYNC_S, as_records
-from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, not_ready
+from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, ready_or_applied
 from backend_store.cluster.node.term import LeaderTerm
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.replication.log_shipping import (
@@ -263,7 +263,18 @@ class CopiedPartitionHost(LeaderTerm):
             raise ops.NotLeader(
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
-        if (why := not_ready(self.record, self._applied, self.pool_queues, op, args)) is not None:
+        why = await ready_or_applied(
+            self.record,
+            self._applied,
+            self.pool_queues,
+            self.partition,
+            op,
+            args,
+            functools.partial(self._ensure_pooled, {}),
+        )
+        if self.leader is not leader or leader.deposed.is_set():
+            raise ops.NotLeader(f"partition {self.partition}: stepped down")
+        if why is not None:
             raise ops.NotLeader(f"partition {self.partition} is not ready yet: {why}")
         store = self.store
         if not ops.OPS[op].writes:

@@ -337,9 +337,7 @@ class SimReplicaStore:
     ) -> dict[tuple[str, str], QueueAttributes | None]:
         """Several queues' attributes, as of one state of the log (production's one read)."""
         created = self._state_of(self.data.entries).created
-        return {
-            key: None if (attrs := created.get(key)) is None else parse_attributes(attrs) for key in keys
-        }
+        return {key: None if (attrs := created.get(key)) is None else parse_attributes(attrs) for key in keys}
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         """The queue's attributes changed, logged."""

@@ -13,9 +13,10 @@ Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msg
   ``deleting`` (``true`` while being deleted; such a record reads as absent here): a queue on
   shared partitions (docs/cluster.md, "Shared partitions"; ``coordination/pools.py``).
 
-Queue writes go to etcd and, when they succeed, into the local copy at once (the one key
-read back, never the whole prefix, for a create, an update and a placed queue's deletion), so
-this gateway's router and listing see its own changes; other gateways' writes arrive through
+Queue writes go to etcd and, when they succeed, return once the watched copy holds them (the
+one key read back for its revisions, then the watch's own delivery of it, never the whole
+prefix read), so this gateway's router and listing see its own changes; a placed queue's
+deletion leaves the copy at once. Other gateways' writes arrive through
 the watch (``on_meta_change`` and ``on_queue_change`` listeners, which the gateway uses to
 forget cached credentials and queue records at once). Reads of single values go to etcd
 (linearizable): the gateway caches what it reads hot (the authenticator, the queue cache) and
@@ -121,6 +122,7 @@ class ClusterMetadata:
         self.coordinator = coordinator
         self.paths = paths
         self._clock = clock
+        self._reread_every_s = reread_every_s
         self.meta = WatchedPrefix(coordinator, paths.meta, reread_every_s=reread_every_s)
         self.queues = WatchedPrefix(coordinator, paths.queues, reread_every_s=reread_every_s)
         self._meta_listeners: list[MetaListener] = []
@@ -347,19 +349,15 @@ class ClusterMetadata:
         await watched.refresh()
 
     async def _read_back(self, tenant: TenantId, name: QueueName) -> QueueRecord | None:
-        """Read a record this gateway just wrote, and put it in the watched copy at once
-        (read your writes: routing, listing and the listeners see it before the watch
-        brings it). One key read, where re-reading the whole prefix cost O(queues)."""
+        """Read a record this gateway just wrote, once the watched copy holds it (read your
+        writes: routing, listing and the listeners see it before this call returns). One
+        key read, then the watch's own delivery of the write; a watch that does not bring
+        it within its re-read interval (broken, or etcd went back) is replaced by a read."""
         entry = await self.coordinator.get(self.paths.queue(tenant, name))
         if entry is None:
             return None
-        held = self.queues.state
-        if entry.mod_revision > held.revision:
-            # A state "as of" our write: the watch's next state (at least as new) replaces
-            # it, with whatever other writes came between.
-            self.queues.apply(
-                PrefixState(held.prefix, entry.mod_revision, {**held.entries, entry.key: entry})
-            )
+        if not await self.queues.caught_up(entry.mod_revision, self._reread_every_s):
+            await self.queues.refresh()
         return QueueRecord.from_entry(tenant, name, entry)
 
     def _meta_changed(self, state: PrefixState, keys: set[str]) -> None:

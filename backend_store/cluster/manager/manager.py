@@ -35,12 +35,15 @@ from ..coordination.layout import (
     unpack,
 )
 from ..coordination.pools import DEFAULT_POOL_PARTITIONS, PoolRequest, placement
-from .plan import ClusterView, Memory, PlanSettings, plan
+from .plan import ClusterView, Memory, PlanSettings, bounded, plan
 
 log = logging.getLogger("pushgate.cluster")
 
 # The prefixes the manager watches (start): it plans only once it has read every one.
 _WATCHED = 8
+# Operations in one of the manager's transactions at most: etcd's default --max-txn-ops
+# (a larger change is committed over several ticks, plan.bounded).
+_TXN_OPS = 128
 
 
 class Manager:
@@ -269,6 +272,7 @@ class Manager:
             counter = await self.coordinator.get(self.layout.partition_counter)
             self.view.counter = int(unpack(counter.value)) if counter is not None else 0
             change = plan(self.view, self.memory, now=self.clock(), settings=self.settings)
+            change = bounded(change, _TXN_OPS)
             if change.empty:
                 continue
             states_seen = self._partition_states

@@ -162,6 +162,47 @@ class Plan:
         return not (self.puts or self.deletes or self.tombstones or self.tombstone_deletes)
 
 
+def bounded(change: Plan, most: int) -> Plan:
+    """The part of ``change`` one etcd transaction of at most ``most`` operations holds: whole
+    partitions in id order (a partition's record, put or deleted, goes with its tombstones'
+    puts and deletions), and the counter. The rest is planned again at the next tick, from
+    the view this part updated: a cluster with hundreds of partitions changing at once (a
+    cluster of queues made before pools, each with its own, when a node dies or the manager
+    places them all) made one transaction past etcd's ``--max-txn-ops`` (128 by default),
+    which etcd refused whole, every tick. A partition's own changes stay one write, and no
+    change spans partitions, so any prefix of them is a plan made whole. The counter is the
+    whole plan's: the ids a later tick gives the partitions left out are new ones above it
+    (an id is skipped, never reused)."""
+    ops = (
+        len(change.puts)
+        + len(change.deletes)
+        + len(change.tombstones)
+        + len(change.tombstone_deletes)
+        + 1  # the counter
+    )
+    if ops <= most:
+        return change
+    by_pid: dict[int, int] = {}
+    for pid in [*change.puts, *change.deletes]:
+        by_pid[pid] = by_pid.get(pid, 0) + 1
+    for pid, _ in [*change.tombstones, *change.tombstone_deletes]:
+        by_pid[pid] = by_pid.get(pid, 0) + 1
+    taken: set[int] = set()
+    room = most - 1
+    for pid in sorted(by_pid):
+        if by_pid[pid] > room and taken:
+            break
+        taken.add(pid)
+        room -= by_pid[pid]
+    return Plan(
+        puts={pid: r for pid, r in change.puts.items() if pid in taken},
+        deletes=[pid for pid in change.deletes if pid in taken],
+        counter=change.counter,
+        tombstones={k: t for k, t in change.tombstones.items() if k[0] in taken},
+        tombstone_deletes=[k for k in change.tombstone_deletes if k[0] in taken],
+    )
+
+
 def serving_partitions(view: ClusterView) -> dict[int, Serving]:
     """The partitions whose designated leader holds the key and publishes as leader."""
     out: dict[int, Serving] = {}

@@ -41,7 +41,7 @@ from ..replication.log_shipping import (
 )
 from ..replication.quorum import QuorumCheck
 from .hosted_store import Dial, HostedStore, OpenStore
-from .pool_queues import PoolQueues, QueueKey, QueueRecords, not_ready
+from .pool_queues import PoolQueues, QueueKey, QueueRecords, not_ready, ready_or_applied
 from .term import LeaderTerm
 
 log = logging.getLogger("pushgate.cluster")
@@ -397,7 +397,18 @@ class PartitionHost(LeaderTerm):
             raise ops.NotLeader(
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
-        if (why := self._not_ready(op, args)) is not None:
+        why = await ready_or_applied(
+            self.record,
+            self._applied_attributes,
+            self.pool_queues,
+            self.partition,
+            op,
+            args,
+            functools.partial(self._ensure_pooled, {}),  # nothing read before: read now
+        )
+        if self.leader is not leader or leader.deposed.is_set():
+            raise ops.NotLeader(f"partition {self.partition}: stepped down")
+        if why is not None:
             # Leading, but the queue's attributes have not reached us from etcd yet. Answered
             # as not_leader: nothing was applied, so the gateway may retry any request.
             raise ops.NotLeader(f"partition {self.partition} is not ready yet: {why}")

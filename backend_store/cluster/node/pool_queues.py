@@ -56,6 +56,15 @@ def _fed(doc: Mapping[str, Any]) -> set[str]:
     return names
 
 
+def _named(args: Mapping[str, Any]) -> list[str]:
+    """The queue names a request's arguments give (``_NAME_ARGS``, and ``names``)."""
+    names = [args[n] for n in _NAME_ARGS if isinstance(args.get(n), str)]
+    many = args.get("names")
+    if isinstance(many, list | tuple):
+        names.extend(n for n in many if isinstance(n, str))
+    return names
+
+
 class Want(Enum):
     """What a pool partition's store should hold of a queue."""
 
@@ -203,10 +212,16 @@ class PoolQueues:
     applied: dict[QueueKey, dict[str, Any] | None] = field(default_factory=dict)
     # Whether the term's first pass over its queues is done (after its first entry).
     opened: bool = False
+    # The node's records, as the term's last pass read them (what a request applies from).
+    records: QueueRecords | None = None
+    # Counts the terms begun: what a request applied during another term's start is not ours.
+    terms: int = 0
 
     def begin_term(self, records: QueueRecords, pid: int) -> None:
         self.applied.clear()
         self.opened = False
+        self.terms += 1
+        self.records = records
         self.pending = records.on_partition(pid)
 
     def changed(self, queues: Collection[QueueKey]) -> None:
@@ -215,6 +230,7 @@ class PoolQueues:
     async def apply(self, records: QueueRecords, pid: int, ensure: Ensure, drop: Drop) -> None:
         """Apply what is pending (leader only). A queue whose step fails stays pending, tried
         again at the next call (the node's tick); the others are served meanwhile."""
+        self.records = records
         todo, self.pending = self.pending, set()
         failed: set[QueueKey] = set()
         done: set[QueueKey] = set()
@@ -251,6 +267,40 @@ class PoolQueues:
         self.pending.update(failed)
         self.opened = True
 
+    async def apply_named(self, pid: int, op: str, args: Mapping[str, Any], ensure: Ensure) -> None:
+        """Apply now the queues a request names that this node's records say the partition
+        serves (``Want.ENSURE``) but the term has not applied yet. A new queue's first request
+        (the creating gateway's ``create_queue``) reaches its leader about when the leader's
+        watch brings its record: it is answered at once, the queue made in the same group
+        commit as the other requests' of the moment, where it waited for the node's next
+        tick and the term's pass, one replicated write after another, and the gateway's
+        backing-off retries (issue 49: 8 creates a second and 503s at 10,000 queues).
+
+        Only once the term's first pass is done (its first entry written); a queue whose
+        dead-letter queue's copy is not applied yet is left to that pass, which makes the copy
+        first. A record that changed while its queue was made is not counted applied: it is
+        pending again, and the pass applies what the record says now; nor is one made while a
+        new term began (that term's pass applies it after its own first entry)."""
+        records, term = self.records, self.terms
+        tenant = args.get("tenant")
+        if records is None or not self.opened or op in _ALWAYS_READY or not isinstance(tenant, str):
+            return
+        for name in _named(args):
+            key = (tenant, name)
+            doc = records.get(key)
+            if key in self.applied or doc is None or records.want(pid, key) != Want.ENSURE:
+                continue
+            dlq = _dead_letter_queue(doc)
+            if dlq is not None and (tenant, dlq) not in self.applied:
+                continue
+            plain = store_attributes(doc)
+            if not await ensure(key, plain) or self.terms != term:
+                continue
+            if records.get(key) is doc:
+                self.applied[key] = plain
+            else:
+                self.pending.add(key)
+
     def served(self, op: str, args: Mapping[str, Any]) -> None:
         """After a request was served: a gateway's ``delete_queue`` took the queue out of the
         store, so it is applied no more, and applied again from its record at the next call
@@ -271,10 +321,7 @@ class PoolQueues:
         tenant = args.get("tenant")
         if not isinstance(tenant, str):
             return None if self.opened else "the term's queues are not applied yet"
-        names = [args[n] for n in _NAME_ARGS if isinstance(args.get(n), str)]
-        many = args.get("names")
-        if isinstance(many, list | tuple):
-            names.extend(n for n in many if isinstance(n, str))
+        names = _named(args)
         missing = [n for n in names if (tenant, n) not in self.applied]
         if missing:
             return f"{', '.join(sorted(missing))} not applied yet"
@@ -318,3 +365,22 @@ def not_ready(
     if (record.tenant, record.queue) not in applied:
         return "the queue's attributes are not applied yet"
     return None
+
+
+async def ready_or_applied(
+    record: PartitionRecord | None,
+    applied: Collection[QueueKey],
+    pool: PoolQueues,
+    pid: int,
+    op: str,
+    args: Mapping[str, Any],
+    ensure: Ensure,
+) -> str | None:
+    """:func:`not_ready`, after a pool partition applied the queues the request names that
+    its records hold (:meth:`PoolQueues.apply_named`); the leader checks it is still leading
+    after the await."""
+    why = not_ready(record, applied, pool, op, args)
+    if why is None or record is None or record.pool is None:
+        return why
+    await pool.apply_named(pid, op, args, ensure)
+    return not_ready(record, applied, pool, op, args)
