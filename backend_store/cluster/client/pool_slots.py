@@ -17,7 +17,7 @@ from ...types import QueueAttributes, QueueName, TenantId
 from ..coordination import pools
 from ..coordination.coordinator import Coordinator
 from ..coordination.layout import Layout
-from .partition_map import ClusterView
+from .partition_map import ClusterView, PartitionInfo
 
 # Compare-and-put rounds of ``pools/{name}`` against other gateways asking at once.
 _ASK_ATTEMPTS = 20
@@ -42,7 +42,12 @@ class PoolSlots:
         slots = self.view.map.pool_slots(name)
         if len(slots) < wanted:
             await self._ask(pools.PoolRequest(attrs.replication_factor, attrs.replication_mode, wanted))
-            await self.view.wait_for(lambda m: len(m.pool_slots(name)) >= wanted, self.wait_s)
+            # Until every slot is led, not only made: a create that made (or grew) a pool
+            # returns with the pool served, so the readiness check (every partition of the
+            # map has a leader) holds after it as it did when a queue's partitions were its
+            # own. A slot still leaderless after wait_s delays nothing more: the queue waits
+            # only for its own placement's leaders.
+            await self.view.wait_for(lambda m: _made_and_led(m.pool_slots(name), wanted), self.wait_s)
             slots = self.view.map.pool_slots(name)
             if len(slots) < wanted:
                 raise Unavailable(
@@ -67,3 +72,7 @@ class PoolSlots:
             if await self.coordinator.compare_and_put(key, raised.pack(), entry.mod_revision):
                 return
         raise Unavailable(f"pools/{request.name} changed too often to ask for its partitions; retry")
+
+
+def _made_and_led(slots: tuple[PartitionInfo, ...], wanted: int) -> bool:
+    return len(slots) >= wanted and all(p.leader for p in slots)
