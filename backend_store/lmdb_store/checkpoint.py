@@ -4,8 +4,8 @@ A journaling store (a standalone one, or a node's partition replica) commits to 
 syncs and makes each batch durable with one sync of the journal (``journal.py``): each commit
 is journaled as every change its transaction made (``recorded_txn.py``), under the commit's
 journal sequence number, which the same transaction stores under :data:`JOURNAL_SEQ`. About
-once a second (or every few MiB of journal, or after each batch while the disk is short of
-room), between batches, the writer takes a checkpoint:
+once a second (or every few MiB of journal, ``room.journal_limit``, or after each batch while
+the disk is short of room), between batches, the writer takes a checkpoint:
 
 1. a read transaction on the newest commit: LMDB reuses a page only once every reader older
    than the commit that freed it is gone, so while this reader lives no page of the

@@ -114,6 +114,10 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         except BaseException:
             self._release_hold_lock()
             raise
+        reserve = self.options.disk_reserve_bytes
+        if reserve is None:
+            reserve = default_reserve(self.path, env.max_map_size)
+        self._reserve = reserve
         journaling: Journaling | None = None
         try:
             if journaled:
@@ -133,9 +137,6 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         await asyncio.to_thread(env.read, lambda txn: self._replication_log.load(txn, env.dbs))
         self._env = env
         self._loop = asyncio.get_running_loop()
-        reserve = self.options.disk_reserve_bytes
-        if reserve is None:
-            reserve = default_reserve(self.path, env.max_map_size)
         self._writer = GroupCommitWriter(
             env,
             self._replication_log,

@@ -22,6 +22,7 @@ from . import checkpoint, meta_pages
 from .checkpoint import Journaling
 from .environment import Environment
 from .hold_lock import HoldLock
+from .room import journal_limit
 from .store_core import StoreCore
 
 log = logging.getLogger("pushgate.store")
@@ -39,6 +40,8 @@ class HoldHandOver(StoreCore):
         super().__init__(path, options)
         self._hold_lock: HoldLock | None = None
         self._hold_watch: asyncio.Task[None] | None = None
+        # The room sends may not use (room.py), set as the store opens; it bounds the journal.
+        self._reserve = 0
 
     async def _elect_holder(self) -> bool:
         """At start, before the environment opens: whether this process is alone with the
@@ -80,6 +83,7 @@ class HoldHandOver(StoreCore):
         return Journaling(
             env,
             interval_s=self.options.checkpoint_interval_s,
+            max_bytes=journal_limit(self._reserve),
             fdatasync=self.options.fdatasync or os.fdatasync,
         )
 

@@ -29,6 +29,8 @@ MIB = 1024 * 1024
 RESERVE_SHARE = 0.02
 RESERVE_MIN = MIB
 RESERVE_MAX = 1024 * MIB
+# The most a journal holds between two checkpoints (checkpoint.py), on a disk large enough.
+JOURNAL_MAX = 16 * MIB
 # LMDB's two meta pages, never counted in any database.
 _META_PAGES = 2
 
@@ -39,6 +41,19 @@ def default_reserve(path: str | os.PathLike[str], max_map_size: int) -> int:
     fs = os.statvfs(path)
     capacity = min(fs.f_blocks * fs.f_frsize, max_map_size)
     return int(min(RESERVE_MAX, max(RESERVE_MIN, capacity * RESERVE_SHARE)))
+
+
+def journal_limit(reserve: int) -> int:
+    """How many bytes a journaling store appends before a checkpoint is due, at the latest:
+    its reserve, within 1 MiB and :data:`JOURNAL_MAX`.
+
+    Each of the journal's two files grows to the most one round between checkpoints wrote
+    and never shrinks, and a checkpoint's reader keeps the pages freed meanwhile from reuse:
+    room that no message uses. A round of a second of sends could take 16 MiB; on a disk of
+    12 MiB that was a sixth of what messages could fill, and more the slower the sends came
+    (session 52: 480 messages of 4 KiB fitted where 570 did). Bounded by the reserve, the
+    journal takes about the share of the disk the reserve already keeps from sends."""
+    return min(JOURNAL_MAX, max(MIB, reserve))
 
 
 class RoomGauge:

@@ -111,6 +111,23 @@ async def test_a_checkpoint_is_taken_once_due_and_the_store_reopens_clean(lmdb_f
     assert [m.body for m in await receive_all(store, T1, "j")] == [b"m1"]
 
 
+async def test_the_journal_between_checkpoints_is_bounded_by_the_reserve(lmdb_factory: StoreFactory) -> None:
+    # Each journal file grows to what one round between checkpoints wrote and never shrinks:
+    # on a small disk, rounds of a second's sends took room messages could have used
+    # (tests/cluster/test_full_disks.py, session 52). With a reserve of 1 MiB a round ends
+    # past 1 MiB of journal, however long the interval.
+    store = engine(await lmdb_factory.open(checkpoint_interval_s=3600, disk_reserve_bytes=1 << 20))
+    await store.create_queue(T1, QUEUE, {})
+    body = os.urandom(16 * 1024)
+    for _ in range(20):
+        await asyncio.gather(*(send_one(store, T1, "j", body) for _ in range(16)))
+    writer = store._writer
+    assert writer is not None and writer._journaling is not None
+    assert writer._journaling.checkpoints >= 3  # 5 MiB journaled, interval not reached
+    sizes = [path.stat().st_size for path in writer._journaling.journal.paths]
+    assert max(sizes) <= 2 << 20, sizes
+
+
 def test_journal_reading_stops_at_a_torn_entry_a_gap_or_the_round_before(tmp_path: Path) -> None:
     path = tmp_path / "journal"
     journal = Journal((path, tmp_path / "journal.b"))
