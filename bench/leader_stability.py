@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import os
 import platform
+import random
 import signal
 import subprocess
 import sys
@@ -39,7 +40,21 @@ from tests.fixtures.etcd_server import etcd_cluster
 TENANT = "bench"
 RF3_SYNC = {"replication_factor": 3, "replication_mode": "sync", "partitions": 1}
 # What a node logs when it stops leading, whatever the reason.
-GAVE_UP = ("check-quorum", "resigned leadership", "stepped down", "deposed", "handed over", "session lost")
+GAVE_UP = (
+    "check-quorum",
+    "resigned leadership",
+    "stepped down",
+    "deposed",
+    "handed over",
+    "session lost",
+)
+# What a node or manager logs when its event loop was held (backend_store/loop_watch.py).
+HELD = "event loop held for"
+
+
+def gave_up(line: str) -> bool:
+    """Whether a log line says a leader gave up, or a session ended ("lease 1f2e lost")."""
+    return any(w in line for w in GAVE_UP) or (" lease " in line and line.endswith(" lost"))
 
 
 def start_hogs(count: int) -> list[subprocess.Popen[bytes]]:
@@ -74,9 +89,11 @@ async def run(args: argparse.Namespace, root: Path) -> int:
         sent = 0
         failed = 0
 
-        async def producer(queue: str) -> None:
+        async def producer(n: int) -> None:
             nonlocal sent, failed
             while not stop.is_set():
+                # Producer n sends to queue n with few queues; with many, to any (random).
+                queue = queues[n] if len(queues) <= args.producers else random.choice(queues)
                 try:
                     await backend.send(TenantId(TENANT), QueueName(queue), [NewMessage(b"x" * 100)])
                     sent += 1
@@ -88,15 +105,28 @@ async def run(args: argparse.Namespace, root: Path) -> int:
         tasks: list[asyncio.Task[None]] = []
         logs_from: dict[str, int] = {}
         try:
-            for queue in queues:
-                await backend.create_queue(TenantId(TENANT), QueueName(queue), RF3_SYNC)
-            pids = [await h.partition_of(TENANT, q) for q in queues]
+            todo = iter(queues)
+
+            async def creator() -> None:
+                for queue in todo:
+                    await backend.create_queue(TenantId(TENANT), QueueName(queue), RF3_SYNC)
+
+            # Created 32 at a time: thousands of queues on the pool's partitions.
+            await asyncio.gather(*(creator() for _ in range(min(32, len(queues)))))
+            print(f"created {len(queues):,} queues", flush=True)
+            pool_slots = [pid for pid, record in (await h.partitions()).items() if record.pool is not None]
+            pids = sorted(
+                {await h.partition_of(TENANT, q) for q in queues[: args.producers]} | set(pool_slots)
+            )
             for pid in pids:
                 await h.serving_leader(pid)
-            tasks = [asyncio.create_task(producer(queues[i % len(queues)])) for i in range(args.producers)]
+            tasks = [asyncio.create_task(producer(i % len(queues))) for i in range(args.producers)]
             # Placement and the first rebalancing settle before the count begins.
             await asyncio.sleep(args.settle)
-            logs_from = {name: proc.log_path.stat().st_size for name, proc in h.nodes.items()}
+            logs_from = {
+                name: proc.log_path.stat().st_size
+                for name, proc in [*h.nodes.items(), *((m.name, m) for m in h.managers)]
+            }
             hogs = start_hogs(args.hogs)
             before = await leaders_now(h, pids)
             print(f"leaders at the start: {before}", flush=True)
@@ -124,11 +154,12 @@ async def run(args: argparse.Namespace, root: Path) -> int:
             await asyncio.gather(*tasks)
             await backend.close()
             reasons = []
-            for name, proc in h.nodes.items():
+            stalls_by: dict[str, list[float]] = {}
+            for name, proc in [*h.nodes.items(), *((m.name, m) for m in h.managers)]:
                 text = proc.log_path.read_bytes()[logs_from.get(name, 0) :].decode(errors="replace")
-                reasons += [
-                    f"{name}: {line}" for line in text.splitlines() if any(w in line for w in GAVE_UP)
-                ]
+                lines = text.splitlines()
+                reasons += [f"{name}: {line}" for line in lines if gave_up(line)]
+                stalls_by[name] = [float(line.split(HELD)[1].split()[0]) for line in lines if HELD in line]
             await h.close()
         load = os.getloadavg()
         print(
@@ -138,6 +169,9 @@ async def run(args: argparse.Namespace, root: Path) -> int:
         )
         for line in reasons:
             print(f"  {line}")
+        for name, stalls in stalls_by.items():
+            longest = f", the longest {max(stalls):.2f} s" if stalls else ""
+            print(f"  {name}: event loop held 0.5 s or more {len(stalls)} times{longest}")
         return 1 if changes else 0
 
 
