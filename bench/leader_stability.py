@@ -21,6 +21,7 @@ import asyncio
 import os
 import platform
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,6 +162,10 @@ async def run(args: argparse.Namespace, root: Path) -> int:
                 reasons += [f"{name}: {line}" for line in lines if gave_up(line)]
                 stalls_by[name] = [float(line.split(HELD)[1].split()[0]) for line in lines if HELD in line]
             await h.close()
+            if args.logs is not None:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for name, proc in [*h.nodes.items(), *((m.name, m) for m in h.managers)]:
+                    shutil.copy(proc.log_path, args.logs / f"{name}.log")
         load = os.getloadavg()
         print(
             f"{len(changes)} leader changes in {elapsed:.0f}s with {args.hogs} hogs; {sent - sent_before} sends"
@@ -183,6 +188,7 @@ def main() -> None:
     parser.add_argument("--hogs", type=int, default=2)
     parser.add_argument("--queues", type=int, default=3)
     parser.add_argument("--producers", type=int, default=16)
+    parser.add_argument("--logs", type=Path, help="copy the nodes' and manager's logs into DIR at the end")
     parser.add_argument("--settle", type=float, default=10, help="seconds of load before the count begins")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pushgate-leader-stability-") as tmp:

@@ -72,7 +72,8 @@ def _grpc_target(endpoints: list[tuple[str, int]]) -> tuple[str, int]:
 
 
 class EtcdSession:
-    """A lease renewed every third of its TTL; ``lost`` once it cannot be trusted."""
+    """A lease renewed every third of its TTL; ``valid()`` while surely alive, ``lost`` once
+    etcd says it is gone or it stayed in doubt a whole TTL (``_renew``)."""
 
     def __init__(self, coordinator: EtcdCoordinator, lease_id: int, ttl_s: float, granted_at: float) -> None:
         self.lease_id = lease_id
@@ -105,16 +106,23 @@ class EtcdSession:
         self.lost.set()
 
     async def _renew(self) -> bool:
-        """Renew before the deadline, retrying quickly through an etcd election; False: lost."""
+        """Renew, retrying quickly through an etcd election; False: lost.
+
+        Past the deadline the session is *in doubt*, not lost: ``valid()`` is False, so its
+        holder acknowledges nothing, but a renewal etcd accepts then proves the lease never
+        expired (etcd renews no expired lease: it answers TTL 0), so every key under it is
+        still the holder's, and the session is valid again from that renewal's sending on.
+        The renewal in flight at the deadline is waited for too: etcd got it, and under load
+        its answer came after the deadline, and a node gave up a lease etcd had just renewed
+        and stepped down from every partition it led (issue 48, item 3). Lost: etcd answers
+        that the lease is gone, or a whole TTL in doubt without an answer."""
         while not self._closing.is_set():
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                # Unrenewed for a whole TTL (etcd unreachable, or this process was frozen):
-                # etcd may have let the lease go, so nothing claimed under it is ours.
-                return False
+            give_up_at = self._deadline + self.ttl_s
             asked = time.monotonic()
+            if asked >= give_up_at:
+                return False
             try:
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(give_up_at - asked):
                     ttl = await self._coordinator._refresh(self.lease_id)
             except (CoordinatorUnavailable, TimeoutError):
                 await asyncio.sleep(_RENEW_RETRY_S)
