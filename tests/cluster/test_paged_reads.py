@@ -40,8 +40,8 @@ async def fill(coordinator: EtcdCoordinator, prefix: str, count: int) -> None:
     async def put(i: int) -> None:
         await coordinator.put(f"{prefix}q{i:05d}", b"record %d" % i)
 
-    for begin in range(0, count, 100):
-        await asyncio.gather(*(put(i) for i in range(begin, min(count, begin + 100))))
+    for begin in range(0, count, 25):
+        await asyncio.gather(*(put(i) for i in range(begin, min(count, begin + 25))))
 
 
 async def test_a_whole_read_of_more_than_a_page_is_etcds_own_read_at_its_revision(

@@ -367,9 +367,14 @@ class EtcdCoordinator:
             try:
                 async with contextlib.aclosing(self._follow(stream, base, reread_every_s, stop)) as states:
                     async for state in states:
-                        if state.changed is None:  # a check's read: only news is yielded
+                        if state.changed is None:  # a check's read equal to the last state
+                            # Yielded only to a consumer holding another state than the one
+                            # this watch last gave it (compared a page a turn, section 3 of
+                            # docs/cluster.md); holding that very one, it has this one.
                             prior = held() if held is not None else last
-                            if prior is not None and state.entries == prior.entries:
+                            if prior is last or (
+                                prior is not None and not await changed_in_pages(prior, state)
+                            ):
                                 continue
                         last = state
                         yield state
@@ -409,6 +414,9 @@ class EtcdCoordinator:
                         log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
                         stream.fallback = fresh  # the events missed one
                         return
+                    # The state held: yielded only to a consumer that holds another, one of its
+                    # own reads (WatchedPrefix.refresh; see watch_prefix).
+                    yield fresh
                     continue
                 # Newer than the events applied (they may be on their way): taken whole, and
                 # the events it covers are skipped; it names the keys it changed, so its
