@@ -9,9 +9,10 @@ log with its cause, not only as its effects.
 
 :class:`LoopWatch` schedules a beat on the loop every ``interval_s``; a thread checks the
 beats, and while the loop is overdue it samples the loop thread's Python stack
-(``sys._current_frames``), which tells a loop busy in our code (the stack is in it) from one
-that was not scheduled at all (the stack is in the loop's own wait for I/O). When the loop
-runs again, one warning gives how long it was held and the stack seen most often.
+(``sys._current_frames``), which tells a loop busy in our code (the stack ends in it) from
+one held elsewhere (the stack ends at the loop's own frame: its C code, or the process not
+scheduled at all, when no sample comes). When the loop runs again, one warning gives how
+long it was held and the stack seen most often.
 """
 
 from __future__ import annotations
