@@ -59,8 +59,10 @@ HELD = "event loop held for"
 
 
 def gave_up(line: str) -> bool:
-    """Whether a log line says a leader gave up, or a session ended ("lease 1f2e lost")."""
-    return any(w in line for w in GAVE_UP) or (" lease " in line and line.endswith(" lost"))
+    """Whether a log line says a leader gave up, or a session ended ("lease 1f2e lost") or was
+    in doubt ("lease 1f2e renewed 0.31 s past its deadline")."""
+    lease = " lease " in line and (line.endswith(" lost") or "past its deadline" in line)
+    return lease or any(w in line for w in GAVE_UP)
 
 
 def start_hogs(count: int) -> list[subprocess.Popen[bytes]]:

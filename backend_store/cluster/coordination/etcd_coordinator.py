@@ -129,6 +129,11 @@ class EtcdSession:
                 continue
             if ttl <= 0:
                 return False
+            late = time.monotonic() - self._deadline
+            if late > 0:
+                log.warning(
+                    "lease %x renewed %.2f s past its deadline (in doubt meanwhile)", self.lease_id, late
+                )
             self._deadline = asked + min(self.ttl_s, ttl)
             return True
         return True
