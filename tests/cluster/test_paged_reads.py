@@ -67,8 +67,8 @@ async def test_a_whole_read_made_while_the_prefix_changes_is_one_revisions_state
     async def writer() -> None:
         i = 0
         while not writing.is_set():
-            # A key of the last page changes and one of the first is deleted, in one txn-less
-            # pair of writes each round: a read mixing revisions would show one without the other.
+            # Keys of the last page rewritten, of the first deleted, new ones added past the
+            # end: a read mixing pages of two revisions differs from etcd's read at either.
             await coordinator.put(f"{prefix}q{KEYS - 1 - i % 100:05d}", b"rewritten %d" % i)
             await coordinator.delete(f"{prefix}q{i:05d}")
             await coordinator.put(f"{prefix}z{i:05d}", b"added %d" % i)
