@@ -17,6 +17,7 @@ deterministic simulation's replica host both run this code.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sys
@@ -41,6 +42,8 @@ Drop = Callable[[QueueKey], Awaitable[bool]]
 # A request's queue names: a queue's own operations name it in "queue" or "name", a
 # redrive its target in "to" too, a stats request several in "names".
 _NAME_ARGS = ("queue", "name", "to")
+# Queues a pass applies per turn of the event loop (PoolQueues.apply).
+_QUEUES_PER_TURN = 100
 # Idempotent, and asked by a deleting gateway whether or not the queue was ever applied.
 _ALWAYS_READY = frozenset({"delete_queue"})
 # What a record holds that a node never reads (and that differs from queue to queue).
@@ -282,7 +285,12 @@ class PoolQueues:
                 self.applied.setdefault(key, None)  # a copy kept as it is: served
             done.add(key)
 
-        for key in sorted(todo):
+        for n, key in enumerate(sorted(todo)):
+            if n and not n % _QUEUES_PER_TURN:
+                # A term's first pass goes over every queue of its partition (1,250 at 10,000
+                # queues on 8 partitions): in one turn it held the node's loop, heartbeats
+                # and lease renewals with it (issue 48, item 3).
+                await asyncio.sleep(0)
             await one(key)
         self.pending.update(failed)
         self.opened = True
