@@ -282,11 +282,14 @@ class Node(ReplicaRounds):
                 continue
             session = self.session
             assert session is not None
-            while not self._stopping.is_set() and session.valid():
+            while not self._stopping.is_set() and not session.lost.is_set():
                 await self.clock.wait(self._changed, self.config.tick_s)
                 self._changed.clear()
                 if not session.valid():
-                    break
+                    # In doubt (past its deadline: this loop was held, or etcd answers late):
+                    # nothing is acknowledged meanwhile (node_serving), and the keep-alive
+                    # either renews it, its keys ours all along, or finds it lost.
+                    continue
                 try:
                     await self._reconcile(session)
                     await self._publish(session)
