@@ -295,6 +295,19 @@ class EtcdCoordinator:
     async def create(self, key: str, value: bytes) -> bool:
         return await self.compare_and_put(key, value, 0)
 
+    async def create_many(self, items: Mapping[str, bytes]) -> tuple[int, frozenset[str]]:
+        keys = [k.encode() for k in items]
+        ok, responses = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.mod(k) == 0 for k in keys],
+                success=[c.transactions.put(k, v) for k, v in zip(keys, items.values(), strict=True)],
+                failure=[c.transactions.get(k) for k in keys],
+            )
+        )
+        if ok:
+            return int(responses[0].response_put.header.revision), frozenset()
+        return 0, frozenset(key for key, found in zip(items, responses, strict=True) if found)
+
     async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
         k = key.encode()
         ok, _ = await self._call(

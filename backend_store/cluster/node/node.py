@@ -103,6 +103,7 @@ class Node(ReplicaRounds):
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_sessions: list[Session] = []  # revoked once a new session has registered
         self._watched: list[WatchedPrefix] = []
+        self._queue_watch: WatchedPrefix | None = None  # queues/ (node_serving.py waits on it)
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         # What etcd says, from the watches (None: not read yet).
@@ -179,6 +180,8 @@ class Node(ReplicaRounds):
                 watched = self.identity.watch
             else:
                 watched = WatchedPrefix(self.coordinator, prefix, reread_every_s=2.0)
+                if prefix == self.layout.queues:
+                    self._queue_watch = watched
             watched.add_listener(self._listener(handler))
             watched.begin()
             self._watched.append(watched)
