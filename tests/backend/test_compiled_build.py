@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
+import runpy
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-
-from build_compiled import modules  # noqa: E402
+# The build script's own list (a script, not a package: loaded by path).
+modules: Callable[[], list[str]] = runpy.run_path(str(REPO / "scripts" / "build_compiled.py"))["modules"]
 
 
 def imported_from() -> dict[str, str]:
