@@ -8,9 +8,7 @@ partition."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from backend_store.attributes import parse_attributes
 from backend_store.cluster.client.cluster_backend import ClusterBackend, open_cluster_backend
 from backend_store.cluster.client.node_pool import NodePool
-from backend_store.cluster.coordination.coordinator import Entry, PrefixState
+from backend_store.cluster.coordination.coordinator import Entry
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.cluster.manager.manager import Manager
@@ -28,33 +26,11 @@ from backend_store.cluster.node.node_config import NodeConfig
 from backend_store.options import StoreOptions
 from backend_store.types import QueueName, TenantId
 from tests.fixtures.etcd_server import unique_prefix
+from tests.fixtures.lagging_etcd import LaggingWatch
 
 T = TenantId("acme")
 RF2 = {"replication_factor": 2, "replication_mode": "sync"}
 LAG_S = 0.5  # how late the nodes' watch of queues/ delivers each state
-
-
-class LateQueueRecords(EtcdCoordinator):
-    """etcd whose watch of ``queues/`` delivers each state late (a loaded node)."""
-
-    def __init__(self, endpoints: list[str], queues: str) -> None:
-        super().__init__(endpoints)
-        self.queues = queues
-
-    async def watch_prefix(
-        self,
-        prefix: str,
-        *,
-        reread_every_s: float = 5.0,
-        stop: asyncio.Event | None = None,
-        held: Callable[[], PrefixState] | None = None,
-    ) -> AsyncGenerator[PrefixState, None]:
-        states = super().watch_prefix(prefix, reread_every_s=reread_every_s, stop=stop, held=held)
-        async with contextlib.aclosing(states):
-            async for state in states:
-                if prefix == self.queues:
-                    await asyncio.sleep(LAG_S)  # the lag injected, not a wait for a condition
-                yield state
 
 
 class CountedReads(EtcdCoordinator):
@@ -70,7 +46,7 @@ class CountedReads(EtcdCoordinator):
 @pytest.fixture
 async def cluster(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterBackend]:
     layout = Layout(unique_prefix("firstrequest") + "/")
-    late = [await LateQueueRecords(etcd_endpoints, layout.queues).connect() for _ in range(2)]
+    late = [await LaggingWatch(etcd_endpoints, LAG_S, {layout.queues}).connect() for _ in range(2)]
     nodes: list[Node] = [
         local_node(NodeConfig(f"n{i}", tmp_path / f"n{i}", layout=layout), late[i], sweep_every_s=0)
         for i in range(2)
