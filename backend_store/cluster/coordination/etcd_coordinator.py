@@ -427,15 +427,18 @@ class EtcdCoordinator:
                 # Compared a page at a time: at 10,000 queue records a comparison in one turn
                 # of the loop held a node's loop for about a second under load (read_prefix).
                 keys = await changed_in_pages(state, fresh)
-                if fresh.revision == state.revision:
-                    if keys:
-                        log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
-                        stream.fallback = fresh  # the events missed one
-                        return
-                    # The state held: yielded only to a consumer that holds another, one of its
-                    # own reads (WatchedPrefix.refresh; see watch_prefix).
+                if not keys:
+                    # The state held (at a later revision when etcd's other keys changed):
+                    # yielded as ``changed=None``, so only to a consumer that holds another
+                    # state, one of its own reads (WatchedPrefix.refresh; see watch_prefix).
+                    # Its revision is taken, so the events it covers are skipped.
+                    state = fresh
                     yield fresh
                     continue
+                if fresh.revision == state.revision:
+                    log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
+                    stream.fallback = fresh  # the events missed one
+                    return
                 # Newer than the events applied (they may be on their way): taken whole, and
                 # the events it covers are skipped; it names the keys it changed, so its
                 # consumers compare nothing again.
