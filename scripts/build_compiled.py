@@ -9,7 +9,7 @@ build (checked in a fresh interpreter), so a silent fallback never passes for co
 
 What each module saves in instructions per message, compiled against pure, is in
 bench/README.md ("Compiling the message path"), with what is not yet measured or verified:
-the list is the candidates, to be cut to the modules that pay.
+the list holds only the modules that pay.
 """
 
 from __future__ import annotations
