@@ -61,7 +61,7 @@ class RestoreInfo:
 
 
 # How many times a backup adopts a map its store's writer grew while the copy began: each
-# growth doubles the map up to its maximum, so a few in one backup already take minutes.
+# growth doubles the map, so eight in a row mean a store grown 256-fold meanwhile.
 _RESIZES = 8
 
 
