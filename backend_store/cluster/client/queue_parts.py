@@ -40,16 +40,18 @@ class QueueParts:
         if record.placement == ():
             raise Unavailable(f"queue {record.name!r} has a placement this gateway cannot read")
         if record.placement is not None:
-            return [
-                bind_to_queue(self.view.map.partitions.get(pid), pid, record.tenant, record.name, i, revision)
-                for i, pid in enumerate(record.placement)
-            ]
+            return [self._placed(record, i, pid) for i, pid in enumerate(record.placement)]
         placed = {p.index: p for p in self.view.map.of_queue(record.tenant, record.name, revision)}
         return [
             placed.get(i)
             or PartitionInfo(-1, record.tenant, record.name, i, (), None, "sync", queue_revision=revision)
             for i in range(record.attributes.partitions)
         ]
+
+    def _placed(self, record: QueueRecord, index: int, pid: int) -> PartitionInfo:
+        """Pool partition ``pid``, the queue's partition ``index``, bound to the queue."""
+        part = self.view.map.partitions.get(pid)
+        return bind_to_queue(part, pid, record.tenant, record.name, index, record.create_revision)
 
     def holders(self, record: QueueRecord) -> list[PartitionInfo]:
         """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
@@ -99,15 +101,7 @@ class QueueParts:
                 for index, pid in enumerate(record.placement):
                     entry = shared.get(pid)
                     if entry is None:
-                        part = bind_to_queue(
-                            self.view.map.partitions.get(pid),
-                            pid,
-                            record.tenant,
-                            record.name,
-                            index,
-                            record.create_revision,
-                        )
-                        entry = shared[pid] = (part, [])
+                        entry = shared[pid] = (self._placed(record, index, pid), [])
                     entry[1].append(record.name)
                 continue
             for part in self.holders(record):
