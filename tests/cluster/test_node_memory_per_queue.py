@@ -96,7 +96,7 @@ def test_a_node_holds_few_bytes_per_queue_of_its_records_and_applied_attributes(
     # Measured in a process of its own: tracemalloc counts every thread's allocations by the
     # frame that made them, and a worker of the suite runs other tests' threads (servers,
     # writers, sweepers) in backend_store's code beside this one. In the suite's worker the
-    # in-process count read 418 and 430 bytes a queue (fresh-clone runs of sessions 53 and 55)
+    # in-process count read 418 and 430 bytes a queue (fresh-clone runs of sessions 52 and 55)
     # where it reads 312 alone; one thread calling shared_docs' code during the window made it
     # 2,748 (session 55's recipe).
     probe = f"import asyncio, json; from {__name__} import measure; print(json.dumps(asyncio.run(measure())))"
