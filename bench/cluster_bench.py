@@ -59,8 +59,7 @@ from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
 from backend_store.types import NewMessage, QueueName, TenantId
 from bench.http_bench import _load as http_load
-from bench.many_queues import fdatasync_cost
-from bench.push_common import cpu_seconds, serve, start_gateway
+from bench.push_common import cpu_seconds, fdatasync_cost, serve, start_gateway
 from bench.store_bench import machine
 from tests.cluster.processes import ClusterHarness
 from tests.fixtures.etcd_server import etcd_cluster

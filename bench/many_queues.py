@@ -69,7 +69,7 @@ from backend_store.cluster.coordination.layout import Layout, LeaderRecord, unpa
 from backend_store.errors import PushgateError
 from backend_store.types import Epoch, QueueName, TenantId
 from bench.dev_cluster_failover import _CHILD, start
-from bench.push_common import machine, percentiles, start_gateway, stop
+from bench.push_common import fdatasync_cost, machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,24 +129,6 @@ def proc_stats(pid: int) -> tuple[int, int, int, int]:
         if words and words[0] in fields:
             fields[words[0]] = int(words[1])
     return fields["Threads:"], len(os.listdir(f"/proc/{pid}/fd")), fields["VmRSS:"], fields["RssAnon:"]
-
-
-def fdatasync_cost(directory: Path, count: int = 200) -> str:
-    """p50 / p90 / p99 of a 4 KiB write and fdatasync in ``directory``."""
-    path = directory / "fdatasync-probe"
-    took: list[float] = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for _ in range(count):
-            os.pwrite(fd, os.urandom(4096), 0)
-            began = time.perf_counter()
-            os.fdatasync(fd)
-            took.append((time.perf_counter() - began) * 1000)
-    finally:
-        os.close(fd)
-        path.unlink()
-    cuts = statistics.quantiles(took, n=100, method="inclusive")
-    return f"fdatasync of 4 KiB: p50 {cuts[49]:.2f} / p90 {cuts[89]:.2f} / p99 {cuts[98]:.2f} ms"
 
 
 async def settle(system: System, quiet_s: float = 2.0, limit_s: float = 60.0) -> None:

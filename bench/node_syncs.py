@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.many_queues import fdatasync_cost
+from bench.push_common import fdatasync_cost
 from bench.store_bench import machine
 from tests.cluster.processes import ClusterHarness
 from tests.cluster.test_node_journal import SyncTrace

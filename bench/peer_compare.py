@@ -66,6 +66,7 @@ from bench import nats_peer, targets
 from bench.push_common import (
     cpu_seconds,
     create_queue,
+    fdatasync_cost,
     free_port,
     machine,
     percentiles,
@@ -376,6 +377,7 @@ def main() -> None:
     rounds: list[dict[str, dict[str, Any]]] = []
     print(machine())
     with tempfile.TemporaryDirectory(prefix="pushgate-peers-") as tmp:
+        print(fdatasync_cost(Path(tmp)))
         port = free_port()
         redis_proc = subprocess.Popen(
             [

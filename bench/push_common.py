@@ -36,6 +36,24 @@ def machine() -> str:
     )
 
 
+def fdatasync_cost(directory: Path, count: int = 200) -> str:
+    """p50 / p90 / p99 of a 4 KiB write and fdatasync in ``directory``."""
+    path = directory / "fdatasync-probe"
+    took: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for _ in range(count):
+            os.pwrite(fd, os.urandom(4096), 0)
+            began = time.perf_counter()
+            os.fdatasync(fd)
+            took.append((time.perf_counter() - began) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    cuts = statistics.quantiles(took, n=100, method="inclusive")
+    return f"fdatasync of 4 KiB: p50 {cuts[49]:.2f} / p90 {cuts[89]:.2f} / p99 {cuts[98]:.2f} ms"
+
+
 # Profilers attached to gateways by start_gateway, by the gateway's PID.
 _profilers: dict[int, subprocess.Popen[bytes]] = {}
 
