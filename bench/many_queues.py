@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -683,6 +683,18 @@ def summary(rounds: list[tuple[Round, Round]]) -> None:
         print(line)
 
 
+@contextlib.contextmanager
+def round_directory(keep: Path | None, n: int) -> Iterator[Path]:
+    """A temporary directory for a round, or ``keep/round-N``, kept after the round."""
+    if keep is not None:
+        root = keep / f"round-{n + 1}"
+        root.mkdir(parents=True)
+        yield root
+        return
+    with tempfile.TemporaryDirectory(prefix="pushgate-many-") as tmp:
+        yield Path(tmp)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -706,14 +718,16 @@ def main() -> None:
     parser.add_argument("--gets", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--cluster-only", action="store_true", help="skip the embedded store")
+    parser.add_argument(
+        "--keep", type=Path, help="run each round in DIR/round-N and keep it (every process's log)"
+    )
     args = parser.parse_args()
     args.consumers = min(args.consumers, args.queues)
     args.few = min(args.few, args.queues)
     print(machine())
     rounds: list[tuple[Round, Round]] = []
     for n in range(args.rounds):
-        with tempfile.TemporaryDirectory(prefix="pushgate-many-") as tmp:
-            root = Path(tmp)
+        with round_directory(args.keep, n) as root:
             print(
                 f"\nround {n + 1}: {fdatasync_cost(root)}; load average {os.getloadavg()[0]:.1f}", flush=True
             )

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..encryption import ENV_VAR, Keyring
 from ..errors import ConfigurationError, PushgateError
+from ..loop_watch import LoopWatch
 from ..open_files import raise_open_file_limit
 from ..private_files import private_dir
 from .coordination.etcd_tls import EtcdTls
@@ -103,8 +104,13 @@ def _run(
             loop.add_signal_handler(sig, task.cancel)
         loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
         loop.add_signal_handler(signal.SIGHUP, _nothing_to_reload)  # a TLS node replaces it
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        watch = LoopWatch()  # a held loop is logged with where it was held (loop_watch.py)
+        watch.start()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            watch.stop()
 
     try:
         with asyncio.Runner(loop_factory=_loop_factory(tls_listener)) as runner:

@@ -326,10 +326,13 @@ async def test_a_watch_compares_with_the_state_its_consumer_holds(coordinator: E
         assert again.values() == {"a": b"1"}
     finally:
         await states.aclose()
-    # Without ``held``, a state equal to the last one yielded is not yielded again.
+    # Without ``held``, a state equal to the last one yielded is not yielded again, not even
+    # when the check's read comes at a later revision because other keys changed (CI stop 52:
+    # another test's writes made this watch yield an unchanged state).
     plain = coordinator.watch_prefix(prefix, reread_every_s=0.3)
     try:
         await next_state(plain)
+        await coordinator.put(unique_prefix("elsewhere"), b"x")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(anext(plain), 1.0)
     finally:

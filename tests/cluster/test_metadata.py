@@ -4,19 +4,18 @@ records, and the watch that tells every gateway of a change at once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from backend_store.cluster.client.metadata import ClusterMetadata
-from backend_store.cluster.coordination.coordinator import PrefixState
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout
 from backend_store.errors import InvalidRequest, QueueExists, QueueNotFound
 from backend_store.types import QueueName, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
+from tests.fixtures.lagging_etcd import LaggingWatch
 
 T = TenantId("acme")
 
@@ -127,38 +126,13 @@ async def test_concurrent_updates_are_both_kept(
     assert (attrs.delay_s, attrs.visibility_timeout_s, attrs.receive_wait_s) == (7, 9, 3)
 
 
-class LaggingWatch(EtcdCoordinator):
-    """etcd whose watch delivers each state late (a loaded gateway), counting the
-    whole-prefix reads (each is O(records) for etcd and the reader)."""
-
-    prefix_reads = 0
-
-    async def read_prefix(self, prefix: str) -> PrefixState:
-        self.prefix_reads += 1
-        return await super().read_prefix(prefix)
-
-    async def watch_prefix(
-        self,
-        prefix: str,
-        *,
-        reread_every_s: float = 5.0,
-        stop: asyncio.Event | None = None,
-        held: Callable[[], PrefixState] | None = None,
-    ) -> AsyncGenerator[PrefixState, None]:
-        states = super().watch_prefix(prefix, reread_every_s=reread_every_s, stop=stop, held=held)
-        async with contextlib.aclosing(states):
-            async for state in states:
-                await asyncio.sleep(0.05)  # the lag injected, not a wait for a condition
-                yield state
-
-
 async def test_creates_read_their_own_writes_without_reading_the_prefix(
     etcd_endpoints: list[str], paths: Layout
 ) -> None:
     # Issue 49: a create put a state of its own in the watched copy; the watch's next state,
     # older than it, sent for a confirming read of all of queues/, and a newer one was
     # compared with it key by key. Now each create waits for the watch to bring its write.
-    counted = LaggingWatch(etcd_endpoints)
+    counted = LaggingWatch(etcd_endpoints, 0.05)
     async with counted:
         metadata = ClusterMetadata(counted, paths, reread_every_s=60)
         await metadata.start()

@@ -172,6 +172,49 @@ async def test_a_write_cut_off_by_a_deposition_is_answered_as_outcome_unknown(
     assert leader.store.last_lsn > before, "the write is in the deposed leader's log"
 
 
+async def test_a_node_whose_lease_renewals_are_answered_past_its_deadline_keeps_its_session(
+    etcd_endpoints: list[str], tmp_path: Path
+) -> None:
+    """etcd got the renewals but its answers came late (held here; under load, a held loop
+    and a slow etcd): past its deadline the session is in doubt, and acknowledges nothing,
+    but the late answers prove the lease alive, so the node keeps it and the keys under it,
+    where it gave them up and stepped down from every partition it led (issue 48, item 3:
+    10,000 queues, no fault, 21 leases lost in one run)."""
+    host, port = etcd_endpoints[0].rsplit(":", 1)
+    proxy = await TcpProxy(int(port), host).start()
+    coordinator = await EtcdCoordinator([proxy.address]).connect()
+    probe = await EtcdCoordinator(etcd_endpoints).connect()
+    layout = Layout(unique_prefix("late") + "/")
+    ttl_s = scaled(4.0)
+    node = local_node(NodeConfig("n0", tmp_path / "n0", layout=layout, ttl_s=ttl_s), coordinator)
+    record = layout.node("n0")
+    under_lease = layout.leaders + "999"  # stands for a leader key the session holds
+
+    async def registered() -> bool:
+        return record in (await probe.read_prefix(layout.nodes)).entries
+
+    await node.start()
+    try:
+        await until("the node's record", registered)
+        session = node.session
+        assert session is not None
+        await probe.register(session, under_lease, b"held")
+        proxy.hold_replies()
+        await until("the session in doubt", lambda: asyncio.sleep(0, not session.valid()), timeout=ttl_s * 2)
+        proxy.heal()
+        await until("the session renewed", lambda: asyncio.sleep(0, session.valid() or session.lost.is_set()))
+        assert not session.lost.is_set() and node.session is session
+        entry = await probe.get(under_lease)
+        assert entry is not None and entry.lease == session.lease_id
+        assert await registered()
+    finally:
+        proxy.heal()
+        await node.stop()
+        await coordinator.close()
+        await probe.close()
+        await proxy.close()
+
+
 async def test_a_node_revokes_the_lease_of_a_session_it_gave_up_once_registered_again(
     etcd_endpoints: list[str], tmp_path: Path
 ) -> None:
@@ -204,7 +247,10 @@ async def test_a_node_revokes_the_lease_of_a_session_it_gave_up_once_registered_
         assert session is not None
         await probe.register(session, under_old_lease, b"held")
         proxy.hold_replies()
-        await until("the session given up", lambda: asyncio.sleep(0, not session.valid()), timeout=ttl_s * 2)
+        # Given up a whole TTL after its deadline (in doubt meanwhile: etcd.session._renew).
+        await until(
+            "the session given up", lambda: asyncio.sleep(0, session.lost.is_set()), timeout=ttl_s * 3
+        )
         given_up = time.monotonic()
         proxy.heal()
 

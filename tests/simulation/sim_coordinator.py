@@ -336,6 +336,14 @@ class SimCoordinator:
     async def create(self, key: str, value: bytes) -> bool:
         return await self.compare_and_put(key, value, 0)
 
+    async def create_many(self, items: Mapping[str, bytes]) -> tuple[int, frozenset[str]]:
+        compares = tuple(Compare(key, "mod", 0) for key in items)
+        puts = tuple(Put(key, value) for key, value in items.items())
+        result = await self._txn(Txn(compares, puts, tuple(Get(key) for key in items)))
+        if result.succeeded:
+            return result.revision, frozenset()
+        return 0, frozenset(key for key, found in result.results if found is not None)
+
     async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
         return (await self._txn(Txn((Compare(key, "mod", mod_revision),), (Put(key, value),)))).succeeded
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from backend_store.errors import PushgateError
-from web_console.monitor import DepthHistory, RateHistory, Snapshot
+from web_console.monitor import DepthHistory, QueueSample, RateHistory, Snapshot
 
 from .defaults import install_defaults
 from .evaluation import breaches, cleared, observe
@@ -100,7 +100,11 @@ class AlertEngine:
         self.history: deque[AlertEvent] = deque(maxlen=history_size)
         self.transitions: Counter[tuple[str, str]] = Counter()
         self.evaluations = 0
+        # (rule id, subject) -> state, for subjects away from rest (pending, firing, resolving).
         self._tracks: dict[tuple[str, str], _Track] = {}
+        # The snapshot and rules evaluated last: what the next snapshot's changes are against.
+        self._evaluated_at = -1.0
+        self._evaluated_rules: set[AlertRule] = set()
         self._published: list[Alert] = []
         self._on_change = on_change
         self.shared = shared
@@ -224,26 +228,53 @@ class AlertEngine:
 
     def advance(self, snapshot: Snapshot) -> list[AlertEvent]:
         """Advance every (rule, subject) state with ``snapshot``; return the transitions
-        (not recorded: :meth:`evaluate` or the shared claim does that)."""
+        (not recorded: :meth:`evaluate` or the shared claim does that).
+
+        Only what can move is looked at: a queue rule evaluates the queues whose sample
+        changed since the snapshot evaluated before (``Snapshot.changed``) and the subjects
+        it tracks (pending, firing or resolving). An unchanged queue that was at rest stays
+        at rest: its value is the same, or for a windowed rule (``dlq_growth``,
+        ``dead_lettered``) can only fall as its last change leaves the window. A rule new
+        or changed since then, or a snapshot that does not follow the one evaluated before,
+        evaluates every queue. So a tick at thousands of idle queues costs per change, not
+        per queue."""
         now = snapshot.at
         events: list[AlertEvent] = []
         live: set[tuple[str, str]] = set()
+        follows = snapshot.changed is not None and snapshot.previous_at == self._evaluated_at
+        tracked: dict[str, list[str]] = {}
+        for rule_id, subject in self._tracks:
+            tracked.setdefault(rule_id, []).append(subject)
         for rule in self.rules:
-            for subject, value in observe(rule, snapshot, self.depth_history, self.rates).items():
+            queues: list[QueueSample] | None = None
+            if follows and not rule.system and rule in self._evaluated_rules:
+                assert snapshot.changed is not None
+                queues = list(snapshot.changed)
+                for subject in tracked.get(rule.id, ()):
+                    q = snapshot.queue(rule.tenant, subject[len(rule.tenant) + 1 :])
+                    if q is not None:
+                        queues.append(q)
+            for subject, value in observe(rule, snapshot, self.depth_history, self.rates, queues).items():
                 key = (rule.id, subject)
                 live.add(key)
                 track = self._tracks.get(key)
                 if track is None:
+                    if not breaches(rule, value):
+                        continue  # at rest, and stays so: nothing to track
                     track = self._tracks[key] = _Track(rule)
                 track.rule, track.value = rule, value
                 event = self._step(rule, subject, track, value, now)
                 if event is not None:
                     events.append(event)
+                if not track.firing and track.since is None:
+                    del self._tracks[key]  # back at rest
         # A rule deleted, or a subject gone (queue deleted, node removed): resolve what fired.
         for key in [k for k in self._tracks if k not in live]:
             gone = self._tracks.pop(key)
             if gone.firing:
                 events.append(self._event(gone.rule, key[1], "resolved", gone.value, now))
+        self._evaluated_at = snapshot.at
+        self._evaluated_rules = set(self.rules)
         self.evaluations += 1
         return events
 

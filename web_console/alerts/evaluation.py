@@ -6,17 +6,23 @@ or the store (``store``). The engine turns values into firing and resolved alert
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-from web_console.monitor import DepthHistory, RateHistory, Snapshot
+from web_console.monitor import DepthHistory, QueueSample, RateHistory, Snapshot
 
 from .rules import AlertRule
 
 
 def observe(
-    rule: AlertRule, snapshot: Snapshot, history: DepthHistory, rates: RateHistory | None = None
+    rule: AlertRule,
+    snapshot: Snapshot,
+    history: DepthHistory,
+    rates: RateHistory | None = None,
+    queues: Iterable[QueueSample] | None = None,
 ) -> dict[str, float]:
-    """``subject -> value`` for one rule; a subject missing from the result does not exist (now)."""
+    """``subject -> value`` for one rule; a subject missing from the result does not exist
+    (now). A queue rule looks at ``queues`` (by default every queue of the snapshot)."""
     out: dict[str, float] = {}
     if rule.kind == "map_use":
         if snapshot.storage is not None:
@@ -33,7 +39,7 @@ def observe(
             value = (0.0 if node.healthy else 1.0) if rule.kind == "node_down" else float(node.lag)
             out[f"node/{node.id}"] = value
         return out
-    for q in snapshot.queues:
+    for q in snapshot.queues if queues is None else queues:
         if q.tenant != rule.tenant or (rule.queue is not None and not fnmatchcase(q.name, rule.queue)):
             continue
         subject = f"{q.tenant}/{q.name}"

@@ -8,11 +8,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from backend_store.backend import Backend, StorageStats
 from backend_store.errors import PushgateError
-from backend_store.types import QueueName, StorageUsage, TenantId
+from backend_store.types import QueueAttributes, QueueInfo, QueueName, StorageUsage, TenantId
 
 from .cluster_sample import cluster_from_doc
 from .history import DepthHistory, StorageHistory
@@ -22,6 +23,8 @@ from .snapshot import QueueSample, Snapshot
 log = logging.getLogger("pushgate.monitor")
 
 SampleListener = Callable[[Snapshot], Awaitable[None]]
+# Distinct attribute documents kept for sharing; past this many the memo starts afresh.
+_ATTRIBUTE_DOCS = 4096
 
 
 @dataclass(eq=False)
@@ -81,6 +84,7 @@ class QueueSampler:
         # Live console streams open now: only they need samples sooner than interval_s.
         self.watchers = 0
         self.last_duration_s = 0.0
+        self._attribute_docs: dict[QueueAttributes, Mapping[str, Any]] = {}
 
     # Reading ------------------------------------------------------------------
 
@@ -126,19 +130,24 @@ class QueueSampler:
     async def _read(self) -> Snapshot:
         src = self.sources
         prev = self.latest
+        now = src.clock()
+        elapsed = now - prev.at if prev.at > 0 else 0.0
         queues: list[QueueSample] = []
+        changed: list[QueueSample] = []
         tenants = await src.tenants()
         for tenant in tenants:
             for info in await src.backend.list_queues(TenantId(tenant)):
-                queues.append(
-                    QueueSample.of(
-                        info, src.consumers(info.tenant, info.name), src.delivered(info.tenant, info.name)
-                    )
+                before = prev.queue(info.tenant, info.name)
+                sample = self._sample_of(
+                    info,
+                    src.consumers(info.tenant, info.name),
+                    src.delivered(info.tenant, info.name),
+                    before,
+                    elapsed,
                 )
-        now = src.clock()
-        elapsed = now - prev.at
-        if prev.at > 0 and elapsed > 0:
-            queues = [_with_rates(q, prev.queue(q.tenant, q.name), elapsed) for q in queues]
+                queues.append(sample)
+                if sample is not before:
+                    changed.append(sample)
         storage: StorageUsage | None = None
         if isinstance(src.backend, StorageStats):
             storage = await src.backend.storage_usage()
@@ -153,7 +162,43 @@ class QueueSampler:
             partitions=cluster.partitions,
             identity=cluster.identity,
             tenants=tuple(tenants),
+            changed=tuple(changed),
+            previous_at=prev.at,
         )
+
+    def _sample_of(
+        self, info: QueueInfo, consumers: int, delivered: int, before: QueueSample | None, elapsed: float
+    ) -> QueueSample:
+        """The queue's sample: ``before`` itself when nothing about the queue changed and its
+        rates were already 0 (at thousands of queues most are idle, and an idle queue then
+        costs a sampling tick one comparison and no objects, nor any alert evaluation:
+        ``Snapshot.changed``), else a new one with its rates since ``before``."""
+        s, attributes = info.stats, self._attributes_doc(info.attributes)
+        if (
+            before is not None
+            and before.attributes is attributes
+            and before.consumers == consumers
+            and before.delivered_total == delivered
+            and (before.visible, before.in_flight, before.delayed, before.oldest_age_s)
+            == (s.visible, s.in_flight, s.delayed, s.oldest_age_s)
+            and (before.sent_total, before.acked_total, before.dead_lettered_total)
+            == (s.sent_total, s.acked_total, s.dead_lettered_total)
+            and not (before.send_rate or before.ack_rate or before.delivered_rate or before.dead_letter_rate)
+        ):
+            return before
+        sample = QueueSample.of(info, consumers, delivered, attributes)
+        if before is None or elapsed <= 0:
+            return sample
+        return _with_rates(sample, before, elapsed)
+
+    def _attributes_doc(self, attributes: QueueAttributes) -> Mapping[str, Any]:
+        """One shared document per distinct set of attributes (most queues share a few)."""
+        doc = self._attribute_docs.get(attributes)
+        if doc is None:
+            if len(self._attribute_docs) >= _ATTRIBUTE_DOCS:
+                self._attribute_docs.clear()
+            doc = self._attribute_docs[attributes] = MappingProxyType(attributes.to_dict())
+        return doc
 
     # Running ------------------------------------------------------------------
 
@@ -211,9 +256,7 @@ class QueueSampler:
                     await self._poke.wait()
 
 
-def _with_rates(q: QueueSample, before: QueueSample | None, elapsed: float) -> QueueSample:
-    if before is None:
-        return q
+def _with_rates(q: QueueSample, before: QueueSample, elapsed: float) -> QueueSample:
     return replace(
         q,
         send_rate=max(0, q.sent_total - before.sent_total) / elapsed,

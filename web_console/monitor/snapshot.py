@@ -44,7 +44,13 @@ class QueueSample:
         return self.visible + self.in_flight + self.delayed
 
     @classmethod
-    def of(cls, info: QueueInfo, consumers: int, delivered: int = 0) -> QueueSample:
+    def of(
+        cls,
+        info: QueueInfo,
+        consumers: int,
+        delivered: int = 0,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> QueueSample:
         s = info.stats
         return cls(
             tenant=info.tenant,
@@ -58,7 +64,7 @@ class QueueSample:
             acked_total=s.acked_total,
             dead_lettered_total=s.dead_lettered_total,
             dead_letter_queue=info.attributes.dead_letter_queue,
-            attributes=info.attributes.to_dict(),
+            attributes=info.attributes.to_dict() if attributes is None else attributes,
             delivered_total=delivered,
         )
 
@@ -66,7 +72,10 @@ class QueueSample:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything sampled at ``at`` (Unix seconds). ``nodes`` and ``partitions`` are empty
-    without a cluster; ``tenants`` lists every tenant, with queues or not."""
+    without a cluster; ``tenants`` lists every tenant, with queues or not. ``changed`` holds
+    the queues whose sample is not the one of the snapshot taken at ``previous_at`` (new, or
+    anything about them changed): what the alert engine evaluates besides the queues it
+    tracks; None (a snapshot made by hand) counts every queue as changed."""
 
     at: float
     queues: tuple[QueueSample, ...] = ()
@@ -76,6 +85,8 @@ class Snapshot:
     partitions: tuple[PartitionSample, ...] = ()
     identity: ClusterIdentitySample | None = None
     tenants: tuple[str, ...] = ()
+    changed: tuple[QueueSample, ...] | None = None
+    previous_at: float = 0.0
     _index: dict[tuple[str, str], QueueSample] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -14,9 +14,10 @@ Layout (docs/cluster.md, all under ``/pushgate/``; values of ``queues/`` are msg
   shared partitions (docs/cluster.md, "Shared partitions"; ``coordination/pools.py``).
 
 Queue writes go to etcd and, when they succeed, return once the watched copy holds them (the
-one key read back for its revisions, then the watch's own delivery of it, never the whole
-prefix read), so this gateway's router and listing see its own changes; a placed queue's
-deletion leaves the copy at once. Other gateways' writes arrive through
+watch's own delivery of the write's revision, never the whole prefix read; a change reads its
+key back for its revisions, a create has them from its transaction, which it shares with the
+other creates of the moment: :mod:`.record_creates`), so this gateway's router and listing
+see its own changes; a placed queue's deletion leaves the copy at once. Other gateways' writes arrive through
 the watch (``on_meta_change`` and ``on_queue_change`` listeners, which the gateway uses to
 forget cached credentials and queue records at once). Reads of single values go to etcd
 (linearizable): the gateway caches what it reads hot (the authenticator, the queue cache) and
@@ -43,6 +44,7 @@ from ..coordination.layout import Layout
 from ..coordination.queue_record import FORMER_DLQS, former_dead_letter_queues
 from ..coordination.watched_prefix import WatchedPrefix
 from .queue_index import QueueIndex
+from .record_creates import RecordCreates
 
 # Read-modify-write of a queue record is retried this often when another writer got in first.
 _CAS_ATTEMPTS = 20
@@ -130,6 +132,8 @@ class ClusterMetadata:
         # Watched queue records, decoded: every request looks its queue up here.
         self._decoded: dict[str, QueueRecord] = {}
         self.index = QueueIndex()
+        # New records, those of the moment in one transaction (record_creates.py).
+        self.creates = RecordCreates(coordinator)
         self.meta.add_listener(self._meta_changed)
         self.queues.add_listener(self._queues_changed)
 
@@ -252,10 +256,12 @@ class ClusterMetadata:
         key = self.paths.queue(tenant, name)
         for _ in range(_CAS_ATTEMPTS):
             record = QueueRecord(tenant, name, attrs, self._clock(), placement=placement)
-            if await self.coordinator.create(key, record.to_bytes()):
-                # Read back for its revisions (the create revision names this incarnation).
-                stored = await self._read_back(tenant, name)
-                return (stored or record), True
+            revision = await self.creates.create(key, record.to_bytes())
+            if revision:
+                # Its revisions are the transaction's (the create revision names this
+                # incarnation): nothing to read back, only the watch to wait for.
+                await self._caught_up(revision)
+                return replace(record, mod_revision=revision, create_revision=revision), True
             existing = await self.record(tenant, name)
             if existing is None:
                 continue  # deleted between the two calls: try to create it again
@@ -356,9 +362,15 @@ class ClusterMetadata:
         entry = await self.coordinator.get(self.paths.queue(tenant, name))
         if entry is None:
             return None
-        if not await self.queues.caught_up(entry.mod_revision, self._reread_every_s):
-            await self.queues.refresh()
+        await self._caught_up(entry.mod_revision)
         return QueueRecord.from_entry(tenant, name, entry)
+
+    async def _caught_up(self, revision: int) -> None:
+        """Until the watched copy of ``queues/`` is as of ``revision``; a watch that does
+        not bring it within its re-read interval (broken, or etcd went back) is replaced by
+        a read."""
+        if not await self.queues.caught_up(revision, self._reread_every_s):
+            await self.queues.refresh()
 
     def _meta_changed(self, state: PrefixState, keys: set[str]) -> None:
         for key in sorted(keys):

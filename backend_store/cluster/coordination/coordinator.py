@@ -147,6 +147,13 @@ class Coordinator(Protocol):
     async def create(self, key: str, value: bytes) -> bool:
         """Write ``key`` only if it is absent (no lease); return whether it did."""
 
+    async def create_many(self, items: Mapping[str, bytes]) -> tuple[int, frozenset[str]]:
+        """Write every key of ``items`` in one transaction if none of them exists (no lease).
+        Written: (the transaction's revision, which is each key's create and mod revision,
+        an empty set). Not: (0, the keys found present; empty if one was deleted meanwhile).
+        One round trip for many creates, where a create then a read of the key for its
+        revisions were two per key (issue 49)."""
+
     async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
         """Write ``key`` only if its ``mod_revision`` is still the one read (0: absent);
         return whether it did (optimistic concurrency for read-modify-write)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import socket
 import time
@@ -35,6 +37,8 @@ T = TypeVar("T")
 _WATCH_RETRY_S = 0.5
 # A failed lease renewal is retried this soon (the deadline bounds the attempts).
 _RENEW_RETRY_S = 0.05
+# Keys a whole read of a prefix decodes per range request (read_prefix).
+_READ_PAGE = 500
 
 
 def parse_endpoints(spec: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -68,7 +72,8 @@ def _grpc_target(endpoints: list[tuple[str, int]]) -> tuple[str, int]:
 
 
 class EtcdSession:
-    """A lease renewed every third of its TTL; ``lost`` once it cannot be trusted."""
+    """A lease renewed every third of its TTL; ``valid()`` while surely alive, ``lost`` once
+    etcd says it is gone or it stayed in doubt a whole TTL (``_renew``)."""
 
     def __init__(self, coordinator: EtcdCoordinator, lease_id: int, ttl_s: float, granted_at: float) -> None:
         self.lease_id = lease_id
@@ -85,8 +90,13 @@ class EtcdSession:
 
     async def _keep_alive(self) -> None:
         while True:
+            # Due a third of a TTL after the last renewal was sent, not after its answer came:
+            # counted from the answer, each renewal's round trip came out of the margin a held
+            # loop has before the deadline (under load, etcd answered in 0.2-0.3 s and a node
+            # whose loop was then held 0.97 s lost its lease; issue 48, item 3).
+            due = self._deadline - self.ttl_s * 2 / 3
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.ttl_s / 3):
+                async with asyncio.timeout(max(0.0, due - time.monotonic())):
                     await self._closing.wait()
             if self._closing.is_set():
                 return
@@ -96,22 +106,34 @@ class EtcdSession:
         self.lost.set()
 
     async def _renew(self) -> bool:
-        """Renew before the deadline, retrying quickly through an etcd election; False: lost."""
+        """Renew, retrying quickly through an etcd election; False: lost.
+
+        Past the deadline the session is *in doubt*, not lost: ``valid()`` is False, so its
+        holder acknowledges nothing, but a renewal etcd accepts then proves the lease never
+        expired (etcd renews no expired lease: it answers TTL 0), so every key under it is
+        still the holder's, and the session is valid again from that renewal's sending on.
+        The renewal in flight at the deadline is waited for too: etcd got it, and under load
+        its answer came after the deadline, and a node gave up a lease etcd had just renewed
+        and stepped down from every partition it led (issue 48, item 3). Lost: etcd answers
+        that the lease is gone, or a whole TTL in doubt without an answer."""
         while not self._closing.is_set():
-            remaining = self._deadline - time.monotonic()
-            if remaining <= 0:
-                # Unrenewed for a whole TTL (etcd unreachable, or this process was frozen):
-                # etcd may have let the lease go, so nothing claimed under it is ours.
-                return False
+            give_up_at = self._deadline + self.ttl_s
             asked = time.monotonic()
+            if asked >= give_up_at:
+                return False
             try:
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(give_up_at - asked):
                     ttl = await self._coordinator._refresh(self.lease_id)
             except (CoordinatorUnavailable, TimeoutError):
                 await asyncio.sleep(_RENEW_RETRY_S)
                 continue
             if ttl <= 0:
                 return False
+            late = time.monotonic() - self._deadline
+            if late > 0:
+                log.warning(
+                    "lease %x renewed %.2f s past its deadline (in doubt meanwhile)", self.lease_id, late
+                )
             self._deadline = asked + min(self.ttl_s, ttl)
             return True
         return True
@@ -243,12 +265,48 @@ class EtcdCoordinator:
         return revision
 
     async def read_prefix(self, prefix: str) -> PrefixState:
-        result = await self._call(lambda c: c.get_prefix(prefix.encode()))
-        entries = {e.key: e for e in (_entry(kv) for kv in result)}
-        return PrefixState(prefix, result.header.revision, entries)
+        """Every key under ``prefix`` at one revision, read ``_READ_PAGE`` keys at a time.
+
+        Paged so that no turn of the event loop decodes more than a page: read in one range,
+        ``queues/`` at 3,000 records held a node's loop for 0.99 s under load (decoding them,
+        every periodic re-read), its lease ran out and it stepped down from every partition
+        it led (issue 48, item 3). Every page is read at the first page's revision, so the
+        pages make one consistent state (a compaction past it in between fails the read,
+        which callers retry)."""
+        start = prefix.encode()
+        end = aetcd.utils.prefix_range_end(start)
+        entries: dict[str, Entry] = {}
+        revision = 0
+        while True:
+            reply = await self._call(functools.partial(self._range, start, end, revision))
+            revision = revision or reply.header.revision
+            for kv in reply.kvs:
+                entry = _entry(kv)
+                entries[entry.key] = entry
+            if not reply.more or not reply.kvs:
+                return PrefixState(prefix, revision, entries)
+            start = reply.kvs[-1].key + b"\0"
+
+    async def _range(self, start: bytes, end: bytes, revision: int, client: Any) -> Any:
+        """One page of a whole read (``read_prefix``), at ``revision`` (0: the current one)."""
+        request = rpc.RangeRequest(key=start, range_end=end, limit=_READ_PAGE, revision=revision)
+        return await client.kvstub.Range(request, timeout=self.timeout_s, metadata=client.metadata)
 
     async def create(self, key: str, value: bytes) -> bool:
         return await self.compare_and_put(key, value, 0)
+
+    async def create_many(self, items: Mapping[str, bytes]) -> tuple[int, frozenset[str]]:
+        keys = [k.encode() for k in items]
+        ok, responses = await self._call(
+            lambda c: c.transaction(
+                compare=[c.transactions.mod(k) == 0 for k in keys],
+                success=[c.transactions.put(k, v) for k, v in zip(keys, items.values(), strict=True)],
+                failure=[c.transactions.get(k) for k in keys],
+            )
+        )
+        if ok:
+            return int(responses[0].response_put.header.revision), frozenset()
+        return 0, frozenset(key for key, found in zip(items, responses, strict=True) if found)
 
     async def compare_and_put(self, key: str, value: bytes, mod_revision: int) -> bool:
         k = key.encode()
@@ -327,9 +385,14 @@ class EtcdCoordinator:
             try:
                 async with contextlib.aclosing(self._follow(stream, base, reread_every_s, stop)) as states:
                     async for state in states:
-                        if state.changed is None:  # a check's read: only news is yielded
+                        if state.changed is None:  # a check's read equal to the last state
+                            # Yielded only to a consumer holding another state than the one
+                            # this watch last gave it (compared a page a turn, section 3 of
+                            # docs/cluster.md); holding that very one, it has this one.
                             prior = held() if held is not None else last
-                            if prior is not None and state.entries == prior.entries:
+                            if prior is last or (
+                                prior is not None and not await changed_in_pages(prior, state)
+                            ):
                                 continue
                         last = state
                         yield state
@@ -358,20 +421,29 @@ class EtcdCoordinator:
                     fresh = await self.read_prefix(stream.prefix)
                 except CoordinatorUnavailable:
                     continue
-                if fresh.revision < state.revision or (
-                    fresh.revision == state.revision and fresh.entries != state.entries
-                ):
-                    if fresh.revision == state.revision:
-                        log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
-                    stream.fallback = fresh  # etcd went back in time, or the events missed one
+                if fresh.revision < state.revision:
+                    stream.fallback = fresh  # etcd went back in time
                     return
-                if fresh.revision > state.revision:
-                    # Newer than the events applied (they may be on their way): taken whole,
-                    # and the events it covers are skipped.
+                # Compared a page at a time: at 10,000 queue records a comparison in one turn
+                # of the loop held a node's loop for about a second under load (read_prefix).
+                keys = await changed_in_pages(state, fresh)
+                if not keys:
+                    # The state held (at a later revision when etcd's other keys changed):
+                    # yielded as ``changed=None``, so only to a consumer that holds another
+                    # state, one of its own reads (WatchedPrefix.refresh; see watch_prefix).
+                    # Its revision is taken, so the events it covers are skipped.
                     state = fresh
-                # Yielded if it differs from the consumer's state (which may be one of its
-                # own reads: WatchedPrefix.refresh).
-                yield fresh
+                    yield fresh
+                    continue
+                if fresh.revision == state.revision:
+                    log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
+                    stream.fallback = fresh  # the events missed one
+                    return
+                # Newer than the events applied (they may be on their way): taken whole, and
+                # the events it covers are skipped; it names the keys it changed, so its
+                # consumers compare nothing again.
+                state = dataclasses.replace(fresh, changed=frozenset(keys), since=state.revision)
+                yield state
                 continue
             if isinstance(item, str):
                 log.info("watch on %s broke (%s); reading it whole", stream.prefix, item)
@@ -404,7 +476,7 @@ class EtcdCoordinator:
         try:
             async with asyncio.timeout(self.timeout_s * 2):
                 return await fn(self._client)
-        except (aetcd.exceptions.ClientError, TimeoutError) as exc:
+        except (aetcd.exceptions.ClientError, grpc.RpcError, TimeoutError) as exc:
             raise CoordinatorUnavailable(f"etcd: {type(exc).__name__}: {exc}") from None
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -526,6 +598,21 @@ async def _finish(task: asyncio.Task[None], timeout_s: float) -> None:
         task.cancel()
     elif not task.cancelled() and task.exception() is not None:
         log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+async def changed_in_pages(old: PrefixState, new: PrefixState) -> set[str]:
+    """The keys added, removed or holding another entry between two states (the whole entry:
+    an etcd restored or replaced numbers its revisions again, and a key may hold another value
+    at a mod revision it held before), compared ``_READ_PAGE`` keys per turn of the loop."""
+    keys = set(old.entries) ^ set(new.entries)
+    common = [key for key in new.entries if key in old.entries]
+    for begin in range(0, len(common), _READ_PAGE):
+        if begin:
+            await asyncio.sleep(0)
+        for key in common[begin : begin + _READ_PAGE]:
+            if old.entries[key] != new.entries[key]:
+                keys.add(key)
+    return keys
 
 
 def _entry(kv: Any) -> Entry:

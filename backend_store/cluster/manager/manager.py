@@ -262,7 +262,7 @@ class Manager:
         epoch = self.epoch
         assert epoch is not None
         await self._read_everything()
-        while session.valid():
+        while not session.lost.is_set():  # in doubt (not valid): plans nothing until renewed
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.tick_s):
                     await self._changed.wait()

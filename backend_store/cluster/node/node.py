@@ -103,6 +103,7 @@ class Node(ReplicaRounds):
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_sessions: list[Session] = []  # revoked once a new session has registered
         self._watched: list[WatchedPrefix] = []
+        self._queue_watch: WatchedPrefix | None = None  # queues/ (node_serving.py waits on it)
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         # What etcd says, from the watches (None: not read yet).
@@ -179,6 +180,8 @@ class Node(ReplicaRounds):
                 watched = self.identity.watch
             else:
                 watched = WatchedPrefix(self.coordinator, prefix, reread_every_s=2.0)
+                if prefix == self.layout.queues:
+                    self._queue_watch = watched
             watched.add_listener(self._listener(handler))
             watched.begin()
             self._watched.append(watched)
@@ -282,11 +285,14 @@ class Node(ReplicaRounds):
                 continue
             session = self.session
             assert session is not None
-            while not self._stopping.is_set() and session.valid():
+            while not self._stopping.is_set() and not session.lost.is_set():
                 await self.clock.wait(self._changed, self.config.tick_s)
                 self._changed.clear()
                 if not session.valid():
-                    break
+                    # In doubt (past its deadline: this loop was held, or etcd answers late):
+                    # nothing is acknowledged meanwhile (node_serving), and the keep-alive
+                    # either renews it, its keys ours all along, or finds it lost.
+                    continue
                 try:
                     await self._reconcile(session)
                     await self._publish(session)

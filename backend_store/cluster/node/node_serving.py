@@ -17,6 +17,7 @@ from ...errors import PushgateError, Unavailable
 from ...types import Epoch
 from ..coordination.coordinator import Session
 from ..coordination.layout import LeaderRecord
+from ..coordination.watched_prefix import WatchedPrefix
 from ..protocol import ops
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from ..protocol.stream import NodeStream
@@ -30,6 +31,10 @@ from .ports import NodeListener
 
 log = logging.getLogger("pushgate.cluster")
 
+# The longest a request waits for the queue record it names (``_records_as_of``): the
+# watch's whole re-read interval, after which it holds every write made before it began.
+RECORD_WAIT_S = 2.0
+
 
 class NodeServing:
     config: NodeConfig
@@ -42,6 +47,7 @@ class NodeServing:
     events: NodeEvents
     _clients: dict[NodeStream, None]
     _leaders: dict[int, tuple[LeaderRecord, Epoch]]
+    _queue_watch: WatchedPrefix | None
 
     @property
     def address(self) -> str:
@@ -158,6 +164,7 @@ class NodeServing:
         session = self.session
         if host is None or session is None or not session.valid():
             raise ops.NotLeader(f"node {self.node_id} does not lead partition {request.partition}")
+        await self._records_as_of(request.args.get("revision"))
         result = await host.handle(
             request.op, request.epoch, request.args, timeout_s=self.config.request_timeout_s
         )
@@ -172,6 +179,19 @@ class NodeServing:
                 )
             raise ops.NotLeader(f"node {self.node_id} lost its etcd session")
         return result
+
+    async def _records_as_of(self, revision: object) -> None:
+        """A request naming the etcd revision of the record it needs (a new queue's first
+        request, the creating gateway's ``create_queue``) waits until our watch of
+        ``queues/`` holds that revision, at most :data:`RECORD_WAIT_S`. That gateway sends
+        it once its own watch brought the record, about when ours does: answered
+        ``not_leader`` meanwhile, it re-read the partition map and asked again after 25 ms
+        and more, for one create in five at 64 creates at a time (issue 49). A watch still
+        behind after the wait (etcd went back, or we are cut off) leaves the answer to the
+        partition: ``not_leader`` as before, which the gateway retries."""
+        watch = self._queue_watch
+        if isinstance(revision, int) and revision > 0 and watch is not None:
+            await watch.caught_up(revision, RECORD_WAIT_S)
 
     def _leader_hint(self, partition: int) -> tuple[Epoch, str | None]:
         claim = self._leaders.get(partition)

@@ -17,8 +17,10 @@ deterministic simulation's replica host both run this code.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -29,6 +31,7 @@ from ..coordination import pools
 from ..coordination.coordinator import PrefixState
 from ..coordination.layout import PartitionRecord, unpack
 from ..coordination.queue_record import former_dead_letter_queues, store_attributes
+from .shared_docs import SharedDocs
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -39,8 +42,12 @@ Drop = Callable[[QueueKey], Awaitable[bool]]
 # A request's queue names: a queue's own operations name it in "queue" or "name", a
 # redrive its target in "to" too, a stats request several in "names".
 _NAME_ARGS = ("queue", "name", "to")
+# Queues a pass applies per turn of the event loop (PoolQueues.apply).
+_QUEUES_PER_TURN = 100
 # Idempotent, and asked by a deleting gateway whether or not the queue was ever applied.
 _ALWAYS_READY = frozenset({"delete_queue"})
+# What a record holds that a node never reads (and that differs from queue to queue).
+_UNREAD = frozenset({"created_at"})
 
 
 def _dead_letter_queue(doc: Mapping[str, Any]) -> str | None:
@@ -75,10 +82,17 @@ class Want(Enum):
 
 class QueueRecords(Mapping[QueueKey, dict[str, Any]]):
     """``queues/{tenant}/{name}`` as the node holds it: each record's document, kept up to
-    date by the keys a watch says changed, and which pool partitions each concerns."""
+    date by the keys a watch says changed, and which pool partitions each concerns.
+
+    Documents are held without what the node never reads (``created_at``), equal ones once
+    (``shared_docs.py``); a record's ``stamp`` tells a record put again from the one before,
+    even when both documents are the same shared one."""
 
     def __init__(self) -> None:
         self._records: dict[QueueKey, dict[str, Any]] = {}
+        self._stamps: dict[QueueKey, int] = {}
+        self._puts = 0
+        self.shared = SharedDocs()
         self._placed: dict[int, set[QueueKey]] = {}  # partition -> queues placed on it
         self._feeders: dict[QueueKey, set[QueueKey]] = {}  # dead-letter queue -> queues feeding it
 
@@ -98,6 +112,10 @@ class QueueRecords(Mapping[QueueKey, dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._records)
 
+    def stamp(self, key: QueueKey) -> int:
+        """Which put holds ``key``'s record now (0: none)."""
+        return self._stamps.get(key, 0)
+
     def follow(self, state: PrefixState, keys: Collection[str]) -> dict[int, set[QueueKey]]:
         """Take the records of ``keys`` (full etcd keys, as a watch names them) from
         ``state``: the queues to apply again, by pool partition."""
@@ -106,6 +124,7 @@ class QueueRecords(Mapping[QueueKey, dict[str, Any]]):
             tenant, _, queue = key[len(state.prefix) :].partition("/")
             if not queue:
                 continue
+            tenant = sys.intern(tenant)  # a few tenants, held by every queue's key
             entry = state.entries.get(key)
             doc: dict[str, Any] | None = None
             if entry is not None:
@@ -124,8 +143,12 @@ class QueueRecords(Mapping[QueueKey, dict[str, Any]]):
         self._index(key, old, remove=True)
         if doc is None:
             self._records.pop(key, None)
+            self._stamps.pop(key, None)
         else:
+            doc = self.shared.share({k: v for k, v in doc.items() if k not in _UNREAD})
             self._records[key] = doc
+            self._puts += 1
+            self._stamps[key] = self._puts
             self._index(key, doc, remove=False)
         for pid, queues in self._concerned(key, doc).items():
             out.setdefault(pid, set()).update(queues)
@@ -252,7 +275,7 @@ class PoolQueues:
                     if (key[0], dlq) in failed:
                         failed.add(key)
                         return
-                plain = store_attributes(doc)
+                plain = records.shared.share(store_attributes(doc))
                 if self.applied.get(key) != plain:
                     if not await ensure(key, plain):
                         failed.add(key)
@@ -262,7 +285,12 @@ class PoolQueues:
                 self.applied.setdefault(key, None)  # a copy kept as it is: served
             done.add(key)
 
-        for key in sorted(todo):
+        for n, key in enumerate(sorted(todo)):
+            if n and not n % _QUEUES_PER_TURN:
+                # A term's first pass goes over every queue of its partition (1,250 at 10,000
+                # queues on 8 partitions): in one turn it held the node's loop, heartbeats
+                # and lease renewals with it (issue 48, item 3).
+                await asyncio.sleep(0)
             await one(key)
         self.pending.update(failed)
         self.opened = True
@@ -293,10 +321,11 @@ class PoolQueues:
             dlq = _dead_letter_queue(doc)
             if dlq is not None and (tenant, dlq) not in self.applied:
                 continue
-            plain = store_attributes(doc)
+            plain = records.shared.share(store_attributes(doc))
+            stamp = records.stamp(key)
             if not await ensure(key, plain) or self.terms != term:
                 continue
-            if records.get(key) is doc:
+            if records.stamp(key) == stamp:
                 self.applied[key] = plain
             else:
                 self.pending.add(key)
