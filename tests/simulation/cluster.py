@@ -282,6 +282,10 @@ class SimCluster:
 
     # Ground truth for diagnoses ------------------------------------------------------------------------
 
+    def designated(self, pid: int) -> str | None:
+        """The node etcd's map designates to lead partition ``pid`` now, if any."""
+        return self._designated.get(pid)
+
     def reaches(self, a: str, b: str) -> bool:
         """Whether ``a`` and ``b`` can talk both ways, and both are up and not frozen."""
         for name in (a, b):

@@ -24,8 +24,11 @@ from .simulation import Result, config_for, run_seed
 
 # Seed 4 was one of them until session 42: the founding rule (a node founds no cluster before
 # it has read who is registered) and the revoke of a lost lease moved its trajectory off a
-# late restore's noticing.
-SEEDS = [5, 6, 10]
+# late restore's noticing. Seed 6 was one until issue 49: on production's Node its two late
+# restores (at 4.6 s and 18.3 s) are both called off, a partition record having changed since
+# the snapshot, so nothing is restored. Seed 1 took its place: of `late` 1-16, every seed that
+# restores raises the incarnation with the keys and none without them; 1 is the first.
+SEEDS = [1, 5, 10]
 
 
 def raised_after_a_restore(result: Result) -> bool:

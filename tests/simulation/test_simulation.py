@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from .faults import Forced, scripted
 from .seeds import CI_SEEDS, KNOWN_DEFECT_SEEDS
-from .simulation import config_for, run_seed
+from .simulation import Config, config_for, run_seed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,3 +88,21 @@ def test_a_seed_replays_in_another_process_whatever_the_hash_seed() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == here.digest
+
+
+def test_a_forced_fault_starts_on_its_target_at_its_time_for_its_while() -> None:
+    """A scripted race (``faults.Forced``): the fault starts on the node the map designates
+    for the partition at the time asked, lasts the time asked, and replays exactly."""
+    forced = (Forced(2.0, "cut-peers", "leader:1", 5.0),)
+    config = Config(seed=0, mix=scripted("forced", forced), trace_keep=100_000)
+    result = run_seed(config)
+    assert result.ok, result.report()
+    chaos = [(at, text) for at, who, text in result.trace if who == "chaos"]
+    started = [(at, text) for at, text in chaos if text.startswith("fault cut-peers on ")]
+    assert len(started) == 1, chaos
+    at, text = started[0]
+    node = text.removeprefix("fault cut-peers on ")
+    assert [a for a, t in chaos if t == f"healed {node}"] == [pytest.approx(at + 5.0)], chaos
+    led = [t for _, who, t in result.trace if who == node and t.startswith("partition 1: leading")]
+    assert led, f"{node} never led p1 before it was cut off"
+    assert run_seed(config).digest == result.digest
