@@ -57,12 +57,13 @@ from .cluster import ETCD, GATEWAY, SimCluster
 @dataclass(frozen=True, slots=True)
 class Forced:
     """One fault a test schedules itself: ``fault`` (a name of ``FAULTS``) on ``target`` at
-    ``at_s`` after the chaos starts, for ``lasting_s``. The target is a node (``"n2"``) or
-    ``"leader:P"``, the node etcd's map designates for partition P when the fault starts.
-    What else the fault draws (how slow a disk, which backup, the phases of a wipe or a
-    replacement) still comes from the seed. A
-    forced fault goes on whether its target is busy with another fault or not; with none
-    designated, or a fault that does not apply then, it is noted and skipped."""
+    ``at_s`` after the chaos starts, for ``lasting_s``. The target is a node (``"n2"``),
+    ``"leader:P"`` (the node etcd's map designates for partition P when the fault starts) or
+    ``"etcd"`` for etcd's faults (``etcd-restore-late`` restores its snapshot ``lasting_s``
+    after taking it). What else the fault draws (how slow a disk, which backup, the phases of
+    a wipe or a replacement) still comes from the seed. A node's forced fault goes on whether
+    the node is busy with another fault or not; with no such target then, or a fault that
+    does not apply (etcd busy, the node down), it is noted in the trace and skipped."""
 
     at_s: float
     fault: str
@@ -237,6 +238,8 @@ class Chaos:
     def _forced_target(self) -> str | None:
         assert self._forcing is not None
         target = self._forcing.target
+        if target == ETCD:
+            return ETCD
         if target.startswith("leader:"):
             return self.cluster.designated(int(target.removeprefix("leader:")))
         return target if target in self.cluster.node_names() else None
@@ -560,9 +563,11 @@ class Chaos:
         if self._etcd_busy() or not cluster.etcd.up:
             return None
         taken_at, snapshot = self.now(), cluster.etcd.snapshot()
+        forced_s = None if self._forcing is None else self._forcing.lasting_s
 
         async def lasts() -> None:
-            await asyncio.sleep(self._lasting(0.5, 6.0))
+            # Forced, the snapshot is restored ``lasting_s`` after it was taken.
+            await asyncio.sleep(self._lasting(0.5, 6.0) if forced_s is None else forced_s)
             if self._healing or not cluster.etcd.up:
                 return
             if cluster.partitions_changed_since(snapshot):
