@@ -118,15 +118,17 @@ class Round:
     notes: list[str] = field(default_factory=list)
 
 
-def proc_stats(pid: int) -> tuple[int, int, int]:
-    """(threads, open files, RSS KiB) of a process from /proc."""
-    threads = rss = 0
+def proc_stats(pid: int) -> tuple[int, int, int, int]:
+    """(threads, open files, RSS KiB, anonymous RSS KiB) of a process from /proc.
+
+    RSS counts the pages of the LMDB files a node has mapped and touched (page cache the
+    kernel may drop and other processes share); the anonymous part is the process's own heap."""
+    fields = {"Threads:": 0, "VmRSS:": 0, "RssAnon:": 0}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            threads = int(line.split()[1])
-        elif line.startswith("VmRSS:"):
-            rss = int(line.split()[1])
-    return threads, len(os.listdir(f"/proc/{pid}/fd")), rss
+        words = line.split()
+        if words and words[0] in fields:
+            fields[words[0]] = int(words[1])
+    return fields["Threads:"], len(os.listdir(f"/proc/{pid}/fd")), fields["VmRSS:"], fields["RssAnon:"]
 
 
 def fdatasync_cost(directory: Path, count: int = 200) -> str:
@@ -250,13 +252,14 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         await settle(system)
         after = {n: proc_stats(p) for n, p in system.processes.items()}
         grown = len(every) - args.few
-        f["threads few"] = max(t for t, _, _ in before.values())
-        f["threads N"] = max(t for t, _, _ in after.values())
-        f["files few"] = max(o for _, o, _ in before.values())
-        f["files N"] = max(o for _, o, _ in after.values())
+        f["threads few"] = max(t for t, _, _, _ in before.values())
+        f["threads N"] = max(t for t, _, _, _ in after.values())
+        f["files few"] = max(o for _, o, _, _ in before.values())
+        f["files N"] = max(o for _, o, _, _ in after.values())
         f["threads N/few"] = max(after[n][0] / before[n][0] for n in before)
         f["files N/few"] = max(after[n][1] / before[n][1] for n in before)
         f["RSS KiB/queue"] = max((after[n][2] - before[n][2]) / grown for n in before)
+        f["anon RSS KiB/queue"] = max((after[n][3] - before[n][3]) / grown for n in before)
         if system.etcd:
             f["etcd keys/queue"] = (await etcd_keys(system) - keys_before) / grown
 

@@ -208,14 +208,16 @@ class WsProtocol:
             return None
         try:
             return self._parse(text)
-        except _Violation as exc:
-            self.fail(exc.close_code, exc.reason)
-        except PushgateError as exc:
-            request_id = exc.request_id if isinstance(exc, _RequestError) else None
-            if exc.code in ("unauthorized", "forbidden"):
-                self.fail_with(exc)
+        # Two names, not one ``exc``: mypyc gives a name one type, so a second except
+        # clause binding the same name to another class raises TypeError when compiled.
+        except _Violation as violation:
+            self.fail(violation.close_code, violation.reason)
+        except PushgateError as refused:
+            request_id = refused.request_id if isinstance(refused, _RequestError) else None
+            if refused.code in ("unauthorized", "forbidden"):
+                self.fail_with(refused)
             else:
-                self.error(request_id, exc)
+                self.error(request_id, refused)
         return None
 
     def _parse(self, text: str) -> Request:

@@ -7,9 +7,8 @@ which Python imports in preference to the source. The build fails loudly: a mypy
 compiler error stops it, and so does a module that still imports from its ``.py`` after the
 build (checked in a fresh interpreter), so a silent fallback never passes for compiled.
 
-What each module saves in instructions per message, compiled against pure, is in
-bench/README.md ("Compiling the message path"), with what is not yet measured or verified:
-the list is the candidates, to be cut to the modules that pay.
+What each candidate module saved in instructions per message, compiled against pure, is in
+bench/README.md ("Compiling the message path"); the list holds only the modules that paid.
 """
 
 from __future__ import annotations

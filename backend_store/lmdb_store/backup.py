@@ -26,9 +26,10 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lmdb
 
@@ -59,7 +60,19 @@ class RestoreInfo:
     replaced: Path | None  # where the store it replaced was kept (None: there was none)
 
 
-def backup(store: Path, target: Path) -> BackupInfo:
+# How many times a backup adopts a map its store's writer grew while the copy began: each
+# growth doubles the map, so eight in a row mean a store grown 256-fold meanwhile.
+_RESIZES = 8
+
+
+def open_reader(store: Path) -> Any:
+    """The store's environment, read-only, as one more reader in its lock file. Mapped at the
+    size its writer last committed (``map_size=0``); py-lmdb's default 10 MiB, or the data's
+    end if larger, would make a read fail once the writer added a page past it."""
+    return lmdb.open(str(store), readonly=True, lock=True, max_dbs=1, subdir=True, map_size=0)
+
+
+def backup(store: Path, target: Path, *, open_env: Callable[[Path], Any] = open_reader) -> BackupInfo:
     """Copy the store at ``store`` (a directory, served or not) into the new file ``target``."""
     if not (store / DATA_FILE).is_file():
         raise ConfigurationError(f"no store at {store} (no {DATA_FILE})")
@@ -67,12 +80,11 @@ def backup(store: Path, target: Path) -> BackupInfo:
         raise ConfigurationError(f"{target} exists; a backup never overwrites a file")
     started = time.monotonic()
     partial = target.with_name(target.name + ".partial")
-    # One reader slot in the store's lock file, like any process that reads it.
-    env = lmdb.open(str(store), readonly=True, lock=True, max_dbs=1, subdir=True)
+    env = open_env(store)
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            env.copyfd(fd, compact=True)
+            _copy(env, fd)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -90,6 +102,22 @@ def backup(store: Path, target: Path) -> BackupInfo:
     os.rename(partial, target)
     fsync_directory(target.parent)
     return BackupInfo(target, target.stat().st_size, found, time.monotonic() - started)
+
+
+def _copy(env: Any, fd: int) -> None:
+    """One read transaction's snapshot, compacted, into ``fd``. A serving writer that grew
+    its map past this reader's since it opened fails the copy's read transaction with
+    ``MDB_MAP_RESIZED`` before anything is written; LMDB's answer is to adopt the new size
+    (``set_mapsize(0)``) and begin again."""
+    for _ in range(_RESIZES):
+        try:
+            env.copyfd(fd, compact=True)
+            return
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+    env.copyfd(fd, compact=True)
 
 
 def restore(source: Path, store: Path) -> RestoreInfo:

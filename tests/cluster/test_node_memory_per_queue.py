@@ -11,6 +11,9 @@ budget. Equal documents are now held once (``shared_docs.py``).
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,8 @@ from backend_store.cluster.coordination.coordinator import Entry, PrefixState
 from backend_store.cluster.node.pool_queues import PoolHost, PoolQueues, QueueKey, QueueRecords, note_changes
 from backend_store.types import QueueAttributes, QueueName, TenantId
 
+from ..conftest import scaled
+
 QUEUES = 2000
 PARTITIONS = 8
 PREFIX = "/pushgate/queues/"
@@ -28,6 +33,7 @@ PREFIX = "/pushgate/queues/"
 # stamp remain per queue). Before: about 1,500.
 BUDGET_BYTES = 400
 BACKEND_STORE = str(Path(backend_store.__file__).parent)
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Host:
@@ -51,12 +57,12 @@ def watch_state(count: int) -> PrefixState:
     return PrefixState(PREFIX, 10 + count, entries)
 
 
-async def test_a_node_holds_few_bytes_per_queue_of_its_records_and_applied_attributes() -> None:
+async def measure() -> dict[str, int]:
+    """What the node's code holds after taking ``QUEUES`` records and applying them on every
+    partition, in bytes of Python objects allocated by backend_store's code."""
     state = watch_state(QUEUES)
-    ensured: list[QueueKey] = []
 
     async def ensure(key: QueueKey, attributes: dict[str, Any]) -> bool:
-        ensured.append(key)
         return True
 
     async def drop(key: QueueKey) -> bool:
@@ -72,22 +78,43 @@ async def test_a_node_holds_few_bytes_per_queue_of_its_records_and_applied_attri
         for pid, host in hosts.items():
             host.pool_queues.begin_term(records, pid)
             await host.pool_queues.apply(records, pid, ensure, drop)
-        ensured.clear()
         gc.collect()
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    # Only what the node's code allocated: a worker of the suite may run other tests' threads
-    # (servers, writers) beside this one, whose allocations are not the node's.
     node_code = [tracemalloc.Filter(True, f"{BACKEND_STORE}/*")]
     diff = after.filter_traces(node_code).compare_to(before.filter_traces(node_code), "filename")
-    held = sum(s.size_diff for s in diff)
-    assert len(records) == QUEUES
-    assert sum(len(h.pool_queues.applied) for h in hosts.values()) >= QUEUES  # every queue served
-    assert held / QUEUES <= BUDGET_BYTES, f"{held / QUEUES:.0f} bytes a queue"
+    return {
+        "held": sum(s.size_diff for s in diff),
+        "records": len(records),
+        "applied": sum(len(h.pool_queues.applied) for h in hosts.values()),
+        "shared": len(records.shared),
+    }
+
+
+def test_a_node_holds_few_bytes_per_queue_of_its_records_and_applied_attributes() -> None:
+    # Measured in a process of its own: tracemalloc counts every thread's allocations by the
+    # frame that made them, and a worker of the suite runs other tests' threads (servers,
+    # writers, sweepers) in backend_store's code beside this one. In the suite's worker the
+    # in-process count read 418 and 430 bytes a queue (fresh-clone runs of sessions 52 and 55)
+    # where it reads 312 alone; one thread calling shared_docs' code during the window made it
+    # 2,748 (session 55's recipe).
+    probe = f"import asyncio, json; from {__name__} import measure; print(json.dumps(asyncio.run(measure())))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=True,
+    )
+    got = json.loads(done.stdout)
+    assert got["records"] == QUEUES
+    assert got["applied"] >= QUEUES  # every queue served
+    assert got["held"] / QUEUES <= BUDGET_BYTES, f"{got['held'] / QUEUES:.0f} bytes a queue"
     # A handful of distinct documents: 8 placements x with or without a dead-letter queue,
     # and the two sets of store attributes.
-    assert len(records.shared) <= 2 * PARTITIONS + 2
+    assert got["shared"] <= 2 * PARTITIONS + 2
 
 
 async def test_a_changed_record_is_applied_again_and_equal_ones_share_one_document() -> None:

@@ -243,6 +243,42 @@ def test_list_queues_pages_with_a_cursor(admin: Api, qname: str) -> None:
     assert [q["name"] for q in r.json()["queues"]][:2] == mine[3:]
 
 
+def test_a_page_shows_the_counts_each_queues_own_get_shows(admin: Api, qname: str) -> None:
+    # On a cluster these queues share pool partitions, and the dead-letter queue's messages
+    # are kept in the partitions of the queue feeding it: a page asks each partition once
+    # for all its queues and must still give each queue its own counts.
+    dlq = f"{qname}-dlq"
+    assert admin.put_queue(dlq).status_code == 201
+    assert (
+        admin.put_queue(
+            f"{qname}-a", max_receives=1, dead_letter_queue=dlq, visibility_timeout_s=0
+        ).status_code
+        == 201
+    )
+    assert admin.put_queue(f"{qname}-b").status_code == 201
+    assert admin.put_queue(f"{qname}-c").status_code == 201
+    for body in ("first", "second"):
+        assert admin.send(f"{qname}-a", body).status_code == 201
+    assert len(admin.receive(f"{qname}-a", max=10).json()["messages"]) == 2
+    assert admin.receive(f"{qname}-a").json()["messages"] == []  # both dead-lettered now
+    for _ in range(3):
+        assert admin.send(f"{qname}-b").status_code == 201
+    assert admin.send(f"{qname}-c", delay_s=600).status_code == 201
+    assert len(admin.receive(f"{qname}-b").json()["messages"]) == 1
+    page = admin.client.get("/v1/queues", params={"cursor": qname})
+    assert page.status_code == 200, page.text
+    listed = {q["name"]: q["stats"] for q in page.json()["queues"] if q["name"].startswith(f"{qname}-")}
+    assert set(listed) == {dlq, f"{qname}-a", f"{qname}-b", f"{qname}-c"}
+    for name, stats in listed.items():
+        own = admin.client.get(f"/v1/queues/{name}").json()["stats"]
+        assert {k: v for k, v in stats.items() if k != "oldest_age_s"} == {
+            k: v for k, v in own.items() if k != "oldest_age_s"
+        }, name
+    assert (listed[dlq]["visible"], listed[f"{qname}-a"]["dead_lettered_total"]) == (2, 2)
+    assert (listed[f"{qname}-b"]["visible"], listed[f"{qname}-b"]["in_flight"]) == (2, 1)
+    assert (listed[f"{qname}-c"]["delayed"], listed[f"{qname}-c"]["visible"]) == (1, 0)
+
+
 @pytest.mark.parametrize(
     "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "two"}, {"cursor": "x" * 300}]
 )

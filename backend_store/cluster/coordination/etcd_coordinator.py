@@ -394,6 +394,12 @@ class EtcdCoordinator:
                                 prior is not None and not await changed_in_pages(prior, state)
                             ):
                                 continue
+                        elif not state.changed and held is None:
+                            # A check's read at a later revision that changed no key under
+                            # the prefix (etcd's other keys changed): a plain consumer has it
+                            # already. One holding a state takes it, for its revision
+                            # (WatchedPrefix.caught_up: a write of its own beside the prefix).
+                            continue
                         last = state
                         yield state
                 fresh = stream.fallback
@@ -427,18 +433,15 @@ class EtcdCoordinator:
                 # Compared a page at a time: at 10,000 queue records a comparison in one turn
                 # of the loop held a node's loop for about a second under load (read_prefix).
                 keys = await changed_in_pages(state, fresh)
-                if not keys:
-                    # The state held (at a later revision when etcd's other keys changed):
-                    # yielded as ``changed=None``, so only to a consumer that holds another
-                    # state, one of its own reads (WatchedPrefix.refresh; see watch_prefix).
-                    # Its revision is taken, so the events it covers are skipped.
-                    state = fresh
+                if fresh.revision == state.revision:
+                    if keys:
+                        log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
+                        stream.fallback = fresh  # the events missed one
+                        return
+                    # The state held: yielded only to a consumer that holds another, one of its
+                    # own reads (WatchedPrefix.refresh; see watch_prefix).
                     yield fresh
                     continue
-                if fresh.revision == state.revision:
-                    log.warning("the watch on %s missed a change; reading it whole", stream.prefix)
-                    stream.fallback = fresh  # the events missed one
-                    return
                 # Newer than the events applied (they may be on their way): taken whole, and
                 # the events it covers are skipped; it names the keys it changed, so its
                 # consumers compare nothing again.
