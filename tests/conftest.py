@@ -101,17 +101,6 @@ class ManualClock:
             self._sinks.remove(sink)
 
 
-@pytest.fixture(autouse=True)
-def _without_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``PUSHGATE_TEST_WITHOUT=name,...`` takes those fixes out (tests/simulation/ablations.py)
-    for each test, undone after it: a test that pins a fix fails so, and passes without it."""
-    names = [name.strip() for name in os.environ.get("PUSHGATE_TEST_WITHOUT", "").split(",") if name.strip()]
-    if names:
-        from tests.simulation.ablations import take_out
-
-        take_out(names, monkeypatch.setattr)
-
-
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

@@ -245,23 +245,33 @@ def _record_rebuild(setter: Setter) -> None:
 
 @_ablation("term-fence", "a store logs its own writes only in the term it started last")
 def _term_fence(setter: Setter) -> None:
+    from backend_store.lmdb_store.replication_log import ReplicationLog
+
     from . import sim_store
 
     def always(_staged: sim_store._Batch) -> bool:
         return True  # each commit logs its own writes at whatever the fence is
 
+    append = ReplicationLog.append
+
+    def at_the_fence(self: ReplicationLog, writes: Any) -> Any:
+        self._staged_term = self._current()[1]  # the term follows the fence, as before session 36
+        return append(self, writes)
+
     setter(sim_store.SimReplicaStore, "_logs_own_writes", staticmethod(always))
+    setter(ReplicationLog, "append", at_the_fence)
 
 
 @_ablation("remade-copies", "an empty copy made again after a move deleted it counts for nothing")
 def _remade_copies(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import ReplicaPosition
-    from backend_store.cluster.node import node
+    from backend_store.cluster.node import node, receipts
 
     def as_any_copy(_kept: Any, _label: Any, position: ReplicaPosition) -> ReplicaPosition:
         return position  # published as any empty copy: it counts toward a majority
 
-    setter(node, "remade", as_any_copy)
+    setter(node, "remade", as_any_copy)  # the name the node publishes through
+    setter(receipts, "remade", as_any_copy)  # the rule, as its unit test calls it
 
 
 @_ablation("receipt-majority", "without a majority of a set, a remade copy's receipt's set decides")
