@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import zlib
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 
 from backend_store.cluster.client.node_health import BreakerSettings, NodeHealth, NodeUnavailable
+from backend_store.cluster.client.partition_calls import PartitionCalls, QueueRecords
+from backend_store.cluster.client.partition_map import ClusterView, PartitionInfo, PartitionMap
 from backend_store.cluster.client.routing import partition_index, plan_sends, prefix_receipt, split_receipt
-from backend_store.types import NewMessage, QueueAttributes
+from backend_store.types import NewMessage, QueueAttributes, QueueName, TenantId
 
 FOUR = QueueAttributes(partitions=4)
 FIFO = QueueAttributes(partitions=4, ordering="fifo")
@@ -143,3 +149,34 @@ def test_a_request_refused_while_a_trial_is_out_hears_the_trials_verdict() -> No
     assert verdict.is_set()
     with pytest.raises(NodeUnavailable):
         breaker.before_request("n1", epoch=60)
+
+
+class MapThatNeverMoves:
+    """The gateway's map, as far as a refused request waits on it: the leader never moves."""
+
+    def add_listener(self, listener: Callable[[PartitionMap], None]) -> None:
+        pass
+
+    async def wait_for(self, condition: Callable[[PartitionMap], bool], timeout_s: float) -> bool:
+        await asyncio.sleep(timeout_s)
+        return False
+
+
+async def test_a_request_the_breaker_refused_wakes_at_the_nodes_next_verdict() -> None:
+    # The request loop's side of the test above (``PartitionCalls._until_moved_or_verdict``):
+    # refused with 30 s of cool-down left, it goes on as soon as the trial's verdict comes.
+    health = NodeHealth(BreakerSettings())
+    calls = PartitionCalls(
+        cast(ClusterView, MapThatNeverMoves()),
+        cast(QueueRecords, None),  # not asked: the partition is placed
+        health,
+        deadline_s=60,
+        node_timeout_s=1,
+    )
+    part = PartitionInfo(5, TenantId("t"), QueueName("q"), 0, ("n1",), "n1", "sync")
+    breaker = health.breaker("n1")
+    asyncio.get_running_loop().call_later(0.01, breaker.succeeded)  # the trial's verdict
+    started = time.monotonic()
+    async with asyncio.timeout(5):
+        await calls._until_moved_or_verdict(part, breaker.verdict(), 30.0)
+    assert time.monotonic() - started < 5

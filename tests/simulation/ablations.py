@@ -208,15 +208,12 @@ def _tombstone_read(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import Tombstone
     from backend_store.cluster.node import replica_rounds
 
-    from . import copied_node
-
     async def watched_only(
         _coordinator: object, _layout: object, _node_id: str, _pid: int, watched: Tombstone | None
     ) -> bool:
         return watched is not None
 
     setter(replica_rounds, "tombstone_stands", watched_only)
-    setter(copied_node, "tombstone_stands", watched_only)
 
 
 @_ablation("fence-holder", "a manager's fenced commit compares the holder too")
@@ -248,26 +245,33 @@ def _record_rebuild(setter: Setter) -> None:
 
 @_ablation("term-fence", "a store logs its own writes only in the term it started last")
 def _term_fence(setter: Setter) -> None:
+    from backend_store.lmdb_store.replication_log import ReplicationLog
+
     from . import sim_store
 
     def always(_staged: sim_store._Batch) -> bool:
         return True  # each commit logs its own writes at whatever the fence is
 
+    append = ReplicationLog.append
+
+    def at_the_fence(self: ReplicationLog, writes: Any) -> Any:
+        self._staged_term = self._current()[1]  # the term follows the fence, as before session 36
+        return append(self, writes)
+
     setter(sim_store.SimReplicaStore, "_logs_own_writes", staticmethod(always))
+    setter(ReplicationLog, "append", at_the_fence)
 
 
 @_ablation("remade-copies", "an empty copy made again after a move deleted it counts for nothing")
 def _remade_copies(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import ReplicaPosition
-    from backend_store.cluster.node import node
-
-    from . import copied_node
+    from backend_store.cluster.node import node, receipts
 
     def as_any_copy(_kept: Any, _label: Any, position: ReplicaPosition) -> ReplicaPosition:
         return position  # published as any empty copy: it counts toward a majority
 
-    setter(node, "remade", as_any_copy)
-    setter(copied_node, "remade", as_any_copy)
+    setter(node, "remade", as_any_copy)  # the name the node publishes through
+    setter(receipts, "remade", as_any_copy)  # the rule, as its unit test calls it
 
 
 @_ablation("receipt-majority", "without a majority of a set, a remade copy's receipt's set decides")
@@ -381,8 +385,6 @@ def _first_entry_task(setter: Setter) -> None:
 
     from backend_store.cluster.node.partition_host import PartitionHost
 
-    from .copied_partition import CopiedPartitionHost
-
     lead = PartitionHost.lead
 
     async def lead_and_wait(self: PartitionHost, *args: Any, **kwargs: Any) -> None:
@@ -391,14 +393,6 @@ def _first_entry_task(setter: Setter) -> None:
             await asyncio.wait([self._upkeep])
 
     setter(PartitionHost, "lead", lead_and_wait)
-    copied_lead = CopiedPartitionHost.lead
-
-    async def copy_leads_and_waits(self: CopiedPartitionHost, *args: Any, **kwargs: Any) -> None:
-        await copied_lead(self, *args, **kwargs)
-        if self._upkeep is not None:
-            await asyncio.wait([self._upkeep])
-
-    setter(CopiedPartitionHost, "lead", copy_leads_and_waits)
 
 
 @_ablation("breaker-verdict", "a request the breaker refused wakes at the node's next verdict")
@@ -439,13 +433,10 @@ def _key_revisions(setter: Setter) -> None:
 def _revoke_lost_lease(setter: Setter) -> None:
     from backend_store.cluster.node import node
 
-    from . import copied_node
-
     async def left_to_expire(session: Any) -> None:
         return None  # as before session 42: etcd expires the lease when it will
 
     setter(node, "revoke_lost", left_to_expire)
-    setter(copied_node, "revoke_lost", left_to_expire)
 
 
 @_ablation("publish-check", "a node checks what etcd held before each write of its record")
@@ -465,8 +456,6 @@ def _publish_check(setter: Setter) -> None:
 def _settle_before_serving(setter: Setter) -> None:
     from backend_store.cluster.node.replica_rounds import ReplicaRounds
 
-    from . import copied_node
-
     settle = ReplicaRounds._settle_timeline
 
     async def after_serving(self: ReplicaRounds, opened: Any) -> None:
@@ -476,21 +465,17 @@ def _settle_before_serving(setter: Setter) -> None:
             await settle(self, ())
 
     setter(ReplicaRounds, "_settle_timeline", after_serving)
-    setter(copied_node, "SETTLE_BEFORE_SERVING", False)
 
 
 @_ablation("incarnation-floor", "a raised incarnation ends every term of the earlier one")
 def _incarnation_floor(setter: Setter) -> None:
     from backend_store.cluster.node import leadership, replica_rounds
 
-    from . import copied_partition
-
     def no_floor(incarnation: int) -> int:
         return 0  # as before issue 48: a term of an earlier incarnation goes on, and is followed
 
     setter(leadership, "incarnation_floor", no_floor)
     setter(replica_rounds, "incarnation_floor", no_floor)  # the replicas' followers' floor
-    setter(copied_partition, "incarnation_floor", no_floor)
 
 
 @_ablation("wakes-with-entries", "a link's sender is woken only when it has entries to ship")

@@ -18,7 +18,6 @@ from backend_store.cluster.manager.manager import Manager
 from backend_store.errors import PushgateError
 from backend_store.types import Epoch
 
-from .copied_node import CopiedNode
 from .etcd_model import EtcdServer, EtcdState
 from .kernel import Process, Trace
 from .network import Network
@@ -42,15 +41,11 @@ class SimCluster:
         *,
         window_entries: int,
         off_the_network: frozenset[str] = frozenset(),
-        production_node: bool = False,
     ) -> None:
         self.rng = rng
         # Prefixes the managers read from etcd's model on the spot (SimCoordinator).
         self.off_the_network = off_the_network
         self.window_entries = window_entries
-        # The production Node on simulated ports (sim_node.py), or the copy of its loop
-        # (copied_node.py) that the pinned seeds were found on.
-        self.production_node = production_node
         self.trace = trace
         self.oracle = oracle
         self.layout = Layout()
@@ -61,7 +56,7 @@ class SimCluster:
         oracle.etcd = self.etcd
         self.etcd.on_revision.append(self._watch_designations)
         self.disks: dict[str, NodeDisk] = {}
-        self.nodes: dict[str, SimNode | CopiedNode] = {}
+        self.nodes: dict[str, SimNode] = {}
         self.managers: dict[str, tuple[Process, Manager]] = {}
         self.gateway: SimGateway | None = None
         self.backups: list[tuple[float, EtcdState]] = []
@@ -87,7 +82,7 @@ class SimCluster:
 
     # Nodes -------------------------------------------------------------------------------------
 
-    def start_node(self, name: str, *, prefix: str | None = None) -> SimNode | CopiedNode:
+    def start_node(self, name: str, *, prefix: str | None = None) -> SimNode:
         disk = self.disks.get(name)
         if disk is None:
             disk = self.disks[name] = NodeDisk(name, self.rng, self.oracle)
@@ -96,31 +91,16 @@ class SimCluster:
         offset = self._clock_offsets[name]
         layout = Layout(prefix) if prefix is not None else self.layout
         coordinator = SimCoordinator(proc, self.network, self.etcd)
-        node: SimNode | CopiedNode
-        if self.production_node:
-            node = start_node(
-                proc,
-                disk,
-                self.network,
-                coordinator,
-                self.oracle,
-                layout=layout,
-                store_clock=lambda: 1_700_000_000.0 + offset + proc.clock(),
-                window_entries=self.window_entries,
-            )
-        else:
-            node = CopiedNode(
-                proc,
-                name,
-                disk,
-                self.network,
-                coordinator,
-                self.oracle,
-                layout=layout,
-                store_clock=lambda: 1_700_000_000.0 + offset + proc.clock(),
-                window_entries=self.window_entries,
-            )
-            node.start()
+        node = start_node(
+            proc,
+            disk,
+            self.network,
+            coordinator,
+            self.oracle,
+            layout=layout,
+            store_clock=lambda: 1_700_000_000.0 + offset + proc.clock(),
+            window_entries=self.window_entries,
+        )
         self.nodes[name] = node
         self.note(f"{name} started (incarnation {proc.incarnation}{', prefix ' + prefix if prefix else ''})")
         if prefix is not None:
@@ -301,6 +281,10 @@ class SimCluster:
             proc.kill()
 
     # Ground truth for diagnoses ------------------------------------------------------------------------
+
+    def designated(self, pid: int) -> str | None:
+        """The node etcd's map designates to lead partition ``pid`` now, if any."""
+        return self._designated.get(pid)
 
     def reaches(self, a: str, b: str) -> bool:
         """Whether ``a`` and ``b`` can talk both ways, and both are up and not frozen."""

@@ -45,13 +45,30 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from backend_store.cluster.coordination.layout import PartitionRecord
 from backend_store.errors import PushgateError
 
 from .cluster import ETCD, GATEWAY, SimCluster
+
+
+@dataclass(frozen=True, slots=True)
+class Forced:
+    """One fault a test schedules itself: ``fault`` (a name of ``FAULTS``) on ``target`` at
+    ``at_s`` after the chaos starts, for ``lasting_s``. The target is a node (``"n2"``),
+    ``"leader:P"`` (the node etcd's map designates for partition P when the fault starts) or
+    ``"etcd"`` for etcd's faults (``etcd-restore-late`` restores its snapshot ``lasting_s``
+    after taking it). What else the fault draws (how slow a disk, which backup, the phases of
+    a wipe or a replacement) still comes from the seed. A node's forced fault goes on whether
+    the node is busy with another fault or not; with no such target then, or a fault that
+    does not apply (etcd busy, the node down), it is noted in the trace and skipped."""
+
+    at_s: float
+    fault: str
+    target: str
+    lasting_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +81,8 @@ class Mix:
     # Many queues in a pool of shared partitions, created and deleted during the chaos
     # (simulation.py, sim_pools.py), instead of one or two queues with partitions of their own.
     pooled: bool = False
+    # Faults scheduled by a test, besides the random ones (``scripted`` makes a mix of these alone).
+    forced: tuple[Forced, ...] = ()
 
     @property
     def availability_checked(self) -> bool:
@@ -134,6 +153,16 @@ MIXES["pools-all"] = Mix("pools-all", ALL_FAULTS, 3, 1.5, pooled=True)
 FAULTS = (*ALL_FAULTS, "replace-return", "etcd-restore-bumped", "etcd-restore-late", "etcd-restore-down")
 
 
+def scripted(name: str, forced: tuple[Forced, ...], *, on: Mix | None = None) -> Mix:
+    """A mix of the faults ``forced`` schedules, alone or on top of mix ``on``'s random ones."""
+    unknown = [f.fault for f in forced if f.fault not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown faults {unknown}; faults: {list(FAULTS)}")
+    if on is None:
+        return Mix(name, (), 1, 1.0, forced=forced)
+    return replace(on, name=name, forced=forced)
+
+
 def mix_named(spec: str) -> Mix:
     """A mix by name, or one made of comma-separated fault names."""
     if spec in MIXES:
@@ -163,6 +192,7 @@ class Chaos:
         # ``returns`` 3716, session 38: healing left one retired for good, undrained, and its
         # partition with one live copy of the three its restored record named).
         self.returning: set[str] = set()
+        self._forcing: Forced | None = None  # the forced fault being started, if any
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -174,6 +204,13 @@ class Chaos:
 
     async def run(self, duration_s: float) -> None:
         end = self.now() + duration_s
+        loop = asyncio.get_running_loop()
+        for forced in self.mix.forced:
+            if forced.at_s < duration_s:
+                loop.call_at(self.now() + forced.at_s, self._force, forced)
+        if not self.mix.faults:
+            await asyncio.sleep(duration_s)
+            return
         while self.now() < end:
             await asyncio.sleep(self.rng.expovariate(1 / self.mix.mean_gap_s))
             while len(self.active) >= self.mix.concurrent and self.now() < end:  # noqa: ASYNC110
@@ -186,10 +223,33 @@ class Chaos:
                 break
             self._start(self.rng.choice(self.mix.faults))
 
+    def _force(self, forced: Forced) -> None:
+        if self._healing:
+            return
+        self._forcing = forced
+        try:
+            if self._forced_target() is None:
+                self.note(f"forced {forced.fault} on {forced.target} skipped: no such target now")
+            else:
+                self._start(forced.fault)
+        finally:
+            self._forcing = None
+
+    def _forced_target(self) -> str | None:
+        assert self._forcing is not None
+        target = self._forcing.target
+        if target == ETCD:
+            return ETCD
+        if target.startswith("leader:"):
+            return self.cluster.designated(int(target.removeprefix("leader:")))
+        return target if target in self.cluster.node_names() else None
+
     def _start(self, fault: str) -> None:
         action = getattr(self, "_" + fault.replace("-", "_"))
         target_and_coro: tuple[str, Coroutine[Any, Any, None]] | None = action()
         if target_and_coro is None:
+            if self._forcing is not None:
+                self.note(f"forced {fault} on {self._forcing.target} skipped: it does not apply now")
             return
         target, coro = target_and_coro
         self._next += 1
@@ -214,6 +274,9 @@ class Chaos:
 
     def _pick_node(self, *, alive: bool = True) -> str | None:
         cluster = self.cluster
+        if self._forcing is not None:
+            node = self._forced_target()
+            return node if node is not None and (not alive or node in cluster.live_nodes()) else None
         choices = [
             n
             for n in cluster.node_names()
@@ -228,9 +291,10 @@ class Chaos:
         self, target: str, apply: Callable[[], None], heal: Callable[[], None], low: float, high: float
     ) -> tuple[str, Coroutine[Any, Any, None]]:
         apply()
+        forced_s = None if self._forcing is None else self._forcing.lasting_s
 
         async def lasts() -> None:
-            await asyncio.sleep(self._lasting(low, high))
+            await asyncio.sleep(self._lasting(low, high) if forced_s is None else forced_s)
             if not self._healing:
                 heal()
                 self.note(f"healed {target}")
@@ -499,9 +563,11 @@ class Chaos:
         if self._etcd_busy() or not cluster.etcd.up:
             return None
         taken_at, snapshot = self.now(), cluster.etcd.snapshot()
+        forced_s = None if self._forcing is None else self._forcing.lasting_s
 
         async def lasts() -> None:
-            await asyncio.sleep(self._lasting(0.5, 6.0))
+            # Forced, the snapshot is restored ``lasting_s`` after it was taken.
+            await asyncio.sleep(self._lasting(0.5, 6.0) if forced_s is None else forced_s)
             if self._healing or not cluster.etcd.up:
                 return
             if cluster.partitions_changed_since(snapshot):

@@ -14,6 +14,10 @@ Issue 24's defects 1, 2, 3, 4, 6 and 7 were found on main at 1628f52 by seeds of
 ranges, and the defects fixed in session 29 by seeds of them too (docs/testing.md,
 "Simulation", keeps which seed found which); they are fixed, and those seeds are ordinary CI
 seeds now.
+
+Since issue 49 every seed runs the production ``Node`` and ``PartitionHost`` (sim_node.py);
+the copies of their loops the seeds above were first run on are gone, and the ranges hold
+on it.
 """
 
 from __future__ import annotations
@@ -32,12 +36,6 @@ CI_SEEDS: dict[str, range] = {
     "late": range(0, 10),
     "pools": range(0, 10),
 }
-
-# Issue 49: seeds run on the production Node and PartitionHost (``Config.production_node``),
-# each of which must hold. The seeds above (and the ablation tests') stay on the copies of
-# their loops (copied_node.py) until they are found again on it: moving the simulation
-# onto production's loops moves every trajectory.
-PRODUCTION_NODE_SEEDS: dict[str, range] = {mix: range(0, 5) for mix in CI_SEEDS}
 
 # (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci. Empty
 # since session 29: every CI seed holds (docs/testing.md says which seeds found what).

@@ -14,9 +14,8 @@
   marks, served sets, the cluster id), outliving the process as the disk does.
 
 The node is started from a task of its process, so every task it starts is the process's
-(killing it cancels them). Used with ``Config.production_node`` (``scripts/simulate
---production-node``); the default is still :mod:`.copied_node`, on which the pinned seeds
-were found.
+(killing it cancels them). Every node of a run is this one (issue 49: the copies of the
+node's loops the simulation ran before are gone).
 """
 
 from __future__ import annotations

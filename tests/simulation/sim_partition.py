@@ -11,7 +11,7 @@ with its replication (``ReplicationLeader``, ``ReplicationFollower``, check-quor
 
 :class:`ObservedPartitionHost` only tells the invariants (:mod:`.oracle`) when a replica
 starts leading a term, answers a send and resigns for lack of a quorum: nothing in it
-decides. (Used by :mod:`.sim_node`, with ``Config.production_node``.)
+decides. (Used by :mod:`.sim_node`.)
 """
 
 from __future__ import annotations

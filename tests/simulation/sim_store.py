@@ -305,13 +305,6 @@ class SimReplicaStore:
         """A leader's no-op entry in its new term (a heartbeat write, logged)."""
         await self._submit(lambda b: b.ops.append(["h"]))
 
-    async def ensure_queue(self, tenant: str, queue: str) -> None:
-        """The queue, logged without its attributes (``copied_partition.py``'s)."""
-        await self._submit(lambda b: b.ops.append(["q", tenant, queue]))
-
-    def queue_exists(self, tenant: str, queue: str) -> bool:
-        return (tenant, queue) in self._state_of(self.data.entries).created
-
     async def create_queue(
         self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
     ) -> tuple[QueueInfo, bool]:
@@ -579,7 +572,7 @@ class MessageState:
 def _apply_ops(state: MessageState, ops: list[list[Any]], lsn: int) -> None:
     for op in ops:
         if op[0] == "q":
-            state.created[(op[1], op[2])] = op[3] if len(op) > 3 else {}
+            state.created[(op[1], op[2])] = op[3]
         elif op[0] == "u":
             key = (op[1], op[2])
             state.created[key] = {**state.created[key], **op[3]}

@@ -60,9 +60,6 @@ class Config:
     # the window's bookkeeping under the faults (seed 22 of minority found issue 24's
     # restarted follower that never caught up that way).
     window_entries: int = DEFAULT_WINDOW_ENTRIES
-    # The production Node and PartitionHost on simulated ports (issue 49), not the copies of
-    # their loops (copied_node.py) that today's pinned seeds were found on.
-    production_node: bool = False
 
 
 @dataclass(slots=True)
@@ -235,7 +232,6 @@ class _Run:
             self.oracle,
             window_entries=self.config.window_entries,
             off_the_network=quiet,
-            production_node=self.config.production_node,
         )
         config, rng, cluster = self.config, self.rng, self.cluster
         nodes = rng.choice([4, 4, 5])

@@ -12,29 +12,22 @@ Later fixes moved 30325's trajectory off the race; session 35 re-found it with `
 disabled, on its final tree: ``restore`` 31085, 32042 and 32199 fail without it and hold
 with it. Session 39's hand-over and first-entry fixes moved those off the race too; with
 them taken out as well (``BACK_ON_THE_RACE``), 31085 and 32042 fail again.
+
+On production's ``Node`` (issue 49) the seed no longer reaches the race with the fix taken
+out either; the fix is shown to matter by the deterministic tests test_fixes_pinned.py
+runs without it (docs/testing.md, "Fixes pinned by deterministic tests").
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 FOUND = [30325, 30355, 31085, 32042, 32199]
-WITHOUT_ABANDON_FAIL = [31085, 32042, 32199]
 
 
 @pytest.mark.parametrize("seed", FOUND)
 def test_a_node_whose_trial_was_given_up_is_tried_again(seed: int) -> None:
     result = run_seed(config_for(seed, "restore"))
     assert result.ok, result.report()
-
-
-def test_the_seed_still_finds_a_trial_kept_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a trial that ends without a verdict kept out, the seeds fail again (any one is
-    enough: a later change may move one seed's trajectory off the race)."""
-
-    take_out([*BACK_ON_THE_RACE, "breaker-abandon"], monkeypatch.setattr)
-    summaries = [run_seed(config_for(seed, "restore")).summary() for seed in WITHOUT_ABANDON_FAIL]
-    assert any("available-after-heal" in summary for summary in summaries), summaries

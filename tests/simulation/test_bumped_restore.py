@@ -14,6 +14,14 @@ incarnation then; etcd holding that record at an older mod revision in the same 
 went back in time, and the incarnation is raised as for any restore (``coordination/timeline.py``,
 ``check_marks``; the same check sees a restore made while every node was down). The
 real-etcd side is tests/cluster/test_etcd_loss.py.
+
+Since issue 49 the simulation runs production's ``Node`` only, which moved 23, 25 and 31 off
+the race (they hold without the marks too). A sweep of ``bumped`` 0-24 with the marks taken
+out (``scripts/simulate --faults bumped --without record-marks,key-revisions,revoke-lost-lease``)
+re-found it in 0, 11, 16, 21 and 24; 0, 11 and 16 hold with the marks (they are CI seeds). In
+0: etcd was restored at 9.3 s from the backup of 0.5 s (revision 61 bumped to 1061), and at
+10.0 s n1 led p1 at epoch 1065 on the restored designation from LSN 8, without acknowledged
+LSNs 9-11 of epoch 46 (``leader-completeness``).
 """
 
 from __future__ import annotations
@@ -24,9 +32,10 @@ from .ablations import take_out
 from .simulation import config_for, run_seed
 
 FOUND = [23, 25, 31]
+WITHOUT_THE_MARKS_FAIL = [0, 11, 16]
 
 
-@pytest.mark.parametrize("seed", FOUND)
+@pytest.mark.parametrize("seed", [*FOUND, *WITHOUT_THE_MARKS_FAIL])
 def test_a_restore_whose_revisions_jump_ahead_is_noticed_by_the_records(seed: int) -> None:
     result = run_seed(config_for(seed, "bumped"))
     assert result.ok, result.report()
@@ -40,5 +49,5 @@ def test_without_the_marks_a_restored_designation_leads_without_acknowledged_ent
     back with the rest, so they are taken out as well: what remains is session 39's code."""
     # Session 42's revoke of a lost lease moves these seeds too; taken out, they are back.
     take_out(["record-marks", "key-revisions", "revoke-lost-lease"], monkeypatch.setattr)
-    summaries = [run_seed(config_for(seed, "bumped")).summary() for seed in FOUND]
+    summaries = [run_seed(config_for(seed, "bumped")).summary() for seed in WITHOUT_THE_MARKS_FAIL]
     assert any("leader-completeness" in summary for summary in summaries), summaries

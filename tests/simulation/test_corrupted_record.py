@@ -11,13 +11,16 @@ while it still held the key (the rebuild without a leader is covered by the pure
 the real processes). The pure rules
 are in tests/cluster/test_unreadable_records.py, the real processes in
 tests/cluster/test_never_delete.py.
+
+On production's ``Node`` (issue 49) these seeds no longer reach the race with the fix taken
+out either; the fix is shown to matter by the deterministic tests test_fixes_pinned.py
+runs without it (docs/testing.md, "Fixes pinned by deterministic tests").
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .ablations import BACK_ON_THE_RACE, take_out
 from .simulation import config_for, run_seed
 
 SEEDS = (130473, 131005, 203853)
@@ -27,15 +30,6 @@ SEEDS = (130473, 131005, 203853)
 def test_a_record_the_manager_never_read_is_rebuilt_from_what_the_nodes_kept(seed: int) -> None:
     result = run_seed(config_for(seed, "all"))
     assert result.ok, result.report()
-
-
-def test_without_the_rebuild_a_seed_leaves_its_partition_unserved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing rebuilt: the partition stays unserved after healing, so the tests above would
-    catch the rebuild going away."""
-    take_out([*BACK_ON_THE_RACE, "record-rebuild"], monkeypatch.setattr)
-    failed = [r for r in (run_seed(config_for(seed, "all")) for seed in SEEDS) if not r.ok]
-    assert failed, "every seed held without the rebuild"
-    assert "available-after-heal" in failed[0].summary()
 
 
 def test_a_copy_deleted_on_its_tombstone_is_judged_against_the_set_its_garbled_record_held() -> None:
@@ -59,13 +53,6 @@ def test_a_record_garbled_while_the_managers_commit_was_in_flight_is_repaired() 
     assert result.ok, result.report()
 
 
-def test_without_the_marks_the_plan_saw_the_garbled_record_stays(monkeypatch: pytest.MonkeyPatch) -> None:
-    take_out([*BACK_ON_THE_RACE, "repair-marks"], monkeypatch.setattr)
-    result = run_seed(config_for(303592, "all"))
-    assert not result.ok
-    assert "available-after-heal" in result.summary()
-
-
 def test_a_record_garbled_again_while_the_commit_that_repaired_it_was_in_flight_is_repaired() -> None:
     """``all`` 421472 (session 40; it holds on session 38's code, and fails since session
     39's first fix moved its trajectory): p1's record was garbled; m2's promotion of n3
@@ -75,11 +62,3 @@ def test_a_record_garbled_again_while_the_commit_that_repaired_it_was_in_flight_
     was stale, and p1 took no send after healing (``available-after-heal``)."""
     result = run_seed(config_for(421472, "all"))
     assert result.ok, result.report()
-
-
-def test_without_the_watchs_marks_the_record_garbled_again_stays(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Session 42's revoke of a lost lease moved the seed off the race; taken out, it is back.
-    take_out(["repair-marks", "revoke-lost-lease"], monkeypatch.setattr)
-    result = run_seed(config_for(421472, "all"))
-    assert not result.ok
-    assert "available-after-heal" in result.summary()

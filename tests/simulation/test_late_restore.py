@@ -13,6 +13,11 @@ node records written since a restore (``manager/plan.py``, ``unheard``) know the
 A node remembers the newest mod revision it saw each leader key and its own record at, and
 one held older in the same incarnation means etcd went back (``coordination/timeline.py``,
 ``KeysSeen``).
+
+On production's ``Node`` (issue 49) the seeds of the check on writes (``BY_THE_WRITE``,
+below) no longer reach their race with the check taken out either; the check is shown to
+matter by the deterministic test test_fixes_pinned.py runs without it (docs/testing.md,
+"Fixes pinned by deterministic tests"). The keys' seeds still reach theirs.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from .simulation import Result, config_for, run_seed
 
 # Seed 4 was one of them until session 42: the founding rule (a node founds no cluster before
 # it has read who is registered) and the revoke of a lost lease moved its trajectory off a
-# late restore's noticing.
-SEEDS = [5, 6, 10]
+# late restore's noticing. Seed 6 was one until issue 49: on production's Node its two late
+# restores (at 4.6 s and 18.3 s) are both called off, a partition record having changed since
+# the snapshot, so nothing is restored. Seed 1 took its place: of `late` 1-16, every seed that
+# restores raises the incarnation with the keys and none without them; 1 is the first.
+SEEDS = [1, 5, 10]
 
 
 def raised_after_a_restore(result: Result) -> bool:
@@ -67,9 +75,3 @@ def test_a_late_restore_a_nodes_write_buried_is_noticed_by_what_etcd_held(seed: 
     result = run(seed)
     assert result.ok, result.report()
     assert raised_after_a_restore(result), result.trace_text(80)
-
-
-def test_without_the_check_on_writes_those_restores_go_unnoticed(monkeypatch: pytest.MonkeyPatch) -> None:
-    take_out(["publish-check"], monkeypatch.setattr)
-    results = [run(seed) for seed in BY_THE_WRITE]
-    assert not any(raised_after_a_restore(result) for result in results), [r.summary() for r in results]

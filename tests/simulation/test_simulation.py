@@ -7,11 +7,10 @@ docs/testing.md ("Simulation") says what is simulated and how to run thousands o
   them the seeds that found issue 24's defects 1, 2, 3, 4, 6 and 7 on main at 1628f52);
 - each seed of ``KNOWN_DEFECT_SEEDS`` still breaks its invariant (when a fix makes one
   hold, this fails on purpose: move it out of the table, into CI);
-- a seed replays exactly, also in another process with another ``PYTHONHASHSEED``;
-- the production ``Node`` and ``PartitionHost`` on simulated ports (issue 49) hold every
-  invariant over ``PRODUCTION_NODE_SEEDS`` and replay exactly too. The seeds above, and the
-  ablation tests', run on the copies of their loops (``copied_node.py``) that they were
-  found on, until they are found again on the production node.
+- a seed replays exactly, also in another process with another ``PYTHONHASHSEED``: the
+  production ``Node`` and ``PartitionHost`` every run drives (issue 49) leave nothing to
+  chance either (no set iterated in an order of addresses, no thread, no wall clock;
+  node_serving.py keeps its tasks in a dict).
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from .seeds import CI_SEEDS, KNOWN_DEFECT_SEEDS, PRODUCTION_NODE_SEEDS
-from .simulation import config_for, run_seed
+from .faults import Forced, scripted
+from .seeds import CI_SEEDS, KNOWN_DEFECT_SEEDS
+from .simulation import Config, config_for, run_seed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,6 @@ HOLDING = [
     (mix, seed) for mix, seeds in CI_SEEDS.items() for seed in seeds if (mix, seed) not in KNOWN_DEFECT_SEEDS
 ]
 KNOWN = sorted(KNOWN_DEFECT_SEEDS)
-ON_THE_PRODUCTION_NODE = [(mix, seed) for mix, seeds in PRODUCTION_NODE_SEEDS.items() for seed in seeds]
 
 # The seed that found defect 1 on 1628f52 (an etcd wiped and started again): a run through
 # identity's refusal, the restore and the heal, replayed (it holds since session 29).
@@ -42,15 +41,6 @@ REPLAYED = ("etcd", 4)
 @pytest.mark.parametrize(("mix", "seed"), HOLDING, ids=[f"{m}-{s}" for m, s in HOLDING])
 def test_seed_holds_every_invariant(mix: str, seed: int) -> None:
     result = run_seed(config_for(seed, mix))
-    assert result.ok, result.report()
-    assert result.acked > 0, "a run that acknowledged nothing tested nothing"
-
-
-@pytest.mark.parametrize(
-    ("mix", "seed"), ON_THE_PRODUCTION_NODE, ids=[f"{m}-{s}" for m, s in ON_THE_PRODUCTION_NODE]
-)
-def test_the_production_node_holds_every_invariant(mix: str, seed: int) -> None:
-    result = run_seed(config_for(seed, mix, production_node=True))
     assert result.ok, result.report()
     assert result.acked > 0, "a run that acknowledged nothing tested nothing"
 
@@ -85,23 +75,12 @@ def test_a_seed_replays_exactly() -> None:
     assert first.violation == second.violation
 
 
-def test_a_seed_replays_exactly_on_the_production_node() -> None:
-    """Production code leaves nothing to chance either: no set iterated in an order of
-    addresses, no thread, no wall clock (node_serving.py keeps its tasks in a dict)."""
-    mix, seed = REPLAYED
-    first = run_seed(config_for(seed, mix, production_node=True))
-    second = run_seed(config_for(seed, mix, production_node=True))
-    assert (first.digest, first.events) == (second.digest, second.events)
-    assert first.trace == second.trace
-
-
-@pytest.mark.parametrize("production_node", [False, True])
-def test_a_seed_replays_in_another_process_whatever_the_hash_seed(production_node: bool) -> None:
+def test_a_seed_replays_in_another_process_whatever_the_hash_seed() -> None:
     mix, seed = HOLDING[0]
-    here = run_seed(config_for(seed, mix, production_node=production_node))
+    here = run_seed(config_for(seed, mix))
     code = (
         "from tests.simulation.simulation import config_for, run_seed;"
-        f"print(run_seed(config_for({seed}, {mix!r}, production_node={production_node})).digest)"
+        f"print(run_seed(config_for({seed}, {mix!r})).digest)"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
     out = subprocess.run(
@@ -109,3 +88,21 @@ def test_a_seed_replays_in_another_process_whatever_the_hash_seed(production_nod
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == here.digest
+
+
+def test_a_forced_fault_starts_on_its_target_at_its_time_for_its_while() -> None:
+    """A scripted race (``faults.Forced``): the fault starts on the node the map designates
+    for the partition at the time asked, lasts the time asked, and replays exactly."""
+    forced = (Forced(2.0, "cut-peers", "leader:1", 5.0),)
+    config = Config(seed=0, mix=scripted("forced", forced), trace_keep=100_000)
+    result = run_seed(config)
+    assert result.ok, result.report()
+    chaos = [(at, text) for at, who, text in result.trace if who == "chaos"]
+    started = [(at, text) for at, text in chaos if text.startswith("fault cut-peers on ")]
+    assert len(started) == 1, chaos
+    at, text = started[0]
+    node = text.removeprefix("fault cut-peers on ")
+    assert [a for a, t in chaos if t == f"healed {node}"] == [pytest.approx(at + 5.0)], chaos
+    led = [t for _, who, t in result.trace if who == node and t.startswith("partition 1: leading")]
+    assert led, f"{node} never led p1 before it was cut off"
+    assert run_seed(config).digest == result.digest

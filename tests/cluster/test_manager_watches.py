@@ -1,0 +1,86 @@
+"""What the manager takes from etcd into its view (``manager/manager.py``), without etcd: the
+handlers that turn a watched prefix's state into the view, the fresh read after winning, and
+which garbled-record marks a commit clears. The plan on the view: test_manager_plan.py."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from backend_store.cluster.coordination.coordinator import Coordinator, Entry, PrefixState
+from backend_store.cluster.coordination.layout import (
+    LeaderRecord,
+    NodeRecord,
+    PartitionRecord,
+    ReplicaPosition,
+)
+from backend_store.cluster.manager import manager as manager_module
+from backend_store.cluster.manager.manager import Manager
+from backend_store.cluster.manager.plan import plan
+
+
+class ReadOnly:
+    """A coordinator that only answers ``read_prefix``, from a dict of key to value."""
+
+    def __init__(self, revision: int, kv: dict[str, bytes]) -> None:
+        self.revision = revision
+        self.kv = kv
+
+    async def read_prefix(self, prefix: str) -> PrefixState:
+        entries = {k: Entry(k, v, 1, self.revision) for k, v in self.kv.items() if k.startswith(prefix)}
+        return PrefixState(prefix, self.revision, entries)
+
+
+def manager(coordinator: Any = None) -> Manager:
+    return Manager(cast(Coordinator, coordinator), manager_id="m1")
+
+
+def state(prefix: str, revision: int, kv: dict[str, bytes]) -> PrefixState:
+    return PrefixState(prefix, revision, {k: Entry(k, v, 1, revision) for k, v in kv.items()})
+
+
+def position(last_epoch: int, lsn: int) -> ReplicaPosition:
+    return ReplicaPosition("follower", last_epoch, lsn, last_epoch, 0)
+
+
+def test_a_leader_key_seen_is_remembered_after_it_vanishes_and_older_positions_do_not_count() -> None:
+    # Simulation seed ``all`` 130837 (test_manager_plan.py's
+    # test_a_position_published_before_the_last_term_is_not_fresh), through the watch: n3's
+    # key was seen at revision 60 and then vanished; n1's record (revision 50) predates it,
+    # so only n2's counts, no majority of n1, n2, n3: nobody is promoted yet.
+    m = manager()
+    layout = m.layout
+    key = layout.leader(5)
+    m._on_leaders(state(layout.leaders, 60, {key: LeaderRecord("n3", "127.0.0.1:1").pack()}))
+    m._on_leaders(state(layout.leaders, 85, {}))  # n3's key is gone
+    assert m.view.leaders == {}
+    assert m.view.leader_seen == {5: 60}  # what the plan judges the positions by
+    v = m.view
+    v.queues = {("t", "q"): {"replication_factor": 3}}
+    v.nodes = {
+        "n1": NodeRecord("127.0.0.1:1", "up", {5: position(129, 23)}),
+        "n2": NodeRecord("127.0.0.1:1", "up", {5: position(129, 23)}),
+    }
+    v.partitions = {5: PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n3")}
+    v.node_revisions = {"n1": 50, "n2": 80}
+    assert plan(v).puts == {}
+
+
+async def test_a_manager_that_wins_reads_every_prefix_afresh_over_its_watches_older_states() -> None:
+    # Simulation seed ``all`` 101788 (session 35): the watch of nodes/ was behind etcd (the
+    # manager was cut off); what the manager plans on once it leads is etcd's state now.
+    layout = manager().layout
+    now = NodeRecord("127.0.0.1:2", "up", {5: position(7, 40)}).pack()
+    m = manager(ReadOnly(200, {layout.node("n3"): now}))
+    old = NodeRecord("127.0.0.1:1", "up", {5: position(3, 12)}).pack()
+    m._on_nodes(state(layout.nodes, 90, {layout.node("n3"): old}))
+    assert m.view.nodes["n3"].replicas[5].lsn == 12
+    await m._read_everything()
+    assert m.view.nodes["n3"].replicas[5].lsn == 40
+    assert m.view.nodes["n3"].address == "127.0.0.1:2"
+
+
+def test_a_commit_the_watch_spoke_during_leaves_the_watchs_marks() -> None:
+    # Simulation seeds ``all`` 303592 and 421472: a record garbled again while the commit that
+    # wrote it was under way keeps its mark, and is written once more.
+    assert manager_module.cleared_marks({5, 6}, 3, 3) == {5, 6}  # no state came: the write stands
+    assert manager_module.cleared_marks({5, 6}, 3, 4) == set()  # one came: its marks stand
