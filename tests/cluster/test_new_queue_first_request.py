@@ -4,10 +4,13 @@ leader waits for its watch to bring the record the request names and makes the q
 it answered ``not_leader`` and the gateway re-read the map and asked again 25 ms and more
 later (issue 49: one create in five at 64 creates at a time). And a GET of one queue asks
 etcd nothing: the record comes from the gateway's watched copy, the counts from its
-partition."""
+partition; and a GET through a gateway whose watched copy still holds a queue another
+gateway deleted answers ``queue_not_found``, not 503 at the request deadline."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,8 +26,10 @@ from backend_store.cluster.manager.manager import Manager
 from backend_store.cluster.node.local_ports import local_node
 from backend_store.cluster.node.node import Node
 from backend_store.cluster.node.node_config import NodeConfig
+from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.options import StoreOptions
 from backend_store.types import QueueName, TenantId
+from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 from tests.fixtures.lagging_etcd import LaggingWatch
 
@@ -115,3 +120,34 @@ async def test_a_get_of_one_queue_asks_etcd_nothing(
         assert counted.key_reads == 0
     finally:
         await counted.close()
+
+
+async def test_a_get_of_a_queue_another_gateway_deleted_answers_not_found_from_a_stale_copy(
+    cluster: ClusterBackend, etcd_endpoints: list[str]
+) -> None:
+    deleting = cluster
+    stale = open_cluster_backend(
+        f"cluster://{','.join(etcd_endpoints)}{deleting.paths.prefix}", StoreOptions()
+    )
+    await stale.start()
+    try:
+        await deleting.create_queue(T, QueueName("gone"), RF2)
+        await stale.get_queue(T, QueueName("gone"))  # in its watched copy now
+        await stale.metadata.queues.close()  # its watch stops: the copy keeps the queue
+        await deleting.delete_queue(T, QueueName("gone"))
+        assert stale.metadata.cached_queue(T, QueueName("gone")) is not None
+        # Once the leader's own watch (LAG_S behind) took the deletion, it answers that the
+        # queue is not applied: etcd says whether it is gone, where the call asked the
+        # leader again until its deadline and answered 503 (unavailable).
+        deadline = time.monotonic() + scaled(10)
+        while time.monotonic() < deadline:
+            try:
+                await stale.get_queue(T, QueueName("gone"))
+            except PushgateError as exc:
+                assert isinstance(exc, QueueNotFound), exc
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the deleted queue still reads as existing")
+    finally:
+        await stale.close()
