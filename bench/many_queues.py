@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,17 +153,41 @@ async def etcd_keys(system: System) -> int:
         await etcd.close()
 
 
-async def pool(work: list[str], producers: int, step: Callable[[str], Awaitable[None]]) -> float:
-    """Run ``step`` over ``work`` with ``producers`` tasks; the wall time."""
+Step = Callable[[httpx.AsyncClient, str], Awaitable[None]]
+
+
+async def pool(work: list[str], producers: list[httpx.AsyncClient], step: Step) -> float:
+    """Run ``step`` over ``work``, a task per producer, each on its own client; the wall time."""
     items = iter(work)
 
-    async def worker() -> None:
+    async def worker(http: httpx.AsyncClient) -> None:
         for item in items:
-            await step(item)
+            await step(http, item)
 
     began = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(producers)))
+    await asyncio.gather(*(worker(http) for http in producers))
     return time.perf_counter() - began
+
+
+@contextlib.asynccontextmanager
+async def clients(system: System, n: int) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """``n`` clients of one keep-alive connection each. One client with ``n`` connections
+    spent 4-6 ms of CPU a request at 64 (httpcore's pool asks every connection whether it
+    expired, two system calls each, for every request; and without ``sniffio`` installed it
+    searched ``sys.path`` for it twice a request): the client, not the server, set the rates
+    (session 57: 130-200 sends a second on the embedded store; 630-700 after).
+    Idle connections are dropped before the server's keep-alive timeout (uvicorn's 5 s, httpx's
+    default expiry too): reused as the server closes one, a request fails with ReadError,
+    which was counted as a refusal (one create in each round at 2,000 queues, session 51)."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2.0)
+    headers = {"Authorization": f"Bearer {system.key}"}
+    async with contextlib.AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=system.url, headers=headers, limits=limits, timeout=60)
+            )
+            for _ in range(n)
+        ]
 
 
 # Why requests were refused: (step, status and problem code or error) -> how many, and one
@@ -200,37 +224,31 @@ def names(n: int) -> list[str]:
 async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
     f = out.figures
     few, every = names(args.few), names(args.queues)
-    # Idle connections dropped before the server's keep-alive timeout (uvicorn's 5 s, httpx's
-    # default expiry too): reused as the server closes one, a request fails with ReadError,
-    # which was counted as a refusal (one create in each round at 2,000 queues, session 51).
-    limits = httpx.Limits(
-        max_connections=args.producers, max_keepalive_connections=args.producers, keepalive_expiry=2.0
-    )
-    headers = {"Authorization": f"Bearer {system.key}"}
-    async with httpx.AsyncClient(base_url=system.url, headers=headers, limits=limits, timeout=60) as http:
+    async with clients(system, args.producers) as producers:
+        http = producers[0]  # for the steps one request at a time
         refused = 0
 
-        async def create(queue: str) -> None:
+        async def create(http: httpx.AsyncClient, queue: str) -> None:
             nonlocal refused
             if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes), "create") is None:
                 refused += 1
 
-        await pool(few, args.producers, create)
+        await pool(few, producers, create)
         await settle(system)
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
-        wall = await pool(every[args.few :], args.producers, create)
+        wall = await pool(every[args.few :], producers, create)
         progress(system, f"created {len(every):,} queues ({refused} refused)")
         f["create/s"] = (len(every) - args.few) / wall
         f["create refused"] = refused
 
-        async def ensure(queue: str) -> None:
+        async def ensure(http: httpx.AsyncClient, queue: str) -> None:
             for _ in range(5):
                 if await ok(http.get(f"/v1/queues/{queue}")) is not None:
                     break
-                await create(queue)
+                await create(http, queue)
 
-        await pool(every, args.producers, ensure)  # the queues refused above, for the steps after (not timed)
+        await pool(every, producers, ensure)  # the queues refused above, for the steps after (not timed)
         await settle(system)
         after = {n: proc_stats(p) for n, p in system.processes.items()}
         grown = len(every) - args.few
@@ -270,7 +288,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         counter = itertools.count()
         refused = 0
 
-        async def send(queue: str) -> None:
+        async def send(http: httpx.AsyncClient, queue: str) -> None:
             nonlocal refused
             body = f"{queue}:{next(counter)}"
             if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}), "send") is None:
@@ -278,7 +296,11 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
             else:
                 acked[queue].add(body)
 
-        f["send/s"] = len(every) / await pool(every, args.producers, send)
+        # The client's own CPU a send (this process): when it nears 1e6 / send/s, the
+        # client, not the server, sets the rate.
+        client_cpu = time.process_time()
+        f["send/s"] = len(every) / await pool(every, producers, send)
+        f["client CPU us/send"] = (time.process_time() - client_cpu) / len(every) * 1e6
         progress(system, f"sent one message to each queue ({refused} refused)")
         f["send refused"] = refused
 
@@ -289,11 +311,11 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
             f["consumers: last s"] = last
 
         for fault in [x for x in args.faults.split(",") if x] if system.etcd else []:
-            await one_fault(system, http, fault, every, acked, counter, args, out)
+            await one_fault(system, producers, fault, every, acked, counter, args, out)
             progress(system, f"{fault}: every queue took a send, or the time was up")
             await asyncio.sleep(args.settle)
         if system.etcd:
-            f["lost"], unread = await lost(http, every, acked, delivered, args)
+            f["lost"], unread = await lost(producers, every, acked, delivered)
             if unread:
                 out.notes.append(f"{unread} queues could not be peeked: their messages are not counted")
 
@@ -382,7 +404,7 @@ async def consume(
 
 async def one_fault(
     system: System,
-    http: httpx.AsyncClient,
+    producers: list[httpx.AsyncClient],
     fault: str,
     every: list[str],
     acked: dict[str, set[str]],
@@ -420,7 +442,7 @@ async def one_fault(
         for p in theirs
     ]
 
-    async def producer() -> None:
+    async def producer(http: httpx.AsyncClient) -> None:
         while pending and time.monotonic() < deadline:
             queue = pending.pop()
             body = f"{queue}:{next(counter)}"
@@ -438,7 +460,7 @@ async def one_fault(
                 recovered[queue] = time.monotonic() - signalled
 
     try:
-        await asyncio.gather(*(producer() for _ in range(args.producers)))
+        await asyncio.gather(*(producer(http) for http in producers))
         last_led = await watcher
         last_served = max(await asyncio.gather(*probes), default=signalled)
     finally:
@@ -553,17 +575,16 @@ async def led_again(
 
 
 async def lost(
-    http: httpx.AsyncClient,
+    producers: list[httpx.AsyncClient],
     every: list[str],
     acked: dict[str, set[str]],
     delivered: set[str],
-    args: argparse.Namespace,
 ) -> tuple[int, int]:
     """Acknowledged sends neither delivered nor found by a peek; and queues that could not be read."""
     missing = 0
     unread = 0
 
-    async def check(queue: str) -> None:
+    async def check(http: httpx.AsyncClient, queue: str) -> None:
         nonlocal missing, unread
         for _ in range(20):
             answer = await ok(http.get(f"/v1/queues/{queue}/peek", params={"max": 100}))
@@ -574,7 +595,7 @@ async def lost(
             await asyncio.sleep(0.5)
         unread += 1
 
-    await pool(every, args.producers, check)
+    await pool(every, producers, check)
     return missing, unread
 
 
