@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.abc
+import sys
 
 import pytest
 
@@ -132,3 +134,27 @@ async def test_ws_producer_pipelines(gateway: RunningGateway, qname: str) -> Non
         assert len({f["result"]["id"] for f in frames}) == 100
         messages = await client.receive(qname, max_messages=100)
         assert len(messages) == 100
+
+
+async def test_a_request_makes_no_import_search(gateway: RunningGateway, qname: str) -> None:
+    """httpcore looks for ``sniffio`` on every pooled request (``import sniffio`` inside a
+    function) and falls back when it is missing; without it installed each request searched
+    ``sys.path`` twice, most of a client's CPU at 64 requests in flight (session 57's
+    bench/many_queues.py). ``sniffio`` is a dependency, so the import is a dictionary lookup."""
+    searched: list[str] = []
+
+    class Recorder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+            searched.append(name)
+
+    async with AsyncClient(gateway.url, gateway.admin_key) as client:
+        await client.create_queue(qname)
+        await client.send(qname, "warm")  # what the first request imports for good
+        recorder = Recorder()
+        sys.meta_path.insert(0, recorder)
+        try:
+            for n in range(20):
+                await client.send(qname, f"m{n}")
+        finally:
+            sys.meta_path.remove(recorder)
+    assert searched == []
