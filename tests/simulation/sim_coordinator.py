@@ -6,9 +6,12 @@ of it depends on:
 
 - every call has a deadline (``2 * timeout_s``) and any failure is
   :class:`CoordinatorUnavailable`, whether or not etcd applied it;
-- a session's lease is renewed every third of its TTL, retried quickly until its deadline,
-  which counts from before the grant was asked for on the process's own (possibly skewed)
-  clock; past it the session is lost for good;
+- a session's lease is renewed a third of its TTL after the last renewal was sent, retried
+  quickly; its deadline counts from before the grant (or the renewal) was asked for on the
+  process's own (possibly skewed) clock; past it the session is *in doubt*, not lost
+  (``valid()`` is False) until etcd answers: a renewal it accepts proves the lease never
+  expired, and the session is valid again; lost when etcd says the lease is gone or a whole
+  TTL passes in doubt;
 - a watch only nudges: the state handed out is always a fresh read of the whole prefix, read
   again at least every ``reread_every_s``, and handed out only when its entries changed.
 
@@ -147,8 +150,10 @@ class SimSession:
     async def _keep_alive(self) -> None:
         proc = self._proc
         while True:
+            # Due a third of a TTL after the last renewal was sent (EtcdSession._keep_alive).
+            due = self._deadline - self.ttl_s * 2 / 3
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(proc.local_to_real(self.ttl_s / 3)):
+                async with asyncio.timeout(proc.local_to_real(max(0.0, due - proc.clock()))):
                     await self._closing.wait()
             await proc.awake()
             if self._closing.is_set():
@@ -159,20 +164,26 @@ class SimSession:
         self.lost.set()
 
     async def _renew(self) -> bool:
+        """``EtcdSession._renew``'s rule: in doubt past the deadline, until etcd answers or a
+        whole TTL has passed; a renewal answered after the deadline is waited for."""
         proc = self._proc
         while not self._closing.is_set():
-            remaining = self._deadline - proc.clock()
-            if remaining <= 0:
-                return False
+            give_up_at = self._deadline + self.ttl_s
             asked = proc.clock()
+            if asked >= give_up_at:
+                return False
             try:
-                async with asyncio.timeout(proc.local_to_real(remaining)):
+                async with asyncio.timeout(proc.local_to_real(give_up_at - asked)):
                     ttl = await self._coordinator.call(KeepAlive(self.lease_id))
             except (CoordinatorUnavailable, TimeoutError):
                 await proc.sleep(RENEW_RETRY_S)
                 continue
             if ttl <= 0:
                 return False
+            if asked > self._deadline:
+                self._coordinator.note(
+                    f"lease {self.lease_id:x} renewed past its deadline (in doubt meanwhile)"
+                )
             self._deadline = asked + min(self.ttl_s, ttl)
             return True
         return True

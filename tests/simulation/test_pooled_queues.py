@@ -2,9 +2,11 @@
 partitions"): 200 queues in one pool of 8 partitions, queues created and deleted during the
 faults (``sim_pools.py``), no acknowledged send lost. (Seed 3 did until the heartbeat fix of
 issue 48 moved its schedule: session 50; seed 0 until a leader made a new queue on its first
-request, which moved its schedule off the restore: session 51, seed 1.)
+request, which moved its schedule off the restore: session 51, seed 1; seeds 1 and 5 until
+session 57's simulated lease rule (in doubt past its deadline until etcd answers, as
+production's) moved theirs: of ``pools`` 0-39, 13, 16, 18, 19, 23, 24, 29, 31, 32 and 38 reach it.)
 
-Seeds 1 and 5 of the ``pools`` mix restore etcd to the backup taken before the producers'
+Seeds 13 and 16 of the ``pools`` mix restore etcd to the backup taken before the producers'
 queues existed: their records are lost, their messages must not be; healing makes the
 queues again, and every acknowledged send is read back from the same partitions."""
 
@@ -15,7 +17,7 @@ import pytest
 from .simulation import config_for, run_seed
 
 
-@pytest.mark.parametrize("seed", [1, 5])
+@pytest.mark.parametrize("seed", [13, 16])
 def test_queues_whose_records_a_restore_lost_keep_their_messages(seed: int) -> None:
     result = run_seed(config_for(seed, "pools"))
     assert result.ok, result.report()

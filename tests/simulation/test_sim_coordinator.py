@@ -126,3 +126,26 @@ def test_registering_says_what_the_write_replaced() -> None:
     first, second, mod_revision = on_virtual_time(body)
     assert first is None  # nothing was there
     assert second == mod_revision  # the record it replaced, by its revision
+
+
+def test_a_session_past_its_deadline_is_in_doubt_until_etcd_answers() -> None:
+    """``EtcdSession``'s rule (issue 48, item 3; on a real etcd in test_coordinator.py): a
+    renewal etcd answers after the session's deadline proves the lease alive, so the session
+    is not valid meanwhile (its holder acknowledges nothing) and valid again after, never
+    lost. The model gave the session up at its deadline, which production no longer does."""
+
+    async def body(coordinator: SimCoordinator) -> list[str]:
+        session = await coordinator.open_session(ttl_s=2.0)
+        seen: list[str] = []
+        await asyncio.sleep(1.0)  # one renewal on a fast network
+        coordinator.network.set_slow("n1", 0.8)  # a round trip of 1.6 s: past the deadline
+        for _ in range(80):
+            await asyncio.sleep(0.05)
+            state = "lost" if session.lost.is_set() else "valid" if session.valid() else "doubt"
+            if not seen or seen[-1] != state:
+                seen.append(state)
+        return seen
+
+    seen = on_virtual_time(body)
+    # Each renewal answered late: in doubt then valid again, again and again, never lost.
+    assert seen[:3] == ["valid", "doubt", "valid"] and "lost" not in seen, seen
