@@ -172,9 +172,9 @@ async def pool(work: list[str], producers: list[httpx.AsyncClient], step: Step) 
 @contextlib.asynccontextmanager
 async def clients(system: System, n: int) -> AsyncIterator[list[httpx.AsyncClient]]:
     """``n`` clients of one keep-alive connection each. One client with ``n`` connections
-    spent 4-6 ms of CPU a request at 64 (httpcore's pool asks every connection whether it
+    spent 4.5-7 ms of CPU a request at 64 (httpcore's pool asks every connection whether it
     expired, two system calls each, for every request; and without ``sniffio`` installed it
-    searched ``sys.path`` for it twice a request): the client, not the server, set the rates
+    searched ``sys.path`` for it four times a request): the client, not the server, set the rates
     (session 57: 130-200 sends a second on the embedded store; 630-700 after).
     Idle connections are dropped before the server's keep-alive timeout (uvicorn's 5 s, httpx's
     default expiry too): reused as the server closes one, a request fails with ReadError,

@@ -139,7 +139,7 @@ async def test_ws_producer_pipelines(gateway: RunningGateway, qname: str) -> Non
 async def test_a_request_makes_no_import_search(gateway: RunningGateway, qname: str) -> None:
     """httpcore looks for ``sniffio`` on every pooled request (``import sniffio`` inside a
     function) and falls back when it is missing; without it installed each request searched
-    ``sys.path`` twice, most of a client's CPU at 64 requests in flight (session 57's
+    ``sys.path`` four times, most of a client's CPU at 64 requests in flight (session 57's
     bench/many_queues.py). ``sniffio`` is a dependency, so the import is a dictionary lookup."""
     searched: list[str] = []
 

@@ -129,7 +129,7 @@ def test_registering_says_what_the_write_replaced() -> None:
 
 
 def test_a_session_past_its_deadline_is_in_doubt_until_etcd_answers() -> None:
-    """``EtcdSession``'s rule (issue 48, item 3; on a real etcd in test_coordinator.py): a
+    """``EtcdSession``'s rule (issue 48, item 3; on a real etcd in test_node_inprocess.py): a
     renewal etcd answers after the session's deadline proves the lease alive, so the session
     is not valid meanwhile (its holder acknowledges nothing) and valid again after, never
     lost. The model gave the session up at its deadline, which production no longer does."""
