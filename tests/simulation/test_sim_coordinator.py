@@ -137,7 +137,8 @@ def test_a_session_past_its_deadline_is_in_doubt_until_etcd_answers() -> None:
     async def body(coordinator: SimCoordinator) -> list[str]:
         session = await coordinator.open_session(ttl_s=2.0)
         seen: list[str] = []
-        await asyncio.sleep(1.0)  # one renewal on a fast network
+        # Virtual time (on_virtual_time): no wall-clock wait; one renewal on a fast network.
+        await asyncio.sleep(1.0)
         coordinator.network.set_slow("n1", 0.8)  # a round trip of 1.6 s: past the deadline
         for _ in range(80):
             await asyncio.sleep(0.05)
