@@ -24,6 +24,7 @@ from ..errors import ConfigurationError, PushgateError
 from ..loop_watch import LoopWatch
 from ..open_files import raise_open_file_limit
 from ..private_files import private_dir
+from ..started_pool import default_workers, started_pool
 from .coordination.etcd_tls import EtcdTls
 from .coordination.pools import DEFAULT_POOL_PARTITIONS
 from .protocol.tls import NodeTls, TlsFiles
@@ -98,8 +99,10 @@ def _run(
         raise_open_file_limit(server)
 
     async def supervised() -> None:
-        task: asyncio.Task[None] = asyncio.create_task(main())
         loop = asyncio.get_running_loop()
+        if server is not None:  # its thread count fixed from the start (started_pool.py)
+            loop.set_default_executor(started_pool(default_workers(), "pushgate-io"))
+        task: asyncio.Task[None] = asyncio.create_task(main())
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
