@@ -16,10 +16,11 @@ temporary directory and stopped by PID / process group at the end of its turn:
 5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node, then
    every producer sends to the queues that took no send begun after the signal, until all
    have (or ``--fault-timeout``): the time of the last queue (the target) and the median,
-   bounded below by the producers' rate (the floor printed beside it). Meanwhile every queue
-   of the partitions the node led is peeked on the partition's new leader, all at once,
-   until each answers: when the last did (``every queue served``, what the failover costs a
-   queue whatever the producers' rate), and how many sends were refused though begun after
+   bounded below by the producers' rate (the floor printed beside it). Meanwhile each
+   partition the node led is asked, on its new leader, for the stats of all its queues in one
+   request until it answers (a leader answers only once it serves every queue named): when
+   the last did (``every queue served``, what the failover costs a queue whatever the
+   producers' rate), and how many sends were refused though begun after
    their queue's partition had its new leader key (0: no queue waits past its partition). A
    frozen node gets SIGCONT once all queues took a send; a killed one stays dead;
 6. on the cluster, every queue is peeked: an acknowledged send neither delivered to a
@@ -61,13 +62,13 @@ from websockets.typing import Subprotocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from a checkout
 
-from backend_store.cluster.client.node_pool import NodeClient, NodePool
+from backend_store.cluster.client.node_pool import NodePool
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.etcd_coordinator import EtcdCoordinator
 from backend_store.cluster.coordination.layout import Layout, LeaderRecord, unpack
 from backend_store.errors import PushgateError
-from backend_store.types import Epoch, QueueName, TenantId
+from backend_store.types import QueueName, TenantId
 from bench.dev_cluster_failover import _CHILD, start
 from bench.push_common import fdatasync_cost, machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
@@ -513,48 +514,37 @@ async def placements(etcd: EtcdCoordinator) -> dict[str, int]:
 async def served_again(
     etcd: EtcdCoordinator, victim: str, partition: int, queues: list[str], deadline: float
 ) -> float:
-    """When every one of ``queues`` (placed on ``partition``, which ``victim`` led) answered a
-    peek on the partition's new leader, asked over the node protocol as a gateway asks it:
-    each queue on its own, again every 20 ms until it answers (inf: not by the deadline). The
-    producers' floor does not bound this: it is what the partition's failover and its new
-    term cost each queue (and, under the producers' load, what a request waits at a node)."""
-    nodes = NodePool("bench-probe", timeout_s=5)
-    leader: list[tuple[NodeClient, Epoch]] = []  # the newest leader key seen, once not the victim's
+    """When the partition's new leader served every one of ``queues`` (placed on
+    ``partition``, which ``victim`` led): one ``queue_stats`` request naming them all, asked
+    over the node protocol again every 20 ms until it is answered (inf: not by the deadline).
 
-    async def follow() -> None:
+    A leader answers it only once every queue it names is applied in its term and its first
+    entry committed (a committed read), and refuses it at once before (``not_leader``): so
+    its answer is the moment every queue of the partition takes requests, at one request per
+    partition. Asking each queue on its own instead (session 57) sent up to 3,750 peeks every
+    20 ms into the new leader as it began its term, and measured how fast one Python process
+    pushes those through a node more than the failover. The producers' floor does not bound
+    this: it is what the partition's failover and its new term cost each queue (and, under
+    the producers' load, what a request waits at a node)."""
+    nodes = NodePool("bench-probe", timeout_s=5)
+    try:
         while time.monotonic() < deadline:
-            with contextlib.suppress(CoordinatorUnavailable):
+            with contextlib.suppress(CoordinatorUnavailable, PushgateError):
                 entry = await etcd.get(Layout().leader(partition))
                 record = LeaderRecord.unpack(entry.value) if entry is not None else None
                 if entry is not None and record is not None and record.node != victim:
-                    leader[:] = [
-                        (nodes.client(record.node, record.address), record.epoch(entry.create_revision))
-                    ]
-            await asyncio.sleep(0.05)
-
-    async def until_served(queue: str) -> float:
-        while time.monotonic() < deadline:
-            if leader and await peek_on(*leader[0], partition, queue):
-                return time.monotonic()
+                    await nodes.client(record.node, record.address).call(
+                        "queue_stats",
+                        partition,
+                        record.epoch(entry.create_revision),
+                        tenant=TenantId("default"),
+                        names=[QueueName(q) for q in queues],
+                    )
+                    return time.monotonic()
             await asyncio.sleep(0.02)
         return float("inf")
-
-    follower = asyncio.create_task(follow())
-    try:
-        return max(await asyncio.gather(*(until_served(q) for q in queues)), default=time.monotonic())
     finally:
-        follower.cancel()
         await nodes.close()
-
-
-async def peek_on(client: NodeClient, epoch: Epoch, partition: int, queue: str) -> bool:
-    """Whether the leader answered a peek of ``queue`` (refusals and timeouts: False)."""
-    with contextlib.suppress(PushgateError):
-        await client.call(
-            "peek", partition, epoch, tenant=TenantId("default"), queue=QueueName(queue), max_messages=1
-        )
-        return True
-    return False
 
 
 async def led_again(
