@@ -29,6 +29,7 @@ from ...tested_versions import RELEASES, ReleaseCheck
 from ...types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
 from .etcd_tls import EtcdTls, etcd_client
+from .prefix_fingerprint import WHOLE_READ_EVERY_S, Fingerprint, Verdict, judge
 
 log = logging.getLogger("pushgate.cluster")
 T = TypeVar("T")
@@ -287,6 +288,25 @@ class EtcdCoordinator:
                 return PrefixState(prefix, revision, entries)
             start = reply.kvs[-1].key + b"\0"
 
+    async def fingerprint(self, prefix: str) -> Fingerprint:
+        """etcd's revision, the keys under ``prefix`` and their newest mod revision, in one
+        range sorted by mod revision, limit 1, keys only: no value is sent, however many
+        keys (``prefix_fingerprint.py``)."""
+        start = prefix.encode()
+        request = rpc.RangeRequest(
+            key=start,
+            range_end=aetcd.utils.prefix_range_end(start),
+            limit=1,
+            keys_only=True,
+            sort_order=rpc.RangeRequest.SortOrder.DESCEND,
+            sort_target=rpc.RangeRequest.SortTarget.MOD,
+        )
+        reply = await self._call(
+            lambda c: c.kvstub.Range(request, timeout=self.timeout_s, metadata=c.metadata)
+        )
+        newest = reply.kvs[0].mod_revision if reply.kvs else 0
+        return Fingerprint(int(reply.header.revision), int(reply.count), int(newest))
+
     async def _range(self, start: bytes, end: bytes, revision: int, client: Any) -> Any:
         """One page of a whole read (``read_prefix``), at ``revision`` (0: the current one)."""
         request = rpc.RangeRequest(key=start, range_end=end, limit=_READ_PAGE, revision=revision)
@@ -366,11 +386,18 @@ class EtcdCoordinator:
         held: Callable[[], PrefixState] | None = None,
     ) -> AsyncGenerator[PrefixState, None]:
         """A whole read at revision R, then etcd's events from R+1 applied in order (module
-        docstring of ``coordinator``); a whole read again after any doubt, and every
-        ``reread_every_s`` as a check."""
+        docstring of ``coordinator``); a whole read again after any doubt. Every
+        ``reread_every_s`` a check: the prefix's fingerprint, a whole read when it disagrees
+        and every ``WHOLE_READ_EVERY_S`` (``prefix_fingerprint.py``)."""
         stop = stop or asyncio.Event()
         last: PrefixState | None = None  # the last state yielded
         fresh: PrefixState | None = None
+
+        def holds_another() -> bool:
+            # A consumer holding a state this watch never gave it (one of its own reads) is
+            # brought back by whole reads only (below); ``last`` as it is at the check.
+            return held is not None and held() is not last
+
         while not stop.is_set():
             if fresh is None:
                 fresh = await self._reread_until_ok(prefix, reread_every_s, stop)
@@ -382,8 +409,9 @@ class EtcdCoordinator:
                 yield fresh
             base, fresh = fresh, None
             stream = _WatchStream(self, prefix, base.revision + 1)
+            follow = self._follow(stream, base, reread_every_s, stop, holds_another)
             try:
-                async with contextlib.aclosing(self._follow(stream, base, reread_every_s, stop)) as states:
+                async with contextlib.aclosing(follow) as states:
                     async for state in states:
                         if state.changed is None:  # a check's read equal to the last state
                             # Yielded only to a consumer holding another state than the one
@@ -411,18 +439,47 @@ class EtcdCoordinator:
                         await stop.wait()
 
     async def _follow(
-        self, stream: _WatchStream, base: PrefixState, reread_every_s: float, stop: asyncio.Event
+        self,
+        stream: _WatchStream,
+        base: PrefixState,
+        reread_every_s: float,
+        stop: asyncio.Event,
+        holds_another: Callable[[], bool],
     ) -> AsyncGenerator[PrefixState, None]:
         """States from ``base`` on, the stream's events applied, until the stream breaks, a
-        check read disagrees (``stream.fallback``: that read) or ``stop``."""
+        check read disagrees (``stream.fallback``: that read) or ``stop``. A check is the
+        prefix's fingerprint (``prefix_fingerprint.py``); a whole read when the fingerprint
+        says so, when the consumer holds a state of its own, and every
+        ``WHOLE_READ_EVERY_S``."""
         state = base
-        check_at = time.monotonic() + reread_every_s
+        now = time.monotonic()
+        check_at = now + reread_every_s
+        whole_at = now + max(reread_every_s, WHOLE_READ_EVERY_S)
+        doubt: int | None = None
         while not stop.is_set():
             item = await _next_item(stream.responses, stop, check_at - time.monotonic())
             if item is None:
                 if stop.is_set():
                     return
-                check_at = time.monotonic() + reread_every_s
+                now = time.monotonic()
+                check_at = now + reread_every_s
+                if now < whole_at and not holds_another():
+                    try:
+                        seen = await self.fingerprint(stream.prefix)
+                    except CoordinatorUnavailable:
+                        continue
+                    verdict, doubt = judge(state, seen, doubt)
+                    if verdict is Verdict.WAIT:
+                        continue
+                    if verdict is Verdict.SAME:
+                        if seen.revision > state.revision:
+                            # etcd's later revision is other keys': the state, as of it.
+                            state = dataclasses.replace(
+                                state, revision=seen.revision, changed=frozenset(), since=state.revision
+                            )
+                            yield state
+                        continue
+                whole_at, doubt = now + max(reread_every_s, WHOLE_READ_EVERY_S), None
                 try:
                     fresh = await self.read_prefix(stream.prefix)
                 except CoordinatorUnavailable:
