@@ -278,12 +278,14 @@ async def test_a_queue_made_by_a_request_while_a_new_term_began_is_left_to_that_
     assert queues.applied == {} and queues.pending == {("t", "q")}
 
 
-def test_a_terms_first_pass_gives_the_event_loop_back_every_hundred_queues() -> None:
+def test_a_terms_first_pass_gives_the_event_loop_back_every_few_hundred_queues() -> None:
     """A pass over a partition's queues (1,250 at 10,000 queues on 8 partitions) must not
     hold the node's loop, and its lease renewals and heartbeats with it, in one turn (issue
-    48, item 3): driven by hand, with a store that never waits, 1,000 queues take ten turns."""
+    48, item 3), nor yield so often that a busy loop's turns make the pass last (session
+    58: every 100 queues, three terms begun at once took 0.32-0.40 s): driven by hand, with a
+    store that never waits, 2,500 queues take five turns of 500."""
     records, watch, store = QueueRecords(), Watch(), Store()
-    watch.write(records, **{f"q{i}": doc(1) for i in range(1000)})
+    watch.write(records, **{f"q{i}": doc(1) for i in range(2500)})
     queues = PoolQueues()
     queues.begin_term(records, 1)
     applying = queues.apply(records, 1, store.ensure, store.drop)
@@ -294,6 +296,6 @@ def test_a_terms_first_pass_gives_the_event_loop_back_every_hundred_queues() -> 
         except StopIteration:
             break
         turns += 1
-        assert len(store.calls) <= 100 * turns
-    assert turns == 10
-    assert len(store.calls) == 1000 and queues.opened
+        assert len(store.calls) <= 500 * turns
+    assert turns == 5
+    assert len(store.calls) == 2500 and queues.opened

@@ -42,8 +42,12 @@ Drop = Callable[[QueueKey], Awaitable[bool]]
 # A request's queue names: a queue's own operations name it in "queue" or "name", a
 # redrive its target in "to" too, a stats request several in "names".
 _NAME_ARGS = ("queue", "name", "to")
-# Queues a pass applies per turn of the event loop (PoolQueues.apply).
-_QUEUES_PER_TURN = 100
+# Queues a pass applies per turn of the event loop (PoolQueues.apply). 100 when each queue's
+# check cost ~50 us; with its comparisons shared (session 58) a queue costs a few, and a turn of
+# 500 holds the loop a few milliseconds. Under load every yield waits out a whole turn of a busy
+# loop: three terms of 1,250 queues each begun at once on one node, yielding every 100, took
+# 0.32-0.40 s to apply (issue 49, failover after SIGKILL).
+_QUEUES_PER_TURN = 500
 # Idempotent, and asked by a deleting gateway whether or not the queue was ever applied.
 _ALWAYS_READY = frozenset({"delete_queue"})
 # What a record holds that a node never reads (and that differs from queue to queue).
