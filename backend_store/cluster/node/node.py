@@ -248,9 +248,12 @@ class Node(ReplicaRounds):
         marked is unchanged (a bumped restore to a snapshot taken after their last change;
         coordination/timeline.py, ``KeysSeen``)."""
         incarnation, timeline = self.identity.incarnation, self.identity.timeline
-        was_suspect = timeline.suspect
+        was_suspect, was_high = timeline.suspect, timeline.high_water
         rewound = timeline.check_keys(self._keys_seen, mod_revisions, incarnation)
-        if rewound and not was_suspect:  # once, not at every state until the raise
+        # Once, not at every state until the raise; but also when etcd was suspect already
+        # for another reason (a state behind a remembered epoch, which logs nothing): this
+        # evidence is new when it raised the high-water mark.
+        if rewound and (not was_suspect or timeline.high_water > was_high):
             self._log_keys_rewound(rewound, incarnation, "as its watch shows them")
 
     def _log_keys_rewound(self, keys: list[str], incarnation: int, evidence: str) -> None:

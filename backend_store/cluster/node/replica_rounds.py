@@ -224,9 +224,12 @@ class ReplicaRounds(NodeServing):
         if self._partitions is None or not self._marks:
             return
         incarnation, timeline = self.identity.incarnation, self.identity.timeline
-        was_suspect = timeline.suspect
+        was_suspect, was_high = timeline.suspect, timeline.high_water
         rewound = timeline.check_marks(self._marks, self._partitions.mod_revisions, incarnation)
-        if rewound and not was_suspect:  # once, not at every tick until the raise
+        # Once, not at every tick until the raise; but also when etcd was suspect already
+        # for another reason (a state behind a remembered epoch, which logs nothing): this
+        # evidence is new when it raised the high-water mark.
+        if rewound and (not was_suspect or timeline.high_water > was_high):
             log.warning(
                 "node %s: etcd holds the records of partitions %s older than this node saw them"
                 " in incarnation %d: etcd went back in time (restored from a snapshot?)",
