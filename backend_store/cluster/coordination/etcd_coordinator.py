@@ -452,9 +452,9 @@ class EtcdCoordinator:
         says so, when the consumer holds a state of its own, and every
         ``WHOLE_READ_EVERY_S``."""
         state = base
+        whole_every = max(reread_every_s, WHOLE_READ_EVERY_S)
         now = time.monotonic()
-        check_at = now + reread_every_s
-        whole_at = now + max(reread_every_s, WHOLE_READ_EVERY_S)
+        check_at, whole_at = now + reread_every_s, now + whole_every
         doubt: int | None = None
         while not stop.is_set():
             item = await _next_item(stream.responses, stop, check_at - time.monotonic())
@@ -479,7 +479,7 @@ class EtcdCoordinator:
                             )
                             yield state
                         continue
-                whole_at, doubt = now + max(reread_every_s, WHOLE_READ_EVERY_S), None
+                whole_at, doubt = now + whole_every, None
                 try:
                     fresh = await self.read_prefix(stream.prefix)
                 except CoordinatorUnavailable:
