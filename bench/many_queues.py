@@ -238,6 +238,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         await settle(system)
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
+        progress(system, f"settled at {args.few} queues; creating the rest")
         wall = await pool(every[args.few :], producers, create)
         progress(system, f"created {len(every):,} queues ({refused} refused)")
         f["create/s"] = (len(every) - args.few) / wall

@@ -11,6 +11,7 @@ import pytest
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import Entry, PrefixState
 from backend_store.cluster.coordination.layout import PartitionRecord, pack
+from backend_store.cluster.coordination.queue_record import store_attributes
 from backend_store.cluster.node.pool_queues import PoolQueues, QueueKey, QueueRecords, Want, ready_or_applied
 
 PREFIX = "/pushgate/queues/"
@@ -299,3 +300,58 @@ def test_a_terms_first_pass_gives_the_event_loop_back_every_few_hundred_queues()
         assert len(store.calls) <= 500 * turns
     assert turns == 5
     assert len(store.calls) == 2500 and queues.opened
+
+
+async def test_a_create_asking_for_its_records_attributes_makes_the_queue_with_its_own_write() -> None:
+    # The creating gateway's create_queue: its own write makes the queue, and the queue is
+    # applied after it (no read, no write of the pass's own, no empty write of the request).
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(records, a=doc(1))
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    changed = watch.write(
+        records, new=doc(1, retention_s=60), dlq=doc(1), fed=doc(1, dead_letter_queue="dlq")
+    )
+    queues.changed(changed[1])
+    attributes = store_attributes(records[("t", "new")])
+    claim = queues.claim_create(1, {"tenant": "t", "name": "new", "attributes": attributes})
+    assert claim is not None and ("t", "new") not in queues.applied
+    queues.created(claim)
+    assert queues.applied[("t", "new")] == attributes and ("t", "new") not in queues.pending
+    store.calls.clear()
+    await queues.apply(records, 1, store.ensure, store.drop)
+    assert ("ensure", ("t", "new")) not in store.calls  # the pass finds it applied
+    # Not claimed: other attributes than its record's (the store must say QueueExists or
+    # the record wins), a queue whose dead-letter copy comes first, one applied already,
+    # one this partition does not serve, and any before the term's first pass.
+    watch.write(records, other=doc(1), elsewhere=doc(2), fed2=doc(1, dead_letter_queue="dlq"))
+    for name, attrs in [
+        ("other", {"retention_s": 5}),
+        ("fed2", store_attributes(records[("t", "fed2")])),
+        ("new", attributes),
+        ("elsewhere", store_attributes(records[("t", "elsewhere")])),
+    ]:
+        assert queues.claim_create(1, {"tenant": "t", "name": name, "attributes": attrs}) is None
+    queues.begin_term(records, 1)
+    other = {"tenant": "t", "name": "other", "attributes": store_attributes(records[("t", "other")])}
+    assert queues.claim_create(1, other) is None
+
+
+@pytest.mark.parametrize("meanwhile", ["record changed", "new term"])
+async def test_a_claimed_create_is_not_counted_applied_when_its_record_or_term_changed(
+    meanwhile: str,
+) -> None:
+    records, watch = QueueRecords(), Watch()
+    watch.write(records, q=doc(1))
+    queues = PoolQueues(opened=True, records=records)
+    claim = queues.claim_create(
+        1, {"tenant": "t", "name": "q", "attributes": store_attributes(records[("t", "q")])}
+    )
+    assert claim is not None
+    if meanwhile == "record changed":
+        queues.changed(watch.write(records, q=doc(1, deleting=True))[1])
+    else:
+        queues.begin_term(records, 1)
+    queues.created(claim)
+    assert ("t", "q") not in queues.applied and ("t", "q") in queues.pending  # the pass's to apply

@@ -26,6 +26,7 @@ from backend_store.cluster.client.partition_map import PartitionInfo, PartitionM
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.layout import Layout, pack, unpack
+from backend_store.cluster.coordination.queue_record import store_attributes
 from backend_store.errors import PushgateError
 from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 
@@ -110,10 +111,21 @@ class SimPools:
                 else:
                     self.written.append(spec.name)
                 self.placements[spec.name] = placement
+                await self._made(spec.name, len(placement), store_attributes(spec.attributes()))
                 return True
             except (CoordinatorUnavailable, PushgateError):
                 await asyncio.sleep(_RETRY_S)
         return False
+
+    async def _made(self, name: str, parts: int, attributes: dict[str, Any]) -> None:
+        """Ask each partition's leader to make the queue, as the creating gateway does (the
+        request's own write makes it there: ``PoolQueues.claim_create``); best effort, as
+        each leader's pass makes it from the record too."""
+        for index in range(parts):
+            with contextlib.suppress(PushgateError):
+                await self.gateway.call(
+                    name, index, "create_queue", retry_unknown=True, name=name, attributes=attributes
+                )
 
     async def delete(self, name: str, timeout_s: float) -> bool:
         """Delete a pooled queue: mark, ask its leaders, remove the record."""

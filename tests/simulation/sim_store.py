@@ -308,16 +308,23 @@ class SimReplicaStore:
     async def create_queue(
         self, tenant: TenantId, name: QueueName, attributes: Mapping[str, Any]
     ) -> tuple[QueueInfo, bool]:
-        """A queue with its attributes (``QueueExists`` if there is one), logged."""
+        """A queue with its attributes, logged; as the store's: one with the same attributes
+        is answered as it is (created False), ``QueueExists`` if they differ."""
         attrs = dict(attributes)
+        created = True
 
         def op(b: _Batch) -> None:
-            if (tenant, name) in self._state_of(b.base).created:
-                raise QueueExists(f"queue {name!r} exists")
+            nonlocal created
+            held = self._state_of(b.base).created.get((tenant, name))
+            if held is not None:
+                if parse_attributes(held) != parse_attributes(attrs):
+                    raise QueueExists(f"queue {name!r} exists with different attributes")
+                created = False
+                return
             b.ops.append(["q", tenant, name, attrs])
 
         await self._submit(op)
-        return QueueInfo(tenant, name, 0.0, parse_attributes(attrs)), True
+        return QueueInfo(tenant, name, 0.0, parse_attributes(attrs)), created
 
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
         attrs = self._state_of(self.data.entries).created.get((tenant, name))

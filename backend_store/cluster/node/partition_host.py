@@ -222,9 +222,13 @@ class PartitionHost(LeaderTerm):
         if not self.leading or self.record is None:
             return
         if self.record.pool is not None:
-            first, began = not self.pool_queues.opened, time.monotonic()
+            first, began = not self.pool_queues.opened, self.clock()
             pending = len(self.pool_queues.pending)
-            held = await self.store.queue_attributes(self.pool_queues.pending)
+            # Not those applied already (a queue a claimed create made, whose record then
+            # came): they are compared with their record without the store (PoolQueues.apply).
+            applied = self.pool_queues.applied
+            unknown = [k for k in self.pool_queues.pending if k not in applied]
+            held = await self.store.queue_attributes(unknown) if unknown else {}
             same: Compared = {}
             await self.pool_queues.apply(
                 as_records(queues),
@@ -237,7 +241,7 @@ class PartitionHost(LeaderTerm):
                     "partition %d: the term's %d queues applied in %.3f s",
                     self.partition,
                     pending,
-                    time.monotonic() - began,
+                    self.clock() - began,
                 )
             return
         tenant, name = self.record.tenant, self.record.queue
@@ -428,21 +432,12 @@ class PartitionHost(LeaderTerm):
             raise ops.NotLeader(
                 f"partition {self.partition}: epoch {epoch} is newer than ours ({leader.epoch})"
             )
-        why = await ready_or_applied(
-            self.record,
-            self._applied_attributes,
-            self.pool_queues,
-            self.partition,
-            op,
-            args,
-            functools.partial(self._ensure_pooled, {}),  # nothing read before: read now
-        )
-        if self.leader is not leader or leader.deposed.is_set():
-            raise ops.NotLeader(f"partition {self.partition}: stepped down")
-        if why is not None:
-            # Leading, but the queue's attributes have not reached us from etcd yet. Answered
-            # as not_leader: nothing was applied, so the gateway may retry any request.
-            raise ops.NotLeader(f"partition {self.partition} is not ready yet: {why}")
+        record = self.record
+        claim = None
+        if op == "create_queue" and record is not None and record.pool is not None:
+            claim = self.pool_queues.claim_create(self.partition, args)
+        if claim is None:
+            await self._ready(leader, op, args)
         store = self.store
         if op == "update_queue":
             await self._check_dead_letter_copy(store, args)
@@ -454,7 +449,17 @@ class PartitionHost(LeaderTerm):
         self._writes_in_flight += 1
         try:
             try:
-                result = await ops.call(store, op, args)
+                try:
+                    result = await ops.call(store, op, args)
+                except QueueExists:
+                    if claim is None:
+                        raise
+                    # The store holds the queue with other attributes (an earlier queue of
+                    # the name the watch never showed deleted): applied from its record as
+                    # for any request, then asked again.
+                    claim = None
+                    await self._ready(leader, op, args)
+                    result = await ops.call(store, op, args)
             except StaleEpoch:  # refused before it was written
                 raise ops.NotLeader(f"partition {self.partition}: deposed") from None
             if self.leader is not leader:
@@ -472,8 +477,29 @@ class PartitionHost(LeaderTerm):
                 ) from None
         finally:
             self._writes_in_flight -= 1
+        if claim is not None:
+            self.pool_queues.created(claim)
         self.pool_queues.served(op, args)
         return result
+
+    async def _ready(self, leader: ReplicationLeader, op: str, args: Mapping[str, Any]) -> None:
+        """Return once the queues ``args`` names are applied in this term (applying those
+        its records hold); ``not_leader`` if they cannot be, or this term ended meanwhile."""
+        why = await ready_or_applied(
+            self.record,
+            self._applied_attributes,
+            self.pool_queues,
+            self.partition,
+            op,
+            args,
+            functools.partial(self._ensure_pooled, {}),  # nothing read before: read now
+        )
+        if self.leader is not leader or leader.deposed.is_set():
+            raise ops.NotLeader(f"partition {self.partition}: stepped down")
+        if why is not None:
+            # Leading, but the queue's attributes have not reached us from etcd yet. Answered
+            # as not_leader: nothing was applied, so the gateway may retry any request.
+            raise ops.NotLeader(f"partition {self.partition} is not ready yet: {why}")
 
     async def _read_index(self, leader: ReplicationLeader, lsn: Lsn, timeout_s: float) -> None:
         """Answer a read only once what it saw is on a majority (Raft's read index): a

@@ -228,6 +228,16 @@ class QueueRecords(Mapping[QueueKey, dict[str, Any]]):
         return [f for f in self._feeders.get(key, ()) if f in self._records]
 
 
+@dataclass(frozen=True, slots=True)
+class CreateClaim:
+    """A ``create_queue`` request making a queue it found unapplied (:meth:`PoolQueues.claim_create`)."""
+
+    key: QueueKey
+    attributes: dict[str, Any]  # the store attributes, as its record holds them
+    stamp: int  # the record's put it was claimed on
+    term: int
+
+
 @dataclass(slots=True)
 class PoolQueues:
     """One pool partition replica's queues while it leads: those applied (served) and those
@@ -344,6 +354,41 @@ class PoolQueues:
             else:
                 self.pending.add(key)
 
+    def claim_create(self, pid: int, args: Mapping[str, Any]) -> CreateClaim | None:
+        """A gateway's ``create_queue`` of a queue this partition serves but has not applied,
+        asking for the attributes its record holds: the request's own write makes the queue
+        (:meth:`created` counts it applied after). Through :meth:`apply_named` it cost a
+        read, a write and the request's write of nothing, one thread hop each, a quarter of
+        a node's futex calls creating queues (issue 49). None: the request goes as any
+        other (a queue with a dead-letter queue, whose copy must come first, among them)."""
+        records, tenant, name = self.records, args.get("tenant"), args.get("name")
+        if records is None or not self.opened or not isinstance(tenant, str) or not isinstance(name, str):
+            return None
+        key = (tenant, name)
+        doc = records.get(key)
+        if (
+            key in self.applied
+            or doc is None
+            or _dead_letter_queue(doc) is not None
+            or records.want(pid, key) != Want.ENSURE
+        ):
+            return None
+        plain = store_attributes(doc)
+        if args.get("attributes") != plain:
+            return None
+        return CreateClaim(key, records.shared.share(plain), records.stamp(key), self.terms)
+
+    def created(self, claim: CreateClaim) -> None:
+        """A claimed create was written and replicated: the queue is applied, unless its
+        record changed or a new term began meanwhile (that record, that term, apply it)."""
+        if (
+            self.terms == claim.term
+            and self.records is not None
+            and self.records.stamp(claim.key) == claim.stamp
+        ):
+            self.applied[claim.key] = claim.attributes
+            self.pending.discard(claim.key)
+
     def served(self, op: str, args: Mapping[str, Any]) -> None:
         """After a request was served: a gateway's ``delete_queue`` took the queue out of the
         store, so it is applied no more, and applied again from its record at the next call
@@ -381,14 +426,17 @@ class PoolHost(Protocol):
 
 def note_changes(
     records: QueueRecords, state: PrefixState, keys: Collection[str], hosts: Mapping[int, PoolHost]
-) -> None:
+) -> list[int]:
     """Take a watch's changed ``keys`` of ``queues/`` into ``records``, and tell each hosted
     replica the queues of its own to apply again (a replica not leading forgets them when
-    its term begins, which applies every queue of its partition)."""
+    its term begins, which applies every queue of its partition): the partitions told."""
+    told: list[int] = []
     for pid, queues in records.follow(state, keys).items():
         host = hosts.get(pid)
         if host is not None:
             host.pool_queues.changed(queues)
+            told.append(pid)
+    return told
 
 
 def not_ready(

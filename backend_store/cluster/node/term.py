@@ -236,12 +236,17 @@ class LeaderTerm(ABC):
         self._cancel_upkeep()
         self._upkeep = asyncio.create_task(self._first_entry(), name=f"first entry p{self.partition}")
 
-    def apply_queue_attributes_soon(self, queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+    def apply_queue_attributes_soon(
+        self, queues: Mapping[tuple[str, str], Mapping[str, Any]], *, after_s: float = 0.0
+    ) -> None:
         """Apply etcd's attributes as of ``queues`` in the term's task (after its first entry,
-        or the apply under way: each tick asks again, so the last one asked for lands)."""
+        or the apply under way: each tick asks again, so the last one asked for lands);
+        ``after_s``: begin that long from now (changes meanwhile go in the same pass)."""
         self._wanted_queues = queues
         if self._upkeep is None or self._upkeep.done():
-            self._upkeep = asyncio.create_task(self._apply_wanted(), name=f"attributes p{self.partition}")
+            self._upkeep = asyncio.create_task(
+                self._apply_wanted(after_s), name=f"attributes p{self.partition}"
+            )
 
     async def _first_entry(self) -> None:
         leader = self.leader
@@ -260,7 +265,9 @@ class LeaderTerm(ABC):
             )
         await self._apply_wanted()
 
-    async def _apply_wanted(self) -> None:
+    async def _apply_wanted(self, after_s: float = 0.0) -> None:
+        if after_s > 0:
+            await asyncio.sleep(after_s)
         try:
             await self.apply_queue_attributes(self._wanted_queues)
         except PushgateError as exc:
