@@ -358,9 +358,9 @@ class PoolQueues:
         """A gateway's ``create_queue`` of a queue this partition serves but has not applied,
         asking for the attributes its record holds: the request's own write makes the queue
         (:meth:`created` counts it applied after). Through :meth:`apply_named` it cost a
-        read, a write and the request's write of nothing, one thread hop each, a quarter of
-        a node's futex calls creating queues (issue 49). None: the request goes as any
-        other (a queue with a dead-letter queue, whose copy must come first, among them)."""
+        read, a write and the request's write of nothing: three thread hops to the store's
+        threads where one does (issue 49). None: the request goes as any other (a queue
+        with a dead-letter queue, whose copy must come first, among them)."""
         records, tenant, name = self.records, args.get("tenant"), args.get("name")
         if records is None or not self.opened or not isinstance(tenant, str) or not isinstance(name, str):
             return None
