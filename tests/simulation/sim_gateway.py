@@ -200,9 +200,7 @@ class SimGateway:
         ``PartitionCalls.call``; (the id of the partition that answered, its result)."""
         name = QueueName(queue)
         part = self.pools.route(queue, index)
-        if part is not None:
-            kwargs["tenant"] = TENANT  # the queue's, not the pool partition's ("")
-        else:
+        if part is None:
             part = self.view.map.partition(TENANT, name, index, None) or PartitionInfo(
                 -1, TENANT, name, index, (), None, "sync"
             )

@@ -22,7 +22,7 @@ import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from backend_store.cluster.client.partition_map import PartitionInfo, PartitionMap
+from backend_store.cluster.client.partition_map import PartitionInfo, PartitionMap, bind_to_queue
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.layout import Layout, pack, unpack
@@ -64,13 +64,17 @@ class SimPools:
         self.written: list[str] = []  # the queues whose records ``create`` wrote, in order
 
     def route(self, queue: str, index: int) -> PartitionInfo | None:
-        """The partition a pooled queue's index lives on (None: not a pooled queue here)."""
+        """The partition a pooled queue's index lives on, bound to the queue as the real
+        gateway binds it (``bind_to_queue``: calls carry the queue's tenant and name, and
+        a leader's "not applied" has etcd asked about that queue); None: not a pooled
+        queue here. The pool partition as the map has it, tenant ``""``, made that check
+        ask for a key etcd refuses, and the read failed (``pools`` 1100174, session 59)."""
         placement = self.placements.get(queue)
         if placement is None:
             return None
         pid = placement[index]
         found = self.gateway.view.map.partitions.get(pid)
-        return found or PartitionInfo(pid, TenantId(""), QueueName(POOL), -1, (), None, "sync")
+        return bind_to_queue(found, pid, TENANT, QueueName(queue), index, None)
 
     async def _ask(self, partitions: int) -> None:
         key = self.layout.pool(POOL)

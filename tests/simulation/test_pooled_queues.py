@@ -6,8 +6,9 @@ request, which moved its schedule off the restore: session 51, seed 1; seeds 1 a
 session 57's simulated lease rule (in doubt past its deadline until etcd answers, as
 production's) moved theirs; seed 16 until session 59's leaders applied a record's change
 after a short delay rather than at once, and the simulated gateway asked each new queue's
-leaders to make it, as the real one does: of ``pools`` 0-39, 1, 3, 5,
-7, 10, 13, 15, 17, 18, 20, 21, 22, 24, 31, 32, 33 and 38 reach it.)
+leaders to make it, as the real one does, and routed its calls to a pool partition bound to
+the queue, as the real one does: of ``pools`` 0-39, 0, 1, 3, 5, 11, 14, 15, 16, 20, 22, 23,
+24, 25, 26, 30 and 39 reach it.)
 
 Seeds 3 and 5 of the ``pools`` mix restore etcd to the backup taken before the producers'
 queues existed: their records are lost, their messages must not be; healing makes the
