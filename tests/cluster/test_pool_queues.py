@@ -43,6 +43,14 @@ class Store:
         return key not in self.failing
 
 
+async def opened(records: QueueRecords, store: Store) -> PoolQueues:
+    """Pool partition 1's term begun on ``records``, its first pass done."""
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    await queues.apply(records, 1, store.ensure, store.drop)
+    return queues
+
+
 class Watch:
     """``queues/`` as a watch delivers it: a state, and the keys that changed."""
 
@@ -134,9 +142,7 @@ async def test_a_term_applies_its_queues_once_then_only_what_changed() -> None:
 async def test_a_queue_marked_deleting_is_dropped_and_answers_not_leader_but_to_its_delete() -> None:
     records, watch, store = QueueRecords(), Watch(), Store()
     watch.write(records, a=doc(1))
-    queues = PoolQueues()
-    queues.begin_term(records, 1)
-    await queues.apply(records, 1, store.ensure, store.drop)
+    queues = await opened(records, store)
     queues.changed(watch.write(records, a=doc(1, deleting=True))[1])
     await queues.apply(records, 1, store.ensure, store.drop)
     assert store.calls[-1] == ("drop", ("t", "a"))
@@ -154,9 +160,7 @@ async def test_a_dead_letter_copy_is_made_before_the_queue_feeding_it_and_failur
     records, watch = QueueRecords(), Watch()
     watch.write(records, a=doc(1, dead_letter_queue="z-dlq"), **{"z-dlq": doc(9)})
     store = Store(failing={("t", "z-dlq")})
-    queues = PoolQueues()
-    queues.begin_term(records, 1)
-    await queues.apply(records, 1, store.ensure, store.drop)
+    queues = await opened(records, store)
     # The copy first (the queue's link to it needs it); it failed, so the queue waits for
     # it: both stay pending, tried again at the next tick.
     assert store.calls == [("ensure", ("t", "z-dlq"))]
@@ -179,9 +183,7 @@ async def test_a_queue_a_gateway_deleted_is_made_again_from_its_live_record() ->
     # gateway's delete_queue took it out of the store: the next pass makes it again.
     records, watch, store = QueueRecords(), Watch(), Store()
     watch.write(records, a=doc(1))
-    queues = PoolQueues()
-    queues.begin_term(records, 1)
-    await queues.apply(records, 1, store.ensure, store.drop)
+    queues = await opened(records, store)
     queues.served("delete_queue", {"tenant": "t", "name": "a"})
     assert queues.not_ready("send", {"tenant": "t", "queue": "a"}) == "a not applied yet"
     store.calls.clear()
@@ -206,9 +208,7 @@ async def test_a_new_queue_is_made_by_its_first_request_not_at_the_next_pass() -
     # each request makes only its own queue (concurrent ones share a group commit).
     records, watch, store = QueueRecords(), Watch(), Store()
     watch.write(records, a=doc(1))
-    queues = PoolQueues()
-    queues.begin_term(records, 1)
-    await queues.apply(records, 1, store.ensure, store.drop)
+    queues = await opened(records, store)
     store.calls.clear()
     watch.write(records, new=doc(1), other=doc(1), elsewhere=doc(2))  # the term's task has not run
     create = {"tenant": "t", "name": "new", "attributes": {}}
@@ -307,9 +307,7 @@ async def test_a_create_asking_for_its_records_attributes_makes_the_queue_with_i
     # applied after it (no read, no write of the pass's own, no empty write of the request).
     records, watch, store = QueueRecords(), Watch(), Store()
     watch.write(records, a=doc(1))
-    queues = PoolQueues()
-    queues.begin_term(records, 1)
-    await queues.apply(records, 1, store.ensure, store.drop)
+    queues = await opened(records, store)
     changed = watch.write(
         records, new=doc(1, retention_s=60), dlq=doc(1), fed=doc(1, dead_letter_queue="dlq")
     )
