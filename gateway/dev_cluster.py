@@ -305,8 +305,8 @@ def main(argv: Sequence[str]) -> int:
         "--partitions",
         type=int,
         metavar="N",
-        help="the shared partitions each pool of queues has at least (the managers' --partitions;"
-        " default theirs, 8)",
+        help="the shared partitions each pool of queues has (the managers' --partitions;"
+        " default theirs, one per node)",
     )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 9:

@@ -26,7 +26,6 @@ from ..open_files import raise_open_file_limit
 from ..private_files import private_dir
 from ..started_pool import default_workers, started_pool
 from .coordination.etcd_tls import EtcdTls
-from .coordination.pools import DEFAULT_POOL_PARTITIONS
 from .protocol.tls import NodeTls, TlsFiles
 
 
@@ -235,10 +234,9 @@ def manager_main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--partitions",
         type=int,
-        default=DEFAULT_POOL_PARTITIONS,
         metavar="N",
-        help="the shared partitions each pool of queues has at least (default"
-        f" {DEFAULT_POOL_PARTITIONS}; raising it adds partitions, lowering it removes none)",
+        help="the shared partitions each pool of queues has (default: one per node, added as"
+        " nodes join; raising it adds partitions, lowering it removes none)",
     )
     once = parser.add_mutually_exclusive_group()
     once.add_argument(
@@ -256,7 +254,7 @@ def manager_main(argv: Sequence[str]) -> int:
     if args.replace_after < 0:
         print("pushgate manager: --replace-after must be 0 (never) or more seconds", file=sys.stderr)
         return 2
-    if args.partitions < 1:
+    if args.partitions is not None and args.partitions < 1:
         print("pushgate manager: --partitions must be 1 or more", file=sys.stderr)
         return 2
     try:

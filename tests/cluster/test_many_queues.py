@@ -3,8 +3,8 @@ etcd, three real ``pushgate node`` processes and a manager, a real gateway on ``
 real HTTP.
 
 Sixty queues are created, each sent to and received from, listed in pages with their counts,
-deleted, and created again empty, while the cluster keeps the pool's eight partitions and
-makes none per queue. A dead-letter queue on the pool gets the poison message of a queue
+deleted, and created again empty, while the cluster keeps the pool's partitions, one per
+node, and makes none per queue. A dead-letter queue on the pool gets the poison message of a queue
 feeding it and hands it out with a receipt that acks. And a queue record written as before
 pools (no placement) keeps its own partition and serves beside them (the upgrade in place).
 """
@@ -70,7 +70,7 @@ async def test_sixty_queues_share_the_pool_through_create_send_list_delete_and_a
         # The pool's slots and nothing per queue: no partition names a queue of this tenant.
         partitions = await harness.partitions()
         assert {(p.tenant, p.queue) for p in partitions.values()} == {(pools.POOL_TENANT, POOL)}
-        assert len(partitions) == pools.DEFAULT_POOL_PARTITIONS
+        assert len(partitions) == len(harness.nodes)  # one slot per node (the default)
         placed = {await harness.partition_of("default", n) for n in names()}
         assert len(placed) > 1 and placed <= set(partitions)  # spread over the pool
 
@@ -121,7 +121,7 @@ async def test_sixty_queues_share_the_pool_through_create_send_list_delete_and_a
         empty = await each([client.post(f"/v1/queues/{n}/receive", json={"max": 10}) for n in names()])
         assert [r.json()["messages"] for r in empty] == [[]] * COUNT
         assert {q["stats"]["visible"] for q in await walk(client, 1000)} == {0}
-        assert len(await harness.partitions()) == pools.DEFAULT_POOL_PARTITIONS
+        assert len(await harness.partitions()) == len(harness.nodes)
 
 
 async def test_a_dead_letter_queue_on_the_pool_and_a_queue_made_before_pools(

@@ -18,7 +18,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.layout import NodeRecord
 from backend_store.cluster.coordination.storage_record import summarise
 from backend_store.types import StorageUsage
@@ -63,7 +62,7 @@ async def test_each_node_publishes_its_storage_use(
             lambda doc: (
                 len(doc) == 3
                 and all(
-                    (n["storage"] or {}).get("environments") == pools.DEFAULT_POOL_PARTITIONS
+                    (n["storage"] or {}).get("environments") == len(harness.nodes)  # a pool slot per node
                     for n in doc.values()
                 )
             ),

@@ -39,6 +39,41 @@ def test_a_pool_asked_for_gets_its_slots_placed_and_led_like_any_partition() -> 
     assert sorted(leaders) == ["n1", "n1", "n2", "n2", "n3", "n3"]
 
 
+def test_by_default_a_pool_has_a_slot_per_node_and_grows_as_nodes_join() -> None:
+    v = view(pools={POOL: PoolRequest(3, "sync")}, nodes={"n1": node(), "n2": node(), "n3": node()})
+    out = plan(v)
+    records = pool_records(out.puts)
+    # Each node leads one slot's writes.
+    assert [r.index for r in records] == [0, 1, 2]
+    assert sorted(str(r.leader) for r in records) == ["n1", "n2", "n3"]
+    v.partitions, v.counter = dict(out.puts), out.counter
+    v.leaders = {pid: str(r.leader) for pid, r in out.puts.items()}
+    publish(v)
+    v.nodes["n4"] = node()
+    grown = plan(v)
+    assert [r.index for r in pool_records(grown.puts)] == [3]
+    assert not set(grown.puts) & set(out.puts) and grown.deletes == []
+
+
+def test_a_slot_past_a_count_that_fell_is_still_promoted() -> None:
+    # Three slots, one per node; the node leading slot 2 dies (or --partitions is lowered
+    # to 1): the count a plan wants falls to 2, and slot 2 still gets a new leader.
+    records = {
+        pid: PartitionRecord("", POOL, pid - 1, ("n1", "n2", "n3"), leader)
+        for pid, leader in ((1, "n2"), (2, "n3"), (3, "n1"))
+    }
+    v = view(
+        pools={POOL: PoolRequest(3, "sync")},
+        nodes={"n2": node(p1=(3, 10), p2=(3, 10), p3=(3, 10)), "n3": node(p1=(3, 10), p2=(3, 10), p3=(3, 12))},
+        partitions=records,
+        leaders={1: "n2", 2: "n3"},
+        counter=3,
+    )
+    for settings in (PlanSettings(), PlanSettings(pool_partitions=1)):
+        promoted = plan(v, settings=settings).puts
+        assert set(promoted) == {3} and promoted[3].leader == "n3"
+
+
 def test_a_queue_asking_for_more_partitions_grows_the_pool_and_raising_n_adds_slots() -> None:
     v = view(
         pools={POOL: PoolRequest(3, "sync", min_partitions=5)},

@@ -15,6 +15,7 @@ import random
 from backend_store.cluster.coordination.identity import ClusterRecord
 from backend_store.cluster.coordination.layout import Layout, PartitionRecord, pack
 from backend_store.cluster.manager.manager import Manager
+from backend_store.cluster.manager.plan import PlanSettings
 from backend_store.errors import PushgateError
 from backend_store.types import Epoch
 
@@ -29,6 +30,7 @@ from .sim_pools import TENANT
 from .sim_store import NodeDisk
 
 GATEWAY = "gw"
+POOL_SLOTS = 8  # each pool's partitions (the manager's --partitions)
 ETCD = "etcd"
 
 
@@ -150,6 +152,10 @@ class SimCluster:
             ttl_s=2.0,
             tick_s=0.25,
             layout=self.layout,
+            # Eight slots a pool, more than nodes: the pooled mixes' queues spread over more
+            # partitions than one per node (the default) would give, and their seeds keep the
+            # schedules they were pinned with.
+            settings=PlanSettings(pool_partitions=POOL_SLOTS),
             clock=proc.clock,
         )
         self.managers[name] = (proc, manager)

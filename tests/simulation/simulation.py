@@ -43,7 +43,7 @@ from .sim_pools import TENANT, Churn
 DEFAULT_AVAILABILITY_BOUND_S = 3.0
 DEFAULT_WINDOW_ENTRIES = 2048  # ReplicationLeader's default
 # A pooled mix's queues (``Mix.pooled``): the producers' and idle ones, all in one pool of
-# the manager's default 8 partitions.
+# 8 partitions (``cluster.POOL_SLOTS``).
 POOLED_QUEUES = 200
 
 

@@ -11,8 +11,9 @@ queues of one replication class share a **pool** of partitions:
   Replicas, leaders, moves, drains and failover work on them exactly as on any partition:
   per partition, whatever the number of queues inside.
 - ``pools/{name}`` (written by gateways, create-if-absent, then compare-and-put to grow) asks
-  for a pool (:class:`PoolRequest`); the manager makes ``max(--partitions, min_partitions)``
-  slots for it and never deletes a pool's partitions.
+  for a pool (:class:`PoolRequest`); the manager makes one slot per registered node (or
+  ``--partitions``), at least ``min_partitions``, adds slots as nodes join, and never deletes
+  a pool's partitions (``manager/plan.py``).
 - A queue's record carries its ``placement``: the partition ids of its partitions, by index
   (:func:`place` chose them when the queue was created; they never change). A record with
   no placement is a queue made before pools: it keeps its own partitions, as before (the
@@ -35,7 +36,6 @@ from .layout import pack, unpack
 POOL_TENANT = ""  # a pool partition's record's tenant: never a real tenant's
 PLACEMENT = "placement"  # queue record field: [partition id, ...] by index
 DELETING = "deleting"  # queue record field: true while its partitions delete it
-DEFAULT_POOL_PARTITIONS = 8  # ``pushgate manager --partitions``'s default
 
 
 def pool_name(replication_factor: int, mode: str) -> str:

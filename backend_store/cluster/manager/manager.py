@@ -34,7 +34,7 @@ from ..coordination.layout import (
     read_partition_map,
     unpack,
 )
-from ..coordination.pools import DEFAULT_POOL_PARTITIONS, PoolRequest, placement
+from ..coordination.pools import PoolRequest, placement
 from .plan import ClusterView, Memory, PlanSettings, bounded, plan
 
 log = logging.getLogger("pushgate.cluster")
@@ -445,11 +445,11 @@ async def run_manager(
     prefix: str | None = None,
     rebalance: bool = True,
     replace_after_s: float = 300.0,
-    pool_partitions: int = DEFAULT_POOL_PARTITIONS,
+    pool_partitions: int | None = None,
     etcd_tls: EtcdTls | None = None,
 ) -> None:
     """``pushgate manager``: run until cancelled. ``pool_partitions``: the slots each pool
-    of shared partitions has at least (``--partitions``)."""
+    of shared partitions has at least (``--partitions``; None: one per registered node)."""
     from ..coordination.etcd_coordinator import EtcdCoordinator
 
     coordinator = await EtcdCoordinator(etcd, tls=etcd_tls).connect()

@@ -17,10 +17,11 @@ with ``partitions: P`` (default 1) and ``replication_factor: R`` (default 1):
   with fewer than R nodes move or grow through a learner that catches up; leadership moves
   off a replica that must go first. Tombstones give removed copies leave to be deleted.
 - **Pools** (docs/cluster.md, "Shared partitions"): for each pool gateways asked for
-  (``pools/{name}``), slots ``0..N-1`` with ``N = max(settings.pool_partitions,
-  min_partitions)``, placed, led and repaired like any partition, with the pool's factor and
-  mode. Never deleted. A queue record with a ``placement`` lives in a pool: no partitions
-  of its own.
+  (``pools/{name}``), slots ``0..N-1``: one per registered node (``settings.pool_partitions``
+  in its place when set), at least the pool's ``min_partitions`` and every slot it has
+  (:func:`pool_slots`), placed, led and repaired like any partition, with the pool's factor
+  and mode. Never deleted. A queue record with a ``placement`` lives in a pool: no
+  partitions of its own.
 - **Deletion** of the partitions of deleted queues (and past a lowered P), with tombstones.
 - **Rebalancing**, once every partition is settled: one step at a time, a replica from the
   most to the least loaded node, then leadership to a follower leading fewer, each target
@@ -89,13 +90,13 @@ class PlanSettings:
     registered) before a hand-over, a move or a rebalancing step targets it, and before a
     move leaves the others. ``handover_timeout_s``: a hand-over not done in this long is
     withdrawn and another successor picked. ``pool_partitions``: the slots each pool has at
-    least (``pushgate manager --partitions``)."""
+    least (``pushgate manager --partitions``; None: one per registered node)."""
 
     rebalance: bool = True
     replace_after_s: float = 300.0
     settle_s: float = 3.0
     handover_timeout_s: float = 5.0
-    pool_partitions: int = pools.DEFAULT_POOL_PARTITIONS
+    pool_partitions: int | None = None
 
 
 @dataclass(slots=True)
@@ -553,7 +554,7 @@ def _groups(view: ClusterView, settings: PlanSettings) -> dict[tuple[str, str], 
         if name != request.name or request.replication_factor < 1 or request.mode not in ("sync", "async"):
             log.warning("ignoring the malformed pool request %r: %r", name, request)
             continue
-        slots = max(settings.pool_partitions, request.min_partitions)
+        slots = pool_slots(view, name, request, settings.pool_partitions)
         out[(pools.POOL_TENANT, name)] = (slots, request.replication_factor, request.mode)
     for (tenant, queue), attributes in sorted(view.queues.items()):
         if pools.placement(attributes) is not None:
@@ -565,6 +566,19 @@ def _groups(view: ClusterView, settings: PlanSettings) -> dict[tuple[str, str], 
             mode if mode in ("sync", "async") else "sync",
         )
     return out
+
+
+def pool_slots(view: ClusterView, name: str, request: pools.PoolRequest, floor: int | None) -> int:
+    """How many slots the pool ``name`` has: ``floor`` (``--partitions``), or one per
+    registered node when None, so that each node leads one slot's writes; at least what its
+    queues asked for; and never fewer than it has. A node's group commit shares a commit and
+    its replication among the messages of one partition, so on these nodes fewer, fuller
+    partitions cost less CPU a message than more (8 per pool on 3 nodes cost 1.6x one per
+    node, issue 49; docs/cluster.md, "Sizing"). Every slot held counts: one past a count that
+    fell (a node gone, ``--partitions`` lowered) would no longer be repaired or promoted."""
+    held = 1 + max((r.index for r in view.partitions.values() if r.pool == name), default=-1)
+    wanted = floor if floor is not None else len(view.nodes)
+    return max(wanted, request.min_partitions, held, 1)
 
 
 def _tombstones(view: ClusterView, planner: _Planner, out: Plan) -> None:
