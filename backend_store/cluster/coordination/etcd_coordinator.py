@@ -29,7 +29,7 @@ from ...tested_versions import RELEASES, ReleaseCheck
 from ...types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
 from .etcd_tls import EtcdTls, etcd_client
-from .prefix_fingerprint import WHOLE_READ_EVERY_S, Fingerprint, Verdict, judge
+from .prefix_fingerprint import WHOLE_READ_EVERY_S, Fingerprint, Verdict, check_interval, judge
 
 log = logging.getLogger("pushgate.cluster")
 T = TypeVar("T")
@@ -454,7 +454,7 @@ class EtcdCoordinator:
         state = base
         whole_every = max(reread_every_s, WHOLE_READ_EVERY_S)
         now = time.monotonic()
-        check_at, whole_at = now + reread_every_s, now + whole_every
+        check_at, whole_at = now + check_interval(reread_every_s, len(state.entries)), now + whole_every
         doubt: int | None = None
         while not stop.is_set():
             item = await _next_item(stream.responses, stop, check_at - time.monotonic())
@@ -462,7 +462,7 @@ class EtcdCoordinator:
                 if stop.is_set():
                     return
                 now = time.monotonic()
-                check_at = now + reread_every_s
+                check_at = now + check_interval(reread_every_s, len(state.entries))
                 if now < whole_at and not holds_another():
                     try:
                         seen = await self.fingerprint(stream.prefix)
