@@ -64,7 +64,10 @@ def test_a_slot_past_a_count_that_fell_is_still_promoted() -> None:
     }
     v = view(
         pools={POOL: PoolRequest(3, "sync")},
-        nodes={"n2": node(p1=(3, 10), p2=(3, 10), p3=(3, 10)), "n3": node(p1=(3, 10), p2=(3, 10), p3=(3, 12))},
+        nodes={
+            "n2": node(p1=(3, 10), p2=(3, 10), p3=(3, 10)),
+            "n3": node(p1=(3, 10), p2=(3, 10), p3=(3, 12)),
+        },
         partitions=records,
         leaders={1: "n2", 2: "n3"},
         counter=3,
