@@ -4,8 +4,8 @@ real HTTP.
 
 Sixty queues are created, each sent to and received from, listed in pages with their counts,
 deleted, and created again empty, while the cluster keeps the pool's partitions, one per
-node, and makes none per queue. A dead-letter queue on the pool gets the poison message of a queue
-feeding it and hands it out with a receipt that acks. And a queue record written as before
+node, and makes none per queue. A dead-letter queue on the pool gets the poison message of
+a queue feeding it and hands it out with a receipt that acks. And a queue record written as before
 pools (no placement) keeps its own partition and serves beside them (the upgrade in place).
 """
 

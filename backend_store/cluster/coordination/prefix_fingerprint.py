@@ -18,10 +18,11 @@ no value is sent). Against the state the events built:
   state has not caught up by then with what this check saw (the events missed something).
 
 etcd's work for a fingerprint grows with the keys (it sorts them), so a large prefix is
-checked less often (:func:`check_interval`). What a fingerprint cannot see is an event missed and then hidden by a later one on another
-key (the count and the newest write agree again): a whole read still comes every
-:data:`WHOLE_READ_EVERY_S` for that. etcd delivers a watch's events in order or breaks the
-stream (and a broken stream is read whole), so that read is a safety net, not the path.
+checked less often (:func:`check_interval`). What a fingerprint cannot see is an event
+missed and then hidden by a later one on another key (the count and the newest write agree
+again): a whole read still comes every :data:`WHOLE_READ_EVERY_S` for that. etcd delivers
+a watch's events in order or breaks the stream (and a broken stream is read whole), so that
+read is a safety net, not the path.
 """
 
 from __future__ import annotations
