@@ -97,7 +97,7 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "kill: refused after led again": (0, False),
     "lost": (0, False),
 }
-RATIOS = {"create/s", "send/s"}
+RATIOS = {"create/s", "send/s", "server CPU us/create", "server CPU us/send"}
 
 
 @dataclass
@@ -111,12 +111,45 @@ class System:
     processes: dict[str, int]  # name -> PID of the processes whose threads and files count
     etcd: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
+    # name -> PID of every server process, whose CPU a create and a send counts (etcd and the
+    # managers too: the figures of earlier sessions that left them out were short).
+    servers: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class Round:
     figures: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSpent:
+    """CPU of the client (this process) and of each server process over a step."""
+
+    def __init__(self, system: System) -> None:
+        self.servers = dict(system.servers)
+        self.client = time.process_time()
+        self.before = {name: cpu_seconds(pid) for name, pid in self.servers.items()}
+
+    def per(self, count: int, what: str, out: Round) -> None:
+        """Record the step's CPU a ``what`` (``count`` of them): the client and all the
+        servers as figures, each kind of server process in a note."""
+        f = out.figures
+        f[f"client CPU us/{what}"] = (time.process_time() - self.client) / count * 1e6
+        kinds: dict[str, float] = {}
+        for name, pid in self.servers.items():
+            kind = name.rstrip("0123456789-")
+            kinds[kind] = kinds.get(kind, 0.0) + (cpu_seconds(pid) - self.before[name]) / count * 1e6
+        f[f"server CPU us/{what}"] = sum(kinds.values())
+        out.notes.append(f"CPU us/{what}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(kinds.items())))
 
 
 def proc_stats(pid: int) -> tuple[int, int, int, int]:
@@ -239,7 +272,9 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
         progress(system, f"settled at {args.few} queues; creating the rest")
+        spent = CpuSpent(system)
         wall = await pool(every[args.few :], producers, create)
+        spent.per(len(every) - args.few, "create", out)
         progress(system, f"created {len(every):,} queues ({refused} refused)")
         f["create/s"] = (len(every) - args.few) / wall
         f["create refused"] = refused
@@ -300,9 +335,9 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
 
         # The client's own CPU a send (this process): when it nears 1e6 / send/s, the
         # client, not the server, sets the rate.
-        client_cpu = time.process_time()
+        spent = CpuSpent(system)
         f["send/s"] = len(every) / await pool(every, producers, send)
-        f["client CPU us/send"] = (time.process_time() - client_cpu) / len(every) * 1e6
+        spent.per(len(every), "send", out)
         progress(system, f"sent one message to each queue ({refused} refused)")
         f["send refused"] = refused
 
@@ -595,7 +630,7 @@ def run_embedded(args: argparse.Namespace, root: Path) -> Round:
     data = root / "embedded"
     proc, url, key = start_gateway(data)
     try:
-        system = System("embedded", url, key, data, {"gateway": proc.pid})
+        system = System("embedded", url, key, data, {"gateway": proc.pid}, servers={"gateway": proc.pid})
         asyncio.run(measure(system, args, out))
     finally:
         stop(proc)
@@ -615,7 +650,10 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
         )
         nodes = {n: pid for n, (_, pid) in children.items() if n.startswith("node")}
         attributes = {"replication_factor": 3, "replication_mode": "sync"}
-        system = System("cluster", url, key, data / "gateway", nodes, children["etcd"][0], attributes)
+        servers = {n: pid for n, (_, pid) in children.items()}
+        system = System(
+            "cluster", url, key, data / "gateway", nodes, children["etcd"][0], attributes, servers
+        )
         asyncio.run(measure(system, args, out))
     finally:
         out.notes.extend(refusals())
