@@ -88,10 +88,10 @@ class Manager:
         self._held: dict[str, PrefixState] = {}  # per prefix, the state the view was last given
         self._queue_state = PrefixState(self.layout.queues, 0)  # the last one _on_queues took
 
-    def _handlers(self) -> tuple[tuple[str, Callable[[PrefixState], None]], ...]:
-        """What the manager plans on: each prefix and the handler that takes it into the view."""
+    def _handlers(self) -> tuple[tuple[str, Callable[[PrefixState], bool]], ...]:
+        """What the manager plans on, but the queue records (``_lead``): each prefix and the
+        handler that takes it into the view, watched whether leading or standing by."""
         return (
-            (self.layout.queues, self._on_queues),
             (self.layout.pools, self._on_pools),
             (self.layout.nodes, self._on_nodes),
             (self.layout.partitions, self._on_partitions),
@@ -112,7 +112,7 @@ class Manager:
         if self._tasks:
             await asyncio.wait(self._tasks)
 
-    async def _watch(self, prefix: str, handler: Callable[[PrefixState], None]) -> None:
+    async def _watch(self, prefix: str, handler: Callable[[PrefixState], bool]) -> None:
         # The watch compares its re-reads with what the view holds, not with what it last
         # yielded: a state dropped below is then not taken for the view's.
         def held() -> PrefixState:
@@ -124,8 +124,8 @@ class Manager:
                     if self.epoch is not None and state.revision < self.epoch:
                         continue  # read before this manager led: _read_everything read it since
                     self._held[prefix] = state
-                    handler(state)
-                    self._changed.set()
+                    if handler(state):
+                        self._changed.set()
             except (CoordinatorUnavailable, PushgateError) as exc:
                 log.warning("watch on %s failed: %s", prefix, exc)
                 await asyncio.sleep(0.5)
@@ -133,16 +133,21 @@ class Manager:
                 log.exception("watch on %s failed", prefix)
                 await asyncio.sleep(0.5)
 
-    def _on_queues(self, state: PrefixState) -> None:
+    def _on_queues(self, state: PrefixState) -> bool:
         """Only the records that changed since the last state are read again (at ten
         thousand queues, reading every record at every create made creates cost O(N) each),
         and those of queues in a pool are left out of the view's ``queues``: the plan makes
-        partitions for none of them (coordination/pools.py)."""
+        partitions for none of them (coordination/pools.py). Whether the plan may change: only
+        if a queue with partitions of its own, or named by a partition record, changed (a
+        pool's queues come and go without a plan; the tick plans anyway)."""
         before, self._queue_state = self._queue_state, state
         view = self.view
+        named = {(r.tenant, r.queue) for r in view.partitions.values() if r.pool is None}
+        moved = False
         for key in _changed(before, state):
             tenant, _, queue = key[len(state.prefix) :].partition("/")
             name = (tenant, queue)
+            moved = moved or name in named or name in view.queues
             view.queues.pop(name, None)
             view.queue_revisions.pop(name, None)
             entry = state.entries.get(key)
@@ -154,15 +159,18 @@ class Manager:
                     view.queue_revisions[(tenant, queue)] = entry.create_revision
                     if not placement(attributes):  # a readable placement: a pool's queue
                         view.queues[(tenant, queue)] = attributes
+                        moved = True
+        return moved
 
-    def _on_pools(self, state: PrefixState) -> None:
+    def _on_pools(self, state: PrefixState) -> bool:
         out: dict[str, PoolRequest] = {}
         for name, value in state.values().items():
             with contextlib.suppress(PushgateError):
                 out[name] = PoolRequest.unpack(value)
         self.view.pools = out
+        return True
 
-    def _on_nodes(self, state: PrefixState) -> None:
+    def _on_nodes(self, state: PrefixState) -> bool:
         out: dict[str, NodeRecord] = {}
         revisions: dict[str, int] = {}
         for key, entry in state.entries.items():
@@ -172,8 +180,9 @@ class Manager:
                 revisions[node_id] = entry.mod_revision
         self.view.nodes = out
         self.view.node_revisions = revisions
+        return True
 
-    def _on_partitions(self, state: PrefixState) -> None:
+    def _on_partitions(self, state: PrefixState) -> bool:
         self._partition_states += 1
         read = read_partition_map(state.values(), self._ever_read)
         self._ever_read.update((pid, r) for pid, r in read.records.items() if pid not in read.stale)
@@ -185,16 +194,18 @@ class Manager:
                 sorted(read.unknown),
             )
         self.view.partitions, self.view.stale, self.view.unknown = read.records, read.stale, read.unknown
+        return True
 
-    def _on_leaders(self, state: PrefixState) -> None:
+    def _on_leaders(self, state: PrefixState) -> bool:
         out: dict[int, str] = {}
         for pid, value in parse_ids(state.values()).items():
             self.view.leader_seen[pid] = state.revision
             with contextlib.suppress(PushgateError):
                 out[pid] = LeaderRecord.unpack(value).node
         self.view.leaders = out
+        return True
 
-    def _on_tombstones(self, state: PrefixState) -> None:
+    def _on_tombstones(self, state: PrefixState) -> bool:
         out: dict[tuple[int, str], Tombstone] = {}
         for key, value in state.values().items():
             pid, _, node_id = key.partition("/")
@@ -202,11 +213,13 @@ class Manager:
                 with contextlib.suppress(PushgateError):
                     out[(int(pid), node_id)] = Tombstone.unpack(value)
         self.view.tombstones = out
+        return True
 
-    def _on_drain(self, state: PrefixState) -> None:
+    def _on_drain(self, state: PrefixState) -> bool:
         self.view.drained = set(state.values())
+        return True
 
-    def _on_cluster(self, state: PrefixState) -> None:
+    def _on_cluster(self, state: PrefixState) -> bool:
         entry = state.entries.get(self.layout.cluster)
         record = ClusterRecord.parse(entry.value if entry else None)
         # Any readable cluster id is planned for, not only the first this manager saw: one
@@ -224,6 +237,7 @@ class Manager:
         if verdict.refusal is not None and verdict.refusal != self.view.distrust:
             log.warning("%s: planning nothing: %s", self.manager_id, verdict.refusal)
         self.view.distrust = verdict.refusal
+        return True
 
     async def _run(self) -> None:
         while True:
@@ -261,7 +275,26 @@ class Manager:
     async def _lead(self, session: Session) -> None:
         epoch = self.epoch
         assert epoch is not None
+        # Queue records are watched only while leading, from a whole read made after winning:
+        # at 10,000 queues a standby's copy cost it as much CPU a create as the leader's, and
+        # the plan needs only those of queues with partitions of their own (pools.py). The
+        # other prefixes a standby keeps, for what they remember across states (leader_seen).
+        queues = asyncio.create_task(self._watch(self.layout.queues, self._on_queues), name="watch queues")
+        try:
+            await self._term(session, epoch)
+        finally:
+            queues.cancel()
+            await asyncio.wait([queues])
+            self._held.pop(self.layout.queues, None)
+
+    async def _term(self, session: Session, epoch: Epoch) -> None:
         await self._read_everything()
+        # The counter is read once a term, not before every plan (a Range each watch response,
+        # ~45 a second while queues are created: issue 49). Only the leader writes it, fenced
+        # by its epoch, so what it read after winning plus its own commits is etcd's value, or
+        # above it after a restore from an older backup: an id skipped, never one reused.
+        counter = await self.coordinator.get(self.layout.partition_counter)
+        self.view.counter = int(unpack(counter.value)) if counter is not None else 0
         while not session.lost.is_set():  # in doubt (not valid): plans nothing until renewed
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.tick_s):
@@ -269,8 +302,6 @@ class Manager:
             self._changed.clear()
             if len(self._held) < _WATCHED or not session.valid() or self.view.distrust is not None:
                 continue  # never plan on a partial picture, nor on an etcd without the cluster
-            counter = await self.coordinator.get(self.layout.partition_counter)
-            self.view.counter = int(unpack(counter.value)) if counter is not None else 0
             change = plan(self.view, self.memory, now=self.clock(), settings=self.settings)
             change = bounded(change, _TXN_OPS)
             if change.empty:
@@ -301,6 +332,7 @@ class Manager:
                 log.warning("%s: fenced out (epoch %d is no longer the manager's)", self.manager_id, epoch)
                 return
             # Our own write: apply it to the view now, so the next tick does not repeat it.
+            self.view.counter = change.counter
             self.view.partitions.update(change.puts)
             self._ever_read.update(change.puts)
             cleared = cleared_marks(change.puts, states_seen, self._partition_states)
