@@ -70,7 +70,7 @@ from backend_store.cluster.coordination.layout import Layout, LeaderRecord, unpa
 from backend_store.errors import PushgateError
 from backend_store.types import QueueName, TenantId
 from bench.dev_cluster_failover import _CHILD, start
-from bench.push_common import fdatasync_cost, machine, percentiles, start_gateway, stop
+from bench.push_common import cpu_seconds, fdatasync_cost, machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,15 +120,6 @@ class System:
 class Round:
     figures: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU a process has used (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuSpent:
