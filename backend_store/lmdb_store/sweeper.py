@@ -1,14 +1,17 @@
 """The embedded store's sweeper: messages past ``retention_s`` and expired dedupe entries are
-dropped in small transactions (at most 1,000 deletions each), every ``sweep_interval_s``."""
+dropped every ``sweep_interval_s``, in small transactions (at most 1,000 deletions and
+``SWEEP_QUEUES`` queues each) so that sends are never held behind a whole sweep."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from pathlib import Path
 
 from ..errors import PushgateError
 from ..options import StoreOptions
+from .environment import Writes
 from .store_core import StoreCore
 
 log = logging.getLogger("pushgate.store")
@@ -41,12 +44,15 @@ class Sweeper(StoreCore):
         through the leader's log.
         """
         done = 0
-        # Small transactions: keep going only while a sweep hits its budget.
-        while (count := await self._write(lambda w, now: self._ops.sweep(w, now, _SWEEP_BUDGET))) > 0:
+        start: bytes | None = b""
+        while start is not None:
+            # Small transactions, each going on where the last one stopped.
+            count, start = await self._write(functools.partial(self._sweep_some, start))
             done += count
-            if count < _SWEEP_BUDGET:
-                break
         return done
+
+    def _sweep_some(self, start: bytes, w: Writes, now: float) -> tuple[int, bytes | None]:
+        return self._ops.sweep(w, now, _SWEEP_BUDGET, start)
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -3,6 +3,7 @@ and sends bringing samples forward only while a live page watches."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from backend_store import Backend, NewMessage, StoreOptions, open_backend
 from backend_store.types import QueueName, TenantId
 from tests.conftest import ManualClock, scaled
 from web_console.monitor import MonitorSources, QueueSampler
+from web_console.monitor.sampler import S_PER_QUEUE, timer_gap
 
 T1, T2 = TenantId("one"), TenantId("two")
 
@@ -86,3 +88,25 @@ async def test_sends_bring_samples_forward_only_while_watched(store: Backend, cl
     finally:
         await sampler.drain()
     assert await sampler.next_sample(0.0, 1.0) is None  # stopped: waiters are let go
+
+
+def test_the_timer_pace_grows_with_the_queues_sampled() -> None:
+    assert timer_gap(5.0, 100, S_PER_QUEUE) == 5.0
+    assert timer_gap(5.0, 2_500, S_PER_QUEUE) == 5.0
+    assert timer_gap(5.0, 10_000, S_PER_QUEUE) == pytest.approx(20.0)
+    assert timer_gap(30.0, 10_000, S_PER_QUEUE) == 30.0  # an operator's slower pace holds
+
+
+async def test_a_store_with_many_queues_is_sampled_less_often(store: Backend, clock: ManualClock) -> None:
+    for i in range(20):
+        await store.create_queue(T1, QueueName(f"q{i}"), {})
+    # 20 queues at 25 ms each: one sample per 0.5 s, where the interval alone asks for one
+    # per 20 ms (the duty cycle allows that: a sample of 20 queues takes about 2 ms).
+    sampler = QueueSampler(sources_for(store, clock), interval_s=0.02, min_gap_s=0, s_per_queue=0.025)
+    await sampler.start()
+    try:
+        await asyncio.sleep(1.2)
+        assert len(sampler.latest.queues) == 20
+        assert 1 <= sampler.samples_taken <= 4
+    finally:
+        await sampler.drain()

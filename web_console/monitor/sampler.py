@@ -25,6 +25,9 @@ log = logging.getLogger("pushgate.monitor")
 SampleListener = Callable[[Snapshot], Awaitable[None]]
 # Distinct attribute documents kept for sharing; past this many the memo starts afresh.
 _ATTRIBUTE_DOCS = 4096
+# Seconds of timer pace a queue sampled (timer_gap): the default 5 s up to 2,500 queues, 20 s
+# at 10,000.
+S_PER_QUEUE = 0.002
 
 
 @dataclass(eq=False)
@@ -49,8 +52,9 @@ class QueueSampler:
     """Samples on a timer; while someone watches live, a store change (a send) brings the
     next sample forward.
 
-    ``interval_s`` is the slowest pace; ``min_gap_s`` the fastest (a burst of sends
-    causes at most one sample per gap). Sampling never takes more than a tenth of the
+    ``interval_s`` is the slowest pace, longer for a large store (``s_per_queue`` a queue
+    sampled: see :func:`timer_gap`); ``min_gap_s`` the fastest (a burst of sends watched
+    live causes at most one sample per gap). Sampling never takes more than a tenth of the
     time: after a sample that took ``d`` seconds the next waits at least ``10 d`` (a store
     with many queues is sampled less often rather than slowing the gateway). Each sample
     goes to every listener in turn (the alert engine, live console pages).
@@ -65,10 +69,12 @@ class QueueSampler:
         *,
         interval_s: float = 5.0,
         min_gap_s: float = 0.5,
+        s_per_queue: float = S_PER_QUEUE,
         history: DepthHistory | None = None,
     ) -> None:
         self.sources = sources
         self.interval_s = interval_s
+        self.s_per_queue = s_per_queue
         self.min_gap_s = min(min_gap_s, interval_s)
         self.history = history or DepthHistory()
         self.rates = RateHistory(self.history.span_s, self.history.step_s)
@@ -251,9 +257,21 @@ class QueueSampler:
             # poke ends the wait early.
             floor = max(self.min_gap_s, self.last_duration_s / self.DUTY)
             await asyncio.sleep(max(0.0, floor - self.last_duration_s))
+            gap = timer_gap(self.interval_s, len(self.latest.queues), self.s_per_queue)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, self.interval_s - floor)):
+                async with asyncio.timeout(max(0.0, gap - floor)):
                     await self._poke.wait()
+
+
+def timer_gap(interval_s: float, queues: int, s_per_queue: float) -> float:
+    """Seconds between samples nobody asked for: ``interval_s``, or ``s_per_queue`` a
+    queue the last sample held if that is longer. A sample reads every queue's stats, in
+    the gateway and, on a cluster, on every partition leader, whose CPU the duty cycle above
+    does not see: at 10,000 queues a sample every 5 s cost the cluster about a fifth of its
+    sends' throughput (bench/README.md, session 62). RabbitMQ's answer to the same cost is
+    to stop per-object statistics by default; here they stay, at a pace that keeps their
+    cost a second about flat past ``interval_s / s_per_queue`` queues."""
+    return max(interval_s, queues * s_per_queue)
 
 
 def _with_rates(q: QueueSample, before: QueueSample, elapsed: float) -> QueueSample:
