@@ -621,8 +621,6 @@ class MessageOps:
         visited = 0
         for raw_key in keys.iternext(values=False):
             key = bytes(raw_key)
-            if done >= budget:
-                return done, key  # this queue again: it may hold more than the budget left
             if visited >= queues:
                 return done, key
             visited += 1
@@ -652,6 +650,8 @@ class MessageOps:
                 save_queue(w, tenant, name, record)
                 done += len(old)
                 w.note(tenant, name, "expired", len(old))
+            if done >= budget:
+                return done, key  # this queue again: the budget may have cut it short
         return done, None
 
 

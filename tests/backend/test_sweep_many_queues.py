@@ -56,3 +56,18 @@ async def test_a_sweep_past_one_transactions_queues_reaches_every_queue(
     empty = await store.get_queue(T1, names[1])
     assert (empty.stats.visible, empty.stats.in_flight, empty.stats.oldest_age_s) == (0, 0, None)
     assert await store.sweep() == 0
+
+
+async def test_a_queue_with_more_expired_messages_than_a_transaction_drops_is_swept_whole(
+    store: LmdbBackend, clock: ManualClock
+) -> None:
+    # 1,000 deletions a transaction: the next one goes on at the same queue.
+    await store.create_queue(T1, q("a"), {"retention_s": 60})
+    await store.create_queue(T1, q("b"), {"retention_s": 60})
+    for start in range(0, 1_050, 50):
+        await store.send(T1, q("a"), [msg(f"m{i}") for i in range(start, start + 50)])
+    await store.send(T1, q("b"), [msg("b")])
+    clock.advance(61)
+    assert await store.sweep() == 1_051
+    for name in ("a", "b"):
+        assert (await store.get_queue(T1, q(name))).stats.visible == 0
