@@ -7,7 +7,9 @@ temporary directory and stopped by PID / process group at the end of its turn:
 
 1. create ``--few`` queues, let the cluster settle, and read each node's threads, open files
    and RSS from ``/proc/PID`` and etcd's key count; create the rest (``--queues`` in all)
-   and print the rate; read them again (per queue: RSS and etcd keys);
+   and print the rate; read them again (per queue: RSS and etcd keys). At both sizes, every
+   server process's CPU over ``--idle`` seconds with nothing asked of it (what holding the
+   queues costs: the monitor's samples, the sweeps, watches and checks);
 2. ``GET /v1/queues?limit=1000`` and SQS ``ListQueues`` ``MaxResults=1000`` (``--lists``
    times each; the median), ``GET`` one queue (``--gets`` times, a random queue each; p50);
 3. one send to each queue from ``--producers`` producers: the rate and how many were refused;
@@ -97,7 +99,7 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "kill: refused after led again": (0, False),
     "lost": (0, False),
 }
-RATIOS = {"create/s", "send/s", "server CPU us/create", "server CPU us/send"}
+RATIOS = {"create/s", "send/s", "server CPU us/create", "server CPU us/send", "idle CPU ms/s N"}
 
 
 @dataclass
@@ -141,6 +143,26 @@ class CpuSpent:
             kinds[kind] = kinds.get(kind, 0.0) + (cpu_seconds(pid) - self.before[name]) / count * 1e6
         f[f"server CPU us/{what}"] = sum(kinds.values())
         out.notes.append(f"CPU us/{what}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(kinds.items())))
+
+
+async def idle_cpu(system: System, seconds: float, label: str, out: Round) -> None:
+    """Every server process's CPU over ``seconds`` of nothing asked (the monitor's samples,
+    sweeps, watches and checks, lease renewals): ms a second in all as a figure, by kind of
+    process in a note. 0 seconds: not read."""
+    if seconds <= 0:
+        return
+    before = {name: cpu_seconds(pid) for name, pid in system.servers.items()}
+    began = time.monotonic()
+    await asyncio.sleep(seconds)
+    took = time.monotonic() - began
+    kinds: dict[str, float] = {}
+    for name, pid in system.servers.items():
+        kind = name.rstrip("0123456789-")
+        kinds[kind] = kinds.get(kind, 0.0) + (cpu_seconds(pid) - before[name]) / took * 1e3
+    out.figures[f"idle CPU ms/s {label}"] = sum(kinds.values())
+    out.notes.append(
+        f"idle CPU ms/s at {label}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(kinds.items()))
+    )
 
 
 def proc_stats(pid: int) -> tuple[int, int, int, int]:
@@ -260,6 +282,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
 
         await pool(few, producers, create)
         await settle(system)
+        await idle_cpu(system, args.idle, "few", out)
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
         progress(system, f"settled at {args.few} queues; creating the rest")
@@ -278,6 +301,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
 
         await pool(every, producers, ensure)  # the queues refused above, for the steps after (not timed)
         await settle(system)
+        await idle_cpu(system, args.idle, "N", out)
         after = {n: proc_stats(p) for n, p in system.processes.items()}
         grown = len(every) - args.few
         f["threads few"] = max(t for t, _, _, _ in before.values())
@@ -739,6 +763,12 @@ def main() -> None:
     parser.add_argument("--fault-timeout", type=float, default=60.0)
     parser.add_argument(
         "--settle", type=float, default=10.0, help="seconds after a fault before the next step"
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=20.0,
+        help="seconds of idle CPU read at --few queues and at --queues (0: none)",
     )
     parser.add_argument("--lists", type=int, default=3)
     parser.add_argument("--gets", type=int, default=200)
