@@ -28,7 +28,7 @@ from backend_store.cluster.node.node import Node
 from backend_store.cluster.node.node_config import NodeConfig
 from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.options import StoreOptions
-from backend_store.types import QueueName, TenantId
+from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 from tests.fixtures.lagging_etcd import LaggingWatch
@@ -103,6 +103,43 @@ async def test_a_new_queues_first_request_waits_for_the_leaders_watch_not_not_le
     finally:
         await pool.close()
     assert info.name == "second"  # made by this request (by its record: `made` says by whom)
+
+
+async def test_a_send_to_several_queues_serves_those_applied_and_refuses_a_new_one_alone(
+    cluster: ClusterBackend,
+) -> None:
+    # send_queues (send_batcher.py): an entry whose queue the leader has not applied answers
+    # not_leader alone, nothing of it written; the others are served at once. The gateway
+    # sends that caller again alone, which waits for the queue as a lone send does.
+    backend = cluster
+    await backend.create_queue(T, QueueName("first"), RF2)  # makes the pool, led
+    record, created = await backend.metadata.create_queue(
+        T,
+        QueueName("second"),
+        RF2,
+        placement=await backend.pool_slots.place(T, QueueName("second"), parse_attributes(RF2)),
+    )
+    assert created and record.placement is not None
+    first = await backend.queue_parts.record(T, QueueName("first"))
+    assert first.placement == record.placement  # one pool partition: one request may name both
+    part = backend.view.map.partitions[record.placement[0]]
+    assert part.leader is not None
+    pool = NodePool("test")
+    try:
+        client = pool.client(part.leader.node, part.leader.address)
+        sends = [(QueueName("first"), [NewMessage(b"f1")]), (QueueName("second"), [NewMessage(b"s1")])]
+        served, refused = await client.call_with(
+            "send_queues", part.id, part.leader.epoch, {"tenant": T, "sends": sends}, timeout_s=5
+        )
+    finally:
+        await pool.close()
+    assert isinstance(served[0], SendResult)
+    assert isinstance(refused, PushgateError) and refused.code == "not_leader", refused
+    assert [m.body for m in await backend.peek(T, QueueName("first"), 10)] == [b"f1"]
+    # Through the gateway's own path (alone, once the leader's watch has the record).
+    [result] = await backend.send(T, QueueName("second"), [NewMessage(b"s2")])
+    assert isinstance(result, SendResult)
+    assert [m.body for m in await backend.peek(T, QueueName("second"), 10)] == [b"s2"]
 
 
 async def test_a_get_of_one_queue_asks_etcd_nothing(

@@ -12,10 +12,10 @@ import pytest
 
 from backend_store.cluster.protocol import ops
 from backend_store.cluster.protocol.wire import ErrorReply, FrameReader, Reply, Request, encode
-from backend_store.errors import InvalidRequest, MessageTooLarge, QueueNotFound, Unavailable
+from backend_store.errors import InvalidRequest, MessageTooLarge, PushgateError, QueueNotFound, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
-from backend_store.types import Epoch, NewMessage, QueueName, SendResult, TenantId
+from backend_store.types import Epoch, MessageId, NewMessage, QueueName, SendResult, TenantId
 
 T = TenantId("tenant-one")
 Q = QueueName("orders")
@@ -112,6 +112,11 @@ async def test_every_operation_round_trips_like_a_local_call(store: LmdbBackend)
         ("ack", {"tenant": "t", "receipts": [1]}),
         ("change_visibility", {"tenant": "t", "queue": "q", "receipt": "r"}),
         ("create_queue", {"tenant": "t", "name": "q", "attributes": [1]}),
+        ("send_queues", {"tenant": "t"}),  # no sends
+        ("send_queues", {"tenant": "t", "sends": [["q"]]}),
+        ("send_queues", {"tenant": "t", "sends": [[7, []]]}),
+        ("send_queues", {"tenant": "t", "sends": [["q", "not a list"]]}),
+        ("send_queues", {"tenant": "t", "sends": [["q", [[b"body"]]]]}),
     ],
 )
 def test_malformed_arguments_are_invalid_requests(op: str, args: dict[str, Any]) -> None:
@@ -160,3 +165,42 @@ async def test_queue_stats_answers_a_page_of_queues_in_one_request(store: LmdbBa
     assert stats["b"].oldest_age_s is not None and stats["a"].oldest_age_s is None
     with pytest.raises(InvalidRequest):
         await ops.call(store, "queue_stats", {"tenant": T, "names": ["a", 3]})
+
+
+async def test_send_queues_sends_to_each_queue_and_refuses_a_missing_one_alone(store: LmdbBackend) -> None:
+    for name in ("a", "b"):
+        await store.create_queue(T, QueueName(name), {})
+    results = await remote(
+        store,
+        "send_queues",
+        tenant=T,
+        sends=[
+            (QueueName("a"), [NewMessage(b"a1"), NewMessage(b"x" * 2_000_000)]),
+            (QueueName("gone"), [NewMessage(b"g1")]),
+            (QueueName("b"), [NewMessage(b"b1", dedupe_id="d")]),
+            (QueueName("b"), [NewMessage(b"b1 again", dedupe_id="d")]),
+        ],
+    )
+    a, gone, b, again = results
+    assert isinstance(a[0], SendResult) and isinstance(a[1], MessageTooLarge)  # per message, as send
+    assert isinstance(gone, QueueNotFound)
+    assert isinstance(b[0], SendResult) and not b[0].duplicate
+    assert isinstance(again[0], SendResult) and again[0].duplicate and again[0].id == b[0].id
+    assert [m.body for m in await store.peek(T, QueueName("a"), 10)] == [b"a1"]
+    assert [m.body for m in await store.peek(T, QueueName("b"), 10)] == [b"b1"]
+
+
+def test_entries_refused_before_the_store_are_put_back_in_their_places() -> None:
+    served = ops.encode_result(
+        "send_queues", [[SendResult(MessageId("a"), 1)], [SendResult(MessageId("c"), 2)]]
+    )
+    merged = ops.decode_result(
+        "send_queues", over_the_wire(ops.with_refused(served, {1: "b not applied yet"}))
+    )
+    a, b, c = merged
+    assert isinstance(b, PushgateError) and b.code == "not_leader" and b.detail == "b not applied yet"
+    assert [r.id for r in a + c] == ["a", "c"]
+    assert ops.with_refused([], {0: "x", 1: "y"}) == [
+        {"code": "not_leader", "detail": "x"},
+        {"code": "not_leader", "detail": "y"},
+    ]

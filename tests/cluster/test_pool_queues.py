@@ -353,3 +353,10 @@ async def test_a_claimed_create_is_not_counted_applied_when_its_record_or_term_c
         queues.begin_term(records, 1)
     queues.created(claim)
     assert ("t", "q") not in queues.applied and ("t", "q") in queues.pending  # the pass's to apply
+
+
+@pytest.mark.parametrize("names", [["a", "b"], ["a", "missing"]])
+def test_a_send_to_several_queues_is_ready_when_every_queue_it_sends_to_is(names: list[str]) -> None:
+    queues = PoolQueues(applied={("t", "a"): {}, ("t", "b"): None}, opened=True)
+    why = queues.not_ready("send_queues", {"tenant": "t", "sends": [[n, []] for n in names]})
+    assert (why is None) == ("missing" not in names)

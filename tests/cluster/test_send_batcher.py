@@ -23,8 +23,11 @@ class Request:
     part: PartitionInfo
     retry_unknown: bool
     messages: list[NewMessage]
-    answer: asyncio.Future[Results]
+    answer: asyncio.Future[Any]
     since: float | None
+    op: str = "send"
+    queue: str = ""
+    sends: list[tuple[str, list[NewMessage]]] = field(default_factory=list)
 
 
 @dataclass
@@ -37,13 +40,21 @@ class FakeLeader:
     async def __call__(
         self, part: PartitionInfo, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> Any:
-        assert op == "send" and kwargs["queue"] == part.queue
+        if op == "send_queues":
+            sends = [(str(q), list(m)) for q, m in kwargs["sends"]]
+            messages = [m for _, ms in sends for m in ms]
+        else:
+            assert op == "send" and kwargs["queue"] == part.queue
+            sends, messages = [], list(kwargs["messages"])
         request = Request(
             part,
             retry_unknown,
-            list(kwargs["messages"]),
+            messages,
             asyncio.get_running_loop().create_future(),
             kwargs.get("since"),
+            op,
+            str(kwargs.get("queue", "")),
+            sends,
         )
         self.requests.append(request)
         self.arrived.set()
@@ -291,3 +302,88 @@ async def test_with_two_in_flight_the_second_send_goes_at_once_and_the_rest_wait
     assert [(await t)[0] for t in tasks] == [SendResult(MessageId(f"m{i}"), seqs[i]) for i in range(6)]
     await settle()
     assert len(leader.requests) == 3 and not batcher._lanes
+
+
+def pooled(queue: str) -> PartitionInfo:
+    """Pool partition 7 as a queue placed on it sees it (partition_map.bind_to_queue)."""
+    return PartitionInfo(7, TenantId("t"), QueueName(queue), 0, ("n0",), "n0", "sync", placed=True)
+
+
+def sent_each(request: Request) -> list[Results]:
+    """What a node answers to ``send_queues``: per entry, a result per message."""
+    return [[SendResult(MessageId(m.body.decode()), i) for i, m in enumerate(ms)] for _, ms in request.sends]
+
+
+async def test_sends_to_queues_sharing_a_pool_partition_go_as_one_request() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1)
+    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=False))
+    r1 = await leader.next_request(1)
+    assert (r1.op, r1.queue) == ("send", "a")  # a lone send goes at once, as before
+    later = [
+        asyncio.create_task(batcher.send(pooled(q), QueueName(q), msgs(f"{q}{n}", f"{q}{n}x"), safe=False))
+        for q, n in (("b", 1), ("c", 1), ("b", 2))
+    ]
+    await settle()
+    assert len(leader.requests) == 1
+    r1.answer.set_result(stored(r1))
+    await first
+    r2 = await leader.next_request(2)
+    assert r2.op == "send_queues" and r2.part.id == 7
+    # A caller's entries are one entry of the request, callers in arrival order.
+    assert [(q, [m.body.decode() for m in ms]) for q, ms in r2.sends] == [
+        ("b", ["b1", "b1x"]), ("c", ["c1", "c1x"]), ("b", ["b2", "b2x"])
+    ]  # fmt: skip
+    r2.answer.set_result(sent_each(r2))
+    for task, (q, n) in zip(later, (("b", 1), ("c", 1), ("b", 2)), strict=True):
+        assert [r.id for r in await task if isinstance(r, SendResult)] == [f"{q}{n}", f"{q}{n}x"]
+    c = batcher.counters
+    assert (c.requests, c.merged, c.queues, c.alone) == (2, 1, 1, 0)
+    # Callers of one queue alone go as a plain send, as before.
+    await settle()
+    assert batcher._lanes == {}
+
+
+async def test_a_queue_refused_in_a_request_of_several_is_sent_again_alone() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1)
+    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=False))
+    r1 = await leader.next_request(1)
+    b = asyncio.create_task(batcher.send(pooled("b"), QueueName("b"), msgs("b1"), safe=False))
+    new = asyncio.create_task(batcher.send(pooled("new"), QueueName("new"), msgs("n1"), safe=False))
+    await settle()
+    r1.answer.set_result(stored(r1))
+    await first
+    r2 = await leader.next_request(2)
+    assert r2.op == "send_queues"
+    # The leader has no queue "new" yet (its record not applied there, or deleted).
+    r2.answer.set_result([sent_each(r2)[0], QueueNotFound("queue 'new' does not exist")])
+    assert [r.id for r in await b if isinstance(r, SendResult)] == ["b1"]
+    r3 = await leader.next_request(3)
+    assert (r3.op, r3.queue, [m.body for m in r3.messages]) == ("send", "new", [b"n1"])
+    r3.answer.set_result(stored(r3))
+    assert [r.id for r in await new if isinstance(r, SendResult)] == ["n1"]
+    assert batcher.counters.alone == 1
+
+
+async def test_a_node_that_predates_send_queues_gets_each_caller_alone() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1)
+    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=True))
+    r1 = await leader.next_request(1)
+    later = [
+        asyncio.create_task(batcher.send(pooled(q), QueueName(q), msgs(f"{q}1"), safe=True)) for q in "bc"
+    ]
+    await settle()
+    r1.answer.set_result(stored(r1))
+    await first
+    r2 = await leader.next_request(2)
+    assert r2.op == "send_queues" and r2.retry_unknown
+    r2.answer.set_exception(InvalidRequest("unknown operation 'send_queues'"))
+    for n, q in enumerate("bc", start=3):
+        alone = await leader.next_request(n)
+        assert (alone.op, alone.queue, alone.retry_unknown) == ("send", q, True)
+        alone.answer.set_result(stored(alone))
+    for task, q in zip(later, "bc", strict=True):
+        assert [r.id for r in await task if isinstance(r, SendResult)] == [f"{q}1"]
+    assert batcher.counters.split == 1

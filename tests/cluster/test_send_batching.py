@@ -145,3 +145,34 @@ async def test_a_leader_killed_mid_batch_loses_nothing_acknowledged(
     received = {body.decode() for body in (await _drain(backend, queue)).values()}
     assert set(acked) - received == set()
     assert len(received) == len(set(acked))  # deduplicated: each body stored once
+
+
+async def test_callers_of_many_queues_on_a_pool_share_requests_and_each_message_lands_in_its_queue(
+    backend: ClusterBackend,
+) -> None:
+    # One send to each of many inboxes (issue 49): the pool partition's queues share a lane,
+    # so the callers arriving while one request is in flight go as one ``send_queues``.
+    queues = [QueueName(f"inbox-{i:02d}") for i in range(45)]
+    for queue in queues:
+        await backend.create_queue(TENANT, queue, {"replication_mode": "sync"})
+    await asyncio.gather(*(backend.send(TENANT, q, [NewMessage(b"warm-up")]) for q in queues))
+    for queue in queues:
+        await _drain(backend, queue)
+    counters = backend.send_batcher.counters
+    calls, requests, merged = counters.calls, counters.requests, counters.queues
+    results = await asyncio.gather(
+        *(
+            backend.send(TENANT, q, [NewMessage(f"{q}-1".encode()), NewMessage(f"{q}-2".encode())])
+            for q in queues
+        )
+    )
+    assert counters.calls - calls == len(queues)
+    assert counters.queues - merged >= 1, counters
+    # Three pool partitions: a request at once on each, then the rest in a few.
+    assert counters.requests - requests <= 12, counters
+    for queue, own in zip(queues, results, strict=True):
+        stored = await _drain(backend, queue)
+        ids = [r.id for r in own if isinstance(r, SendResult)]
+        assert len(ids) == 2, own
+        assert [stored[i] for i in ids] == [f"{queue}-1".encode(), f"{queue}-2".encode()]
+        assert len(stored) == 2  # nobody else's message

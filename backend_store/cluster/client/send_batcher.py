@@ -39,6 +39,15 @@ Semantics (docs/cluster.md, "Batched sends"):
 - **Deadline.** A request's ``request_deadline_s`` counts from when its earliest caller
   called, not from when the request starts: waiting behind the one in flight spends the
   same budget a caller has alone.
+- **A pool partition's queues share a lane** (issue 49: one send to each of 10,000 queues
+  was a node request each). Callers of one queue go as ``send``, as above; callers of
+  several as one ``send_queues`` request, each caller's entries an entry of it naming its
+  queue. An entry whose queue the leader has not applied (``not_leader``) or whose queue
+  its store does not hold (``queue_not_found``: deleted) is answered so alone, nothing of it
+  written, and its caller is sent again alone, which waits for the queue or reports it gone
+  as a lone send does; the request's other entries are served meanwhile. A node that
+  predates the operation answers ``invalid_request`` (unknown operation): every caller
+  alone, as for a malformed request.
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...errors import InvalidRequest, PushgateError, Unavailable
+from ...errors import InvalidRequest, PushgateError, QueueNotFound, Unavailable
 from ...limits import MAX_BATCH
 from ...types import NewMessage, QueueName, SendResult
 from .partition_map import PartitionInfo
@@ -93,6 +102,8 @@ class PartitionCall(Protocol):
 
 @dataclass(eq=False, slots=True)
 class _Waiter:
+    part: PartitionInfo  # as its caller sees it: on a pool partition, bound to its queue
+    queue: QueueName
     messages: Sequence[NewMessage]
     size: int
     future: asyncio.Future[Results]
@@ -101,10 +112,9 @@ class _Waiter:
 
 @dataclass(eq=False, slots=True)
 class _Lane:
-    """The sends to one partition with one retry safety."""
+    """The sends to one partition with one retry safety (on a pool partition, to any of its
+    queues)."""
 
-    part: PartitionInfo
-    queue: QueueName
     safe: bool
     waiting: deque[_Waiter] = field(default_factory=deque)
     in_flight: int = 0  # requests of this lane under way (a caller's own, or a drain task's)
@@ -120,6 +130,8 @@ class BatchCounters:
     merged: int = 0  # requests that carried more than one caller's entries
     bypassed: int = 0  # callers that went alone because their lane was full
     split: int = 0  # merged requests refused as malformed and sent again caller by caller
+    queues: int = 0  # merged requests naming more than one queue (``send_queues``)
+    alone: int = 0  # callers sent again alone after their queue was refused in one of those
 
 
 _LaneKey = tuple[str, str, int, int | None, bool]
@@ -157,10 +169,16 @@ class SendBatcher:
         counters.calls += 1
         if not self.enabled:
             return await self._request(part, queue, messages, safe)
-        key = (part.tenant, part.queue, part.index, part.queue_revision, safe)
+        # A pool partition's queues share a lane (``part.id`` names the pool partition);
+        # a queue's own partitions are told apart by the queue's incarnation.
+        key = (
+            (part.tenant, "", part.id, None, safe)
+            if part.placed
+            else (part.tenant, part.queue, part.index, part.queue_revision, safe)
+        )
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(part, queue, safe)
+            lane = self._lanes[key] = _Lane(safe)
         if lane.in_flight < self.max_in_flight:
             # A free slot (then nobody waits): go at once, in this task (no task or timer
             # for a lone sender).
@@ -173,7 +191,7 @@ class SendBatcher:
             counters.bypassed += 1
             return await self._request(part, queue, messages, safe)
         future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
-        lane.waiting.append(_Waiter(messages, _size(messages), future, time.monotonic()))
+        lane.waiting.append(_Waiter(part, queue, messages, _size(messages), future, time.monotonic()))
         # Cancelling the caller cancels the future: a waiter not taken yet is skipped, one
         # in flight has its results dropped.
         return await future
@@ -237,27 +255,22 @@ class SendBatcher:
         return batch
 
     async def _flush(self, lane: _Lane, batch: list[_Waiter]) -> None:
-        messages = [m for w in batch for m in w.messages] if len(batch) > 1 else list(batch[0].messages)
+        first = batch[0]
         if len(batch) > 1:
             self.counters.merged += 1
+        if any(w.queue != first.queue for w in batch):
+            await self._flush_queues(lane, batch)
+            return
+        messages = [m for w in batch for m in w.messages] if len(batch) > 1 else list(first.messages)
         try:
-            results = await self._request(lane.part, lane.queue, messages, lane.safe, batch[0].since)
+            results = await self._request(first.part, first.queue, messages, lane.safe, first.since)
         except (InvalidRequest, TypeError, ValueError) as exc:
             if len(batch) == 1:
-                _fail(batch[0], exc)
+                _fail(first, exc)
                 return
             # Malformed as a whole (the node could not decode an entry, or we could not
             # encode one): nothing was applied; each caller alone, so only the culprit fails.
-            self.counters.split += 1
-            for waiter in batch:
-                if waiter.future.done():
-                    continue
-                try:
-                    own = await self._request(lane.part, lane.queue, waiter.messages, lane.safe, waiter.since)
-                except Exception as alone:
-                    _fail(waiter, alone)
-                else:
-                    _succeed(waiter, own)
+            await self._split(lane, batch)
             return
         except Exception as exc:
             for waiter in batch:
@@ -273,6 +286,68 @@ class SendBatcher:
             end = start + len(waiter.messages)
             _succeed(waiter, results[start:end])
             start = end
+
+    async def _flush_queues(self, lane: _Lane, batch: list[_Waiter]) -> None:
+        """Callers sending to several queues of one pool partition: one ``send_queues``
+        request, a caller's entries an entry of it. A queue the leader refused in it (not
+        made there yet, or deleted) has its caller sent again alone, which waits for the
+        queue or says it is gone as a lone send does."""
+        counters = self.counters
+        counters.queues += 1
+        counters.requests += 1
+        counters.messages += sum(len(w.messages) for w in batch)
+        first = batch[0]
+        try:
+            results = await self._call(
+                first.part,
+                "send_queues",
+                retry_unknown=lane.safe,
+                since=first.since,
+                sends=[(w.queue, w.messages) for w in batch],
+            )
+        except (InvalidRequest, TypeError, ValueError, QueueNotFound):
+            # Malformed (a node that predates ``send_queues`` answers invalid_request: an
+            # unknown operation), or the first caller's queue is gone: nothing was applied.
+            await self._split(lane, batch)
+            return
+        except Exception as exc:
+            for waiter in batch:
+                _fail(waiter, exc)
+            return
+        if len(results) != len(batch):  # a node bug: do not hand anyone someone else's results
+            problem = Unavailable(f"node answered {len(results)} entries for {len(batch)} sends")
+            for waiter in batch:
+                _fail(waiter, problem)
+            return
+        refused: list[_Waiter] = []
+        for waiter, result in zip(batch, results, strict=True):
+            if isinstance(result, PushgateError):
+                refused.append(waiter)
+            elif len(result) != len(waiter.messages):
+                _fail(
+                    waiter,
+                    Unavailable(f"node answered {len(result)} results for {len(waiter.messages)} messages"),
+                )
+            else:
+                _succeed(waiter, result)
+        if refused:
+            counters.alone += len(refused)
+            await self._each_alone(lane, refused)
+
+    async def _split(self, lane: _Lane, batch: list[_Waiter]) -> None:
+        self.counters.split += 1
+        await self._each_alone(lane, batch)
+
+    async def _each_alone(self, lane: _Lane, waiters: list[_Waiter]) -> None:
+        for waiter in waiters:
+            if waiter.future.done():
+                continue
+            try:
+                own = await self._request(waiter.part, waiter.queue, waiter.messages, lane.safe, waiter.since)
+            except Exception as alone:
+                _fail(waiter, alone)
+            else:
+                _succeed(waiter, own)
 
 
 def _size(messages: Sequence[NewMessage]) -> int:

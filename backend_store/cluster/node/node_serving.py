@@ -22,6 +22,7 @@ from ..protocol import ops
 from ..protocol.connection import Closed, Connection, ConnectionClosedError, Event
 from ..protocol.stream import NodeStream
 from ..protocol.wire import Demand, Hello, Request, Withdraw
+from . import pool_queues
 from .demands import NodeDemands
 from .events import NodeEvents
 from .node_config import NodeConfig
@@ -111,6 +112,9 @@ class NodeServing:
                         self.events.sent(
                             stream, event.partition, event.args.get("tenant"), event.args.get("queue")
                         )
+                    elif event.op == "send_queues":
+                        for queue in pool_queues.named(event.args):
+                            self.events.sent(stream, event.partition, event.args.get("tenant"), queue)
                     elif event.op == "delete_queue":
                         self.events.forget_queue(
                             event.partition, event.args.get("tenant"), event.args.get("name")

@@ -436,7 +436,10 @@ class PartitionHost(LeaderTerm):
         claim = None
         if op == "create_queue" and record is not None and record.pool is not None:
             claim = self.pool_queues.claim_create(self.partition, args)
-        if claim is None:
+        refused: dict[int, str] = {}
+        if op == "send_queues":
+            args, refused = await self._ready_sends(leader, args)
+        elif claim is None:
             await self._ready(leader, op, args)
         store = self.store
         if op == "update_queue":
@@ -480,7 +483,33 @@ class PartitionHost(LeaderTerm):
         if claim is not None:
             self.pool_queues.created(claim)
         self.pool_queues.served(op, args)
-        return result
+        return ops.with_refused(result, refused) if refused else result
+
+    async def _ready_sends(
+        self, leader: ReplicationLeader, args: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Any], dict[int, str]]:
+        """``send_queues``: the entries whose queues are applied here (applying those their
+        records hold), and why each other one is not, by its place. Such an entry is
+        answered ``not_leader`` alone, and its gateway sends it again as a lone send, whose
+        retries end when the queue is applied or found deleted; the request's other queues
+        are served meanwhile."""
+        sends = args.get("sends")
+        if self._not_ready("send_queues", args) is None or not isinstance(sends, list):
+            await self._ready(leader, "send_queues", args)  # ready, or malformed: decoding refuses it
+            return args, {}
+        kept: list[Any] = []
+        refused: dict[int, str] = {}
+        for place, entry in enumerate(sends):
+            queue = entry[0] if isinstance(entry, list) and entry else None
+            try:
+                await self._ready(leader, "send", {"tenant": args.get("tenant"), "queue": queue})
+            except ops.NotLeader as exc:
+                if self.leader is not leader or leader.deposed.is_set():
+                    raise
+                refused[place] = exc.detail
+            else:
+                kept.append(entry)
+        return {**args, "sends": kept}, refused
 
     async def _ready(self, leader: ReplicationLeader, op: str, args: Mapping[str, Any]) -> None:
         """Return once the queues ``args`` names are applied in this term (applying those

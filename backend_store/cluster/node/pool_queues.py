@@ -67,12 +67,16 @@ def _fed(doc: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def _named(args: Mapping[str, Any]) -> list[str]:
-    """The queue names a request's arguments give (``_NAME_ARGS``, and ``names``)."""
+def named(args: Mapping[str, Any]) -> list[str]:
+    """The queue names a request's arguments give (``_NAME_ARGS``, ``names``, and the queues
+    of ``sends``)."""
     names = [args[n] for n in _NAME_ARGS if isinstance(args.get(n), str)]
     many = args.get("names")
     if isinstance(many, list | tuple):
         names.extend(n for n in many if isinstance(n, str))
+    sends = args.get("sends")  # send_queues: [[queue, messages], ...]
+    if isinstance(sends, list | tuple):
+        names.extend(e[0] for e in sends if isinstance(e, list | tuple) and e and isinstance(e[0], str))
     return names
 
 
@@ -337,7 +341,7 @@ class PoolQueues:
         tenant = args.get("tenant")
         if records is None or not self.opened or op in _ALWAYS_READY or not isinstance(tenant, str):
             return
-        for name in _named(args):
+        for name in named(args):
             key = (tenant, name)
             doc = records.get(key)
             if key in self.applied or doc is None or records.want(pid, key) != Want.ENSURE:
@@ -409,7 +413,7 @@ class PoolQueues:
         tenant = args.get("tenant")
         if not isinstance(tenant, str):
             return None if self.opened else "the term's queues are not applied yet"
-        names = _named(args)
+        names = named(args)
         missing = [n for n in names if (tenant, n) not in self.applied]
         if missing:
             return f"{', '.join(sorted(missing))} not applied yet"

@@ -16,6 +16,10 @@ arrays in a fixed field order (they are the bulk of the traffic), everything els
 ``QueueInfo``          ``{tenant, name, created_at, attributes: {...}, stats: {...}}``
 ``queue_stats``        ``{name: {visible, in_flight, ...}, ...}``: the queues asked for
                        that the store holds (one read for a page of queues)
+``send_queues``        args ``sends: [[queue, [NewMessage, ...]], ...]``; result a list
+                       with, per entry, its ``SendResult`` list or a ``{code, detail}``
+                       (that queue refused: ``not_leader``, not applied here yet;
+                       ``queue_not_found``, not held)
 =====================  ==========================================================
 
 Client side: :func:`encode_args` then, on the reply, :func:`decode_result`. Node side:
@@ -27,11 +31,12 @@ with :class:`NotLeader` and :class:`StaleLeader` carrying what the node knows of
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidRequest, PushgateError, StaleEpoch, Unavailable, error_from_code
+from ...errors import InvalidRequest, PushgateError, QueueNotFound, StaleEpoch, Unavailable, error_from_code
 from ...types import (
     AckResult,
     Epoch,
@@ -289,6 +294,66 @@ def _send_args(a: Mapping[str, Any]) -> dict[str, Any]:
     return {**_tq(a), "messages": [decode_message(m) for m in messages]}
 
 
+def _send_queues_args(a: Mapping[str, Any]) -> dict[str, Any]:
+    sends = _get(a, "sends", list)
+    decoded: list[tuple[QueueName, list[NewMessage]]] = []
+    for entry in sends:
+        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str):
+            raise InvalidRequest("each of 'sends' must be [queue, messages]")
+        if not isinstance(entry[1], list):
+            raise InvalidRequest("each of 'sends' must be [queue, messages]")
+        decoded.append((QueueName(entry[0]), [decode_message(m) for m in entry[1]]))
+    return {"tenant": TenantId(_get(a, "tenant", str)), "sends": decoded}
+
+
+SendsResult = list[list[SendResult | PushgateError] | PushgateError]
+
+
+async def send_queues(
+    store: Any, tenant: TenantId, sends: Sequence[tuple[QueueName, Sequence[NewMessage]]]
+) -> SendsResult:
+    """``send_queues``: the sends of one request to several queues of a pool partition, each
+    its store's ``send`` (together they share the leader's commits). A queue the store does
+    not hold (``queue_not_found``: deleted) is that entry's result, not the request's: the
+    gateway sends that caller's messages again alone (send_batcher.py)."""
+
+    async def one(queue: QueueName, messages: Sequence[NewMessage]) -> Any:
+        try:
+            return await store.send(tenant, queue, messages)
+        except QueueNotFound as exc:
+            return exc  # nothing written for it; any other failure is the request's
+
+    return list(await asyncio.gather(*(one(queue, messages) for queue, messages in sends)))
+
+
+def with_refused(encoded: list[Any], refused: Mapping[int, str]) -> list[Any]:
+    """An encoded ``send_queues`` result for the entries served, with ``not_leader`` put back
+    at the places of those refused before the store saw them (node side)."""
+    served = iter(encoded)
+    return [
+        {"code": NotLeader.code, "detail": refused[place]} if place in refused else next(served)
+        for place in range(len(encoded) + len(refused))
+    ]
+
+
+def _encode_sends(r: SendsResult) -> list[Any]:
+    return [
+        {"code": x.code, "detail": x.detail}
+        if isinstance(x, PushgateError)
+        else [encode_send_result(y) for y in x]
+        for x in r
+    ]
+
+
+def _decode_sends(v: Any) -> SendsResult:
+    return [
+        error_from_reply(str(x.get("code")), str(x.get("detail", "")), _NO_EPOCH, None)
+        if isinstance(x, dict)
+        else [decode_send_result(y) for y in x]
+        for x in v
+    ]
+
+
 def _receive_args(a: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **_tq(a),
@@ -363,6 +428,7 @@ OPS: dict[str, Op] = {
             lambda r: [encode_send_result(x) for x in r],
             lambda v: [decode_send_result(x) for x in v],
         ),
+        Op("send_queues", True, _send_queues_args, _encode_sends, _decode_sends),
         Op(
             "receive",
             True,
@@ -412,6 +478,8 @@ def encode_args(op: str, **kwargs: Any) -> dict[str, Any]:
     for name, value in kwargs.items():
         if name == "messages":
             out[name] = [encode_message(m) for m in value]
+        elif name == "sends":
+            out[name] = [[queue, [encode_message(m) for m in messages]] for queue, messages in value]
         elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
             out[name] = list(value)
         elif isinstance(value, Mapping):
@@ -445,6 +513,8 @@ def decode_result(op: str, value: Any) -> Any:
 async def call(store: Any, op: str, args: Mapping[str, Any]) -> Any:
     """Decode ``args``, call the store's method ``op``, encode its result (node side)."""
     kwargs = decode_args(op, args)
+    if op == "send_queues":
+        return encode_result(op, await send_queues(store, **kwargs))
     method = getattr(store, op, None)
     if method is None:
         raise InvalidRequest(f"this store does not support {op!r}")
