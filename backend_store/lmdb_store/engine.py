@@ -304,6 +304,15 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
     ) -> list[SendResult | PushgateError]:
         return await self._write(lambda w, now: self._ops.send(w, now, tenant, queue, messages))
 
+    async def send_queues(
+        self, tenant: TenantId, sends: Sequence[tuple[QueueName, Sequence[NewMessage]]]
+    ) -> list[list[SendResult | PushgateError] | PushgateError]:
+        """Sends to several queues as one writer operation (a pool partition's leader serving
+        a gateway's ``send_queues``, cluster/protocol/ops.py): one hand-over to the writer
+        thread instead of one a queue. A queue this store does not hold is that entry's
+        ``QueueNotFound``."""
+        return await self._write(lambda w, now: self._ops.send_queues(w, now, tenant, sends))
+
     async def receive(
         self,
         tenant: TenantId,

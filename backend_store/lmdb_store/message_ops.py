@@ -179,6 +179,21 @@ class MessageOps:
 
     # Send -----------------------------------------------------------------
 
+    def send_queues(
+        self, w: Writes, now: float, tenant: str, sends: Sequence[tuple[str, Sequence[NewMessage]]]
+    ) -> list[list[SendResult | PushgateError] | PushgateError]:
+        """:meth:`send` to each queue of ``sends``, in one writer operation; a queue this store
+        does not hold is that entry's ``QueueNotFound``, raised by :meth:`send` before it
+        wrote anything (any other refusal is the whole operation's, as the writer's rule
+        wants: group_commit.py, ``_run_op``)."""
+        out: list[list[SendResult | PushgateError] | PushgateError] = []
+        for queue, messages in sends:
+            try:
+                out.append(self.send(w, now, tenant, queue, messages))
+            except QueueNotFound as exc:
+                out.append(exc)
+        return out
+
     def send(
         self, w: Writes, now: float, tenant: str, queue: str, messages: Sequence[NewMessage]
     ) -> list[SendResult | PushgateError]:

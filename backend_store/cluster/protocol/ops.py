@@ -19,7 +19,8 @@ arrays in a fixed field order (they are the bulk of the traffic), everything els
 ``send_queues``        args ``sends: [[queue, [NewMessage, ...]], ...]``; result a list
                        with, per entry, its ``SendResult`` list or a ``{code, detail}``
                        (that queue refused: ``not_leader``, not applied here yet;
-                       ``queue_not_found``, not held)
+                       ``queue_not_found``, not held). The store's ``send_queues``: one
+                       writer operation for a pool partition's batched sends
 =====================  ==========================================================
 
 Client side: :func:`encode_args` then, on the reply, :func:`decode_result`. Node side:
@@ -31,12 +32,11 @@ with :class:`NotLeader` and :class:`StaleLeader` carrying what the node knows of
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidRequest, PushgateError, QueueNotFound, StaleEpoch, Unavailable, error_from_code
+from ...errors import InvalidRequest, PushgateError, StaleEpoch, Unavailable, error_from_code
 from ...types import (
     AckResult,
     Epoch,
@@ -309,23 +309,6 @@ def _send_queues_args(a: Mapping[str, Any]) -> dict[str, Any]:
 SendsResult = list[list[SendResult | PushgateError] | PushgateError]
 
 
-async def send_queues(
-    store: Any, tenant: TenantId, sends: Sequence[tuple[QueueName, Sequence[NewMessage]]]
-) -> SendsResult:
-    """``send_queues``: the sends of one request to several queues of a pool partition, each
-    its store's ``send`` (together they share the leader's commits). A queue the store does
-    not hold (``queue_not_found``: deleted) is that entry's result, not the request's: the
-    gateway sends that caller's messages again alone (send_batcher.py)."""
-
-    async def one(queue: QueueName, messages: Sequence[NewMessage]) -> Any:
-        try:
-            return await store.send(tenant, queue, messages)
-        except QueueNotFound as exc:
-            return exc  # nothing written for it; any other failure is the request's
-
-    return list(await asyncio.gather(*(one(queue, messages) for queue, messages in sends)))
-
-
 def with_refused(encoded: list[Any], refused: Mapping[int, str]) -> list[Any]:
     """An encoded ``send_queues`` result for the entries served, with ``not_leader`` put back
     at the places of those refused before the store saw them (node side)."""
@@ -513,8 +496,6 @@ def decode_result(op: str, value: Any) -> Any:
 async def call(store: Any, op: str, args: Mapping[str, Any]) -> Any:
     """Decode ``args``, call the store's method ``op``, encode its result (node side)."""
     kwargs = decode_args(op, args)
-    if op == "send_queues":
-        return encode_result(op, await send_queues(store, **kwargs))
     method = getattr(store, op, None)
     if method is None:
         raise InvalidRequest(f"this store does not support {op!r}")
