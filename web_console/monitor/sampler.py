@@ -267,10 +267,10 @@ def timer_gap(interval_s: float, queues: int, s_per_queue: float) -> float:
     """Seconds between samples nobody asked for: ``interval_s``, or ``s_per_queue`` a
     queue the last sample held if that is longer. A sample reads every queue's stats, in
     the gateway and, on a cluster, on every partition leader, whose CPU the duty cycle above
-    does not see: at 10,000 queues a sample every 5 s cost the cluster about a fifth of its
-    sends' throughput (bench/README.md, session 62). RabbitMQ's answer to the same cost is
-    to stop per-object statistics by default; here they stay, at a pace that keeps their
-    cost a second about flat past ``interval_s / s_per_queue`` queues."""
+    does not see: at 10,000 queues, samples every 5 s and the stores' sweeps together cost
+    the cluster 6-26% of its CPU a send (bench/README.md, session 62). RabbitMQ's answer to
+    the same cost is to stop per-object statistics by default; here they stay, at a pace
+    that keeps their cost a second about flat past ``interval_s / s_per_queue`` queues."""
     return max(interval_s, queues * s_per_queue)
 
 
