@@ -387,3 +387,29 @@ async def test_a_node_that_predates_send_queues_gets_each_caller_alone() -> None
     for task, q in zip(later, "bc", strict=True):
         assert [r.id for r in await task if isinstance(r, SendResult)] == [f"{q}1"]
     assert batcher.counters.split == 1
+
+
+async def test_a_refused_callers_lone_send_does_not_hold_the_partitions_other_queues() -> None:
+    # A new queue's lone send may wait for the leader to apply it; the pool partition's
+    # other queues go on meanwhile.
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1)
+    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=False))
+    r1 = await leader.next_request(1)
+    b = asyncio.create_task(batcher.send(pooled("b"), QueueName("b"), msgs("b1"), safe=False))
+    new = asyncio.create_task(batcher.send(pooled("new"), QueueName("new"), msgs("n1"), safe=False))
+    await settle()
+    r1.answer.set_result(stored(r1))
+    await first
+    r2 = await leader.next_request(2)
+    r2.answer.set_result([sent_each(r2)[0], QueueNotFound("not applied yet")])
+    await b
+    r3 = await leader.next_request(3)
+    assert (r3.op, r3.queue) == ("send", "new")  # alone, and not answered yet
+    c = asyncio.create_task(batcher.send(pooled("c"), QueueName("c"), msgs("c1"), safe=False))
+    r4 = await leader.next_request(4)
+    assert (r4.op, r4.queue) == ("send", "c") and not new.done()
+    r4.answer.set_result(stored(r4))
+    assert [r.id for r in await c if isinstance(r, SendResult)] == ["c1"]
+    r3.answer.set_result(stored(r3))
+    assert [r.id for r in await new if isinstance(r, SendResult)] == ["n1"]

@@ -44,8 +44,9 @@ Semantics (docs/cluster.md, "Batched sends"):
   several as one ``send_queues`` request, each caller's entries an entry of it naming its
   queue. An entry whose queue the leader has not applied (``not_leader``) or whose queue
   its store does not hold (``queue_not_found``: deleted) is answered so alone, nothing of it
-  written, and its caller is sent again alone, which waits for the queue or reports it gone
-  as a lone send does; the request's other entries are served meanwhile. A node that
+  written, and its caller is sent again alone, off the lane, which waits for the queue or
+  reports it gone as a lone send does; the request's other entries are served, and the
+  lane's next request goes, meanwhile. A node that
   predates the operation answers ``invalid_request`` (unknown operation): every caller
   alone, as for a malformed request.
 """
@@ -330,24 +331,29 @@ class SendBatcher:
                 )
             else:
                 _succeed(waiter, result)
-        if refused:
-            counters.alone += len(refused)
-            await self._each_alone(lane, refused)
+        counters.alone += len(refused)
+        for waiter in refused:
+            # Off the lane, each in a task of its own: a lone send may wait for its queue (a
+            # new one the leader has not applied yet), and the partition's other queues must
+            # not wait with it.
+            task = asyncio.get_running_loop().create_task(self._alone(lane.safe, waiter))
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
 
     async def _split(self, lane: _Lane, batch: list[_Waiter]) -> None:
         self.counters.split += 1
-        await self._each_alone(lane, batch)
+        for waiter in batch:
+            await self._alone(lane.safe, waiter)
 
-    async def _each_alone(self, lane: _Lane, waiters: list[_Waiter]) -> None:
-        for waiter in waiters:
-            if waiter.future.done():
-                continue
-            try:
-                own = await self._request(waiter.part, waiter.queue, waiter.messages, lane.safe, waiter.since)
-            except Exception as alone:
-                _fail(waiter, alone)
-            else:
-                _succeed(waiter, own)
+    async def _alone(self, safe: bool, waiter: _Waiter) -> None:
+        if waiter.future.done():
+            return
+        try:
+            own = await self._request(waiter.part, waiter.queue, waiter.messages, safe, waiter.since)
+        except Exception as alone:
+            _fail(waiter, alone)
+        else:
+            _succeed(waiter, own)
 
 
 def _size(messages: Sequence[NewMessage]) -> int:

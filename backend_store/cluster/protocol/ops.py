@@ -298,9 +298,12 @@ def _send_queues_args(a: Mapping[str, Any]) -> dict[str, Any]:
     sends = _get(a, "sends", list)
     decoded: list[tuple[QueueName, list[NewMessage]]] = []
     for entry in sends:
-        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str):
-            raise InvalidRequest("each of 'sends' must be [queue, messages]")
-        if not isinstance(entry[1], list):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], list)
+        ):
             raise InvalidRequest("each of 'sends' must be [queue, messages]")
         decoded.append((QueueName(entry[0]), [decode_message(m) for m in entry[1]]))
     return {"tenant": TenantId(_get(a, "tenant", str)), "sends": decoded}
