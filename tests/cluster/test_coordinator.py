@@ -270,6 +270,45 @@ async def test_a_fenced_commit_applies_only_under_the_current_epoch(coordinator:
         await second.close()
 
 
+async def test_a_fenced_commit_holds_only_while_etcd_holds_what_it_expects(
+    coordinator: EtcdCoordinator,
+) -> None:
+    # The manager's deletions expect the partition and queue records it read: a commit after
+    # etcd changed under it (restored between the read and the commit) must change nothing.
+    prefix = unique_prefix("expect")
+    manager_key, record, queue, out = prefix + "/manager", prefix + "/p2", prefix + "/q", prefix + "/t2"
+    session = await coordinator.open_session()
+    try:
+        claim = await coordinator.campaign(session, manager_key, b"m")
+        await coordinator.put(record, b"late")
+        holder = b"m"
+        expect: dict[str, bytes | None] = {record: b"late", queue: None}
+        await coordinator.put(queue, b"back")  # the queue is there after all
+        assert not await coordinator.fenced_commit(
+            manager_key, claim.epoch, {out: b"x"}, holder=holder, expect=expect
+        )
+        assert await coordinator.get(out) is None
+        await coordinator.put(record, b"another")  # and the record is another one
+        await coordinator.delete(queue)
+        assert not await coordinator.fenced_commit(
+            manager_key, claim.epoch, {out: b"x"}, holder=holder, expect=expect
+        )
+        await coordinator.delete(record)  # absent: a value compare on it fails too
+        assert not await coordinator.fenced_commit(
+            manager_key, claim.epoch, {out: b"x"}, holder=holder, expect=expect
+        )
+        assert await coordinator.get(out) is None
+        await coordinator.put(record, b"late")
+        assert await coordinator.fenced_commit(
+            manager_key, claim.epoch, {out: b"x"}, [record], holder=holder, expect=expect
+        )
+        assert await coordinator.get(record) is None
+        entry = await coordinator.get(out)
+        assert entry is not None and entry.value == b"x"
+    finally:
+        await session.close()
+
+
 async def test_a_closed_session_revokes_its_keys(coordinator: EtcdCoordinator) -> None:
     key = unique_prefix("register") + "/nodes/n1"
     session = await coordinator.open_session()

@@ -183,8 +183,8 @@ def _direct_reads(setter: Setter) -> None:
     from backend_store.cluster.manager.manager import Manager
     from backend_store.cluster.node.node_identity import NodeIdentity
 
-    async def trusting(self: Manager) -> bool:
-        return True
+    async def trusting(self: Manager) -> dict[str, bytes | None]:
+        return {}  # confirmed, and nothing expected of the commit
 
     async def no_refusal(self: NodeIdentity) -> str | None:
         return None
@@ -229,11 +229,26 @@ def _fence_holder(setter: Setter) -> None:
         deletes: tuple[str, ...] = (),
         *,
         holder: bytes,
+        expect: dict[str, bytes | None] | None = None,
     ) -> bool:
         ops = tuple(Put(k, v) for k, v in puts.items()) + tuple(Delete(k) for k in deletes)
-        return (await self._txn(Txn((Compare(fence_key, "create", epoch),), ops))).succeeded
+        expected = tuple(
+            Compare(k, "create", 0) if v is None else Compare(k, "value", v)
+            for k, v in (expect or {}).items()
+        )
+        return (await self._txn(Txn((Compare(fence_key, "create", epoch), *expected), ops))).succeeded
 
     setter(SimCoordinator, "fenced_commit", epoch_only)
+
+
+@_ablation("record-expectations", "a manager's commit expects the partition records its plan was made on")
+def _record_expectations(setter: Setter) -> None:
+    from backend_store.cluster.manager.manager import Manager
+
+    def nothing_expected(self: Manager, change: object) -> dict[str, bytes | None]:
+        return {}
+
+    setter(Manager, "_records_expected", nothing_expected)
 
 
 @_ablation("record-rebuild", "an unreadable record never read is rebuilt from the nodes")

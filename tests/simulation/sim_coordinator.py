@@ -371,6 +371,7 @@ class SimCoordinator:
         deletes: Sequence[str] = (),
         *,
         holder: bytes,
+        expect: Mapping[str, bytes | None] | None = None,
     ) -> bool:
         if set(puts) & set(deletes):
             raise InvalidRequest("a fenced commit cannot both put and delete a key (etcd refuses it)")
@@ -378,7 +379,11 @@ class SimCoordinator:
             Delete(k) for k in deletes
         )
         fence = (Compare(fence_key, "create", epoch), Compare(fence_key, "value", holder))
-        return (await self._txn(Txn(fence, ops))).succeeded
+        expected = tuple(
+            Compare(k, "create", 0) if v is None else Compare(k, "value", v)
+            for k, v in sorted((expect or {}).items())
+        )
+        return (await self._txn(Txn(fence + expected, ops))).succeeded
 
     def nudged(self, prefix: str) -> None:
         for event in self._nudges.get(prefix, []):

@@ -53,6 +53,7 @@ PINNED_BY: dict[str, tuple[str, ...]] = {
         f"{WATCHES}::test_a_manager_that_wins_reads_every_prefix_afresh_over_its_watches_older_states",
     ),
     "repair-marks": (f"{WATCHES}::test_a_commit_the_watch_spoke_during_leaves_the_watchs_marks",),
+    "record-expectations": (f"{WATCHES}::test_a_commit_expects_the_partition_records_its_plan_was_made_on",),
     "record-rebuild": (
         "tests/cluster/test_unreadable_records.py::test_a_manager_that_never_read_a_record_writes_back_what_its_leader_serves_on",
         "tests/cluster/test_unreadable_records.py::test_without_a_leader_the_rebuilt_record_designates_nobody_until_every_copy_counts",

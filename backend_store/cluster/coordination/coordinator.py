@@ -195,11 +195,18 @@ class Coordinator(Protocol):
         deletes: Sequence[str] = (),
         *,
         holder: bytes,
+        expect: Mapping[str, bytes | None] | None = None,
     ) -> bool:
         """Apply ``puts`` and ``deletes`` in one transaction if ``fence_key`` still holds
-        the claim of ``epoch`` made by ``holder`` (the value claimed); return whether it did
-        (nothing is changed otherwise). A key may not be both put and deleted
+        the claim of ``epoch`` made by ``holder`` (the value claimed), and each key of
+        ``expect`` still holds the value given (None: the key is absent); return whether it
+        did (nothing is changed otherwise). A key may not be both put and deleted
         (:class:`InvalidRequest`).
+
+        ``expect`` makes what a commit was decided on part of the commit: a decision read
+        key by key can straddle a restore of etcd, and a commit made after it must then fail
+        (a CI run of session 62: a partition read before a restore, its queue read after it,
+        and the partition's copies tombstoned in the restored etcd).
 
         The holder is compared as well as the epoch because an epoch is a revision, and
         revisions repeat across an etcd wiped and then restored: a manager that claimed

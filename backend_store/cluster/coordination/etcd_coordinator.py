@@ -361,13 +361,22 @@ class EtcdCoordinator:
         deletes: Sequence[str] = (),
         *,
         holder: bytes,
+        expect: Mapping[str, bytes | None] | None = None,
     ) -> bool:
         if set(puts) & set(deletes):
             raise InvalidRequest("a fenced commit cannot both put and delete a key (etcd refuses it)")
         fence = fence_key.encode()
+        expected = sorted((expect or {}).items())
         ok, _ = await self._call(
             lambda c: c.transaction(
-                compare=[c.transactions.create(fence) == epoch, c.transactions.value(fence) == holder],
+                compare=[c.transactions.create(fence) == epoch, c.transactions.value(fence) == holder]
+                # etcd fails a value compare on an absent key: absence is a create revision of 0.
+                + [
+                    c.transactions.create(k.encode()) == 0
+                    if v is None
+                    else c.transactions.value(k.encode()) == v
+                    for k, v in expected
+                ],
                 success=[c.transactions.put(k.encode(), v) for k, v in puts.items()]
                 + [c.transactions.delete(k.encode()) for k in deletes],
                 failure=[],

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 
 from ...errors import PushgateError
 from ...types import Epoch
-from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, PrefixState, Session
+from ..coordination.coordinator import Coordinator, CoordinatorUnavailable, Entry, PrefixState, Session
 from ..coordination.etcd_tls import EtcdTls
 from ..coordination.identity import ClusterRecord, judge_stateless
 from ..coordination.layout import (
@@ -35,7 +35,7 @@ from ..coordination.layout import (
     unpack,
 )
 from ..coordination.pools import PoolRequest, placement
-from .plan import ClusterView, Memory, PlanSettings, bounded, plan
+from .plan import ClusterView, Memory, Plan, PlanSettings, bounded, plan
 
 log = logging.getLogger("pushgate.cluster")
 
@@ -81,6 +81,10 @@ class Manager:
         # States of ``partitions/`` the watch delivered: a commit that saw none arrive while it
         # was under way clears the garbled-record marks of what it wrote (``cleared_marks``).
         self._partition_states = 0
+        # Each partition record's bytes as etcd held them in the state the view was given (or
+        # as this manager wrote them): a commit that writes or deletes a record expects them,
+        # so that a plan made on a view etcd no longer holds changes nothing (below, _term).
+        self._partition_values: dict[int, bytes] = {}
         self.epoch: Epoch | None = None  # set while leading
         self.leading = asyncio.Event()
         self._changed = asyncio.Event()
@@ -194,6 +198,7 @@ class Manager:
                 sorted(read.unknown),
             )
         self.view.partitions, self.view.stale, self.view.unknown = read.records, read.stale, read.unknown
+        self._partition_values = parse_ids(state.values())
         return True
 
     def _on_leaders(self, state: PrefixState) -> bool:
@@ -307,16 +312,25 @@ class Manager:
             if change.empty:
                 continue
             states_seen = self._partition_states
-            if (change.deletes or change.tombstones) and not await self._cluster_confirmed():
-                continue  # the cluster's watch is behind the others: plan again after it
-            if change.deletes and not await self._deletions_confirmed(change.deletes):
-                continue  # a watch is behind another: plan again once it has caught up
-            created = [
-                rec
+            # What etcd, read directly, must hold for the change to stand: the commit holds
+            # only while it still does (a read and its commit can straddle a restore).
+            expect = self._records_expected(change)
+            if change.deletes or change.tombstones:
+                cluster = await self._cluster_confirmed()
+                if cluster is None:
+                    continue  # the cluster's watch is behind the others: plan again after it
+                expect.update(cluster)
+            if change.deletes:
+                confirmed = await self._deletions_confirmed(change.deletes)
+                if confirmed is None:
+                    continue  # a watch is behind another: plan again once it has caught up
+                expect.update(confirmed)
+            created = {
+                pid: rec
                 for pid, rec in change.puts.items()
                 if pid not in self.view.partitions and pid not in self.view.unknown  # unknown: rebuilt
-            ]
-            if created and not await self._creations_confirmed(created):
+            }
+            if created and not await self._creations_confirmed(list(created.values())):
                 continue  # the same: a partition is never placed twice
             layout = self.layout
             puts = {layout.partition(pid): rec.pack() for pid, rec in change.puts.items()}
@@ -325,21 +339,41 @@ class Manager:
                 puts[layout.partition_counter] = pack(change.counter)
             deletes = [layout.partition(pid) for pid in change.deletes]
             deletes += [layout.tombstone(p, n) for p, n in change.tombstone_deletes]
+            holder = self.manager_id.encode()
             ok = await self.coordinator.fenced_commit(
-                layout.manager, epoch, puts, deletes, holder=self.manager_id.encode()
+                layout.manager, epoch, puts, deletes, holder=holder, expect=expect
             )
+            if not ok and expect and await self._fence_holds(epoch, holder):
+                log.info(
+                    "%s: etcd no longer holds what a plan was made on (a watch behind, etcd restored):"
+                    " planning again",
+                    self.manager_id,
+                )
+                continue
             if not ok:
                 log.warning("%s: fenced out (epoch %d is no longer the manager's)", self.manager_id, epoch)
                 return
+            for pid in change.deletes:
+                log.info("%s: deleted partition %d (its queue is gone)", self.manager_id, pid)
+            for (pid, node_id), stone in change.tombstones.items():
+                log.info(
+                    "%s: tombstone for %s's copy of partition %d (%s)",
+                    self.manager_id,
+                    node_id,
+                    pid,
+                    stone.reason,
+                )
             # Our own write: apply it to the view now, so the next tick does not repeat it.
             self.view.counter = change.counter
             self.view.partitions.update(change.puts)
+            self._partition_values.update((pid, puts[layout.partition(pid)]) for pid in change.puts)
             self._ever_read.update(change.puts)
             cleared = cleared_marks(change.puts, states_seen, self._partition_states)
             self.view.stale -= cleared
             self.view.unknown -= cleared
             for pid in change.deletes:
                 self.view.partitions.pop(pid, None)
+                self._partition_values.pop(pid, None)
             self.view.tombstones.update(change.tombstones)
             for key in change.tombstone_deletes:
                 self.view.tombstones.pop(key, None)
@@ -356,20 +390,41 @@ class Manager:
             handler(state)
         self._changed.set()
 
-    async def _cluster_confirmed(self) -> bool:
+    def _records_expected(self, change: Plan) -> dict[str, bytes | None]:
+        """What a commit of ``change`` expects etcd to hold under each partition record it
+        writes or deletes: the bytes the view was made from (None: no record, a creation).
+
+        A plan made on a view etcd no longer holds must change nothing. After a restore from
+        an older snapshot the partitions' watch can still show a partition made since, whose
+        queue the snapshot does not hold either: a plan that wrote that record back into the
+        restored etcd (a promotion, a repair) was followed, once the queues' watch caught up,
+        by the deletion of the partition and tombstones for its copies, and every node deleted
+        a queue's acknowledged messages (CI runs of session 62,
+        ``test_a_restore_from_an_older_snapshot_keeps_what_was_made_since``)."""
+        return {
+            self.layout.partition(pid): self._partition_values.get(pid)
+            for pid in (*change.puts, *change.deletes)
+        }
+
+    async def _fence_holds(self, epoch: Epoch, holder: bytes) -> bool:
+        entry = await self.coordinator.get(self.layout.manager)
+        return entry is not None and entry.create_revision == epoch and entry.value == holder
+
+    async def _cluster_confirmed(self) -> dict[str, bytes | None] | None:
         """Whether etcd itself, read now, holds a cluster this manager may plan for. Asked
         before a plan that deletes partitions or writes tombstones: the prefixes are watched
         apart, and after etcd is wiped the queues' watch can show the empty etcd before the
         cluster's does; a plan on that picture deletes every partition, and its queue's key,
         read directly, is gone indeed (a CI run of session 32: a replica deleted 50 ms after
-        this manager led the emptied etcd, 28 ms before it logged "planning nothing")."""
+        this manager led the emptied etcd, 28 ms before it logged "planning nothing").
+        Returns the record read, for the commit to expect, or None."""
         entry = await self.coordinator.get(self.layout.cluster)
         record = ClusterRecord.parse(entry.value if entry else None)
         verdict = judge_stateless(record, None, self.layout)
-        if verdict.refusal is not None:
-            log.warning("%s: deleting nothing: %s", self.manager_id, verdict.refusal)
-            return False
-        return True
+        if verdict.refusal is not None or entry is None:
+            log.warning("%s: deleting nothing: %s", self.manager_id, verdict.refusal or "no cluster record")
+            return None
+        return {self.layout.cluster: entry.value}
 
     async def _creations_confirmed(self, created: list[PartitionRecord]) -> bool:
         """Whether etcd itself, read now, holds no partition for the queue slots a plan
@@ -393,7 +448,7 @@ class Manager:
                 return False
         return True
 
-    async def _deletions_confirmed(self, deletes: list[int]) -> bool:
+    async def _deletions_confirmed(self, deletes: list[int]) -> dict[str, bytes | None] | None:
         """Whether etcd itself, read now, says each partition's queue is gone (or is another
         incarnation, or has fewer partitions): never delete on the absence a watch shows.
 
@@ -401,23 +456,20 @@ class Manager:
         restored partitions while another still shows the queues of the etcd before (empty):
         a plan on that picture deletes every partition, tombstones included (simulation seed
         `etcd` 6242, session 31: a replica holding acknowledged entries deleted 17 ms after a
-        restore)."""
+        restore).
+
+        Returns the queue records read (None for an absent one), for the commit to expect, or
+        None when a deletion is not confirmed."""
+        read: dict[str, bytes | None] = {}
         for pid in deletes:
             record = self.view.partitions.get(pid)
             if record is None:
                 continue
-            entry = await self.coordinator.get(self.layout.queue(record.tenant, record.queue))
-            if entry is None:
+            queue_key = self.layout.queue(record.tenant, record.queue)
+            entry = await self.coordinator.get(queue_key)
+            read[queue_key] = None if entry is None else entry.value
+            if entry is None or _not_its_queue(record, entry):
                 continue
-            if record.queue_revision is not None and entry.create_revision != record.queue_revision:
-                continue  # deleted and created again: this partition is the old queue's
-            with contextlib.suppress(PushgateError):
-                attributes = unpack(entry.value)
-                if isinstance(attributes, dict) and placement(attributes):
-                    continue  # a pool's queue now: this partition is an earlier queue's
-                partitions = attributes.get("partitions", 1) if isinstance(attributes, dict) else 1
-                if isinstance(partitions, int) and record.index >= partitions:
-                    continue  # past a lowered partition count
             log.warning(
                 "%s: not deleting partition %d: its queue %s/%s is in etcd (a watch is behind)",
                 self.manager_id,
@@ -425,8 +477,8 @@ class Manager:
                 record.tenant,
                 record.queue,
             )
-            return False
-        return True
+            return None
+        return read
 
 
 def _changed(before: PrefixState, after: PrefixState) -> set[str]:
@@ -439,6 +491,21 @@ def _changed(before: PrefixState, after: PrefixState) -> set[str]:
     keys = set(before.entries) ^ set(after.entries)
     keys.update(k for k in set(before.entries) & set(after.entries) if before.entries[k] != after.entries[k])
     return keys
+
+
+def _not_its_queue(record: PartitionRecord, entry: Entry) -> bool:
+    """Whether the queue record etcd holds under a partition's queue name no longer wants
+    the partition: another incarnation, a pool's queue, or fewer partitions."""
+    if record.queue_revision is not None and entry.create_revision != record.queue_revision:
+        return True  # deleted and created again: this partition is the old queue's
+    try:
+        attributes = unpack(entry.value)
+    except PushgateError:
+        return False
+    if isinstance(attributes, dict) and placement(attributes):
+        return True  # a pool's queue now: this partition is an earlier queue's
+    partitions = attributes.get("partitions", 1) if isinstance(attributes, dict) else 1
+    return isinstance(partitions, int) and record.index >= partitions  # past a lowered count
 
 
 def _same_slot(a: PartitionRecord, b: PartitionRecord) -> bool:
