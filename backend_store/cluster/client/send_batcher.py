@@ -277,10 +277,7 @@ class SendBatcher:
             for waiter in batch:
                 _fail(waiter, exc)
             return
-        if len(results) != len(messages):  # a node bug: do not hand anyone someone else's results
-            problem = Unavailable(f"node answered {len(results)} results for {len(messages)} messages")
-            for waiter in batch:
-                _fail(waiter, problem)
+        if not _answered(batch, len(results), len(messages), "results", "messages"):
             return
         start = 0
         for waiter in batch:
@@ -315,10 +312,7 @@ class SendBatcher:
             for waiter in batch:
                 _fail(waiter, exc)
             return
-        if len(results) != len(batch):  # a node bug: do not hand anyone someone else's results
-            problem = Unavailable(f"node answered {len(results)} entries for {len(batch)} sends")
-            for waiter in batch:
-                _fail(waiter, problem)
+        if not _answered(batch, len(results), len(batch), "entries", "sends"):
             return
         refused: list[_Waiter] = []
         for waiter, result in zip(batch, results, strict=True):
@@ -377,6 +371,17 @@ def _drop_cancelled(waiting: deque[_Waiter]) -> None:
 def _succeed(waiter: _Waiter, results: Results) -> None:
     if not waiter.future.done():
         waiter.future.set_result(results)
+
+
+def _answered(batch: list[_Waiter], got: int, asked: int, answers: str, questions: str) -> bool:
+    """Whether a node answered as many ``answers`` as it was asked ``questions``; if not (a
+    node bug), every caller fails: nobody is handed someone else's results."""
+    if got == asked:
+        return True
+    problem = Unavailable(f"node answered {got} {answers} for {asked} {questions}")
+    for waiter in batch:
+        _fail(waiter, problem)
+    return False
 
 
 def _fail(waiter: _Waiter, exc: BaseException) -> None:
