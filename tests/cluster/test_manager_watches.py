@@ -4,18 +4,22 @@ which garbled-record marks a commit clears. The plan on the view: test_manager_p
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
-from backend_store.cluster.coordination.coordinator import Coordinator, Entry, PrefixState
+from backend_store.cluster.coordination.coordinator import Coordinator, Entry, PrefixState, Session
 from backend_store.cluster.coordination.layout import (
+    ClusterIdentity,
     LeaderRecord,
     NodeRecord,
     PartitionRecord,
     ReplicaPosition,
+    pack,
 )
 from backend_store.cluster.manager import manager as manager_module
 from backend_store.cluster.manager.manager import Manager
 from backend_store.cluster.manager.plan import plan
+from backend_store.types import Epoch
 
 
 class ReadOnly:
@@ -124,3 +128,50 @@ async def test_a_deletion_expects_the_queue_records_it_was_confirmed_on() -> Non
     m = manager(Gets(15, {layout.queue("t", "late"): b"{}"}))
     m.view.partitions = {2: PartitionRecord("t", "late", 0, ("n1",), "n1")}
     assert await m._deletions_confirmed([2]) is None  # the queue is there: a watch is behind
+
+
+class Refusing(Gets):
+    """``Gets`` whose fenced commits fail on their expectations: etcd holds something else
+    under a record the plan expects, while the manager's claim still stands."""
+
+    def __init__(self, revision: int, kv: dict[str, bytes], session: Any) -> None:
+        super().__init__(revision, kv)
+        self.session = session
+        self.commits: list[dict[str, bytes | None]] = []
+
+    async def fenced_commit(self, *_: Any, holder: bytes, expect: dict[str, bytes | None]) -> bool:
+        self.commits.append(expect)
+        if len(self.commits) == 3:
+            self.session.lost.set()  # ends the term: the test is over
+        return False
+
+
+class Lease:
+    def __init__(self) -> None:
+        self.lost = asyncio.Event()
+
+    def valid(self) -> bool:
+        return not self.lost.is_set()
+
+
+async def test_a_commit_refused_on_its_expectations_plans_again_and_keeps_the_lead() -> None:
+    # Refused on what it expected (a watch behind, etcd restored), the commit is not a fence
+    # lost: the manager plans again at its next tick, still leading, instead of giving up a
+    # lead nobody else took.
+    layout = manager().layout
+    session = Lease()
+    kv = {
+        layout.manager: b"m1",
+        layout.node("n1"): NodeRecord("127.0.0.1:1", "up", {}).pack(),
+        layout.queue("t", "q"): pack({"replication_factor": 1}),
+        layout.cluster: ClusterIdentity("c1").pack(),
+    }
+    refusing = Refusing(40, kv, session)
+    m = Manager(cast(Coordinator, refusing), manager_id="m1", tick_s=0.01)
+    m._held[layout.queues] = PrefixState(layout.queues, 0)  # as _lead's watch gives it
+    m._on_queues(await refusing.read_prefix(layout.queues))
+    await asyncio.wait_for(m._term(cast(Session, session), Epoch(1)), 10)
+    assert len(refusing.commits) == 3  # fenced out, it would have stopped after the first
+    assert all(
+        layout.partition(1) in expect and expect[layout.partition(1)] is None for expect in refusing.commits
+    )
