@@ -1,6 +1,7 @@
 """What the manager takes from etcd into its view (``manager/manager.py``), without etcd: the
 handlers that turn a watched prefix's state into the view, the fresh read after winning, and
-which garbled-record marks a commit clears. The plan on the view: test_manager_plan.py."""
+which garbled-record marks a commit clears, and what a commit expects etcd to hold (the
+records its plan was made on). The plan on the view: test_manager_plan.py."""
 
 from __future__ import annotations
 
