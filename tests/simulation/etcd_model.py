@@ -34,6 +34,9 @@ from typing import Any
 
 from .kernel import Process, Trace
 
+# etcd's --max-txn-ops default: a transaction's compares, and each of its branches, at most.
+MAX_TXN_OPS = 128
+
 
 @dataclass(slots=True)
 class KeyValue:
@@ -231,6 +234,10 @@ class EtcdServer:
         return self._txn(request)
 
     def _txn(self, txn: Txn) -> TxnResult | Failure:
+        if max(len(txn.compares), len(txn.success), len(txn.failure)) > MAX_TXN_OPS:
+            # Refused whole, as etcd does: a manager's commit whose compares passed the limit
+            # (session 63's expectations) placed no partition, tick after tick.
+            return Failure("etcdserver: too many operations in txn request")
         state = self.state
         ok = all(self._holds(c) for c in txn.compares)
         ops = txn.success if ok else txn.failure

@@ -42,8 +42,12 @@ log = logging.getLogger("pushgate.cluster")
 # The prefixes the manager watches (start): it plans only once it has read every one.
 _WATCHED = 8
 # Operations in one of the manager's transactions at most: etcd's default --max-txn-ops
-# (a larger change is committed over several ticks, plan.bounded).
+# (a larger change is committed over several ticks, plan.bounded). etcd applies the limit to
+# the compares too, and a commit compares up to two records a partition it changes (its own,
+# and a deleted one's queue) beside three others (the fence's two, the cluster record): a
+# plan is bounded to half as many operations, less those three.
 _TXN_OPS = 128
+_PLAN_OPS = (_TXN_OPS - 3) // 2
 
 
 class Manager:
@@ -308,7 +312,7 @@ class Manager:
             if len(self._held) < _WATCHED or not session.valid() or self.view.distrust is not None:
                 continue  # never plan on a partial picture, nor on an etcd without the cluster
             change = plan(self.view, self.memory, now=self.clock(), settings=self.settings)
-            change = bounded(change, _TXN_OPS)
+            change = bounded(change, _PLAN_OPS)
             if change.empty:
                 continue
             states_seen = self._partition_states
