@@ -203,10 +203,11 @@ class Coordinator(Protocol):
         did (nothing is changed otherwise). A key may not be both put and deleted
         (:class:`InvalidRequest`).
 
-        ``expect`` makes what a commit was decided on part of the commit: a decision read
-        key by key can straddle a restore of etcd, and a commit made after it must then fail
-        (a CI run of session 62: a partition read before a restore, its queue read after it,
-        and the partition's copies tombstoned in the restored etcd).
+        ``expect`` makes what a commit was decided on part of the commit: a plan made on
+        watches, or on reads made key by key, can be of an etcd that no longer holds it (CI
+        runs of session 62: after a restore from an older snapshot, a manager's plan on a
+        partition the restored etcd did not hold wrote it back, then deleted it and
+        tombstoned its copies).
 
         The holder is compared as well as the epoch because an epoch is a revision, and
         revisions repeat across an etcd wiped and then restored: a manager that claimed

@@ -396,7 +396,8 @@ class Manager:
 
     def _records_expected(self, change: Plan) -> dict[str, bytes | None]:
         """What a commit of ``change`` expects etcd to hold under each partition record it
-        writes or deletes: the bytes the view was made from (None: no record, a creation).
+        writes, deletes or tombstones copies of: the bytes the view was made from (None: no
+        record, a creation).
 
         A plan made on a view etcd no longer holds must change nothing. After a restore from
         an older snapshot the partitions' watch can still show a partition made since, whose
@@ -405,10 +406,8 @@ class Manager:
         by the deletion of the partition and tombstones for its copies, and every node deleted
         a queue's acknowledged messages (CI runs of session 62,
         ``test_a_restore_from_an_older_snapshot_keeps_what_was_made_since``)."""
-        return {
-            self.layout.partition(pid): self._partition_values.get(pid)
-            for pid in (*change.puts, *change.deletes)
-        }
+        pids = {*change.puts, *change.deletes, *(pid for pid, _ in change.tombstones)}
+        return {self.layout.partition(pid): self._partition_values.get(pid) for pid in pids}
 
     async def _fence_holds(self, epoch: Epoch, holder: bytes) -> bool:
         entry = await self.coordinator.get(self.layout.manager)
