@@ -204,8 +204,8 @@ class Coordinator(Protocol):
         (:class:`InvalidRequest`).
 
         ``expect`` makes what a commit was decided on part of the commit: a plan made on
-        watches, or on reads made key by key, can be of an etcd that no longer holds it (CI
-        runs of session 62: after a restore from an older snapshot, a manager's plan on a
+        watches, or on reads made key by key, can be of an etcd that no longer holds it
+        (session 62's CI run: after a restore from an older snapshot, a manager's plan on a
         partition the restored etcd did not hold wrote it back, then deleted it and
         tombstoned its copies).
 

@@ -403,8 +403,8 @@ class Manager:
         an older snapshot the partitions' watch can still show a partition made since, whose
         queue the snapshot does not hold either: a plan that wrote that record back into the
         restored etcd (a promotion, a repair) was followed, once the queues' watch caught up,
-        by the deletion of the partition and tombstones for its copies, and every node deleted
-        a queue's acknowledged messages (CI runs of session 62,
+        by the deletion of the partition and tombstones for its copies, and the nodes deleted
+        a queue's acknowledged messages (session 62's CI run,
         ``test_a_restore_from_an_older_snapshot_keeps_what_was_made_since``)."""
         pids = {*change.puts, *change.deletes, *(pid for pid, _ in change.tombstones)}
         return {self.layout.partition(pid): self._partition_values.get(pid) for pid in pids}
