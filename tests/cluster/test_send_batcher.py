@@ -344,17 +344,26 @@ async def test_sends_to_queues_sharing_a_pool_partition_go_as_one_request() -> N
     assert batcher._lanes == {}
 
 
-async def test_a_queue_refused_in_a_request_of_several_is_sent_again_alone() -> None:
-    leader = FakeLeader()
-    batcher = SendBatcher(leader, max_in_flight=1)
-    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=False))
+async def behind_a_first_send(
+    leader: FakeLeader, batcher: SendBatcher, sends: list[tuple[str, str]], *, safe: bool
+) -> tuple[list[asyncio.Task[Any]], Request]:
+    """Queue ``a``'s send in flight, then ``sends`` (queue, body) of the same pool partition
+    waiting behind it; ``a``'s answered: the callers and the request they make next."""
+    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=safe))
     r1 = await leader.next_request(1)
-    b = asyncio.create_task(batcher.send(pooled("b"), QueueName("b"), msgs("b1"), safe=False))
-    new = asyncio.create_task(batcher.send(pooled("new"), QueueName("new"), msgs("n1"), safe=False))
+    later = [
+        asyncio.create_task(batcher.send(pooled(q), QueueName(q), msgs(body), safe=safe)) for q, body in sends
+    ]
     await settle()
     r1.answer.set_result(stored(r1))
     await first
-    r2 = await leader.next_request(2)
+    return later, await leader.next_request(2)
+
+
+async def test_a_queue_refused_in_a_request_of_several_is_sent_again_alone() -> None:
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1)
+    (b, new), r2 = await behind_a_first_send(leader, batcher, [("b", "b1"), ("new", "n1")], safe=False)
     assert r2.op == "send_queues"
     # The leader has no queue "new" yet (its record not applied there, or deleted).
     r2.answer.set_result([sent_each(r2)[0], QueueNotFound("queue 'new' does not exist")])
@@ -369,15 +378,7 @@ async def test_a_queue_refused_in_a_request_of_several_is_sent_again_alone() -> 
 async def test_a_node_that_predates_send_queues_gets_each_caller_alone() -> None:
     leader = FakeLeader()
     batcher = SendBatcher(leader, max_in_flight=1)
-    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=True))
-    r1 = await leader.next_request(1)
-    later = [
-        asyncio.create_task(batcher.send(pooled(q), QueueName(q), msgs(f"{q}1"), safe=True)) for q in "bc"
-    ]
-    await settle()
-    r1.answer.set_result(stored(r1))
-    await first
-    r2 = await leader.next_request(2)
+    later, r2 = await behind_a_first_send(leader, batcher, [("b", "b1"), ("c", "c1")], safe=True)
     assert r2.op == "send_queues" and r2.retry_unknown
     r2.answer.set_exception(InvalidRequest("unknown operation 'send_queues'"))
     for n, q in enumerate("bc", start=3):
@@ -394,14 +395,7 @@ async def test_a_refused_callers_lone_send_does_not_hold_the_partitions_other_qu
     # other queues go on meanwhile.
     leader = FakeLeader()
     batcher = SendBatcher(leader, max_in_flight=1)
-    first = asyncio.create_task(batcher.send(pooled("a"), QueueName("a"), msgs("a1"), safe=False))
-    r1 = await leader.next_request(1)
-    b = asyncio.create_task(batcher.send(pooled("b"), QueueName("b"), msgs("b1"), safe=False))
-    new = asyncio.create_task(batcher.send(pooled("new"), QueueName("new"), msgs("n1"), safe=False))
-    await settle()
-    r1.answer.set_result(stored(r1))
-    await first
-    r2 = await leader.next_request(2)
+    (b, new), r2 = await behind_a_first_send(leader, batcher, [("b", "b1"), ("new", "n1")], safe=False)
     r2.answer.set_result([sent_each(r2)[0], QueueNotFound("not applied yet")])
     await b
     r3 = await leader.next_request(3)
