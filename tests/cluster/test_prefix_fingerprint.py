@@ -22,6 +22,7 @@ from backend_store.cluster.coordination.prefix_fingerprint import (
     Verdict,
     check_interval,
     judge,
+    whole_read_interval,
 )
 from backend_store.cluster.coordination.watched_prefix import WatchedPrefix
 from tests.cluster.test_watch_events import read_at
@@ -45,6 +46,16 @@ def test_a_large_prefix_is_checked_less_often_never_past_the_whole_read() -> Non
     assert check_interval(2.0, 10_000) == 5.0
     assert check_interval(2.0, 1_000_000) == WHOLE_READ_EVERY_S
     assert check_interval(5.0, 2_000) == 5.0  # a gateway's own, longer interval holds
+
+
+def test_a_large_prefix_is_read_whole_less_often_and_checked_as_before() -> None:
+    # The whole read is a safety net costing etcd and the reader per record: at 10,000
+    # queue records, one every 150 s costs a watcher what one every 30 s did at 2,000.
+    assert whole_read_interval(2.0, 0) == whole_read_interval(2.0, 2_000) == WHOLE_READ_EVERY_S
+    assert whole_read_interval(2.0, 10_000) == 150.0
+    assert whole_read_interval(60.0, 10) == 60.0  # a longer reread interval holds
+    # What only a check sees (etcd gone back with the stream alive) is seen as soon as before.
+    assert check_interval(2.0, 1_000_000) == WHOLE_READ_EVERY_S < whole_read_interval(2.0, 1_000_000)
 
 
 def test_the_same_keys_and_newest_write_are_the_state_at_etcds_revision() -> None:

@@ -29,7 +29,7 @@ from ...tested_versions import RELEASES, ReleaseCheck
 from ...types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
 from .etcd_tls import EtcdTls, etcd_client
-from .prefix_fingerprint import WHOLE_READ_EVERY_S, Fingerprint, Verdict, check_interval, judge
+from .prefix_fingerprint import Fingerprint, Verdict, check_interval, judge, whole_read_interval
 
 log = logging.getLogger("pushgate.cluster")
 T = TypeVar("T")
@@ -397,7 +397,7 @@ class EtcdCoordinator:
         """A whole read at revision R, then etcd's events from R+1 applied in order (module
         docstring of ``coordinator``); a whole read again after any doubt. Every
         ``reread_every_s`` a check: the prefix's fingerprint, a whole read when it disagrees
-        and every ``WHOLE_READ_EVERY_S`` (``prefix_fingerprint.py``)."""
+        and every ``whole_read_interval`` (``prefix_fingerprint.py``)."""
         stop = stop or asyncio.Event()
         last: PrefixState | None = None  # the last state yielded
         fresh: PrefixState | None = None
@@ -459,11 +459,11 @@ class EtcdCoordinator:
         check read disagrees (``stream.fallback``: that read) or ``stop``. A check is the
         prefix's fingerprint (``prefix_fingerprint.py``); a whole read when the fingerprint
         says so, when the consumer holds a state of its own, and every
-        ``WHOLE_READ_EVERY_S``."""
+        ``whole_read_interval`` (longer for a large prefix)."""
         state = base
-        whole_every = max(reread_every_s, WHOLE_READ_EVERY_S)
         now = time.monotonic()
-        check_at, whole_at = now + check_interval(reread_every_s, len(state.entries)), now + whole_every
+        check_at = now + check_interval(reread_every_s, len(state.entries))
+        whole_at = now + whole_read_interval(reread_every_s, len(state.entries))
         doubt: int | None = None
         while not stop.is_set():
             item = await _next_item(stream.responses, stop, check_at - time.monotonic())
@@ -488,7 +488,7 @@ class EtcdCoordinator:
                             )
                             yield state
                         continue
-                whole_at, doubt = now + whole_every, None
+                whole_at, doubt = now + whole_read_interval(reread_every_s, len(state.entries)), None
                 try:
                     fresh = await self.read_prefix(stream.prefix)
                 except CoordinatorUnavailable:

@@ -20,9 +20,10 @@ no value is sent). Against the state the events built:
 etcd's work for a fingerprint grows with the keys (it sorts them), so a large prefix is
 checked less often (:func:`check_interval`). What a fingerprint cannot see is an event
 missed and then hidden by a later one on another key (the count and the newest write agree
-again): a whole read still comes every :data:`WHOLE_READ_EVERY_S` for that. etcd delivers
-a watch's events in order or breaks the stream (and a broken stream is read whole), so that
-read is a safety net, not the path.
+again): a whole read still comes for that (:func:`whole_read_interval`). etcd delivers a
+watch's events in order or breaks the stream (and a broken stream is read whole), so that
+read is a safety net, not the path; a large prefix is read whole less often, so that the
+net costs a watcher and etcd about the same whatever the prefix holds.
 """
 
 from __future__ import annotations
@@ -32,8 +33,15 @@ from enum import Enum
 
 from .coordinator import PrefixState
 
-# How often a watch still reads its prefix whole (see the module docstring).
+# How often a watch still reads its prefix whole (see the module docstring), at least.
 WHOLE_READ_EVERY_S = 30.0
+# The whole read's seconds per key under the prefix, past ``WHOLE_READ_EVERY_S``. A whole
+# read of 10,000 queue records costs etcd about 69 ms of CPU and the reader 66 ms, plus its
+# comparison with the state held (session 60); every 30 s, the six watchers of ``queues/``
+# on a 3-node dev cluster spent about 30 ms of CPU a second on them at 10,000 queues, idle
+# or not (session 64). One read per 15 ms a key keeps one watcher's net under about 1% of a
+# core whatever the prefix holds: every 30 s up to 2,000 keys, 150 s at 10,000.
+WHOLE_READ_S_PER_KEY = 0.015
 # A check's seconds per key under the prefix, past ``reread_every_s``. The answer is small,
 # the work is not: to sort by mod revision etcd reads every key's record, about 2.2 us of its
 # CPU a key (22 ms at 10,000 queue records against 0.5 ms for a few keys; session 60). At a
@@ -58,10 +66,18 @@ class Verdict(Enum):
     READ = "read"  # read the prefix whole
 
 
+def whole_read_interval(reread_every_s: float, keys: int) -> float:
+    """Seconds between a watch's whole reads of a prefix holding ``keys`` keys: at least
+    :data:`WHOLE_READ_EVERY_S` (and ``reread_every_s``), longer for a large prefix
+    (:data:`WHOLE_READ_S_PER_KEY`)."""
+    return max(reread_every_s, WHOLE_READ_EVERY_S, keys * WHOLE_READ_S_PER_KEY)
+
+
 def check_interval(reread_every_s: float, keys: int) -> float:
     """Seconds until a watch of a prefix holding ``keys`` keys checks it again: its
     ``reread_every_s``, longer for a large prefix (:data:`CHECK_S_PER_KEY`), never past
-    the whole read that comes anyway."""
+    :data:`WHOLE_READ_EVERY_S`: what a check sees (etcd gone back, an event missed) is
+    seen within that, however rare the whole reads of a large prefix."""
     return max(reread_every_s, min(keys * CHECK_S_PER_KEY, WHOLE_READ_EVERY_S))
 
 
