@@ -36,6 +36,10 @@ Mixes (``--faults``):
 ``down``       every node and manager stopped, etcd restored with ``--bump-revision`` from a
                backup, and every process started again within a moment of each other, in
                an order drawn from the seed (issue 48), with kills and freezes
+``since``      a queue with partitions of its own made during the chaos, after backups, and
+               sent to; etcd restored from older backups (half of them lose the queue),
+               with kills, freezes and manager kills (session 64: the CI run of session 62
+               lost such a queue's acknowledged messages to a manager's stale plan)
 =============  ==========================================================================
 A mix may also be a comma-separated list of fault names (``kill,cut-peers``).
 """
@@ -83,6 +87,8 @@ class Mix:
     pooled: bool = False
     # Faults scheduled by a test, besides the random ones (``scripted`` makes a mix of these alone).
     forced: tuple[Forced, ...] = ()
+    # A queue with partitions of its own made during the chaos, after backups (simulation.py).
+    late_queue: bool = False
 
     @property
     def availability_checked(self) -> bool:
@@ -139,6 +145,11 @@ MIXES["late"] = Mix(
 # A bumped restore made while every process was down (issue 48): the one that started first
 # may hold a designation the restore brought back, before anyone sees the restore.
 MIXES["down"] = Mix("down", ("etcd-restore-down", "kill", "kill", "freeze"), 2, 1.5)
+# A queue made after backups, then restores (session 64): what a restore lost must not take
+# its partition's copies with it (docs/cluster.md, "Never delete on absence").
+MIXES["since"] = Mix(
+    "since", ("etcd-restore", "etcd-restore", "kill", "freeze", "kill-manager"), 2, 2.0, late_queue=True
+)
 # Many queues over few partitions (issue 49): 200 queues in one pool of 8 partitions, queues
 # created and deleted during the faults.
 MIXES["pools"] = Mix(

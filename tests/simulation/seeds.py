@@ -35,6 +35,7 @@ CI_SEEDS: dict[str, range] = {
     "bumped": range(0, 20),
     "late": range(0, 10),
     "pools": range(0, 10),
+    "since": range(0, 10),
 }
 
 # (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci. Empty

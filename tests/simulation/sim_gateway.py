@@ -215,8 +215,9 @@ class SimGateway:
     # Producers --------------------------------------------------------------------------------------
 
     def start_producers(self, queues: list[QueueSpec]) -> None:
-        # About SENDS_PER_S acknowledged sends a second in all, however many groups.
-        self.think_s = sum(len(spec.groups) for spec in queues) / SENDS_PER_S
+        # About SENDS_PER_S acknowledged sends a second in all, however many groups (those
+        # started before included: a queue made later adds its groups).
+        self.think_s = (len(self.groups) + sum(len(spec.groups) for spec in queues)) / SENDS_PER_S
         for spec in queues:
             attributes = QueueAttributes(ordering="fifo", partitions=spec.partitions)
             for group in spec.groups:

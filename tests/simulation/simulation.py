@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend_store.cluster.coordination.layout import Layout
+from backend_store.cluster.coordination.layout import Layout, pack
+from backend_store.errors import PushgateError
 from backend_store.types import QueueName
 
 from .cluster import SimCluster
@@ -203,6 +204,9 @@ class _Run:
         self.main_task: asyncio.Task[None] | None = None
         self.churn: Churn | None = None
         self.made_again: list[str] = []  # producers' queues whose records a restore lost
+        # The queue a ``late_queue`` mix makes during the chaos, once placed, and the ids of
+        # its partitions then (what its acknowledged sends went to).
+        self.late: tuple[QueueSpec, tuple[int | None, ...]] | None = None
 
     def after_step(self) -> None:
         if self.oracle.violation is not None and not self.stopping and self.main_task is not None:
@@ -281,6 +285,8 @@ class _Run:
         if pooled:
             self.churn = Churn(gateway, self.oracle, rng, [q.name for q in idle])
             churn = gateway.proc.spawn(self.churn.run(), "churn")
+        elif config.mix.late_queue:
+            churn = gateway.proc.spawn(self._make_late_queue(gateway), "late queue")
         await chaos.run(config.chaos_s)
         if churn is not None:
             churn.cancel()
@@ -297,6 +303,8 @@ class _Run:
                 self.oracle.fact("queues-made-again", f"a restore had lost the records of {self.made_again}")
         self._check_availability(enforce=config.mix.availability_checked)
         await asyncio.sleep(config.settle_s)
+        if self.late is not None:
+            self._check_late_queue_if_kept(gateway, *self.late)
         # Checks.
         gateway.sending = False
         await self._until_idle(gateway)
@@ -311,6 +319,54 @@ class _Run:
             if self.made_again:
                 self.topology += f"; made again after a restore: {', '.join(self.made_again)}"
         self.virtual_s = asyncio.get_running_loop().time()
+
+    async def _make_late_queue(self, gateway: SimGateway) -> None:
+        """A queue with partitions of its own, made once the chaos has begun (after the
+        backup taken before it, and maybe others), then sent to like the first ones. A
+        restore to an older backup loses its records; its copies, holding acknowledged
+        sends, must stay on the nodes as strays (the oracle fails any deletion of a copy
+        whose acknowledged entries no majority of the map's replicas holds)."""
+        rng = self.rng
+        await asyncio.sleep(2.0 + rng.random() * 6.0)
+        spec = QueueSpec("late", rng.randint(1, 2), [f"lateg{g}" for g in range(rng.randint(2, 3))])
+        key = self.cluster.layout.queue(TENANT, spec.name)
+        while True:
+            try:
+                await gateway.coordinator.put(key, pack(spec.attributes()))
+                break
+            except PushgateError:
+                await asyncio.sleep(0.5)
+        self.oracle.fact(
+            "late-queue-made", f"{spec.name}: {spec.partitions} partition(s), made during the chaos"
+        )
+        while not self._placed(gateway, spec):  # noqa: ASYNC110
+            await asyncio.sleep(0.1)  # virtual time: a poll costs nothing
+        self.late = (spec, self._partition_ids(gateway, spec))
+        self.topology += (
+            f", {spec.name}: {spec.partitions} partition(s) x {len(spec.groups)} groups made later"
+        )
+        gateway.start_producers([spec])
+
+    def _partition_ids(self, gateway: SimGateway, spec: QueueSpec) -> tuple[int | None, ...]:
+        parts = (
+            gateway.view.map.partition(TENANT, QueueName(spec.name), i, None) for i in range(spec.partitions)
+        )
+        return tuple(part.id if part is not None else None for part in parts)
+
+    def _check_late_queue_if_kept(
+        self, gateway: SimGateway, spec: QueueSpec, placed: tuple[int | None, ...]
+    ) -> None:
+        """After healing, the late queue is checked like the first ones when etcd still holds
+        its record and the partitions its sends went to; otherwise a restore lost them, and
+        no gateway can reach its messages (the oracle has held its copies: none deleted)."""
+        record = self.cluster.etcd.state.kv.get(self.cluster.layout.queue(TENANT, spec.name))
+        if record is not None and self._partition_ids(gateway, spec) == placed:
+            self.queues.append(spec)
+            return
+        self.oracle.fact("late-queue-lost", f"a restore lost {spec.name}'s records: its copies are strays")
+        self.topology += f"; a restore lost {spec.name}'s records"
+        for group in spec.groups:
+            gateway.groups.pop((spec.name, group), None)
 
     async def _until_registered(self, nodes: int, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
