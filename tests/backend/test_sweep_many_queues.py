@@ -1,5 +1,5 @@
 """The retention sweep over many queues (issue 49): small transactions that go on where the
-last one stopped, and empty queues answered from their records.
+last one stopped, and empty queues not visited at all.
 
 A sweep of 10,000 queues in one transaction held the writer, and every send behind it, for
 0.3-0.7 s each sweep interval (session 62). The sweep now visits at most ``SWEEP_QUEUES``
