@@ -174,17 +174,22 @@ class SimCluster:
         proc = self._process(GATEWAY)
         coordinator = SimCoordinator(proc, self.network, self.etcd)
         for spec in queues:
-            while True:
-                try:
-                    await coordinator.put(self.layout.queue(TENANT, spec.name), pack(spec.attributes()))
-                    break
-                except PushgateError:
-                    await asyncio.sleep(0.5)
+            await self.write_queue_record(coordinator, spec)
         gateway = self.gateway = SimGateway(
             proc, self.network, coordinator, self.oracle, self.rng, layout=self.layout
         )
         await gateway.start()
         return gateway
+
+    async def write_queue_record(self, coordinator: SimCoordinator, spec: QueueSpec) -> None:
+        """Write a queue's record (a queue with partitions of its own), as an operator would:
+        again every 0.5 s of virtual time until etcd takes it."""
+        while True:
+            try:
+                await coordinator.put(self.layout.queue(TENANT, spec.name), pack(spec.attributes()))
+                return
+            except PushgateError:
+                await asyncio.sleep(0.5)
 
     # etcd ------------------------------------------------------------------------------------------
 

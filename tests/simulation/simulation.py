@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend_store.cluster.coordination.layout import Layout, pack
-from backend_store.errors import PushgateError
+from backend_store.cluster.coordination.layout import Layout
 from backend_store.types import QueueName
 
 from .cluster import SimCluster
@@ -329,13 +328,7 @@ class _Run:
         rng = self.rng
         await asyncio.sleep(2.0 + rng.random() * 6.0)
         spec = QueueSpec("late", rng.randint(1, 2), [f"lateg{g}" for g in range(rng.randint(2, 3))])
-        key = self.cluster.layout.queue(TENANT, spec.name)
-        while True:
-            try:
-                await gateway.coordinator.put(key, pack(spec.attributes()))
-                break
-            except PushgateError:
-                await asyncio.sleep(0.5)
+        await self.cluster.write_queue_record(gateway.coordinator, spec)
         self.oracle.fact(
             "late-queue-made", f"{spec.name}: {spec.partitions} partition(s), made during the chaos"
         )
