@@ -407,3 +407,86 @@ async def test_a_refused_callers_lone_send_does_not_hold_the_partitions_other_qu
     assert [r.id for r in await c if isinstance(r, SendResult)] == ["c1"]
     r3.answer.set_result(stored(r3))
     assert [r.id for r in await new if isinstance(r, SendResult)] == ["n1"]
+
+
+async def _merge_once(batcher: SendBatcher, leader: FakeLeader) -> None:
+    """One request in flight and two callers behind it, which go as one merged request."""
+    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    r1 = await leader.next_request(len(leader.requests) + 1)
+    behind = [asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(b), safe=False)) for b in "bc"]
+    await settle()
+    r1.answer.set_result(stored(r1))
+    r2 = await leader.next_request(len(leader.requests) + 1)
+    assert [m.body for m in r2.messages] == [b"b", b"c"]
+    r2.answer.set_result(stored(r2))
+    await asyncio.gather(first, *behind)
+
+
+async def test_a_lone_sender_never_lingers() -> None:
+    """One send at a time, however long the linger: each request leaves as its send is called."""
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1, linger_s=30.0)
+    for n in range(1, 4):
+        task = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(f"m{n}"), safe=False))
+        request = await asyncio.wait_for(leader.next_request(n), 1.0)
+        request.answer.set_result(stored(request))
+        await task
+    assert batcher.counters.lingered == 0 and batcher.counters.requests == 3
+
+
+async def test_once_a_lane_merged_a_send_finding_it_free_waits_for_others() -> None:
+    """After a merged request, the next send to find the lane free lingers: sends called
+    meanwhile go with it as one request; one that lingered alone ends the lingering."""
+    now = [100.0]
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1, linger_s=0.05, clock=lambda: now[0])
+    await _merge_once(batcher, leader)
+    d = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("d"), safe=False))
+    await settle()
+    assert len(leader.requests) == 2  # d lingers
+    e = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("e"), safe=False))
+    r3 = await asyncio.wait_for(leader.next_request(3), 1.0)
+    assert [m.body for m in r3.messages] == [b"d", b"e"]  # one request, in arrival order
+    r3.answer.set_result(stored(r3))
+    assert [r.id for r in await d if isinstance(r, SendResult)] == ["d"]
+    assert [r.id for r in await e if isinstance(r, SendResult)] == ["e"]
+    # Lingering alone: one request of one caller, after which the next goes at once.
+    f = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("f"), safe=False))
+    r4 = await asyncio.wait_for(leader.next_request(4), 1.0)
+    r4.answer.set_result(stored(r4))
+    await f
+    g = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("g"), safe=False))
+    await settle()
+    assert len(leader.requests) == 5  # at once
+    leader.requests[4].answer.set_result(stored(leader.requests[4]))
+    await g
+    assert batcher.counters.lingered == 2
+
+
+async def test_a_lane_that_merged_long_ago_does_not_linger_and_a_cancelled_lingerer_sends_nothing() -> None:
+    now = [100.0]
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1, linger_s=0.05, clock=lambda: now[0])
+    await _merge_once(batcher, leader)
+    # Cancelled while it lingers: nothing is sent for it, and the lane is free again.
+    lingering = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("x"), safe=False))
+    await settle()
+    lingering.cancel()
+    await asyncio.sleep(0.1)
+    assert len(leader.requests) == 2 and batcher.counters.lingered == 1
+    assert not batcher._lanes
+    now[0] += 2.0  # past the busy window: the lane sends at once again
+    h = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("h"), safe=False))
+    await settle()
+    assert len(leader.requests) == 3
+    leader.requests[2].answer.set_result(stored(leader.requests[2]))
+    await h
+    assert batcher.counters.lingered == 1
+
+
+def test_the_linger_is_a_cluster_url_option() -> None:
+    from backend_store.cluster.client.cluster_settings import ClusterSettings, parse_cluster_url
+
+    assert ClusterSettings().send_linger_s == 0.005
+    _, settings = parse_cluster_url("cluster://127.0.0.1:2379?send_linger_s=0")
+    assert settings.send_linger_s == 0.0

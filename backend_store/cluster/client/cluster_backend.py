@@ -95,7 +95,9 @@ class ClusterBackend(QueueOperations, PushOperations):
         )
         # The node connections while the backend runs (``start`` to ``close``).
         self.pool: NodePool | None = None
-        self.send_batcher = SendBatcher(self.calls.call, enabled=settings.send_batching != 0)
+        self.send_batcher = SendBatcher(
+            self.calls.call, enabled=settings.send_batching != 0, linger_s=settings.send_linger_s
+        )
         tls_files = settings.tls_files()
         self.tls = NodeTls.load(tls_files) if tls_files is not None else None
         # Renewed files are loaded into self.tls's contexts while the backend runs (ReloadsTls).

@@ -39,6 +39,9 @@ class ClusterSettings:
     etcd_key: str = ""
     # 1: sends to a partition wait while one is in flight and go together (send_batcher.py).
     send_batching: int = 1
+    # Seconds a send that finds its partition's lane free but busy waits for others
+    # (send_batcher.py; 0: never).
+    send_linger_s: float = 0.005
 
     def tls_files(self) -> TlsFiles | None:
         return TlsFiles.from_options(
