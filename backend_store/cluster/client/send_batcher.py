@@ -92,8 +92,8 @@ DEFAULT_MAX_IN_FLIGHT = 1
 # Callers waiting per lane before new ones bypass the batcher.
 DEFAULT_MAX_WAITING = 4096
 # How long a caller that finds a busy lane free waits for others (module docstring): on a
-# 2-core dev cluster at 10,000 queues, 5 ms took 15-20% off the nodes' CPU a send (bench/README.md,
-# "Session 65"); 10 and 20 ms took no more.
+# 2-core dev cluster at 2,000 queues, 5 ms took 13-17% off the nodes' CPU a send
+# (bench/README.md, "Session 65"); 10 and 20 ms took no more.
 DEFAULT_LINGER_S = 0.005
 # A lane that merged a request within this long lingers (its last state outlives the lane).
 _BUSY_S = 1.0
