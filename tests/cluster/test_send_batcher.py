@@ -409,11 +409,15 @@ async def test_a_refused_callers_lone_send_does_not_hold_the_partitions_other_qu
     assert [r.id for r in await new if isinstance(r, SendResult)] == ["n1"]
 
 
+def _send(batcher: SendBatcher, body: str) -> asyncio.Task[Results]:
+    return asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(body), safe=False))
+
+
 async def _merge_once(batcher: SendBatcher, leader: FakeLeader) -> None:
     """One request in flight and two callers behind it, which go as one merged request."""
-    first = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("a"), safe=False))
+    first = _send(batcher, "a")
     r1 = await leader.next_request(len(leader.requests) + 1)
-    behind = [asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(b), safe=False)) for b in "bc"]
+    behind = [_send(batcher, b) for b in "bc"]
     await settle()
     r1.answer.set_result(stored(r1))
     r2 = await leader.next_request(len(leader.requests) + 1)
@@ -422,12 +426,21 @@ async def _merge_once(batcher: SendBatcher, leader: FakeLeader) -> None:
     await asyncio.gather(first, *behind)
 
 
+async def _busy_lane() -> tuple[list[float], FakeLeader, SendBatcher]:
+    """A batcher lingering 50 ms, on a clock the test moves, whose lane just merged a request."""
+    now = [100.0]
+    leader = FakeLeader()
+    batcher = SendBatcher(leader, max_in_flight=1, linger_s=0.05, clock=lambda: now[0])
+    await _merge_once(batcher, leader)
+    return now, leader, batcher
+
+
 async def test_a_lone_sender_never_lingers() -> None:
     """One send at a time, however long the linger: each request leaves as its send is called."""
     leader = FakeLeader()
     batcher = SendBatcher(leader, max_in_flight=1, linger_s=30.0)
     for n in range(1, 4):
-        task = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs(f"m{n}"), safe=False))
+        task = _send(batcher, f"m{n}")
         request = await asyncio.wait_for(leader.next_request(n), 1.0)
         request.answer.set_result(stored(request))
         await task
@@ -437,25 +450,22 @@ async def test_a_lone_sender_never_lingers() -> None:
 async def test_once_a_lane_merged_a_send_finding_it_free_waits_for_others() -> None:
     """After a merged request, the next send to find the lane free lingers: sends called
     meanwhile go with it as one request; one that lingered alone ends the lingering."""
-    now = [100.0]
-    leader = FakeLeader()
-    batcher = SendBatcher(leader, max_in_flight=1, linger_s=0.05, clock=lambda: now[0])
-    await _merge_once(batcher, leader)
-    d = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("d"), safe=False))
+    _, leader, batcher = await _busy_lane()
+    d = _send(batcher, "d")
     await settle()
     assert len(leader.requests) == 2  # d lingers
-    e = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("e"), safe=False))
+    e = _send(batcher, "e")
     r3 = await asyncio.wait_for(leader.next_request(3), 1.0)
     assert [m.body for m in r3.messages] == [b"d", b"e"]  # one request, in arrival order
     r3.answer.set_result(stored(r3))
     assert [r.id for r in await d if isinstance(r, SendResult)] == ["d"]
     assert [r.id for r in await e if isinstance(r, SendResult)] == ["e"]
     # Lingering alone: one request of one caller, after which the next goes at once.
-    f = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("f"), safe=False))
+    f = _send(batcher, "f")
     r4 = await asyncio.wait_for(leader.next_request(4), 1.0)
     r4.answer.set_result(stored(r4))
     await f
-    g = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("g"), safe=False))
+    g = _send(batcher, "g")
     await settle()
     assert len(leader.requests) == 5  # at once
     leader.requests[4].answer.set_result(stored(leader.requests[4]))
@@ -464,19 +474,17 @@ async def test_once_a_lane_merged_a_send_finding_it_free_waits_for_others() -> N
 
 
 async def test_a_lane_that_merged_long_ago_does_not_linger_and_a_cancelled_lingerer_sends_nothing() -> None:
-    now = [100.0]
-    leader = FakeLeader()
-    batcher = SendBatcher(leader, max_in_flight=1, linger_s=0.05, clock=lambda: now[0])
-    await _merge_once(batcher, leader)
+    now, leader, batcher = await _busy_lane()
     # Cancelled while it lingers: nothing is sent for it, and the lane is free again.
-    lingering = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("x"), safe=False))
+    lingering = _send(batcher, "x")
     await settle()
     lingering.cancel()
-    await asyncio.sleep(0.1)
+    # The lane's task ends its linger, finds nobody waiting and frees the lane.
+    await asyncio.wait_for(asyncio.gather(*batcher._drains), 1.0)
     assert len(leader.requests) == 2 and batcher.counters.lingered == 1
     assert not batcher._lanes
     now[0] += 2.0  # past the busy window: the lane sends at once again
-    h = asyncio.create_task(batcher.send(part(), QueueName("q"), msgs("h"), safe=False))
+    h = _send(batcher, "h")
     await settle()
     assert len(leader.requests) == 3
     leader.requests[2].answer.set_result(stored(leader.requests[2]))
