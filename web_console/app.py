@@ -255,13 +255,14 @@ class Console:
 
     def _partitions_of(self, snapshot: Snapshot, session: Session, name: str) -> list[PartitionSample]:
         """A queue's partitions: those named for it in the map, or on shared partitions the
-        ones its placement names (the map names them by pool, not by queue)."""
+        ones its placement names (the map names them by pool, not by queue), each once (a
+        queue with more partitions than its pool names some twice)."""
         store = self.deps.store
         if isinstance(store, QueuePlacements):
             placement = store.placement_of(TenantId(session.tenant), QueueName(name))
             if placement is not None:
                 by_id = {p.id: p for p in snapshot.partitions}
-                return [by_id[pid] for pid in placement if pid in by_id]
+                return [by_id[pid] for pid in dict.fromkeys(placement) if pid in by_id]
         return snapshot.partitions_of(session.tenant, name)
 
     async def alerts(self, request: Request, session: Session) -> Response:

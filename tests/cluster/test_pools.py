@@ -30,9 +30,14 @@ def test_many_queues_spread_evenly_over_a_pool() -> None:
     assert max(counts.values()) < 1.15 * 1000 and min(counts.values()) > 0.85 * 1000
 
 
-def test_a_queue_asking_for_more_partitions_than_the_pool_has_waits_for_it_to_grow() -> None:
+def test_a_queue_asking_for_more_partitions_than_the_pool_has_wraps_around_it() -> None:
+    slots = [21, 22, 23]
+    wide = place("t", "wide", 8, slots)
+    assert len(wide) == 8 and set(wide) == set(slots)
+    assert all(wide[i] == wide[i + 3] for i in range(5))  # index i and i + 3 share a partition
+    assert wide[:3] == place("t", "wide", 3, slots)  # the same start as a narrower queue's
     with pytest.raises(Unavailable):
-        place("t", "wide", 9, list(range(8)))
+        place("t", "wide", 1, [])  # no pool yet
 
 
 def test_pool_records_and_requests() -> None:

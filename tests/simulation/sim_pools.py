@@ -1,9 +1,9 @@
 """The simulated gateway's queues in pools of shared partitions, made and deleted as the real
 gateway does (docs/cluster.md, "Shared partitions"), and the churn of a many-queue run.
 
-Creating a queue: ask for its pool (``pools/{name}``, created if absent, raised by
-compare-and-put when the queue needs more partitions than the pool has), wait for the
-manager's slots in the map, place the queue (``pools.place``) and write its record with its
+Creating a queue: ask for its pool (``pools/{name}``, created if absent) when the map shows
+none of its slots, wait for the manager's slots in the map, place the queue (``pools.place``,
+wrapping around a pool smaller than the queue's partitions) and write its record with its
 ``placement`` (create-if-absent). Deleting one: mark its record ``deleting``, ask its
 partitions' leaders to delete it (best effort: they also do it on the mark), delete the
 record. A queue's requests go to the partitions of its placement.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from backend_store.cluster.client.partition_map import PartitionInfo, PartitionMap, bind_to_queue
@@ -76,17 +75,10 @@ class SimPools:
         found = self.gateway.view.map.partitions.get(pid)
         return bind_to_queue(found, pid, TENANT, QueueName(queue), index, None)
 
-    async def _ask(self, partitions: int) -> None:
+    async def _ask(self) -> None:
         key = self.layout.pool(POOL)
-        request = pools.PoolRequest(3, "sync", partitions)
-        entry = await self.coordinator.get(key)
-        if entry is None:
-            await self.coordinator.create(key, request.pack())
-            return
-        held = pools.PoolRequest.unpack(entry.value)
-        if held.min_partitions < partitions:
-            raised = replace(held, min_partitions=partitions)
-            await self.coordinator.compare_and_put(key, raised.pack(), entry.mod_revision)
+        if await self.coordinator.get(key) is None:
+            await self.coordinator.create(key, pools.PoolRequest(3, "sync").pack())
 
     async def create(self, spec: QueueSpec, timeout_s: float) -> bool:
         """Create ``spec`` in the pool (whether it was done within ``timeout_s``)."""
@@ -96,11 +88,10 @@ class SimPools:
         while loop.time() < deadline:
             try:
                 slots = pool_slots(self.gateway.view.map, POOL)
-                if len(slots) < spec.partitions:
-                    await self._ask(spec.partitions)
+                if not slots:
+                    await self._ask()
                     await self.gateway.view.wait_for(
-                        lambda m: len(pool_slots(m, POOL)) >= spec.partitions,
-                        max(0.0, deadline - loop.time()),
+                        lambda m: bool(pool_slots(m, POOL)), max(0.0, deadline - loop.time())
                     )
                     continue
                 placement = pools.place(TENANT, spec.name, spec.partitions, [p.id for p in slots])

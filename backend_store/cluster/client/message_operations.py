@@ -195,7 +195,7 @@ class MessageOperations:
                 f"in cluster mode, redrive moves dead letters back to a queue whose dead_letter_queue is {queue!r}"
             )
         moved = 0
-        for part in self.queue_parts.parts(target):
+        for part in self.queue_parts.own(target):
             if moved >= max_messages:
                 break
             moved += int(

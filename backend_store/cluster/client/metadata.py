@@ -278,6 +278,7 @@ class ClusterMetadata:
         for _ in range(_CAS_ATTEMPTS):
             current = await self.queue(tenant, name)
             attrs = apply_patch(current.attributes, changes)
+            _check_class_kept(current, attrs)
             await self._check_dead_letter_queue(tenant, name, attrs)
             former = await self._former_dead_letter_queues(current, attrs)
             record = replace(current, attributes=attrs, former_dead_letter_queues=former)
@@ -387,3 +388,20 @@ class ClusterMetadata:
                 self.index.update(*split, None if entry is None else entry.value)
                 for listener in list(self._queue_listeners):
                     listener(*split)
+
+
+def _check_class_kept(current: QueueRecord, attrs: QueueAttributes) -> None:
+    """A queue on shared partitions keeps the replication class it was created with: its
+    messages are in its pool's partitions, replicated as that pool is, and nothing moves a
+    queue to another pool. Accepting the change would answer a factor the data does not
+    have (docs/cluster.md, "The class of a pooled queue"). A queue made before pools has
+    partitions of its own, which the manager re-places for a new factor."""
+    if current.placement is None:
+        return
+    before = current.attributes
+    for attribute in ("replication_factor", "replication_mode"):
+        if getattr(attrs, attribute) != getattr(before, attribute):
+            raise InvalidRequest(
+                f"{attribute} of queue {current.name!r} is fixed at creation on shared partitions "
+                f"(it is {getattr(before, attribute)!r}); create another queue to change it"
+            )

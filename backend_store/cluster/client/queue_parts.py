@@ -53,17 +53,29 @@ class QueueParts:
         part = self.view.map.partitions.get(pid)
         return bind_to_queue(part, pid, record.tenant, record.name, index, record.create_revision)
 
+    def own(self, record: QueueRecord) -> list[PartitionInfo]:
+        """The queue's partitions, each once: :meth:`parts` less the indexes that share a
+        pool partition with a lower one (a queue with more partitions than its pool). What
+        asks each store of the queue once (its counts, a create, a purge) goes here."""
+        parts = self.parts(record)
+        if record.placement is None:
+            return parts  # its own partitions (placeholders, id -1, for those not placed yet)
+        distinct: dict[int, PartitionInfo] = {}
+        for part in parts:
+            distinct.setdefault(part.id, part)  # the lowest index's binding
+        return list(distinct.values())
+
     def holders(self, record: QueueRecord) -> list[PartitionInfo]:
         """Partitions holding messages of the queue: its own, and (for a dead-letter queue)
         those of the queues that dead-letter into it or did before their ``dead_letter_queue``
         changed, whose stores keep their dead letters (bound to those queues; only those in
         the map; each partition once). O(sources): the metadata indexes who feeds whom."""
-        parts = self.parts(record)
+        parts = self.own(record)
         seen = {p.id for p in parts}
         for source in self.metadata.dead_letter_sources(record):
             if source.placement == ():
                 continue  # unreadable: placed nowhere this gateway can reach
-            for part in self.parts(source):
+            for part in self.own(source):
                 # A pool partition holds one copy of the dead-letter queue, however many of
                 # its queues feed it (and it may be the queue's own): asked once.
                 if part.id in self.view.map.partitions and part.id not in seen:
@@ -74,8 +86,8 @@ class QueueParts:
     async def each_partition(
         self, record: QueueRecord, op: str, *, retry_unknown: bool = False, **kwargs: Any
     ) -> list[Any]:
-        """``op`` on each of the queue's own partitions, together; their answers in order."""
-        calls = (self.calls.call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self.parts(record))
+        """``op`` on each of the queue's own partitions (:meth:`own`), together; their answers in order."""
+        calls = (self.calls.call(p, op, retry_unknown=retry_unknown, **kwargs) for p in self.own(record))
         return list(await asyncio.gather(*calls))
 
     async def each_holder(
@@ -102,7 +114,8 @@ class QueueParts:
                     entry = shared.get(pid)
                     if entry is None:
                         entry = shared[pid] = (self._placed(record, index, pid), [])
-                    entry[1].append(record.name)
+                    if not entry[1] or entry[1][-1] != record.name:  # once, however many indexes share it
+                        entry[1].append(record.name)
                 continue
             for part in self.holders(record):
                 if part.placed:

@@ -10,12 +10,14 @@ queues of one replication class share a **pool** of partitions:
   ``queue == pool name``; ``index`` is the slot in the pool, ``queue_revision`` is None.
   Replicas, leaders, moves, drains and failover work on them exactly as on any partition:
   per partition, whatever the number of queues inside.
-- ``pools/{name}`` (written by gateways, create-if-absent, then compare-and-put to grow) asks
-  for a pool (:class:`PoolRequest`); the manager makes one slot per registered node (or
-  ``--partitions``), at least ``min_partitions``, adds slots as nodes join, and never deletes
-  a pool's partitions (``manager/plan.py``).
+- ``pools/{name}`` (written by gateways, create-if-absent) asks for a pool
+  (:class:`PoolRequest`); the manager makes one slot per registered node (or
+  ``--partitions``), at least ``min_partitions`` (which gateways before session 66 raised
+  for a queue with more partitions than the pool had), adds slots as nodes join, and never
+  deletes a pool's partitions (``manager/plan.py``).
 - A queue's record carries its ``placement``: the partition ids of its partitions, by index
-  (:func:`place` chose them when the queue was created; they never change). A record with
+  (:func:`place` chose them when the queue was created; they never change). A queue with
+  more partitions than its pool names some twice: its own partitions are the distinct ones. A record with
   no placement is a queue made before pools: it keeps its own partitions, as before (the
   upgrade in place).
 - Deleting a queue marks its record ``deleting`` first: the leaders of its placement delete
@@ -79,11 +81,14 @@ class PoolRequest:
 
 
 def place(tenant: str, name: str, count: int, slots: Sequence[int]) -> tuple[int, ...]:
-    """The ``count`` partitions a new queue lives on: consecutive slots of its pool from one
-    its name hashes to. ``slots``: the pool's partition ids by slot. Deterministic, so that
-    every gateway (and the simulation) places alike; spread, because CRC-32 is."""
-    if count > len(slots):
-        raise Unavailable(f"the pool has {len(slots)} partitions, fewer than the {count} asked for; retry")
+    """The ``count`` partitions a new queue lives on, by index: consecutive slots of its pool
+    from one its name hashes to. ``slots``: the pool's partition ids by slot. Deterministic, so
+    that every gateway (and the simulation) places alike; spread, because CRC-32 is. A queue
+    asking for more partitions than the pool has wraps around: its indexes ``i`` and
+    ``i + len(slots)`` share a partition (the pool's partitions are the units of parallelism,
+    and a queue's index only routes: docs/cluster.md, "More partitions than the pool")."""
+    if not slots:
+        raise Unavailable("the pool has no partitions yet; retry")
     start = zlib.crc32(f"{tenant}/{name}".encode()) % len(slots)
     return tuple(slots[(start + i) % len(slots)] for i in range(count))
 
