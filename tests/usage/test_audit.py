@@ -1,8 +1,11 @@
-"""The audit log: one fsynced JSON line per admin action; a torn last line is skipped."""
+"""The audit log: one fsynced JSON line per admin action (the gateway's records of the moment
+share one write and fsync); a torn last line is skipped."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,8 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
+from backend_store.types import TenantId
+from gateway.auth.principal import Principal
 from gateway.cli import main as cli_main
-from gateway.usage.audit import AuditAction, AuditLog, read_audit
+from gateway.usage.audit import AuditAction, AuditLog, audit_request, read_audit
 
 WHEN = dt.datetime(2026, 11, 20, 23, 59, 59, 500000, tzinfo=dt.UTC).timestamp()
 
@@ -46,6 +51,64 @@ def test_concurrent_appends_never_interleave_and_a_torn_line_is_skipped(tmp_path
     assert len(read.records) == 200 and read.malformed_lines == 1
     assert len({r.id for r in read.records}) == 200
     assert {r.target for r in read.records} == {f"key-{w}-{i}" for w in range(4) for i in range(50)}
+
+
+class CountedSyncs:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.fail = fail
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        os.fsync(fd)
+
+
+async def test_records_made_at_once_share_one_write_and_one_fsync(tmp_path: Path) -> None:
+    syncs = CountedSyncs()
+    log = AuditLog(tmp_path, clock=lambda: WHEN, sync=syncs)
+    entries = [log.entry("key:k", "http", "acme", AuditAction.QUEUE_CREATED, f"inbox-{i}") for i in range(64)]
+    await asyncio.gather(*(log.append(e) for e in entries))
+    # Every caller was answered after its record was written and synced: here all 64 were
+    # waiting before the writer's first turn, so one fsync holds them all.
+    assert syncs.calls == 1
+    assert read_audit(tmp_path).records == entries
+    # A record that comes while a batch is being written goes in the next one.
+    later = [log.entry("key:k", "http", "acme", AuditAction.QUEUE_DELETED, f"inbox-{i}") for i in range(2)]
+    first = asyncio.create_task(log.append(later[0]))
+    await asyncio.sleep(0)  # the writer took the first alone
+    await asyncio.gather(first, log.append(later[1]))
+    assert syncs.calls == 3 and read_audit(tmp_path).records == entries + later
+
+
+async def test_a_batch_that_cannot_be_written_fails_each_caller_and_the_next_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    syncs = CountedSyncs(fail=True)
+    log = AuditLog(tmp_path, clock=lambda: WHEN, sync=syncs)
+    entries = [log.entry("key:k", "http", "acme", AuditAction.QUEUE_CREATED, f"q{i}") for i in range(3)]
+    answers = await asyncio.gather(*(log.append(e) for e in entries), return_exceptions=True)
+    assert [type(a) for a in answers] == [OSError] * 3
+    # Through the gateway's helper the action stands: the failure is logged, not raised.
+    principal = Principal(TenantId("acme"), frozenset(), "k1")
+    await audit_request(log, principal, AuditAction.QUEUE_DELETED, "q0")
+    assert "could not write the audit record" in caplog.text
+    syncs.fail = False
+    # A record that cannot be serialised fails alone; the others of the moment are written.
+    bad = log.entry("key:k", "http", "acme", AuditAction.QUEUE_UPDATED, "q1", {"when": object()})
+    good = log.entry("key:k", "http", "acme", AuditAction.QUEUE_UPDATED, "q2")
+    alone = await asyncio.gather(log.append(bad), log.append(good), return_exceptions=True)
+    assert isinstance(alone[0], TypeError) and alone[1] is None
+    assert [r.target for r in read_audit(tmp_path).records][-1] == "q2"
+
+
+def test_the_days_directory_moved_away_is_made_again(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path, clock=lambda: WHEN)
+    log.record("cli:op", "cli", "acme", AuditAction.KEY_REVOKED, "k1")
+    (tmp_path / "date=2026-11-20").rename(tmp_path / "shipped")  # an operator shipping the day
+    log.record("cli:op", "cli", "acme", AuditAction.KEY_REVOKED, "k2")
+    assert [r.target for r in read_audit(tmp_path).records] == ["k2"]
 
 
 def test_pushgate_admin_commands_are_audited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

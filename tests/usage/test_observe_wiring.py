@@ -150,6 +150,19 @@ def test_queue_admin_is_audited(gateway: RunningGateway) -> None:
     assert {(r.source, r.tenant) for r in records} == {("http", "default")}
 
 
+async def test_queues_created_at_once_are_each_audited(gateway: RunningGateway) -> None:
+    """The gateway writes the audit records of concurrent actions together (one fsync a
+    batch, gateway/usage/audit.py): each action answered has its own record."""
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"}
+    names = [f"inbox-{i}" for i in range(32)]
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=scaled(30)) as http:
+        answers = await asyncio.gather(*(http.put(f"/v1/queues/{name}", json={}) for name in names))
+    assert [a.status_code for a in answers] == [201] * len(names)
+    records = read_audit(Path(gateway.settings.data_dir) / "audit").records
+    created = sorted(r.target for r in records if r.action == "queue.created" and r.target in names)
+    assert created == sorted(names)
+
+
 def test_a_throttled_request_and_a_limits_change(gateway: RunningGateway) -> None:
     tenant = gateway.make_tenant()
     headers = {"Authorization": f"Bearer {gateway.make_key('admin', tenant)}"}
