@@ -17,9 +17,9 @@ queues of one replication class share a **pool** of partitions:
   deletes a pool's partitions (``manager/plan.py``).
 - A queue's record carries its ``placement``: the partition ids of its partitions, by index
   (:func:`place` chose them when the queue was created; they never change). A queue with
-  more partitions than its pool names some twice: its own partitions are the distinct ones. A record with
-  no placement is a queue made before pools: it keeps its own partitions, as before (the
-  upgrade in place).
+  more partitions than its pool names some twice: its own partitions are the distinct ones.
+  A record with no placement is a queue made before pools: it keeps its own partitions, as
+  before (the upgrade in place).
 - Deleting a queue marks its record ``deleting`` first: the leaders of its placement delete
   it from their stores on that mark (never on a record's absence, which an etcd restore can
   fake), then the record goes.
