@@ -396,7 +396,8 @@ def _audit(
     if describe is None or data_dir is None:
         return
     action, tenant, target, details = describe(args, result)
-    AuditLog(data_dir / AUDIT_SUBDIR).record(cli_actor(), "cli", tenant, action, target, details)
+    audit = AuditLog(data_dir / AUDIT_SUBDIR)
+    audit.record(audit.entry(cli_actor(), "cli", tenant, action, target, details))
 
 
 def _store(args: argparse.Namespace) -> tuple[str, StoreOptions, Path | None]:

@@ -83,8 +83,8 @@ def _iso(now: float) -> str:
 
 
 class AuditLog:
-    """Appends :class:`AuditRecord` s under ``root`` (``<data>/audit``): :meth:`record`
-    blocks (``pushgate admin``); :meth:`append` is the gateway's, on its event loop.
+    """Appends :class:`AuditRecord` s (made by :meth:`entry`) under ``root`` (``<data>/audit``):
+    :meth:`record` blocks (``pushgate admin``); :meth:`append` is the gateway's, on its loop.
     ``sync``: what makes a written file durable (``os.fsync``; a test counts its calls)."""
 
     def __init__(
@@ -122,17 +122,8 @@ class AuditLog:
             details=dict(details or {}),
         )
 
-    def record(
-        self,
-        actor: str,
-        source: str,
-        tenant: str,
-        action: AuditAction,
-        target: str,
-        details: Mapping[str, Any] | None = None,
-    ) -> AuditRecord:
-        """Write one record and fsync it (blocking)."""
-        entry = self.entry(actor, source, tenant, action, target, details)
+    def record(self, entry: AuditRecord) -> AuditRecord:
+        """Write ``entry`` and fsync it (blocking); ``entry`` back."""
         self._write_lines([(entry.at[:10], _line(entry))])
         return entry
 

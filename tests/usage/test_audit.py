@@ -24,7 +24,7 @@ WHEN = dt.datetime(2026, 11, 20, 23, 59, 59, 500000, tzinfo=dt.UTC).timestamp()
 def test_records_who_what_when(tmp_path: Path) -> None:
     log = AuditLog(tmp_path, clock=lambda: WHEN)
     entry = log.record(
-        "key:k1", "http", "acme", AuditAction.QUEUE_CREATED, "orders", {"visibility_timeout_s": 30}
+        log.entry("key:k1", "http", "acme", AuditAction.QUEUE_CREATED, "orders", {"visibility_timeout_s": 30})
     )
     read = read_audit(tmp_path)
     assert read.records == [entry] and read.malformed_lines == 0
@@ -38,7 +38,9 @@ def test_concurrent_appends_never_interleave_and_a_torn_line_is_skipped(tmp_path
 
     def revoke_many(worker: int) -> None:
         for i in range(50):
-            log.record(f"cli:w{worker}", "cli", "acme", AuditAction.KEY_REVOKED, f"key-{worker}-{i}")
+            log.record(
+                log.entry(f"cli:w{worker}", "cli", "acme", AuditAction.KEY_REVOKED, f"key-{worker}-{i}")
+            )
 
     threads = [threading.Thread(target=revoke_many, args=(w,)) for w in range(4)]
     for t in threads:
@@ -105,9 +107,9 @@ async def test_a_batch_that_cannot_be_written_fails_each_caller_and_the_next_is_
 
 def test_the_days_directory_moved_away_is_made_again(tmp_path: Path) -> None:
     log = AuditLog(tmp_path, clock=lambda: WHEN)
-    log.record("cli:op", "cli", "acme", AuditAction.KEY_REVOKED, "k1")
+    log.record(log.entry("cli:op", "cli", "acme", AuditAction.KEY_REVOKED, "k1"))
     (tmp_path / "date=2026-11-20").rename(tmp_path / "shipped")  # an operator shipping the day
-    log.record("cli:op", "cli", "acme", AuditAction.KEY_REVOKED, "k2")
+    log.record(log.entry("cli:op", "cli", "acme", AuditAction.KEY_REVOKED, "k2"))
     assert [r.target for r in read_audit(tmp_path).records] == ["k2"]
 
 
