@@ -60,6 +60,7 @@ from .keys import (
 )
 from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue
 from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
+from .sweep_memo import SweepMemo
 from .visibility import (
     INITIAL,
     add_message,
@@ -169,6 +170,8 @@ class MessageOps:
         self.allow_holds = True
         # Message records are packed by the writer thread only (records.py: MessageRecord.pack).
         self._packer = msgpack.Packer()
+        # The sweep's memory of queues with nothing due (sweep_memo.py; writer thread only).
+        self._sweep_memo = SweepMemo()
 
     @property
     def holds(self) -> Holds:
@@ -635,27 +638,45 @@ class MessageOps:
             if raw is not None and unpack(raw)[2] <= now_ms:
                 w.delete(Db.DEDUPE, dedupe_key(qid, token))
             done += 1
+        memo = self._sweep_memo
+        if not start:
+            memo.begin()
         messages = w.cursor(_MSGS)
         seek = start
         for _ in range(queues):
             if not messages.set_range(seek):
+                memo.end()
                 return done, None
             qid = read_u64(messages.key())
             key, seek = u64(qid), u64(qid + 1)
-            found = queue_by_qid(w, qid)
+            found = queue_ops.stored_record_of(w, qid)
             if found is None:
                 continue  # no queue owns them (a queue's deletion drops its messages with it)
-            tenant, name, record = found
+            tenant, name, stored = found
+            if stored is not None and memo.quiet(qid, stored, now_ms):
+                continue  # the same messages as when it was last found with none due
+            try:
+                record = find_queue(w, tenant, name)
+            except QueueNotFound:
+                continue
+            if record.qid != qid:
+                continue  # the name went to a queue made since: these are no queue's
             attrs = attributes_of(record)
             cutoff = now - attrs.retention_s
             fifo = attrs.ordering == "fifo"
-            old = _past_retention(w, record.qid, cutoff, budget - done)
+            old, oldest_kept = _past_retention(w, record.qid, cutoff, budget - done)
             # Dead-lettered messages keep their original sent_at, out of seq order.
             cursor = w.cursor(Db.EXPIRY)
             if cursor.set_range(expiry_key(record.qid, 0, 0)):
                 for ekey in cursor.iternext(values=False):
                     key_qid, sent_ms, seq = split_visibility_key(ekey)
-                    if key_qid != record.qid or sent_ms >= to_ms(cutoff) or done + len(old) >= budget:
+                    if key_qid != record.qid:
+                        break
+                    if sent_ms >= to_ms(cutoff):
+                        oldest_kept = sent_ms if oldest_kept is None else min(oldest_kept, sent_ms)
+                        break
+                    if done + len(old) >= budget:
+                        oldest_kept = _CUT_SHORT
                         break
                     moved = load_state(w, record.qid, seq)
                     if moved is not None and all(seq != s for s, _ in old):
@@ -668,32 +689,53 @@ class MessageOps:
                 save_queue(w, tenant, name, record)
                 done += len(old)
                 w.note(tenant, name, "expired", len(old))
+            if oldest_kept is not None and oldest_kept != _CUT_SHORT:
+                # The record's bytes as this batch leaves it (unless a later operation of the
+                # batch changes it too: then the next pass visits it in full).
+                left = stored if stored is not None and not old else record.encode()
+                memo.remember(qid, left, oldest_kept + to_ms(attrs.retention_s) - 1)
             if done >= budget:
                 return done, key  # this queue again: the budget may have cut it short
-        return done, seek if messages.set_range(seek) else None
+        if messages.set_range(seek):
+            return done, seek
+        memo.end()
+        return done, None
 
 
-def _past_retention(w: Writes, qid: int, cutoff: float, limit: int) -> list[tuple[int, DeliveryState]]:
+# What _past_retention's second value is when the walk stopped at its limit, not at a young
+# message: what is left may be past retention too.
+_CUT_SHORT = -1
+
+
+def _past_retention(
+    w: Writes, qid: int, cutoff: float, limit: int
+) -> tuple[list[tuple[int, DeliveryState]], int | None]:
     """Up to ``limit`` messages of a queue sent before ``cutoff``, walking in seq order (send
     order, so the walk ends at the first younger one; dead-lettered messages, whose
     ``sent_at`` breaks that order, are found through ``expiry``). A message's state is its
-    state record's, or the initial one its record carries."""
+    state record's, or the initial one its record carries. Second: when the first younger
+    one was sent (milliseconds; None: there is none, :data:`_CUT_SHORT`: the walk stopped at
+    ``limit``)."""
     old: list[tuple[int, DeliveryState]] = []
+    if limit <= 0:
+        return old, _CUT_SHORT
     prefix = u64(qid)
     cursor = w.cursor(_MSGS)
-    if not cursor.set_range(message_key(qid, 0)) or limit <= 0:
-        return old
+    if not cursor.set_range(message_key(qid, 0)):
+        return old, None
     for key, raw in cursor:
-        if key[:8] != prefix or len(old) >= limit:
+        if key[:8] != prefix:
             break
+        if len(old) >= limit:
+            return old, _CUT_SHORT
         raw_state = w.get(_STATE, key)
         state = initial_state_of(raw) if raw_state is None else DeliveryState.decode(raw_state)
         if state is None:
             continue  # an unreadable record: left for an operator (docs/store.md)
         if state.sent_at >= cutoff:
-            break
+            return old, to_ms(state.sent_at)
         old.append((read_u64(key, 8), state))
-    return old
+    return old, None
 
 
 def _write_count(w: Writes, qid: int, seq: int, hold: Hold) -> None:

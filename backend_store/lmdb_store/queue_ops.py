@@ -57,6 +57,18 @@ def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
     return (tenant, name, record) if record.qid == qid else None
 
 
+def stored_record_of(w: Writes, qid: int) -> tuple[str, str, bytes | None] | None:
+    """The tenant and name of the queue with internal id ``qid`` and its record's bytes as the
+    last commit wrote them (None: this batch changed the record and has not written it yet);
+    None: no such queue."""
+    names = w.get(Db.QIDS, u64(qid))
+    if names is None:
+        return None
+    tenant, _, name = names.decode().partition("\0")
+    key = queue_key(tenant, name)
+    return tenant, name, None if key in w.dirty_queues else w.get(Db.QUEUES, key)
+
+
 def attributes_of(record: QueueRecord) -> QueueAttributes:
     # Every operation needs the attributes; parsing them each time showed in profiles.
     if record.parsed is None:

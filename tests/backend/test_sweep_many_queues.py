@@ -4,7 +4,10 @@ last one stopped, and empty queues not visited at all.
 A sweep of 10,000 queues in one transaction held the writer, and every send behind it, for
 0.3-0.7 s each sweep interval (session 62). The sweep now visits at most ``SWEEP_QUEUES``
 queues a transaction; a queue past that is still swept in the same ``sweep()``. It finds
-the queues through their messages (session 64): an empty queue costs a sweep nothing.
+the queues through their messages (session 64): an empty queue costs a sweep nothing. A queue
+it found with nothing due is passed without decoding anything until its oldest message comes
+due or its record changes (session 67, ``sweep_memo.py``): what changes a queue's messages or
+retention is swept on time all the same.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import pytest
 
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.lmdb_store.message_ops import SWEEP_QUEUES
+from backend_store.lmdb_store.records import QueueRecord
 
 from ..conftest import ManualClock
-from .harness import T1, StoreFactory, lmdb_url, msg, ok, q
+from .harness import T1, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
 
 
 @pytest.fixture
@@ -89,3 +93,73 @@ async def test_a_queue_with_more_expired_messages_than_a_transaction_drops_is_sw
     assert await store.sweep() == 1_051
     for name in ("a", "b"):
         assert (await store.get_queue(T1, q(name))).stats.visible == 0
+
+
+async def test_queues_with_nothing_due_are_passed_without_reading_their_records(
+    store: LmdbBackend, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [q(f"inbox-{i:04d}") for i in range(SWEEP_QUEUES + 20)]
+    for name in names:
+        await store.create_queue(T1, name, {"retention_s": 60})
+        ok((await store.send(T1, name, [msg("waiting")]))[0])
+    assert await store.sweep() == 0  # visits each queue once, and remembers it
+    decoded: list[bytes] = []
+    real = QueueRecord.decode
+
+    def counted(raw: bytes) -> QueueRecord:
+        decoded.append(raw)
+        return real(raw)
+
+    monkeypatch.setattr(QueueRecord, "decode", staticmethod(counted))
+    clock.advance(30)
+    ok((await store.send(T1, names[7], [msg("young")]))[0])
+    decoded.clear()
+    assert await store.sweep() == 0
+    assert len(decoded) == 1  # only the queue whose record the send changed
+    decoded.clear()
+    clock.advance(31)  # every "waiting" is 61 s old
+    assert await store.sweep() == len(names)
+    assert len(decoded) == len(names)
+    assert [m.body for m in await receive_all(store, T1, names[7])] == [b"young"]
+
+
+async def test_a_lowered_retention_applies_at_the_next_sweep(store: LmdbBackend, clock: ManualClock) -> None:
+    await store.create_queue(T1, q("inbox"), {"retention_s": 3600})
+    await send_one(store, T1, "inbox", "old")
+    assert await store.sweep() == 0  # due in an hour, as far as this sweep knows
+    await store.update_queue(T1, q("inbox"), {"retention_s": 60})
+    clock.advance(61)
+    assert await store.sweep() == 1
+    assert (await store.get_queue(T1, q("inbox"))).stats.visible == 0
+
+
+async def test_a_queue_made_again_under_its_name_is_swept_by_its_own_retention(
+    store: LmdbBackend, clock: ManualClock
+) -> None:
+    await store.create_queue(T1, q("inbox"), {"retention_s": 3600})
+    await send_one(store, T1, "inbox", "first")
+    assert await store.sweep() == 0
+    await store.delete_queue(T1, q("inbox"))
+    await store.create_queue(T1, q("inbox"), {"retention_s": 60})
+    await send_one(store, T1, "inbox", "second")
+    clock.advance(61)
+    assert await store.sweep() == 1
+
+
+async def test_an_older_message_moved_in_after_a_sweep_is_dropped_on_its_own_time(
+    store: LmdbBackend, clock: ManualClock
+) -> None:
+    await store.create_queue(T1, q("dlq"), {"retention_s": 100})
+    await store.create_queue(
+        T1, q("orders"), {"visibility_timeout_s": 1, "max_receives": 1, "dead_letter_queue": "dlq"}
+    )
+    await send_one(store, T1, "orders", "old, moved later")
+    await store.receive(T1, q("orders"), 1)
+    clock.advance(30)
+    await send_one(store, T1, "dlq", "young, sent directly")
+    assert await store.sweep() == 0  # the dead-letter queue's oldest is due at 130 s
+    clock.advance(2)
+    assert await store.receive(T1, q("orders"), 1) == []  # moves the one sent at 0 s
+    clock.advance(69)  # 101 s: the moved message is past retention, the direct one is not
+    assert await store.sweep() == 1
+    assert [m.body for m in await receive_all(store, T1, "dlq")] == [b"young, sent directly"]
