@@ -13,6 +13,7 @@ temporary directory and stopped by PID / process group at the end of its turn:
 2. ``GET /v1/queues?limit=1000`` and SQS ``ListQueues`` ``MaxResults=1000`` (``--lists``
    times each; the median), ``GET`` one queue (``--gets`` times, a random queue each; p50);
 3. one send to each queue from ``--producers`` producers: the rate and how many were refused;
+   then idle CPU again, each queue holding its message;
 4. ``--consumers`` WebSocket consumers (manual ack), one per queue, each until it got and
    acked every message acknowledged to its queue;
 5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node, then
@@ -99,7 +100,14 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "kill: refused after led again": (0, False),
     "lost": (0, False),
 }
-RATIOS = {"create/s", "send/s", "server CPU us/create", "server CPU us/send", "idle CPU ms/s N"}
+RATIOS = {
+    "create/s",
+    "send/s",
+    "server CPU us/create",
+    "server CPU us/send",
+    "idle CPU ms/s N",
+    "idle CPU ms/s N holding",
+}
 
 
 @dataclass
@@ -355,6 +363,9 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         spent.per(len(every), "send", out)
         progress(system, f"sent one message to each queue ({refused} refused)")
         f["send refused"] = refused
+        # Each queue now holds a message (an inbox whose owner is offline): what holding them
+        # costs, the retention sweep's passes over them included.
+        await idle_cpu(system, args.idle, "N holding", out)
 
         delivered: set[str] = set()
         if args.consumers:
@@ -768,7 +779,7 @@ def main() -> None:
         "--idle",
         type=float,
         default=20.0,
-        help="seconds of idle CPU read at --few queues and at --queues (0: none)",
+        help="seconds of idle CPU read at --few queues, at --queues, and once each holds a message (0: none)",
     )
     parser.add_argument("--lists", type=int, default=3)
     parser.add_argument("--gets", type=int, default=200)
