@@ -3,8 +3,8 @@ it two key lookups instead of decoding its record and its oldest message.
 
 At 10,000 queues each holding a message (an inbox per user, most owners offline), a sweep
 decoded 10,000 queue records, parsed their attributes and decoded 10,000 message records every
-``sweep_interval_s``: 0.31-0.47 s of CPU each time on a 2-core machine, about 8% of a core
-held by a store with nothing to drop (session 67).
+``sweep_interval_s``: 0.23-0.47 s of CPU each time on a 2-core machine, 5-9% of a core held
+by a store with nothing to drop (session 67, ``bench/sweep_cost.py``).
 
 The memo keeps, per queue visited, the queue record's bytes at the visit and the moment its
 oldest message passes retention. It needs no invalidation: every change to a queue's messages
@@ -17,6 +17,7 @@ written, no entry) is a full visit, as before.
 A record is remembered by a 128-bit BLAKE2b digest of its bytes, not the bytes (about 350):
 an entry takes about 200 bytes of memory (tracemalloc), 2 MB at 10,000 queues holding
 messages.
+
 Writer thread only (the sweep is a write). What the pass before remembered is what a pass
 consults; queues it does not visit again (deleted, emptied) are forgotten with it.
 """
