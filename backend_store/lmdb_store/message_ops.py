@@ -649,18 +649,13 @@ class MessageOps:
                 return done, None
             qid = read_u64(messages.key())
             key, seek = u64(qid), u64(qid + 1)
-            found = queue_ops.stored_record_of(w, qid)
-            if found is None:
-                continue  # no queue owns them (a queue's deletion drops its messages with it)
-            tenant, name, stored = found
+            stored = queue_ops.stored_record_of(w, qid)
             if stored is not None and memo.quiet(qid, stored, now_ms):
                 continue  # the same messages as when it was last found with none due
-            try:
-                record = find_queue(w, tenant, name)
-            except QueueNotFound:
-                continue
-            if record.qid != qid:
-                continue  # the name went to a queue made since: these are no queue's
+            found = queue_by_qid(w, qid)
+            if found is None:
+                continue  # no queue owns them (a queue's deletion drops its messages with it)
+            tenant, name, record = found
             attrs = attributes_of(record)
             cutoff = now - attrs.retention_s
             fifo = attrs.ordering == "fifo"

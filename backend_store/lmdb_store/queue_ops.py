@@ -44,12 +44,21 @@ def save_queue(w: Writes, tenant: str, name: str, record: QueueRecord) -> None:
     w.queue_saves += 1
 
 
-def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
-    """Find a queue by its internal id (receipts carry it); None if it was deleted."""
+def _names_of(v: View, qid: int) -> tuple[str, str] | None:
+    """The tenant and name the queue with internal id ``qid`` was made under (None: none)."""
     raw = v.get(Db.QIDS, u64(qid))
     if raw is None:
         return None
     tenant, _, name = raw.decode().partition("\0")
+    return tenant, name
+
+
+def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
+    """Find a queue by its internal id (receipts carry it); None if it was deleted."""
+    names = _names_of(v, qid)
+    if names is None:
+        return None
+    tenant, name = names
     try:
         record = find_queue(v, tenant, name)
     except QueueNotFound:
@@ -57,16 +66,14 @@ def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
     return (tenant, name, record) if record.qid == qid else None
 
 
-def stored_record_of(w: Writes, qid: int) -> tuple[str, str, bytes | None] | None:
-    """The tenant and name of the queue with internal id ``qid`` and its record's bytes as the
-    last commit wrote them (None: this batch changed the record and has not written it yet);
-    None: no such queue."""
-    names = w.get(Db.QIDS, u64(qid))
+def stored_record_of(w: Writes, qid: int) -> bytes | None:
+    """The bytes of the record of the queue with internal id ``qid`` as the last commit wrote
+    them (None: no such queue, or this batch changed its record and has not written it yet)."""
+    names = _names_of(w, qid)
     if names is None:
         return None
-    tenant, _, name = names.decode().partition("\0")
-    key = queue_key(tenant, name)
-    return tenant, name, None if key in w.dirty_queues else w.get(Db.QUEUES, key)
+    key = queue_key(*names)
+    return None if key in w.dirty_queues else w.get(Db.QUEUES, key)
 
 
 def attributes_of(record: QueueRecord) -> QueueAttributes:
