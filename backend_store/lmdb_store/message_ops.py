@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import hmac
 import itertools
@@ -53,12 +54,13 @@ from .keys import (
     encode_receipt,
     expiry_key,
     message_key,
+    queue_key,
     read_u64,
     split_visibility_key,
     u64,
     visibility_key,
 )
-from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue
+from .queue_ops import attributes_of, find_queue, queue_by_qid, save_queue, stored_record_at
 from .records import DeliveryState, MessageRecord, QueueRecord, pack, unpack
 from .sweep_memo import SweepMemo
 from .visibility import (
@@ -642,6 +644,14 @@ class MessageOps:
         if not start:
             memo.begin()
         messages = w.cursor(_MSGS)
+        expiry = w.cursor(Db.EXPIRY)
+
+        def first_moved(qid: int) -> bytes | None:
+            """The queue's first ``expiry`` key: its oldest dead-lettered message."""
+            if expiry.set_range(expiry_key(qid, 0, 0)) and read_u64(expiry.key()) == qid:
+                return bytes(expiry.key())
+            return None
+
         seek = start
         for _ in range(queues):
             if not messages.set_range(seek):
@@ -649,9 +659,10 @@ class MessageOps:
                 return done, None
             qid = read_u64(messages.key())
             key, seek = u64(qid), u64(qid + 1)
-            stored = queue_ops.stored_record_of(w, qid)
-            if stored is not None and memo.quiet(qid, stored, now_ms):
-                continue  # the same messages as when it was last found with none due
+            if memo.quiet(
+                qid, now_ms, functools.partial(stored_record_at, w), functools.partial(first_moved, qid)
+            ):
+                continue  # nothing has come due, nor can have since it was last visited
             found = queue_by_qid(w, qid)
             if found is None:
                 continue  # no queue owns them (a queue's deletion drops its messages with it)
@@ -661,9 +672,8 @@ class MessageOps:
             fifo = attrs.ordering == "fifo"
             old, oldest_kept = _past_retention(w, record.qid, cutoff, budget - done)
             # Dead-lettered messages keep their original sent_at, out of seq order.
-            cursor = w.cursor(Db.EXPIRY)
-            if cursor.set_range(expiry_key(record.qid, 0, 0)):
-                for ekey in cursor.iternext(values=False):
+            if expiry.set_range(expiry_key(record.qid, 0, 0)):
+                for ekey in expiry.iternext(values=False):
                     key_qid, sent_ms, seq = split_visibility_key(ekey)
                     if key_qid != record.qid:
                         break
@@ -686,9 +696,9 @@ class MessageOps:
                 w.note(tenant, name, "expired", len(old))
             if oldest_kept is not None and oldest_kept != _CUT_SHORT:
                 # The record's bytes as this batch leaves it (unless a later operation of the
-                # batch changes it too: then the next pass visits it in full).
-                left = stored if stored is not None and not old else record.encode()
-                memo.remember(qid, left, oldest_kept + to_ms(attrs.retention_s) - 1)
+                # batch changes it too: then the next pass looks again).
+                due_ms = oldest_kept + to_ms(attrs.retention_s) - 1
+                memo.remember(queue_key(tenant, name), record, first_moved(qid), due_ms)
             if done >= budget:
                 return done, key  # this queue again: the budget may have cut it short
         if messages.set_range(seek):

@@ -66,13 +66,9 @@ def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
     return (tenant, name, record) if record.qid == qid else None
 
 
-def stored_record_of(w: Writes, qid: int) -> bytes | None:
-    """The bytes of the record of the queue with internal id ``qid`` as the last commit wrote
-    them (None: no such queue, or this batch changed its record and has not written it yet)."""
-    names = _names_of(w, qid)
-    if names is None:
-        return None
-    key = queue_key(*names)
+def stored_record_at(w: Writes, key: bytes) -> bytes | None:
+    """The bytes of the queue record at ``key`` as the last commit wrote them (None: no such
+    queue, or this batch changed its record and has not written it yet)."""
     return None if key in w.dirty_queues else w.get(Db.QUEUES, key)
 
 

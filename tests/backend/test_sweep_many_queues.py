@@ -5,9 +5,10 @@ A sweep of 10,000 queues in one transaction held the writer, and every send behi
 0.3-0.7 s each sweep interval (session 62). The sweep now visits at most ``SWEEP_QUEUES``
 queues a transaction; a queue past that is still swept in the same ``sweep()``. It finds
 the queues through their messages (session 64): an empty queue costs a sweep nothing. A queue
-it found with nothing due is passed without decoding anything until its oldest message comes
-due or its record changes (session 67, ``sweep_memo.py``): what changes a queue's messages or
-retention is swept on time all the same.
+it found with nothing due is passed until its oldest message comes due (session 67,
+``sweep_memo.py``), without decoding anything while its record is unchanged, and without a
+full visit while only sends, receives and acks changed it (session 68): a lowered retention
+or an older message moved in is swept on time all the same.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from backend_store.lmdb_store import message_ops
 from backend_store.lmdb_store.engine import LmdbBackend
+from backend_store.lmdb_store.environment import Writes
 from backend_store.lmdb_store.message_ops import SWEEP_QUEUES
-from backend_store.lmdb_store.records import QueueRecord
+from backend_store.lmdb_store.records import DeliveryState, QueueRecord
 
 from ..conftest import ManualClock
 from .harness import T1, StoreFactory, lmdb_url, msg, ok, q, receive_all, send_one
@@ -112,15 +115,44 @@ async def test_queues_with_nothing_due_are_passed_without_reading_their_records(
 
     monkeypatch.setattr(QueueRecord, "decode", staticmethod(counted))
     clock.advance(30)
-    ok((await store.send(T1, names[7], [msg("young")]))[0])
     decoded.clear()
     assert await store.sweep() == 0
-    assert len(decoded) == 1  # only the queue whose record the send changed
-    decoded.clear()
+    assert decoded == []  # nothing changed: no record decoded
     clock.advance(31)  # every "waiting" is 61 s old
     assert await store.sweep() == len(names)
     assert len(decoded) == len(names)
-    assert [m.body for m in await receive_all(store, T1, names[7])] == [b"young"]
+
+
+async def test_queues_that_took_sends_are_not_visited_again_until_due(
+    store: LmdbBackend, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under sends every queue's record changes between passes (next_seq, count): a message
+    # sent now is never older than the oldest there, so the queue's moment stands.
+    names = [q(f"inbox-{i:04d}") for i in range(50)]
+    for name in names:
+        await store.create_queue(T1, name, {"retention_s": 60})
+        ok((await store.send(T1, name, [msg("waiting")]))[0])
+    assert await store.sweep() == 0
+    visits: list[int] = []
+    real = message_ops._past_retention
+
+    def counted(
+        w: Writes, qid: int, cutoff: float, limit: int
+    ) -> tuple[list[tuple[int, DeliveryState]], int | None]:
+        visits.append(qid)
+        return real(w, qid, cutoff, limit)
+
+    monkeypatch.setattr(message_ops, "_past_retention", counted)
+    clock.advance(30)
+    for name in names:
+        ok((await store.send(T1, name, [msg("young")]))[0])
+    assert await store.sweep() == 0
+    assert visits == []
+    clock.advance(31)  # every "waiting" is 61 s old, every "young" 31 s
+    assert await store.sweep() == len(names)
+    assert len(visits) == len(names)
+    for name in (names[0], names[-1]):
+        assert [m.body for m in await receive_all(store, T1, name)] == [b"young"]
 
 
 async def test_a_lowered_retention_applies_at_the_next_sweep(store: LmdbBackend, clock: ManualClock) -> None:
