@@ -23,7 +23,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,13 @@ class AuditRecord:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+_FIELDS = tuple(f.name for f in fields(AuditRecord))
+
+
 def _line(entry: AuditRecord) -> bytes:
-    return orjson.dumps(asdict(entry), option=orjson.OPT_SORT_KEYS) + b"\n"
+    # Not dataclasses.asdict, which deep-copies every value: 40 us a record against 3, a
+    # tenth of the cluster gateway's CPU for a create (session 68's profile).
+    return orjson.dumps({name: getattr(entry, name) for name in _FIELDS}, option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
 def _iso(now: float) -> str:
