@@ -44,21 +44,12 @@ def save_queue(w: Writes, tenant: str, name: str, record: QueueRecord) -> None:
     w.queue_saves += 1
 
 
-def _names_of(v: View, qid: int) -> tuple[str, str] | None:
-    """The tenant and name the queue with internal id ``qid`` was made under (None: none)."""
+def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
+    """Find a queue by its internal id (receipts carry it); None if it was deleted."""
     raw = v.get(Db.QIDS, u64(qid))
     if raw is None:
         return None
     tenant, _, name = raw.decode().partition("\0")
-    return tenant, name
-
-
-def queue_by_qid(v: View, qid: int) -> tuple[str, str, QueueRecord] | None:
-    """Find a queue by its internal id (receipts carry it); None if it was deleted."""
-    names = _names_of(v, qid)
-    if names is None:
-        return None
-    tenant, name = names
     try:
         record = find_queue(v, tenant, name)
     except QueueNotFound:
