@@ -72,7 +72,9 @@ async def backend(
 async def _led_partition(backend: ClusterBackend) -> PartitionInfo:
     await backend.create_queue(T, Q, {"replication_factor": 2})
     await backend.send(T, Q, [NewMessage(b"warm")])  # served: its partition is led and applied
-    assert await backend.receive(T, Q, 10, visibility_timeout_s=0) != []
+    got = await backend.receive(T, Q, 10)
+    assert [m.body for m in got] == [b"warm"]
+    await backend.ack(T, [m.receipt for m in got], Q)
     [part] = queue_partitions(backend, T, Q)
     return part
 
@@ -162,3 +164,32 @@ async def _next_sample(lines: AsyncIterator[str]) -> str:
         elif line.startswith("data:") and event == "event: queue":
             return line
     raise AssertionError("the live stream ended")
+
+
+async def test_a_lost_connection_wakes_the_waiters_of_the_queues_its_node_leads(
+    inprocess_nodes: tuple[Layout, list[Node]], backend: ClusterBackend
+) -> None:
+    """The node forgets a closed connection's receivers; the gateway wakes the queues of the
+    partitions that node leads, so their waiters receive again over a new connection, which
+    registers them anew (push_operations.py, ``_disconnected``)."""
+    _, nodes = inprocess_nodes
+    part = await _led_partition(backend)
+    [leader] = [n for n in nodes if part.leader is not None and n.node_id == part.leader.node]
+    woken: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    backend.add_listener(lambda tenant, queue: woken.put_nowait((tenant, queue)))
+    assert await backend.receive(T, Q, 10) == []
+    # The node drops the gateway's connection (as a cut or a restart of its port would).
+    for stream in list(leader._clients):
+        await stream.close()
+    async with asyncio.timeout(scaled(5)):
+        while await woken.get() != (T, Q):
+            pass
+    assert await backend.receive(T, Q, 10) == []  # over a new connection: registered again
+    sender = Gateway("sender", part)
+    try:
+        await sender.send(b"after the reconnect")
+        async with asyncio.timeout(scaled(5)):
+            while await woken.get() != (T, Q):
+                pass
+    finally:
+        await sender.pool.close()
