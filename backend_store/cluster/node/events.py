@@ -33,8 +33,7 @@ gateway that lost its connection, or whose partition got a new leader, is woken 
 (the gateway's ``_disconnected`` and ``_map_changed``) and receives again, which registers
 it with the new connection or leader. A connection stays a queue's receiver until it closes
 (or the queue or the partition goes): a waiter that stopped costs a wake-up it ignores, as
-every waiter did before (bench/README.md, "Session 69": the send step's server CPU a send
-7-8% lower on a dev cluster with no consumers).
+every waiter did before (bench/README.md, "Session 69").
 """
 
 from __future__ import annotations
