@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 
 from ...attributes import check_receive
 from ...backend import ChangeListener, DeliverCallback, EventListener, MessageEvent
@@ -20,7 +19,7 @@ from ..protocol.wire import Delivery, Events, Notify
 from .message_operations import MessageOperations
 from .metadata import ClusterMetadata
 from .node_pool import NodePool
-from .partition_map import LeaderClaim, PartitionInfo, PartitionMap
+from .partition_map import LeaderClaim, PartitionMap
 from .routing import prefix_receipt
 from .standing import StandingDemands, Target
 
@@ -129,20 +128,12 @@ class PushOperations(MessageOperations):
                 log.exception("event listener failed")
 
     def _disconnected(self, node_id: str) -> None:
-        # The node forgot this connection: its demands (anything it was pushing into it comes
-        # back after its visibility timeout), and the queues received from over it, whose
-        # commits it woke this gateway for (node/events.py). Wake the waiters of those and of
-        # every queue of a partition it leads now, so they receive (dialling again) and
-        # register anew, rather than at their safety poll.
+        # The node forgot this connection's demands (and anything it was pushing into it
+        # comes back after its visibility timeout): wake their dispatchers now, so they
+        # receive (dialling again) and register anew, rather than at their safety poll.
         if self.pool is None:
             return  # closing
-        woken = set(self.standing.sent_to(node_id))
-        parts = self.view.map.partitions
-        for pid, claim in self._leaders.items():
-            part = parts.get(pid)
-            if claim is not None and claim.node == node_id and part is not None:
-                woken.update(self._queues_of(part))
-        for tenant, queue in sorted(woken):
+        for tenant, queue in self.standing.sent_to(node_id):
             self._wake(tenant, queue)
 
     def _release(self, tenant: TenantId, queue: QueueName, messages: list[ReceivedMessage]) -> None:
@@ -173,13 +164,9 @@ class PushOperations(MessageOperations):
         woken: set[tuple[TenantId, QueueName]] = set()
         for pid, part in new_map.partitions.items():
             if part.leader is not None and old.get(pid) != part.leader:
-                woken.update(self._queues_of(part))
+                if part.pool is None:
+                    woken.add((part.tenant, part.queue))
+                else:  # a pool partition: each queue placed there (the metadata's index)
+                    woken.update(self.metadata.index.on_partition(pid))
         for tenant, queue in sorted(woken):
             self._wake(tenant, queue)
-
-    def _queues_of(self, part: PartitionInfo) -> Iterable[tuple[TenantId, QueueName]]:
-        """The queues a partition holds: its queue, or a pool partition's placed queues (the
-        metadata's index)."""
-        if part.pool is None:
-            return ((part.tenant, part.queue),)
-        return self.metadata.index.on_partition(part.id)

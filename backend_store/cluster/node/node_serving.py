@@ -1,9 +1,8 @@
 """What a node serves on its port (:class:`~.ports.NodeListener`): each connection's hello
 routes it to a replica's follower (another node's leader link) or to the gateway requests
 loop; requests run on the partitions this node leads, answered only while its etcd session
-(its claim) is surely alive; ``Notify`` goes to the gateway connections that received from
-the queue here (events.py) after a commit that made messages of it visible, unless a
-standing receive's ``Delivery`` stands for it (demands.py).
+(its claim) is surely alive; ``Notify`` goes to every gateway connection after a commit that
+made messages visible, unless a standing receive's ``Delivery`` stands for it (demands.py).
 A part of :class:`~.node.Node`, which provides the attributes below."""
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ class NodeServing:
         return self.listener.address
 
     def _notify(self, partition: int, tenant: str, queue: str) -> None:
-        # Only the queue's receivers here (events.py, "Wake-ups go to the queue's receivers").
-        for stream in self.events.receivers(partition, tenant, queue):
+        for stream in list(self._clients):
             if self.demands.hold_notify(stream, partition, tenant, queue):
                 continue  # a delivery to this gateway wakes it (node_demands.py)
             try:
