@@ -79,8 +79,8 @@ class Authenticator:
         self.api_keys = ApiKeyStore(backend, on_change=self._api_key_changed)
         self.jwt_keys = JwtKeyStore(backend, on_change=self._jwt_key_changed)
         self.aws_keys = AwsKeyStore(backend, keyring)
-        self._api_key_cache: TtlCache[str, ApiKey] = TtlCache(cache_ttl_s, cache_max_entries, clock)
-        self._jwt_key_cache: TtlCache[tuple[str, str], tuple[JwtKey, VerificationKey]] = TtlCache(
+        self._api_key_cache: TtlCache[str, ApiKey | None] = TtlCache(cache_ttl_s, cache_max_entries, clock)
+        self._jwt_key_cache: TtlCache[tuple[str, str], tuple[JwtKey, VerificationKey] | None] = TtlCache(
             cache_ttl_s, cache_max_entries, clock
         )
         self._tenant_cache: TtlCache[str, Tenant | None] = TtlCache(cache_ttl_s, cache_max_entries, clock)
@@ -104,6 +104,9 @@ class Authenticator:
         hit, principal = self._verified.get(digest)
         if hit and principal is not None and not self._expired(principal):
             return principal
+        # A change in this process meanwhile (a revocation, say) clears the verified tokens:
+        # this verification may predate it, and must not be cached after it.
+        verified_since = self._verified.generation
         try:
             if is_api_key(token):
                 principal, trusted_until = await self._authenticate_api_key(token)
@@ -119,7 +122,7 @@ class Authenticator:
         ttl = trusted_until - self._clock()
         if principal.expires_at is not None:
             ttl = min(ttl, self._seconds_left(principal.expires_at))
-        self._verified.put(digest, principal, ttl)
+        self._verified.put(digest, principal, ttl, since=verified_since)
         return principal
 
     def _seconds_left(self, expires_at: float) -> float:
@@ -155,16 +158,12 @@ class Authenticator:
         return Principal(key.tenant, key.scopes, key.key_id, via="api_key", key_id=key.key_id), secret
 
     async def _active_api_key(self, key_id: str) -> tuple[ApiKey, float]:
-        cached = self._api_key_cache.lookup(key_id)
-        if cached is not None:
-            key, trusted_until = cached
-        else:
-            trusted_until = self._clock() + self._cache_ttl_s
-            found = await self.api_keys.get(key_id)
-            if found is None:  # unknown ids are not cached: they would let anyone fill the cache
-                raise Unauthorized("invalid API key")
-            key = found
-            self._api_key_cache.put(key_id, key)
+        # Unknown ids are not cached: they would let anyone fill the cache.
+        key, trusted_until = await self._api_key_cache.load(
+            key_id, lambda: self.api_keys.get(key_id), keep=_found
+        )
+        if key is None:
+            raise Unauthorized("invalid API key")
         if key.revoked_at is not None:
             raise Unauthorized("API key revoked")
         return key, trusted_until
@@ -182,20 +181,20 @@ class Authenticator:
         return replace(principal_from_claims(claims), kid=key.kid, key_id=key_id), trusted_until
 
     async def _jwt_key(self, tenant: str, kid: str) -> tuple[JwtKey, VerificationKey, float]:
-        cached = self._jwt_key_cache.lookup((tenant, kid))
-        if cached is not None:
-            (key, verifier), trusted_until = cached
-            return key, verifier, trusted_until
-        trusted_until = self._clock() + self._cache_ttl_s
+        unknown = Unauthorized(f"unknown JWT key: tenant {tenant!r} has no kid {kid!r}")
         # Both come from the unverified token: names no stored key can have (a "/" that
         # would splice tenant and kid, a NUL the store refuses) never reach the store.
-        valid = is_valid_tenant_name(tenant) and is_valid_kid(kid)
-        found = await self.jwt_keys.get(tenant, kid) if valid else None
-        if found is None:
-            raise Unauthorized(f"unknown JWT key: tenant {tenant!r} has no kid {kid!r}")
-        verifier = load_verification_key(found.alg, found.material)
-        self._jwt_key_cache.put((tenant, kid), (found, verifier))
-        return found, verifier, trusted_until
+        if not (is_valid_tenant_name(tenant) and is_valid_kid(kid)):
+            raise unknown
+
+        async def read() -> tuple[JwtKey, VerificationKey] | None:
+            found = await self.jwt_keys.get(tenant, kid)
+            return None if found is None else (found, load_verification_key(found.alg, found.material))
+
+        loaded, trusted_until = await self._jwt_key_cache.load((tenant, kid), read, keep=_found)
+        if loaded is None:
+            raise unknown
+        return loaded[0], loaded[1], trusted_until
 
     async def _check_minting_key_active(self, claims: dict[str, Any], tenant: TenantId) -> tuple[str, float]:
         # A minted token dies with the API key it was minted from.
@@ -288,10 +287,7 @@ class Authenticator:
 
     async def tenant(self, name: str) -> Tenant | None:
         """A tenant record (cached)."""
-        hit, tenant = self._tenant_cache.get(name)
-        if not hit:
-            tenant = await self.tenants.get(name)
-            self._tenant_cache.put(name, tenant)
+        tenant, _ = await self._tenant_cache.load(name, lambda: self.tenants.get(name))
         return tenant
 
     async def allowed_origins(self, tenant: str) -> list[str]:
@@ -336,3 +332,7 @@ class Authenticator:
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+
+def _found(value: object) -> bool:
+    return value is not None

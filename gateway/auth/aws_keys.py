@@ -41,7 +41,7 @@ class AwsKeyStore:
         self._keyring = keyring
         # Every SQS request needs the secret: a store read (a worker thread's hop) per request
         # was most of what SQS cost over /v1. Unknown ids are not cached (anyone could fill it).
-        self._cache: TtlCache[str, tuple[str, str]] = TtlCache(SECRET_CACHE_TTL_S)
+        self._cache: TtlCache[str, tuple[str, str] | None] = TtlCache(SECRET_CACHE_TTL_S)
 
     async def create(self, key_id: str) -> tuple[str, str]:
         """Store a new secret for the API key ``key_id``; return its access key id and secret."""
@@ -64,9 +64,12 @@ class AwsKeyStore:
         """The API key id and the secret behind an access key id, or None if it is unknown."""
         if not access_key_id.startswith(ACCESS_KEY_PREFIX) or len(access_key_id) > 64:
             return None
-        cached = self._cache.lookup(access_key_id)
-        if cached is not None:
-            return cached[0]
+        found, _ = await self._cache.load(
+            access_key_id, lambda: self._read(access_key_id), keep=lambda v: v is not None
+        )
+        return found
+
+    async def _read(self, access_key_id: str) -> tuple[str, str] | None:
         raw = await self._backend.meta_get(NAMESPACE, access_key_id)
         if raw is None:
             return None
@@ -79,6 +82,4 @@ class AwsKeyStore:
             ).decode()
         else:
             secret = doc["secret"]
-        found = str(doc["key_id"]), secret
-        self._cache.put(access_key_id, found)
-        return found
+        return str(doc["key_id"]), secret

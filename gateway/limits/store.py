@@ -42,13 +42,12 @@ class LimitsStore:
 
     async def get(self, tenant: TenantId) -> TenantLimits:
         """A tenant's limits (cached); no document means no limits."""
-        hit, limits = self._cache.get(tenant)
-        if hit and limits is not None:
-            return limits
-        raw = await self._backend.meta_get(NAMESPACE, tenant)
-        limits = NO_LIMITS if raw is None else TenantLimits.from_bytes(raw)
-        self._cache.put(tenant, limits)
+        limits, _ = await self._cache.load(tenant, lambda: self._read(tenant))
         return limits
+
+    async def _read(self, tenant: TenantId) -> TenantLimits:
+        raw = await self._backend.meta_get(NAMESPACE, tenant)
+        return NO_LIMITS if raw is None else TenantLimits.from_bytes(raw)
 
     async def update(self, tenant: TenantId, changes: Any) -> TenantLimits:
         """Merge ``changes`` into the stored document (see :meth:`TenantLimits.merged`)."""
