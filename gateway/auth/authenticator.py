@@ -73,7 +73,6 @@ class Authenticator:
         self.audience = audience
         self.leeway_s = leeway_s
         self._clock = clock
-        self._cache_ttl_s = cache_ttl_s
         self._wall_clock = wall_clock
         self.tenants = TenantStore(backend, on_change=self._tenant_changed)
         self.api_keys = ApiKeyStore(backend, on_change=self._api_key_changed)

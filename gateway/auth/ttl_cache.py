@@ -78,13 +78,13 @@ class TtlCache(Generic[K, V]):
         flight = self._loads.get(key)
         if flight is None:
             until = self._clock() + self._ttl_s
-            future = asyncio.create_task(self._read(key, read, keep, until))
+            task = asyncio.create_task(self._read(key, read, keep, until))
             # A read whose every caller was cancelled must not log "never retrieved".
-            future.add_done_callback(_retrieve)
-            flight = self._loads[key] = (future, until)
-        future, until = flight
+            task.add_done_callback(_retrieve)
+            flight = self._loads[key] = (task, until)
+        task, until = flight
         # One caller cancelled does not cancel the read the others wait for.
-        return await asyncio.shield(future), until
+        return await asyncio.shield(task), until
 
     async def _read(
         self, key: K, read: Callable[[], Awaitable[V]], keep: Callable[[V], bool] | None, until: float
@@ -133,7 +133,7 @@ class TtlCache(Generic[K, V]):
         return len(self._entries)
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
         with contextlib.suppress(BaseException):
-            future.exception()
+            task.exception()
