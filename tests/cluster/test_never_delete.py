@@ -5,8 +5,9 @@ Real node and manager processes on the session's etcd (``harness``): a partition
 that cannot be parsed is written again by the manager as it last read it (one no running
 manager read: as its live leader keeps it, or rebuilt from what the nodes kept once its
 leader is gone); nodes that read it keep serving, one that never did keeps its replica and
-reports it, and serves again once the record is readable; a node started with another ``--prefix`` (an etcd namespace without its
-cluster) refuses, says why, deletes nothing, and serves again with its own prefix.
+reports it, and serves again once the record is readable; a node started with another
+``--prefix`` (an etcd namespace without its cluster) refuses, says why, deletes nothing, and
+serves again with its own prefix.
 """
 
 from __future__ import annotations
