@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -91,16 +92,44 @@ async def peek(h: ClusterHarness, pid: int, name: str) -> list[str]:
 async def threads_and_files(h: ClusterHarness) -> dict[str, tuple[int, int]]:
     """Each node's threads and open files, the fewest of 20 readings 50 ms apart: a
     checkpoint's sync runs on a thread of its own for the moment it takes (checkpoint.py),
-    so a single reading may count one more per partition; the threads that stay are the
-    node's."""
+    so a single reading may count one more per partition."""
     readings: dict[str, list[tuple[int, int]]] = {name: [] for name in h.nodes}
     for _ in range(20):
-        for name, proc in h.nodes.items():
-            assert proc.process is not None
-            pid = proc.process.pid
+        for name, pid in node_pids(h).items():
             readings[name].append((len(os.listdir(f"/proc/{pid}/task")), len(os.listdir(f"/proc/{pid}/fd"))))
         await asyncio.sleep(0.05)
     return {name: (min(t for t, _ in r), min(f for _, f in r)) for name, r in readings.items()}
+
+
+async def threads_and_files_settled(
+    h: ClusterHarness, before: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """Each node's threads and open files once back within ``before`` (threads no more,
+    files at most 16 more: the connections a busier node keeps), or as they last were
+    after 30 s. Threads that come and go are not the node's: a checkpoint's sync on a
+    slow disk can outlast a second of readings, and grpc's event engine (the etcd
+    client's) starts a thread when its own pool is backlogged and ends it after 20 s
+    idle. Threads that stay, as a writer per queue did, never fall back."""
+    deadline = time.monotonic() + scaled(30)
+    while True:
+        now = await threads_and_files(h)
+        within = all(t <= before[n][0] and f <= before[n][1] + 16 for n, (t, f) in now.items())
+        if within or time.monotonic() > deadline:
+            return now
+
+
+def node_pids(h: ClusterHarness) -> dict[str, int]:
+    pids = {}
+    for name, proc in h.nodes.items():
+        assert proc.process is not None
+        pids[name] = proc.process.pid
+    return pids
+
+
+def thread_names(pid: int) -> Counter[str]:
+    """A process's threads by the name the kernel shows (``top -H``)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return Counter((task / "comm").read_text().strip() for task in tasks.iterdir())
 
 
 def same_slot_name(prefix: str, pid: int, slots: list[int]) -> str:
@@ -130,17 +159,17 @@ async def test_sixty_queues_on_four_partitions_deletion_on_the_mark_only_and_fai
     records = await h.partitions()
     assert sorted(pid for pid, r in records.items() if r.pool == POOL) == sorted(slots)
     assert all(r.pool == POOL for r in records.values()), "no queue got a partition of its own"
-    after = await threads_and_files(h)
+    after = await threads_and_files_settled(h, before)
     print(f"threads and open files per node, 1 queue then {QUEUES + 1}: {before} -> {after}")
     for node, (threads, files) in after.items():
         # A partition per queue cost a writer thread and about four files per queue (issue
         # 49): 60 queues would add 60 threads and some 240 files. A node starts all its
-        # threads at once (started_pool.py): not one more. The files' margin is the
-        # connections a busier node keeps.
-        assert threads == before[node][0] and files <= before[node][1] + 16, (
+        # threads at once (started_pool.py): not one more.
+        assert threads <= before[node][0] and files <= before[node][1] + 16, (
             node,
             before[node],
             after[node],
+            thread_names(node_pids(h)[node]),
         )
 
     # Marked deleting: the leader deletes the queue from its store; written again (created
