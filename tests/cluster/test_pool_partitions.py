@@ -12,6 +12,7 @@ records are written into etcd with their placement, as a gateway writes them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections import Counter
@@ -127,9 +128,13 @@ def node_pids(h: ClusterHarness) -> dict[str, int]:
 
 
 def thread_names(pid: int) -> Counter[str]:
-    """A process's threads by the name the kernel shows (``top -H``)."""
-    tasks = Path(f"/proc/{pid}/task")
-    return Counter((task / "comm").read_text().strip() for task in tasks.iterdir())
+    """A process's threads by the name the kernel shows (``top -H``); one that ends while
+    they are read is left out."""
+    names: Counter[str] = Counter()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            names[(task / "comm").read_text().strip()] += 1
+    return names
 
 
 def same_slot_name(prefix: str, pid: int, slots: list[int]) -> str:
