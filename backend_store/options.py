@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .encryption import Keyring
 from .tested_versions import ReleaseCheck
+
+if TYPE_CHECKING:
+    from .lmdb_store.commit_thread import CommitThread
 
 # Held messages per queue, beyond which the embedded store writes receives (bounds memory, and
 # the walk a receive makes past held entries after a release lowered the queue's skip hint).
@@ -45,3 +49,6 @@ class StoreOptions:
     checkpoint_interval_s: float = 1.0
     fdatasync: Callable[[int], None] | None = None
     releases: ReleaseCheck | None = None
+    # The thread LMDB stores commit on: None, one of each store's own; a backend node passes
+    # one for all its replicas (lmdb_store/commit_thread.py).
+    commit_thread: CommitThread | None = None

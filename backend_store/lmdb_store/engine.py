@@ -149,6 +149,7 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             on_commit_start=self._commit_starts,
             room_gauge=RoomGauge(env, reserve) if reserve else None,
             journaling=journaling,
+            thread=self.options.commit_thread,
         )
         self._writer.start()
         try:

@@ -20,7 +20,6 @@ import contextlib
 import errno
 import functools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from ..errors import InvalidRequest, PushgateError, Unavailable
 from ..types import Epoch, LogEntry, Lsn
 from . import meta_pages
 from .checkpoint import Journaling
+from .commit_thread import CommitThread
 from .environment import Db, Environment, LoggedWrites, Touched, Writes, is_disk_full
 from .recorded_txn import Change, RecordedTxn
 from .replication_log import LogState, NotLeading, ReplicationLog
@@ -120,8 +120,12 @@ class GroupCommitWriter:
         on_commit_start: Callable[[Touched], None] | None = None,
         room_gauge: RoomGauge | None = None,
         journaling: Journaling | None = None,
+        thread: CommitThread | None = None,
     ) -> None:
         self._env = env
+        # The thread this writer commits on: its own, or one it shares with the other
+        # replicas of a node (commit_thread.py).
+        self._thread = thread or CommitThread()
         # A journaling store (checkpoint.py): each committed transaction is appended to the
         # journal, and a batch is durable once the journal is synced (_settle).
         self._journaling = journaling
@@ -147,7 +151,6 @@ class GroupCommitWriter:
         self._wrote = False
         # Committed batches whose meta page is not yet synced, callers not yet told (_settle).
         self._unsynced: list[_Committed] = []
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # Early shipping (LmdbBackend.ship_early): each logged entry is offered just before
         # its commit, and reported lost if that commit then fails.
         self.offer: Callable[[LogEntry], None] | None = None
@@ -157,15 +160,17 @@ class GroupCommitWriter:
         # the same (LSN, epoch), which log matching takes for the same entry). The leader
         # ends the term; writes resume in the next one (a higher epoch).
         self._lost_epoch: Epoch | None = None
-        self._thread = threading.Thread(target=self._run, name="pushgate-writer", daemon=True)
         self._closed = False
+        # Set on the commit thread once a stop is done (the writer has left the thread).
+        self._stopped = threading.Event()
+        self._done = False
         # Commits that wrote something (idle sweeps commit nothing).
         self.batches = 0
         self.operations = 0
         self.commit_stats = CommitStats()
 
     def start(self) -> None:
-        self._thread.start()
+        self._thread.attach(self)
 
     def submit(self, op: Operation[T], *, durable: bool = True) -> asyncio.Future[T]:
         """Queue an operation; the future resolves after its batch is committed and synced.
@@ -180,73 +185,111 @@ class GroupCommitWriter:
             raise Unavailable("store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Pending(op, future, loop, durable))
+        self._thread.put(self, _Pending(op, future, loop, durable))
         return future
 
     def stop(self) -> None:
         """Finish what is queued, then end the thread (blocking; call from a worker thread)."""
         if not self._closed:
             self._closed = True
-            self._queue.put(_STOP)
-            self._thread.join()
+            self._thread.put(self, _STOP)
+            self._stopped.wait()
 
     def stop_journaling(self) -> None:
         """Leave journaling: a clean checkpoint, then LMDB syncs each commit itself
         (another process opened the store; blocking, call from a worker thread)."""
         control = _Journaling(threading.Event(), None)
-        self._queue.put(control)
+        self._thread.put(self, control)
         control.done.wait()
 
     def start_journaling(self, make: Callable[[], Journaling]) -> bool:
         """Journal again (the store is alone with its files again); return whether it does
         (blocking, call from a worker thread)."""
         control = _Journaling(threading.Event(), make)
-        self._queue.put(control)
+        self._thread.put(self, control)
         control.done.wait()
         return control.started
 
-    # The writer thread ----------------------------------------------------
+    # On the commit thread (commit_thread.Member) ----------------------------
 
-    def _run(self) -> None:
-        while True:
-            item = self._next_item()
-            batch: list[_Pending[Any]] = []
-            controls: list[Any] = []
+    def wait_s(self) -> float | None:
+        if self._unsynced:
+            return 0.0  # no next commit to carry the waiting meta page: sync it alone
+        return self._journaling.seconds_until_due() if self._journaling is not None else None
+
+    def idle(self) -> None:
+        if self._unsynced:
+            self._sync_unsynced()
+        elif self._journaling is not None and self._journaling.seconds_until_due() == 0:
+            self._begin_checkpoint()
+
+    def take(self, items: list[Any]) -> list[_Committed]:
+        """Commit the round's operations, at most ``max_batch`` a transaction, and run its
+        controls in order. A journaling store's last batch is returned unsettled (the thread
+        settles it once every writer of the round has committed, so that a journal the
+        writers share is synced once for all); any other batch is settled here, before the
+        next commits or control runs."""
+        unsettled: list[_Committed] = []
+        batch: list[_Pending[Any]] = []
+        for item in items:
+            if self._done:
+                break
             if isinstance(item, _Pending):
                 batch.append(item)
-            else:
-                controls.append(item)
-            while len(batch) < self._max_batch and not controls:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if isinstance(item, _Pending):
-                    batch.append(item)
-                else:
-                    controls.append(item)
-            if batch:
-                self._commit_batch(batch)
-            for control in controls:
-                if control is _STOP:
-                    self._sync_unsynced()
-                    self._finish_journaling()
-                    return
-                if control is _CHECKPOINT_DONE:
-                    self._complete_checkpoint()
-                    continue
-                try:
-                    if control.make is not None:
-                        control.started = self._start_journaling(control.make)
-                    elif self._journaling is not None:
-                        self._finish_journaling()
-                        self._env.reopen(journaled=False)
-                        log.info("store %s is shared: no journal, LMDB syncs each commit", self._env.path)
-                except (OSError, lmdb.Error, Unavailable):
-                    # Commits from here on fail ("store write failed"); the writer lives on.
-                    log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
-                finally:
-                    control.done.set()
+                if len(batch) == self._max_batch:
+                    # A full batch is a round of its own: it is synced before the next
+                    # commits, as a writer alone on its thread would.
+                    self._commit(batch, unsettled)
+                    batch = []
+                    self.settle(unsettled)
+                    unsettled = []
+                continue
+            self._commit(batch, unsettled)
+            batch = []
+            self.settle(unsettled)
+            unsettled = []
+            self._control(item)
+        self._commit(batch, unsettled)
+        return unsettled
+
+    def settle(self, committed: list[_Committed]) -> bool:
+        for each in committed:
+            self._settle_journaled(each)
+        return self._done
+
+    def left(self) -> None:
+        self._stopped.set()
+
+    def _commit(self, batch: list[_Pending[Any]], unsettled: list[_Committed]) -> None:
+        if not batch:
+            return
+        committed = self._commit_batch(batch)
+        if self._journaling is not None:
+            unsettled.append(committed)
+        else:
+            self._settle(committed)
+
+    def _control(self, control: Any) -> None:
+        if control is _STOP:
+            self._sync_unsynced()
+            self._finish_journaling()
+            self._done = True
+            return
+        if control is _CHECKPOINT_DONE:
+            self._complete_checkpoint()
+            return
+        try:
+            if control.make is not None:
+                control.started = self._start_journaling(control.make)
+            elif self._journaling is not None:
+                self._finish_journaling()
+                self._env.reopen(journaled=False)
+                log.info("store %s is shared: no journal, LMDB syncs each commit", self._env.path)
+        except (OSError, lmdb.Error, Unavailable):
+            # Commits from here on fail ("store write failed"); the writer lives on.
+            log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
+        finally:
+            control.done.set()
 
     def _start_journaling(self, make: Callable[[], Journaling]) -> bool:
         """Reopen journaled and take the first checkpoint; on any failure, back to LMDB's
@@ -272,33 +315,12 @@ class GroupCommitWriter:
         log.info("store %s is alone again: it journals", self._env.path)
         return True
 
-    def _next_item(self) -> Any:
-        """The next queued item; waiting for it, sync what waits for a sync (or take the
-        checkpoint that is due)."""
-        if self._unsynced:
-            try:
-                return self._queue.get_nowait()
-            except queue.Empty:
-                # Nothing more to commit, whose data sync would carry the meta page of the
-                # commit waiting: sync it alone.
-                self._sync_unsynced()
-        journaling = self._journaling
-        while journaling is not None:
-            wait = journaling.seconds_until_due()
-            if wait is None:
-                break
-            try:
-                return self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                self._begin_checkpoint()
-        return self._queue.get()
-
     def _begin_checkpoint(self) -> None:
         """A checkpoint is due: start one whose sync of the LMDB file runs off this thread
         (the writer commits meanwhile), or take it here where one cannot start."""
         assert self._journaling is not None
         try:
-            if self._journaling.begin(lambda: self._queue.put(_CHECKPOINT_DONE)):
+            if self._journaling.begin(lambda: self._thread.put(self, _CHECKPOINT_DONE)):
                 return
         except (OSError, lmdb.Error, meta_pages.UnsupportedFormat):
             log.exception("checkpoint of %s failed", self._env.path)
@@ -337,7 +359,7 @@ class GroupCommitWriter:
             # The next start recovers from the checkpoint before and the journal.
             log.exception("the last checkpoint of %s failed", self._env.path)
 
-    def _commit_batch(self, batch: list[_Pending[Any]]) -> None:
+    def _commit_batch(self, batch: list[_Pending[Any]]) -> _Committed:
         touched: Touched = set()
         self._post_commit = []
         self._events = []
@@ -382,11 +404,7 @@ class GroupCommitWriter:
                 self._fail_all_with(batch, self._not_leading(exc))
                 break
         self.operations += len(batch)
-        committed = _Committed(batch, touched, self._post_commit, self._events, self._log.committed)
-        if self._journaling is not None:
-            self._settle_journaled(committed)
-        else:
-            self._settle(committed)
+        return _Committed(batch, touched, self._post_commit, self._events, self._log.committed)
 
     def _settle_journaled(self, committed: _Committed) -> None:
         """A journaling store: the batch is durable once the journal is synced (one

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ...encryption import Keyring
+from ...lmdb_store.commit_thread import CommitThread
 from ...lmdb_store.engine import LmdbBackend
 from ...options import StoreOptions
 from ...private_files import private_dir, warning_lines
@@ -244,6 +245,8 @@ def local_node(
         keyring=keyring,
         clock=store_clock,
         disk_reserve_bytes=disk_reserve_bytes,
+        # One thread commits for every replica of the node (docs/cluster.md, section 13).
+        commit_thread=CommitThread(),
     )
     replicas = LmdbReplicaStores(
         config.node_id,
