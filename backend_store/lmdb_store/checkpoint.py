@@ -35,13 +35,14 @@ is taken as it is found). The first checkpoint of a run is marked unclean again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ from ..errors import Unavailable
 from ..private_files import FILE_MODE
 from . import meta_pages
 from .environment import Db, Environment
-from .journal import Journal, journaled_after
+from .journal import Journal, journaled_after, newest_seq
 from .keys import read_u64, u64
 from .recorded_txn import Change, RecordedTxn
 from .records import pack, unpack
@@ -66,10 +67,13 @@ JOURNAL_FILES = ("journal", "journal.b")
 DATA_FILE = "data.mdb"
 # The journal sequence number of the newest journaled commit, written by that commit.
 JOURNAL_SEQ = b"\0sys\0journal_seq"
-_MAGIC = b"PGCKPT2\0"
-# magic, journal sequence number, LMDB transaction id, clean (0/1), page size; then the two
-# pages, then a CRC-32.
-_HEAD = struct.Struct("<8sQQBI")
+_MAGIC = b"PGCKPT3\0"
+# magic, the store's journal sequence number, the journal's position, LMDB transaction id,
+# clean (0/1), shared (0/1), page size; then the two pages, then a CRC-32.
+_HEAD = struct.Struct("<8sQQQBBI")
+# Before session 72: no position (it was the sequence number) and never shared.
+_MAGIC_2 = b"PGCKPT2\0"
+_HEAD_2 = struct.Struct("<8sQQBI")
 _CRC = struct.Struct("<I")
 # Replayed entries per LMDB transaction.
 _REPLAY_BATCH = 256
@@ -77,10 +81,18 @@ _REPLAY_BATCH = 256
 
 @dataclass(frozen=True, slots=True)
 class SavedCheckpoint:
+    """A store's checkpoint: ``seq`` is the journal sequence number of its newest commit then
+    (what the store must open at); ``position``, the journal's sequence number then, after
+    which its entries are replayed (a journal shared by a node's replicas numbers every
+    replica's commits in one sequence, so it is ``seq`` or more); ``shared``: the entries are
+    in the node's journal, tagged with the store's directory name (``JournalGroup``)."""
+
     seq: int
     txnid: int
     clean: bool
     meta: meta_pages.MetaPages
+    position: int = 0
+    shared: bool = False
 
 
 def load(directory: Path) -> SavedCheckpoint | None:
@@ -90,26 +102,41 @@ def load(directory: Path) -> SavedCheckpoint | None:
     except FileNotFoundError:
         return None
     if (
-        len(raw) < _HEAD.size + _CRC.size
+        len(raw) < _HEAD_2.size + _CRC.size
         or zlib.crc32(raw[: -_CRC.size]) != _CRC.unpack(raw[-_CRC.size :])[0]
     ):
         raise Unavailable(f"the checkpoint file of {directory} is damaged; restore the store from a backup")
-    magic, seq, txnid, clean, page_size = _HEAD.unpack_from(raw, 0)
-    pages = raw[_HEAD.size : -_CRC.size]
-    if magic != _MAGIC or len(pages) != 2 * page_size:
+    if raw.startswith(_MAGIC_2):
+        magic, seq, txnid, clean, page_size = _HEAD_2.unpack_from(raw, 0)
+        position, shared, head = seq, 0, _HEAD_2.size
+    else:
+        magic, seq, position, txnid, clean, shared, page_size = _HEAD.unpack_from(raw, 0)
+        head = _HEAD.size
+    pages = raw[head : -_CRC.size]
+    if magic not in (_MAGIC, _MAGIC_2) or len(pages) != 2 * page_size:
         raise Unavailable(f"the checkpoint file of {directory} is not one this version writes")
     meta = meta_pages.MetaPages(page_size, (pages[:page_size], pages[page_size:]))
-    return SavedCheckpoint(seq, txnid, bool(clean), meta)
+    return SavedCheckpoint(seq, txnid, bool(clean), meta, position, bool(shared))
 
 
 def save(directory: Path, checkpoint: SavedCheckpoint) -> None:
     """Write the checkpoint file whole, synced, then rename it into place (and sync that)."""
     meta = checkpoint.meta
-    body = (
-        _HEAD.pack(_MAGIC, checkpoint.seq, checkpoint.txnid, int(checkpoint.clean), meta.page_size)
-        + meta.pages[0]
-        + meta.pages[1]
-    )
+    if not checkpoint.shared and checkpoint.position == checkpoint.seq:
+        # A store's own journal: the format earlier releases read (so they still open a
+        # store this one stopped).
+        head = _HEAD_2.pack(_MAGIC_2, checkpoint.seq, checkpoint.txnid, int(checkpoint.clean), meta.page_size)
+    else:
+        head = _HEAD.pack(
+            _MAGIC,
+            checkpoint.seq,
+            checkpoint.position,
+            checkpoint.txnid,
+            int(checkpoint.clean),
+            int(checkpoint.shared),
+            meta.page_size,
+        )
+    body = head + meta.pages[0] + meta.pages[1]
     temporary = directory / f"{CHECKPOINT_FILE}.{os.getpid()}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
@@ -147,16 +174,25 @@ def restore_meta_pages(directory: Path) -> SavedCheckpoint | None:
     return saved
 
 
-def replay(env: Environment, saved: SavedCheckpoint) -> int:
+def replay(env: Environment, saved: SavedCheckpoint, shared: tuple[Path, Path] | None = None) -> int:
     """Apply the journal's entries after the checkpoint to ``env`` (opened at it); return how
-    many. The environment is synced by the checkpoint the writer takes next."""
+    many. The environment is synced by the checkpoint the writer takes next. ``shared``: the
+    node's journal, which a checkpoint marked shared names the entries in."""
     seq = read_seq(env)
     if seq != saved.seq:
         raise Unavailable(
             f"store {env.path} opened at journal entry {seq}, not at its checkpoint's "
             f"{saved.seq}: restore it from a backup"
         )
-    entries = iter(journaled_after(journal_paths(env.path), saved.seq))
+    if not saved.shared:
+        found = journaled_after(journal_paths(env.path), saved.position)
+    elif shared is None:
+        raise Unavailable(
+            f"store {env.path} was journaled by its node: open it on that node's data directory"
+        )
+    else:
+        found = list(_tagged(journaled_after(shared, saved.position), tag_of(env.path)))
+    entries = iter(found)
     count = 0
     while True:
         chunk = [entry for _, entry in zip(range(_REPLAY_BATCH), entries, strict=False)]
@@ -173,6 +209,19 @@ def replay(env: Environment, saved: SavedCheckpoint) -> int:
     if count:
         log.warning("store %s: %d journaled commits replayed after an unclean stop", env.path, count)
     return count
+
+
+def tag_of(directory: Path) -> bytes:
+    """What a shared journal's entries of the store in ``directory`` are tagged with."""
+    return directory.name.encode()
+
+
+def _tagged(entries: list[tuple[int, bytes]], tag: bytes) -> Iterator[tuple[int, bytes]]:
+    """The entries of one store in a shared journal, as an unshared journal holds them."""
+    for seq, payload in entries:
+        entry_tag, changes = unpack(payload)
+        if entry_tag == tag:
+            yield seq, pack(changes)
 
 
 def _apply(env: Environment, chunk: list[tuple[int, bytes]]) -> None:
@@ -197,7 +246,7 @@ def mark_clean(env: Environment) -> None:
     if saved is None or saved.clean:
         return
     env.sync()
-    save(env.path, SavedCheckpoint(saved.seq, saved.txnid, True, saved.meta))
+    save(env.path, dataclasses.replace(saved, clean=True))
     log.warning("store %s: a journaling run did not stop cleanly; synced and marked clean", env.path)
 
 
@@ -213,49 +262,52 @@ def read_seq(env: Environment) -> int:
 
 @dataclass(slots=True)
 class _InFlight:
-    """A checkpoint whose data sync runs on a thread of its own."""
+    """A checkpoint whose data syncs run on a thread of its own: each member's pinned reader
+    and what it saves, and which of them were saved."""
 
-    reader: Any
-    saved: SavedCheckpoint
+    pins: list[tuple[Journaling, Any, SavedCheckpoint]]
+    saved: list[bool]
     thread: threading.Thread | None = None
     error: BaseException | None = None
 
 
-class Journaling:
-    """The writer's side of a journaling store: the journal, and its checkpoints.
+class JournalGroup:
+    """A journal and the stores it journals, and their checkpoints: one store's own
+    (``journal`` and ``journal.b`` in its directory), or one for every replica of a backend
+    node (``shared``: ``partitions/journal``), whose commit thread they share. Commit thread
+    only: one sequence of journal numbers for all the group's commits, one sync for all.
 
-    Writer thread only. ``clock`` (monotonic seconds) times the checkpoints; ``fdatasync``
-    is what the journal and the checkpoints' syncs of the LMDB file use (a test counts, or
-    holds, the syncs through it).
+    A checkpoint is taken of every member at once, so that the journal's file is written over
+    only once each member has a checkpoint past its entries: a member joining, one leaving
+    (its last, clean checkpoint), or a checkpoint that is due. The members' LMDB files are
+    synced one after another, on a thread of their own when the checkpoint is merely due.
 
-    A checkpoint that is merely due (its interval passed, or the journal grew past
-    ``max_bytes``) syncs the LMDB file on a thread of its own (:meth:`begin`): the writer
-    commits meanwhile, into the journal's other file (``Journal.switch``), and the LMDB
-    file's sync no longer stops it (it took 9-68 ms under load). One runs at a time, and only
-    while the journal's other file is free (the checkpoint before was saved); otherwise, and
-    where a checkpoint must be taken before the writer goes on (a full map or disk, a failed
-    journal write, a clean stop), :meth:`checkpoint` takes it on the writer's thread."""
+    ``clock`` (monotonic seconds) times the checkpoints; ``fdatasync`` is what the journal
+    and the checkpoints' syncs of the LMDB files use (a test counts, or holds, the syncs
+    through it)."""
 
     def __init__(
         self,
-        env: Environment,
+        paths: tuple[Path, Path],
         *,
+        shared: bool = False,
         interval_s: float = 1.0,
         max_bytes: int = 16 << 20,
         clock: Callable[[], float] = time.monotonic,
         fdatasync: Callable[[int], None] = os.fdatasync,
+        seq: int = 0,
     ) -> None:
-        self._env = env
+        self.paths = paths
+        self.shared = shared
         self._interval_s = interval_s
         self._max_bytes = max_bytes
         self._clock = clock
         self._fdatasync = fdatasync
-        self.journal = Journal(journal_paths(env.path), fdatasync)
-        # The LMDB file, for its syncs (an fdatasync of any descriptor of a file syncs it).
-        self._data_fd = os.open(env.path / DATA_FILE, os.O_RDONLY)
-        # The journal sequence number of the newest journaled commit (the one LMDB holds).
-        self.seq = read_seq(env)
-        self._pinned: Any = None  # the read transaction on the last checkpoint
+        # Open while the group has members.
+        self._journal: Journal | None = None
+        # The journal sequence number of the group's newest journaled commit.
+        self.seq = seq
+        self.members: list[Journaling] = []
         self._in_flight: _InFlight | None = None
         # Whether the journal's other file holds only entries of saved checkpoints.
         self._other_free = True
@@ -263,19 +315,87 @@ class Journaling:
         # After a failed checkpoint, the next is not tried before this (monotonic seconds).
         self._retry_at = 0.0
         self.checkpoints = 0
+        self._recovery = threading.Lock()
+        self._recovered = not shared
 
-    def stamp(self, txn: RecordedTxn) -> int:
-        """Before a commit that changed something: write its journal sequence number in
-        it (recorded, so a replay restores it too); return that number."""
-        seq = self.seq + 1
-        txn.put(JOURNAL_SEQ, u64(seq), db=self._env.dbs[Db.META])
-        return seq
+    @classmethod
+    def of_node(
+        cls,
+        root: Path,
+        *,
+        interval_s: float = 1.0,
+        fdatasync: Callable[[int], None] = os.fdatasync,
+    ) -> JournalGroup:
+        """The journal a backend node's replicas share: ``root/journal`` (and ``.b``), for the
+        stores in ``root``'s directories."""
+        return cls(journal_paths(root), shared=True, interval_s=interval_s, fdatasync=fdatasync)
 
-    def record(self, seq: int, changes: list[Change]) -> None:
-        """After that commit: append its changes (no sync). Its number is taken even if the
-        write fails (the writer then takes a checkpoint before anyone hears of it)."""
-        self.seq = seq
-        self.journal.append(seq, pack(changes))
+    def cap(self, max_bytes: int) -> None:
+        """At most ``max_bytes`` between checkpoints (a member's disk is short of room)."""
+        self._max_bytes = min(self._max_bytes, max_bytes)
+
+    def recover(self, open_env: Callable[[Path], Environment]) -> None:
+        """Before the first member of a shared group opens (blocking; any thread, once):
+        each store beside the journal whose journaling did not stop cleanly gets its
+        checkpoint's meta pages back and its entries replayed, opened with ``open_env``,
+        and is synced and marked clean; then the journal is numbered past every entry in
+        it, and written over from its start. A store whose recovery fails is logged and
+        left as it is (its own open then fails with the reason)."""
+        with self._recovery:
+            if self._recovered:
+                return
+            root = self.paths[0].parent
+            seq = newest_seq(self.paths)
+            for directory in sorted(root.iterdir()) if root.is_dir() else []:
+                if directory.is_dir():
+                    seq = max(seq, self._recover_one(directory, open_env))
+            self.seq = max(self.seq, seq)
+            self._recovered = True
+
+    def _recover_one(self, directory: Path, open_env: Callable[[Path], Environment]) -> int:
+        try:
+            saved = load(directory)
+            if saved is None:
+                return 0
+            if saved.clean or not saved.shared:
+                return max(saved.seq, saved.position)
+            restore_meta_pages(directory)
+            env = open_env(directory)
+            try:
+                replay(env, saved, self.paths)
+                seq = read_seq(env)
+                mark_clean(env)
+            finally:
+                env.close()
+        except (OSError, lmdb.Error, Unavailable, meta_pages.UnsupportedFormat):
+            log.exception("store %s: recovery from its node's journal failed", directory)
+            return 0
+        return max(seq, saved.position)
+
+    @property
+    def journal(self) -> Journal:
+        assert self._journal is not None, "a journal group without members"
+        return self._journal
+
+    def join(self, member: Journaling) -> None:
+        if self._journal is None:
+            self._journal = Journal(self.paths, self._fdatasync)
+            self._other_free = True
+        self.members.append(member)
+        self.seq = max(self.seq, read_seq(member.env))
+
+    def leave(self, member: Journaling) -> None:
+        """``member`` is released: a checkpoint under way finishes first (it holds the
+        member's reader); the journal closes with the last member."""
+        if self._in_flight is not None and any(pin[0] is member for pin in self._in_flight.pins):
+            try:
+                self.complete()
+            except BaseException:
+                log.exception("checkpoint of %s failed", member.env.path)
+        self.members.remove(member)
+        if not self.members and self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     def sync(self) -> None:
         self.journal.sync()
@@ -287,43 +407,47 @@ class Journaling:
     def seconds_until_due(self) -> float | None:
         """How long until a checkpoint is due (None: nothing journaled since the last, or
         one is under way)."""
-        if not self.journal.written or self._in_flight is not None:
+        if self._journal is None or not self._journal.written or self._in_flight is not None:
             return None
-        due = self._retry_at if self.journal.written >= self._max_bytes else self._last + self._interval_s
+        due = self._retry_at if self._journal.written >= self._max_bytes else self._last + self._interval_s
         return max(0.0, max(due, self._retry_at) - self._clock())
 
-    def checkpoint(self, *, clean: bool = False) -> None:
-        """Take a checkpoint of the newest commit on this thread (steps in the module's
-        docstring), after the one under way, if any."""
+    def checkpoint(self, clean: Journaling | None = None) -> None:
+        """Take a checkpoint of every member's newest commit on this thread (``clean``: the
+        member that stops, whose checkpoint says its file is whole), after the one under
+        way, if any."""
         self.complete()
-        reader, saved = self._pin(clean)
+        pins = self._pin_all(clean)
+        saved = [False] * len(pins)
         try:
-            self._fdatasync(self._data_fd)
-            save(self._env.path, saved)
+            for index, (member, _reader, checkpoint) in enumerate(pins):
+                self._fdatasync(member.data_fd)
+                save(member.env.path, checkpoint)
+                saved[index] = True
         except BaseException:
-            reader.abort()
-            self._retry_at = self._clock() + self._interval_s
+            self._settle(pins, saved)
             raise
         self.journal.rewind()
-        self._saved(reader)
+        self._settle(pins, saved)
 
     def begin(self, done: Callable[[], None]) -> bool:
-        """Start a checkpoint of the newest commit whose sync of the LMDB file and saving run
-        on a thread of its own, which calls ``done`` when they are over (the writer then
-        calls :meth:`complete`). False: none started (one is under way, or the journal's
-        other file still holds entries no saved checkpoint has)."""
+        """Start a checkpoint of every member's newest commit whose syncs of the LMDB files
+        and saving run on a thread of their own, which calls ``done`` when they are over
+        (the writer then calls :meth:`complete`). False: none started (one is under way, or
+        the journal's other file still holds entries no saved checkpoint has)."""
         if self._in_flight is not None or not self._other_free:
             return False
-        reader, saved = self._pin(clean=False)
+        pins = self._pin_all(None)
         # Entries from here on go to the other file: this one keeps those the checkpoint
-        # before needs until this one is saved.
+        # before needs until every member's is saved.
         try:
             self.journal.switch()
         except BaseException:
-            reader.abort()
+            for _member, reader, _checkpoint in pins:
+                reader.abort()
             raise
         self._other_free = False
-        flight = _InFlight(reader, saved)
+        flight = _InFlight(pins, [False] * len(pins))
         flight.thread = threading.Thread(
             target=self._sync_and_save, args=(flight, done), name="pushgate-checkpoint", daemon=True
         )
@@ -333,8 +457,10 @@ class Journaling:
 
     def _sync_and_save(self, flight: _InFlight, done: Callable[[], None]) -> None:
         try:
-            self._fdatasync(self._data_fd)
-            save(self._env.path, flight.saved)
+            for index, (member, _reader, checkpoint) in enumerate(flight.pins):
+                self._fdatasync(member.data_fd)
+                save(member.env.path, checkpoint)
+                flight.saved[index] = True
         except BaseException as exc:
             flight.error = exc
         done()
@@ -347,18 +473,125 @@ class Journaling:
             return
         assert flight.thread is not None
         flight.thread.join()
+        self._settle(flight.pins, flight.saved)
         if flight.error is not None:
-            flight.reader.abort()
-            self._retry_at = self._clock() + self._interval_s
             raise flight.error
-        self._saved(flight.reader)
 
-    def _pin(self, clean: bool) -> tuple[Any, SavedCheckpoint]:
+    def _pin_all(self, clean: Journaling | None) -> list[tuple[Journaling, Any, SavedCheckpoint]]:
+        pins: list[tuple[Journaling, Any, SavedCheckpoint]] = []
+        try:
+            for member in self.members:
+                reader, checkpoint = member.pin(member is clean, self.seq, self.shared)
+                pins.append((member, reader, checkpoint))
+        except BaseException:
+            for _member, reader, _checkpoint in pins:
+                reader.abort()
+            self._retry_at = self._clock() + self._interval_s
+            raise
+        return pins
+
+    def _settle(self, pins: list[tuple[Journaling, Any, SavedCheckpoint]], saved: list[bool]) -> None:
+        """Each member whose checkpoint was saved keeps its reader (the one before is let
+        go); the others' are let go. Only when all were saved is every entry in the
+        journal's other file in a saved checkpoint."""
+        for (member, reader, _checkpoint), done in zip(pins, saved, strict=True):
+            if done:
+                member.saved(reader)
+            else:
+                reader.abort()
+        if all(saved):
+            self._other_free = True
+            self._last = self._clock()
+            self.checkpoints += 1
+        else:
+            self._retry_at = self._clock() + self._interval_s
+
+
+class Journaling:
+    """The writer's side of a journaling store: its place in a journal group (its own, or its
+    node's) and its checkpoints (steps in the module's docstring). Writer thread only."""
+
+    def __init__(self, env: Environment, group: JournalGroup) -> None:
+        self.env = env
+        self.group = group
+        if group.shared and env.path.parent != group.paths[0].parent:
+            raise ValueError(f"{env.path} is not beside its node's journal {group.paths[0]}")
+        self._tag = tag_of(env.path) if group.shared else None
+        # The LMDB file, for its syncs (an fdatasync of any descriptor of a file syncs it).
+        self.data_fd = os.open(env.path / DATA_FILE, os.O_RDONLY)
+        self._pinned: Any = None  # the read transaction on the last checkpoint
+        group.join(self)
+
+    @classmethod
+    def alone(
+        cls,
+        env: Environment,
+        *,
+        interval_s: float = 1.0,
+        max_bytes: int = 16 << 20,
+        clock: Callable[[], float] = time.monotonic,
+        fdatasync: Callable[[int], None] = os.fdatasync,
+    ) -> Journaling:
+        """A store's journaling in a journal of its own (in its directory)."""
+        group = JournalGroup(
+            journal_paths(env.path),
+            interval_s=interval_s,
+            max_bytes=max_bytes,
+            clock=clock,
+            fdatasync=fdatasync,
+        )
+        return cls(env, group)
+
+    @property
+    def seq(self) -> int:
+        return self.group.seq
+
+    @property
+    def journal(self) -> Journal:
+        return self.group.journal
+
+    @property
+    def checkpoints(self) -> int:
+        return self.group.checkpoints
+
+    @property
+    def in_flight(self) -> bool:
+        return self.group.in_flight
+
+    def stamp(self, txn: RecordedTxn) -> int:
+        """Before a commit that changed something: write its journal sequence number in
+        it (recorded, so a replay restores it too); return that number."""
+        seq = self.group.seq + 1
+        txn.put(JOURNAL_SEQ, u64(seq), db=self.env.dbs[Db.META])
+        return seq
+
+    def record(self, seq: int, changes: list[Change]) -> None:
+        """After that commit: append its changes (no sync). Its number is taken even if the
+        write fails (the writer then takes a checkpoint before anyone hears of it)."""
+        self.group.seq = seq
+        self.group.journal.append(seq, pack(changes if self._tag is None else [self._tag, changes]))
+
+    def sync(self) -> None:
+        self.group.sync()
+
+    def seconds_until_due(self) -> float | None:
+        return self.group.seconds_until_due()
+
+    def checkpoint(self, *, clean: bool = False) -> None:
+        self.group.checkpoint(self if clean else None)
+
+    def begin(self, done: Callable[[], None]) -> bool:
+        return self.group.begin(done)
+
+    def complete(self) -> None:
+        self.group.complete()
+
+    def pin(self, clean: bool, position: int, shared: bool) -> tuple[Any, SavedCheckpoint]:
         """A read transaction on the newest commit (it keeps that tree's pages from reuse),
         and what a checkpoint of it saves: its meta pages as the commit wrote them (the
         page cache's, synced or not: the checkpoint saves them only after the LMDB file's
         sync has made the tree they name durable)."""
-        env = self._env
+        env = self.env
         reader = env.env.begin()
         try:
             txnid = reader.id()
@@ -370,34 +603,25 @@ class Journaling:
                 )
         except BaseException:
             reader.abort()
-            self._retry_at = self._clock() + self._interval_s
             raise
-        return reader, SavedCheckpoint(read_u64(raw) if raw else 0, txnid, clean, meta)
+        return reader, SavedCheckpoint(read_u64(raw) if raw else 0, txnid, clean, meta, position, shared)
 
-    def _saved(self, reader: Any) -> None:
-        """A checkpoint is saved: its reader replaces the one before, and every entry the
-        journal's other file holds is in it."""
+    def saved(self, reader: Any) -> None:
+        """A checkpoint is saved: its reader replaces the one before."""
         previous, self._pinned = self._pinned, reader
         if previous is not None:
             previous.abort()
-        self._other_free = True
-        self._last = self._clock()
-        self.checkpoints += 1
 
     def finish(self) -> None:
-        """A clean stop: the last checkpoint, marked clean; the journal closed."""
+        """A clean stop: the last checkpoint, marked clean; out of the group."""
         try:
             self.checkpoint(clean=True)
         finally:
             self.release()
 
     def release(self) -> None:
-        flight, self._in_flight = self._in_flight, None
-        if flight is not None and flight.thread is not None:
-            flight.thread.join()
-            flight.reader.abort()
+        self.group.leave(self)
         if self._pinned is not None:
             self._pinned.abort()
             self._pinned = None
-        self.journal.close()
-        os.close(self._data_fd)
+        os.close(self.data_fd)

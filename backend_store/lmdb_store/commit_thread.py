@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .checkpoint import JournalGroup
 
 # Items a writer takes per round at most, over all its batches (so one busy writer cannot
 # keep the others' answers waiting for ever).
@@ -49,10 +52,13 @@ class Member(Protocol):
 
 
 class CommitThread:
-    """One thread for one or more writers, alive while any writer is attached."""
+    """One thread for one or more writers, alive while any writer is attached. ``journal``:
+    the journal its writers' stores share (a node's, ``JournalGroup.of_node``); None: each
+    store journals in its own."""
 
-    def __init__(self, name: str = "pushgate-writer") -> None:
+    def __init__(self, name: str = "pushgate-writer", *, journal: JournalGroup | None = None) -> None:
         self._name = name
+        self.journal = journal
         self._queue: queue.SimpleQueue[tuple[Member, Any]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._members: list[Member] = []

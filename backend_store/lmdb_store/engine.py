@@ -40,7 +40,6 @@ from ..types import (
     TenantId,
 )
 from . import checkpoint, dead_letter_ops, queue_ops
-from .checkpoint import Journaling
 from .demands import StandingDemands
 from .environment import Db, Environment, Touched, View, Writes
 from .group_commit import GroupCommitWriter
@@ -99,18 +98,19 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         # partition replica always is (its node's data directory is its node's alone).
         alone = await self._elect_holder() or self._replication_log.keep > 0
         journaled = alone and self._may_journal()
+        open_env = functools.partial(
+            Environment,
+            map_size=self.options.map_size,
+            max_map_size=self.options.max_map_size,
+            sync_meta=self._replication_log.keep > 0,
+        )
         try:
+            node_journal = self._node_journal() if journaled else None
+            if node_journal is not None:
+                # Every replica beside it recovered from the node's journal before any opens.
+                await asyncio.to_thread(node_journal.recover, functools.partial(open_env, journaled=False))
             saved = await asyncio.to_thread(checkpoint.restore_meta_pages, self.path) if journaled else None
-            env = await asyncio.to_thread(
-                functools.partial(
-                    Environment,
-                    self.path,
-                    self.options.map_size,
-                    self.options.max_map_size,
-                    sync_meta=self._replication_log.keep > 0,
-                    journaled=journaled,
-                )
-            )
+            env = await asyncio.to_thread(open_env, self.path, journaled=journaled)
         except BaseException:
             self._release_hold_lock()
             raise
@@ -118,17 +118,10 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         if reserve is None:
             reserve = default_reserve(self.path, env.max_map_size)
         self._reserve = reserve
-        journaling: Journaling | None = None
         try:
-            if journaled:
-                if saved is not None:
-                    await asyncio.to_thread(checkpoint.replay, env, saved)
-                journaling = self._journaling_of(env)
-                # The checkpoint every commit of this run is journaled after.
-                await asyncio.to_thread(journaling.checkpoint)
+            if saved is not None:
+                await asyncio.to_thread(checkpoint.replay, env, saved)
         except BaseException:
-            if journaling is not None:
-                journaling.release()
             self._release_hold_lock()
             await asyncio.to_thread(env.close)
             raise
@@ -148,13 +141,16 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
             index_listener=self._ops.holds.indexed,
             on_commit_start=self._commit_starts,
             room_gauge=RoomGauge(env, reserve) if reserve else None,
-            journaling=journaling,
             thread=self.options.commit_thread,
         )
         self._writer.start()
         try:
+            if journaled:
+                # The checkpoint every commit of this run is journaled after, taken on the
+                # commit thread (a node's replicas share it, and their journal).
+                await asyncio.to_thread(self._writer.begin_journaling, lambda: self._journaling_of(env))
             await self._write(self._check_store)
-        except PushgateError:
+        except BaseException:
             await self.close()
             raise
         self._start_sweeping()

@@ -83,6 +83,9 @@ class _Journaling:
     done: threading.Event
     make: Callable[[], Journaling] | None
     started: bool = False
+    # The store's first journal, at its open: no reopen, and a failure is the opener's.
+    first: bool = False
+    error: BaseException | None = None
 
 
 def _disk_full(exc: Exception) -> bool:
@@ -119,7 +122,6 @@ class GroupCommitWriter:
         index_listener: Callable[[int, bytes], None] | None = None,
         on_commit_start: Callable[[Touched], None] | None = None,
         room_gauge: RoomGauge | None = None,
-        journaling: Journaling | None = None,
         thread: CommitThread | None = None,
     ) -> None:
         self._env = env
@@ -128,7 +130,7 @@ class GroupCommitWriter:
         self._thread = thread or CommitThread()
         # A journaling store (checkpoint.py): each committed transaction is appended to the
         # journal, and a batch is durable once the journal is synced (_settle).
-        self._journaling = journaling
+        self._journaling: Journaling | None = None
         # A journal write failed since the last checkpoint: only a checkpoint makes what
         # was committed since durable.
         self._journal_failed: OSError | None = None
@@ -201,6 +203,16 @@ class GroupCommitWriter:
         control = _Journaling(threading.Event(), None)
         self._thread.put(self, control)
         control.done.wait()
+
+    def begin_journaling(self, make: Callable[[], Journaling]) -> None:
+        """At the store's open, before any operation: journal from here on, its first
+        checkpoint taken on the commit thread (with every other store of a journal it
+        shares); raise what failed (blocking, call from a worker thread)."""
+        control = _Journaling(threading.Event(), make, first=True)
+        self._thread.put(self, control)
+        control.done.wait()
+        if control.error is not None:
+            raise control.error
 
     def start_journaling(self, make: Callable[[], Journaling]) -> bool:
         """Journal again (the store is alone with its files again); return whether it does
@@ -278,6 +290,9 @@ class GroupCommitWriter:
         if control is _CHECKPOINT_DONE:
             self._complete_checkpoint()
             return
+        if control.first:
+            self._begin_journaling(control)
+            return
         try:
             if control.make is not None:
                 control.started = self._start_journaling(control.make)
@@ -288,6 +303,20 @@ class GroupCommitWriter:
         except (OSError, lmdb.Error, Unavailable):
             # Commits from here on fail ("store write failed"); the writer lives on.
             log.exception("reopening %s with LMDB's own syncs failed", self._env.path)
+        finally:
+            control.done.set()
+
+    def _begin_journaling(self, control: _Journaling) -> None:
+        assert control.make is not None
+        journaling: Journaling | None = None
+        try:
+            journaling = control.make()
+            journaling.checkpoint()
+            self._journaling = journaling
+        except BaseException as exc:
+            if journaling is not None:
+                journaling.release()
+            control.error = exc
         finally:
             control.done.set()
 

@@ -19,7 +19,7 @@ from ..options import StoreOptions
 from ..private_files import private_dir
 from ..tested_versions import RELEASES
 from . import checkpoint, meta_pages
-from .checkpoint import Journaling
+from .checkpoint import JournalGroup, Journaling
 from .environment import Environment
 from .hold_lock import HoldLock
 from .room import journal_limit
@@ -79,8 +79,17 @@ class HoldHandOver(StoreCore):
             return False
         return True
 
+    def _node_journal(self) -> JournalGroup | None:
+        """The journal this store shares with the other replicas of its node, if it does."""
+        thread = self.options.commit_thread
+        return thread.journal if thread is not None else None
+
     def _journaling_of(self, env: Environment) -> Journaling:
-        return Journaling(
+        group = self._node_journal()
+        if group is not None:
+            group.cap(journal_limit(self._reserve))
+            return Journaling(env, group)
+        return Journaling.alone(
             env,
             interval_s=self.options.checkpoint_interval_s,
             max_bytes=journal_limit(self._reserve),

@@ -145,3 +145,26 @@ def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
         elif expected != seq + 1:
             return  # an older entry after newer ones: the round before
         offset = start + length
+
+
+def newest_seq(paths: tuple[Path, Path]) -> int:
+    """The highest sequence number of any whole entry in a journal's files (0: none), so
+    that a journal written again numbers its entries past everything in it."""
+    newest = 0
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        offset = 0
+        while offset + _HEADER.size <= len(data):
+            length, crc, entry_seq = _HEADER.unpack_from(data, offset)
+            start = offset + _HEADER.size
+            if length > _MAX_PAYLOAD or start + length > len(data):
+                break
+            payload = data[start : start + length]
+            if (length == 0 and crc == 0) or _crc(entry_seq, payload) != crc:
+                break
+            newest = max(newest, entry_seq)
+            offset = start + length
+    return newest

@@ -99,10 +99,11 @@ class SyncTrace:
 
 
 def syncs_of(syncs: dict[str, int], directory: Path) -> tuple[int, int]:
-    """(journal syncs, every other sync) of the replica in ``directory``."""
-    journals = {str(directory / name) for name in JOURNAL_FILES}
+    """(syncs of the node's journal, every sync of a file of the replica in ``directory``):
+    a node's replicas share one journal beside them (docs/cluster.md, section 5)."""
+    journals = {str(directory.parent / name) for name in JOURNAL_FILES}
     journal = sum(n for path, n in syncs.items() if path in journals)
-    others = sum(n for path, n in syncs.items() if path.startswith(str(directory)) and path not in journals)
+    others = sum(n for path, n in syncs.items() if path.startswith(str(directory) + "/"))
     return journal, others
 
 

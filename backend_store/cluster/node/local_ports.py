@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import shutil
 import signal
 import ssl
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ...encryption import Keyring
+from ...lmdb_store.checkpoint import JournalGroup
 from ...lmdb_store.commit_thread import CommitThread
 from ...lmdb_store.engine import LmdbBackend
 from ...options import StoreOptions
@@ -95,7 +98,12 @@ class LmdbReplicaStores:
     ) -> None:
         self.node_id = node_id
         self.root = data_dir / "partitions"
-        self.options = options
+        # One thread commits for every replica, into one journal beside them
+        # (docs/cluster.md, section 5).
+        journal = JournalGroup.of_node(
+            self.root, interval_s=options.checkpoint_interval_s, fdatasync=options.fdatasync or os.fdatasync
+        )
+        self.options = dataclasses.replace(options, commit_thread=CommitThread(journal=journal))
         self.sweep_every_s = sweep_every_s
         self.tls = tls
 
@@ -245,8 +253,6 @@ def local_node(
         keyring=keyring,
         clock=store_clock,
         disk_reserve_bytes=disk_reserve_bytes,
-        # One thread commits for every replica of the node (docs/cluster.md, section 13).
-        commit_thread=CommitThread(),
     )
     replicas = LmdbReplicaStores(
         config.node_id,
