@@ -31,6 +31,13 @@ crash needs the same and nothing more: the page cache kept what was written.
 A clean stop takes a last checkpoint marked ``clean``: the file is then whole as it is, and
 the next start writes nothing back (a store copied, or changed by a tool, after a clean stop
 is taken as it is found). The first checkpoint of a run is marked unclean again.
+
+A journal belongs to a :class:`JournalGroup`: a store alone has one of its own in its
+directory; a backend node's replicas share one beside their directories, written by the
+node's one commit thread (``commit_thread.py``), so that one sync makes a round of every
+replica's commits durable. The group numbers its members' commits in one sequence, tags
+each entry with its member's directory name, checkpoints every member at once, and recovers
+every member once, at the node's start, before any of them opens (:meth:`JournalGroup.recover`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ it: one fdatasync per commit at every load, where LMDB alone needs two (its data
 its meta page).
 
 An entry is a header (payload length, CRC-32 of sequence number and payload, sequence
-number: ``<IIQ``) and its payload (the msgpack of ``[[db, key, value or None], ...]``). The
+number: ``<IIQ``) and its payload (the msgpack of ``[[db, key, value or None], ...]``, or
+of ``[replica, that]`` in a journal a node's replicas share). The
 file is written from offset 0 again after each checkpoint (everything in it is then in the
 synced LMDB file), over the entries of the round before, and grown in zero-filled steps: a
 sync of a write that fits in the file changes no file size, so it has no file-system
@@ -43,8 +44,9 @@ def _crc(seq: int, payload: bytes) -> int:
 
 
 class Journal:
-    """The journal of one store, opened for writing (the writer thread's): two files, ``paths``
-    (``journal`` and ``journal.b`` in the store's directory), one written at a time.
+    """A journal opened for writing (its commit thread's): two files, ``paths`` (``journal``
+    and ``journal.b``, in a store's directory or beside a node's replicas), one written at a
+    time.
 
     A checkpoint taken on the writer's thread (:meth:`rewind`) writes the current file from
     its start again. One whose data sync runs on a thread of its own (``checkpoint.py``)
