@@ -302,7 +302,6 @@ class JournalGroup:
         max_bytes: int = 16 << 20,
         clock: Callable[[], float] = time.monotonic,
         fdatasync: Callable[[int], None] = os.fdatasync,
-        seq: int = 0,
     ) -> None:
         self.paths = paths
         self.shared = shared
@@ -313,7 +312,7 @@ class JournalGroup:
         # Open while the group has members.
         self._journal: Journal | None = None
         # The journal sequence number of the group's newest journaled commit.
-        self.seq = seq
+        self.seq = 0
         self.members: list[Journaling] = []
         self._in_flight: _InFlight | None = None
         # Whether the journal's other file holds only entries of saved checkpoints.
