@@ -5,10 +5,11 @@ runs on is a :class:`CommitThread`. An embedded store's writer has a thread of i
 backend node hands all its replicas' writers one thread (``StoreOptions.commit_thread``):
 each round takes whatever every writer has queued, commits each writer's batch in its own
 environment, then settles them, so that where the writers share a journal
-(``node_journal.py``) one fdatasync makes the whole round durable. Why one thread: with a
+(``JournalGroup`` in ``checkpoint.py``) one fdatasync makes the whole round durable. Why one thread: with a
 writer thread per replica, a node at three partitions commits, syncs and hands the GIL over
 once per replica per round trip; one thread commits the round's writes back to back and
-hands over once (bench/README.md, "Session 72").
+hands over once (bench/README.md, "Session 72": a third of the futex calls, three
+quarters of the syncs).
 
 The cost is that the writers wait for each other: a slow commit (a map that grows, a
 checkpoint taken on the thread) delays every replica of the node by as long, as it delays
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .checkpoint import JournalGroup
 
-# Items a writer takes per round at most, over all its batches (so one busy writer cannot
-# keep the others' answers waiting for ever).
+# Items a round takes at most, over every writer (so that however fast operations come, a
+# round ends and its callers are answered).
 _ROUND_ITEMS = 4096
 
 
