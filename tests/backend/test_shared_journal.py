@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 from backend_store.lmdb_store import checkpoint
 from backend_store.lmdb_store.checkpoint import JOURNAL_FILES, JournalGroup
@@ -30,7 +31,7 @@ NAMES = ("0", "1", "2")
 
 
 async def open_replica(
-    replicas: Replicas, root: Path, name: str, thread: CommitThread, **overrides: object
+    replicas: Replicas, root: Path, name: str, thread: CommitThread, **overrides: Any
 ) -> LmdbBackend:
     """Replica ``name`` in ``root/name``, as a node opens one beside its journal."""
     overrides.setdefault("replication_log_keep", LOG_KEEP)
