@@ -11,6 +11,10 @@ after one sync of the journal where the store journals (``checkpoint.py``,
 backend node), else after the next commit's data sync or a sync of its own when there is no
 next commit (:meth:`GroupCommitWriter._settle`).
 Nothing on the event loop ever waits on LMDB or fsync.
+
+The writer runs on a :class:`~.commit_thread.CommitThread`: its own, or its node's, shared
+with the node's other replicas, whose journal they share too (a round's commits of every
+replica synced once).
 """
 
 from __future__ import annotations
