@@ -19,15 +19,19 @@ __all__ = ["replicas"]  # the fixture, used by name
 QUEUE = "inbox"
 
 
+# This test's own thread's name: other tests' writer threads may still be ending.
+NAME = "pushgate-writer-under-test"
+
+
 def writer_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name == "pushgate-writer"]
+    return [thread for thread in threading.enumerate() if thread.name == NAME]
 
 
 async def test_replicas_on_one_thread_each_keep_their_own_writes(replicas: Replicas) -> None:
-    shared = CommitThread()
-    before = len(writer_threads())
+    shared = CommitThread(NAME)
+    assert writer_threads() == []
     stores = [await replicas.open(name, commit_thread=shared) for name in ("p0", "p1", "p2")]
-    assert len(writer_threads()) == before + 1 and shared.members == 3
+    assert len(writer_threads()) == 1 and shared.members == 3
     for store in stores:
         await store.create_queue(T1, q(QUEUE), {})
     # Sends to all three at once: the thread's rounds mix them; each store holds its own.
@@ -39,16 +43,16 @@ async def test_replicas_on_one_thread_each_keep_their_own_writes(replicas: Repli
         assert bodies == sorted(f"{index}-{n}" for n in range(50))
     # One closed: the others still take writes on the same thread.
     await stores[0].close()
-    assert shared.members == 2 and len(writer_threads()) == before + 1
+    assert shared.members == 2 and len(writer_threads()) == 1
     await send_one(stores[1], T1, QUEUE, "after")
     assert [m.body for m in await receive_all(stores[1], T1, QUEUE)] == [b"after"]
     # The last one closed ends the thread; a replica opened again starts it again.
     for store in stores[1:]:
         await store.close()
-    await _until(lambda: len(writer_threads()) == before)
+    await _until(lambda: not writer_threads())
     assert shared.members == 0
     again = await replicas.open("p0", commit_thread=shared)
-    assert len(writer_threads()) == before + 1
+    assert len(writer_threads()) == 1
     await send_one(again, T1, QUEUE, "reopened")
     assert [m.body for m in await receive_all(again, T1, QUEUE)] == [b"reopened"]
 

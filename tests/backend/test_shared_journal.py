@@ -10,6 +10,7 @@ import asyncio
 import os
 import random
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.types import ReceivedMessage
 
 from .harness import T1, msg, q, receive_all
-from .test_journal import PAGE, assert_whole, counting_fdatasync, crash_image
+from .test_journal import PAGE, assert_whole, crash_image
 from .test_replica_journal import SwitchableSync
 from .test_replica_store import LOG_KEEP, Replicas, replicas
 
@@ -49,22 +50,38 @@ def node_thread(
 
 
 async def test_a_round_of_three_replicas_is_one_journal_sync(replicas: Replicas) -> None:
-    calls, fdatasync = counting_fdatasync()
+    holding, released, entered = threading.Event(), threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def fdatasync(fd: int) -> None:
+        if holding.is_set():
+            holding.clear()
+            entered.set()
+            released.wait(10)
+        os.fdatasync(fd)
+        calls.append(fd)
+
     thread = CommitThread(journal=JournalGroup.of_node(replicas.root, interval_s=3600, fdatasync=fdatasync))
     stores = [await open_replica(replicas, replicas.root, name, thread) for name in NAMES]
     for store in stores:
         await store.create_queue(T1, q(QUEUE), {})
-    journal = replicas.root / "journal"
-    journal_syncs = 0
-    for round_ in range(20):
-        before = len(calls)
-        await asyncio.gather(*(store.send(T1, q(QUEUE), [msg(f"{round_}")]) for store in stores))
-        journal_syncs += len(calls) - before
-    # Each round's three sends commit in three environments; the commit thread syncs the
-    # journal they share once for all the commits it settles together (rounds may split).
-    assert 20 <= journal_syncs < 40, journal_syncs
+    # The thread held in a sync: one send to each replica queues up behind it meanwhile.
+    holding.set()
+    first = asyncio.ensure_future(stores[0].send(T1, q(QUEUE), [msg("first")]))
+    await asyncio.to_thread(entered.wait, 10)
+    before = len(calls)
+    sends = [asyncio.ensure_future(store.send(T1, q(QUEUE), [msg("round")])) for store in stores]
+    deadline = asyncio.get_running_loop().time() + 10
+    while thread._queue.qsize() < len(stores):
+        assert asyncio.get_running_loop().time() < deadline, "the sends never queued"
+        await asyncio.sleep(0.01)
+    released.set()
+    await asyncio.gather(first, *sends)
+    # The held sync, then one for the round: three commits in three environments, one
+    # journal they share.
+    assert len(calls) - before == 2, calls[before:]
     assert all(not (replicas.root / name / "journal").exists() for name in NAMES)
-    assert journal.exists()
+    assert (replicas.root / "journal").exists()
     for store in stores:
         await store.close()
 
