@@ -8,7 +8,7 @@ batch's mutations to the replication log, commits once, and resolves every calle
 batch with one hop back to the event loop (:func:`_hand_over`) once the commit is durable:
 after one sync of the journal where the store journals (``checkpoint.py``,
 :meth:`GroupCommitWriter._settle_journaled`), at once where LMDB syncs each commit whole (a
-backend node), else after the next commit's data sync or a sync of its own when there is no
+backend node's replica on an LMDB release the journal was not tested with), else after the next commit's data sync or a sync of its own when there is no
 next commit (:meth:`GroupCommitWriter._settle`).
 Nothing on the event loop ever waits on LMDB or fsync.
 
