@@ -122,15 +122,14 @@ def journaled_after(paths: tuple[Path, Path], seq: int) -> list[tuple[int, bytes
     return out
 
 
-def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
-    """The journal's entries numbered ``seq + 1, seq + 2, ...`` in order, as far as they are
-    whole: entries numbered ``seq`` or less before them are skipped (a round the checkpoint at
-    ``seq`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
+def _whole_entries(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Every entry of a journal file from its start, as far as they are whole (reading stops
+    at a torn entry or zeros), whatever their numbers."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
-    offset, expected = 0, seq + 1
+    offset = 0
     while offset + _HEADER.size <= len(data):
         length, crc, entry_seq = _HEADER.unpack_from(data, offset)
         start = offset + _HEADER.size
@@ -139,6 +138,16 @@ def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
         payload = data[start : start + length]
         if (length == 0 and crc == 0) or _crc(entry_seq, payload) != crc:
             return
+        yield entry_seq, payload
+        offset = start + length
+
+
+def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
+    """The journal's entries numbered ``seq + 1, seq + 2, ...`` in order, as far as they are
+    whole: entries numbered ``seq`` or less before them are skipped (a round the checkpoint at
+    ``seq`` made obsolete), and reading stops at a torn entry, zeros or a gap."""
+    expected = seq + 1
+    for entry_seq, payload in _whole_entries(path):
         if entry_seq > seq:
             if entry_seq != expected:
                 return
@@ -146,27 +155,9 @@ def entries_after(path: Path, seq: int) -> Iterator[tuple[int, bytes]]:
             expected += 1
         elif expected != seq + 1:
             return  # an older entry after newer ones: the round before
-        offset = start + length
 
 
 def newest_seq(paths: tuple[Path, Path]) -> int:
     """The highest sequence number of any whole entry in a journal's files (0: none), so
     that a journal written again numbers its entries past everything in it."""
-    newest = 0
-    for path in paths:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            continue
-        offset = 0
-        while offset + _HEADER.size <= len(data):
-            length, crc, entry_seq = _HEADER.unpack_from(data, offset)
-            start = offset + _HEADER.size
-            if length > _MAX_PAYLOAD or start + length > len(data):
-                break
-            payload = data[start : start + length]
-            if (length == 0 and crc == 0) or _crc(entry_seq, payload) != crc:
-                break
-            newest = max(newest, entry_seq)
-            offset = start + length
-    return newest
+    return max((entry_seq for path in paths for entry_seq, _ in _whole_entries(path)), default=0)
