@@ -1,6 +1,8 @@
 """A new queue's first request on its pool partition's leader, whose watch of ``queues/`` is
-behind the creating gateway's (real etcd, nodes and manager in this process, real TCP): the
-leader waits for its watch to bring the record the request names and makes the queue, where
+behind the creating gateway's (real etcd, nodes and manager in this process, real TCP). A
+create is a record write, which does not wait for the leader; the first request the leader
+answers ``not_leader`` is asked again at once naming the record's revision, and the leader
+waits for its watch to bring the record the request names and makes the queue, where
 it answered ``not_leader`` and the gateway re-read the map and asked again 25 ms and more
 later (issue 49: one create in five at 64 creates at a time). And a GET of one queue asks
 etcd nothing: the record comes from the gateway's watched copy, the counts from its
@@ -28,7 +30,7 @@ from backend_store.cluster.node.node import Node
 from backend_store.cluster.node.node_config import NodeConfig
 from backend_store.errors import PushgateError, QueueNotFound
 from backend_store.options import StoreOptions
-from backend_store.types import NewMessage, QueueName, SendResult, TenantId
+from backend_store.types import NewMessage, QueueName, QueueStats, SendResult, TenantId
 from tests.conftest import scaled
 from tests.fixtures.etcd_server import unique_prefix
 from tests.fixtures.lagging_etcd import LaggingWatch
@@ -49,7 +51,9 @@ class CountedReads(EtcdCoordinator):
 
 
 @pytest.fixture
-async def cluster(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterBackend]:
+async def running(
+    etcd_endpoints: list[str], tmp_path: Path
+) -> AsyncIterator[tuple[list[Node], ClusterBackend]]:
     layout = Layout(unique_prefix("firstrequest") + "/")
     late = [await LaggingWatch(etcd_endpoints, LAG_S, {layout.queues}).connect() for _ in range(2)]
     nodes: list[Node] = [
@@ -64,7 +68,7 @@ async def cluster(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[Cl
     await manager.start()
     await backend.start()
     try:
-        yield backend
+        yield nodes, backend
     finally:
         await backend.close()
         await manager.stop()
@@ -72,6 +76,43 @@ async def cluster(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[Cl
             await node.stop()
         for coordinator in [*late, manager_etcd]:
             await coordinator.close()
+
+
+@pytest.fixture
+def cluster(running: tuple[list[Node], ClusterBackend]) -> ClusterBackend:
+    return running[1]
+
+
+async def test_a_create_is_a_record_write_and_the_first_send_waits_for_the_leaders_watch(
+    running: tuple[list[Node], ClusterBackend], etcd_endpoints: list[str]
+) -> None:
+    # Issue 49: creating a queue is a metadata write. It returns before the leader of the
+    # queue's partition applied it (its watch is LAG_S behind); the first send and receive
+    # at once are served, the leader waiting for its watch to bring the record they name
+    # (the gateway names it from its own watched copy: no etcd read).
+    nodes, backend = running
+    await backend.create_queue(T, QueueName("first"), RF2)  # makes the pool
+    info, created = await backend.create_queue(T, QueueName("inbox"), RF2)
+    assert created and info.stats == QueueStats()
+    record = await backend.queue_parts.record(T, QueueName("inbox"))
+    assert record.placement is not None
+    part = backend.view.map.partitions[record.placement[0]]
+    assert part.leader is not None
+    [leader] = [node for node in nodes if node.node_id == part.leader.node]
+    assert (T, "inbox") not in leader.hosts[part.id].pool_queues.applied  # the create did not wait
+    counted, etcd = CountedReads(etcd_endpoints), backend.metadata.coordinator
+    await counted.connect()
+    try:
+        backend.metadata.coordinator = counted  # the etcd the gateway's single reads go to
+        [sent] = await backend.send(T, QueueName("inbox"), [NewMessage(b"hello")])
+        assert counted.key_reads == 0
+    finally:
+        backend.metadata.coordinator = etcd
+        await counted.close()
+    assert isinstance(sent, SendResult)
+    assert (T, "inbox") in leader.hosts[part.id].pool_queues.applied
+    [got] = await backend.receive(T, QueueName("inbox"), 10)
+    assert got.body == b"hello"
 
 
 async def test_a_new_queues_first_request_waits_for_the_leaders_watch_not_not_leader(
@@ -113,6 +154,8 @@ async def test_a_send_to_several_queues_serves_those_applied_and_refuses_a_new_o
     # sends that caller again alone, which waits for the queue as a lone send does.
     backend = cluster
     await backend.create_queue(T, QueueName("first"), RF2)  # makes the pool, led
+    # A create is a record write: the first request naming the queue has its leader make it.
+    await backend.get_queue(T, QueueName("first"))
     record, created = await backend.metadata.create_queue(
         T,
         QueueName("second"),

@@ -4,6 +4,8 @@ the store is two recording callables."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -279,27 +281,69 @@ async def test_a_queue_made_by_a_request_while_a_new_term_began_is_left_to_that_
     assert queues.applied == {} and queues.pending == {("t", "q")}
 
 
-def test_a_terms_first_pass_gives_the_event_loop_back_every_few_hundred_queues() -> None:
+async def test_a_terms_first_pass_gives_the_event_loop_back_every_few_hundred_queues() -> None:
     """A pass over a partition's queues (1,250 at 10,000 queues on 8 partitions) must not
     hold the node's loop, and its lease renewals and heartbeats with it, in one turn (issue
     48, item 3), nor yield so often that a busy loop's turns make the pass last (session
-    58: every 100 queues, three terms begun at once took 0.32-0.40 s): driven by hand, with a
-    store that never waits, 2,500 queues take five turns of 500."""
+    58: every 100 queues, three terms begun at once took 0.32-0.40 s): with a store that
+    never waits, 2,500 queues are applied in five turns of the loop, 500 each."""
     records, watch, store = QueueRecords(), Watch(), Store()
     watch.write(records, **{f"q{i}": doc(1) for i in range(2500)})
     queues = PoolQueues()
     queues.begin_term(records, 1)
-    applying = queues.apply(records, 1, store.ensure, store.drop)
-    turns = 1
-    while True:
-        try:
-            applying.send(None)
-        except StopIteration:
-            break
-        turns += 1
-        assert len(store.calls) <= 500 * turns
-    assert turns == 5
+    turn = 0
+
+    async def count_turns() -> None:
+        nonlocal turn
+        while True:
+            turn += 1
+            await asyncio.sleep(0)
+
+    turns: list[int] = []  # the loop's turn each queue was applied in
+
+    async def ensure(key: QueueKey, attrs: dict[str, Any]) -> bool:
+        turns.append(turn)
+        return await store.ensure(key, attrs)
+
+    counting = asyncio.create_task(count_turns())
+    try:
+        await queues.apply(records, 1, ensure, store.drop)
+    finally:
+        counting.cancel()
+    assert sorted(Counter(turns).values()) == [500] * 5
     assert len(store.calls) == 2500 and queues.opened
+
+
+async def test_a_pass_applies_its_queues_together_so_their_writes_share_group_commits() -> None:
+    # A create is a record write; the leader's pass makes the new queues. One write at a
+    # time, each its own replicated commit, cost the nodes twice a create's CPU (issue 49,
+    # session 73): the pass's writes are in flight together. A dead-letter queue's copy still
+    # comes first, before the queue feeding it asks for it.
+    records, watch, store = QueueRecords(), Watch(), Store()
+    watch.write(
+        records, a=doc(1, dead_letter_queue="dlq"), **{f"q{i}": doc(1) for i in range(20)}, dlq=doc(9)
+    )
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    release, all_in = asyncio.Event(), asyncio.Event()
+    in_flight: list[QueueKey] = []
+
+    async def ensure(key: QueueKey, attrs: dict[str, Any]) -> bool:
+        in_flight.append(key)
+        if len(in_flight) == 21:
+            all_in.set()
+        if key != ("t", "dlq"):
+            await release.wait()
+        in_flight.remove(key)
+        return await store.ensure(key, attrs)
+
+    applying = asyncio.create_task(queues.apply(records, 1, ensure, store.drop))
+    await asyncio.wait_for(all_in.wait(), 5)
+    assert store.calls == [("ensure", ("t", "dlq"))]  # the copy first, alone
+    assert len(in_flight) == 21  # then a and q0..q19, all at once
+    release.set()
+    await applying
+    assert len(store.calls) == 22 and queues.opened and not queues.pending
 
 
 async def test_a_create_asking_for_its_records_attributes_makes_the_queue_with_its_own_write() -> None:

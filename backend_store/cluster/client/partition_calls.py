@@ -53,9 +53,12 @@ class NodeClients(Protocol):
 
 
 class QueueRecords(Protocol):
-    """Where the calls read a queue's record afresh (``ClusterMetadata``)."""
+    """Where the calls read a queue's record, afresh or from the watched copy
+    (``ClusterMetadata``)."""
 
     def queue(self, tenant: TenantId, name: QueueName) -> Awaitable[QueueRecord]: ...
+
+    def cached_queue(self, tenant: TenantId, name: QueueName) -> QueueRecord | None: ...
 
 
 # Between retries of a partition that answered "not now".
@@ -241,6 +244,15 @@ class PartitionCalls:
                 hinted = self._hinted(exc, leader)
                 if hinted is not None:
                     continue  # straight to the leader the node named
+                known = self.metadata.cached_queue(part.tenant, _asked(part, kwargs))
+                if known is not None and known.placement is not None and "revision" not in kwargs:
+                    # Mostly a new queue's first request (a create is a record write) at a
+                    # leader whose watch has not brought the record yet: asked again at once,
+                    # naming the revision of the record in our watched copy, which the leader
+                    # waits for its watch to reach (node_serving.py), where it waited 25 ms
+                    # and more for a map that would not change.
+                    kwargs = {**kwargs, "revision": known.mod_revision}
+                    continue
                 if not queue_checked:
                     # Mostly the leader has yet to apply the queue: a new one, or one another
                     # gateway deleted that our watched copy still holds, which would be asked

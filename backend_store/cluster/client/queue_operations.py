@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...attributes import check_queue_name, parse_attributes
-from ...errors import PushgateError, QueueExists, QueueNotFound, Unavailable
+from ...errors import PushgateError, QueueNotFound, Unavailable
 from ...types import QueueInfo, QueueName, TenantId
 from ..coordination.queue_record import store_attributes
 from .cluster_settings import ClusterSettings
@@ -69,34 +69,17 @@ class QueueOperations:
                 )
                 return QueueInfo(tenant, name, record.created_at, record.attributes), created
         if created and record.placement is not None:
-            return await self._created_in_placement(record), created
+            # A metadata write: its record is the queue. Each leader of its placement makes
+            # it in its store when its watch brings the record, in one group commit with the
+            # other queues new since its last pass (pool_queues.py), or sooner, when a
+            # request names it first (the leader waits for its watch to bring the record:
+            # PartitionCalls.call). Asking each leader to make it here, a request and a
+            # replicated write each, cost the cluster twice the CPU of a create (issue 49,
+            # session 73). A new queue holds nothing: no counts to ask for.
+            return QueueInfo(record.tenant, record.name, record.created_at, record.attributes), created
         # The first answer from each leader says its store holds the queue (a leader that has
         # yet to apply the record answers not_leader, which the call retries).
         return await self._with_stats(record), created
-
-    async def _created_in_placement(self, record: QueueRecord) -> QueueInfo:
-        """Wait until each placement partition's leader holds the new queue: it answers
-        not_leader until it applied the record (the call retries). Asked as ``create_queue``
-        (idempotent) rather than ``get_queue``: a leader whose watch took this queue's
-        deletion and re-creation as one change never saw the ``deleting`` mark, still counts
-        the queue as applied, and finds it gone from its store (the deleting gateway's
-        ``delete_queue``); the create puts it back there, as the record says."""
-        plain = store_attributes(record.attributes.to_dict())
-        try:
-            # ``revision``: each leader waits for its watch to bring the record rather than
-            # answer not_leader until it has (node_serving.py; older nodes ignore it).
-            infos = await self.queue_parts.each_partition(
-                record,
-                "create_queue",
-                retry_unknown=True,
-                name=record.name,
-                attributes=plain,
-                revision=record.mod_revision,
-            )
-        except QueueExists:  # changed since by another gateway (its leader applied that): held
-            return await self._with_stats(record)
-        stats = sum_stats([info.stats for info, _ in infos])
-        return QueueInfo(record.tenant, record.name, record.created_at, record.attributes, stats)
 
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo:
         """The record from the watched copy, as sends and receives route by it (etcd only for
