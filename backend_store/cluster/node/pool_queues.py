@@ -316,8 +316,9 @@ class PoolQueues:
         # Dead-letter queues first, one at a time (a queue's link needs its copy); then the
         # others a turn's worth at once, so that their writes share the store's group commits
         # and replication rounds: a create is a record write and this pass makes its queue,
-        # where a write each (one replicated commit a queue) cost the nodes twice a create's
-        # CPU (issue 49, session 73). A turn's worth: a term's first pass goes over every
+        # and one write at a time (a replicated commit a queue) cost each node three times
+        # the CPU a create of writes made together (issue 49, bench/README.md, "Session
+        # 73"). A turn's worth: a term's first pass goes over every
         # queue of its partition (1,250 at 10,000 queues on 8 partitions), and in one turn
         # it held the node's loop, heartbeats and lease renewals with it (issue 48, item 3).
         keys = sorted(todo)
