@@ -189,6 +189,15 @@ async def receive_all(
     return got
 
 
+async def idle_dispatcher(store: Backend, tenant: TenantId, queue: str) -> None:
+    """Receive from an empty queue, as a push dispatcher does before it idles with a demand:
+    on ``cluster://`` that connects this gateway to the queue's leaders, and ``set_demand``
+    asks only the leaders it is connected to (the others wake the dispatcher with
+    ``Notify``; ``push_operations.py``). Until session 73 a create connected it too (it asked
+    each leader to make the queue); now a create is a record write."""
+    assert await store.receive(tenant, q(queue), 1) == []
+
+
 def in_memory(store: Backend) -> InMemoryReceive:
     """The store's in-memory receive (the embedded store; the cluster kind lacks it)."""
     assert isinstance(store, InMemoryReceive)

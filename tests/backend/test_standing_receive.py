@@ -8,7 +8,7 @@ from backend_store import Backend, ReceivedMessage
 from backend_store.backend import StandingReceive
 from backend_store.types import TenantId
 
-from .harness import msg, ok, q
+from .harness import idle_dispatcher, msg, ok, q
 
 T1 = TenantId("t1")
 
@@ -17,6 +17,7 @@ async def test_a_send_serves_the_standing_demand_in_its_own_commit(store: Backen
     if not isinstance(store, StandingReceive):
         return  # an optional capability; the plain receive contract covers the rest
     await store.create_queue(T1, q("jobs"), {})
+    await idle_dispatcher(store, T1, "jobs")
     got: asyncio.Queue[list[ReceivedMessage]] = asyncio.Queue()
     store.set_demand(T1, q("jobs"), 2, 60, got.put_nowait)
 
@@ -37,6 +38,7 @@ async def test_a_demand_takes_at_most_its_size_and_can_be_withdrawn(store: Backe
     if not isinstance(store, StandingReceive):
         return
     await store.create_queue(T1, q("jobs"), {})
+    await idle_dispatcher(store, T1, "jobs")
     got: asyncio.Queue[list[ReceivedMessage]] = asyncio.Queue()
     store.set_demand(T1, q("jobs"), 2, 60, got.put_nowait)
     await store.send(T1, q("jobs"), [msg("a"), msg("b"), msg("c")])

@@ -14,7 +14,7 @@ from backend_store import Backend, ReceivedMessage, TenantId
 from backend_store.backend import StandingReceive
 
 from ..conftest import ManualClock, scaled
-from .harness import T1, T2, msg, q, send_one
+from .harness import T1, T2, idle_dispatcher, msg, q, send_one
 
 
 class Demand:
@@ -40,6 +40,7 @@ class Demand:
 
 async def test_a_delayed_send_leaves_the_demand_waiting(store: Backend, clock: ManualClock) -> None:
     await store.create_queue(T1, q("jobs"), {})
+    await idle_dispatcher(store, T1, "jobs")
     demand = Demand(store, T1, "jobs", 5)
     await send_one(store, T1, "jobs", "later", delay_s=30)
     await demand.not_served(store)
@@ -70,6 +71,7 @@ async def test_a_demand_is_not_served_by_another_tenant(store: Backend) -> None:
 
 async def test_a_fifo_demand_takes_one_message_per_group(store: Backend) -> None:
     await store.create_queue(T1, q("f"), {"ordering": "fifo"})
+    await idle_dispatcher(store, T1, "f")
     demand = Demand(store, T1, "f", 10)
     await store.send(T1, q("f"), [msg("a0", group_id="a"), msg("a1", group_id="a"), msg("b0", group_id="b")])
     assert sorted(m.body for m in await demand.served()) == [b"a0", b"b0"]
@@ -78,6 +80,7 @@ async def test_a_fifo_demand_takes_one_message_per_group(store: Backend) -> None
 
 async def test_a_served_demand_counts_as_a_receive(store: Backend, clock: ManualClock) -> None:
     await store.create_queue(T1, q("jobs"), {"visibility_timeout_s": 30})
+    await idle_dispatcher(store, T1, "jobs")
     demand = Demand(store, T1, "jobs", 5, timeout=10)
     await send_one(store, T1, "jobs", "a")
     [got] = await demand.served()
@@ -106,6 +109,7 @@ async def test_a_demand_never_hands_out_a_message_past_max_receives(
 
 async def test_a_replaced_demand_serves_only_the_new_callback(store: Backend) -> None:
     await store.create_queue(T1, q("jobs"), {})
+    await idle_dispatcher(store, T1, "jobs")
     old = Demand(store, T1, "jobs", 5)
     new = Demand(store, T1, "jobs", 5)
     await send_one(store, T1, "jobs", "a")

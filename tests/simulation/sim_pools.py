@@ -4,7 +4,8 @@ gateway does (docs/cluster.md, "Shared partitions"), and the churn of a many-que
 Creating a queue: ask for its pool (``pools/{name}``, created if absent) when the map shows
 none of its slots, wait for the manager's slots in the map, place the queue (``pools.place``,
 wrapping around a pool smaller than the queue's partitions) and write its record with its
-``placement`` (create-if-absent). Deleting one: mark its record ``deleting``, ask its
+``placement`` (create-if-absent), and nothing more: each leader makes the queue in its
+pass, or for the first request naming it. Deleting one: mark its record ``deleting``, ask its
 partitions' leaders to delete it (best effort: they also do it on the mark), delete the
 record. A queue's requests go to the partitions of its placement.
 
@@ -25,7 +26,6 @@ from backend_store.cluster.client.partition_map import PartitionInfo, PartitionM
 from backend_store.cluster.coordination import pools
 from backend_store.cluster.coordination.coordinator import CoordinatorUnavailable
 from backend_store.cluster.coordination.layout import Layout, pack, unpack
-from backend_store.cluster.coordination.queue_record import store_attributes
 from backend_store.errors import PushgateError
 from backend_store.types import NewMessage, QueueName, SendResult, TenantId
 
@@ -105,22 +105,13 @@ class SimPools:
                     placement = held
                 else:
                     self.written.append(spec.name)
+                # A record write, as the real gateway's create since session 73: each leader
+                # makes the queue in its pass, or for the first request naming it.
                 self.placements[spec.name] = placement
-                await self._made(spec.name, len(placement), store_attributes(spec.attributes()))
                 return True
             except (CoordinatorUnavailable, PushgateError):
                 await asyncio.sleep(_RETRY_S)
         return False
-
-    async def _made(self, name: str, parts: int, attributes: dict[str, Any]) -> None:
-        """Ask each partition's leader to make the queue, as the creating gateway does (the
-        request's own write makes it there: ``PoolQueues.claim_create``); best effort, as
-        each leader's pass makes it from the record too."""
-        for index in range(parts):
-            with contextlib.suppress(PushgateError):
-                await self.gateway.call(
-                    name, index, "create_queue", retry_unknown=True, name=name, attributes=attributes
-                )
 
     async def delete(self, name: str, timeout_s: float) -> bool:
         """Delete a pooled queue: mark, ask its leaders, remove the record."""

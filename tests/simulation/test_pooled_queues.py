@@ -10,9 +10,12 @@ leaders to make it, as the real one does, and routed its calls to a pool partiti
 the queue, as the real one does: of ``pools`` 0-39, 0, 1, 3, 5, 11, 14, 15, 16, 20, 22, 23,
 24, 25, 26, 30 and 39 reach it; seed 3 until session 61's managers watched queue records only
 while leading and read the partition counter once a term: of ``pools`` 0-39, 1, 4, 5, 10, 15,
-20, 25, 29, 31-35, 37 and 38 reach it.)
+20, 25, 29, 31-35, 37 and 38 reach it; seeds 1 and 5 until session 73's gateway stopped
+asking a new queue's leaders to make it (a create is a record write; each leader's pass
+makes its new queues together): of ``pools`` 0-39, 9, 14-16, 18, 19, 21-23, 27, 30, 35 and
+37 reach it, and none violates.)
 
-Seeds 1 and 5 of the ``pools`` mix restore etcd to the backup taken before the producers'
+Seeds 9 and 14 of the ``pools`` mix restore etcd to the backup taken before the producers'
 queues existed: their records are lost, their messages must not be; healing makes the
 queues again, and every acknowledged send is read back from the same partitions."""
 
@@ -23,7 +26,7 @@ import pytest
 from .simulation import config_for, run_seed
 
 
-@pytest.mark.parametrize("seed", [1, 5])
+@pytest.mark.parametrize("seed", [9, 14])
 def test_queues_whose_records_a_restore_lost_keep_their_messages(seed: int) -> None:
     result = run_seed(config_for(seed, "pools"))
     assert result.ok, result.report()
