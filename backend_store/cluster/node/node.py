@@ -72,12 +72,13 @@ from .replica_rounds import ReplicaRounds
 from .served_sets import ServedSets
 
 log = logging.getLogger("pushgate.cluster")
-# A new queue's record reaches its leader's watch about when the creating gateway's
-# ``create_queue`` does (the gateway sends it once its own watch brought the record): that
-# request makes the queue in one write (``PoolQueues.claim_create``). Applying the record at
-# once as well made it first in most cases, with a read and a write of its own and the
-# request's write after them (issue 49). Other changes wait this long too (their gateway
-# applies them itself on each partition; another gateway sees them within its watch's delay).
+# How long a leader waits after its watch brings changed queue records before its pass
+# applies them: the records of the creates of the moment share one pass, whose writes go
+# together (a create is a record write since session 73; ``PoolQueues.apply``), and a
+# request naming a new queue meanwhile makes it itself (``PoolQueues.apply_named``; a
+# gateway of an earlier release sends ``create_queue``: ``PoolQueues.claim_create``). Other
+# changes wait this long too (their gateway applies them itself on each partition; another
+# gateway sees them within its watch's delay).
 QUEUE_APPLY_DELAY_S = 0.1
 
 

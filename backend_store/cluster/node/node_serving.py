@@ -186,7 +186,8 @@ class NodeServing:
 
     async def _records_as_of(self, revision: object) -> None:
         """A request naming the etcd revision of the record it needs (a new queue's first
-        request, the creating gateway's ``create_queue``) waits until our watch of
+        request asked again after ``not_leader``: ``PartitionCalls.call``; a gateway of an
+        earlier release's ``create_queue``) waits until our watch of
         ``queues/`` holds that revision, at most :data:`RECORD_WAIT_S`. That gateway sends
         it once its own watch brought the record, about when ours does: answered
         ``not_leader`` meanwhile, it re-read the partition map and asked again after 25 ms

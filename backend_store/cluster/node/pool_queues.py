@@ -338,7 +338,8 @@ class PoolQueues:
     async def apply_named(self, pid: int, op: str, args: Mapping[str, Any], ensure: Ensure) -> None:
         """Apply now the queues a request names that this node's records say the partition
         serves (``Want.ENSURE``) but the term has not applied yet. A new queue's first request
-        (the creating gateway's ``create_queue``) reaches its leader about when the leader's
+        (its first send or read since session 73, when a create became a record write; the
+        creating gateway's ``create_queue`` before) reaches its leader about when the leader's
         watch brings its record: it is answered at once, the queue made in the same group
         commit as the other requests' of the moment, where it waited for the node's next
         tick and the term's pass, one replicated write after another, and the gateway's
@@ -371,8 +372,9 @@ class PoolQueues:
                 self.pending.add(key)
 
     def claim_create(self, pid: int, args: Mapping[str, Any]) -> CreateClaim | None:
-        """A gateway's ``create_queue`` of a queue this partition serves but has not applied,
-        asking for the attributes its record holds: the request's own write makes the queue
+        """A gateway's ``create_queue`` (a gateway of session 72 or earlier: since, a create
+        asks no node) of a queue this partition serves but has not applied, asking for the
+        attributes its record holds: the request's own write makes the queue
         (:meth:`created` counts it applied after). Through :meth:`apply_named` it cost a
         read, a write and the request's write of nothing: three thread hops to the store's
         threads where one does (issue 49). None: the request goes as any other (a queue
