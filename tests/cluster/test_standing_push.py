@@ -118,6 +118,10 @@ async def test_each_partition_serves_the_demand_and_late_deliveries_still_arrive
         async with ws_connect(gateway, gateway.admin_key) as ws:
             reply = await request(ws, op="subscribe", queue="spread", id="sub", prefetch=10)
             assert reply["op"] == "ok"
+            # Once the dispatcher received from both partitions (its demand waits there):
+            # a create is a record write, and that first receive is what made the queue
+            # on each leader (a log entry of its own, not a send's).
+            await until("the demand on both partitions", lambda: waiting(found, "spread"))
             before = {index: host.store.last_lsn for index, (_, host) in found.items()}
             for index in (0, 1):
                 await until("the demand on both partitions", lambda: waiting(found, "spread"))
