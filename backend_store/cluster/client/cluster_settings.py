@@ -11,6 +11,7 @@ from ...errors import ConfigurationError
 from ..coordination.etcd_tls import EtcdTls
 from ..coordination.layout import DEFAULT_PREFIX
 from ..protocol.tls import TlsFiles
+from .send_batcher import DEFAULT_LINGER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,8 @@ class ClusterSettings:
     # 1: sends to a partition wait while one is in flight and go together (send_batcher.py).
     send_batching: int = 1
     # Seconds a send that finds its partition's lane free but busy waits for others
-    # (send_batcher.py; 0: never).
-    send_linger_s: float = 0.005
+    # (send_batcher.py, DEFAULT_LINGER_S; 0: never).
+    send_linger_s: float = DEFAULT_LINGER_S
 
     def tls_files(self) -> TlsFiles | None:
         return TlsFiles.from_options(

@@ -39,10 +39,10 @@ Semantics (docs/cluster.md, "Batched sends"):
 - **Deadline.** A request's ``request_deadline_s`` counts from when its earliest caller
   called, not from when the request starts: waiting behind the one in flight spends the
   same budget a caller has alone.
-- **Linger while busy** (``linger_s``, 5 ms by default; Kafka's producer lingers 5 ms by
-  default since 4.0). A node's CPU goes per commit on each of three replicas, not per
-  message, and with one request in flight per lane a partition commits once a round trip
-  whatever the load (session 65: about 1 request a commit, 3 to 4 sends a request, at 350-420
+- **Linger while busy** (``linger_s``, 15 ms by default: ``DEFAULT_LINGER_S``; Kafka's
+  producer lingers 5 ms by default since 4.0). A node's CPU goes per commit round on each
+  of three replicas more than per message, and with one request in flight per lane a
+  partition commits once a round trip whatever the load (session 65: about 1 request a commit, 3 to 4 sends a request, at 350-420
   sends a second on a 2-core dev cluster). So once a lane's requests carry several callers
   (it merged one within the last second), a caller that finds the lane free waits
   ``linger_s`` for others before its request goes, in a task of the lane's like the drain's.
@@ -93,8 +93,11 @@ DEFAULT_MAX_IN_FLIGHT = 1
 DEFAULT_MAX_WAITING = 4096
 # How long a caller that finds a busy lane free waits for others (module docstring): on a
 # 2-core dev cluster at 2,000 queues, 5 ms took 13-17% off the nodes' CPU a send
-# (bench/README.md, "Session 65"); 10 and 20 ms took no more.
-DEFAULT_LINGER_S = 0.005
+# (bench/README.md, "Session 65"). Since a node commits every replica's writes in one round
+# (session 72), a node's CPU follows its rounds more than its messages, and 15 ms took
+# another 17-20% off the servers' CPU a send at 64 producers (sends +10-15%), for 1-3 ms
+# more p50 at 400 sends a second (bench/README.md, "Session 74").
+DEFAULT_LINGER_S = 0.015
 # A lane that merged a request within this long lingers (its last state outlives the lane).
 _BUSY_S = 1.0
 _MAX_REMEMBERED = 1024
