@@ -22,7 +22,7 @@ import pytest
 from backend_store.cluster.coordination.layout import PartitionRecord
 from backend_store.cluster.node.partition_host import PartitionHost
 from backend_store.cluster.protocol.ops import encode_args
-from backend_store.types import Epoch, NewMessage
+from backend_store.types import Epoch, NewMessage, QueueName, TenantId
 from tests.conftest import scaled
 
 from .test_replication import FollowerNode, leader_host, open_store, until
@@ -99,3 +99,25 @@ async def test_a_hand_over_begins_once_the_successor_answered_after_it_was_asked
         resignation = host.hand_over("f2", time.monotonic())
         await asyncio.sleep(0.05)
     assert resignation.lsn == host.store.last_lsn
+
+
+async def test_a_new_term_writes_nothing_for_a_queue_its_store_already_holds_as_its_record_says(
+    host: PartitionHost, followers: dict[str, FollowerNode]
+) -> None:
+    """Each term applies its queue's record; one the store holds with those attributes is
+    left as it is (a create with the attributes the queue has is answered by the queue, as
+    SQS's CreateQueue is, and writes nothing): the term's first entry is its only write, so
+    a failover replicates no entry a queue. A changed record is written."""
+    links = addresses(followers)
+    await host.lead(Epoch(3), RECORD, links, QUEUES, quorum_window_s=WINDOW_S)
+    await until(lambda: host.ready, "the first term applying its queue")
+    await host.step_down("a test's new term")
+    before = host.store.last_lsn
+    await host.lead(Epoch(4), RECORD, links, QUEUES, quorum_window_s=WINDOW_S)
+    await until(lambda: host.ready, "the second term applying its queue")
+    assert host.store.last_lsn == before + 1
+    # A changed record is still written.
+    changed = {("t", "q"): {"replication_factor": 3, "visibility_timeout_s": 7}}
+    await host.apply_queue_attributes(changed)
+    assert host.store.last_lsn == before + 2
+    assert (await host.store.get_queue(TenantId("t"), QueueName("q"))).attributes.visibility_timeout_s == 7
