@@ -42,10 +42,11 @@ Semantics (docs/cluster.md, "Batched sends"):
 - **Linger while busy** (``linger_s``, 15 ms by default: ``DEFAULT_LINGER_S``; Kafka's
   producer lingers 5 ms by default since 4.0). A node's CPU goes per commit round on each
   of three replicas more than per message, and with one request in flight per lane a
-  partition commits once a round trip whatever the load (session 65: about 1 request a commit, 3 to 4 sends a request, at 350-420
-  sends a second on a 2-core dev cluster). So once a lane's requests carry several callers
-  (it merged one within the last second), a caller that finds the lane free waits
-  ``linger_s`` for others before its request goes, in a task of the lane's like the drain's.
+  partition commits once a round trip whatever the load (session 65: about 1 request a
+  commit, 3 to 4 sends a request, at 350-420 sends a second on a 2-core dev cluster). So
+  once a lane's requests carry several callers (it merged one within the last second), a
+  caller that finds the lane free waits ``linger_s`` for others before its request goes, in
+  a task of the lane's like the drain's.
   A lone sender, or one at a time, never merges and so never waits; a lingered request that
   carried one caller ends the lingering.
 - **A pool partition's queues share a lane** (issue 49: one send to each of 10,000 queues
