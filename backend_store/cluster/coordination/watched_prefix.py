@@ -35,10 +35,16 @@ StateListener = Callable[[PrefixState, set[str]], None]
 
 
 def changed_keys(old: PrefixState, new: PrefixState) -> set[str]:
-    """Keys added, removed, or written again (a new mod_revision) between two states."""
+    """Keys added, removed, or holding another entry between two states: the whole entry, as
+    ``changed_in_pages`` compares it, not its mod revision alone. An etcd restored or replaced
+    numbers its revisions again, and a key may hold another value at a mod revision it held
+    before: a leader key restored from a snapshot, at the revision another node's key had
+    been written at since, went unseen, and the node kept deleting "its" key, which etcd did
+    not hold, while the manager waited for the restored key's holder to serve (simulation
+    seed ``restore`` 1740213, session 74)."""
     keys = set(old.entries) ^ set(new.entries)
     for key in set(old.entries) & set(new.entries):
-        if old.entries[key].mod_revision != new.entries[key].mod_revision:
+        if old.entries[key] != new.entries[key]:
             keys.add(key)
     return keys
 
