@@ -495,6 +495,6 @@ async def test_a_lane_that_merged_long_ago_does_not_linger_and_a_cancelled_linge
 def test_the_linger_is_a_cluster_url_option() -> None:
     from backend_store.cluster.client.cluster_settings import ClusterSettings, parse_cluster_url
 
-    assert ClusterSettings().send_linger_s == 0.015
+    assert ClusterSettings().send_linger_s == 0.005
     _, settings = parse_cluster_url("cluster://127.0.0.1:2379?send_linger_s=0")
     assert settings.send_linger_s == 0.0
