@@ -326,12 +326,14 @@ class ReplicaStore(Protocol):
         """The oldest entry still kept (None: the log is empty)."""
 
     async def apply_replicated(self, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
-        """Apply a leader's entries in one commit, in order; return the new last LSN.
+        """Apply a leader's entries in order; return the new last LSN.
 
         ``epoch`` is the sending leader's term (default: the newest entry's): it is what the
         fence is checked against and raised to, since a new leader also ships entries of
-        earlier terms. All or nothing: a stale sender, entry epochs out of order or a gap
-        anywhere refuses the whole call.
+        earlier terms. A stale sender, entry epochs out of order or a gap anywhere refuses
+        the whole call before anything is written. The entries go in one commit, or in
+        several where room is short (the LMDB store's reserve); a commit that fails leaves
+        the ones before it applied: a prefix of the leader's log, each commit durable.
         """
 
     async def raise_epoch(self, epoch: Epoch) -> Epoch:

@@ -40,8 +40,6 @@ class HoldHandOver(StoreCore):
         super().__init__(path, options)
         self._hold_lock: HoldLock | None = None
         self._hold_watch: asyncio.Task[None] | None = None
-        # The room sends may not use (room.py), set as the store opens; it bounds the journal.
-        self._reserve = 0
 
     async def _elect_holder(self) -> bool:
         """At start, before the environment opens: whether this process is alone with the

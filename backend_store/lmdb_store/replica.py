@@ -6,6 +6,7 @@ counts. The store itself knows no peers: the node's replication layer
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -58,8 +59,33 @@ class ReplicaRole(StoreCore):
         return await self._read(lambda v: ReplicationLog.first_lsn(v.txn, v.dbs))
 
     async def apply_replicated(self, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
-        """Apply a leader's entries in one commit (followers only); return the new last LSN."""
-        return await self._write(lambda w, now: self._replication_log.apply(w, entries, epoch))
+        """Apply a leader's entries (followers only); return the new last LSN.
+
+        Where the store has a reserve of room (room.py), in commits that each write at most
+        half of it, and an entry a commit once short of room. The leader committed each
+        entry alone, refused sends that would leave it less than its reserve, and short of
+        room reused between commits the pages the one before freed. One commit of a lagging
+        follower's backlog (a shipment holds up to 256 entries) needs room for every page
+        they write at once, as LMDB reuses no page its own transaction freed: on a disk the
+        leader still had room on, that commit failed at every retry, growing the file into
+        the last free block on the way, until the leader trimmed its log past the follower
+        (session 75, tests/cluster/test_follower_room.py). Short of room, the follower
+        commits as the leader did (half the reserve a commit alone failed that test: pages
+        hold more than the bytes counted); with room to spare (twice the reserve), half the
+        reserve a commit grows the file well within it.
+        """
+        max_bytes = self._reserve // 2 or None
+        rest = list(entries)
+        while True:
+            last = await self._write(functools.partial(self._apply_some, rest, epoch, max_bytes))
+            rest = rest[last - rest[0].lsn + 1 :] if rest else rest
+            if not rest:
+                return last
+
+    def _apply_some(
+        self, entries: list[LogEntry], epoch: Epoch | None, max_bytes: int | None, w: Writes, now: float
+    ) -> Lsn:
+        return self._replication_log.apply(w, entries, epoch, max_bytes)
 
     async def raise_epoch(self, epoch: Epoch) -> Epoch:
         return await self._write(lambda w, now: self._replication_log.raise_epoch(w, epoch))

@@ -204,8 +204,15 @@ class ReplicationLog:
 
     # The follower's side -----------------------------------------------------------
 
-    def apply(self, writes: Writes, entries: Sequence[LogEntry], epoch: Epoch | None = None) -> Lsn:
-        """Apply a leader's entries in LSN order and log them under the same LSNs.
+    def apply(
+        self,
+        writes: Writes,
+        entries: Sequence[LogEntry],
+        epoch: Epoch | None = None,
+        max_bytes: int | None = None,
+    ) -> Lsn:
+        """Apply a leader's entries in LSN order and log them under the same LSNs; return the
+        last LSN applied.
 
         ``epoch`` is the term of the leader sending them (default: the newest entry's).
         The fence is checked against it, not against each entry: a new leader ships entries
@@ -216,6 +223,11 @@ class ReplicationLog:
         fails only before it writes): the sender's term must not be older than the fence,
         entry epochs must not go down nor pass the sender's, and LSNs must follow this log
         without a gap.
+
+        With ``max_bytes``, it stops after the entry that brings what it wrote (the entries'
+        records and their log entries, undo included) to that much, or after any entry once
+        the store is short of room (room.py: as the leader wrote them, an entry a commit);
+        the caller applies the rest in the next commit (replica.py says why).
         """
         last, fence = self._current()
         sender = epoch if epoch is not None else (entries[-1].epoch if entries else fence)
@@ -223,21 +235,26 @@ class ReplicationLog:
             raise StaleEpoch(f"a leader of epoch {sender} is older than {fence}")
         decoded: list[list[Any]] = []
         previous = Epoch(0)
+        expected = last
         for entry in entries:
             if entry.epoch < previous or entry.epoch > sender:
                 raise StaleEpoch(f"entry {entry.lsn} has epoch {entry.epoch}, out of order for {sender}")
-            if entry.lsn != last + 1:
-                raise ReplicationGap(f"replication gap: have {last}, got {entry.lsn}")
+            if entry.lsn != expected + 1:
+                raise ReplicationGap(f"replication gap: have {expected}, got {entry.lsn}")
             mutations = unpack(entry.record)
             if not _well_formed(mutations):
                 raise Unavailable(f"corrupt replicated entry {entry.lsn}")
             decoded.append(mutations)
-            last, previous = entry.lsn, entry.epoch
+            expected, previous = entry.lsn, entry.epoch
+        written = 0
         for entry, mutations in zip(entries, decoded, strict=True):
             undo = [_apply_mutation(writes, db, key, value) for db, key, value in mutations]
-            log_pages.put_entry(
-                writes.txn, writes.dbs[Db.REPLOG], entry.lsn, pack([entry.epoch, entry.record, undo])
-            )
+            logged = pack([entry.epoch, entry.record, undo])
+            log_pages.put_entry(writes.txn, writes.dbs[Db.REPLOG], entry.lsn, logged)
+            last, previous = entry.lsn, entry.epoch
+            written += len(entry.record) + len(logged)
+            if max_bytes is not None and (written >= max_bytes or writes.short_of_room()):
+                break
         if entries or sender > fence:
             self._stage(writes, last, max(fence, sender), previous if entries else self._entry_epoch())
         if entries:

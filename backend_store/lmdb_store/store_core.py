@@ -44,6 +44,9 @@ class StoreCore:
         self._env: Environment | None = None
         self._writer: GroupCommitWriter | None = None
         self._replication_log = ReplicationLog(options.replication_log_keep)
+        # The room sends may not use (room.py), set as the store opens (0: none); it bounds
+        # the journal and a follower's commits.
+        self._reserve = 0
 
     def _require_env(self) -> Environment:
         if self._env is None:

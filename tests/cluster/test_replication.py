@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
@@ -39,7 +39,10 @@ from tests.conftest import scaled
 PARTITION = 0
 
 
-def store_options(keep: int = 1000) -> StoreOptions:
+KEEP = 1000
+
+
+def store_options(keep: int = KEEP) -> StoreOptions:
     return StoreOptions(replication_log_keep=keep, sweep_interval_s=0)
 
 
@@ -56,7 +59,7 @@ def leader_host(root: Path) -> PartitionHost:
     )
 
 
-async def open_store(path: Path, keep: int = 1000) -> LmdbBackend:
+async def open_store(path: Path, keep: int = KEEP) -> LmdbBackend:
     store = LmdbBackend(path, store_options(keep))
     await store.start()
     return store
@@ -64,7 +67,9 @@ async def open_store(path: Path, keep: int = 1000) -> LmdbBackend:
 
 async def contents(store: LmdbBackend) -> dict[str, list[tuple[bytes, bytes]]]:
     def dump(v: View) -> dict[str, list[tuple[bytes, bytes]]]:
-        skip = {b"\0sys\0last_lsn", b"\0sys\0epoch", JOURNAL_SEQ}
+        # Each replica's own bookkeeping: its log position and term, its journal's sequence,
+        # and the empty key a commit short of room writes to advance LMDB's free pages.
+        skip = {b"\0sys\0last_lsn", b"\0sys\0epoch", JOURNAL_SEQ, b"\0sys\0advance"}
         return {
             db.name: [(bytes(k), bytes(val)) for k, val in v.cursor(db) if bytes(k) not in skip]
             for db in Db
@@ -79,7 +84,7 @@ class FollowerNode:
 
     def __init__(self, name: str, store: LmdbBackend) -> None:
         self.name = name
-        reseeder = LmdbReseeder(store.path, store_options())
+        reseeder = LmdbReseeder(store.path, store.options)
         self.replication = ReplicationFollower(
             store,
             partition=PARTITION,
@@ -117,8 +122,11 @@ class FollowerNode:
 
 
 class Cluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, open_store: Callable[[Path, int], Awaitable[LmdbBackend]] = open_store
+    ) -> None:
         self.root = root
+        self.open_store = open_store
         self.leader: LmdbBackend | None = None
         self.replication: ReplicationLeader | None = None
         self.followers: dict[str, FollowerNode] = {}
@@ -128,13 +136,13 @@ class Cluster:
         self,
         mode: ReplicationMode = ReplicationMode.SYNC,
         epoch: int = 3,
-        leader_keep: int = 1000,
+        leader_keep: int = KEEP,
         *,
         window_entries: int = 2048,
         heartbeat_s: float = 0.5,
         quorum: QuorumCheck | None = None,
     ) -> ReplicationLeader:
-        self.leader = await open_store(self.root / "leader", leader_keep)
+        self.leader = await self.open_store(self.root / "leader", leader_keep)
         self.replication = ReplicationLeader(
             self.leader,
             partition=PARTITION,
@@ -148,7 +156,7 @@ class Cluster:
         )
         await self.replication.start()
         for name in ("f1", "f2"):
-            node = FollowerNode(name, await open_store(self.root / name))
+            node = FollowerNode(name, await self.open_store(self.root / name, KEEP))
             await node.start()
             self.followers[name] = node
             await self.link(name)
@@ -172,7 +180,7 @@ class Cluster:
         await self.cut(name)
         await old.store.close()
         path = self.root / (name + "-fresh" if fresh else name)
-        node = FollowerNode(name, await open_store(path))
+        node = FollowerNode(name, await self.open_store(path, KEEP))
         await node.start()
         self.followers[name] = node
         await self.link(name)
