@@ -17,7 +17,10 @@ tests/backend/test_room.py.
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from backend_store.cluster.replication.log_shipping import ReplicationMode
 from backend_store.errors import Unavailable
@@ -49,58 +52,59 @@ async def open_small_store(path: Path, keep: int) -> LmdbBackend:
     return store
 
 
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    """A sync leader and two followers on small maps, the queue made."""
+    c = Cluster(tmp_path, open_store=open_small_store)
+    try:
+        await c.start(ReplicationMode.SYNC)
+        assert c.leader is not None
+        await c.leader.create_queue(T1, q("inbox"), {})
+        yield c
+    finally:
+        await c.close()
+
+
 async def test_a_follower_catches_up_on_a_backlog_that_fits_only_commit_by_commit(
-    tmp_path: Path,
+    cluster: Cluster,
 ) -> None:
-    cluster = Cluster(tmp_path, open_store=open_small_store)
-    try:
-        leader = await cluster.start(ReplicationMode.SYNC)
-        store = cluster.leader
-        assert store is not None
-        await store.create_queue(T1, q("inbox"), {})
-        # Sends until the leader refuses one: every replica is then near its reserve.
-        while True:
-            try:
-                await store.send(T1, q("inbox"), [msg(BODY) for _ in range(PER_SEND)])
-            except Unavailable as exc:
-                assert exc.detail == "store is full"
-                break
-            await leader.replicate(store.last_lsn)
-        # f1 misses the drain: consumers receive and ack every message, one batch at a time,
-        # each commit's undo holding the bodies it deleted; f2 keeps the majority.
-        await cluster.cut("f1")
-        lagged_at = cluster.followers["f1"].store.last_lsn
-        while batch := await store.receive(T1, q("inbox"), PER_RECEIVE):
-            await store.ack(T1, [m.receipt for m in batch], q("inbox"))
+    leader, store = cluster.replication, cluster.leader
+    assert leader is not None and store is not None
+    # Sends until the leader refuses one: every replica is then near its reserve.
+    while True:
+        try:
+            await store.send(T1, q("inbox"), [msg(BODY) for _ in range(PER_SEND)])
+        except Unavailable as exc:
+            assert exc.detail == "store is full"
+            break
         await leader.replicate(store.last_lsn)
-        assert store.last_lsn - lagged_at < 64, "a backlog the leader's log still holds, short of room"
+    # f1 misses the drain: consumers receive and ack every message, one batch at a time,
+    # each commit's undo holding the bodies it deleted; f2 keeps the majority.
+    await cluster.cut("f1")
+    lagged_at = cluster.followers["f1"].store.last_lsn
+    while batch := await store.receive(T1, q("inbox"), PER_RECEIVE):
+        await store.ack(T1, [m.receipt for m in batch], q("inbox"))
+    await leader.replicate(store.last_lsn)
+    assert store.last_lsn - lagged_at < 64, "a backlog the leader's log still holds, short of room"
 
-        # Back: the backlog is shipped at once, more than the follower's room takes in one commit.
-        f1 = await cluster.restart_follower("f1")
-        await until(lambda: f1.store.last_lsn == store.last_lsn, "f1 to catch up")
-        assert f1.replication.snapshots_installed == 0
-        assert await contents(f1.store) == await contents(store)
-    finally:
-        await cluster.close()
+    # Back: the backlog is shipped at once, more than the follower's room takes in one commit.
+    f1 = await cluster.restart_follower("f1")
+    await until(lambda: f1.store.last_lsn == store.last_lsn, "f1 to catch up")
+    assert f1.replication.snapshots_installed == 0
+    assert await contents(f1.store) == await contents(store)
 
 
-async def test_a_follower_with_room_to_spare_applies_a_backlog_in_one_commit(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, open_store=open_small_store)
-    try:
-        leader = await cluster.start(ReplicationMode.SYNC)
-        store = cluster.leader
-        assert store is not None
-        await store.create_queue(T1, q("inbox"), {})
-        await cluster.cut("f1")
-        for i in range(50):
-            await store.send(T1, q("inbox"), [msg(f"m{i}")])
-        await leader.replicate(store.last_lsn)
-        f1 = cluster.followers["f1"]
-        before = f1.store.stats["operations"]
-        await f1.start()
-        await cluster.link("f1")
-        await until(lambda: f1.store.last_lsn == store.last_lsn, "f1 to catch up")
-        assert f1.store.stats["operations"] - before == 1, "50 entries shipped at once, one commit"
-        assert await contents(f1.store) == await contents(store)
-    finally:
-        await cluster.close()
+async def test_a_follower_with_room_to_spare_applies_a_backlog_in_one_commit(cluster: Cluster) -> None:
+    leader, store = cluster.replication, cluster.leader
+    assert leader is not None and store is not None
+    await cluster.cut("f1")
+    for i in range(50):
+        await store.send(T1, q("inbox"), [msg(f"m{i}")])
+    await leader.replicate(store.last_lsn)
+    f1 = cluster.followers["f1"]
+    before = f1.store.stats["operations"]
+    await f1.start()
+    await cluster.link("f1")
+    await until(lambda: f1.store.last_lsn == store.last_lsn, "f1 to catch up")
+    assert f1.store.stats["operations"] - before == 1, "50 entries shipped at once, one commit"
+    assert await contents(f1.store) == await contents(store)
