@@ -38,10 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = re.compile(r"^(\S+)\s+(\S+)\s+pid (\d+)", re.M)
 
 
-def start(data: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``pushgate dev-cluster`` until ready; its process and what it printed."""
+def start(data: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``pushgate dev-cluster`` (with ``extra`` arguments) until ready; its process and what it
+    printed."""
     out = data.parent / "dev-cluster.out"
-    command = [sys.executable, "-m", "gateway.cli", "dev-cluster", "--data", str(data), "--port", "0"]
+    command = [sys.executable, "-m", "gateway.cli", "dev-cluster", "--data", str(data), "--port", "0", *extra]
     with out.open("wb") as sink:
         proc = subprocess.Popen(
             command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True

@@ -2,8 +2,9 @@
 
 Per round, the same client (httpx, keep-alive, ``--producers`` concurrent tasks) runs the same
 steps against a ``pushgate serve`` on the embedded store and then against a ``pushgate
-dev-cluster`` (etcd, 3 nodes, 2 managers, a gateway; queues RF 3 sync), each started in a
-temporary directory and stopped by PID / process group at the end of its turn:
+dev-cluster`` (etcd, 3 nodes, 2 managers, a gateway; queues RF 3 sync; ``--partitions N``
+sets its pools' partitions), each started in a temporary directory and stopped by PID /
+process group at the end of its turn:
 
 1. create ``--few`` queues, let the cluster settle, and read each node's threads, open files
    and RSS from ``/proc/PID`` and etcd's key count; create the rest (``--queues`` in all)
@@ -16,7 +17,8 @@ temporary directory and stopped by PID / process group at the end of its turn:
    then idle CPU again, each queue holding its message;
 4. ``--consumers`` WebSocket consumers (manual ack), one per queue, each until it got and
    acked every message acknowledged to its queue;
-5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node, then
+5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node that
+   leads partitions (the most; a follower's fault would fail nothing over), then
    every producer sends to the queues that took no send begun after the signal, until all
    have (or ``--fault-timeout``): the time of the last queue (the target) and the median,
    bounded below by the producers' rate (the floor printed beside it). Meanwhile each
@@ -484,14 +486,18 @@ async def one_fault(
     the gateway's answer, not the client giving up, says whether it was taken. A refusal of a
     send begun after the queue's partition had its new leader key is a queue waiting past its
     partition (``refused after led again``: the new leader not serving it yet)."""
+    etcd = await EtcdCoordinator([system.etcd]).connect()
+    led = await leaders(etcd)
+    # A node that leads partitions (the most; of those, the first for a stop and the last for
+    # a kill): a follower's fault costs no failover, so it would measure nothing.
     nodes = sorted(n for n in system.processes if n.startswith("node"))
-    victim = nodes[0] if fault == "stop" else nodes[-1]
+    leading = [sum(1 for n in led.values() if n == node) for node in nodes]
+    candidates = [node for node, count in zip(nodes, leading, strict=True) if count == max(leading)]
+    victim = candidates[0] if fault == "stop" else candidates[-1]
     pid = system.processes[victim]
     pending = list(every)
     random.shuffle(pending)
     recovered: dict[str, float] = {}
-    etcd = await EtcdCoordinator([system.etcd]).connect()
-    led = await leaders(etcd)
     where = await placements(etcd)
     late: list[str] = []
     signalled = time.monotonic()
@@ -667,7 +673,7 @@ def run_embedded(args: argparse.Namespace, root: Path) -> Round:
 def run_cluster(args: argparse.Namespace, root: Path) -> Round:
     out = Round()
     data = root / "cluster"
-    proc, printed = start(data)
+    proc, printed = start(data, *(["--partitions", str(args.partitions)] if args.partitions else []))
     children = {m[1]: (m[2], int(m[3])) for m in _CHILD.finditer(printed)}
     try:
         url = printed.split("ready: the gateway serves ", 1)[1].split()[0]
@@ -786,12 +792,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--cluster-only", action="store_true", help="skip the embedded store")
     parser.add_argument(
+        "--partitions",
+        type=int,
+        help="the cluster's partitions a pool (dev-cluster's --partitions; default its own)",
+    )
+    parser.add_argument(
         "--keep", type=Path, help="run each round in DIR/round-N and keep it (every process's log)"
     )
     args = parser.parse_args()
     args.consumers = min(args.consumers, args.queues)
     args.few = min(args.few, args.queues)
     print(machine())
+    print(f"partitions a pool: {args.partitions or 'dev-cluster default'}")
     rounds: list[tuple[Round, Round]] = []
     for n in range(args.rounds):
         with round_directory(args.keep, n) as root:
