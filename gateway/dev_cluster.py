@@ -12,6 +12,14 @@ connection runs mutual TLS with them: the node protocol (node ports, leader link
 gateway's node clients) and etcd's (etcd serves TLS only, to clients with a certificate of
 that CA).
 
+Each pool of queues has one partition unless ``--partitions N`` says otherwise (a manager's
+own default is one per node): a pool's partitions spread its leaders over machines, and here
+every node shares this machine's cores, so each partition more only adds commits. On a
+2-core machine at 10,000 queues, one partition cost the cluster about half the CPU a send of
+three and sent 0.78-0.96x the embedded store's rate against 0.66-0.68x (docs/cluster.md,
+section 13, "Partitions per pool"). Kill the node leading it to watch a failover (``GET
+/v1/cluster`` names it).
+
 etcd's state lives only as long as the run, so the nodes' partitions do too: a new run on
 the same ``DIR`` starts from an empty cluster (it clears what an earlier run left in
 ``DIR``, and refuses a non-empty ``DIR`` that no dev cluster made). Logs of the nodes,
@@ -105,7 +113,7 @@ class DevCluster:
     host: str = "127.0.0.1"
     lease_ttl_s: float = 2.0
     tls: bool = False
-    partitions: int | None = None  # the managers' --partitions (None: their default)
+    partitions: int = 1  # the managers' --partitions (module docstring: why one)
     children: list[Child] = field(default_factory=list)
     etcd_dir: Path | None = None
 
@@ -191,8 +199,7 @@ class DevCluster:
         for i in (1, 2):
             argv = self.pushgate("manager", "--etcd", endpoint, "--id", f"manager-{i}")
             argv += ["--lease-ttl", str(self.lease_ttl_s)]
-            if self.partitions is not None:
-                argv += ["--partitions", str(self.partitions)]
+            argv += ["--partitions", str(self.partitions)]
             if (files := certificates.get(f"manager-{i}")) is not None:
                 argv += _etcd_tls_flags(files)
             self._launch(Child(f"manager-{i}", argv, "", self.logs / f"manager-{i}.log"))
@@ -305,13 +312,14 @@ def main(argv: Sequence[str]) -> int:
         "--partitions",
         type=int,
         metavar="N",
-        help="the shared partitions each pool of queues has (the managers' --partitions;"
-        " default theirs, one per node)",
+        default=1,
+        help="the shared partitions each pool of queues has (the managers' --partitions; default 1:"
+        " the nodes share this machine's cores, so more only add commits)",
     )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 9:
         parser.error("--nodes must be between 1 and 9")
-    if args.partitions is not None and args.partitions < 1:
+    if args.partitions < 1:
         parser.error("--partitions must be 1 or more")
     cluster = DevCluster(
         args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl, args.tls, args.partitions

@@ -33,7 +33,10 @@ DRAINED = "node-1"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevClusterProcess]:
-    running = start_dev_cluster(tmp_path_factory.mktemp("console-cluster") / "data")
+    # Three partitions a pool (dev-cluster's default is one): the pages show partitions led
+    # by several nodes, and a drained node has leaders to hand over.
+    data = tmp_path_factory.mktemp("console-cluster") / "data"
+    running = start_dev_cluster(data, extra=["--partitions", "3"])
     try:
         yield running
     finally:

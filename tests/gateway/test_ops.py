@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -58,14 +59,21 @@ def test_readyz_is_503_when_the_store_cannot_take_writes(tmp_path: Path, store_t
         gateway.stop()
 
 
-def test_cluster_document_is_for_cluster_mode_only(admin: Api, anon: Api, store_target: StoreTarget) -> None:
+def test_cluster_document_is_for_cluster_mode_only(
+    admin: Api, anon: Api, store_target: StoreTarget, qname: str
+) -> None:
     # docs/api.md: GET /v1/cluster needs admin; the embedded store has no cluster (404).
     assert problem_code(anon.client.get("/v1/cluster"), 401) == "unauthorized"
     if store_target.url is None:
         assert problem_code(admin.client.get("/v1/cluster"), 404) == "not_found"
         return
+    assert admin.put_queue(qname).status_code in (200, 201)
     # On cluster://, the operator's document (tests/cluster checks it field by field).
     r = admin.client.get("/v1/cluster")
     assert r.status_code == 200, r.text
     assert {n["state"] for n in r.json()["nodes"]} == {"up"}
-    assert isinstance(r.json()["partitions"], list)
+    # `pushgate dev-cluster` (this pass's cluster, started as a user starts it) gives each pool
+    # of queues one partition, whatever its nodes (docs/cluster.md, "Partitions per pool").
+    pools = Counter(p["queue"] for p in r.json()["partitions"] if p["tenant"] == "")
+    assert pools, r.json()["partitions"]
+    assert set(pools.values()) == {1}, pools
