@@ -404,3 +404,45 @@ def test_a_send_to_several_queues_is_ready_when_every_queue_it_sends_to_is(names
     queues = PoolQueues(applied={("t", "a"): {}, ("t", "b"): None}, opened=True)
     why = queues.not_ready("send_queues", {"tenant": "t", "sends": [[n, []] for n in names]})
     assert (why is None) == ("missing" not in names)
+
+
+async def test_a_first_pass_serves_what_the_store_holds_as_wanted_without_ensuring_it() -> None:
+    # A new leader's first pass goes over every queue of its partition, and nearly all are
+    # held as their records say: those are served at once (no ensure, no task), a few
+    # thousand a turn of the loop; the rest are ensured as before, a dead-letter queue
+    # before the queue that feeds it (a failover's last queue waits for the whole pass).
+    records = QueueRecords.of(
+        {
+            **{("t", f"q{i:04d}"): doc(1) for i in range(5000)},
+            ("t", "changed"): doc(1, visibility_timeout_s=9),
+            ("t", "feeds"): doc(1, dead_letter_queue="dlq"),
+            ("t", "dlq"): doc(1),
+            ("t", "elsewhere"): doc(2),
+        }
+    )
+    wanted = store_attributes(doc(1))
+    held = {key for key in records if key[1].startswith("q") or key[1] in ("feeds", "dlq")}
+    store = Store()
+    queues = PoolQueues()
+    queues.begin_term(records, 1)
+    turns = 0
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+
+    def count() -> None:
+        nonlocal turns
+        turns += 1
+        if not stop.done():
+            loop.call_soon(count)
+
+    loop.call_soon(count)
+    await queues.apply(
+        records, 1, store.ensure, store.drop, lambda key, attrs: key in held and attrs == wanted
+    )
+    stop.set_result(None)
+    assert queues.opened
+    assert set(queues.applied) == set(records) - {("t", "elsewhere")}
+    # Only what the store does not hold as wanted, and the dead-letter pair in its order.
+    assert store.calls == [("ensure", ("t", "dlq")), ("ensure", ("t", "changed")), ("ensure", ("t", "feeds"))]
+    # 5,003 queues settled a few thousand a turn: the pass yielded, but not 500 at a time.
+    assert 2 <= turns <= 6, turns

@@ -235,6 +235,7 @@ class PartitionHost(LeaderTerm):
                 self.partition,
                 functools.partial(self._ensure_pooled, held, same=same),
                 self._drop_pooled,
+                functools.partial(_holds_as_wanted, held, same),
             )
             if first and self.pool_queues.opened:
                 log.info(
@@ -320,16 +321,8 @@ class PartitionHost(LeaderTerm):
                 current = (await self.store.get_queue(tenant, queue)).attributes
             except QueueNotFound:
                 current = None
-        if current is not None:
-            same = {} if same is None else same
-            memo = (current, id(attrs))
-            if memo not in same:
-                try:
-                    same[memo] = (attrs, apply_patch(current, attrs) == current)
-                except PushgateError:
-                    same[memo] = (attrs, False)
-            if same[memo][1]:
-                return True
+        if current is not None and _same(current, attrs, {} if same is None else same):
+            return True
         return await self._ensure_queue(tenant, queue, attrs)
 
     async def _drop_pooled(self, key: QueueKey) -> bool:
@@ -552,3 +545,24 @@ class PartitionHost(LeaderTerm):
 def as_records(queues: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueRecords:
     """The node's :class:`QueueRecords` (kept by its watch), or one made of a plain mapping."""
     return queues if isinstance(queues, QueueRecords) else QueueRecords.of(queues)
+
+
+def _same(current: QueueAttributes, attrs: dict[str, Any], same: Compared) -> bool:
+    """Whether the store's ``current`` attributes are what ``attrs`` asks (memoised in
+    ``same`` by the pair, ``_ensure_pooled`` says why)."""
+    memo = (current, id(attrs))
+    if memo not in same:
+        try:
+            same[memo] = (attrs, apply_patch(current, attrs) == current)
+        except PushgateError:
+            same[memo] = (attrs, False)
+    return same[memo][1]
+
+
+def _holds_as_wanted(
+    held: Mapping[QueueKey, QueueAttributes | None], same: Compared, key: QueueKey, attrs: dict[str, Any]
+) -> bool:
+    """``PoolQueues.apply``'s ``held``: the store held ``key`` with ``attrs`` when the pass
+    read it (False for a queue that became pending since: ``_ensure_pooled`` reads it)."""
+    current = held.get(key)
+    return current is not None and _same(current, attrs, same)

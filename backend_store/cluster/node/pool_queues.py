@@ -39,6 +39,9 @@ QueueKey = tuple[str, str]  # (tenant, queue)
 # Ensure a queue with these store attributes (whether it was done); drop a queue (the same).
 Ensure = Callable[[QueueKey, dict[str, Any]], Awaitable[bool]]
 Drop = Callable[[QueueKey], Awaitable[bool]]
+# Whether the store is known to hold a queue with these store attributes already, answered
+# at once (what the pass read when it began): such a queue needs no ``Ensure``.
+Held = Callable[[QueueKey, dict[str, Any]], bool]
 # A request's queue names: a queue's own operations name it in "queue" or "name", a
 # redrive its target in "to" too, a stats request several in "names".
 _NAME_ARGS = ("queue", "name", "to")
@@ -48,6 +51,12 @@ _NAME_ARGS = ("queue", "name", "to")
 # loop: three terms of 1,250 queues each begun at once on one node, yielding every 100, took
 # 0.32-0.40 s to apply (issue 49, failover after SIGKILL).
 _QUEUES_PER_TURN = 500
+# Queues a pass settles per turn when their store holds them as their records say (``Held``:
+# no write, no task, a few microseconds each, so a turn holds the loop under 10 ms). A new
+# leader's first pass finds nearly every queue so, and under load each turn it yields waits
+# out a busy loop's turn: at 10,000 queues on one partition, 20 turns of 500 tasks took
+# 0.28-0.36 s after a failover (session 76), the first pass of a dev cluster's one pool.
+_SETTLED_PER_TURN = 2000
 # Idempotent, and asked by a deleting gateway whether or not the queue was ever applied.
 _ALWAYS_READY = frozenset({"delete_queue"})
 # What a record holds that a node never reads (and that differs from queue to queue).
@@ -268,9 +277,12 @@ class PoolQueues:
     def changed(self, queues: Collection[QueueKey]) -> None:
         self.pending.update(queues)
 
-    async def apply(self, records: QueueRecords, pid: int, ensure: Ensure, drop: Drop) -> None:
+    async def apply(
+        self, records: QueueRecords, pid: int, ensure: Ensure, drop: Drop, held: Held | None = None
+    ) -> None:
         """Apply what is pending (leader only). A queue whose step fails stays pending, tried
-        again at the next call (the node's tick); the others are served meanwhile."""
+        again at the next call (the node's tick); the others are served meanwhile. ``held``:
+        which queues the store holds as wanted already (served without ``ensure``)."""
         self.records = records
         todo, self.pending = self.pending, set()
         failed: set[QueueKey] = set()
@@ -313,14 +325,30 @@ class PoolQueues:
                 self.applied.setdefault(key, None)  # a copy kept as it is: served
             done.add(key)
 
+        def settled(key: QueueKey) -> bool:
+            """Served at once: a queue of this partition without a dead-letter queue (one()
+            orders those) that the store holds with its record's attributes."""
+            if held is None or records.want(pid, key) != Want.ENSURE:
+                return False
+            doc = records.get(key)
+            if doc is None or _dead_letter_queue(doc) is not None:
+                return False
+            plain = store_doc(doc)
+            if self.applied.get(key) != plain and not held(key, plain):
+                return False
+            self.applied[key] = plain
+            done.add(key)
+            return True
+
         # Dead-letter queues first, one at a time (a queue's link needs its copy); then the
         # others a turn's worth at once, so that their writes share the store's group commits
         # and replication rounds: a create is a record write and this pass makes its queue,
         # and one write at a time (a replicated commit a queue) cost each node three times
         # the CPU a create of writes made together (issue 49, bench/README.md, "Session
-        # 73"). A turn's worth: a term's first pass goes over every
-        # queue of its partition (1,250 at 10,000 queues on 8 partitions), and in one turn
-        # it held the node's loop, heartbeats and lease renewals with it (issue 48, item 3).
+        # 73"). Those the store holds as wanted (``held``) are served at once, without a
+        # task. A turn's worth of either: a term's first pass goes over every queue of its
+        # partition (all 10,000 at one partition a pool), and in one turn it held the node's
+        # loop, heartbeats and lease renewals with it (issue 48, item 3).
         keys = sorted(todo)
         links = todo.intersection(
             (key[0], dlq)
@@ -329,9 +357,18 @@ class PoolQueues:
         )
         for key in sorted(links):
             await one(key)
-        rest = [key for key in keys if key not in links]
-        for n in range(0, len(rest), _QUEUES_PER_TURN):
-            await _together(one(key) for key in rest[n : n + _QUEUES_PER_TURN])
+        turn: list[QueueKey] = []
+        walked = 0
+        for key in keys:
+            if key in links or settled(key):
+                walked += 1
+            else:
+                turn.append(key)
+            if len(turn) >= _QUEUES_PER_TURN or walked >= _SETTLED_PER_TURN:
+                await (_together(one(k) for k in turn) if turn else asyncio.sleep(0))
+                turn, walked = [], 0
+        if turn:
+            await _together(one(key) for key in turn)
         self.pending.update(failed)
         self.opened = True
 
