@@ -16,9 +16,10 @@ Each pool of queues has one partition unless ``--partitions N`` says otherwise (
 own default is one per node): a pool's partitions spread its leaders over machines, and here
 every node shares this machine's cores, so each partition more only adds commits. On a
 2-core machine at 10,000 queues, one partition cost the cluster about half the CPU a send of
-three and sent 0.78-0.96x the embedded store's rate against 0.66-0.68x (docs/cluster.md,
-section 13, "Partitions per pool"). Kill the node leading it to watch a failover (``GET
-/v1/cluster`` names it).
+three and sent 0.75-0.99x the embedded store's rate against 0.66-0.68x; the price is a longer
+first pass for the new leader after a failover, over all the queues (docs/cluster.md, section
+13, "On one machine, one partition a pool"). Kill the node leading it to watch a failover
+(``GET /v1/cluster`` names it).
 
 etcd's state lives only as long as the run, so the nodes' partitions do too: a new run on
 the same ``DIR`` starts from an empty cluster (it clears what an earlier run left in
