@@ -53,9 +53,10 @@ _NAME_ARGS = ("queue", "name", "to")
 _QUEUES_PER_TURN = 500
 # Queues a pass settles per turn when their store holds them as their records say (``Held``:
 # no write, no task, a few microseconds each, so a turn holds the loop under 10 ms). A new
-# leader's first pass finds nearly every queue so, and under load each turn it yields waits
-# out a busy loop's turn: at 10,000 queues on one partition, 20 turns of 500 tasks took
-# 0.28-0.36 s after a failover (session 76), the first pass of a dev cluster's one pool.
+# leader's first pass finds nearly every queue so: at 10,000 queues, 27-48 ms of CPU in
+# process against 96-124 with a task each. Under a failover's load the pass took as long
+# after as before (0.24-0.35 s against 0.28-0.36, session 76): there its time is the read of
+# every queue's attributes and the loop's turns, not this.
 _SETTLED_PER_TURN = 2000
 # Idempotent, and asked by a deleting gateway whether or not the queue was ever applied.
 _ALWAYS_READY = frozenset({"delete_queue"})
