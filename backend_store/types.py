@@ -77,7 +77,17 @@ class QueueStats:
     dead_lettered_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        # Spelled out: a page of queues and a partition's counts encode thousands at a time.
+        return {
+            "visible": self.visible,
+            "in_flight": self.in_flight,
+            "delayed": self.delayed,
+            "oldest_age_s": self.oldest_age_s,
+            "consumers": self.consumers,
+            "sent_total": self.sent_total,
+            "acked_total": self.acked_total,
+            "dead_lettered_total": self.dead_lettered_total,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from ..attributes import check_number, check_receive
 from ..backend import ChangeListener, EventListener, MessageEvent
 from ..commit_stats import CommitStats
 from ..encryption import Keyring
-from ..errors import ConfigurationError, PushgateError, QueueNotFound, Unavailable
+from ..errors import ConfigurationError, PushgateError, Unavailable
 from ..limits import MAX_RECEIVE_PER_CALL, MAX_VISIBILITY_S
 from ..options import StoreOptions
 from ..types import (
@@ -239,24 +239,17 @@ class LmdbBackend(StandingDemands, MetadataRole, ReplicaRole, Sweeper, HoldHandO
         return await self._read(read)
 
     async def queue_attributes(
-        self, keys: Collection[tuple[str, str]]
+        self,
+        keys: Collection[tuple[str, str]],
+        likely: Mapping[tuple[str, str], QueueAttributes] | None = None,
     ) -> dict[tuple[str, str], QueueAttributes | None]:
         """Several queues' attributes by (tenant, name), in one read transaction (None: no
         such queue). A pool partition's new term checks every queue it holds at once: a read
         per queue cost a thread hop each, 0.4-0.7 s of a failover at 125 queues a partition
-        (docs/cluster.md, "Shared partitions")."""
+        (docs/cluster.md, "Shared partitions"). ``likely``: what each probably holds; a
+        queue holding exactly that is answered with that object (``attributes_by_key``)."""
         wanted = list(keys)
-
-        def read(v: View) -> dict[tuple[str, str], QueueAttributes | None]:
-            out: dict[tuple[str, str], QueueAttributes | None] = {}
-            for tenant, name in wanted:
-                try:
-                    out[(tenant, name)] = queue_ops.attributes_of(queue_ops.find_queue(v, tenant, name))
-                except QueueNotFound:
-                    out[(tenant, name)] = None
-            return out
-
-        return await self._read(read)
+        return await self._read(lambda v: queue_ops.attributes_by_key(v, wanted, likely))
 
     async def list_queues(
         self, tenant: TenantId, *, after: str = "", limit: int | None = None, prefix: str = ""

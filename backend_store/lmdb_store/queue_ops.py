@@ -6,7 +6,7 @@ clock reading; the engine wires them to the Backend interface.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..attributes import apply_patch, attributes_from_record, check_queue_name, parse_attributes
@@ -14,8 +14,8 @@ from ..errors import InvalidRequest, QueueExists, QueueNotFound
 from ..types import QueueAttributes, QueueInfo, QueueName, QueueStats, TenantId
 from .environment import Db, View, Writes
 from .keys import message_key, queue_key, read_u64, split_visibility_key, tenant_prefix, u64, visibility_key
-from .records import DeliveryState, QueueRecord
-from .visibility import initial_state_of, to_ms
+from .records import DeliveryState, MessageRecord, QueueRecord, pack
+from .visibility import to_ms
 
 _NEXT_QID = b"\0sys\0next_qid"
 
@@ -239,9 +239,9 @@ def _first_sent_at(v: View, qid: int) -> float | None:
         raw_state = v.get(Db.STATE, key)
         if raw_state is not None:
             return DeliveryState.decode(raw_state).sent_at
-        state = initial_state_of(raw)
-        if state is not None:
-            return state.sent_at
+        sent_at = MessageRecord.sent_at_of(raw)
+        if sent_at is not None:
+            return sent_at
     return None
 
 
@@ -288,8 +288,61 @@ def stats_of(
 ) -> dict[QueueName, QueueStats]:
     """The stats of each of ``names`` the store holds, in one read (missing ones left out)."""
     out: dict[QueueName, QueueStats] = {}
+    prefix = tenant_prefix(tenant)
     for name in names:
-        raw = v.get(Db.QUEUES, queue_key(tenant, name))
+        raw = v.get(Db.QUEUES, _queue_key(prefix, name))
         if raw is not None:
             out[QueueName(name)] = stats(v, QueueRecord.decode(raw), now, held)
     return out
+
+
+def attributes_by_key(
+    v: View,
+    keys: Iterable[tuple[str, str]],
+    likely: Mapping[tuple[str, str], QueueAttributes] | None = None,
+) -> dict[tuple[str, str], QueueAttributes | None]:
+    """Several queues' attributes by (tenant, name) (None: no such queue).
+
+    A pool term's new leader reads every queue of its partition with this (10,000 at one
+    partition a pool), so it is made cheap: a queue whose record stores the attributes
+    ``likely`` gives for it (etcd's, which most queues hold) is answered with that very
+    object without decoding its record; the others' are decoded, each distinct set parsed
+    once (most queues share one). docs/cluster.md, "Shared partitions"."""
+    out: dict[tuple[str, str], QueueAttributes | None] = {}
+    parsed: dict[tuple[Any, ...], QueueAttributes] = {}
+    encoded: dict[int, tuple[QueueAttributes, bytes]] = {}  # by the likely object's identity
+    prefixes: dict[str, bytes] = {}
+    for tenant, name in keys:
+        prefix = prefixes.get(tenant)
+        if prefix is None:
+            prefix = prefixes[tenant] = tenant_prefix(tenant)
+        raw = v.get(Db.QUEUES, _queue_key(prefix, name))
+        if raw is None:
+            out[(tenant, name)] = None
+            continue
+        guess = likely.get((tenant, name)) if likely else None
+        if guess is not None:
+            known = encoded.get(id(guess))
+            if known is None:
+                known = encoded[id(guess)] = (guess, pack(guess.to_dict()))
+            if QueueRecord.holds_attributes(raw, known[1]):
+                out[(tenant, name)] = guess
+                continue
+        stored = QueueRecord.decode(raw).attributes
+        # The types too: 1 == True and 30 == 30.0, but a document says which it holds.
+        try:
+            content = (tuple(stored.items()), tuple(map(type, stored.values())))
+            attributes = parsed.get(content)
+            if attributes is None:
+                attributes = parsed[content] = attributes_from_record(stored)
+        except TypeError:  # a value that does not hash (none of today's attributes)
+            attributes = attributes_from_record(stored)
+        out[(tenant, name)] = attributes
+    return out
+
+
+def _queue_key(prefix: bytes, name: str) -> bytes:
+    """:func:`keys.queue_key` with the tenant's prefix made once: a read of many queues
+    names more than that function's memo holds."""
+    check_queue_name(name)
+    return prefix + name.encode()

@@ -44,6 +44,24 @@ class QueueRecord:
     def decode(cls, raw: bytes) -> QueueRecord:
         return _decode(cls, raw, "queue record")
 
+    @staticmethod
+    def holds_attributes(raw: bytes, attributes: bytes) -> bool:
+        """Whether the record ``raw`` stores ``attributes`` (the msgpack of a
+        ``QueueAttributes.to_dict()``) byte for byte, read without decoding the record: a
+        pool term's new leader checks every queue of its partition against its etcd record
+        (False only says "decode it and compare")."""
+        unpacker = msgpack.Unpacker()
+        unpacker.feed(raw)
+        try:
+            unpacker.read_array_header()
+            unpacker.skip()  # qid
+            unpacker.skip()  # created_at
+            start = unpacker.tell()
+            unpacker.skip()
+        except (ValueError, msgpack.OutOfData):
+            return False
+        return raw[start : unpacker.tell()] == attributes
+
 
 @dataclass(slots=True)
 class MessageRecord:
@@ -102,6 +120,18 @@ class MessageRecord:
     @classmethod
     def decode(cls, raw: bytes) -> MessageRecord:
         return _decode(cls, raw, "message record")
+
+    @staticmethod
+    def sent_at_of(raw: bytes) -> float | None:
+        """The ``sent_at`` a stored record carries, without building the record (a queue's
+        stats read its oldest message's; None: a record written before records carried it,
+        or a damaged one, left for an operator)."""
+        try:
+            fields = msgpack.unpackb(raw)
+        except (ValueError, TypeError):
+            return None
+        sent_at = fields[5] if isinstance(fields, list) and len(fields) > 5 else None
+        return float(sent_at) if isinstance(sent_at, (int, float)) and not isinstance(sent_at, bool) else None
 
     def initial_state(self) -> DeliveryState:
         """The state of a message that has no ``state`` record: as its send left it."""

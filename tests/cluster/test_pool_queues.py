@@ -123,6 +123,9 @@ async def test_a_term_applies_its_queues_once_then_only_what_changed() -> None:
     queues = PoolQueues()
     queues.begin_term(records, 1)
     assert queues.not_ready("send", {"tenant": "t", "queue": "q1"}) == "q1 not applied yet"
+    # A request naming many is refused naming a few (it may name a partition's every queue).
+    many = {"tenant": "t", "names": [f"q{i}" for i in range(0, 400, 4)]}
+    assert queues.not_ready("queue_stats", many) == "q0, q100, q104, q108, q112 and 95 more not applied yet"
     await queues.apply(records, 1, store.ensure, store.drop)
     assert len(store.calls) == 100 and {op for op, _ in store.calls} == {"ensure"}
     assert queues.not_ready("send", {"tenant": "t", "queue": "q1"}) is None

@@ -333,11 +333,20 @@ class SimReplicaStore:
         return QueueInfo(tenant, name, 0.0, parse_attributes(attrs))
 
     async def queue_attributes(
-        self, keys: Collection[tuple[str, str]]
+        self,
+        keys: Collection[tuple[str, str]],
+        likely: Mapping[tuple[str, str], QueueAttributes] | None = None,
     ) -> dict[tuple[str, str], QueueAttributes | None]:
-        """Several queues' attributes, as of one state of the log (production's one read)."""
+        """Several queues' attributes, as of one state of the log (production's one read);
+        one holding what ``likely`` gives for it answered with that object, as production."""
         created = self._state_of(self.data.entries).created
-        return {key: None if (attrs := created.get(key)) is None else parse_attributes(attrs) for key in keys}
+        guesses = likely or {}
+        out: dict[tuple[str, str], QueueAttributes | None] = {}
+        for key in keys:
+            attrs = created.get(key)
+            held = None if attrs is None else parse_attributes(attrs)
+            out[key] = guesses[key] if held is not None and guesses.get(key) == held else held
+        return out
 
     async def update_queue(self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]) -> QueueInfo:
         """The queue's attributes changed, logged."""

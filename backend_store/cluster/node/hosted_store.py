@@ -37,10 +37,13 @@ class HostedStore(ReplicaStore, Protocol):
     async def get_queue(self, tenant: TenantId, name: QueueName) -> QueueInfo: ...
 
     async def queue_attributes(
-        self, keys: Collection[tuple[str, str]]
+        self,
+        keys: Collection[tuple[str, str]],
+        likely: Mapping[tuple[str, str], QueueAttributes] | None = None,
     ) -> dict[tuple[str, str], QueueAttributes | None]:
         """Several queues' attributes in one read (None: no such queue): a pool
-        partition's term checks all its queues at once."""
+        partition's term checks all its queues at once. A queue that holds what ``likely``
+        gives for it is answered with that object (the store may skip decoding it)."""
 
     async def update_queue(
         self, tenant: TenantId, name: QueueName, changes: Mapping[str, Any]
