@@ -4,7 +4,7 @@ arguments are refused with invalid_request."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from backend_store.cluster.protocol.wire import ErrorReply, FrameReader, Reply, 
 from backend_store.errors import InvalidRequest, MessageTooLarge, PushgateError, QueueNotFound, Unavailable
 from backend_store.lmdb_store.engine import LmdbBackend
 from backend_store.options import StoreOptions
-from backend_store.types import Epoch, MessageId, NewMessage, QueueName, SendResult, TenantId
+from backend_store.types import Epoch, MessageId, NewMessage, QueueName, QueueStats, SendResult, TenantId
 
 T = TenantId("tenant-one")
 Q = QueueName("orders")
@@ -165,6 +165,14 @@ async def test_queue_stats_answers_a_page_of_queues_in_one_request(store: LmdbBa
     assert stats["b"].oldest_age_s is not None and stats["a"].oldest_age_s is None
     with pytest.raises(InvalidRequest):
         await ops.call(store, "queue_stats", {"tenant": T, "names": ["a", 3]})
+
+
+def test_queue_stats_cross_the_wire_with_every_count() -> None:
+    # ``QueueStats.to_dict`` names its fields one by one: a count it left out would arrive as 0.
+    counts = {f.name: i + 1 for i, f in enumerate(fields(QueueStats))}
+    sent = {QueueName("q"): QueueStats(**counts)}
+
+    assert ops.decode_result("queue_stats", ops.encode_result("queue_stats", sent)) == sent
 
 
 async def test_send_queues_sends_to_each_queue_and_refuses_a_missing_one_alone(store: LmdbBackend) -> None:

@@ -551,8 +551,8 @@ def _by_record(
     queues: Mapping[QueueKey, Mapping[str, Any]], keys: list[QueueKey]
 ) -> dict[QueueKey, QueueAttributes]:
     """The attributes each of ``keys`` has by its etcd record (most queues share a document:
-    each is parsed once), as ``queue_attributes``'s ``likely``: a store holding them is not
-    decoded, which halved a pool term's read of 10,000 queues."""
+    each is parsed once), as ``queue_attributes``'s ``likely``: a queue whose store holds
+    them is not decoded (a read of 10,000 queues in 28 ms of CPU against 50, session 77)."""
     parsed: dict[int, QueueAttributes | None] = {}
     out: dict[QueueKey, QueueAttributes] = {}
     for key in keys:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
@@ -472,7 +473,7 @@ class PoolQueues:
         if missing:
             # A few by name: a request naming a partition's 10,000 queues (a page of counts)
             # is refused again and again while a new term applies them.
-            shown = ", ".join(sorted(missing)[:_NAMED_IN_REFUSAL])
+            shown = ", ".join(heapq.nsmallest(_NAMED_IN_REFUSAL, missing))
             more = len(missing) - _NAMED_IN_REFUSAL
             return f"{shown}{f' and {more:,} more' if more > 0 else ''} not applied yet"
         if not names and not self.opened:
