@@ -25,7 +25,8 @@ process group at the end of its turn:
    partition the node led is asked, on its new leader, for the stats of all its queues in one
    request until it answers (a leader answers only once it serves every queue named): when
    the last did (``every queue served``, what the failover costs a queue whatever the
-   producers' rate), and how many sends were refused though begun after
+   producers' rate; ``probe's own answer``: the same request asked again at once, the part
+   of that figure the answer itself costs), and how many sends were refused though begun after
    their queue's partition had its new leader key (0: no queue waits past its partition). A
    frozen node gets SIGCONT once all queues took a send; a killed one stays dead;
 6. on the cluster, every queue is peeked: an acknowledged send neither delivered to a
@@ -531,7 +532,9 @@ async def one_fault(
     try:
         await asyncio.gather(*(producer(http) for http in producers))
         last_led = await watcher
-        last_served = max(await asyncio.gather(*probes), default=signalled)
+        answers = await asyncio.gather(*probes)
+        last_served = max((at for at, _ in answers), default=signalled)
+        own_call = max((took for _, took in answers), default=float("nan"))
     finally:
         if fault == "stop":
             os.killpg(pid, signal.SIGCONT)
@@ -542,6 +545,8 @@ async def one_fault(
         await etcd.close()
     out.figures[f"{fault}: partitions led again s"] = last_led - signalled
     out.figures[f"{fault}: every queue served s"] = last_served - signalled
+    # What the probe's answer costs by itself, part of the figure above (served_again).
+    out.figures[f"{fault}: probe's own answer s"] = own_call
     # One send to each queue takes this long at the rate measured before any fault: the
     # "last queue" figure cannot be lower, however fast the partitions fail over.
     out.figures[f"{fault}: floor at send/s s"] = len(every) / out.figures["send/s"]
@@ -581,7 +586,7 @@ async def placements(etcd: EtcdCoordinator) -> dict[str, int]:
 
 async def served_again(
     etcd: EtcdCoordinator, victim: str, partition: int, queues: list[str], deadline: float
-) -> float:
+) -> tuple[float, float]:
     """When the partition's new leader served every one of ``queues`` (placed on
     ``partition``, which ``victim`` led): one ``queue_stats`` request naming them all, asked
     over the node protocol again every 20 ms until it is answered (inf: not by the deadline).
@@ -593,7 +598,12 @@ async def served_again(
     20 ms into the new leader as it began its term, and measured how fast one Python process
     pushes those through a node more than the failover. The producers' floor does not bound
     this: it is what the partition's failover and its new term cost each queue (and, under
-    the producers' load, what a request waits at a node)."""
+    the producers' load, what a request waits at a node).
+
+    Also how long the same request took when asked again at once (the second value, nan if
+    it failed): the answer's own cost (counting every queue, sending the counts back, this
+    busy process reading them), which the first answer's moment includes: at 10,000 queues a
+    partition, 0.2-0.5 s of it (bench/README.md, "Session 77")."""
     nodes = NodePool("bench-probe", timeout_s=5)
     try:
         while time.monotonic() < deadline:
@@ -601,16 +611,24 @@ async def served_again(
                 entry = await etcd.get(Layout().leader(partition))
                 record = LeaderRecord.unpack(entry.value) if entry is not None else None
                 if entry is not None and record is not None and record.node != victim:
-                    await nodes.client(record.node, record.address).call(
-                        "queue_stats",
-                        partition,
+                    client, epoch = (
+                        nodes.client(record.node, record.address),
                         record.epoch(entry.create_revision),
-                        tenant=TenantId("default"),
-                        names=[QueueName(q) for q in queues],
                     )
-                    return time.monotonic()
+                    names = [QueueName(q) for q in queues]
+                    await client.call(
+                        "queue_stats", partition, epoch, tenant=TenantId("default"), names=names
+                    )
+                    answered = time.monotonic()
+                    try:
+                        await client.call(
+                            "queue_stats", partition, epoch, tenant=TenantId("default"), names=names
+                        )
+                    except PushgateError:
+                        return answered, float("nan")
+                    return answered, time.monotonic() - answered
             await asyncio.sleep(0.02)
-        return float("inf")
+        return float("inf"), float("nan")
     finally:
         await nodes.close()
 
