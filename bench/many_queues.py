@@ -603,7 +603,7 @@ async def served_again(
     Also how long the same request took when asked again at once (the second value, nan if
     it failed): the answer's own cost (counting every queue, sending the counts back, this
     busy process reading them), which the first answer's moment includes: at 10,000 queues a
-    partition, 0.2-0.5 s of it (bench/README.md, "Session 77")."""
+    partition, 0.08-0.25 s of it (bench/README.md, "Session 77")."""
     nodes = NodePool("bench-probe", timeout_s=5)
     try:
         while time.monotonic() < deadline:
