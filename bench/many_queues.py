@@ -30,7 +30,10 @@ process group at the end of its turn:
    their queue's partition had its new leader key (0: no queue waits past its partition). A
    frozen node gets SIGCONT once all queues took a send; a killed one stays dead;
 6. on the cluster, every queue is peeked: an acknowledged send neither delivered to a
-   consumer nor found is lost (must be 0).
+   consumer nor found is lost (must be 0);
+7. after the cluster's turn, the embedded store's create and send steps again, on a gateway
+   of its own: its rates and CPU a create and a send are the mean of its two turns, so that
+   the host's drift between the turns cancels (``bracket``); both are printed.
 
 A step that fails (a 503, a timeout) is counted and printed, never retried for the figure.
 It prints the machine, the fdatasync cost of the temporary directory's disk and the load
@@ -279,30 +282,69 @@ def names(n: int) -> list[str]:
     return [f"q{i:05d}" for i in range(n)]
 
 
+def creator(system: System) -> tuple[Step, list[int]]:
+    """A create step and its refusals' count (a list of one, read after the step)."""
+    refused = [0]
+
+    async def create(http: httpx.AsyncClient, queue: str) -> None:
+        if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes), "create") is None:
+            refused[0] += 1
+
+    return create, refused
+
+
+async def timed_creates(
+    system: System, queues: list[str], producers: list[httpx.AsyncClient], create: Step, out: Round
+) -> None:
+    """``create/s`` and each process's CPU a create, over creating ``queues``."""
+    spent = CpuSpent(system)
+    wall = await pool(queues, producers, create)
+    spent.per(len(queues), "create", out)
+    out.figures["create/s"] = len(queues) / wall
+
+
+async def timed_sends(
+    system: System, queues: list[str], producers: list[httpx.AsyncClient], out: Round
+) -> dict[str, set[str]]:
+    """One send to each of ``queues``: ``send/s``, each process's CPU a send and the
+    refusals; the bodies acknowledged to each queue."""
+    acked: dict[str, set[str]] = {q: set() for q in queues}
+    counter = itertools.count()
+    refused = 0
+
+    async def send(http: httpx.AsyncClient, queue: str) -> None:
+        nonlocal refused
+        body = f"{queue}:{next(counter)}"
+        if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}), "send") is None:
+            refused += 1
+        else:
+            acked[queue].add(body)
+
+    # The client's own CPU a send (this process): when it nears 1e6 / send/s, the
+    # client, not the server, sets the rate.
+    spent = CpuSpent(system)
+    out.figures["send/s"] = len(queues) / await pool(queues, producers, send)
+    spent.per(len(queues), "send", out)
+    progress(system, f"sent one message to each queue ({refused} refused)")
+    out.figures["send refused"] = refused
+    return acked
+
+
 async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
     f = out.figures
     few, every = names(args.few), names(args.queues)
     async with clients(system, args.producers) as producers:
         http = producers[0]  # for the steps one request at a time
-        refused = 0
-
-        async def create(http: httpx.AsyncClient, queue: str) -> None:
-            nonlocal refused
-            if await ok(http.put(f"/v1/queues/{queue}", json=system.attributes), "create") is None:
-                refused += 1
-
+        create, refused = creator(system)
         await pool(few, producers, create)
         await settle(system)
         await idle_cpu(system, args.idle, "few", out)
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
         progress(system, f"settled at {args.few} queues; creating the rest")
-        spent = CpuSpent(system)
-        wall = await pool(every[args.few :], producers, create)
-        spent.per(len(every) - args.few, "create", out)
-        progress(system, f"created {len(every):,} queues ({refused} refused)")
-        f["create/s"] = (len(every) - args.few) / wall
-        f["create refused"] = refused
+        await timed_creates(system, every[args.few :], producers, create, out)
+        progress(system, f"created {len(every):,} queues ({refused[0]} refused)")
+        f["create refused"] = refused[0]
 
         async def ensure(http: httpx.AsyncClient, queue: str) -> None:
             for _ in range(5):
@@ -347,25 +389,8 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         f["GET queue p50 ms"] = percentiles(took)[0]
         progress(system, "listed and read")
 
-        acked: dict[str, set[str]] = {q: set() for q in every}
-        counter = itertools.count()
-        refused = 0
-
-        async def send(http: httpx.AsyncClient, queue: str) -> None:
-            nonlocal refused
-            body = f"{queue}:{next(counter)}"
-            if await ok(http.post(f"/v1/queues/{queue}/messages", json={"body": body}), "send") is None:
-                refused += 1
-            else:
-                acked[queue].add(body)
-
-        # The client's own CPU a send (this process): when it nears 1e6 / send/s, the
-        # client, not the server, sets the rate.
-        spent = CpuSpent(system)
-        f["send/s"] = len(every) / await pool(every, producers, send)
-        spent.per(len(every), "send", out)
-        progress(system, f"sent one message to each queue ({refused} refused)")
-        f["send refused"] = refused
+        acked = await timed_sends(system, every, producers, out)
+        counter = itertools.count(len(every))
         # Each queue now holds a message (an inbox whose owner is offline): what holding them
         # costs, the retention sweep's passes over them included.
         await idle_cpu(system, args.idle, "N holding", out)
@@ -675,16 +700,60 @@ async def lost(
     return missing, unread
 
 
-def run_embedded(args: argparse.Namespace, root: Path) -> Round:
+def run_embedded(args: argparse.Namespace, root: Path, *, again: bool = False) -> Round:
+    """The embedded store's turn; ``again``: only its create and send steps, on a gateway of
+    its own, after the cluster's turn (``bracket``)."""
     out = Round()
-    data = root / "embedded"
+    data = root / ("embedded-again" if again else "embedded")
     proc, url, key = start_gateway(data)
     try:
-        system = System("embedded", url, key, data, {"gateway": proc.pid}, servers={"gateway": proc.pid})
-        asyncio.run(measure(system, args, out))
+        name = "embedded again" if again else "embedded"
+        system = System(name, url, key, data, {"gateway": proc.pid}, servers={"gateway": proc.pid})
+        asyncio.run(rates(system, args, out) if again else measure(system, args, out))
     finally:
         stop(proc)
         out.notes.extend(refusals())
+    return out
+
+
+async def rates(system: System, args: argparse.Namespace, out: Round) -> None:
+    """The create and send steps of ``measure`` alone, as it takes them."""
+    few, every = names(args.few), names(args.queues)
+    async with clients(system, args.producers) as producers:
+        create, refused = creator(system)
+        await pool(few, producers, create)
+        await settle(system)
+        await timed_creates(system, every[args.few :], producers, create, out)
+        progress(system, f"created {len(every):,} queues ({refused[0]} refused)")
+        await timed_sends(system, every, producers, out)
+
+
+# The figures taken before and after the cluster's turn; the others come from the first turn.
+BRACKETED = (
+    "create/s",
+    "send/s",
+    "server CPU us/create",
+    "server CPU us/send",
+    "client CPU us/create",
+    "client CPU us/send",
+)
+
+
+def bracket(before: Round, after: Round) -> Round:
+    """The embedded store's figures with its rates and CPU the mean of its turns before and
+    after the cluster's. This host's speed drifts by a quarter within minutes (the same
+    cluster driver: 891 and 1,235 sends a second a quarter of an hour apart, the client's
+    own CPU a send 974 and 707 us, session 78), so a ratio against one turn taken minutes
+    before the cluster's moved with the host: a linear drift cancels in the mean of a turn
+    on each side. Both turns are printed, and how far apart they were."""
+    out = Round(dict(before.figures), [*before.notes, *(f"again: {n}" for n in after.notes)])
+    for k in BRACKETED:
+        first, second = before.figures.get(k), after.figures.get(k)
+        if first is not None and second is not None:
+            out.figures[k] = (first + second) / 2
+            out.notes.append(
+                f"{k}: {first:,.0f} before the cluster, {second:,.0f} after ({second / first:.2f}x)"
+            )
     return out
 
 
@@ -830,6 +899,8 @@ def main() -> None:
             )
             embedded = Round() if args.cluster_only else run_embedded(args, root)
             cluster = run_cluster(args, root)
+            if not args.cluster_only:
+                embedded = bracket(embedded, run_embedded(args, root, again=True))
             print(
                 f"{args.queues:,} queues, {args.producers} producers; load average now {os.getloadavg()[0]:.1f}"
             )
