@@ -41,9 +41,9 @@ HELD = state_at(50, {"a": 10, "b": 40})
 
 def test_a_large_prefix_is_checked_less_often_never_past_the_whole_read() -> None:
     # etcd reads every key of the prefix to answer a fingerprint: a watcher's checks cost it
-    # about the same at 10,000 queue records as at 4,000, not 2.5 times as much.
-    assert check_interval(2.0, 0) == check_interval(2.0, 4_000) == 2.0
-    assert check_interval(2.0, 10_000) == 5.0
+    # about the same at 10,000 queue records as at 1,000, not ten times as much.
+    assert check_interval(2.0, 0) == check_interval(2.0, 1_000) == 2.0
+    assert check_interval(2.0, 10_000) == 20.0
     assert check_interval(2.0, 1_000_000) == WHOLE_READ_EVERY_S
     assert check_interval(5.0, 2_000) == 5.0  # a gateway's own, longer interval holds
 
@@ -116,7 +116,8 @@ async def counted(etcd_endpoints: list[str]) -> AsyncIterator[CountingReads]:
 
 async def test_an_unchanged_prefix_is_checked_without_reading_it_again(counted: CountingReads) -> None:
     prefix = unique_prefix() + "queues/"
-    await asyncio.gather(*(counted.put(f"{prefix}q{i:04d}", b"x" * 300) for i in range(1200)))
+    # Two pages of a whole read; a check every 1.2 s (check_interval).
+    await asyncio.gather(*(counted.put(f"{prefix}q{i:04d}", b"x" * 300) for i in range(600)))
     watched = WatchedPrefix(counted, prefix, reread_every_s=0.1)
     await watched.start(timeout_s=scaled(10))
     try:
@@ -135,8 +136,8 @@ async def test_an_unchanged_prefix_is_checked_without_reading_it_again(counted: 
         assert told == [{f"{prefix}q0007"}]
         entry = watched.get("q0007")
         assert entry is not None and entry.value == b"new"
-        # Ten checks and more, and not one whole read of the 1,200 records (each was one
-        # before: 3 pages, 360 KB from etcd, every 0.1 s here and every 2 s on a node).
+        # Ten checks and more, and not one whole read of the 600 records (each was one
+        # before: 2 pages, 180 KB from etcd, every 0.1 s here and every 2 s on a node).
         assert counted.whole_reads == 1
     finally:
         await watched.close()

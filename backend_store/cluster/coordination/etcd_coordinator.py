@@ -29,7 +29,8 @@ from ...tested_versions import RELEASES, ReleaseCheck
 from ...types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
 from .etcd_tls import EtcdTls, etcd_client
-from .prefix_fingerprint import Fingerprint, Verdict, check_interval, judge, whole_read_interval
+from .fingerprint_batch import FingerprintBatch
+from .prefix_fingerprint import Fingerprint, Verdict, check_due, check_interval, judge, whole_read_interval
 
 log = logging.getLogger("pushgate.cluster")
 T = TypeVar("T")
@@ -166,6 +167,7 @@ class EtcdCoordinator:
         self.tls = tls
         self.releases = releases
         self._client: Any = None
+        self._checks = FingerprintBatch(self._fingerprints)
 
     async def connect(self) -> EtcdCoordinator:
         host, port = await asyncio.to_thread(_grpc_target, self.endpoints)
@@ -289,23 +291,39 @@ class EtcdCoordinator:
             start = reply.kvs[-1].key + b"\0"
 
     async def fingerprint(self, prefix: str) -> Fingerprint:
-        """etcd's revision, the keys under ``prefix`` and their newest mod revision, in one
-        range sorted by mod revision, limit 1, keys only: no value is sent, however many
-        keys (``prefix_fingerprint.py``)."""
-        start = prefix.encode()
-        request = rpc.RangeRequest(
-            key=start,
-            range_end=aetcd.utils.prefix_range_end(start),
-            limit=1,
-            keys_only=True,
-            sort_order=rpc.RangeRequest.SortOrder.DESCEND,
-            sort_target=rpc.RangeRequest.SortTarget.MOD,
-        )
-        reply = await self._call(
-            lambda c: c.kvstub.Range(request, timeout=self.timeout_s, metadata=c.metadata)
-        )
-        newest = reply.kvs[0].mod_revision if reply.kvs else 0
-        return Fingerprint(int(reply.header.revision), int(reply.count), int(newest))
+        """etcd's revision, the keys under ``prefix`` and their newest mod revision
+        (``prefix_fingerprint.py``); asked with the other checks of the moment
+        (``fingerprint_batch.py``)."""
+        return await self._checks.fingerprint(prefix)
+
+    async def _fingerprints(self, prefixes: Sequence[str]) -> list[Fingerprint]:
+        """Each prefix's fingerprint in one read-only transaction (served as a range is,
+        without a raft proposal): a range sorted by mod revision, limit 1, keys only, for
+        each, so no value is sent however many keys; all at the transaction's revision."""
+        ranges = []
+        for prefix in prefixes:
+            start = prefix.encode()
+            ranges.append(
+                rpc.RequestOp(
+                    request_range=rpc.RangeRequest(
+                        key=start,
+                        range_end=aetcd.utils.prefix_range_end(start),
+                        limit=1,
+                        keys_only=True,
+                        sort_order=rpc.RangeRequest.SortOrder.DESCEND,
+                        sort_target=rpc.RangeRequest.SortTarget.MOD,
+                    )
+                )
+            )
+        request = rpc.TxnRequest(success=ranges)
+        reply = await self._call(lambda c: c.kvstub.Txn(request, timeout=self.timeout_s, metadata=c.metadata))
+        revision = int(reply.header.revision)
+        out = []
+        for answer in reply.responses:
+            found = answer.response_range
+            newest = found.kvs[0].mod_revision if found.kvs else 0
+            out.append(Fingerprint(revision, int(found.count), int(newest)))
+        return out
 
     async def _range(self, start: bytes, end: bytes, revision: int, client: Any) -> Any:
         """One page of a whole read (``read_prefix``), at ``revision`` (0: the current one)."""
@@ -462,7 +480,7 @@ class EtcdCoordinator:
         ``whole_read_interval`` (longer for a large prefix)."""
         state = base
         now = time.monotonic()
-        check_at = now + check_interval(reread_every_s, len(state.entries))
+        check_at = check_due(now, check_interval(reread_every_s, len(state.entries)))
         whole_at = now + whole_read_interval(reread_every_s, len(state.entries))
         doubt: int | None = None
         while not stop.is_set():
@@ -471,7 +489,7 @@ class EtcdCoordinator:
                 if stop.is_set():
                     return
                 now = time.monotonic()
-                check_at = now + check_interval(reread_every_s, len(state.entries))
+                check_at = check_due(now, check_interval(reread_every_s, len(state.entries)))
                 if now < whole_at and not holds_another():
                     try:
                         seen = await self.fingerprint(stream.prefix)
