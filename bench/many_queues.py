@@ -390,7 +390,7 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         progress(system, "listed and read")
 
         acked = await timed_sends(system, every, producers, out)
-        counter = itertools.count(len(every))
+        counter = itertools.count(len(every))  # the faults' bodies, numbered past the step's
         # Each queue now holds a message (an inbox whose owner is offline): what holding them
         # costs, the retention sweep's passes over them included.
         await idle_cpu(system, args.idle, "N holding", out)
