@@ -39,20 +39,25 @@ class FingerprintBatch:
         self._read = read
         self._gather_s = gather_s
         self._due: dict[str, list[asyncio.Future[Fingerprint]]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._gathering: asyncio.Task[None] | None = None  # the batch still taking checks
+        # Every batch under way, its read included: asyncio holds tasks only weakly, and a
+        # batch collected mid-read would leave its watches waiting for good.
+        self._under_way: set[asyncio.Task[None]] = set()
 
     async def fingerprint(self, prefix: str) -> Fingerprint:
         answer: asyncio.Future[Fingerprint] = asyncio.get_running_loop().create_future()
         self._due.setdefault(prefix, []).append(answer)
-        if self._task is None:
-            self._task = asyncio.create_task(self._answer(), name="watch checks")
+        if self._gathering is None:
+            task = self._gathering = asyncio.create_task(self._answer(), name="watch checks")
+            self._under_way.add(task)
+            task.add_done_callback(self._under_way.discard)
         return await answer
 
     async def _answer(self) -> None:
         due: dict[str, list[asyncio.Future[Fingerprint]]] = {}
         try:
             await asyncio.sleep(self._gather_s)
-            due, self._due, self._task = self._due, {}, None
+            due, self._due, self._gathering = self._due, {}, None
             prefixes = [p for p, waiters in due.items() if not all(w.done() for w in waiters)]
             for start in range(0, len(prefixes), MOST_PER_READ):
                 some = prefixes[start : start + MOST_PER_READ]
@@ -67,8 +72,8 @@ class FingerprintBatch:
                         if not waiter.done():
                             waiter.set_result(fingerprint)
         finally:
-            if self._task is asyncio.current_task():  # cancelled while gathering
-                due, self._due, self._task = self._due, {}, None
+            if self._gathering is asyncio.current_task():  # cancelled while gathering
+                due, self._due, self._gathering = self._due, {}, None
             for waiters in due.values():
                 _fail(waiters, "etcd: the watch checks were abandoned")
 
