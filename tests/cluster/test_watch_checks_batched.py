@@ -10,6 +10,7 @@ and several watches of one process check it in one request a moment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -95,9 +96,13 @@ class CountingChecks(EtcdCoordinator):
     def __init__(self, endpoints: list[str]) -> None:
         super().__init__(endpoints)
         self.reads: list[int] = []
+        self.wanted = 0  # checks after which ``enough`` is set (0: never)
+        self.enough = asyncio.Event()
 
     async def _fingerprints(self, prefixes: Sequence[str]) -> list[Fingerprint]:
         self.reads.append(len(prefixes))
+        if self.wanted and sum(self.reads) >= self.wanted:
+            self.enough.set()
         return await super()._fingerprints(prefixes)
 
 
@@ -130,7 +135,10 @@ async def test_a_processs_watches_check_etcd_in_one_request_a_moment(counted: Co
         await watch.start(timeout_s=scaled(10))
         await asyncio.sleep(0.07)
     try:
-        await asyncio.sleep(2.6)  # about ten moments
+        counted.wanted = 4 * 8  # about ten moments
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(scaled(20)):
+                await counted.enough.wait()
     finally:
         for watch in watches:
             await watch.close()
