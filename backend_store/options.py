@@ -43,11 +43,14 @@ class StoreOptions:
     # The embedded store's journal (lmdb_store/checkpoint.py): whether it journals when it
     # can (False: LMDB syncs each commit itself, two fdatasyncs a commit when idle); a
     # checkpoint at least this often while it writes; what the journal syncs with (a test
-    # counts through it; None: os.fdatasync); and the releases check the LMDB meta-page
-    # format is chosen by (None: the process's, tested_versions.RELEASES).
+    # counts through it; None: os.fdatasync); what starts the writeback of the LMDB file
+    # between checkpoints (a test counts through it; None: lmdb_store/writeback.py's); and
+    # the releases check the LMDB meta-page format is chosen by (None: the process's,
+    # tested_versions.RELEASES).
     journal: bool = True
     checkpoint_interval_s: float = 1.0
     fdatasync: Callable[[int], None] | None = None
+    writeback: Callable[[int], None] | None = None
     releases: ReleaseCheck | None = None
     # The thread LMDB stores commit on: None, one of each store's own; a backend node passes
     # one for all its replicas (lmdb_store/commit_thread.py).

@@ -65,6 +65,7 @@ from .journal import Journal, journaled_after, newest_seq
 from .keys import read_u64, u64
 from .recorded_txn import Change, RecordedTxn
 from .records import pack, unpack
+from .writeback import WRITEBACK_S, start_writeback
 
 log = logging.getLogger("pushgate.store")
 
@@ -289,8 +290,13 @@ class JournalGroup:
     (its last, clean checkpoint), or a checkpoint that is due. The members' LMDB files are
     synced one after another, on a thread of their own when the checkpoint is merely due.
 
-    ``clock`` (monotonic seconds) times the checkpoints; ``fdatasync`` is what the journal
-    and the checkpoints' syncs of the LMDB files use (a test counts, or holds, the syncs
+    Between checkpoints, the writer has the kernel start writing the members' LMDB files back
+    every ``writeback.WRITEBACK_S`` (:meth:`start_writeback`), so that a checkpoint's sync finds
+    little to write and the journal's syncs do not wait behind it (``writeback.py``).
+
+    ``clock`` (monotonic seconds) times the checkpoints and the writebacks; ``fdatasync`` is
+    what the journal and the checkpoints' syncs of the LMDB files use (a test counts, or
+    holds, the syncs through it); ``writeback`` what starts a writeback (a test counts
     through it)."""
 
     def __init__(
@@ -302,6 +308,7 @@ class JournalGroup:
         max_bytes: int = 16 << 20,
         clock: Callable[[], float] = time.monotonic,
         fdatasync: Callable[[int], None] = os.fdatasync,
+        writeback: Callable[[int], None] = start_writeback,
     ) -> None:
         self.paths = paths
         self.shared = shared
@@ -309,6 +316,9 @@ class JournalGroup:
         self._max_bytes = max_bytes
         self._clock = clock
         self._fdatasync = fdatasync
+        self._writeback = writeback
+        # When the members' files were last written back (monotonic seconds).
+        self._written_back = clock()
         # Open while the group has members.
         self._journal: Journal | None = None
         # The journal sequence number of the group's newest journaled commit.
@@ -331,10 +341,13 @@ class JournalGroup:
         *,
         interval_s: float = 1.0,
         fdatasync: Callable[[int], None] = os.fdatasync,
+        writeback: Callable[[int], None] = start_writeback,
     ) -> JournalGroup:
         """The journal a backend node's replicas share: ``root/journal`` (and ``.b``), for the
         stores in ``root``'s directories."""
-        return cls(journal_paths(root), shared=True, interval_s=interval_s, fdatasync=fdatasync)
+        return cls(
+            journal_paths(root), shared=True, interval_s=interval_s, fdatasync=fdatasync, writeback=writeback
+        )
 
     def cap(self, max_bytes: int) -> None:
         """At most ``max_bytes`` between checkpoints (a member's disk is short of room)."""
@@ -405,6 +418,16 @@ class JournalGroup:
 
     def sync(self) -> None:
         self.journal.sync()
+
+    def start_writeback(self) -> None:
+        """After a commit: start the writeback of every member's LMDB file, unless it was
+        started less than ``WRITEBACK_S`` ago (it returns at once; ``writeback.py``)."""
+        now = self._clock()
+        if now - self._written_back < WRITEBACK_S:
+            return
+        self._written_back = now
+        for member in self.members:
+            self._writeback(member.data_fd)
 
     @property
     def in_flight(self) -> bool:
@@ -537,6 +560,7 @@ class Journaling:
         max_bytes: int = 16 << 20,
         clock: Callable[[], float] = time.monotonic,
         fdatasync: Callable[[int], None] = os.fdatasync,
+        writeback: Callable[[int], None] = start_writeback,
     ) -> Journaling:
         """A store's journaling in a journal of its own (in its directory)."""
         group = JournalGroup(
@@ -545,6 +569,7 @@ class Journaling:
             max_bytes=max_bytes,
             clock=clock,
             fdatasync=fdatasync,
+            writeback=writeback,
         )
         return cls(env, group)
 
@@ -579,6 +604,9 @@ class Journaling:
 
     def sync(self) -> None:
         self.group.sync()
+
+    def start_writeback(self) -> None:
+        self.group.start_writeback()
 
     def seconds_until_due(self) -> float | None:
         return self.group.seconds_until_due()

@@ -460,6 +460,7 @@ class GroupCommitWriter:
                 committed.post_commit.clear()
                 committed.log_state = None
         self._resolve(committed)
+        self._journaling.start_writeback()
         if self._room_gauge is not None and self._room_gauge.short and self._journaling.journal.written:
             self._checkpoint()  # now: the pages freed since the last one are room only then
         elif self._journaling.seconds_until_due() == 0:

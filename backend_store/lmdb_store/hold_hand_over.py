@@ -24,6 +24,7 @@ from .environment import Environment
 from .hold_lock import HoldLock
 from .room import journal_limit
 from .store_core import StoreCore
+from .writeback import start_writeback
 
 log = logging.getLogger("pushgate.store")
 # How often the holder looks for another process opening the store (that one's start waits
@@ -92,6 +93,7 @@ class HoldHandOver(StoreCore):
             interval_s=self.options.checkpoint_interval_s,
             max_bytes=journal_limit(self._reserve),
             fdatasync=self.options.fdatasync or os.fdatasync,
+            writeback=self.options.writeback or start_writeback,
         )
 
     async def _share_unless_holder(self, env: Environment) -> None:

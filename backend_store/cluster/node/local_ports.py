@@ -22,6 +22,7 @@ from ...encryption import Keyring
 from ...lmdb_store.checkpoint import JournalGroup
 from ...lmdb_store.commit_thread import CommitThread
 from ...lmdb_store.engine import LmdbBackend
+from ...lmdb_store.writeback import start_writeback
 from ...options import StoreOptions
 from ...private_files import private_dir, warning_lines
 from ...tls_reload import RELOAD_EVERY_S, TlsReloader
@@ -101,7 +102,10 @@ class LmdbReplicaStores:
         # One thread commits for every replica, into one journal beside them
         # (docs/cluster.md, section 5).
         journal = JournalGroup.of_node(
-            self.root, interval_s=options.checkpoint_interval_s, fdatasync=options.fdatasync or os.fdatasync
+            self.root,
+            interval_s=options.checkpoint_interval_s,
+            fdatasync=options.fdatasync or os.fdatasync,
+            writeback=options.writeback or start_writeback,
         )
         self.options = dataclasses.replace(options, commit_thread=CommitThread(journal=journal))
         self.sweep_every_s = sweep_every_s
