@@ -11,7 +11,8 @@ writes, the same pages go to the disk in small parts through the second, and the
 checkpoint's sync finds little left to write.
 
 It is a hint, never a promise: ``SYNC_FILE_RANGE_WRITE`` starts writing the file's dirty
-pages and returns; it waits for nothing, writes no metadata and flushes no disk cache.
+pages and returns (it waits only if the disk's request queue is full, on the writer's thread,
+never the event loop); it writes no metadata and flushes no disk cache.
 Durability never depends on it (the journal's sync and the checkpoint's do that), so a
 failed call is ignored. PostgreSQL does the same for the files its checkpoints write
 (``checkpoint_flush_after``).
