@@ -8,9 +8,10 @@ etcd), and packs the data directories with a manifest of what was acknowledged::
 
     python -m tests.upgrade.previous_release --code /path/to/old/checkout --out FILE.tar.gz
 
-``tests/upgrade/test_upgrade_in_place.py`` unpacks the archive and starts today's code on
-it. The archive in ``tests/fixtures/`` was made from commit a948aa2 (the last release with one
-partition per queue); its manifest names the commit.
+``tests/upgrade/test_upgrade_in_place.py`` makes the archive from commit a948aa2 (the last
+release with one partition per queue, taken from the repository's history) each time it
+runs, unpacks it and starts today's code on it; the manifest names the commit. (An archive
+kept in the tree aged: its messages outlived their queues' 4-day retention.)
 """
 
 from __future__ import annotations

@@ -1,16 +1,22 @@
 """The upgrade in place (issue 49; docs/cluster.md section 12): a cluster whose data an earlier
 release made, with one partition per queue, started by today's code on the same directories.
 
-The archive (``tests/fixtures/previous_release_*.tar.gz``, made by
-:mod:`tests.upgrade.previous_release` from the release its name says) holds etcd's data
-directory, three nodes' and a gateway's, and a manifest of every message the old cluster
-acknowledged. Today's nodes, manager (with shared partitions) and gateway start on them.
+The earlier release's data is made when the tests run: the code of commit
+:data:`PREVIOUS_RELEASE` is taken from this repository's history (``git archive``), and
+:mod:`tests.upgrade.previous_release` runs it as a whole cluster that creates queues, sends
+and stops, packing etcd's data directory, three nodes' and a gateway's, and a manifest of
+every message it acknowledged. Today's nodes, manager (with shared partitions) and gateway
+start on them. Made at run time, not kept as an archive: an archive's messages carry the day
+it was made, and the queues' default retention (4 days) expired them all four days after
+(the test failed from 2026-11-30 on, whatever the tree).
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import subprocess
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,17 +31,42 @@ from backend_store.cluster.coordination.layout import Layout, PartitionRecord, p
 from backend_store.cluster.coordination.pools import placement
 from tests.conftest import scaled
 
+from . import previous_release
 from .cluster_dirs import REPO, ClusterDirs
 
-FIXTURE = REPO / "tests" / "fixtures" / "previous_release_a948aa2.tar.gz"
+# The last release with one partition per queue.
+PREVIOUS_RELEASE = "a948aa2"
 POOL_PARTITIONS = 4
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def previous_release_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An archive of the cluster data :data:`PREVIOUS_RELEASE` made, made now."""
+    work = tmp_path_factory.mktemp("previous-release")
+    code = work / "code"
+    code.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        pytest.fail(
+            f"the upgrade test needs commit {PREVIOUS_RELEASE} in this repository's history "
+            f"(a full clone): {archive.stderr.decode(errors='replace').strip()}"
+        )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(code, filter="data")
+    out = work / "previous.tar.gz"
+    previous_release.make(code, out, PREVIOUS_RELEASE)
+    return out
+
+
 @pytest.fixture
-def upgraded(tmp_path: Path) -> Iterator[tuple[ClusterDirs, dict[str, Any]]]:
-    with tarfile.open(FIXTURE) as tar:
+def upgraded(tmp_path: Path, previous_release_data: Path) -> Iterator[tuple[ClusterDirs, dict[str, Any]]]:
+    with tarfile.open(previous_release_data) as tar:
         tar.extractall(tmp_path, filter="data")
     root = tmp_path / "cluster"
     manifest = json.loads((root / "manifest.json").read_text())
