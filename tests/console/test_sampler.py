@@ -110,3 +110,31 @@ async def test_a_store_with_many_queues_is_sampled_less_often(store: Backend, cl
         assert 1 <= sampler.samples_taken <= 4
     finally:
         await sampler.drain()
+
+
+async def test_each_rate_counts_its_own_events(store: Backend, clock: ManualClock) -> None:
+    """Sends, acks, this gateway's deliveries and dead-letterings a second, each from its own
+    counter (distinct figures, so that two rates swapped would show)."""
+    q, dlq = QueueName("q"), QueueName("dlq")
+    await store.create_queue(T1, dlq, {})
+    await store.create_queue(T1, q, {"dead_letter_queue": "dlq", "max_receives": 1})
+    sources = sources_for(store, clock)
+    delivered = {q: 0}
+    sources.delivered = lambda tenant, queue: delivered.get(queue, 0)
+    sampler = QueueSampler(sources)
+    await sampler.sample()
+    delivered[q] = 7
+    await store.send(T1, q, [NewMessage(b"x") for _ in range(8)])
+    first = await store.receive(T1, q, 5, visibility_timeout_s=1)
+    await store.ack(T1, [m.receipt for m in first[:3]])
+    clock.advance(2)
+    # The two received and not acked are back, past max_receives: dead-lettered, not received.
+    assert len(await store.receive(T1, q, 10)) == 3
+    sample = (await sampler.sample()).queue(T1, q)
+    assert sample is not None
+    assert (sample.send_rate, sample.ack_rate, sample.delivered_rate, sample.dead_letter_rate) == (
+        4.0,
+        1.5,
+        3.5,
+        1.0,
+    )

@@ -7,13 +7,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from backend_store.backend import Backend, StorageStats
 from backend_store.errors import PushgateError
-from backend_store.types import QueueAttributes, QueueInfo, QueueName, StorageUsage, TenantId
+from backend_store.types import QueueAttributes, QueueInfo, QueueName, QueueStats, StorageUsage, TenantId
 
 from .cluster_sample import cluster_from_doc
 from .history import DepthHistory, StorageHistory
@@ -192,10 +192,9 @@ class QueueSampler:
             and not (before.send_rate or before.ack_rate or before.delivered_rate or before.dead_letter_rate)
         ):
             return before
-        sample = QueueSample.of(info, consumers, delivered, attributes)
         if before is None or elapsed <= 0:
-            return sample
-        return _with_rates(sample, before, elapsed)
+            return QueueSample.of(info, consumers, delivered, attributes)
+        return QueueSample.of(info, consumers, delivered, attributes, _rates(s, delivered, before, elapsed))
 
     def _attributes_doc(self, attributes: QueueAttributes) -> Mapping[str, Any]:
         """One shared document per distinct set of attributes (most queues share a few)."""
@@ -274,13 +273,17 @@ def timer_gap(interval_s: float, queues: int, s_per_queue: float) -> float:
     return max(interval_s, queues * s_per_queue)
 
 
-def _with_rates(q: QueueSample, before: QueueSample, elapsed: float) -> QueueSample:
-    return replace(
-        q,
-        send_rate=max(0, q.sent_total - before.sent_total) / elapsed,
-        ack_rate=max(0, q.acked_total - before.acked_total) / elapsed,
-        delivered_rate=max(0, q.delivered_total - before.delivered_total) / elapsed,
-        dead_letter_rate=max(0, q.dead_lettered_total - before.dead_lettered_total) / elapsed,
+def _rates(
+    s: QueueStats, delivered: int, before: QueueSample, elapsed: float
+) -> tuple[float, float, float, float]:
+    """Sends, acks, deliveries and dead-letterings a second since ``before``. Built into the
+    sample at once: a ``dataclasses.replace`` of each sample was a third of a sample's CPU
+    at 10,000 queues holding messages (each one's oldest age moves, so each is new)."""
+    return (
+        max(0, s.sent_total - before.sent_total) / elapsed,
+        max(0, s.acked_total - before.acked_total) / elapsed,
+        max(0, delivered - before.delivered_total) / elapsed,
+        max(0, s.dead_lettered_total - before.dead_lettered_total) / elapsed,
     )
 
 

@@ -50,7 +50,9 @@ class QueueSample:
         consumers: int,
         delivered: int = 0,
         attributes: Mapping[str, Any] | None = None,
+        rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
     ) -> QueueSample:
+        """The queue's sample; ``rates``: sends, acks, deliveries and dead-letterings a second."""
         s = info.stats
         return cls(
             tenant=info.tenant,
@@ -66,6 +68,10 @@ class QueueSample:
             dead_letter_queue=info.attributes.dead_letter_queue,
             attributes=info.attributes.to_dict() if attributes is None else attributes,
             delivered_total=delivered,
+            send_rate=rates[0],
+            ack_rate=rates[1],
+            delivered_rate=rates[2],
+            dead_letter_rate=rates[3],
         )
 
 
