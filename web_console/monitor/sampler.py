@@ -277,7 +277,7 @@ def _rates(
     s: QueueStats, delivered: int, before: QueueSample, elapsed: float
 ) -> tuple[float, float, float, float]:
     """Sends, acks, deliveries and dead-letterings a second since ``before``. Built into the
-    sample at once: a ``dataclasses.replace`` of each sample was a third of a sample's CPU
+    sample at once: a ``dataclasses.replace`` of each sample was a third of a sample's Python
     at 10,000 queues holding messages (each one's oldest age moves, so each is new)."""
     return (
         max(0, s.sent_total - before.sent_total) / elapsed,
