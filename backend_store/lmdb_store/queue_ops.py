@@ -176,7 +176,13 @@ def purge_queue(w: Writes, tenant: str, name: str) -> int:
 def stats(
     v: View, record: QueueRecord, now: float, held: Callable[[int, int], int] | None = None
 ) -> QueueStats:
-    """Counts from the stored total and the future part of the visibility index.
+    """One queue's counts (:class:`StatsReader`)."""
+    return StatsReader(v, now, held).stats(record)
+
+
+class StatsReader:
+    """Queues' counts over one read, from each queue's stored total and the future part of
+    its visibility index.
 
     Only not-yet-visible entries are scanned (in flight and delayed, usually few), so
     stats stay cheap on a deep backlog. ``held``: how many messages of a queue (by qid) are
@@ -184,65 +190,86 @@ def stats(
     message (``count`` covers every stored one, held, delayed or dead-lettered into it) is
     answered from its record alone: at 10,000 queues most are empty, and the monitor asks for
     every queue's stats every few seconds.
-    """
-    if record.count <= 0:
+
+    One reader serves every queue of a page or of a partition's counts: its two cursors are
+    opened once, not twice a queue (session 81: 10,000 queues each holding a message read in
+    8.5-9.1 us a queue against 9.6-10.7, in process; a new partition leader answers those
+    counts as a failover's first read, and the console's monitor asks for them every few
+    seconds)."""
+
+    __slots__ = ("_held", "_msgs", "_msgs_db", "_now", "_now_ms", "_state", "_txn", "_vis", "_vis_db")
+
+    def __init__(self, v: View, now: float, held: Callable[[int, int], int] | None = None) -> None:
+        self._txn = v.txn
+        self._vis_db, self._msgs_db, self._state = v.dbs[Db.VIS], v.dbs[Db.MSGS], v.dbs[Db.STATE]
+        self._now = now
+        self._now_ms = to_ms(now)
+        self._held = held
+        # Opened at the first queue holding a message (most hold none).
+        self._vis: Any = None
+        self._msgs: Any = None
+
+    def stats(self, record: QueueRecord) -> QueueStats:
+        if record.count <= 0:
+            return QueueStats(
+                visible=0,
+                in_flight=0,
+                delayed=0,
+                oldest_age_s=None,
+                sent_total=record.sent_total,
+                acked_total=record.acked_total,
+                dead_lettered_total=record.dead_lettered_total,
+            )
+        qid = record.qid
+        in_flight = delayed = 0
+        if self._vis is None:
+            self._vis = self._txn.cursor(db=self._vis_db)
+        cursor = self._vis
+        if cursor.set_range(visibility_key(qid, self._now_ms + 1, 0)):
+            for key in cursor.iternext(keys=True, values=False):
+                key_qid, _, seq = split_visibility_key(key)
+                if key_qid != qid:
+                    break
+                raw = self._txn.get(message_key(qid, seq), db=self._state)
+                if raw is not None and DeliveryState.decode(raw).kind == "i":
+                    in_flight += 1
+                else:
+                    delayed += 1
+        oldest: float | None = None
+        sent_at = self._first_sent_at(qid)
+        if sent_at is not None:
+            oldest = max(0.0, self._now - sent_at)
+        if self._held is not None:
+            in_flight += self._held(qid, self._now_ms)
         return QueueStats(
-            visible=0,
-            in_flight=0,
-            delayed=0,
-            oldest_age_s=None,
+            visible=max(0, record.count - in_flight - delayed),
+            in_flight=in_flight,
+            delayed=delayed,
+            oldest_age_s=oldest,
             sent_total=record.sent_total,
             acked_total=record.acked_total,
             dead_lettered_total=record.dead_lettered_total,
         )
-    qid = record.qid
-    now_ms = to_ms(now)
-    in_flight = delayed = 0
-    cursor = v.cursor(Db.VIS)
-    if cursor.set_range(visibility_key(qid, now_ms + 1, 0)):
-        for key in cursor.iternext(keys=True, values=False):
-            key_qid, _, seq = split_visibility_key(key)
-            if key_qid != qid:
-                break
-            raw = v.get(Db.STATE, message_key(qid, seq))
-            if raw is not None and DeliveryState.decode(raw).kind == "i":
-                in_flight += 1
-            else:
-                delayed += 1
-    oldest: float | None = None
-    sent_at = _first_sent_at(v, qid)
-    if sent_at is not None:
-        oldest = max(0.0, now - sent_at)
-    if held is not None:
-        in_flight += held(qid, now_ms)
-    return QueueStats(
-        visible=max(0, record.count - in_flight - delayed),
-        in_flight=in_flight,
-        delayed=delayed,
-        oldest_age_s=oldest,
-        sent_total=record.sent_total,
-        acked_total=record.acked_total,
-        dead_lettered_total=record.dead_lettered_total,
-    )
 
-
-def _first_sent_at(v: View, qid: int) -> float | None:
-    """When the queue's first stored message (in seq order) was sent; None: no message (a
-    damaged record is passed over: it is left for an operator)."""
-    prefix = u64(qid)
-    cursor = v.cursor(Db.MSGS)
-    if not cursor.set_range(message_key(qid, 0)):
-        return None
-    for key, raw in cursor:
-        if key[:8] != prefix:
+    def _first_sent_at(self, qid: int) -> float | None:
+        """When the queue's first stored message (in seq order) was sent; None: no message (a
+        damaged record is passed over: it is left for an operator)."""
+        prefix = u64(qid)
+        if self._msgs is None:
+            self._msgs = self._txn.cursor(db=self._msgs_db)
+        cursor = self._msgs
+        if not cursor.set_range(message_key(qid, 0)):
             return None
-        raw_state = v.get(Db.STATE, key)
-        if raw_state is not None:
-            return DeliveryState.decode(raw_state).sent_at
-        sent_at = MessageRecord.sent_at_of(raw)
-        if sent_at is not None:
-            return sent_at
-    return None
+        for key, raw in cursor:
+            if key[:8] != prefix:
+                return None
+            raw_state = self._txn.get(key, db=self._state)
+            if raw_state is not None:
+                return DeliveryState.decode(raw_state).sent_at
+            sent_at = MessageRecord.sent_at_of(raw)
+            if sent_at is not None:
+                return sent_at
+        return None
 
 
 def info(tenant: str, name: str, record: QueueRecord, queue_stats: QueueStats) -> QueueInfo:
@@ -275,11 +302,12 @@ def list_queues(
     cursor = v.cursor(Db.QUEUES)
     if not cursor.set_range(start):
         return out
+    counts = StatsReader(v, now, held)
     for key, value in cursor:
         if not key.startswith(within) or (limit is not None and len(out) >= limit):
             break
         record = QueueRecord.decode(value)
-        out.append(info(tenant, key[len(prefix) :].decode(), record, stats(v, record, now, held)))
+        out.append(info(tenant, key[len(prefix) :].decode(), record, counts.stats(record)))
     return out
 
 
@@ -289,10 +317,11 @@ def stats_of(
     """The stats of each of ``names`` the store holds, in one read (missing ones left out)."""
     out: dict[QueueName, QueueStats] = {}
     prefix = tenant_prefix(tenant)
+    counts = StatsReader(v, now, held)
     for name in names:
         raw = v.get(Db.QUEUES, _queue_key(prefix, name))
         if raw is not None:
-            out[QueueName(name)] = stats(v, QueueRecord.decode(raw), now, held)
+            out[QueueName(name)] = counts.stats(QueueRecord.decode(raw))
     return out
 
 

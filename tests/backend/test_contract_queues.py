@@ -213,6 +213,43 @@ async def test_list_queues_pages_by_name_with_counts(store: Backend) -> None:
     assert counts == {"b2": 1, "b3": 0}
 
 
+async def test_a_listing_counts_each_queue_apart_from_its_neighbours(
+    store: Backend, clock: ManualClock
+) -> None:
+    """One read counts every queue of a page or a partition (a pool leader's counts): each
+    queue's in-flight, delayed and oldest message are its own, whatever the queues beside it
+    in name and storage order hold."""
+    for name in ["a", "b", "c", "d"]:
+        await store.create_queue(T1, q(name), {})
+    await store.send(T1, q("a"), [msg("a1"), msg("a2"), msg("a-later", delay_s=100)])
+    [_] = await store.receive(T1, q("a"), 1, visibility_timeout_s=60)
+    clock.advance(2)
+    await send_one(store, T1, "c", "c-later", delay_s=100)
+    clock.advance(1)
+    await store.send(T1, q("d"), [msg("d1"), msg("d2")])
+    assert len(await receive_all(store, T1, "d")) == 2
+    clock.advance(2)
+    expected = {
+        "a": (1, 1, 1, 5.0),
+        "b": (0, 0, 0, None),
+        "c": (0, 0, 1, 3.0),
+        "d": (0, 2, 0, 2.0),
+    }
+    listed = {i.name: i.stats for i in await store.list_queues(T1)}
+    alone = {name: (await store.get_queue(T1, q(name))).stats for name in expected}
+    assert listed == alone
+    got = {
+        name: (
+            s.visible,
+            s.in_flight,
+            s.delayed,
+            None if s.oldest_age_s is None else round(s.oldest_age_s, 3),
+        )
+        for name, s in listed.items()
+    }
+    assert got == expected
+
+
 async def test_same_queue_name_in_two_tenants_keeps_messages_apart(store: Backend) -> None:
     await store.create_queue(T1, q("orders"), {})
     await store.create_queue(T2, q("orders"), {})
