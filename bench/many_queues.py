@@ -816,6 +816,24 @@ def show(embedded: Round, cluster: Round) -> None:
         print(f"  embedded: {note}")
     for note in cluster.notes:
         print(f"  cluster: {note}")
+    needed = cpu_for_ratio(embedded, 0.8)
+    if needed is not None and "server CPU us/send" in cluster.figures:
+        measured = cluster.figures["server CPU us/send"]
+        print(
+            f"  sends: 0.8x needs the cluster's servers' CPU a send <= {needed:,.0f} us (measured {measured:,.0f})"
+        )
+
+
+def cpu_for_ratio(embedded: Round, ratio: float) -> float | None:
+    """The cluster's servers' CPU a send at which its sends reach ``ratio`` times the
+    embedded store's, both turns near CPU-bound: the rate goes as 1 / (C + S) (C the
+    client's CPU a send, S the servers'), so S <= (C + E) / ratio - C. A cost both turns pay
+    is a larger share of the embedded turn: cutting it lowers the ratio (bench/README.md,
+    "Session 81")."""
+    e, c = embedded.figures.get("server CPU us/send"), embedded.figures.get("client CPU us/send")
+    if not e or not c:
+        return None
+    return (c + e) / ratio - c
 
 
 def _fmt(v: float | None) -> str:
