@@ -193,21 +193,20 @@ class StatsReader:
 
     One reader serves every queue of a page or of a partition's counts: its two cursors are
     opened once, not twice a queue (session 81: 10,000 queues each holding a message read in
-    8.5-9.1 us a queue against 9.6-10.7, in process; a new partition leader answers those
-    counts as a failover's first read, and the console's monitor asks for them every few
-    seconds)."""
+    7.6-9.1 us a queue against 8.7-10.7, in process, bench/README.md; a new partition leader
+    answers those counts as a failover's first read, and the console's monitor asks for them
+    every few seconds)."""
 
-    __slots__ = ("_held", "_msgs", "_msgs_db", "_now", "_now_ms", "_state", "_txn", "_vis", "_vis_db")
+    __slots__ = ("_held", "_msgs", "_now", "_now_ms", "_state", "_txn", "_vis")
 
     def __init__(self, v: View, now: float, held: Callable[[int, int], int] | None = None) -> None:
         self._txn = v.txn
-        self._vis_db, self._msgs_db, self._state = v.dbs[Db.VIS], v.dbs[Db.MSGS], v.dbs[Db.STATE]
+        self._state = v.dbs[Db.STATE]
+        self._vis = v.cursor(Db.VIS)
+        self._msgs = v.cursor(Db.MSGS)
         self._now = now
         self._now_ms = to_ms(now)
         self._held = held
-        # Opened at the first queue holding a message (most hold none).
-        self._vis: Any = None
-        self._msgs: Any = None
 
     def stats(self, record: QueueRecord) -> QueueStats:
         if record.count <= 0:
@@ -222,8 +221,6 @@ class StatsReader:
             )
         qid = record.qid
         in_flight = delayed = 0
-        if self._vis is None:
-            self._vis = self._txn.cursor(db=self._vis_db)
         cursor = self._vis
         if cursor.set_range(visibility_key(qid, self._now_ms + 1, 0)):
             for key in cursor.iternext(keys=True, values=False):
@@ -255,8 +252,6 @@ class StatsReader:
         """When the queue's first stored message (in seq order) was sent; None: no message (a
         damaged record is passed over: it is left for an operator)."""
         prefix = u64(qid)
-        if self._msgs is None:
-            self._msgs = self._txn.cursor(db=self._msgs_db)
         cursor = self._msgs
         if not cursor.set_range(message_key(qid, 0)):
             return None
