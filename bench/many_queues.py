@@ -760,7 +760,10 @@ def bracket(before: Round, after: Round) -> Round:
 def run_cluster(args: argparse.Namespace, root: Path) -> Round:
     out = Round()
     data = root / "cluster"
-    proc, printed = start(data, *(["--partitions", str(args.partitions)] if args.partitions else []))
+    extra = ["--partitions", str(args.partitions)] if args.partitions else []
+    if args.keep is not None:
+        extra += ["--log-level", "info"]  # a kept round's failover timeline: each term's start and pass
+    proc, printed = start(data, *extra)
     children = {m[1]: (m[2], int(m[3])) for m in _CHILD.finditer(printed)}
     try:
         url = printed.split("ready: the gateway serves ", 1)[1].split()[0]
@@ -902,7 +905,9 @@ def main() -> None:
         help="the cluster's partitions a pool (dev-cluster's --partitions; default its own)",
     )
     parser.add_argument(
-        "--keep", type=Path, help="run each round in DIR/round-N and keep it (every process's log)"
+        "--keep",
+        type=Path,
+        help="run each round in DIR/round-N and keep it (every process's log; nodes and managers at info)",
     )
     args = parser.parse_args()
     args.consumers = min(args.consumers, args.queues)

@@ -115,6 +115,7 @@ class DevCluster:
     lease_ttl_s: float = 2.0
     tls: bool = False
     partitions: int = 1  # the managers' --partitions (module docstring: why one)
+    log_level: str = "warning"  # the nodes' and managers' --log-level
     children: list[Child] = field(default_factory=list)
     etcd_dir: Path | None = None
 
@@ -183,7 +184,7 @@ class DevCluster:
             address = f"127.0.0.1:{node_ports[i - 1]}"
             node_dir = self.data / "nodes" / f"node-{i}"
             argv = self.pushgate("node", "--data", str(node_dir), "--listen", address, "--etcd", endpoint)
-            argv += ["--lease-ttl", str(self.lease_ttl_s)]
+            argv += ["--lease-ttl", str(self.lease_ttl_s), "--log-level", self.log_level]
             if (files := certificates.get(f"node-{i}")) is not None:
                 argv += [
                     "--tls-cert",
@@ -199,7 +200,7 @@ class DevCluster:
             )
         for i in (1, 2):
             argv = self.pushgate("manager", "--etcd", endpoint, "--id", f"manager-{i}")
-            argv += ["--lease-ttl", str(self.lease_ttl_s)]
+            argv += ["--lease-ttl", str(self.lease_ttl_s), "--log-level", self.log_level]
             argv += ["--partitions", str(self.partitions)]
             if (files := certificates.get(f"manager-{i}")) is not None:
                 argv += _etcd_tls_flags(files)
@@ -317,13 +318,27 @@ def main(argv: Sequence[str]) -> int:
         help="the shared partitions each pool of queues has (the managers' --partitions; default 1:"
         " the nodes share this machine's cores, so more only add commits)",
     )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["error", "warning", "info", "debug"],
+        help="the nodes' and managers' log level (default warning; info adds each term's start and"
+        " first pass, promotions and plans), in DIR/logs",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= 9:
         parser.error("--nodes must be between 1 and 9")
     if args.partitions < 1:
         parser.error("--partitions must be 1 or more")
     cluster = DevCluster(
-        args.data.resolve(), args.nodes, args.port, args.host, args.lease_ttl, args.tls, args.partitions
+        args.data.resolve(),
+        args.nodes,
+        args.port,
+        args.host,
+        args.lease_ttl,
+        args.tls,
+        args.partitions,
+        log_level=args.log_level,
     )
     stop: list[int] = []
 
