@@ -17,6 +17,9 @@ process group at the end of its turn:
    then idle CPU again, each queue holding its message;
 4. ``--consumers`` WebSocket consumers (manual ack), one per queue, each until it got and
    acked every message acknowledged to its queue;
+   on the cluster, the partitions whose leader changed with no fault since the first queues
+   settled (``leader changes, no fault``: a lease or a quorum lost to a process stalled by
+   the steps' load, what a shorter ``--lease-ttl`` risks);
 5. on the cluster only, ``--faults`` (``stop``, ``kill``): SIGSTOP or SIGKILL of a node that
    leads partitions (the most; a follower's fault would fail nothing over), then
    every producer sends to the queues that took no send begun after the signal, until all
@@ -105,6 +108,7 @@ TARGETS: dict[str, tuple[float, bool]] = {
     "kill: every queue served s": (3, False),
     "kill: refused after led again": (0, False),
     "lost": (0, False),
+    "leader changes, no fault": (0, False),
 }
 RATIOS = {
     "create/s",
@@ -338,6 +342,9 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
         create, refused = creator(system)
         await pool(few, producers, create)
         await settle(system)
+        # Each partition's term now, to count the leader changes no fault caused (a lease
+        # lost to a stalled process under the steps' load: ``--lease-ttl``'s price).
+        terms = await leader_terms(system) if system.etcd else {}
         await idle_cpu(system, args.idle, "few", out)
         before = {n: proc_stats(p) for n, p in system.processes.items()}
         keys_before = await etcd_keys(system) if system.etcd else 0
@@ -401,6 +408,9 @@ async def measure(system: System, args: argparse.Namespace, out: Round) -> None:
             f["consumers served"] = got
             f["consumers: last s"] = last
 
+        if system.etcd:
+            now = await leader_terms(system)
+            f["leader changes, no fault"] = sum(1 for p, term in terms.items() if now.get(p, term) != term)
         for fault in [x for x in args.faults.split(",") if x] if system.etcd else []:
             await one_fault(system, producers, fault, every, acked, counter, args, out)
             progress(system, f"{fault}: every queue took a send, or the time was up")
@@ -598,6 +608,14 @@ async def leaders(etcd: EtcdCoordinator) -> dict[int, str]:
     return out
 
 
+async def leader_terms(system: System) -> dict[str, int]:
+    """Partition -> its leader key's create revision (its term's epoch): a changed one is a
+    new term."""
+    async with EtcdCoordinator([system.etcd]) as etcd:
+        state = await etcd.read_prefix(Layout().leaders)
+    return {key[len(state.prefix) :]: entry.create_revision for key, entry in state.entries.items()}
+
+
 async def placements(etcd: EtcdCoordinator) -> dict[str, int]:
     """Queue name -> the partition it is placed on (the bench's queues have one each)."""
     out: dict[str, int] = {}
@@ -761,6 +779,7 @@ def run_cluster(args: argparse.Namespace, root: Path) -> Round:
     out = Round()
     data = root / "cluster"
     extra = ["--partitions", str(args.partitions)] if args.partitions else []
+    extra += ["--lease-ttl", str(args.lease_ttl)]
     if args.keep is not None:
         extra += ["--log-level", "info"]  # a kept round's failover timeline: each term's start and pass
     proc, printed = start(data, *extra)
@@ -900,6 +919,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--cluster-only", action="store_true", help="skip the embedded store")
     parser.add_argument(
+        "--lease-ttl",
+        type=int,
+        default=2,
+        help="the nodes' and managers' lease in whole seconds (dev-cluster's --lease-ttl; default 2)",
+    )
+    parser.add_argument(
         "--partitions",
         type=int,
         help="the cluster's partitions a pool (dev-cluster's --partitions; default its own)",
@@ -913,7 +938,7 @@ def main() -> None:
     args.consumers = min(args.consumers, args.queues)
     args.few = min(args.few, args.queues)
     print(machine())
-    print(f"partitions a pool: {args.partitions or 'dev-cluster default'}")
+    print(f"partitions a pool: {args.partitions or 'dev-cluster default'}; lease TTL {args.lease_ttl} s")
     rounds: list[tuple[Round, Round]] = []
     for n in range(args.rounds):
         with round_directory(args.keep, n) as root:

@@ -21,6 +21,11 @@ first pass for the new leader after a failover, over all the queues (docs/cluste
 13, "On one machine, one partition a pool"). Kill the node leading it to watch a failover
 (``GET /v1/cluster`` names it).
 
+``--lease-ttl`` is how long a dead leader goes unnoticed. etcd grants no lease shorter than
+1.5 times its election timeout (rounded up to whole seconds: 2 s at its default 1,000 ms),
+so the dev cluster starts its etcd with an election timeout that grants the TTL asked
+(:func:`etcd_election_timeout_ms`; one member, so the timeout elects nothing here).
+
 etcd's state lives only as long as the run, so the nodes' partitions do too: a new run on
 the same ``DIR`` starts from an empty cluster (it clears what an earlier run left in
 ``DIR``, and refuses a non-empty ``DIR`` that no dev cluster made). Logs of the nodes,
@@ -54,6 +59,19 @@ from .local_ports import free_port, free_ports
 MARKER = ".pushgate-dev-cluster"
 STOP_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
+# etcd's defaults: its election timeout, and the heartbeat interval it counts ticks in.
+ETCD_ELECTION_MS = 1000
+ETCD_HEARTBEAT_MS = 100
+
+
+def etcd_election_timeout_ms(lease_ttl_s: float) -> int:
+    """The election timeout (ms, at etcd's 100 ms heartbeat) at which etcd grants a
+    ``lease_ttl_s`` lease: etcd's shortest lease is ``ceil(3 * ticks // 2 * heartbeat)``
+    seconds (``ticks`` = election timeout / heartbeat), 2 s at its default 1,000 ms; leases
+    are whole seconds. Never above etcd's default."""
+    granted_ms = max(1, round(lease_ttl_s)) * 1000
+    ticks = min(ETCD_ELECTION_MS // ETCD_HEARTBEAT_MS, granted_ms // ETCD_HEARTBEAT_MS * 2 // 3)
+    return ticks * ETCD_HEARTBEAT_MS
 
 
 @dataclass
@@ -169,6 +187,8 @@ class DevCluster:
                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-cluster", f"dev=http://127.0.0.1:{peer}",
+                "--election-timeout", str(etcd_election_timeout_ms(self.lease_ttl_s)),
+                "--heartbeat-interval", str(ETCD_HEARTBEAT_MS),
                 "--log-level", "warn",
                 *etcd_tls,
             ],
@@ -303,7 +323,8 @@ def main(argv: Sequence[str]) -> int:
         "--lease-ttl",
         type=float,
         default=2.0,
-        help="etcd lease TTL of nodes and managers in seconds: how long a dead leader goes unnoticed (default 2)",
+        help="etcd lease TTL of nodes and managers in whole seconds: how long a dead leader goes unnoticed"
+        " (default 2; etcd here is started to grant it)",
     )
     parser.add_argument(
         "--tls",

@@ -8,6 +8,7 @@ restart and member-kill tests start their own members.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -413,6 +414,28 @@ async def test_a_watch_closed_as_it_opens_stops_without_being_cancelled(
         await next_state(states)
         await states.aclose()
     assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+
+
+async def test_a_lease_longer_than_asked_is_counted_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # etcd's default timing (100 ms heartbeats, a 1,000 ms election timeout) grants no lease
+    # under 2 s: a session asked for 1 s lasts 2, counts 2 and says so; one asked for 2 does not.
+    with etcd_cluster(tmp_path / "etcd", timing_ms=("100", "1000")) as cluster:
+        async with EtcdCoordinator(cluster.endpoints) as coordinator:
+            with caplog.at_level(logging.WARNING, logger="pushgate.cluster"):
+                asked_two = await coordinator.open_session(2.0)
+                assert asked_two.ttl_s == 2.0
+                assert not [r for r in caplog.records if "etcd granted" in r.getMessage()]
+                asked_one = await coordinator.open_session(1.0)
+                assert asked_one.ttl_s == 2.0
+                warned = [r.getMessage() for r in caplog.records if "etcd granted" in r.getMessage()]
+                assert warned == [
+                    "etcd granted a 2 s lease for the 1 s asked: its shortest lease is 1.5 times its"
+                    " --election-timeout, rounded up to whole seconds (docs/cluster.md, section 7)"
+                ]
+            await asked_one.close()
+            await asked_two.close()
 
 
 async def test_a_watch_and_a_session_survive_an_etcd_restart(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """``pushgate dev-cluster --log-level``: the nodes' and managers' logs in ``DIR/logs`` at the
 level asked, warnings only by default (what a failover's timeline needs: each term's start
-and first pass are logged at info)."""
+and first pass are logged at info). And ``--lease-ttl``: the nodes hold leases of the TTL
+asked, 1 s included, which etcd at its default election timeout would not grant (2 s)."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -24,14 +26,19 @@ def _node_log(data: Path, wait_for: str, within_s: float) -> str:
         time.sleep(0.05)
 
 
-def test_the_log_level_reaches_the_nodes(tmp_path: Path) -> None:
+def test_the_log_level_and_lease_ttl_reach_the_nodes(tmp_path: Path) -> None:
     for level, logged in (("info", True), ("warning", False)):
         data = tmp_path / level
-        cluster = start_dev_cluster(data, nodes=1, extra=["--log-level", level])
+        cluster = start_dev_cluster(data, nodes=1, extra=["--log-level", level, "--lease-ttl", "1"])
         try:
             # The node registered before the gateway was ready: at info its line is there
             # (or on its way), at warning it never comes.
             node_log = _node_log(data, _REGISTERED, scaled(10) if logged else 0.0)
             assert (_REGISTERED in node_log) is logged, node_log[-2000:]
+            if logged:
+                # The lease etcd granted, as the node counts it: the 1 s asked.
+                assert re.search(_REGISTERED + r" \S+ \(lease [0-9a-f]+, 1 s\)", node_log), node_log[-2000:]
+            # A lease longer than asked is a warning, at either level.
+            assert "etcd granted" not in node_log, node_log[-2000:]
         finally:
             cluster.stop()

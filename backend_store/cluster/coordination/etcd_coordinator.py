@@ -207,7 +207,17 @@ class EtcdCoordinator:
     async def open_session(self, ttl_s: float = 2.0) -> EtcdSession:
         asked = time.monotonic()
         # etcd leases are whole seconds.
-        lease = await self._call(lambda c: c.lease(max(1, round(ttl_s))))
+        wanted = max(1, round(ttl_s))
+        lease = await self._call(lambda c: c.lease(wanted))
+        if lease.ttl > wanted:
+            # The session lasts what etcd granted (a dead leader goes unnoticed that long):
+            # say so, not silently run on a longer failover than the operator chose.
+            log.warning(
+                "etcd granted a %d s lease for the %d s asked: its shortest lease is 1.5 times"
+                " its --election-timeout, rounded up to whole seconds (docs/cluster.md, section 7)",
+                lease.ttl,
+                wanted,
+            )
         return EtcdSession(self, lease.id, float(lease.ttl), asked)
 
     async def campaign(

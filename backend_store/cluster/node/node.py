@@ -349,7 +349,13 @@ class Node(ReplicaRounds):
         self.leadership.claims.clear()
         self.publication.ask()
         await self._publish(session)
-        log.info("node %s: registered at %s (lease %x)", self.node_id, self.address, session.lease_id)
+        log.info(
+            "node %s: registered at %s (lease %x, %g s)",
+            self.node_id,
+            self.address,
+            session.lease_id,
+            session.ttl_s,
+        )
         # A session this node gave up may live on in etcd: the node counts its TTL from when
         # it sent a renewal, and a renewal a cut held can reach etcd after that. Its keys,
         # this node's leader keys among them, would keep every claim out, this node's own
