@@ -84,6 +84,7 @@ from backend_store.types import QueueName, TenantId
 from bench.dev_cluster_failover import _CHILD, start
 from bench.push_common import cpu_seconds, fdatasync_cost, machine, percentiles, start_gateway, stop
 from bench.sqs_bench import SqsClient
+from gateway.dev_cluster import LEASE_TTL_S
 
 REPO = Path(__file__).resolve().parents[1]
 # After a fault: a send's timeout (past the gateway's 10 s request deadline) and the pause
@@ -921,8 +922,8 @@ def main() -> None:
     parser.add_argument(
         "--lease-ttl",
         type=int,
-        default=2,
-        help="the nodes' and managers' lease in whole seconds (dev-cluster's --lease-ttl; default 2)",
+        default=LEASE_TTL_S,
+        help=f"the nodes' and managers' lease in whole seconds (dev-cluster's --lease-ttl; default {LEASE_TTL_S})",
     )
     parser.add_argument(
         "--partitions",

@@ -42,12 +42,14 @@ class SimCluster:
         oracle: Oracle,
         *,
         window_entries: int,
+        lease_ttl_s: float = 2.0,
         off_the_network: frozenset[str] = frozenset(),
     ) -> None:
         self.rng = rng
         # Prefixes the managers read from etcd's model on the spot (SimCoordinator).
         self.off_the_network = off_the_network
         self.window_entries = window_entries
+        self.lease_ttl_s = lease_ttl_s
         self.trace = trace
         self.oracle = oracle
         self.layout = Layout()
@@ -102,6 +104,7 @@ class SimCluster:
             layout=layout,
             store_clock=lambda: 1_700_000_000.0 + offset + proc.clock(),
             window_entries=self.window_entries,
+            lease_ttl_s=self.lease_ttl_s,
         )
         self.nodes[name] = node
         self.note(f"{name} started (incarnation {proc.incarnation}{', prefix ' + prefix if prefix else ''})")
@@ -149,7 +152,7 @@ class SimCluster:
         manager = Manager(
             SimCoordinator(proc, self.network, self.etcd, off_the_network=self.off_the_network),
             manager_id=name,
-            ttl_s=2.0,
+            ttl_s=self.lease_ttl_s,
             tick_s=0.25,
             layout=self.layout,
             # Eight slots a pool, more than nodes: the pooled mixes' queues spread over more

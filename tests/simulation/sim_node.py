@@ -178,13 +178,14 @@ def start_node(
     layout: Layout,
     store_clock: Callable[[], float],
     window_entries: int,
+    lease_ttl_s: float = 2.0,
 ) -> SimNode:
     """Build the node on the simulated ports (its stores' time ``store_clock``, also its
     wall clock; its leaders' shipping window ``window_entries``) and start it from its process."""
     node_id = disk.node
     node = Node(
         # The data directory names the model disk only: the node reaches it through its files.
-        NodeConfig(node_id, Path(f"/simulated/{node_id}"), layout=layout),
+        NodeConfig(node_id, Path(f"/simulated/{node_id}"), layout=layout, ttl_s=lease_ttl_s),
         coordinator,
         SimListener(proc, network),
         SimReplicaStores(
