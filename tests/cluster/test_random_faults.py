@@ -26,6 +26,8 @@ acknowledged sends.
 Seeds: ``PUSHGATE_FAULT_SEED=S`` replays seed S; ``PUSHGATE_FAULT_SEEDS=A-B`` runs seeds A..B
 (inclusive); otherwise CI's seeds (``CI_SEEDS``; ``POOLED_CI_SEEDS`` for the pooled mix). A
 run prints its seed, its schedule and what each fault hit (shown by pytest when it fails).
+``PUSHGATE_FAULT_LEASE_TTL=1`` runs the nodes and managers on 1 s leases, as ``pushgate
+dev-cluster`` does (2 s, their own default, otherwise; the session's etcd grants either).
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def _seeds(ci: tuple[int, ...]) -> list[int]:
 
 @pytest.fixture
 async def harness(etcd_endpoints: list[str], tmp_path: Path) -> AsyncIterator[ClusterHarness]:
-    h = ClusterHarness(etcd_endpoints, tmp_path, unique_prefix("faults") + "/")
+    lease_ttl = float(os.environ.get("PUSHGATE_FAULT_LEASE_TTL", "2"))
+    h = ClusterHarness(etcd_endpoints, tmp_path, unique_prefix("faults") + "/", lease_ttl)
     try:
         yield h
     finally:
