@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+from gateway.dev_cluster import etcd_election_timeout_ms
 from tests.conftest import scaled
 from tests.fixtures.dev_cluster import start_dev_cluster
 
@@ -44,3 +45,10 @@ def test_the_log_level_and_lease_ttl_reach_the_nodes(tmp_path: Path) -> None:
             assert "etcd granted" not in node_log, node_log[-2000:]
         finally:
             cluster.stop()
+
+
+def test_etcd_is_started_at_an_election_timeout_that_grants_the_lease() -> None:
+    # etcd's shortest lease is ceil(3 * ticks // 2 * 100 ms) at its 100 ms heartbeat: at 600 ms
+    # (6 ticks) 0.9 s, granted as 1 s; at its default 1,000 ms, 1.5 s, granted as 2 s. Never
+    # above etcd's own default; leases are whole seconds (0.4 asks for 1).
+    assert [etcd_election_timeout_ms(ttl) for ttl in (0.4, 1, 2, 5)] == [600, 600, 1000, 1000]
