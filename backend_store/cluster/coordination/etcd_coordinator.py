@@ -30,6 +30,7 @@ from ...types import Epoch
 from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
 from .etcd_tls import EtcdTls, etcd_client
 from .fingerprint_batch import FingerprintBatch
+from .lease_keepalive import LeaseKeepAlive
 from .prefix_fingerprint import Fingerprint, Verdict, check_due, check_interval, judge, whole_read_interval
 
 log = logging.getLogger("pushgate.cluster")
@@ -168,6 +169,8 @@ class EtcdCoordinator:
         self.releases = releases
         self._client: Any = None
         self._checks = FingerprintBatch(self._fingerprints)
+        # Every session's renewals, on one stream (lease_keepalive.py); made again once broken.
+        self._renewals: LeaseKeepAlive | None = None
 
     async def connect(self) -> EtcdCoordinator:
         host, port = await asyncio.to_thread(_grpc_target, self.endpoints)
@@ -190,6 +193,9 @@ class EtcdCoordinator:
         return self
 
     async def close(self) -> None:
+        if self._renewals is not None:
+            renewals, self._renewals = self._renewals, None
+            await renewals.close()
         if self._client is not None:
             client, self._client = self._client, None
             with contextlib.suppress(aetcd.exceptions.ClientError, TimeoutError):
@@ -563,9 +569,12 @@ class EtcdCoordinator:
     # Internals ------------------------------------------------------------------------
 
     async def _refresh(self, lease_id: int) -> int:
-        reply = await self._call(lambda c: c.refresh_lease(lease_id))
-        ttl: int = reply.TTL if reply is not None else 0
-        return ttl
+        client = self._client
+        if client is None or client.channel is None:
+            raise CoordinatorUnavailable("not connected to etcd")
+        if self._renewals is None or self._renewals.broken:
+            self._renewals = LeaseKeepAlive(client.channel)
+        return await self._renewals.renew(lease_id, self.timeout_s * 2)
 
     async def _call(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         if self._client is None:
