@@ -99,6 +99,15 @@ async def test_a_node_started_with_another_prefix_refuses_and_deletes_nothing(
     await h.serving_leader(pid)
     for i in range(10):
         await h.send_until_ok(pid, T, "q", f"m{i}")
+
+    async def serving() -> bool:
+        record = (await h.node_records()).get("n2")
+        return record is not None and record.state == "up" and pid in record.replicas
+
+    # A majority took the sends; n2, slow to start on a loaded machine, may not hold its
+    # replica yet (a fresh clone's CI, session 84: stopped before it had made one, it had nothing to keep).
+    await h.wait_for("n2 to serve its replica", serving)
+    assert _files(h, pid)["n2"]
     node = h.nodes["n2"]
     node.stop()
     right = list(node.argv)
@@ -118,12 +127,7 @@ async def test_a_node_started_with_another_prefix_refuses_and_deletes_nothing(
     node.stop()
     node.argv = right
     node.start()
-
-    async def serving_again() -> bool:
-        record = (await h.node_records()).get("n2")
-        return record is not None and record.state == "up" and pid in record.replicas
-
-    await h.wait_for("n2 to serve its replica again", serving_again)
+    await h.wait_for("n2 to serve its replica again", serving)
     assert sorted(await h.read_queue(pid, T, "q")) == sorted(f"m{i}" for i in range(10))
 
 
