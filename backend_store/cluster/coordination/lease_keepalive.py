@@ -44,7 +44,7 @@ class LeaseKeepAlive:
 
     def __init__(self, channel: Any) -> None:
         self._call = rpc.LeaseStub(channel).LeaseKeepAlive()
-        # Renewals written and not yet answered, oldest first: (lease id, its answer's TTL).
+        # Renewals written and not yet answered, oldest first: (lease id, the future of its TTL).
         self._waiting: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
         self._writing = asyncio.Lock()
         self._why_broken: str | None = None
@@ -57,19 +57,21 @@ class LeaseKeepAlive:
     async def renew(self, lease_id: int, timeout_s: float) -> int:
         """The lease's TTL as etcd answers a renewal (0: etcd no longer holds it)."""
         if self._why_broken is not None:
-            raise CoordinatorUnavailable(f"etcd: the keep-alive stream ended ({self._why_broken})")
+            raise self._ended()
         answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(timeout_s):
                 # gRPC takes one write at a time on a call; the order of the writes is the
                 # order of the answers.
                 async with self._writing:
+                    if self._why_broken is not None:  # ended while this renewal waited to write
+                        raise self._ended()
                     self._waiting.append((lease_id, answer))
                     await self._call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
                 return await answer
         except _WRITE_ERRORS as exc:
             self._end(f"{type(exc).__name__}: {exc}")
-            raise CoordinatorUnavailable(f"etcd: the keep-alive stream ended ({self._why_broken})") from None
+            raise self._ended() from None
         except TimeoutError:
             # The answer may still come, after the next renewal's: no renewal can be matched
             # on this stream any more.
@@ -87,6 +89,9 @@ class LeaseKeepAlive:
         self._end("closed")
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
+
+    def _ended(self) -> CoordinatorUnavailable:
+        return CoordinatorUnavailable(f"etcd: the keep-alive stream ended ({self._why_broken})")
 
     def _end(self, why: str) -> None:
         if self._why_broken is None:
@@ -121,6 +126,4 @@ class LeaseKeepAlive:
             while self._waiting:
                 _, answer = self._waiting.popleft()
                 if not answer.done():
-                    answer.set_exception(
-                        CoordinatorUnavailable(f"etcd: the keep-alive stream ended ({self._why_broken})")
-                    )
+                    answer.set_exception(self._ended())
