@@ -108,10 +108,11 @@ class LeaseKeepAlive:
                 if not self._waiting:
                     why = f"an answer for lease {reply.ID:x} nobody waits for"
                     break
-                lease_id, answer = self._waiting.popleft()
-                if lease_id != reply.ID:
+                lease_id, answer = self._waiting[0]
+                if lease_id != reply.ID:  # left waiting: it fails with the others below
                     why = f"an answer for lease {reply.ID:x} where {lease_id:x} was asked"
                     break
+                self._waiting.popleft()
                 if not answer.done():
                     answer.set_result(int(reply.TTL))
         except grpc.RpcError as exc:
