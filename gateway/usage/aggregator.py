@@ -2,8 +2,10 @@
 
 :meth:`UsageAggregator.observe` is on the hot path (every request, every pushed batch),
 so it is a dict lookup and a few integer adds, with no lock: the gateway calls it from
-the event loop only. :meth:`UsageAggregator.take` swaps the cells out for a fresh dict
-and turns them into :class:`~gateway.usage.record.UsageRecord` s for the writer.
+the event loop only. :meth:`UsageAggregator.end_window` swaps the cells out for a fresh
+dict (on the loop), and the :class:`Window` it returns turns them into
+:class:`~gateway.usage.record.UsageRecord` s for the writer, off the loop if need be: it
+shares nothing with the aggregator any more.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .record import BUCKETS, LATENCY_BOUNDS_S, OK, UsageRecord, latency_bucket
 
@@ -96,18 +99,32 @@ class UsageAggregator:
     def window_start(self) -> float:
         return self._window_start
 
-    def take(self, gateway_id: str, sequence: int, now: float | None = None) -> list[UsageRecord]:
-        """End the current window at ``now``: return its records and start a new window.
-
-        Record ids are ``<gateway_id>-<sequence>-<row>``; the caller gives each flush a
-        new ``sequence``, so ids never repeat.
-        """
+    def end_window(self, now: float | None = None) -> Window:
+        """End the current window at ``now`` and start a new one; the ended window's cells."""
         end = self.clock() if now is None else now
-        cells, start = self._cells, self._window_start
+        window = Window(self._cells, self._window_start, end)
         self._cells, self._window_start = {}, end
-        start_us, end_us = int(start * 1_000_000), int(end * 1_000_000)
+        return window
+
+    def take(self, gateway_id: str, sequence: int, now: float | None = None) -> list[UsageRecord]:
+        """End the current window at ``now``: return its records and start a new window."""
+        return self.end_window(now).records(gateway_id, sequence)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The cells of one ended window, from ``start`` to ``end`` (wall seconds)."""
+
+    cells: dict[Key, Cell]
+    start: float
+    end: float
+
+    def records(self, gateway_id: str, sequence: int) -> list[UsageRecord]:
+        """One record a cell, sorted by key. Record ids are ``<gateway_id>-<sequence>-<row>``;
+        the caller gives each flush a new ``sequence``, so ids never repeat."""
+        start_us, end_us = int(self.start * 1_000_000), int(self.end * 1_000_000)
         records = []
-        for row, (key, cell) in enumerate(sorted(cells.items())):
+        for row, (key, cell) in enumerate(sorted(self.cells.items())):
             tenant, queue, operation, transport, outcome = key
             records.append(
                 UsageRecord(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from web_console.monitor import QueueSample, RateHistory, StorageHistory
+from web_console.monitor import DepthHistory, QueueSample, RateHistory, StorageHistory
 from web_console.monitor.cluster_sample import cluster_from_doc
 
 
@@ -156,3 +156,26 @@ def test_the_cluster_document_read_into_nodes_partitions_and_identity() -> None:
     ]
     assert p2.extra == (("learners", "n4"),)
     assert cluster_from_doc(None).nodes == ()
+
+
+def test_adding_pauses_every_thousand_queues_and_drops_the_missing_at_the_end() -> None:
+    """The sampler adds thousands of queues to its histories with pauses between, so that a
+    gateway's requests run meanwhile; what each history holds in the end is what ``add``
+    gives, and a queue gone from the sample is dropped only once all are added."""
+    queues = [q(sent=i, name=f"q{i:04d}") for i in range(2_500)]
+    depths, rates = DepthHistory(), RateHistory()
+    for at in (0, 30):
+        depths.add(at, [q(name="gone")])
+        rates.add(at, [q(sent=at, name="gone")])
+    depth_adding = depths.adding(60, queues)
+    assert next(depth_adding) is None  # a pause, after the first thousand
+    assert len(depths.points("t", "gone")) == 2
+    assert sum(1 for _ in depth_adding) == 1  # and one after the second
+    rate_adding = rates.adding(60, queues)
+    assert next(rate_adding) is None
+    assert len(rates.rates("t", "gone")) == 1
+    assert sum(1 for _ in rate_adding) == 1
+    assert depths.points("t", "gone") == [] and rates.rates("t", "gone") == []
+    assert depths.points("t", "q2499") == [(60, 0)]
+    rates.add(90, [q(sent=2_499 + 30, name="q2499")])
+    assert [p.sent for p in rates.rates("t", "q2499")] == [1.0]

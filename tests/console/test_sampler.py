@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -138,3 +139,43 @@ async def test_each_rate_counts_its_own_events(store: Backend, clock: ManualCloc
         3.5,
         1.0,
     )
+
+
+class PageRecorder:
+    """The store, with the limit of each ``list_queues`` read recorded (a sample must not
+    read a whole tenant at once: at 10,000 queues that held the gateway's loop 80-130 ms)."""
+
+    def __init__(self, store: Backend) -> None:
+        self._store = store
+        self.limits: list[int | None] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def list_queues(self, tenant: TenantId, *, after: str = "", limit: int | None = None) -> Any:
+        self.limits.append(limit)
+        return await self._store.list_queues(tenant, after=after, limit=limit)
+
+
+async def test_a_sample_reads_a_page_at_a_time_and_misses_no_queue(
+    store: Backend, clock: ManualClock
+) -> None:
+    # 23 queues in one tenant (three pages of 7, and 2), 7 in the other (a page, then an
+    # empty one), names whose order is not their creation's.
+    names = {T1: [f"q{(i * 7) % 23:02d}" for i in range(23)], T2: [f"r{i}" for i in range(7)]}
+    for tenant, queues in names.items():
+        for name in queues:
+            await store.create_queue(tenant, QueueName(name), {})
+    await store.send(T1, QueueName("q22"), [NewMessage(b"x")])
+    recorder = PageRecorder(store)
+    sources = sources_for(store, clock)
+    sources.backend = cast(Backend, recorder)
+    sampler = QueueSampler(sources, page_size=7)
+    snapshot = await sampler.sample()
+    assert [q.key for q in snapshot.queues] == [
+        (tenant, name) for tenant in (T1, T2) for name in sorted(names[tenant])
+    ]
+    last = snapshot.queue(T1, "q22")
+    assert last is not None and last.visible == 1
+    assert recorder.limits == [7] * 6
+    assert all(sampler.history.points(*q.key) for q in snapshot.queues)

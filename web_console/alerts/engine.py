@@ -14,14 +14,16 @@ records it (history, log line, transition counter, webhook); the others adopt th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from backend_store.errors import PushgateError
 from web_console.monitor import DepthHistory, QueueSample, RateHistory, Snapshot
+from web_console.monitor.history import PER_TURN
 
 from .defaults import install_defaults
 from .evaluation import breaches, cleared, observe
@@ -105,6 +107,9 @@ class AlertEngine:
         # The snapshot and rules evaluated last: what the next snapshot's changes are against.
         self._evaluated_at = -1.0
         self._evaluated_rules: set[AlertRule] = set()
+        # One evaluation at a time: they pause between turns (``advancing``), and two
+        # samples' listeners may run at once.
+        self._evaluating = asyncio.Lock()
         self._published: list[Alert] = []
         self._on_change = on_change
         self.shared = shared
@@ -148,7 +153,12 @@ class AlertEngine:
 
     async def on_sample(self, snapshot: Snapshot) -> None:
         """A sampler listener: reload the rules, then evaluate them against ``snapshot``
-        (sharing the outcome with the other gateways of the store when ``shared`` is set)."""
+        (sharing the outcome with the other gateways of the store when ``shared`` is set),
+        letting the event loop run between turns of the evaluation."""
+        async with self._evaluating:
+            await self._on_sample(snapshot)
+
+    async def _on_sample(self, snapshot: Snapshot) -> None:
         try:
             if self._defaults_for is not None:
                 await install_defaults(self.store, self._defaults_for)
@@ -157,7 +167,10 @@ class AlertEngine:
         except PushgateError as exc:
             log.warning("cannot read alert rules, keeping the last ones: %s", exc.detail)
         if self.shared is None:
-            self.evaluate(snapshot)
+            events: list[AlertEvent] = []
+            for _ in self.advancing(snapshot, events):
+                await asyncio.sleep(0)
+            self._recorded(events)
             return
         try:
             await self._evaluate_shared(snapshot, self.shared)
@@ -170,7 +183,10 @@ class AlertEngine:
         active = await shared.active()
         self._adopt(active, snapshot.at)
         recorded = []
-        for event in self.advance(snapshot):
+        advanced: list[AlertEvent] = []
+        for _ in self.advancing(snapshot, advanced):
+            await asyncio.sleep(0)
+        for event in advanced:
             if event.state == "fired":
                 alert = self._alert_of(event)
                 won = await shared.claim_fired(alert.to_dict())
@@ -219,16 +235,30 @@ class AlertEngine:
         """Advance every (rule, subject) state with ``snapshot`` and record the transitions
         here (one gateway, no sharing); return them."""
         events = self.advance(snapshot)
+        self._recorded(events)
+        return events
+
+    def _recorded(self, events: list[AlertEvent]) -> None:
         for event in events:
             self._record(event)
         self._publish()
         if events and self._on_change is not None:
             self._on_change()
-        return events
 
     def advance(self, snapshot: Snapshot) -> list[AlertEvent]:
         """Advance every (rule, subject) state with ``snapshot``; return the transitions
-        (not recorded: :meth:`evaluate` or the shared claim does that).
+        (not recorded: :meth:`evaluate` or the shared claim does that)."""
+        events: list[AlertEvent] = []
+        for _ in self.advancing(snapshot, events):
+            pass
+        return events
+
+    def advancing(self, snapshot: Snapshot, events: list[AlertEvent]) -> Iterator[None]:
+        """:meth:`advance` a turn at a time, adding the transitions to ``events``: a pause
+        (a ``yield``) after every ``PER_TURN`` queues observed and subjects stepped, for the
+        event loop to run others (at 10,000 queues an evaluation in one go held a
+        gateway's loop 40-80 ms). Readers see the states of the last finished evaluation
+        (:meth:`active`), never those of one paused.
 
         Only what can move is looked at: a queue rule evaluates the queues whose sample
         changed since the snapshot evaluated before (``Snapshot.changed``) and the subjects
@@ -239,13 +269,13 @@ class AlertEngine:
         evaluates every queue. So a tick at thousands of idle queues costs per change, not
         per queue."""
         now = snapshot.at
-        events: list[AlertEvent] = []
+        rules = self.rules  # an add_rule during a pause is evaluated next time, whole
         live: set[tuple[str, str]] = set()
         follows = snapshot.changed is not None and snapshot.previous_at == self._evaluated_at
         tracked: dict[str, list[str]] = {}
         for rule_id, subject in self._tracks:
             tracked.setdefault(rule_id, []).append(subject)
-        for rule in self.rules:
+        for rule in rules:
             queues: list[QueueSample] | None = None
             if follows and not rule.system and rule in self._evaluated_rules:
                 assert snapshot.changed is not None
@@ -254,7 +284,18 @@ class AlertEngine:
                     q = snapshot.queue(rule.tenant, subject[len(rule.tenant) + 1 :])
                     if q is not None:
                         queues.append(q)
-            for subject, value in observe(rule, snapshot, self.depth_history, self.rates, queues).items():
+            if rule.system:
+                values = observe(rule, snapshot, self.depth_history, self.rates)
+            else:
+                values = {}
+                every = snapshot.queues if queues is None else queues
+                for start in range(0, len(every), PER_TURN):
+                    part = every[start : start + PER_TURN]
+                    values.update(observe(rule, snapshot, self.depth_history, self.rates, part))
+                    yield
+            for n, (subject, value) in enumerate(values.items(), 1):
+                if n % PER_TURN == 0:
+                    yield
                 key = (rule.id, subject)
                 live.add(key)
                 track = self._tracks.get(key)
@@ -274,9 +315,8 @@ class AlertEngine:
             if gone.firing:
                 events.append(self._event(gone.rule, key[1], "resolved", gone.value, now))
         self._evaluated_at = snapshot.at
-        self._evaluated_rules = set(self.rules)
+        self._evaluated_rules = set(rules)
         self.evaluations += 1
-        return events
 
     def _step(
         self, rule: AlertRule, subject: str, track: _Track, value: float, now: float

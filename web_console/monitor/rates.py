@@ -15,10 +15,11 @@ queue (4.8 KiB at the defaults), plus the latest sample's row.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
+from .history import PER_TURN
 from .snapshot import QueueSample
 
 COUNTERS = ("sent", "delivered", "acked", "dead_lettered")
@@ -54,8 +55,16 @@ class RateHistory:
         self._latest: dict[tuple[str, str], Row] = {}
 
     def add(self, at: float, queues: Iterable[QueueSample]) -> None:
+        for _ in self.adding(at, queues):
+            pass
+
+    def adding(self, at: float, queues: Iterable[QueueSample]) -> Iterator[None]:
+        """:meth:`add` a turn at a time: a pause (a ``yield``) after every ``PER_TURN``
+        queues; queues missing from ``queues`` are dropped once they are all added."""
         seen: set[tuple[str, str]] = set()
-        for q in queues:
+        for n, q in enumerate(queues, 1):
+            if n % PER_TURN == 0:
+                yield
             key = q.key
             seen.add(key)
             row = _row(at, q)
@@ -103,13 +112,26 @@ class RateHistory:
 
         Measured from the newest kept point at least ``window_s`` old (or the oldest kept:
         a queue seen only lately counts from when it was first seen, never from zero)."""
-        rows = self._rows((tenant, name))
-        if not rows:
+        # Read in place, not through _rows: the default dead-letter rule asks this of every
+        # queue that changed, each sample (at 10,000 queues a tuple a kept point was most of
+        # an evaluation's time).
+        key = (tenant, name)
+        kept = self._kept.get(key)
+        if kept is None:
             return 0
         column = 1 + COUNTERS.index(counter)
-        base = rows[0]
-        for row in rows:
-            if row[0] > now - window_s:
+        latest = self._latest.get(key)
+        if latest is not None and latest[0] > kept[-_WIDTH]:
+            last_at, last = latest[0], latest[column]
+        else:
+            last_at, last = kept[-_WIDTH], kept[-_WIDTH + column]
+        since = now - window_s
+        base = kept[column]
+        for at in range(0, len(kept), _WIDTH):
+            if kept[at] > since:
                 break
-            base = row
-        return max(0, int(rows[-1][column] - base[column]))
+            base = kept[at + column]
+        else:
+            if last_at <= since:
+                base = last
+        return max(0, int(last - base))
