@@ -38,14 +38,14 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = re.compile(r"^(\S+)\s+(\S+)\s+pid (\d+)", re.M)
 
 
-def start(data: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+def start(data: Path, *extra: str, tree: Path = REPO) -> tuple[subprocess.Popen[bytes], str]:
     """``pushgate dev-cluster`` (with ``extra`` arguments) until ready; its process and what it
-    printed."""
+    printed. ``tree``: the checkout it runs from (``python -m`` finds its packages first)."""
     out = data.parent / "dev-cluster.out"
     command = [sys.executable, "-m", "gateway.cli", "dev-cluster", "--data", str(data), "--port", "0", *extra]
     with out.open("wb") as sink:
         proc = subprocess.Popen(
-            command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=tree, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
     deadline = time.monotonic() + 120
     while "ready: the gateway serves" not in out.read_text():
