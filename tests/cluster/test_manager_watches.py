@@ -176,3 +176,22 @@ async def test_a_commit_refused_on_its_expectations_plans_again_and_keeps_the_le
     assert all(
         layout.partition(1) in expect and expect[layout.partition(1)] is None for expect in refusing.commits
     )
+
+
+async def test_a_refused_commit_takes_what_etcd_holds_over_the_managers_own_lost_write() -> None:
+    # Simulation seed ``restore`` 1758509 (session 86): the manager put its own write of
+    # partition 1 (n3 named successor) into its view; etcd, restored from a snapshot taken
+    # before it, held the record as the watch last brought it, so the watch brought nothing
+    # and every later plan expected the lost write. A refused commit now reads what the
+    # manager writes afresh, and the next plan expects what etcd holds.
+    layout = manager().layout
+    before = PartitionRecord("t", "q0", 0, ("n1", "n2", "n3"), "n2")
+    lost = PartitionRecord("t", "q0", 0, ("n1", "n2", "n3"), "n2", successor="n3")
+    m = manager(Gets(135, {layout.partition(1): before.pack()}))
+    m._on_partitions(state(layout.partitions, 103, {layout.partition(1): before.pack()}))
+    m.view.partitions[1] = lost  # the commit path's own write, ahead of the watch
+    m._partition_values[1] = lost.pack()
+    await m._read_written()
+    assert m.view.partitions[1] == before
+    assert m._partition_values[1] == before.pack()  # what the next commit expects
+    assert m._held[layout.partitions].revision == 135  # what the watch compares with

@@ -504,6 +504,16 @@ def _wakes_with_entries(setter: Setter) -> None:
     setter(ReplicationLeader, "notify", wake_every_link)
 
 
+@_ablation("reread-written", "a manager whose commit etcd refused reads what it writes again")
+def _reread_written(setter: Setter) -> None:
+    from backend_store.cluster.manager.manager import Manager
+
+    async def wait_for_the_watch(self: Manager) -> None:
+        return None  # as before session 86: plan again on the view, until a watch brings news
+
+    setter(Manager, "_read_written", wait_for_the_watch)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:
