@@ -314,10 +314,12 @@ async def test_a_fenced_commit_holds_only_while_etcd_holds_what_it_expects(
 async def test_a_closed_session_revokes_its_keys(coordinator: EtcdCoordinator) -> None:
     key = unique_prefix("register") + "/nodes/n1"
     session = await coordinator.open_session()
-    await coordinator.register(session, key, b"127.0.0.1:7001")
+    written = await coordinator.register(session, key, b"127.0.0.1:7001")
     assert session.valid()
     entry = await coordinator.get(key)
     assert entry is not None and entry.lease == session.lease_id
+    # What the write replaced (nothing) and its own revision (node/registrations.py).
+    assert written.before is None and written.revision == entry.mod_revision
     await session.close()
     assert not session.valid() and session.lost.is_set()
     assert await coordinator.get(key) is None

@@ -26,7 +26,13 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
-from backend_store.cluster.coordination.coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
+from backend_store.cluster.coordination.coordinator import (
+    Claim,
+    CoordinatorUnavailable,
+    Entry,
+    PrefixState,
+    Registered,
+)
 from backend_store.errors import InvalidRequest
 from backend_store.types import Epoch
 
@@ -323,10 +329,10 @@ class SimCoordinator:
         result = await self._txn(Txn(compares, (Delete(key),)))
         return result.succeeded
 
-    async def register(self, session: Any, key: str, value: bytes) -> int | None:
+    async def register(self, session: Any, key: str, value: bytes) -> Registered:
         result = await self._txn(Txn((), (Put(key, value, session.lease_id),)))
         before = result.results[0]
-        return None if before is None else int(before.mod_revision)
+        return Registered(None if before is None else int(before.mod_revision), result.revision)
 
     async def get(self, key: str) -> Entry | None:
         result = await self._txn(Txn((), (Get(key),)))

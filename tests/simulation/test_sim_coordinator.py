@@ -12,7 +12,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from backend_store.cluster.coordination.coordinator import Claim
+from backend_store.cluster.coordination.coordinator import Claim, Registered
 from backend_store.cluster.coordination.layout import Layout
 
 from .etcd_model import EtcdServer
@@ -113,8 +113,8 @@ def test_a_key_of_ones_own_lease_on_a_changed_record_is_given_up_not_won() -> No
     assert held is None  # the stale key was deleted
 
 
-def test_registering_says_what_the_write_replaced() -> None:
-    async def body(coordinator: SimCoordinator) -> tuple[int | None, int | None, int]:
+def test_registering_says_what_the_write_replaced_and_its_own_revision() -> None:
+    async def body(coordinator: SimCoordinator) -> tuple[Registered, Registered, int]:
         session = await coordinator.open_session()
         key = LAYOUT.node("n1")
         first = await coordinator.register(session, key, b"record 1")
@@ -124,8 +124,10 @@ def test_registering_says_what_the_write_replaced() -> None:
         return first, second, written.mod_revision
 
     first, second, mod_revision = on_virtual_time(body)
-    assert first is None  # nothing was there
-    assert second == mod_revision  # the record it replaced, by its revision
+    assert first.before is None  # nothing was there
+    assert first.revision == mod_revision  # the write's own revision
+    assert second.before == mod_revision  # the record it replaced, by its revision
+    assert second.revision > mod_revision
 
 
 def test_a_session_past_its_deadline_is_in_doubt_until_etcd_answers() -> None:

@@ -81,6 +81,14 @@ class Claim:
     holder: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """What a write under a lease (``Coordinator.register``) found and made."""
+
+    before: int | None  # the mod revision etcd held the key at before (None: it held none)
+    revision: int  # the write's own
+
+
 class Session(Protocol):
     """A lease kept alive in the background."""
 
@@ -131,9 +139,9 @@ class Coordinator(Protocol):
         revisions again from the snapshot's, so another node's claim can be created at the
         revision a stale claim of ours had."""
 
-    async def register(self, session: Session, key: str, value: bytes) -> int | None:
+    async def register(self, session: Session, key: str, value: bytes) -> Registered:
         """Put ``key`` under the session's lease (a membership record, a published LSN);
-        return the mod revision etcd held the key at before (None: it held none)."""
+        return the mod revision etcd held the key at before and the write's revision."""
 
     async def get(self, key: str) -> Entry | None:
         """Read one key (a linearizable read)."""

@@ -27,7 +27,7 @@ from aetcd import rpc
 from ...errors import ConfigurationError, InvalidRequest
 from ...tested_versions import RELEASES, ReleaseCheck
 from ...types import Epoch
-from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState
+from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState, Registered
 from .etcd_tls import EtcdTls, etcd_client
 from .fingerprint_batch import FingerprintBatch
 from .lease_keepalive import LeaseKeepAlive
@@ -267,10 +267,11 @@ class EtcdCoordinator:
         )
         return bool(ok)
 
-    async def register(self, session: Any, key: str, value: bytes) -> int | None:
+    async def register(self, session: Any, key: str, value: bytes) -> Registered:
         put = await self._call(lambda c: c.put(key.encode(), value, lease=session.lease_id, prev_kv=True))
         prev = put.prev_kv
-        return int(prev.mod_revision) if prev is not None and prev.key else None
+        before = int(prev.mod_revision) if prev is not None and prev.key else None
+        return Registered(before, int(put.header.revision))
 
     # Reads and writes ---------------------------------------------------------------
 

@@ -68,6 +68,7 @@ from .ports import NodeClock, NodeFiles, NodeListener, ReplicaStores
 from .publication import Publication, node_record
 from .receipts import KeptReceipt, remade
 from .reconcile import MapView, ReplicaLabel
+from .registrations import Registrations
 from .replica_rounds import ReplicaRounds
 from .served_sets import ServedSets
 
@@ -119,6 +120,8 @@ class Node(ReplicaRounds):
         self._leaders: dict[int, tuple[LeaderRecord, Epoch]] = {}
         self._nodes: dict[str, NodeRecord] = {}
         self._nodes_read = False
+        # Whose records were written since this node registered (registrations.py).
+        self.registrations = Registrations(self.node_id)
         # Queue records, kept by the keys that change (pool_queues.py).
         self._queues = QueueRecords()
         self._tombstones: dict[int, Tombstone] = {}
@@ -255,6 +258,8 @@ class Node(ReplicaRounds):
             self._check_keys({own.key: own.mod_revision})
         self._nodes = read_nodes(state)
         self._nodes_read = True
+        if self.registrations.observe(state):
+            self.publication.ask()  # another node registered: let it hear this one
 
     def _check_keys(self, mod_revisions: dict[str, int]) -> None:
         """Whether etcd holds a leader key or this node's record at an older mod revision
@@ -348,6 +353,7 @@ class Node(ReplicaRounds):
         )
         self.leadership.claims.clear()
         self.publication.ask()
+        self.registrations.registered(None)  # until this session's first write
         await self._publish(session)
         log.info(
             "node %s: registered at %s (lease %x, %g s)",
@@ -403,8 +409,11 @@ class Node(ReplicaRounds):
         if self.publication.wanted(record):
             key = self.layout.node(self.node_id)
             before = self._keys_seen.marks.get(key)
-            held = await self.coordinator.register(session, key, record.pack())
+            written = await self.coordinator.register(session, key, record.pack())
+            held = written.before
             self.publication.written(record, now)
+            if self.registrations.own_revision is None:
+                self.registrations.registered(written.revision)
             # What etcd held before this write is evidence too: a node that writes its record
             # (a position or its storage changed) before its watch shows the restored one
             # buries it under a newer mod revision (a CI run of session 42, load average 7:

@@ -25,6 +25,7 @@ from .ports import NodeClock, NodeFiles, ReplicaStores
 from .publication import Publication
 from .receipts import KeptReceipt
 from .reconcile import Decision, HostedReplica, IdentityVerdict, MapView, ReplicaLabel, decide
+from .registrations import Registrations
 from .remembered_records import worth_keeping
 from .served_sets import ServedSets
 
@@ -49,6 +50,7 @@ class ReplicaRounds(NodeServing):
     _leaders: dict[int, tuple[LeaderRecord, Epoch]]
     _nodes: dict[str, NodeRecord]
     _nodes_read: bool
+    registrations: Registrations
     _queues: QueueRecords
     # What this node keeps of its replicas (Node.__init__ says what each is).
     _on_disk: set[int] | None
@@ -125,6 +127,7 @@ class ReplicaRounds(NodeServing):
         if decision.refused is not None:
             return
         addresses = {n: rec.address for n, rec in self._nodes.items()}
+        heard = self.registrations.heard()
         for pid, record in decision.serve.items():
             serving = self.hosts.get(pid)
             if serving is None:
@@ -144,7 +147,15 @@ class ReplicaRounds(NodeServing):
                 pid,
                 "serving it",
                 self.leadership.reconcile(
-                    session, serving, record, addresses, self._leaders, self._nodes, self._queues, value
+                    session,
+                    serving,
+                    record,
+                    addresses,
+                    self._leaders,
+                    self._nodes,
+                    self._queues,
+                    value,
+                    heard=heard,
                 ),
             )
 
