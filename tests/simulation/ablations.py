@@ -531,8 +531,8 @@ def _heard_voters(setter: Setter) -> None:
 
     def every_registration(
         nodes: Mapping[str, NodeRecord], pid: int, voters: Iterable[str], heard: Any, node_id: str
-    ) -> dict[str, int]:
-        return {n: 0 for n in voters if n != node_id and n in nodes}  # a relic, a silent copy count
+    ) -> set[str]:
+        return {n for n in voters if n != node_id and n in nodes}  # a relic, a silent copy count
 
     setter(Registrations, "observe", no_new_writes)
     setter(leadership, "heard_copies", every_registration)
@@ -543,26 +543,13 @@ def _published_copies(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import NodeRecord
     from backend_store.cluster.node import leadership
 
-    heard_copies = leadership.heard_copies
-
     def silent_too(
         nodes: Mapping[str, NodeRecord], pid: int, voters: Iterable[str], heard: Any, node_id: str
-    ) -> dict[str, int]:
+    ) -> set[str]:
         # As session 86 first had it: a heard voter counts before it said what it holds.
-        said = heard_copies(nodes, pid, list(voters), heard, node_id)
-        return {n: said.get(n, 0) for n in voters if n != node_id and n in nodes and n in heard}
+        return {n for n in voters if n != node_id and n in nodes and n in heard}
 
     setter(leadership, "heard_copies", silent_too)
-
-
-@_ablation("voter-ahead", "a designated node whose voter holds a later term resigns, not campaigns")
-def _voter_ahead(setter: Setter) -> None:
-    from backend_store.cluster.node import leadership
-
-    def nobody_ahead(*_: Any) -> str | None:
-        return None  # as before session 86: the designation is trusted
-
-    setter(leadership, "voter_ahead", nobody_ahead)
 
 
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:

@@ -29,9 +29,7 @@ LSN 9 without LSNs 10-11. A node now counts only voters whose records were writt
 registered (live nodes write theirs again when another registers: ``node/registrations.py``)
 and that published what their copies hold; 46, 154, 182, 222, 262 and 263 broke the same
 invariant with only the first half (n3 registered 3 ms before n1 campaigned, its copy of
-LSN 23 not yet examined), and hold with the second. A heard voter whose copy ends in a later
-term makes the designated node resign for the manager (``leadership.py``, rule 9): no seed
-of 0-299 reaches that rule (their trajectories are the same without it).
+LSN 23 not yet examined), and hold with the second.
 """
 
 from __future__ import annotations

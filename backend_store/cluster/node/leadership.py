@@ -46,15 +46,10 @@ Not leading:
 8. Designated in an earlier incarnation of the cluster (before etcd was found to have gone
    back in time, which raises it): hold off until the manager designates anew on fresh
    positions; whoever led before the restore may not be the most up to date now.
-9. Designated, the session valid and a majority of the voters heard (their records written
-   since this node registered: a registration etcd restored from a backup is no sign of
-   life, :mod:`.registrations`): campaign (a key held by another stays theirs until their
-   lease ends; etcd refuses the campaign until then). Unless a heard voter publishes a
-   copy whose last entry is of a later term than this replica's: the designation is older
-   than that term (an etcd restored while this node was down, simulation seed ``down`` 38),
-   and a term begun now would lack what the later one acknowledged. Resign as rule 1
-   does (published as resigned, holding off until the manager designates anew on those
-   positions).
+9. Designated, the session valid and a majority of the voters heard, each having told
+   what its copy holds (records written since this node registered: a registration etcd
+   restored from a backup is no sign of life, :mod:`.registrations`): campaign (a key held
+   by another stays theirs until their lease ends; etcd refuses the campaign until then).
 10. Not campaigning (rules 6-8, or not designated) while the leader key is this node's:
     delete it. Such a key is a relic (etcd restored from a snapshot taken while this node
     led, under a lease the node still keeps alive, or a resignation whose delete failed):
@@ -97,7 +92,6 @@ class Action(StrEnum):
     ABANDON_HAND_OVER = "abandon_hand_over"
     FOLLOW = "follow"
     HOLD_OFF = "hold_off"
-    RESIGN_BEHIND = "resign_behind"  # a voter holds a later term: let the manager designate anew
     DELETE_OWN_KEY = "delete_own_key"
     CAMPAIGN = "campaign"
 
@@ -125,12 +119,9 @@ class Situation:
     resigned: Resignation | None = None
     incarnation: int = 0  # the cluster's, as this node last read it
     etcd_behind: bool = False  # etcd seems behind what this node remembers (rule 7)
-    # The voters this node heard from since it registered (itself included): a term needs
-    # links to a majority to commit anything, and they are made from the registrations.
+    # The voters heard from since this node registered that said what their copies hold
+    # (itself included): a term needs links to a majority to commit anything.
     registered_voters: int = 0
-    # A heard voter whose published copy ends in a later term than this replica's last
-    # entry (None: none): this replica's designation predates that term.
-    voter_ahead: str | None = None
     # The epoch of this replica's last entry: past a resignation's term, a newer leader has
     # written here even if its key was never seen (this node's loop was held meanwhile).
     last_epoch: int = 0
@@ -207,9 +198,6 @@ def _decide(s: Situation) -> Decision:
         # now would have no links, and its first commit would wait with the node's loop.
         why = "a majority of the voters is not registered yet"
         return Decision(Action.HOLD_OFF, why, end_resignation=end)
-    if s.voter_ahead is not None:
-        why = f"{s.voter_ahead} holds entries of a later term than this replica's last"
-        return Decision(Action.RESIGN_BEHIND, why, end_resignation=end)
     return Decision(Action.CAMPAIGN, end_resignation=end)
 
 
@@ -219,29 +207,26 @@ def heard_copies(
     voters: Collection[str],
     heard: Collection[str],
     node_id: str,
-) -> dict[str, int]:
+) -> set[str]:
     """The other voters heard from since this node registered that publish what their copy
-    of ``pid`` holds (served or stray), with the epoch of its last entry. A voter that has
-    not said yet (a copy found on disk, not examined) may hold the newest entries: it does
-    not count (simulation seed ``down`` 46, session 86: n3 registered 3 ms before n1
-    campaigned, its copy holding LSN 23 unpublished, and n1 led from LSN 21). A copy made
-    again empty knows nothing, and does not count either."""
-    out: dict[str, int] = {}
+    of ``pid`` holds (served, or a stray's rank). A voter that has not said yet (a copy found
+    on disk, not examined) may hold the newest entries: it does not count (simulation seed
+    ``down`` 46, session 86: n3 registered 3 ms before n1 campaigned, its copy holding LSN
+    23 unpublished, and n1 led from LSN 21). Once it has, it has settled etcd's timeline
+    (``replica_rounds.py``) and raised the incarnation if its copy knows etcd went back, so
+    a campaign on a designation the restore brought back is refused (it compares the
+    cluster record). A copy made again empty knows nothing, and does not count either."""
+    out: set[str] = set()
     for n in voters:
         record = nodes.get(n)
         if n == node_id or n not in heard or record is None:
             continue
         position = record.replicas.get(pid)
-        if position is not None and position.remade is None:
-            out[n] = position.last_epoch
-        elif position is None and pid in record.stray_ranks:
-            out[n] = record.stray_ranks[pid][0]
+        if (position is not None and position.remade is None) or (
+            position is None and pid in record.stray_ranks
+        ):
+            out.add(n)
     return out
-
-
-def voter_ahead(copies: Mapping[str, int], last_epoch: int) -> str | None:
-    """A voter whose copy's last entry is of a later term than ``last_epoch`` (None: none)."""
-    return next((n for n in sorted(copies) if copies[n] > last_epoch), None)
 
 
 class Incarnations(Protocol):
@@ -357,7 +342,6 @@ class NodeLeadership:
         heard: Collection[str],
     ) -> Situation:
         leader = host.leader
-        last_epoch = host.last_entry()[0]
         copies = heard_copies(nodes, host.partition, record.replicas, heard, self.node_id)
         common: dict[str, Any] = {
             "node_id": self.node_id,
@@ -372,8 +356,7 @@ class NodeLeadership:
             "incarnation": self.identity.incarnation,
             "etcd_behind": self.identity.timeline.suspect,
             "registered_voters": 1 + len(copies),
-            "voter_ahead": voter_ahead(copies, last_epoch),
-            "last_epoch": last_epoch,
+            "last_epoch": host.last_entry()[0],
         }
         if leader is None:
             return Situation(**common)
@@ -469,11 +452,6 @@ class NodeLeadership:
                         self.layout.leader(host.partition), Epoch(epoch_revision(claim[1])), claim[0].pack()
                     )
                 host.record = record
-            case Action.RESIGN_BEHIND:
-                log.warning("partition %d: not campaigning: %s", host.partition, decision.why)
-                host.record = record
-                host.resign_stale(host.store.epoch, now, record.designation)
-                self.publish_soon()
             case Action.FOLLOW | Action.HOLD_OFF:
                 host.record = record
             case Action.CAMPAIGN:
