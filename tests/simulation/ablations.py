@@ -456,13 +456,15 @@ def _revoke_lost_lease(setter: Setter) -> None:
 
 @_ablation("publish-check", "a node checks what etcd held before each write of its record")
 def _publish_check(setter: Setter) -> None:
+    from backend_store.cluster.coordination.coordinator import Registered
+
     from . import sim_coordinator
 
     register = sim_coordinator.SimCoordinator.register
 
-    async def blind(self: Any, session: Any, key: str, value: bytes) -> int | None:
-        await register(self, session, key, value)
-        return None  # as before session 42: the write says nothing of what it replaced
+    async def blind(self: Any, session: Any, key: str, value: bytes) -> Registered:
+        written = await register(self, session, key, value)
+        return Registered(None, written.revision)  # as before session 42: nothing of what it replaced
 
     setter(sim_coordinator.SimCoordinator, "register", blind)
 

@@ -45,7 +45,7 @@ PINNED_BY: dict[str, tuple[str, ...]] = {
     ),
     "claim-cluster-compare": (f"{MODEL}::test_a_claim_on_a_cluster_record_that_changed_is_refused",),
     "own-key-compares": (f"{MODEL}::test_a_key_of_ones_own_lease_on_a_changed_record_is_given_up_not_won",),
-    "publish-check": (f"{MODEL}::test_registering_says_what_the_write_replaced",),
+    "publish-check": (f"{MODEL}::test_registering_says_what_the_write_replaced_and_its_own_revision",),
     "leader-sightings": (
         f"{WATCHES}::test_a_leader_key_seen_is_remembered_after_it_vanishes_and_older_positions_do_not_count",
     ),
@@ -54,6 +54,9 @@ PINNED_BY: dict[str, tuple[str, ...]] = {
     ),
     "repair-marks": (f"{WATCHES}::test_a_commit_the_watch_spoke_during_leaves_the_watchs_marks",),
     "record-expectations": (f"{WATCHES}::test_a_commit_expects_the_partition_records_its_plan_was_made_on",),
+    "reread-written": (
+        f"{WATCHES}::test_a_refused_commit_takes_what_etcd_holds_over_the_managers_own_lost_write",
+    ),
     "record-rebuild": (
         "tests/cluster/test_unreadable_records.py::test_a_manager_that_never_read_a_record_writes_back_what_its_leader_serves_on",
         "tests/cluster/test_unreadable_records.py::test_without_a_leader_the_rebuilt_record_designates_nobody_until_every_copy_counts",

@@ -15,9 +15,12 @@ asking a new queue's leaders to make it (a create is a record write; each leader
 makes its new queues together): of ``pools`` 0-39, 9, 14-16, 18, 19, 21-23, 27, 30, 35 and
 37 reach it, and none violates.)
 
-Seeds 9 and 14 of the ``pools`` mix restore etcd to the backup taken before the producers'
+Seeds 4 and 7 of the ``pools`` mix restore etcd to the backup taken before the producers'
 queues existed: their records are lost, their messages must not be; healing makes the
-queues again, and every acknowledged send is read back from the same partitions."""
+queues again, and every acknowledged send is read back from the same partitions. (Seeds 9
+and 14 did until session 86's nodes, which count a voter towards a campaign only once it
+wrote its record since, moved them off it: of ``pools`` 0-39, 4, 7, 8, 10, 13, 15, 18-20,
+24, 27, 28, 30, 32 and 38 reach it.)"""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import pytest
 from .simulation import config_for, run_seed
 
 
-@pytest.mark.parametrize("seed", [9, 14])
+@pytest.mark.parametrize("seed", [4, 7])
 def test_queues_whose_records_a_restore_lost_keep_their_messages(seed: int) -> None:
     result = run_seed(config_for(seed, "pools"))
     assert result.ok, result.report()

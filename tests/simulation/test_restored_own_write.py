@@ -11,13 +11,17 @@ times a second for the rest of the run; the promotions of partitions 1-3 never l
 q0g0 took no send for 30 s after healing (``available-after-heal``). A commit that finds
 etcd other than the view now reads the prefixes the manager writes afresh
 (``Manager._read_written``).
+
+With the fresh read taken out (ablation ``reread-written``) the seed failed again, until the
+same session's nodes (a voter counts towards a campaign once it wrote its record since)
+moved it off the race, and no seed of ``restore`` 1759600-1759999 at the 1 s lease reaches it
+without the fix; the fix is pinned by a deterministic test instead
+(``tests/cluster/test_manager_watches.py``, in ``test_fixes_pinned.py``). The seed stays as
+one that must hold.
 """
 
 from __future__ import annotations
 
-import pytest
-
-from .ablations import take_out
 from .simulation import config_for, run_seed
 
 SEED = 1758509
@@ -27,16 +31,3 @@ def test_a_manager_plans_again_on_what_a_restored_etcd_holds() -> None:
     result = run_seed(config_for(SEED, "restore", lease_ttl_s=1.0))
     assert result.ok, result.report()
     assert any(fact.kind == "etcd-restored" for fact in result.facts), result.summary()
-
-
-def test_without_the_fresh_read_the_manager_plans_on_its_lost_write_forever(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """So the test above would catch the fresh read going away."""
-    take_out(["reread-written"], monkeypatch.setattr)
-    result = run_seed(config_for(SEED, "restore", lease_ttl_s=1.0))
-    assert result.violation is not None, result.summary()
-    assert result.violation.invariant == "available-after-heal", result.summary()
-    assert any("etcd no longer holds what a plan was made on" in text for _, _, text in result.trace), (
-        result.trace_text()
-    )
