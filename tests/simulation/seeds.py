@@ -36,6 +36,9 @@ CI_SEEDS: dict[str, range] = {
     "late": range(0, 10),
     "pools": range(0, 10),
     "since": range(0, 10),
+    # Since session 86: the mix went unswept after issue 49's move to production's Node, and
+    # 2 of its first 60 seeds had come to break leader-completeness (test_down_restore.py).
+    "down": range(0, 10),
 }
 
 # (mix, seed) -> (invariant, what the trace shows); printed by scripts/simulate --ci. Empty
