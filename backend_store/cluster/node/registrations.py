@@ -12,9 +12,8 @@ without LSNs 10-11 that n2 and n3 had acknowledged under epoch 54.
 
 So a node counts a voter only on a record written after its own registration: live nodes
 write theirs again whenever they see a new registration of another node (a new lease or a
-new key), and relics never do. What a heard voter publishes is what it holds now, which is
-what lets a node that starts on a stale designation see that a voter holds entries of a
-later term than its own (``leadership.py``, rule 9).
+new key), and relics never do. A heard voter counts once it has also published what its
+copy holds (``leadership.heard_copies``, rule 9).
 """
 
 from __future__ import annotations
