@@ -403,10 +403,12 @@ class Manager:
         new and the view kept the lost write forever: every plan expected it and failed, four
         times a second, and partitions waiting on a promotion took no send (simulation seed
         ``restore`` 1758509 at the 1 s lease, session 86)."""
-        for prefix, handler in self._handlers():
-            if prefix in (self.layout.partitions, self.layout.tombstones):
-                self._held[prefix] = state = await self.coordinator.read_prefix(prefix)
-                handler(state)
+        for prefix, handler in (
+            (self.layout.partitions, self._on_partitions),
+            (self.layout.tombstones, self._on_tombstones),
+        ):
+            self._held[prefix] = state = await self.coordinator.read_prefix(prefix)
+            handler(state)
 
     def _records_expected(self, change: Plan) -> dict[str, bytes | None]:
         """What a commit of ``change`` expects etcd to hold under each partition record it
