@@ -12,7 +12,7 @@ from backend_store.cluster.coordination.layout import (
     PartitionRecord,
     ReplicaPosition,
 )
-from backend_store.cluster.node.leadership import Action, Situation, decide, heard_copies
+from backend_store.cluster.node.leadership import Action, Situation, decide, heard_copies, voter_ahead
 from backend_store.cluster.replication.quorum import Resignation
 
 RECORD = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")
@@ -130,21 +130,43 @@ def test_a_designated_replica_campaigns_once_a_majority_of_the_voters_registered
     assert decide(situation(registered_voters=2)).action is Action.CAMPAIGN
 
 
+def test_a_designated_replica_behind_a_heard_voters_later_term_resigns_for_the_manager() -> None:
+    # Simulation seed ``down`` 398 (session 87): the restored map still designates n1, whose
+    # copy ends in epoch 11; n3 publishes one ending in epoch 67 (n2 led it, and n3
+    # acknowledged its LSNs 15-16), and nothing showed the restore.
+    decision = decide(situation(registered_voters=2, voter_ahead="n3", last_epoch=11))
+    assert decision.action is Action.RESIGN_BEHIND and "n3" in decision.why
+    # Published as resigned on that designation, it holds off until the manager moves it.
+    resigned = Resignation(11, 100.0, 11, 9, RECORD.designation)
+    assert decide(situation(voter_ahead="n3", resigned=resigned)).action is Action.HOLD_OFF
+
+
+def test_a_replica_resigning_behind_a_voter_first_deletes_its_own_standing_key() -> None:
+    # Simulation seed ``all`` 1761143 (session 87): n1 won a campaign just before n4
+    # published a copy of a later term; while n1's key stands nobody else may lead, and the
+    # manager promotes nobody, so it goes first.
+    decision = decide(situation(voter_ahead="n4", last_epoch=11, key=("n1", 12)))
+    assert decision.action is Action.DELETE_OWN_KEY
+    assert decide(situation(voter_ahead="n4", last_epoch=11)).action is Action.RESIGN_BEHIND
+
+
 def test_only_voters_heard_since_registering_that_published_their_copies_count() -> None:
     # Simulation seeds ``down`` 38 and 46 (session 86): n2's record is a relic the restore
     # brought back; n3 registered anew but has not published what its copy holds.
-    served = ReplicaPosition("follower", 54, 11, 54)
+    copies = {"n1": ReplicaPosition("follower", 11, 9, 11), "n4": ReplicaPosition("follower", 54, 11, 54)}
     nodes = {
         "n2": NodeRecord("n2:7000", "up", {5: ReplicaPosition("follower", 11, 9, 11)}),
         "n3": NodeRecord("n3:7000", "up", {}, strays={5: "found on disk, not examined yet"}),
-        "n4": NodeRecord("n4:7000", "up", {5: served}),
+        "n4": NodeRecord("n4:7000", "up", {5: copies["n4"]}),
         "n5": NodeRecord("n5:7000", "up", {}, strays={5: "conflicts"}, stray_ranks={5: (60, 3)}),
     }
     voters = ("n1", "n2", "n3", "n4", "n5")
     heard = {"n1", "n3", "n4", "n5"}
     found = heard_copies(nodes, 5, voters, heard, "n1")
-    assert found == {"n4", "n5"}  # not n2 (not heard), not n3 (nothing said), not n1
-    remade = replace(served, remade=MoveReceipt(("n1", "n2", "n3"), 2, 1))
+    assert found == {"n4": 54, "n5": 60}  # not n2 (not heard), not n3 (nothing said), not n1
+    assert voter_ahead(found, 11) == "n4"
+    assert voter_ahead(found, 60) is None
+    remade = replace(copies["n4"], remade=MoveReceipt(("n1", "n2", "n3"), 2, 1))
     nodes["n4"] = NodeRecord("n4:7000", "up", {5: remade})
     assert "n4" not in heard_copies(nodes, 5, voters, heard, "n1")  # an empty copy knows nothing
 

@@ -153,6 +153,21 @@ def test_a_resigned_leader_holding_more_than_the_others_stays_designated() -> No
     assert plan(v).puts == {5: replace(record, designation=5)}
 
 
+def test_a_resigned_leader_is_not_designated_again_over_a_live_voter_ahead_of_it() -> None:
+    # node/leadership.py, rule 9: n1 resigned because n3 publishes a copy ending in a later
+    # term (epoch 9). n3's position predates the key's end (it still saw epoch 9's key), so
+    # n1 is the best fresh one; designated again, it would resign again, for ever.
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", designation=4)
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": resigned(p5=(7, 40)), "n2": node(p5=(7, 35)), "n3": node(leader_epoch=9, p5=(9, 41))},
+        partitions={5: record},
+    )
+    assert plan(v).puts == {}  # waits for n3
+    v.nodes["n3"] = node(p5=(9, 41))
+    assert plan(v).puts[5] == replace(record, leader="n3", designation=5)
+
+
 def test_a_live_leader_that_did_not_resign_is_not_replaced() -> None:
     # Its key is gone (a lost session, say) but it did not resign: it campaigns again itself.
     record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1")

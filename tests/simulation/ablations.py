@@ -533,8 +533,8 @@ def _heard_voters(setter: Setter) -> None:
 
     def every_registration(
         nodes: Mapping[str, NodeRecord], pid: int, voters: Iterable[str], heard: Any, node_id: str
-    ) -> set[str]:
-        return {n for n in voters if n != node_id and n in nodes}  # a relic, a silent copy count
+    ) -> dict[str, int]:
+        return {n: 0 for n in voters if n != node_id and n in nodes}  # a relic, a silent copy count
 
     setter(Registrations, "observe", no_new_writes)
     setter(leadership, "heard_copies", every_registration)
@@ -545,13 +545,45 @@ def _published_copies(setter: Setter) -> None:
     from backend_store.cluster.coordination.layout import NodeRecord
     from backend_store.cluster.node import leadership
 
+    heard_copies = leadership.heard_copies
+
     def silent_too(
         nodes: Mapping[str, NodeRecord], pid: int, voters: Iterable[str], heard: Any, node_id: str
-    ) -> set[str]:
+    ) -> dict[str, int]:
         # As session 86 first had it: a heard voter counts before it said what it holds.
-        return {n for n in voters if n != node_id and n in nodes and n in heard}
+        said = heard_copies(nodes, pid, list(voters), heard, node_id)
+        return {n: said.get(n, 0) for n in voters if n != node_id and n in nodes and n in heard}
 
     setter(leadership, "heard_copies", silent_too)
+
+
+@_ablation("voter-ahead", "a designated node whose heard voter holds a later term resigns, not campaigns")
+def _voter_ahead(setter: Setter) -> None:
+    from backend_store.cluster.node import leadership
+
+    def nobody_ahead(*_: Any) -> str | None:
+        return None  # as before session 86: the designation is trusted
+
+    setter(leadership, "voter_ahead", nobody_ahead)
+
+
+@_ablation("behind-own-key", "a node resigning for a voter ahead deletes its own standing key first")
+def _behind_own_key(setter: Setter) -> None:
+    from backend_store.cluster.node import leadership
+    from backend_store.cluster.node.leadership import Action
+
+    # As session 86 had the rule: only following and holding off deleted a key of ours.
+    setter(leadership, "NOT_CAMPAIGNING", frozenset({Action.FOLLOW, Action.HOLD_OFF}))
+
+
+@_ablation("wait-voter-ahead", "a manager waits for a voter ahead of a leader that resigned")
+def _wait_voter_ahead(setter: Setter) -> None:
+    from backend_store.cluster.manager import election
+
+    def nobody(*_: Any) -> dict[str, tuple[int, int]]:
+        return {}  # as before session 87: the best fresh position is designated
+
+    setter(election, "voters_ahead", nobody)
 
 
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:

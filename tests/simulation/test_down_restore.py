@@ -30,6 +30,17 @@ registered (live nodes write theirs again when another registers: ``node/registr
 and that published what their copies hold; 46, 154, 182, 222, 262 and 263 broke the same
 invariant with only the first half (n3 registered 3 ms before n1 campaigned, its copy of
 LSN 23 not yet examined), and hold with the second.
+
+Session 86 left 398 of 300-599 failing: n2 led p1 at epoch 67 and acknowledged LSNs 15-16
+with n3; etcd was restored to a backup designating n1, and nothing showed the restore (no
+node remembered more than etcd held). n3 came back and published its copy ending in epoch
+67, and n1 led from LSN 14. A designated node now resigns for the manager when a heard
+voter's copy ends in a later term than its own (``leadership.py``, rule 9), and the manager
+waits for that voter's fresh position rather than designate the resigner again. The rule
+first livelocked ``all`` 1761143: n1 had won a campaign just before n4 published a copy of a
+later term, and resigned each tick without deleting its own standing key (rule 10 did not
+cover the resignation), so the manager, which promotes nobody while a key stands, waited for
+good.
 """
 
 from __future__ import annotations
@@ -50,15 +61,19 @@ def test_a_restore_made_while_every_process_was_down_loses_nothing(seed: int) ->
 
 RELICS = 38  # fails with ``heard-voters`` taken out
 SILENT_COPY = 46  # fails with ``published-copies`` taken out
+VOTER_AHEAD = 398  # fails with ``voter-ahead`` taken out
 
 
-@pytest.mark.parametrize("seed", [RELICS, SILENT_COPY])
-def test_a_node_back_first_does_not_lead_on_relics_or_silent_copies(seed: int) -> None:
+@pytest.mark.parametrize("seed", [RELICS, SILENT_COPY, VOTER_AHEAD])
+def test_a_node_back_first_does_not_lead_on_relics_silent_copies_or_behind_a_voter(seed: int) -> None:
     result = run_seed(config_for(seed, "down"))
     assert result.ok, result.report()
 
 
-@pytest.mark.parametrize(("seed", "fix"), [(RELICS, "heard-voters"), (SILENT_COPY, "published-copies")])
+@pytest.mark.parametrize(
+    ("seed", "fix"),
+    [(RELICS, "heard-voters"), (SILENT_COPY, "published-copies"), (VOTER_AHEAD, "voter-ahead")],
+)
 def test_without_each_half_a_node_leads_without_acknowledged_entries(
     seed: int, fix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,3 +82,11 @@ def test_without_each_half_a_node_leads_without_acknowledged_entries(
     result = run_seed(config_for(seed, "down"))
     assert result.violation is not None, result.summary()
     assert result.violation.invariant == "leader-completeness", result.summary()
+
+
+OWN_KEY = 1761143  # mix ``all``; its fix is pinned in ``test_fixes_pinned.py``
+
+
+def test_a_node_resigning_behind_a_voter_gives_its_own_key_up() -> None:
+    result = run_seed(config_for(OWN_KEY, "all"))
+    assert result.ok, result.report()

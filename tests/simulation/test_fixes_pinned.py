@@ -85,6 +85,12 @@ PINNED_BY: dict[str, tuple[str, ...]] = {
     "first-entry-task": (
         "tests/cluster/test_new_term.py::test_a_leader_no_follower_answers_starts_at_once_and_check_quorum_can_end_it",
     ),
+    "behind-own-key": (
+        "tests/cluster/test_leadership.py::test_a_replica_resigning_behind_a_voter_first_deletes_its_own_standing_key",
+    ),
+    "wait-voter-ahead": (
+        "tests/cluster/test_manager_plan.py::test_a_resigned_leader_is_not_designated_again_over_a_live_voter_ahead_of_it",
+    ),
     "term-fence": (
         "tests/cluster/test_one_entry_per_lsn_and_epoch.py::test_a_write_queued_under_a_deposed_term_is_never_logged_in_the_next",
     ),

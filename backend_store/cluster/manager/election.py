@@ -206,7 +206,10 @@ def promote(
         # node holding LSNs 1-3 had not published yet, and n2 was designated). A live node
         # publishes at once when it sees the raise; a record of a dead one expires.
         return record
-    ahead = copies_ahead(nodes, pid, rank(fresh[best])) if unsettled else {}
+    if unsettled:
+        ahead = copies_ahead(nodes, pid, rank(fresh[best]))
+    else:
+        ahead = voters_ahead(nodes, pid, record, rank(fresh[best])) if gave_up else {}
     if ahead:
         holder = max(ahead, key=lambda n: (ahead[n], n))
         if holder in record.replicas:
@@ -343,6 +346,16 @@ def heard(
         if fresh or pid in record.stray_ranks:
             out.add(n)
     return out
+
+
+def voters_ahead(
+    nodes: Mapping[str, NodeRecord], pid: int, record: PartitionRecord, than: tuple[int, int]
+) -> dict[str, tuple[int, int]]:
+    """The voters of ``record`` whose copy of ``pid`` ranks above ``than``, fresh or not. A
+    leader resigns for such a voter when its copy ends in a later term (node/leadership.py,
+    rule 9; simulation seed ``down`` 398, session 87); designated again on the fresh
+    positions, it would resign again, for ever, so the manager waits for that voter's."""
+    return {n: r for n, r in copies_ahead(nodes, pid, than).items() if n in record.replicas}
 
 
 def copies_ahead(

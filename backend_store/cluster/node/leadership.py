@@ -50,7 +50,13 @@ Not leading:
    what its copy holds (records written since this node registered: a registration etcd
    restored from a backup is no sign of life, :mod:`.registrations`): campaign (a key held
    by another stays theirs until their lease ends; etcd refuses the campaign until then).
-10. Not campaigning (rules 6-8, or not designated) while the leader key is this node's:
+   Unless a heard voter's copy ends in a later term than this replica's: the designation
+   is older than that term (etcd restored while the nodes were down, and nothing showed
+   the restore: simulation seed ``down`` 398, session 87), and a term begun now would
+   lack what the later one acknowledged. Resign as rule 1 does (published as resigned,
+   holding off until the manager designates anew on those positions; the manager waits
+   for that voter's fresh position, :func:`~..manager.election.promote`).
+10. Not campaigning (rules 6-9, or not designated) while the leader key is this node's:
     delete it. Such a key is a relic (etcd restored from a snapshot taken while this node
     led, under a lease the node still keeps alive, or a resignation whose delete failed):
     while it stands nobody else can campaign and the manager promotes nobody
@@ -92,6 +98,7 @@ class Action(StrEnum):
     ABANDON_HAND_OVER = "abandon_hand_over"
     FOLLOW = "follow"
     HOLD_OFF = "hold_off"
+    RESIGN_BEHIND = "resign_behind"  # a voter holds a later term: let the manager designate anew
     DELETE_OWN_KEY = "delete_own_key"
     CAMPAIGN = "campaign"
 
@@ -122,6 +129,9 @@ class Situation:
     # The voters heard from since this node registered that said what their copies hold
     # (itself included): a term needs links to a majority to commit anything.
     registered_voters: int = 0
+    # A heard voter whose published copy ends in a later term than this replica's last
+    # entry (None: none): this replica's designation predates that term.
+    voter_ahead: str | None = None
     # The epoch of this replica's last entry: past a resignation's term, a newer leader has
     # written here even if its key was never seen (this node's loop was held meanwhile).
     last_epoch: int = 0
@@ -135,10 +145,17 @@ class Decision:
     end_resignation: bool = False  # a newer leader exists: an ordinary follower again
 
 
+# Rule 10 applies to each. A resignation for a voter ahead too: its own key standing (a
+# campaign won just before that voter published; simulation seed ``all`` 1761143, session
+# 87) ended each resignation as a newer term's key, and nothing deleted the key, so the
+# manager, which promotes nobody while a key stands, waited for good.
+NOT_CAMPAIGNING = frozenset({Action.FOLLOW, Action.HOLD_OFF, Action.RESIGN_BEHIND})
+
+
 def decide(s: Situation) -> Decision:
     """What the replica does now (see the module's rules)."""
     decision = _decide(s)
-    if decision.action in (Action.FOLLOW, Action.HOLD_OFF) and s.key is not None and s.key[0] == s.node_id:
+    if decision.action in NOT_CAMPAIGNING and s.key is not None and s.key[0] == s.node_id:
         # Rule 10: a key of ours that this replica does not serve (restored with etcd from
         # a snapshot under a lease this node still keeps alive): nobody else can campaign
         # while it stands, and the manager promotes nobody while a key exists.
@@ -198,6 +215,9 @@ def _decide(s: Situation) -> Decision:
         # now would have no links, and its first commit would wait with the node's loop.
         why = "a majority of the voters is not registered yet"
         return Decision(Action.HOLD_OFF, why, end_resignation=end)
+    if s.voter_ahead is not None:
+        why = f"{s.voter_ahead} holds entries of a later term than this replica's last"
+        return Decision(Action.RESIGN_BEHIND, why, end_resignation=end)
     return Decision(Action.CAMPAIGN, end_resignation=end)
 
 
@@ -207,26 +227,32 @@ def heard_copies(
     voters: Collection[str],
     heard: Collection[str],
     node_id: str,
-) -> set[str]:
+) -> dict[str, int]:
     """The other voters heard from since this node registered that publish what their copy
-    of ``pid`` holds (served, or a stray's rank). A voter that has not said yet (a copy found
-    on disk, not examined) may hold the newest entries: it does not count (simulation seed
-    ``down`` 46, session 86: n3 registered 3 ms before n1 campaigned, its copy holding LSN
-    23 unpublished, and n1 led from LSN 21). Once it has, it has settled etcd's timeline
-    (``replica_rounds.py``) and raised the incarnation if its copy knows etcd went back, so
-    a campaign on a designation the restore brought back is refused (it compares the
-    cluster record). A copy made again empty knows nothing, and does not count either."""
-    out: set[str] = set()
+    of ``pid`` holds (served or stray), with the epoch of its last entry. A voter that has
+    not said yet (a copy found on disk, not examined) may hold the newest entries: it does
+    not count (simulation seed ``down`` 46, session 86: n3 registered 3 ms before n1
+    campaigned, its copy holding LSN 23 unpublished, and n1 led from LSN 21). Once it has,
+    it has settled etcd's timeline (``replica_rounds.py``) and raised the incarnation if its
+    copy knows etcd went back, so a campaign on a designation the restore brought back is
+    refused (it compares the cluster record); if its copy ends in a later term, this node
+    resigns (rule 9). A copy made again empty knows nothing, and does not count either."""
+    out: dict[str, int] = {}
     for n in voters:
         record = nodes.get(n)
         if n == node_id or n not in heard or record is None:
             continue
         position = record.replicas.get(pid)
-        if (position is not None and position.remade is None) or (
-            position is None and pid in record.stray_ranks
-        ):
-            out.add(n)
+        if position is not None and position.remade is None:
+            out[n] = position.last_epoch
+        elif position is None and pid in record.stray_ranks:
+            out[n] = record.stray_ranks[pid][0]
     return out
+
+
+def voter_ahead(copies: Mapping[str, int], last_epoch: int) -> str | None:
+    """A voter whose copy's last entry is of a later term than ``last_epoch`` (None: none)."""
+    return next((n for n in sorted(copies) if copies[n] > last_epoch), None)
 
 
 class Incarnations(Protocol):
@@ -342,6 +368,7 @@ class NodeLeadership:
         heard: Collection[str],
     ) -> Situation:
         leader = host.leader
+        last_epoch = host.last_entry()[0]
         copies = heard_copies(nodes, host.partition, record.replicas, heard, self.node_id)
         common: dict[str, Any] = {
             "node_id": self.node_id,
@@ -356,7 +383,8 @@ class NodeLeadership:
             "incarnation": self.identity.incarnation,
             "etcd_behind": self.identity.timeline.suspect,
             "registered_voters": 1 + len(copies),
-            "last_epoch": host.last_entry()[0],
+            "voter_ahead": voter_ahead(copies, last_epoch),
+            "last_epoch": last_epoch,
         }
         if leader is None:
             return Situation(**common)
@@ -452,6 +480,11 @@ class NodeLeadership:
                         self.layout.leader(host.partition), Epoch(epoch_revision(claim[1])), claim[0].pack()
                     )
                 host.record = record
+            case Action.RESIGN_BEHIND:
+                log.warning("partition %d: not campaigning: %s", host.partition, decision.why)
+                host.record = record
+                host.resign_stale(host.store.epoch, now, record.designation)
+                self.publish_soon()
             case Action.FOLLOW | Action.HOLD_OFF:
                 host.record = record
             case Action.CAMPAIGN:
