@@ -516,6 +516,16 @@ def _reread_written(setter: Setter) -> None:
     setter(Manager, "_read_written", wait_for_the_watch)
 
 
+@_ablation("hold-written", "a manager's watches compare etcd with its own commits, as its view holds them")
+def _hold_written(setter: Setter) -> None:
+    from backend_store.cluster.manager.manager import Manager
+
+    def compare_with_the_last_state(self: Manager, *_: Any) -> None:
+        return None  # as before session 87: a restore that lost the commit looks unchanged
+
+    setter(Manager, "_hold_written", compare_with_the_last_state)
+
+
 @_ablation(
     "heard-voters",
     "a node campaigns only on a majority of voters that told it their copies since it registered",

@@ -57,6 +57,7 @@ PINNED_BY: dict[str, tuple[str, ...]] = {
     "reread-written": (
         f"{WATCHES}::test_a_refused_commit_takes_what_etcd_holds_over_the_managers_own_lost_write",
     ),
+    "hold-written": (f"{WATCHES}::test_a_commit_the_restore_lost_is_taken_back_from_etcd_by_the_watches",),
     "record-rebuild": (
         "tests/cluster/test_unreadable_records.py::test_a_manager_that_never_read_a_record_writes_back_what_its_leader_serves_on",
         "tests/cluster/test_unreadable_records.py::test_without_a_leader_the_rebuilt_record_designates_nobody_until_every_copy_counts",

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from ...errors import PushgateError
 from ...types import Epoch
@@ -382,6 +382,30 @@ class Manager:
             self.view.tombstones.update(change.tombstones)
             for key in change.tombstone_deletes:
                 self.view.tombstones.pop(key, None)
+            self._hold_written(puts, deletes)
+
+    def _hold_written(self, puts: Mapping[str, bytes], deletes: Collection[str]) -> None:
+        """Make the states the watches compare with hold this manager's own commit, as the
+        view does. Its entries have revision 0, which etcd never gives: whatever etcd holds
+        next is taken, the write as the watch brings it, or an etcd restored from a snapshot
+        taken before it. Compared with the state before the write, that restored etcd looked
+        unchanged, and a tombstone it lost stayed in the view: nothing wrote it again, and
+        the node kept the copy as a stray for good (noticed in session 86; a lost record
+        shows sooner, at the next commit's expectations, ``_read_written``)."""
+        for prefix in (self.layout.partitions, self.layout.tombstones):
+            held = self._held.get(prefix)
+            written = {k: v for k, v in puts.items() if k.startswith(prefix)}
+            gone = [k for k in deletes if k.startswith(prefix)]
+            if held is None or (
+                all(k in held.entries and held.entries[k].value == v for k, v in written.items())
+                and not any(k in held.entries for k in gone)
+            ):
+                continue  # the watch brought the write already (or it changed nothing here)
+            entries = dict(held.entries)
+            entries.update((k, Entry(k, v, 0, 0)) for k, v in written.items())
+            for key in gone:
+                entries.pop(key, None)
+            self._held[prefix] = PrefixState(prefix, held.revision, entries)
 
     async def _read_everything(self) -> None:
         """Read every prefix afresh, after winning: a plan stands only on what etcd held
