@@ -166,9 +166,13 @@ def test_only_voters_heard_since_registering_that_published_their_copies_count()
     assert found == {"n4": 54, "n5": 60}  # not n2 (not heard), not n3 (nothing said), not n1
     assert voter_ahead(found, 11) == "n4"
     assert voter_ahead(found, 60) is None
-    remade = replace(copies["n4"], remade=MoveReceipt(("n1", "n2", "n3"), 2, 1))
+    # An empty copy, made again after its node deleted one on a move, counts as holding
+    # nothing where its receipt's set (which took its writes over) includes this node
+    # (simulation seeds ``pools`` 1732521 and 1732544, session 87).
+    remade = replace(copies["n4"], remade=MoveReceipt(("n2", "n3", "n5"), 2, 1))
     nodes["n4"] = NodeRecord("n4:7000", "up", {5: remade})
-    assert "n4" not in heard_copies(nodes, 5, voters, heard, "n1")  # an empty copy knows nothing
+    assert "n4" not in heard_copies(nodes, 5, voters, heard, "n1")
+    assert heard_copies(nodes, 5, voters, {*heard, "n2"}, "n3")["n4"] == 0
 
 
 def test_while_etcd_seems_behind_what_the_node_remembers_it_does_not_campaign() -> None:

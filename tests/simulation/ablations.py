@@ -567,6 +567,25 @@ def _published_copies(setter: Setter) -> None:
     setter(leadership, "heard_copies", silent_too)
 
 
+@_ablation("remade-receipt", "an empty copy made again counts where its receipt's set includes the node")
+def _remade_receipt(setter: Setter) -> None:
+    from backend_store.cluster.coordination.layout import NodeRecord
+    from backend_store.cluster.node import leadership
+
+    heard_copies = leadership.heard_copies
+
+    def no_remade(
+        nodes: Mapping[str, NodeRecord], pid: int, voters: Iterable[str], heard: Any, node_id: str
+    ) -> dict[str, int]:
+        # As session 86 had it: a copy made again never counts.
+        said = heard_copies(nodes, pid, list(voters), heard, node_id)
+        return {
+            n: e for n, e in said.items() if (p := nodes[n].replicas.get(pid)) is None or p.remade is None
+        }
+
+    setter(leadership, "heard_copies", no_remade)
+
+
 @_ablation("voter-ahead", "a designated node whose heard voter holds a later term resigns, not campaigns")
 def _voter_ahead(setter: Setter) -> None:
     from backend_store.cluster.node import leadership

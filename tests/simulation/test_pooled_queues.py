@@ -20,12 +20,20 @@ queues existed: their records are lost, their messages must not be; healing make
 queues again, and every acknowledged send is read back from the same partitions. (Seeds 9
 and 14 did until session 86's nodes, which count a voter towards a campaign only once it
 wrote its record since, moved them off it: of ``pools`` 0-39, 4, 7, 8, 10, 13, 15, 18-20,
-24, 27, 28, 30, 32 and 38 reach it.)"""
+24, 27, 28, 30, 32 and 38 reach it.)
+
+Seeds 1732521 and 1732544 held a partition for good after a restore undid a move (session
+87): the nodes that had deleted their copies on the move made them again, empty, and session
+86's rule 9 counted no such copy towards a campaign, so the node the manager designated on
+the move's receipt heard a majority of nobody and held off while the manager designated it
+anew, thousands of times. An empty copy now counts where its receipt's set includes the
+campaigning node (``leadership.heard_copies``, ablation ``remade-receipt``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from .ablations import take_out
 from .simulation import config_for, run_seed
 
 
@@ -41,3 +49,19 @@ def test_every_fault_with_many_queues_on_few_partitions() -> None:
     result = run_seed(config_for(0, "pools-all"))
     assert result.ok, result.report()
     assert result.acked > 0
+
+
+REMADE = [1732521, 1732544]
+
+
+@pytest.mark.parametrize("seed", REMADE)
+def test_a_restore_that_undid_a_move_leaves_no_partition_waiting(seed: int) -> None:
+    result = run_seed(config_for(seed, "pools"))
+    assert result.ok, result.report()
+
+
+def test_without_counting_remade_copies_a_partition_waits_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    take_out(["remade-receipt"], monkeypatch.setattr)
+    result = run_seed(config_for(REMADE[1], "pools"))
+    assert result.violation is not None, result.summary()
+    assert result.violation.invariant == "readable-after-heal", result.summary()

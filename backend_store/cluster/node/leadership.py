@@ -236,7 +236,14 @@ def heard_copies(
     it has settled etcd's timeline (``replica_rounds.py``) and raised the incarnation if its
     copy knows etcd went back, so a campaign on a designation the restore brought back is
     refused (it compares the cluster record); if its copy ends in a later term, this node
-    resigns (rule 9). A copy made again empty knows nothing, and does not count either."""
+    resigns (rule 9). A copy made again empty (its node deleted the earlier one on a move,
+    and etcd, restored, named it again) says what became of its writes: its receipt names
+    the set that took them over. It counts, as holding nothing, where that set includes
+    this node, and not elsewhere (the writes went to nodes this one does not know of).
+    Counting none held a partition for good (simulation seeds ``pools`` 1732521 and
+    1732544, session 87): a restore undid a move of p1 from n1, n2, n3 to n3, n4, n5; n1
+    and n2 made their copies again, the manager designated n3 on the receipt's set, and n3,
+    hearing only itself of n1, n2, n3, held off, while the manager designated it anew."""
     out: dict[str, int] = {}
     for n in voters:
         record = nodes.get(n)
@@ -245,6 +252,8 @@ def heard_copies(
         position = record.replicas.get(pid)
         if position is not None and position.remade is None:
             out[n] = position.last_epoch
+        elif position is not None and position.remade is not None and node_id in position.remade.voters:
+            out[n] = 0  # empty: ahead of nobody
         elif position is None and pid in record.stray_ranks:
             out[n] = record.stray_ranks[pid][0]
     return out
