@@ -75,7 +75,7 @@ def test_a_leader_the_record_no_longer_designates_hands_over_to_the_designated_v
 
 
 def test_after_resigning_it_holds_off_for_a_window_unless_a_newer_leader_exists() -> None:
-    resigned = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40)
+    resigned = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40, designation=RECORD.designation)
     assert decide(situation(resigned=resigned)).action is Action.HOLD_OFF
     assert decide(situation(resigned=resigned, now=103.5)).action is Action.CAMPAIGN
     # Its own key still stands (the delete failed): delete it again, do not campaign.
@@ -113,7 +113,7 @@ def test_a_replica_that_learnt_its_designation_may_be_stale_waits_for_a_new_one(
     from an older snapshot designates whoever led then. A replica deposed by a newer term (or
     whose own fence refused its campaign) waits, past any window, until the manager
     designates anew on fresh positions; the record's ``designation`` says when it has."""
-    stale = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40, stale_designation=3)
+    stale = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40, designation=3, stale=True)
     record = replace(RECORD, designation=3)
     assert decide(situation(resigned=stale, record=record, now=1000.0)).action is Action.HOLD_OFF
     # Designated anew (itself, on fresh positions): it campaigns at once, no window.
@@ -137,7 +137,7 @@ def test_a_designated_replica_behind_a_heard_voters_later_term_resigns_for_the_m
     decision = decide(situation(registered_voters=2, voter_ahead="n3", last_epoch=11))
     assert decision.action is Action.RESIGN_BEHIND and "n3" in decision.why
     # Published as resigned on that designation, it holds off until the manager moves it.
-    resigned = Resignation(11, 100.0, 11, 9, RECORD.designation)
+    resigned = Resignation(11, 100.0, 11, 9, RECORD.designation, stale=True)
     assert decide(situation(voter_ahead="n3", resigned=resigned)).action is Action.HOLD_OFF
 
 
@@ -207,13 +207,13 @@ def test_a_resignation_ends_on_entries_of_a_newer_term_and_while_holding_off() -
     """Simulation seed ``returns`` 2652: a replica that resigned, then acknowledged entries
     of a newer term it never saw the key of (or saw only while holding off), must stop
     publishing the position it vouched for."""
-    resigned = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40)
+    resigned = Resignation(epoch=7, at=99.0, last_epoch=7, lsn=40, designation=RECORD.designation)
     assert decide(
         situation(resigned=resigned, last_epoch=9, record=replace(RECORD, leader="n2"))
     ).end_resignation
     assert not decide(situation(resigned=resigned, last_epoch=7)).end_resignation
     # A stale resignation at the replica's own newer entries is not ended by them.
-    stale = Resignation(epoch=7, at=99.0, last_epoch=9, lsn=40, stale_designation=3)
+    stale = Resignation(epoch=7, at=99.0, last_epoch=9, lsn=40, designation=3, stale=True)
     assert not decide(
         situation(resigned=stale, last_epoch=9, record=replace(RECORD, designation=3))
     ).end_resignation

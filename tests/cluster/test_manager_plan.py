@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from backend_store.cluster.coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition
+from backend_store.cluster.coordination.layout import NodeRecord, PartitionRecord, ReplicaPosition, unpack
 from backend_store.cluster.manager.plan import ClusterView, plan
 from backend_store.types import make_epoch
 from gateway.cli import main
@@ -102,11 +102,13 @@ def test_a_live_leader_without_its_key_yet_is_left_alone() -> None:
     assert plan(v).puts == {}
 
 
-def resigned(leader_epoch: int = 0, **positions: tuple[int, int]) -> NodeRecord:
+def resigned(leader_epoch: int = 0, on: int | None = None, **positions: tuple[int, int]) -> NodeRecord:
     """A node whose replicas resigned leadership for lack of a quorum (check-quorum), each
-    publishing the position it vouches for."""
+    publishing the position it vouches for and the designation ``on`` it resigned under
+    (None: a node of a version that did not publish it)."""
     replicas = {
-        int(k[1:]): ReplicaPosition("resigned", e, lsn, e, leader_epoch) for k, (e, lsn) in positions.items()
+        int(k[1:]): ReplicaPosition("resigned", e, lsn, e, leader_epoch, resigned_on=on)
+        for k, (e, lsn) in positions.items()
     }
     return NodeRecord("127.0.0.1:1", "up", replicas)
 
@@ -151,6 +153,35 @@ def test_a_resigned_leader_holding_more_than_the_others_stays_designated() -> No
         partitions={5: record},
     )
     assert plan(v).puts == {5: replace(record, designation=5)}
+
+
+def test_a_resigned_leader_is_designated_anew_once_per_resignation() -> None:
+    # n1 resigned under designation 4 and holds off for what a designation cannot end (a
+    # majority of the voters not registered yet, say): designating it at every plan only
+    # wrote to etcd (3,166 designations in 18 s of simulation seed ``pools`` 1732544).
+    record = PartitionRecord("t", "q", 0, ("n1", "n2", "n3"), "n1", designation=4)
+    v = view(
+        queues={("t", "q"): {"replication_factor": 3}},
+        nodes={"n1": resigned(on=4, p5=(7, 40)), "n2": node(p5=(7, 35))},
+        partitions={5: record},
+    )
+    again = plan(v).puts[5]
+    assert again == replace(record, designation=5)
+    v.partitions = {5: again}
+    assert plan(v).puts == {}  # still published as resigned under 4: designated already
+    # It campaigned on 5 and resigned again (its fence refused the epoch it won, say).
+    v.nodes["n1"] = resigned(on=5, p5=(7, 40))
+    assert plan(v).puts == {5: replace(record, designation=6)}
+    # A restore took the record back before the resignation: designated anew once more.
+    v.partitions = {5: replace(record, designation=3)}
+    assert plan(v).puts == {5: replace(record, designation=4)}
+    # Published and read back; a node of an earlier version does not say which designation:
+    # designated at every plan, as before.
+    assert NodeRecord.unpack(v.nodes["n1"].pack()) == v.nodes["n1"]
+    v.nodes["n1"] = resigned(p5=(7, 40))
+    assert "resigned_on" not in unpack(v.nodes["n1"].pack())["replicas"]["5"]
+    v.partitions = {5: again}
+    assert plan(v).puts == {5: replace(record, designation=6)}
 
 
 def test_a_resigned_leader_is_not_designated_again_over_a_live_voter_ahead_of_it() -> None:

@@ -68,7 +68,7 @@ async def test_a_leader_no_follower_answers_starts_at_once_and_check_quorum_can_
     # Within the window, while the first entry still waits (its timeout is 5 s).
     assert time.monotonic() - began < WINDOW_S + scaled(1)
     assert not host.ready
-    await host.resign_for_quorum(time.monotonic())
+    await host.resign_for_quorum(time.monotonic(), RECORD.designation)
     assert not host.leading
 
 
@@ -87,7 +87,7 @@ async def test_a_hand_over_begins_once_the_successor_answered_after_it_was_asked
     assert leader is not None
     await until(lambda: not leader.followers["f1"].connected, "the leader seeing f1's link close")
     for _ in range(10):
-        assert host.hand_over("f1", time.monotonic()) is None
+        assert host.hand_over("f1", time.monotonic(), RECORD.designation) is None
         assert host.handing_over_to is None  # not begun: requests are served meanwhile
         await host.handle("send", Epoch(3), send, timeout_s=scaled(5))
         await asyncio.sleep(0.1)
@@ -96,7 +96,7 @@ async def test_a_hand_over_begins_once_the_successor_answered_after_it_was_asked
     deadline = time.monotonic() + scaled(5)
     while resignation is None:
         assert time.monotonic() < deadline, "the hand-over to f2 never happened"
-        resignation = host.hand_over("f2", time.monotonic())
+        resignation = host.hand_over("f2", time.monotonic(), RECORD.designation)
         await asyncio.sleep(0.05)
     assert resignation.lsn == host.store.last_lsn
 

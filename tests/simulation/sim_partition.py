@@ -66,8 +66,8 @@ class ObservedPartitionHost(PartitionHost):
             self.oracle.replied(self.node_id, self.partition, result, store.data, leader.epoch)
         return result
 
-    async def resign_for_quorum(self, now: float) -> Resignation:
-        resignation = await super().resign_for_quorum(now)
+    async def resign_for_quorum(self, now: float, designation: int) -> Resignation:
+        resignation = await super().resign_for_quorum(now, designation)
         self.oracle.resigned(self.node_id, self.partition)
         return resignation
 

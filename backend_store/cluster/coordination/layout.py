@@ -236,6 +236,11 @@ class ReplicaPosition:
     # not count it, and looks for the majority of the set that replaced it instead
     # (manager/election.py).
     remade: MoveReceipt | None = None
+    # A resigned replica's only: the record's ``designation`` it resigned under. The manager
+    # designates a resigned leader that is still the best anew only while the record holds
+    # that designation (once per resignation; None, from a node of an earlier version: at
+    # every plan, as those versions did).
+    resigned_on: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +310,7 @@ class NodeRecord:
                     int(r.get("committed", 0)),
                     tuple(str(n) for n in r.get("in_sync", ())),
                     MoveReceipt.from_doc(r.get("remade")),
+                    None if r.get("resigned_on") is None else int(r["resigned_on"]),
                 )
                 for p, r in v.get("replicas", {}).items()
             }
@@ -355,6 +361,8 @@ def _position_doc(r: ReplicaPosition) -> dict[str, Any]:
         doc["in_sync"] = list(r.in_sync)
     if r.remade is not None:
         doc["remade"] = r.remade.to_doc()
+    if r.resigned_on is not None:
+        doc["resigned_on"] = r.resigned_on
     return doc
 
 

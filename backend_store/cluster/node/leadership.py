@@ -197,9 +197,9 @@ def _decide(s: Situation) -> Decision:
             end = True
         elif s.key is not None and s.key == (s.node_id, resigned.epoch):
             return Decision(Action.DELETE_OWN_KEY, "our resigned key still stands")
-        elif designated and resigned.stale_designation == record.designation:
+        elif designated and resigned.stale and resigned.designation == record.designation:
             return Decision(Action.HOLD_OFF, "designation may be stale: waiting for the manager")
-        elif designated and resigned.stale_designation is None and s.now - resigned.at < s.window_s:
+        elif designated and not resigned.stale and s.now - resigned.at < s.window_s:
             return Decision(Action.HOLD_OFF, "resigned lately")
     if not designated or not s.session_valid:
         return Decision(Action.FOLLOW, end_resignation=end)
@@ -318,7 +318,7 @@ class LeadingReplica(Protocol):
 
     def keep_leading(self, successor: str | None) -> None: ...
 
-    def hand_over(self, successor: str, now: float) -> Resignation | None: ...
+    def hand_over(self, successor: str, now: float, designation: int) -> Resignation | None: ...
 
     def abandon_hand_over(self) -> None: ...
 
@@ -328,7 +328,7 @@ class LeadingReplica(Protocol):
 
     def lacks_quorum(self, now: float, live: Collection[str]) -> bool: ...
 
-    async def resign_for_quorum(self, now: float) -> Resignation: ...
+    async def resign_for_quorum(self, now: float, designation: int) -> Resignation: ...
 
     async def resign_deposed(self, now: float, designation: int) -> Resignation: ...
 
@@ -463,11 +463,11 @@ class NodeLeadership:
                 # silent (a fresh leader resigned mid-send in CI, test_node_storage.py).
                 await asyncio.sleep(_QUORUM_CONFIRM_S)
                 if host.lacks_quorum(self.clock(), nodes):
-                    await self._resign_for_quorum(host, self.clock())
+                    await self._resign_for_quorum(host, self.clock(), record.designation)
             case Action.HAND_OVER:
                 assert decision.successor is not None
                 host.update_links(record, addresses)
-                resignation = host.hand_over(decision.successor, now)
+                resignation = host.hand_over(decision.successor, now, record.designation)
                 if resignation is not None:
                     log.warning(
                         "partition %d: handed over to %s at LSN %d (epoch %d)",
@@ -557,8 +557,8 @@ class NodeLeadership:
             return False
         return claim.node == self.node_id and claim.epoch(found.create_revision) == epoch
 
-    async def _resign_for_quorum(self, host: LeadingReplica, now: float) -> None:
-        resignation = await host.resign_for_quorum(now)
+    async def _resign_for_quorum(self, host: LeadingReplica, now: float, designation: int) -> None:
+        resignation = await host.resign_for_quorum(now, designation)
         log.warning(
             "partition %d: resigned leadership of epoch %d for lack of a quorum; vouching for LSN %d"
             " (epoch %d); not campaigning for %gs",

@@ -125,7 +125,14 @@ class PartitionHost(LeaderTerm):
         resigned = self.resigned
         if resigned is not None:
             # Not our last entry: what we vouch for (see quorum.vouched_position).
-            return ReplicaPosition("resigned", store.epoch, resigned.lsn, resigned.last_epoch, leader_epoch)
+            return ReplicaPosition(
+                "resigned",
+                store.epoch,
+                resigned.lsn,
+                resigned.last_epoch,
+                leader_epoch,
+                resigned_on=resigned.designation,
+            )
         leader = self.leader
         if leader is None or not self.leading:
             return ReplicaPosition("follower", store.epoch, last, self.last_epoch, leader_epoch)

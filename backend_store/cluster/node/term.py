@@ -94,7 +94,7 @@ class LeaderTerm(ABC):
     def leading(self) -> bool:
         return self.leader is not None and not self.leader.deposed.is_set()
 
-    def hand_over(self, successor: str, now: float) -> Resignation | None:
+    def hand_over(self, successor: str, now: float, designation: int) -> Resignation | None:
         """Move leadership to a live follower without losing a write: refuse new requests,
         and once every write begun has finished and ``successor`` holds the whole log, stop
         leading (writes no longer replicate) and return the position this replica vouches
@@ -119,7 +119,7 @@ class LeaderTerm(ABC):
             return None
         leader.resign(f"handed over to {successor}")
         last_epoch, lsn = self.last_entry()
-        self.resigned = Resignation(leader.epoch, now, last_epoch, lsn)
+        self.resigned = Resignation(leader.epoch, now, last_epoch, lsn, designation)
         return self.resigned
 
     def _answered_since_asked(self, successor: str, now: float) -> bool:
@@ -173,7 +173,7 @@ class LeaderTerm(ABC):
             return False
         return leader.quorum.should_resign(now, live)
 
-    async def resign_for_quorum(self, now: float) -> Resignation:
+    async def resign_for_quorum(self, now: float, designation: int) -> Resignation:
         """Stop leading for lack of a quorum: waiting writes fail with ``unavailable``, new
         requests get ``not_leader``, and the position published from now on is the one this
         term vouches for (the caller deletes the leader key)."""
@@ -185,15 +185,15 @@ class LeaderTerm(ABC):
             if quorum is not None
             else "check-quorum"
         )
-        return await self._resign(now, why, None)
+        return await self._resign(now, why, designation, stale=False)
 
     async def resign_deposed(self, now: float, designation: int) -> Resignation:
         """Stop leading because a newer term exists, vouching for what this term committed
         (not its tail: a newer leader may have replaced it), so the manager designates on
         fresh positions rather than letting a possibly stale designation campaign again."""
-        return await self._resign(now, "deposed: a newer term exists", designation)
+        return await self._resign(now, "deposed: a newer term exists", designation, stale=True)
 
-    async def _resign(self, now: float, why: str, stale_designation: int | None) -> Resignation:
+    async def _resign(self, now: float, why: str, designation: int, *, stale: bool) -> Resignation:
         """Stop leading, publishing from now on the position this term vouches for (what it
         committed, not its tail; see quorum.vouched_position)."""
         leader = self.leader
@@ -202,7 +202,7 @@ class LeaderTerm(ABC):
         last_epoch, lsn = vouched_position(
             epoch=leader.epoch, committed_lsn=leader.committed_lsn, term_start=self._term_start
         )
-        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, stale_designation)
+        self.resigned = resignation = Resignation(leader.epoch, now, last_epoch, lsn, designation, stale)
         await self.step_down(why)
         return resignation
 
@@ -210,7 +210,7 @@ class LeaderTerm(ABC):
         """A campaign won at ``epoch`` that this replica's own fence refused: published as
         resigned at its own position until a newer term or the hold-off ends it."""
         last_epoch, lsn = self.last_entry()
-        self.resigned = Resignation(epoch, now, last_epoch, lsn, designation)
+        self.resigned = Resignation(epoch, now, last_epoch, lsn, designation, stale=True)
 
     def keep_leading(self, successor: str | None) -> None:
         """Serve requests (no hand-over asked for, or the one asked for was given up);

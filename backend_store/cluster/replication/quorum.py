@@ -37,17 +37,21 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Resignation:
-    """A leader's resignation for lack of a quorum: its term, when (monotonic seconds), and the
-    position it vouches for (``(last_epoch, lsn)``, what the manager's promotion compares)."""
+    """A leader's resignation (for lack of a quorum, a hand-over, a newer term): its term, when
+    (monotonic seconds), the position it vouches for (``(last_epoch, lsn)``, what the
+    manager's promotion compares) and the record's ``designation`` it resigned under."""
 
     epoch: int
     at: float
     last_epoch: int
     lsn: int
+    # Published with the position (``ReplicaPosition.resigned_on``): the manager designates a
+    # resigned leader anew once per resignation, not at every plan while it holds off.
+    designation: int
     # Set when this replica learnt its designation may be stale (deposed by a newer term, or
-    # its own fence refused the epoch it won): the record's ``designation`` then. It does not
-    # campaign again until the manager designates anew (on fresh positions), however long.
-    stale_designation: int | None = None
+    # its own fence refused the epoch it won). It does not campaign again until the manager
+    # designates anew (on fresh positions), however long.
+    stale: bool = False
 
 
 class QuorumCheck:
