@@ -615,6 +615,16 @@ def _wait_voter_ahead(setter: Setter) -> None:
     setter(election, "voters_ahead", nobody)
 
 
+@_ablation("designate-once", "a manager designates a resigned leader anew once per resignation")
+def _designate_once(setter: Setter) -> None:
+    from backend_store.cluster.manager import election
+
+    def never(*_: Any) -> bool:
+        return False  # as before session 88: designated anew at every plan
+
+    setter(election, "designated_since_resigning", never)
+
+
 def take_out(names: Iterable[str], setter: Setter = setattr) -> None:
     """Apply the named ablations, in order (``KeyError`` names an unknown one)."""
     for name in names:

@@ -92,6 +92,9 @@ PINNED_BY: dict[str, tuple[str, ...]] = {
     "wait-voter-ahead": (
         "tests/cluster/test_manager_plan.py::test_a_resigned_leader_is_not_designated_again_over_a_live_voter_ahead_of_it",
     ),
+    "designate-once": (
+        "tests/cluster/test_manager_plan.py::test_a_resigned_leader_is_designated_anew_once_per_resignation",
+    ),
     "term-fence": (
         "tests/cluster/test_one_entry_per_lsn_and_epoch.py::test_a_write_queued_under_a_deposed_term_is_never_logged_in_the_next",
     ),

@@ -27,7 +27,13 @@ Seeds 1732521 and 1732544 held a partition for good after a restore undid a move
 86's rule 9 counted no such copy towards a campaign, so the node the manager designated on
 the move's receipt heard a majority of nobody and held off while the manager designated it
 anew, thousands of times. An empty copy now counts where its receipt's set includes the
-campaigning node (``leadership.heard_copies``, ablation ``remade-receipt``)."""
+campaigning node (``leadership.heard_copies``, ablation ``remade-receipt``).
+
+Seeds 1732814 and 1732848 are leaders that resigned for lack of a quorum and held off for
+the window after it: the manager designated each anew at every plan meanwhile, each plan
+following its own last commit, 31 writes of one partition record within a second
+(``record-write-storm``). It now designates a resigned leader anew once per resignation
+(``election.designated_since_resigning``, ablation ``designate-once``; session 88)."""
 
 from __future__ import annotations
 
@@ -65,3 +71,22 @@ def test_without_counting_remade_copies_a_partition_waits_for_good(monkeypatch: 
     result = run_seed(config_for(REMADE[1], "pools"))
     assert result.violation is not None, result.summary()
     assert result.violation.invariant == "readable-after-heal", result.summary()
+
+
+STORMS = [1732814, 1732848]
+
+
+@pytest.mark.parametrize("seed", STORMS)
+def test_a_resigned_leader_holding_off_is_designated_anew_once(seed: int) -> None:
+    result = run_seed(config_for(seed, "pools"))
+    assert result.ok, result.report()
+
+
+@pytest.mark.parametrize("seed", STORMS)
+def test_without_designating_once_a_record_is_written_at_every_plan(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    take_out(["designate-once"], monkeypatch.setattr)
+    result = run_seed(config_for(seed, "pools"))
+    assert result.violation is not None, result.summary()
+    assert result.violation.invariant == "record-write-storm", result.summary()
