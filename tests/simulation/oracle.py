@@ -21,9 +21,9 @@ What the simulation promises to catch, in the words of issue 24:
   **fifo-order**), and a new send to every group succeeds (**available-after-heal**).
 - **minority-fault-availability** (the ``minority`` fault mix): no single fault of a minority
   stops a partition's sends for longer than the bound.
-- **record-write-storm** (:mod:`.cluster`): no partition's record is written more than 30
-  times within a second (session 88: a manager designating a resigned leader anew at every
-  plan wrote one 175 times a second while the leader held off).
+- **record-write-storm** (:mod:`.cluster`): no etcd key is written more than 30 times within
+  a second (session 88: a manager designating a resigned leader anew at every plan wrote a
+  partition record 175 times a second while the leader held off).
 
 Facts (:meth:`Oracle.fact`) are what happened that a diagnosis can point at (an early-shipped
 entry whose commit failed, etcd going back in time, leadership designated to a node that
