@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,53 @@ async def test_a_leader_cut_off_from_its_followers_only_resigns_for_lack_of_a_qu
     finally:
         probe.cancel()  # done unless the test failed
         await asyncio.gather(probe, return_exceptions=True)
+
+
+async def test_a_resigned_leader_still_the_best_is_designated_anew_once_per_resignation(
+    harness: ClusterHarness,
+) -> None:
+    """f2 is cut off from its peers, the leader and f1 acknowledge more sends, then f1 is
+    frozen: the leader hears from no majority of voters still registered and resigns
+    (check-quorum, a 1 s window within the 2 s lease), vouching for entries f2 lacks. f1's
+    position is from before the key vanished, so the best of the fresh majority (the leader
+    and f2) is the leader: the manager designates it anew, and it holds off for its window
+    before it leads again. The manager designates it once; until session 88 it did so at
+    every plan through the window, each plan following its own last commit
+    (election.designated_since_resigning)."""
+    h = await harness.start(nodes=3, managers=1, proxied=True, node_args=["--quorum-window", "1"])
+    assert h.network is not None
+    await h.create_queue(T, Q, RF3_SYNC)
+    pid = await h.partition_of(T, Q)
+    await h.wait_for("three replicas", lambda: has_replicas(h, pid, 3))
+    producers = Producers(h, pid)
+    producers.start()
+    await producers.more(10, "sends before the cut")
+    leader, _, epoch = await h.serving_leader(pid)
+    f1, f2 = sorted(n for n in h.nodes if n != leader)
+    h.network.separate(f2)
+    await producers.more(20, "sends the leader and f1 alone acknowledged")
+    await producers.stop()
+
+    def resignations() -> int:
+        return h.nodes[leader].log_tail(10**7).count(f"partition {pid}: resigned leadership of epoch")
+
+    designation, resigned = (await h.partitions())[pid].designation, resignations()
+    h.nodes[f1].signal(signal.SIGSTOP)
+    await h.wait_for("the leader's resignation", lambda: _at_least(resignations, resigned + 1))
+
+    async def led_again() -> bool:
+        key = await h.leader(pid)
+        return key is not None and key[0] == leader and key[2] > epoch
+
+    await h.wait_for("the leader to lead again after its window", led_again)
+    record = (await h.partitions())[pid]
+    assert record.leader == leader
+    designated, resigned = record.designation - designation, resignations() - resigned
+    assert designated == resigned == 1, f"{designated} designations for {resigned} resignations"
+
+
+async def _at_least(count: Callable[[], int], n: int) -> bool:
+    return count() >= n
 
 
 async def _cut_off_leader_is_replaced(
