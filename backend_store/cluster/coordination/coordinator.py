@@ -59,8 +59,7 @@ class PrefixState:
 
     prefix: str
     revision: int
-    # A whole read's dict, or a watch's layered mapping (prefix_entries.py); never changed.
-    entries: Mapping[str, Entry] = field(default_factory=dict)
+    entries: dict[str, Entry] = field(default_factory=dict)
     changed: frozenset[str] | None = field(default=None, compare=False)
     since: int = field(default=0, compare=False)
 

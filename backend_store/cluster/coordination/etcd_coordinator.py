@@ -31,7 +31,6 @@ from .coordinator import Claim, CoordinatorUnavailable, Entry, PrefixState, Regi
 from .etcd_tls import EtcdTls, etcd_client
 from .fingerprint_batch import FingerprintBatch
 from .lease_keepalive import LeaseKeepAlive
-from .prefix_entries import layered
 from .prefix_fingerprint import Fingerprint, Verdict, check_due, check_interval, judge, whole_read_interval
 
 log = logging.getLogger("pushgate.cluster")
@@ -661,21 +660,26 @@ class _WatchStream:
 
 
 def _apply(state: PrefixState, events: Sequence[Any]) -> PrefixState | None:
-    """``state`` with a response's events of later revisions applied (None: none was later);
-    the entries not changed are shared with ``state`` (prefix_entries.py)."""
-    changes: list[tuple[str, Entry | None]] = []
+    """``state`` with a response's events of later revisions applied (None: none was later)."""
+    entries: dict[str, Entry] | None = None
+    changed: set[str] = set()
     revision = state.revision
     for event in events:
         kv = event.kv
         if kv.mod_revision <= state.revision:
             continue  # a whole read already covers it
+        if entries is None:
+            entries = dict(state.entries)
         key = kv.key.decode()
-        changes.append((key, None if event.type == rpc.Event.EventType.DELETE else _entry(kv)))
+        if event.type == rpc.Event.EventType.DELETE:
+            entries.pop(key, None)
+        else:
+            entries[key] = _entry(kv)
+        changed.add(key)
         revision = max(revision, kv.mod_revision)
-    if not changes:
+    if entries is None:
         return None
-    entries = layered(state.entries).changed(changes)
-    return PrefixState(state.prefix, revision, entries, frozenset(key for key, _ in changes), state.revision)
+    return PrefixState(state.prefix, revision, entries, frozenset(changed), state.revision)
 
 
 async def _next_item(queue: asyncio.Queue[Any], stop: asyncio.Event, timeout_s: float) -> Any:
