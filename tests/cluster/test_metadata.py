@@ -209,3 +209,23 @@ async def test_a_queue_remembers_the_dead_letter_queues_it_fed_while_they_last(
     assert not src.holds_dead_letters_of(again)
     src = await metadata.update_queue(T, QueueName("src"), {"visibility_timeout_s": 5})
     assert [name for name, _ in src.former_dead_letter_queues] == ["new"]  # the gone one forgotten
+
+
+async def test_a_deletion_tells_the_watchs_listeners_of_the_deleted_record_alone(
+    metadata: ClusterMetadata, paths: Layout
+) -> None:
+    # A placed queue is marked, then deleted on that mark: the watched copy drops the record
+    # at once and names it alone, where a state naming nothing was compared key by key (10
+    # ms of the gateway's loop a deletion at 10,000 queues).
+    for name in ("a", "b", "c"):
+        await metadata.create_queue(T, QueueName(name), {}, placement=(1,))
+    record = await metadata.record(T, QueueName("b"))
+    assert record is not None
+    marked = await metadata.mark_deleting(record)
+    assert marked is not None
+    heard: list[set[str]] = []
+    metadata.queues.add_listener(lambda _state, keys: heard.append(keys))
+    await metadata.delete_queue(T, QueueName("b"), marked.mod_revision)
+    key = paths.queue(T, QueueName("b"))
+    assert heard[0] == {key} and metadata.queues.get(key[len(paths.queues) :]) is None
+    assert await metadata.record(T, QueueName("a")) is not None
