@@ -243,12 +243,14 @@ async def test_a_resigned_leader_still_the_best_is_designated_anew_once_per_resi
 ) -> None:
     """f2 is cut off from its peers, the leader and f1 acknowledge more sends, then f1 is
     frozen: the leader hears from no majority of voters still registered and resigns
-    (check-quorum, a 1 s window within the 2 s lease), vouching for entries f2 lacks. f1's
-    position is from before the key vanished, so the best of the fresh majority (the leader
-    and f2) is the leader: the manager designates it anew, and it holds off for its window
-    before it leads again. The manager designates it once; until session 88 it did so at
-    every plan through the window, each plan following its own last commit
-    (election.designated_since_resigning)."""
+    (check-quorum, a 1 s window, while f1's 4 s lease keeps it registered), vouching for
+    entries f2 lacks. f1's position is from before the key vanished, so the best of the
+    fresh majority (the leader and f2) is the leader: the manager designates it anew, and it
+    holds off for its window before it leads again (and may resign again, f1 still
+    registered). The manager designates it once a resignation; until session 88 it did so
+    at every plan through the window, each plan following its own last commit: 1,534 times
+    for one resignation (election.designated_since_resigning)."""
+    harness.lease_ttl = 4.0
     h = await harness.start(nodes=3, managers=1, proxied=True, node_args=["--quorum-window", "1"])
     assert h.network is not None
     await h.create_queue(T, Q, RF3_SYNC)
@@ -278,7 +280,7 @@ async def test_a_resigned_leader_still_the_best_is_designated_anew_once_per_resi
     record = (await h.partitions())[pid]
     assert record.leader == leader
     designated, resigned = record.designation - designation, resignations() - resigned
-    assert designated == resigned == 1, f"{designated} designations for {resigned} resignations"
+    assert 1 <= designated <= resigned, f"{designated} designations for {resigned} resignations"
 
 
 async def _at_least(count: Callable[[], int], n: int) -> bool:
